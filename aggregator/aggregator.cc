@@ -1,0 +1,153 @@
+#include "aggregator/aggregator.h"
+
+#include <algorithm>
+
+namespace rlscope {
+
+Aggregator::Aggregator(Config config, StepExporter* exporter)
+    : config_(std::move(config)), exporter_(exporter) {}
+
+void Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns) {
+  wire::DecodeResult r = wire::Decode(data, size);
+  if (!r.ok) {
+    ++stats_.decode_errors;
+    stats_.last_decode_error = r.error;
+    return;
+  }
+  OnMessage(r.message, now_ns);
+}
+
+void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
+  ++stats_.messages;
+  if (const auto* hello = std::get_if<wire::Hello>(&message)) {
+    auto& slot = processes_[hello->session];
+    if (!slot) slot = std::make_unique<ProcessTimeline>(*hello);
+    if (slot->is_controller() && controller_session_ == 0) controller_session_ = hello->session;
+    exporter_->ExportRun(MakeRunInfo(false));
+    return;
+  }
+  if (const auto* batch = std::get_if<wire::Batch>(&message)) {
+    auto it = processes_.find(batch->session);
+    if (it == processes_.end()) {
+      // A batch before (or without) its hello: the hello was dropped. Keep the
+      // data under an anonymous identity rather than lose it.
+      wire::Hello anon;
+      anon.session = batch->session;
+      anon.identity.host = "unknown";
+      anon.identity.role = "worker";
+      anon.identity.name = "unidentified";
+      it = processes_.emplace(batch->session, std::make_unique<ProcessTimeline>(anon)).first;
+    }
+    for (const auto& block : batch->threads) {
+      stats_.events += block.events.size();
+      if (!block.events.empty() && block.events.front().ts_ns < last_cut_end_ns_) {
+        ++stats_.late_batches;
+      }
+    }
+    std::vector<StepSpan> closed;
+    it->second->Add(*batch, batch->session == controller_session_ ? &closed : nullptr);
+    for (const StepSpan& s : closed) {
+      ++stats_.steps_seen;
+      pending_.push_back({s, now_ns});
+    }
+    return;
+  }
+  const auto& bye = std::get<wire::Bye>(message);
+  if (auto it = processes_.find(bye.session); it != processes_.end()) it->second->Bye(bye);
+}
+
+bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
+  if (now_ns - step.closed_at_ns >= config_.flush.step_grace_ms * 1000000) return true;
+  for (const auto& [session, p] : processes_) {
+    if (!p->said_bye() && p->watermark_ns() < step.span.end_ns) return false;
+  }
+  return true;
+}
+
+void Aggregator::Tick(int64_t now_ns) {
+  size_t n = 0;
+  while (n < pending_.size() && Ready(pending_[n], now_ns)) {
+    Emit(pending_[n], false, now_ns);
+    ++n;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
+}
+
+void Aggregator::Finish(int64_t now_ns) {
+  for (const PendingStep& step : pending_) Emit(step, true, now_ns);
+  pending_.clear();
+  exporter_->ExportRun(MakeRunInfo(true));
+  exporter_->Flush(std::chrono::milliseconds(10000));
+  exporter_->Shutdown();
+}
+
+bool Aggregator::RunComplete() const {
+  auto c = processes_.find(controller_session_);
+  if (c == processes_.end() || !c->second->said_bye()) return false;
+  for (const auto& [session, p] : processes_) {
+    if (!p->said_bye()) return false;
+  }
+  return pending_.empty();
+}
+
+bool Aggregator::ControllerDone() const {
+  auto c = processes_.find(controller_session_);
+  return c != processes_.end() && c->second->said_bye();
+}
+
+void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
+  const StepSpan& s = step.span;
+  if (config_.steps.Contains(s.number)) {
+    StepProfile profile;
+    profile.step = s.number;
+    profile.begin_ns = s.begin_ns;
+    profile.end_ns = s.end_ns;
+    bool any_late = false;
+    for (const auto& [session, p] : processes_) {
+      ProcessSlice slice;
+      slice.process = p.get();
+      p->Cut(s.begin_ns, s.end_ns, &slice.spans, &slice.instants);
+      for (Span& span : slice.spans) {
+        if (span.begin_ns < s.begin_ns) span.begin_ns = s.begin_ns, span.clipped_begin = true;
+        if (span.end_ns > s.end_ns || span.open) span.end_ns = s.end_ns, span.clipped_end = true;
+      }
+      std::sort(slice.spans.begin(), slice.spans.end(), [](const Span& a, const Span& b) {
+        if (a.tid != b.tid) return a.tid < b.tid;
+        if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
+        return a.end_ns > b.end_ns;  // enclosing first
+      });
+      std::sort(slice.instants.begin(), slice.instants.end(),
+                [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
+      slice.late = !p->said_bye() && p->watermark_ns() < s.end_ns;
+      any_late = any_late || slice.late;
+      profile.processes.push_back(std::move(slice));
+    }
+    profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
+    (void)now_ns;
+    if (exporter_->ExportStep(profile)) {
+      steps_written_.push_back(s.number);
+      ++stats_.steps_written;
+    }
+    exporter_->ExportRun(MakeRunInfo(false));
+  } else {
+    ++stats_.steps_skipped;
+  }
+  // Steps are sequential: nothing that ended by this step's end can belong to
+  // a later one.
+  for (const auto& [session, p] : processes_) p->DiscardBefore(s.end_ns);
+  last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
+}
+
+RunInfo Aggregator::MakeRunInfo(bool final) const {
+  RunInfo run;
+  run.config_yaml = ConfigToYaml(config_);
+  for (const auto& [session, p] : processes_) run.processes.push_back({session, p.get()});
+  run.steps_written = steps_written_;
+  run.steps_seen = stats_.steps_seen;
+  run.decode_errors = stats_.decode_errors;
+  run.last_decode_error = stats_.last_decode_error;
+  run.final = final;
+  return run;
+}
+
+}  // namespace rlscope

@@ -1,0 +1,78 @@
+// The aggregator's core: collectors' messages in, one profile per step out.
+//
+// Pure and single-threaded: the daemon (daemon_main.cc) owns the sockets and
+// calls OnMessage/Tick/Finish from one thread; tests drive it directly with
+// decoded messages and a fake clock (`now_ns` arguments).
+//
+// Steps: a controller's spans named "step" (NVTX push/pop or start/end, or
+// rlscope_ray.step(n) which carries n) delimit them, numbered by payload or
+// 1, 2, 3 in order. A step is cut and exported once every connected collector
+// has flushed past its end (watermark) or said bye, or once
+// flush.step_grace_ms has passed since the step closed; the latter lists the
+// late processes in the profile. Steps not selected by `steps:` are skipped.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregator/exporter.h"
+#include "aggregator/timeline.h"
+#include "native/config.h"
+#include "native/wire.h"
+
+namespace rlscope {
+
+struct AggregatorStats {
+  uint64_t messages = 0;
+  uint64_t decode_errors = 0;
+  uint64_t events = 0;
+  uint64_t steps_seen = 0;
+  uint64_t steps_written = 0;
+  uint64_t steps_skipped = 0;   // closed but not selected by `steps:`
+  uint64_t late_batches = 0;    // batches that arrived for an already-written step
+  std::string last_decode_error;
+};
+
+class Aggregator {
+ public:
+  Aggregator(Config config, StepExporter* exporter);
+
+  // Decodes and applies one frame; a bad frame is counted, not fatal.
+  void OnFrame(const char* data, size_t size, int64_t now_ns);
+  void OnMessage(const wire::Message& message, int64_t now_ns);
+  // Exports every step that is ready at `now_ns`.
+  void Tick(int64_t now_ns);
+  // Exports every closed step (waiting no longer), then finalises the run.
+  void Finish(int64_t now_ns);
+
+  const AggregatorStats& stats() const { return stats_; }
+  const std::map<uint64_t, std::unique_ptr<ProcessTimeline>>& processes() const { return processes_; }
+  // True once a controller said bye and every process it knew has said bye.
+  bool RunComplete() const;
+  // True once the controller said bye (its steps are all known).
+  bool ControllerDone() const;
+  std::vector<int64_t> steps_written() const { return steps_written_; }
+
+ private:
+  struct PendingStep {
+    StepSpan span;
+    int64_t closed_at_ns;  // aggregator time when the step's end arrived
+  };
+  bool Ready(const PendingStep& step, int64_t now_ns) const;
+  void Emit(const PendingStep& step, bool forced, int64_t now_ns);
+  RunInfo MakeRunInfo(bool final) const;
+
+  const Config config_;
+  StepExporter* exporter_;
+  std::map<uint64_t, std::unique_ptr<ProcessTimeline>> processes_;  // by session
+  uint64_t controller_session_ = 0;  // the first controller to connect
+  std::vector<PendingStep> pending_;
+  std::vector<int64_t> steps_written_;
+  int64_t last_cut_end_ns_ = INT64_MIN;
+  AggregatorStats stats_;
+};
+
+}  // namespace rlscope

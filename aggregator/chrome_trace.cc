@@ -1,0 +1,297 @@
+#include "aggregator/chrome_trace.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "aggregator/json_writer.h"
+
+namespace rlscope {
+namespace {
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+int64_t SortIndex(const ProcessTimeline& p) {
+  if (p.is_controller()) return 0;
+  return p.identity().rank >= 0 ? 1 + p.identity().rank : 1000000;
+}
+
+bool MakeDirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!cur.empty() && mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    }
+    if (i < path.size()) cur.push_back(path[i]);
+  }
+  return true;
+}
+
+void WriteIdentity(JsonWriter& w, const ProcessTimeline& p) {
+  const wire::Identity& id = p.identity();
+  w.Key("session").String(Hex(p.hello().session));
+  w.Key("label").String(ChromeTraceExporter::ProcessLabel(p));
+  w.Key("host").String(id.host);
+  w.Key("pid").Int(id.pid);
+  w.Key("rank");
+  if (id.rank >= 0) w.Int(id.rank); else w.Null();
+  w.Key("role").String(id.role);
+  w.Key("name").String(id.name);
+  w.Key("labels").BeginObject();
+  for (const auto& [k, v] : id.labels) w.Key(k).String(v);
+  w.EndObject();
+}
+
+}  // namespace
+
+ChromeTraceExporter::ChromeTraceExporter(std::string out_dir) : out_dir_(std::move(out_dir)) {}
+
+std::string ChromeTraceExporter::ProcessLabel(const ProcessTimeline& p) {
+  const wire::Identity& id = p.identity();
+  std::string label = id.host + " / " + id.name + " (" + id.role;
+  if (id.rank >= 0) label += ", rank " + std::to_string(id.rank);
+  return label + ") / pid " + std::to_string(id.pid);
+}
+
+int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
+  auto it = trace_pids_.find(session);
+  if (it != trace_pids_.end()) return it->second;
+  std::set<int64_t> used;
+  for (const auto& [s, tp] : trace_pids_) used.insert(tp);
+  int64_t tp = pid;
+  while (used.count(tp) != 0) tp += 10000000;  // same pid on another host
+  trace_pids_[session] = tp;
+  return tp;
+}
+
+std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
+  std::string out;
+  out.reserve(256 + 160 * [&] {
+    size_t n = 0;
+    for (const auto& p : step.processes) n += p.spans.size() + p.instants.size();
+    return n;
+  }());
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("displayTimeUnit").String("ns");
+  w.Key("otherData").BeginObject();
+  w.Key("step").Int(step.step);
+  w.Key("begin_ns").Int(step.begin_ns);
+  w.Key("end_ns").Int(step.end_ns);
+  w.Key("reason").String(step.reason);
+  w.Key("clock").String("CLOCK_MONOTONIC of the collectors, microseconds");
+  w.EndObject();
+  w.Key("traceEvents").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    const ProcessTimeline& p = *slice.process;
+    const int64_t pid = trace_pids.at(p.hello().session);
+    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("process_name");
+    w.Key("pid").Int(pid).Key("tid").Int(0);
+    w.Key("args").BeginObject().Key("name").String(ChromeTraceExporter::ProcessLabel(p)).EndObject();
+    w.EndObject();
+    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("process_sort_index");
+    w.Key("pid").Int(pid).Key("tid").Int(0);
+    w.Key("args").BeginObject().Key("sort_index").Int(SortIndex(p)).EndObject();
+    w.EndObject();
+    std::set<int64_t> tids;
+    for (const Span& s : slice.spans) tids.insert(s.tid);
+    for (const Instant& i : slice.instants) tids.insert(i.tid);
+    for (int64_t tid : tids) {
+      w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_name");
+      w.Key("pid").Int(pid).Key("tid").Int(tid);
+      w.Key("args").BeginObject().Key("name").String(p.ThreadName(tid)).EndObject();
+      w.EndObject();
+      w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_sort_index");
+      w.Key("pid").Int(pid).Key("tid").Int(tid);
+      w.Key("args").BeginObject().Key("sort_index").Int(tid == p.identity().pid ? 0 : tid).EndObject();
+      w.EndObject();
+    }
+    for (const Span& s : slice.spans) {
+      const char* name = p.String(s.name);
+      const std::string cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
+      auto args = [&] {
+        w.Key("args").BeginObject();
+        if (s.has_payload) w.Key("payload").Uint(s.payload);
+        if (s.category != 0) {
+          const std::string cn = p.CategoryName(s.domain, s.category);
+          w.Key("category");
+          if (cn.empty()) w.Uint(s.category); else w.String(cn);
+        }
+        if (s.clipped_begin) w.Key("clipped_begin").Bool(true);
+        if (s.clipped_end) w.Key("clipped_end").Bool(true);
+        if (s.open) w.Key("open").Bool(true);
+        if (s.async) w.Key("end_tid").Int(s.end_tid);
+        w.EndObject();
+      };
+      if (!s.async) {
+        w.Newline().BeginObject().Key("ph").String("X").Key("name").String(*name ? name : "(unnamed)");
+        w.Key("cat").String(cat).Key("pid").Int(pid).Key("tid").Int(s.tid);
+        w.Key("ts").Micros(s.begin_ns).Key("dur").Micros(s.end_ns - s.begin_ns);
+        args();
+        w.EndObject();
+      } else {
+        for (int phase = 0; phase < 2; ++phase) {
+          w.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
+          w.Key("name").String(*name ? name : "(unnamed)");
+          w.Key("cat").String(cat + ".async").Key("id").Uint(s.range_id);
+          w.Key("pid").Int(pid).Key("tid").Int(s.tid);
+          w.Key("ts").Micros(phase == 0 ? s.begin_ns : s.end_ns);
+          if (phase == 0) args();
+          w.EndObject();
+        }
+      }
+    }
+    for (const Instant& i : slice.instants) {
+      const char* name = p.String(i.name);
+      w.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
+      w.Key("name").String(*name ? name : "(unnamed)");
+      w.Key("cat").String(i.domain != 0 ? p.String(i.domain) : "nvtx");
+      w.Key("pid").Int(pid).Key("tid").Int(i.tid).Key("ts").Micros(i.ts_ns);
+      if (i.has_payload) w.Key("args").BeginObject().Key("payload").Uint(i.payload).EndObject();
+      w.EndObject();
+    }
+  }
+  w.Newline().EndArray();
+  w.EndObject();
+  out.push_back('\n');
+  return out;
+}
+
+std::string StepSummaryJson(const StepProfile& step) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("step").Int(step.step);
+  w.Key("begin_ns").Int(step.begin_ns);
+  w.Key("end_ns").Int(step.end_ns);
+  w.Key("duration_ms").Double(static_cast<double>(step.end_ns - step.begin_ns) / 1e6);
+  w.Key("reason").String(step.reason);
+  uint64_t spans = 0, instants = 0, dropped = 0;
+  w.Key("processes").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    const ProcessTimeline& p = *slice.process;
+    w.Newline().BeginObject();
+    WriteIdentity(w, p);
+    w.Key("spans").Uint(slice.spans.size());
+    w.Key("instants").Uint(slice.instants.size());
+    w.Key("events_received_total").Uint(p.events_received());
+    w.Key("dropped_total").Uint(p.dropped());
+    w.Key("unmatched_total").Uint(p.unmatched());
+    w.Key("late").Bool(slice.late);
+    w.EndObject();
+    spans += slice.spans.size();
+    instants += slice.instants.size();
+    dropped += p.dropped();
+  }
+  w.EndArray();
+  w.Key("late_processes").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.late) w.String(ChromeTraceExporter::ProcessLabel(*slice.process));
+  }
+  w.EndArray();
+  w.Key("totals").BeginObject();
+  w.Key("processes").Uint(step.processes.size());
+  w.Key("spans").Uint(spans);
+  w.Key("instants").Uint(instants);
+  w.Key("dropped").Uint(dropped);
+  w.EndObject();
+  w.EndObject();
+  out.push_back('\n');
+  return out;
+}
+
+bool ChromeTraceExporter::WriteFile(const std::string& path, const std::string& content) noexcept {
+  try {
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      if (!f) {
+        last_error_ = "cannot write " + tmp + ": " + std::strerror(errno);
+        return false;
+      }
+      f.write(content.data(), static_cast<std::streamsize>(content.size()));
+      if (!f) {
+        last_error_ = "short write to " + tmp;
+        return false;
+      }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      last_error_ = "cannot rename " + tmp + ": " + std::strerror(errno);
+      return false;
+    }
+    return true;
+  } catch (const std::exception& e) {
+    last_error_ = e.what();
+    return false;
+  }
+}
+
+bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
+  try {
+    const std::string dir = out_dir_ + "/step_" + std::to_string(step.step);
+    if (!MakeDirs(dir)) {
+      last_error_ = "cannot create " + dir + ": " + std::strerror(errno);
+      return false;
+    }
+    for (const ProcessSlice& slice : step.processes) {
+      TracePid(slice.process->hello().session, slice.process->identity().pid);
+    }
+    return WriteFile(dir + "/trace.json", StepTraceJson(step, trace_pids_)) &&
+           WriteFile(dir + "/summary.json", StepSummaryJson(step));
+  } catch (const std::exception& e) {
+    last_error_ = e.what();
+    return false;
+  }
+}
+
+bool ChromeTraceExporter::ExportRun(const RunInfo& run) noexcept {
+  try {
+    if (!MakeDirs(out_dir_)) {
+      last_error_ = "cannot create " + out_dir_ + ": " + std::strerror(errno);
+      return false;
+    }
+    std::string out;
+    JsonWriter w(&out);
+    w.BeginObject();
+    w.Key("format").String("rlscope-ray run v1");
+    w.Key("final").Bool(run.final);
+    w.Key("config_yaml").String(run.config_yaml);
+    w.Key("processes").BeginArray();
+    for (const ProcessInfo& pi : run.processes) {
+      const ProcessTimeline& p = *pi.process;
+      w.Newline().BeginObject();
+      WriteIdentity(w, p);
+      w.Key("events_received").Uint(p.events_received());
+      w.Key("dropped").Uint(p.dropped());
+      w.Key("unmatched").Uint(p.unmatched());
+      w.Key("said_bye").Bool(p.said_bye());
+      w.Key("threads").BeginObject();
+      for (const auto& [tid, name] : p.thread_names()) w.Key(std::to_string(tid)).String(name);
+      w.EndObject();
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("steps_written").BeginArray();
+    for (int64_t s : run.steps_written) w.Int(s);
+    w.EndArray();
+    w.Key("steps_seen").Uint(run.steps_seen);
+    w.Key("decode_errors").Uint(run.decode_errors);
+    w.Key("last_decode_error").String(run.last_decode_error);
+    w.EndObject();
+    out.push_back('\n');
+    return WriteFile(out_dir_ + "/run.json", out);
+  } catch (const std::exception& e) {
+    last_error_ = e.what();
+    return false;
+  }
+}
+
+}  // namespace rlscope

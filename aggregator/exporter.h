@@ -1,0 +1,56 @@
+// What an exporter is handed, and the one interface every exporter shares
+// (Chrome JSON now; Perfetto protobuf later). Export is never called
+// concurrently; no method throws.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aggregator/timeline.h"
+
+namespace rlscope {
+
+// One process's part of a step.
+struct ProcessSlice {
+  const ProcessTimeline* process = nullptr;
+  std::vector<Span> spans;        // clipped to the step, sorted (tid, begin, -end)
+  std::vector<Instant> instants;  // inside the step, sorted by time
+  bool late = false;              // had not flushed past the step end in time
+};
+
+struct StepProfile {
+  int64_t step = 0;
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+  std::string reason;  // "complete" or "grace_timeout" or "final"
+  std::vector<ProcessSlice> processes;
+};
+
+struct ProcessInfo {
+  uint64_t session = 0;
+  const ProcessTimeline* process = nullptr;
+};
+
+// The run as a whole, for run.json.
+struct RunInfo {
+  std::string config_yaml;
+  std::vector<ProcessInfo> processes;
+  std::vector<int64_t> steps_written;
+  uint64_t steps_seen = 0;
+  uint64_t decode_errors = 0;
+  std::string last_decode_error;
+  bool final = false;
+};
+
+class StepExporter {
+ public:
+  virtual ~StepExporter() = default;
+  virtual bool ExportStep(const StepProfile& step) noexcept = 0;
+  virtual bool ExportRun(const RunInfo& run) noexcept = 0;
+  virtual bool Flush(std::chrono::milliseconds timeout) noexcept { (void)timeout; return true; }
+  virtual void Shutdown() noexcept {}
+};
+
+}  // namespace rlscope

@@ -1,0 +1,163 @@
+#include "aggregator/timeline.h"
+
+#include <algorithm>
+
+namespace rlscope {
+
+void ProcessTimeline::Add(const wire::Batch& batch, std::vector<StepSpan>* steps) {
+  for (const auto& [id, s] : batch.strings) {
+    if (s == "step") step_name_id_ = id;
+    strings_[id] = s;
+  }
+  for (const auto& [tid, name] : batch.thread_names) thread_names_[tid] = name;
+  for (const auto& c : batch.categories) categories_[{c.domain, c.category}] = c.name;
+  watermark_ns_ = std::max(watermark_ns_, batch.watermark_ns);
+  dropped_ = std::max(dropped_, batch.dropped);
+
+  for (const auto& block : batch.threads) {
+    events_received_ += block.events.size();
+    for (const auto& e : block.events) {
+      const bool has_payload = (e.flags & kFlagHasPayload) != 0;
+      switch (static_cast<EventKind>(e.kind)) {
+        case EventKind::kRangePush: {
+          auto& stack = stacks_[{block.tid, e.domain}];
+          Span s;
+          s.begin_ns = e.ts_ns;
+          s.tid = s.end_tid = block.tid;
+          s.name = e.name;
+          s.domain = e.domain;
+          s.category = e.category;
+          s.payload = e.value;
+          s.has_payload = has_payload;
+          s.depth = static_cast<uint16_t>(std::min<size_t>(stack.size(), UINT16_MAX));
+          stack.push_back(s);
+          break;
+        }
+        case EventKind::kRangePop: {
+          auto it = stacks_.find({block.tid, e.domain});
+          if (it == stacks_.end() || it->second.empty()) {
+            ++unmatched_;
+            break;
+          }
+          Span s = it->second.back();
+          it->second.pop_back();
+          s.end_ns = e.ts_ns;
+          Close(s, steps);
+          break;
+        }
+        case EventKind::kRangeStart: {
+          Span s;
+          s.begin_ns = e.ts_ns;
+          s.tid = block.tid;
+          s.end_tid = block.tid;
+          s.name = e.name;
+          s.domain = e.domain;
+          s.category = e.category;
+          s.range_id = e.value;
+          s.async = true;
+          if (auto early = early_ends_.find(e.value); early != early_ends_.end()) {
+            s.end_ns = early->second.first;
+            s.end_tid = early->second.second;
+            early_ends_.erase(early);
+            Close(s, steps);
+          } else {
+            open_async_[e.value] = s;
+          }
+          break;
+        }
+        case EventKind::kRangeEnd: {
+          auto it = open_async_.find(e.value);
+          if (it == open_async_.end()) {
+            // The start may still be in flight from another thread's buffer.
+            early_ends_[e.value] = {e.ts_ns, block.tid};
+            break;
+          }
+          Span s = it->second;
+          open_async_.erase(it);
+          s.end_ns = e.ts_ns;
+          s.end_tid = block.tid;
+          Close(s, steps);
+          break;
+        }
+        case EventKind::kMark: {
+          Instant i;
+          i.ts_ns = e.ts_ns;
+          i.tid = block.tid;
+          i.name = e.name;
+          i.domain = e.domain;
+          i.category = e.category;
+          i.payload = e.value;
+          i.has_payload = has_payload;
+          instants_.push_back(i);
+          break;
+        }
+      }
+    }
+  }
+}
+
+void ProcessTimeline::Close(Span span, std::vector<StepSpan>* steps) {
+  if (span.end_ns < span.begin_ns) span.end_ns = span.begin_ns;
+  if (is_controller() && step_name_id_ != 0 && span.name == step_name_id_ && steps != nullptr) {
+    StepSpan step;
+    step.number = span.has_payload ? static_cast<int64_t>(span.payload) : next_auto_step_;
+    step.begin_ns = span.begin_ns;
+    step.end_ns = span.end_ns;
+    next_auto_step_ = step.number + 1;
+    steps->push_back(step);
+  }
+  done_.push_back(span);
+}
+
+void ProcessTimeline::Bye(const wire::Bye& bye) {
+  said_bye_ = true;
+  dropped_ = std::max(dropped_, bye.dropped);
+  unmatched_ += early_ends_.size();
+  early_ends_.clear();
+}
+
+void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
+                          std::vector<Instant>* instants) const {
+  for (const Span& s : done_) {
+    if (s.begin_ns < end_ns && s.end_ns > begin_ns) spans->push_back(s);
+    else if (s.begin_ns == s.end_ns && s.begin_ns >= begin_ns && s.begin_ns < end_ns) spans->push_back(s);
+  }
+  auto add_open = [&](Span s) {
+    if (s.begin_ns >= end_ns) return;
+    s.open = true;
+    s.end_ns = end_ns;
+    spans->push_back(s);
+  };
+  for (const auto& [key, stack] : stacks_) {
+    for (const Span& s : stack) add_open(s);
+  }
+  for (const auto& [id, s] : open_async_) add_open(s);
+  for (const Instant& i : instants_) {
+    if (i.ts_ns >= begin_ns && i.ts_ns < end_ns) instants->push_back(i);
+  }
+}
+
+void ProcessTimeline::DiscardBefore(int64_t ns) {
+  done_.erase(std::remove_if(done_.begin(), done_.end(), [ns](const Span& s) { return s.end_ns <= ns; }),
+              done_.end());
+  instants_.erase(std::remove_if(instants_.begin(), instants_.end(),
+                                 [ns](const Instant& i) { return i.ts_ns <= ns; }),
+                  instants_.end());
+}
+
+const char* ProcessTimeline::String(uint32_t id) const {
+  auto it = strings_.find(id);
+  return it == strings_.end() ? "" : it->second.c_str();
+}
+
+std::string ProcessTimeline::ThreadName(int64_t tid) const {
+  auto it = thread_names_.find(tid);
+  return it == thread_names_.end() ? "thread " + std::to_string(tid) : it->second;
+}
+
+std::string ProcessTimeline::CategoryName(uint32_t domain, uint32_t category) const {
+  auto it = categories_.find({domain, category});
+  return it == categories_.end() ? std::string() : it->second;
+}
+
+}  // namespace rlscope

@@ -1,0 +1,105 @@
+// One collector's events turned into spans and instants, on its own clock.
+//
+// Pure data structure: fed decoded wire batches in arrival order, no sockets,
+// no threads. Push/pop ranges nest per (thread, domain); start/end ranges are
+// matched by id and may end on another thread, in either arrival order.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "native/wire.h"
+
+namespace rlscope {
+
+struct Span {
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+  int64_t tid = 0;      // thread that opened it
+  int64_t end_tid = 0;  // thread that closed it (start/end ranges)
+  uint64_t payload = 0;
+  uint64_t range_id = 0;  // start/end ranges only
+  uint32_t name = 0;
+  uint32_t domain = 0;
+  uint32_t category = 0;
+  uint16_t depth = 0;     // nesting depth on its (thread, domain) stack
+  bool has_payload = false;
+  bool async = false;     // a start/end range
+  bool open = false;      // not closed (yet) when cut
+  bool clipped_begin = false;  // began before the step; begin_ns is the step's
+  bool clipped_end = false;    // ended after the step (or open); end_ns is the step's
+};
+
+struct Instant {
+  int64_t ts_ns = 0;
+  int64_t tid = 0;
+  uint64_t payload = 0;
+  uint32_t name = 0;
+  uint32_t domain = 0;
+  uint32_t category = 0;
+  bool has_payload = false;
+};
+
+// A span that is a training step on a controller.
+struct StepSpan {
+  int64_t number = 0;
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+};
+
+class ProcessTimeline {
+ public:
+  explicit ProcessTimeline(wire::Hello hello) : hello_(std::move(hello)) {}
+
+  // Appends a batch. Step spans closed by it (for a controller) go to *steps.
+  void Add(const wire::Batch& batch, std::vector<StepSpan>* steps);
+  void Bye(const wire::Bye& bye);
+
+  // Completed spans and instants overlapping [begin, end), plus still-open
+  // spans that began before `end` (marked open), appended to the outputs.
+  void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
+           std::vector<Instant>* instants) const;
+  // Forgets completed spans and instants that end at or before `ns`.
+  void DiscardBefore(int64_t ns);
+
+  const wire::Hello& hello() const { return hello_; }
+  const wire::Identity& identity() const { return hello_.identity; }
+  bool is_controller() const { return hello_.identity.role == "controller"; }
+  const char* String(uint32_t id) const;  // "" for 0 or unknown
+  std::string ThreadName(int64_t tid) const;
+  std::string CategoryName(uint32_t domain, uint32_t category) const;
+  int64_t watermark_ns() const { return watermark_ns_; }
+  bool said_bye() const { return said_bye_; }
+  uint64_t events_received() const { return events_received_; }
+  uint64_t dropped() const { return dropped_; }
+  uint64_t unmatched() const { return unmatched_; }
+  const std::map<int64_t, std::string>& thread_names() const { return thread_names_; }
+  size_t buffered_spans() const { return done_.size() + instants_.size(); }
+
+ private:
+  void Close(Span span, std::vector<StepSpan>* steps);
+
+  wire::Hello hello_;
+  std::unordered_map<uint32_t, std::string> strings_;
+  std::map<int64_t, std::string> thread_names_;
+  std::map<std::pair<uint32_t, uint32_t>, std::string> categories_;
+  std::map<std::pair<int64_t, uint32_t>, std::vector<Span>> stacks_;  // (tid, domain)
+  std::unordered_map<uint64_t, Span> open_async_;                     // by range id
+  std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> early_ends_;  // id -> (ts, tid)
+  std::deque<Span> done_;         // completed, in completion order
+  std::deque<Instant> instants_;  // in arrival order
+  int64_t watermark_ns_ = 0;
+  int64_t next_auto_step_ = 1;
+  uint32_t step_name_id_ = 0;  // the id of "step" in this process, once known
+  uint64_t events_received_ = 0;
+  uint64_t dropped_ = 0;
+  uint64_t unmatched_ = 0;  // pops on an empty stack, ends of unknown ids
+  bool said_bye_ = false;
+};
+
+}  // namespace rlscope

@@ -1,0 +1,107 @@
+// The C ABI in rlscope_collector.h, over the process's Collector.
+#include "collector/rlscope_collector.h"
+
+#include "collector/collector.h"
+
+using rlscope::Collector;
+using rlscope::EventKind;
+using rlscope::ThreadState;
+
+namespace {
+// The default-domain id the Python API records into is 0, like NVTX's.
+Collector* Armed() {
+  Collector* c = Collector::Instance();
+  return c != nullptr && c->armed() ? c : nullptr;
+}
+}  // namespace
+
+extern "C" {
+
+int rlscope_collector_init(void) {
+  try {
+    return Collector::Start() != nullptr ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+int rlscope_collector_armed(void) { return Armed() != nullptr ? 1 : 0; }
+
+void rlscope_range_push(const char* name) {
+  Collector* c = Armed();
+  if (c == nullptr) return;
+  ThreadState* ts = c->CurrentThread();
+  if (ts == nullptr) return;
+  c->Record(EventKind::kRangePush, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
+  ++ts->depth;
+}
+
+void rlscope_range_pop(void) {
+  Collector* c = Armed();
+  if (c == nullptr) return;
+  ThreadState* ts = c->CurrentThread();
+  if (ts == nullptr) return;
+  c->Record(EventKind::kRangePop, 0, 0, 0, 0, rlscope::kFlagNone);
+  if (ts->depth > 0) --ts->depth;
+}
+
+uint64_t rlscope_range_start(const char* name) {
+  Collector* c = Armed();
+  if (c == nullptr) return 0;
+  ThreadState* ts = c->CurrentThread();
+  if (ts == nullptr) return 0;
+  const uint64_t id = c->NextRangeId();
+  c->Record(EventKind::kRangeStart, ts->names.Lookup(name), 0, 0, id, rlscope::kFlagNone);
+  return id;
+}
+
+void rlscope_range_end(uint64_t range_id) {
+  Collector* c = Armed();
+  if (c == nullptr || range_id == 0) return;
+  c->Record(EventKind::kRangeEnd, 0, 0, 0, range_id, rlscope::kFlagNone);
+}
+
+void rlscope_mark(const char* name) {
+  Collector* c = Armed();
+  if (c == nullptr) return;
+  ThreadState* ts = c->CurrentThread();
+  if (ts == nullptr) return;
+  c->Record(EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
+}
+
+void rlscope_step_begin(int64_t step) {
+  Collector* c = Armed();
+  if (c == nullptr) return;
+  ThreadState* ts = c->CurrentThread();
+  if (ts == nullptr) return;
+  c->Record(EventKind::kRangePush, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step),
+            rlscope::kFlagHasPayload);
+  ++ts->depth;
+}
+
+void rlscope_step_end(void) { rlscope_range_pop(); }
+
+void rlscope_capture_start(void) {
+  if (Collector* c = Collector::Instance()) c->SetCaptureActive(true);
+}
+
+void rlscope_capture_stop(void) {
+  if (Collector* c = Collector::Instance()) c->SetCaptureActive(false);
+}
+
+int rlscope_flush(int timeout_ms) {
+  Collector* c = Collector::Instance();
+  return c != nullptr && c->Flush(timeout_ms) ? 1 : 0;
+}
+
+void rlscope_collector_shutdown(void) {
+  if (Collector* c = Collector::Instance()) c->Shutdown();
+}
+
+void rlscope_collector_stats(rlscope_stats_t* out) {
+  if (out == nullptr) return;
+  *out = rlscope_stats_t{};
+  if (Collector* c = Collector::Instance()) c->Stats(out);
+}
+
+}  // extern "C"

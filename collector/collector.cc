@@ -1,0 +1,446 @@
+#include "collector/collector.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include <zmq.h>
+
+namespace rlscope {
+
+std::atomic<Collector*> Collector::instance_{nullptr};
+thread_local ThreadState* Collector::tls_state_ = nullptr;
+thread_local bool Collector::tls_over_budget_ = false;
+
+namespace {
+
+constexpr size_t kMaxEventsPerMessage = 1 << 16;
+
+int64_t GetTid() { return static_cast<int64_t>(syscall(SYS_gettid)); }
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : std::string();
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// "python3 train.py" -> "train.py"; "./my_app" -> "my_app".
+std::string ProcessName() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  auto base = [](const std::string& p) {
+    const size_t slash = p.rfind('/');
+    return slash == std::string::npos ? p : p.substr(slash + 1);
+  };
+  if (args.empty()) return ReadFirstLine("/proc/self/comm");
+  const std::string exe = base(args[0]);
+  if (exe.rfind("python", 0) == 0) {
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "-m" && i + 1 < args.size()) return args[i + 1];
+      if (args[i] == "-c") return exe + " -c";
+      if (!args[i].empty() && args[i][0] != '-') return base(args[i]);
+    }
+  }
+  return exe;
+}
+
+int64_t ParseRank() {
+  for (const char* name : {"RLSCOPE_RANK", "RANK"}) {
+    const std::string v = Env(name);
+    if (v.empty()) continue;
+    char* end = nullptr;
+    const long long r = std::strtoll(v.c_str(), &end, 10);
+    if (end != nullptr && *end == '\0' && r >= 0) return r;
+    std::fprintf(stderr, "rlscope: %s=%s is not a rank (an integer >= 0); rank unknown\n", name,
+                 v.c_str());
+    return -1;
+  }
+  return -1;
+}
+
+// Keeps the collector library loaded for the life of the process: NVTX
+// dlcloses a tool whose init fails, and thread-exit hooks live in this code.
+void PinSelf() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&PinSelf), &info) != 0 && info.dli_fname != nullptr) {
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+}
+
+void ShutdownAtExit() {
+  if (Collector* c = Collector::Instance()) c->Shutdown();
+}
+
+void ChildAfterFork() {
+  if (Collector* c = Collector::Instance()) c->DisableInForkedChild();
+}
+
+}  // namespace
+
+// Marks a thread's buffer retired when the thread exits; the flush thread
+// drains what is left and frees it.
+struct ThreadExitHook {
+  Collector::ThreadEntry* entry = nullptr;
+  ~ThreadExitHook() {
+    if (entry != nullptr) entry->exited.store(true, std::memory_order_release);
+    Collector::tls_state_ = nullptr;
+  }
+};
+
+Collector* Collector::Start() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      if (!Env("RLSCOPE_DISABLE").empty()) return;
+      ConfigResult cr = LoadConfigFromEnvValue(Env("RLSCOPE_CONFIG"));
+      if (!cr.ok()) {
+        for (const auto& e : cr.errors) std::fprintf(stderr, "rlscope: %s\n", e.c_str());
+        std::fprintf(stderr, "rlscope: invalid RLSCOPE_CONFIG; profiling is off in this process\n");
+        return;
+      }
+      std::string endpoint = Env("RLSCOPE_AGGREGATOR");
+      if (endpoint.empty() && cr.config.aggregator != "auto") endpoint = cr.config.aggregator;
+      if (endpoint.empty() || endpoint == "auto") return;  // nobody to send to: off
+
+      wire::Identity id;
+      char host[256] = {0};
+      gethostname(host, sizeof(host) - 1);
+      id.host = host;
+      id.pid = getpid();
+      id.rank = ParseRank();
+      id.role = Env("RLSCOPE_ROLE").empty() ? "worker" : Env("RLSCOPE_ROLE");
+      if (id.role != "worker" && id.role != "controller") {
+        std::fprintf(stderr, "rlscope: RLSCOPE_ROLE=%s is not 'controller' or 'worker'; using worker\n",
+                     id.role.c_str());
+        id.role = "worker";
+      }
+      id.name = ProcessName();
+      for (char** e = environ; *e != nullptr; ++e) {
+        const std::string kv = *e;
+        static const std::string kPrefix = "RLSCOPE_LABEL_";
+        const size_t eq = kv.find('=');
+        if (kv.rfind(kPrefix, 0) == 0 && eq != std::string::npos) {
+          std::string key = kv.substr(kPrefix.size(), eq - kPrefix.size());
+          for (char& ch : key) ch = static_cast<char>(std::tolower(ch));
+          id.labels[key] = kv.substr(eq + 1);
+        }
+      }
+      auto* c = new Collector(std::move(cr.config), endpoint, std::move(id));
+      PinSelf();
+      instance_.store(c, std::memory_order_release);
+      std::atexit(ShutdownAtExit);
+      pthread_atfork(nullptr, nullptr, ChildAfterFork);
+    } catch (...) {
+      // Any failure leaves the process without a collector: never crash it.
+    }
+  });
+  return Instance();
+}
+
+Collector::Collector(Config config, std::string endpoint, wire::Identity identity)
+    : config_(std::move(config)),
+      endpoint_(std::move(endpoint)),
+      identity_(std::move(identity)),
+      session_([] {
+        std::random_device rd;
+        return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(MonotonicNs()) ^ static_cast<uint64_t>(getpid());
+      }()),
+      clock_source_(Env("RLSCOPE_CLOCK") != "monotonic" && TscIsInvariant() ? ClockSource::kTsc
+                                                                             : ClockSource::kMonotonic),
+      owner_pid_(getpid()),
+      selected_(config_.ranks.Contains(identity_.rank < 0 ? 0 : identity_.rank) &&
+                (identity_.role != "controller" || config_.controller) && config_.cpu.nvtx),
+      converter_(clock_source_) {
+  if (!config_.ranks.all && identity_.rank < 0) {
+    std::fprintf(stderr,
+                 "rlscope: config selects ranks %s but this process has no rank "
+                 "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
+                 config_.ranks.ToString().c_str());
+  }
+  capture_active_.store(config_.capture_range != "api", std::memory_order_relaxed);
+  converter_.Sample();
+  UpdateArmed();
+  flush_thread_ = std::thread([this] { FlushLoop(); });
+}
+
+void Collector::UpdateArmed() {
+  armed_.store(selected_ && capture_active_.load(std::memory_order_relaxed) &&
+                   !shut_down_.load(std::memory_order_relaxed),
+               std::memory_order_relaxed);
+}
+
+void Collector::SetCaptureActive(bool active) {
+  capture_active_.store(active, std::memory_order_relaxed);
+  UpdateArmed();
+}
+
+ThreadState* Collector::RegisterThread() {
+  if (tls_over_budget_ || shut_down_.load(std::memory_order_relaxed)) {
+    overflow_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  const size_t bytes = static_cast<size_t>(config_.buffers.per_thread_kb) * 1024;
+  auto entry = std::make_unique<ThreadEntry>();
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    if (bytes_reserved_ + bytes > static_cast<size_t>(config_.buffers.max_mb) << 20) {
+      tls_over_budget_ = true;
+      overflow_dropped_.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    bytes_reserved_ += bytes;
+    entry->buffer = std::make_unique<ThreadBuffer>(GetTid(), bytes / sizeof(EventRecord));
+    entry->state = std::make_unique<ThreadState>(&strings_);
+    entry->state->buffer = entry->buffer.get();
+    threads_.push_back(std::move(entry));
+    static thread_local ThreadExitHook hook;
+    hook.entry = threads_.back().get();
+    tls_state_ = threads_.back()->state.get();
+  }
+  return tls_state_;
+}
+
+void Collector::NameThread(int64_t tid, const std::string& name) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  thread_names_[tid] = name;
+  renamed_threads_.push_back(tid);
+}
+
+void Collector::NameCategory(uint32_t domain, uint32_t category, const std::string& name) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  categories_.push_back({domain, category, name});
+}
+
+bool Collector::Flush(int timeout_ms) {
+  if (shut_down_.load(std::memory_order_relaxed)) return false;
+  std::unique_lock<std::mutex> lock(flush_mu_);
+  const uint64_t ticket = ++flush_requests_;
+  flush_cv_.notify_one();
+  return flushed_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                              [&] { return flushes_done_ >= ticket || stop_; });
+}
+
+void Collector::Shutdown() {
+  if (getpid() != owner_pid_) return;
+  if (shut_down_.exchange(true)) return;
+  UpdateArmed();
+  {
+    std::lock_guard<std::mutex> lock(flush_mu_);
+    stop_ = true;
+  }
+  flush_cv_.notify_all();
+  if (flush_thread_.joinable()) flush_thread_.join();
+}
+
+void Collector::DisableInForkedChild() {
+  shut_down_.store(true, std::memory_order_relaxed);
+  UpdateArmed();
+}
+
+void Collector::Stats(rlscope_stats_t* out) {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  uint64_t written = retired_written_, dropped = retired_dropped_;
+  for (const auto& t : threads_) {
+    written += t->buffer->written();
+    dropped += t->buffer->dropped();
+  }
+  out->events = written;
+  out->dropped = dropped + overflow_dropped_.load(std::memory_order_relaxed) +
+                 send_dropped_events_.load(std::memory_order_relaxed);
+  out->batches_sent = batches_sent_.load(std::memory_order_relaxed);
+  out->batches_dropped = batches_dropped_.load(std::memory_order_relaxed);
+  out->threads = threads_.size();
+}
+
+void Collector::FlushLoop() {
+  void* ctx = zmq_ctx_new();
+  void* sock = ctx != nullptr ? zmq_socket(ctx, ZMQ_DEALER) : nullptr;
+  if (sock != nullptr) {
+    const int hwm = 1000;
+    const int linger = static_cast<int>(config_.flush.exit_timeout_ms);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+    if (zmq_connect(sock, endpoint_.c_str()) != 0) {
+      std::fprintf(stderr,
+                   "rlscope: cannot use aggregator endpoint '%s' (%s); events will be "
+                   "counted and dropped. Set RLSCOPE_AGGREGATOR to tcp://host:port.\n",
+                   endpoint_.c_str(), zmq_strerror(zmq_errno()));
+      zmq_close(sock);
+      sock = nullptr;
+    }
+  }
+  if (sock != nullptr) {
+    wire::Hello hello;
+    hello.session = session_;
+    hello.identity = identity_;
+    hello.clock = "monotonic";
+    hello.start_ns = MonotonicNs();
+    const std::string msg = wire::Encode(hello);
+    zmq_send(sock, msg.data(), msg.size(), ZMQ_DONTWAIT);
+  }
+  while (true) {
+    uint64_t ticket;
+    bool stop;
+    {
+      std::unique_lock<std::mutex> lock(flush_mu_);
+      flush_cv_.wait_for(lock, std::chrono::milliseconds(config_.flush.interval_ms),
+                         [&] { return stop_ || flush_requests_ > flushes_done_; });
+      ticket = flush_requests_;
+      stop = stop_;
+    }
+    DrainAndSend(sock, stop);
+    {
+      std::lock_guard<std::mutex> lock(flush_mu_);
+      flushes_done_ = ticket;
+    }
+    flushed_cv_.notify_all();
+    if (stop) break;
+  }
+  if (sock != nullptr) {
+    rlscope_stats_t stats;
+    Stats(&stats);
+    wire::Bye bye{session_, stats.events, stats.dropped};
+    const std::string msg = wire::Encode(bye);
+    zmq_send(sock, msg.data(), msg.size(), ZMQ_DONTWAIT);
+    zmq_close(sock);  // lingers up to flush.exit_timeout_ms to deliver
+  }
+  if (ctx != nullptr) zmq_ctx_term(ctx);
+}
+
+void Collector::DrainAndSend(void* socket, bool final) {
+  (void)final;
+  converter_.Sample();
+  // Every event stamped before `watermark` is drained below, except one whose
+  // thread read the clock but had not yet published it: allow 100 us for that.
+  const int64_t watermark = converter_.ToNs(ReadTicks(clock_source_)) - 100000;
+
+  struct Plan {
+    ThreadEntry* entry;
+    size_t count;
+  };
+  std::vector<ThreadEntry*> entries;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    for (auto& t : threads_) entries.push_back(t.get());
+  }
+  std::vector<Plan> pending;
+  for (ThreadEntry* e : entries) pending.push_back({e, e->buffer->size()});
+
+  // Metadata after the size snapshot: every drained event's strings exist.
+  std::vector<std::pair<uint32_t, std::string>> new_strings;
+  next_string_id_ = strings_.CopySince(next_string_id_, &new_strings);
+  std::vector<std::pair<int64_t, std::string>> names;
+  std::vector<wire::CategoryName> categories;
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    for (ThreadEntry* e : entries) {
+      if (e->name_sent) continue;
+      e->name_sent = true;
+      const int64_t tid = e->buffer->tid();
+      auto it = thread_names_.find(tid);
+      std::string name = it != thread_names_.end()
+                             ? it->second
+                             : ReadFirstLine("/proc/self/task/" + std::to_string(tid) + "/comm");
+      names.emplace_back(tid, name.empty() ? "thread " + std::to_string(tid) : name);
+    }
+    for (int64_t tid : renamed_threads_) names.emplace_back(tid, thread_names_[tid]);
+    renamed_threads_.clear();
+    categories.assign(categories_.begin() + static_cast<long>(categories_sent_), categories_.end());
+    categories_sent_ = categories_.size();
+  }
+
+  uint64_t dropped = overflow_dropped_.load(std::memory_order_relaxed) +
+                     send_dropped_events_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    dropped += retired_dropped_;
+    for (auto& t : threads_) dropped += t->buffer->dropped();
+  }
+
+  // One message per kMaxEventsPerMessage events; metadata rides on the first,
+  // and an empty batch still goes out as a heartbeat carrying the watermark.
+  bool first = true;
+  size_t remaining_total = 0;
+  for (const Plan& p : pending) remaining_total += p.count;
+  do {
+    std::vector<Plan> take;
+    size_t budget = kMaxEventsPerMessage;
+    for (Plan& p : pending) {
+      if (p.count == 0 || budget == 0) continue;
+      const size_t n = std::min(p.count, budget);
+      take.push_back({p.entry, n});
+      p.count -= n;
+      budget -= n;
+    }
+    const size_t in_message = kMaxEventsPerMessage - budget;
+    remaining_total -= in_message;
+    writer_.Begin(session_, seq_++, remaining_total == 0 ? watermark : 0, dropped);
+    static const std::vector<std::pair<uint32_t, std::string>> kNoStrings;
+    static const std::vector<std::pair<int64_t, std::string>> kNoNames;
+    static const std::vector<wire::CategoryName> kNoCategories;
+    writer_.Strings(first ? new_strings : kNoStrings);
+    writer_.ThreadNames(first ? names : kNoNames);
+    writer_.Categories(first ? categories : kNoCategories);
+    first = false;
+    writer_.BeginThreads(take.size());
+    for (const Plan& p : take) {
+      writer_.BeginThread(p.entry->buffer->tid(), p.count);
+      p.entry->buffer->Drain(
+          [&](const EventRecord* records, size_t n) {
+            for (size_t i = 0; i < n; ++i) {
+              const EventRecord& r = records[i];
+              wire::Event ev;
+              ev.ts_ns = converter_.ToNs(r.ts);
+              ev.value = r.value;
+              ev.name = r.name;
+              ev.domain = r.domain;
+              ev.category = r.category;
+              ev.kind = r.kind;
+              ev.flags = r.flags;
+              writer_.AddEvent(ev);
+            }
+          },
+          p.count);
+    }
+    const msgpack::sbuffer& buf = writer_.Finish();
+    if (socket != nullptr && zmq_send(socket, buf.data(), buf.size(), ZMQ_DONTWAIT) >= 0) {
+      batches_sent_.fetch_add(1, std::memory_order_relaxed);
+      events_sent_.fetch_add(in_message, std::memory_order_relaxed);
+    } else {
+      batches_dropped_.fetch_add(1, std::memory_order_relaxed);
+      send_dropped_events_.fetch_add(in_message, std::memory_order_relaxed);
+    }
+  } while (remaining_total > 0);
+
+  // Free the buffers of threads that exited and are fully drained.
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    ThreadEntry* e = it->get();
+    if (e->exited.load(std::memory_order_acquire) && e->buffer->size() == 0 && e->name_sent) {
+      retired_dropped_ += e->buffer->dropped();
+      retired_written_ += e->buffer->written();
+      bytes_reserved_ -= static_cast<size_t>(config_.buffers.per_thread_kb) * 1024;
+      it = threads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace rlscope

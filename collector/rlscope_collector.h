@@ -1,0 +1,56 @@
+/* The collector's public C ABI (the only symbols it exports besides the NVTX
+ * and CUDA injection entry points). Every function is safe to call from any
+ * thread at any time: before init, when the collector is disabled, or after
+ * shutdown they do nothing and return 0. None of them blocks except
+ * rlscope_flush (bounded by its timeout) and rlscope_collector_shutdown
+ * (bounded by flush.exit_timeout_ms). */
+#ifndef RLSCOPE_COLLECTOR_H_
+#define RLSCOPE_COLLECTOR_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RLSCOPE_API __attribute__((visibility("default")))
+
+/* Starts the collector from the environment (RLSCOPE_AGGREGATOR,
+ * RLSCOPE_CONFIG, RLSCOPE_RANK/RANK, RLSCOPE_ROLE). Idempotent. Returns 1 when
+ * a collector runs in this process, 0 when profiling is off or failed (the
+ * reason is printed once to stderr). */
+RLSCOPE_API int rlscope_collector_init(void);
+/* 1 when events are being recorded right now. */
+RLSCOPE_API int rlscope_collector_armed(void);
+
+RLSCOPE_API void rlscope_range_push(const char* name);
+RLSCOPE_API void rlscope_range_pop(void);
+RLSCOPE_API uint64_t rlscope_range_start(const char* name);
+RLSCOPE_API void rlscope_range_end(uint64_t range_id);
+RLSCOPE_API void rlscope_mark(const char* name);
+/* A training step on the controller: a range named "step" carrying `step`. */
+RLSCOPE_API void rlscope_step_begin(int64_t step);
+RLSCOPE_API void rlscope_step_end(void);
+/* Explicit capture (capture_range: api). */
+RLSCOPE_API void rlscope_capture_start(void);
+RLSCOPE_API void rlscope_capture_stop(void);
+/* Ships everything recorded so far; waits up to timeout_ms for the flush
+ * thread to have sent it. Returns 1 when done in time. */
+RLSCOPE_API int rlscope_flush(int timeout_ms);
+/* Flushes, says goodbye to the aggregator and stops. Also run at exit. */
+RLSCOPE_API void rlscope_collector_shutdown(void);
+
+typedef struct rlscope_stats {
+  uint64_t events;          /* recorded into buffers */
+  uint64_t dropped;         /* dropped: buffers full, or batches not sendable */
+  uint64_t batches_sent;
+  uint64_t batches_dropped; /* the aggregator's queue was full */
+  uint64_t threads;         /* threads that recorded */
+} rlscope_stats_t;
+RLSCOPE_API void rlscope_collector_stats(rlscope_stats_t* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RLSCOPE_COLLECTOR_H_ */

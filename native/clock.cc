@@ -1,0 +1,72 @@
+#include "native/clock.h"
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace rlscope {
+namespace {
+std::atomic<uint8_t> g_clock_source{static_cast<uint8_t>(ClockSource::kMonotonic)};
+}  // namespace
+
+bool TscIsInvariant() {
+#if defined(__x86_64__)
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      return line.find(" constant_tsc") != std::string::npos &&
+             line.find(" nonstop_tsc") != std::string::npos;
+    }
+  }
+#endif
+  return false;
+}
+
+ClockSource ActiveClockSource() {
+  return static_cast<ClockSource>(g_clock_source.load(std::memory_order_relaxed));
+}
+
+void SetActiveClockSource(ClockSource source) {
+  g_clock_source.store(static_cast<uint8_t>(source), std::memory_order_relaxed);
+}
+
+void TickConverter::Sample() {
+  if (source_ == ClockSource::kMonotonic) return;
+  // Bracket the monotonic read between two tick reads; keep the tightest of a
+  // few tries so a preemption does not skew the pair.
+  uint64_t best_ticks = 0;
+  int64_t best_ns = 0;
+  uint64_t best_width = UINT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    uint64_t t0 = ReadTicks(source_);
+    int64_t ns = MonotonicNs();
+    uint64_t t1 = ReadTicks(source_);
+    if (t1 - t0 < best_width) {
+      best_width = t1 - t0;
+      best_ticks = t0 + (t1 - t0) / 2;
+      best_ns = ns;
+    }
+  }
+  if (!have_first_) {
+    have_first_ = true;
+    first_ticks_ = best_ticks;
+    first_ns_ = best_ns;
+    // Until a baseline exists, assume ~1 tick/ns; replaced within one flush.
+    ns_per_tick_ = 1.0;
+  } else if (best_ticks > first_ticks_ + 1000000) {
+    ns_per_tick_ = static_cast<double>(best_ns - first_ns_) /
+                   static_cast<double>(best_ticks - first_ticks_);
+  }
+  last_ticks_ = best_ticks;
+  last_ns_ = best_ns;
+}
+
+int64_t TickConverter::ToNs(uint64_t ticks) const {
+  if (source_ == ClockSource::kMonotonic) return static_cast<int64_t>(ticks);
+  int64_t dt = static_cast<int64_t>(ticks - last_ticks_);
+  return last_ns_ + static_cast<int64_t>(static_cast<double>(dt) * ns_per_tick_);
+}
+
+}  // namespace rlscope

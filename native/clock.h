@@ -1,0 +1,66 @@
+// The collector's cheap clock.
+//
+// Hot path: ReadTicks() returns raw ticks (TSC where it is invariant, else
+// CLOCK_MONOTONIC nanoseconds). Conversion to CLOCK_MONOTONIC nanoseconds is
+// done later by TickConverter, which is fed (ticks, monotonic_ns) pairs by the
+// flush thread. Processes in one Linux time namespace share CLOCK_MONOTONIC;
+// cross-host alignment is the aggregator's job.
+#pragma once
+
+#include <cstdint>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace rlscope {
+
+inline int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+enum class ClockSource : uint8_t { kMonotonic = 0, kTsc = 1 };
+
+// True when the CPU advertises an invariant TSC (constant_tsc and nonstop_tsc).
+bool TscIsInvariant();
+
+// Set once by the process root before any thread records; read on the hot path.
+// Relaxed is enough: the value never changes after the collector is armed, and
+// arming is a release/acquire edge of its own.
+ClockSource ActiveClockSource();
+void SetActiveClockSource(ClockSource source);
+
+inline uint64_t ReadTicks(ClockSource source) {
+#if defined(__x86_64__)
+  if (source == ClockSource::kTsc) return __rdtsc();
+#endif
+  (void)source;
+  return static_cast<uint64_t>(MonotonicNs());
+}
+
+// Converts raw ticks to CLOCK_MONOTONIC ns. Single-threaded (flush thread).
+// The rate is fitted over the longest baseline seen (first sample to latest),
+// the offset anchored at the latest sample, so error does not grow with time.
+class TickConverter {
+ public:
+  explicit TickConverter(ClockSource source) : source_(source) {}
+  ClockSource source() const { return source_; }
+  // Takes a (ticks, ns) pair bracketed tightly; call periodically.
+  void Sample();
+  int64_t ToNs(uint64_t ticks) const;
+  double ns_per_tick() const { return ns_per_tick_; }
+
+ private:
+  ClockSource source_;
+  bool have_first_ = false;
+  uint64_t first_ticks_ = 0;
+  int64_t first_ns_ = 0;
+  uint64_t last_ticks_ = 0;
+  int64_t last_ns_ = 0;
+  double ns_per_tick_ = 1.0;
+};
+
+}  // namespace rlscope

@@ -1,0 +1,361 @@
+#include "native/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+namespace rlscope {
+namespace {
+
+// One configuration key: its dotted path, help text, and how to read and
+// write it. Defaults live in the Config struct initialisers.
+struct KeySpec {
+  const char* path;
+  const char* help;
+  // Returns "" when `node` is valid (and stores it), else the error text.
+  std::function<std::string(const YAML::Node& node, Config& c)> parse;
+  std::function<YAML::Node(const Config& c)> dump;
+};
+
+template <typename T>
+using Field = std::function<T&(Config&)>;
+
+std::string Scalar(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : std::string(); }
+
+KeySpec Bool(const char* path, const char* help, Field<bool> f) {
+  return {path, help,
+          [f](const YAML::Node& n, Config& c) -> std::string {
+            bool v;
+            if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) {
+              return "expected true or false";
+            }
+            f(c) = v;
+            return "";
+          },
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+}
+
+KeySpec Int(const char* path, const char* help, int64_t min, int64_t max, Field<int64_t> f) {
+  return {path, help,
+          [f, min, max](const YAML::Node& n, Config& c) -> std::string {
+            int64_t v;
+            if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) {
+              return "expected an integer, got '" + Scalar(n) + "'";
+            }
+            if (v < min || v > max) {
+              return std::to_string(v) + " is out of range [" + std::to_string(min) + ", " +
+                     std::to_string(max) + "]";
+            }
+            f(c) = v;
+            return "";
+          },
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+}
+
+KeySpec Enum(const char* path, const char* help, std::vector<std::string> allowed,
+             bool allow_nvtx_prefix, Field<std::string> f) {
+  return {path, help,
+          [f, allowed, allow_nvtx_prefix](const YAML::Node& n, Config& c) -> std::string {
+            const std::string v = Scalar(n);
+            const bool ok = std::find(allowed.begin(), allowed.end(), v) != allowed.end() ||
+                            (allow_nvtx_prefix && v.rfind("nvtx:", 0) == 0 && v.size() > 5);
+            if (!n.IsScalar() || !ok) {
+              std::string list;
+              for (const auto& a : allowed) list += (list.empty() ? "" : " | ") + a;
+              if (allow_nvtx_prefix) list += " | nvtx:<range name>";
+              return "'" + v + "' is not one of: " + list;
+            }
+            f(c) = v;
+            return "";
+          },
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+}
+
+KeySpec String(const char* path, const char* help, Field<std::string> f) {
+  return {path, help,
+          [f](const YAML::Node& n, Config& c) -> std::string {
+            if (!n.IsScalar() || n.Scalar().empty()) return "expected a non-empty string";
+            f(c) = n.Scalar();
+            return "";
+          },
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+}
+
+// Parses one item of a selection: an integer, or "a-b", or "a,b-c".
+std::string ParseSelectionItem(const std::string& s, std::set<int64_t>* out) {
+  std::stringstream parts(s);
+  std::string part;
+  while (std::getline(parts, part, ',')) {
+    part.erase(std::remove_if(part.begin(), part.end(), ::isspace), part.end());
+    if (part.empty()) return "empty item in '" + s + "'";
+    const size_t dash = part.find('-', 1);
+    try {
+      size_t used = 0;
+      if (dash == std::string::npos) {
+        const int64_t v = std::stoll(part, &used);
+        if (used != part.size()) return "'" + part + "' is not an integer";
+        if (v < 0) return std::to_string(v) + " is negative (values are >= 0)";
+        out->insert(v);
+      } else {
+        const std::string a = part.substr(0, dash), b = part.substr(dash + 1);
+        const int64_t lo = std::stoll(a, &used);
+        if (used != a.size()) return "'" + part + "' is not a range like 2-5";
+        const int64_t hi = std::stoll(b, &used);
+        if (used != b.size()) return "'" + part + "' is not a range like 2-5";
+        if (lo < 0) return "range \"" + part + "\" starts below 0";
+        if (lo > hi) {
+          return "range \"" + part + "\" is empty (start " + std::to_string(lo) + " > end " +
+                 std::to_string(hi) + ")";
+        }
+        if (hi - lo > 1000000) return "range \"" + part + "\" is too large (over 1000000 values)";
+        for (int64_t v = lo; v <= hi; ++v) out->insert(v);
+      }
+    } catch (const std::exception&) {
+      return "'" + part + "' is not an integer or a range like 2-5";
+    }
+  }
+  return "";
+}
+
+KeySpec Selection(const char* path, const char* help, Field<IntSelection> f) {
+  return {path, help,
+          [f](const YAML::Node& n, Config& c) -> std::string {
+            IntSelection sel;
+            std::set<int64_t> values;
+            if (n.IsScalar()) {
+              if (n.Scalar() == "all") {
+                f(c) = sel;
+                return "";
+              }
+              if (auto err = ParseSelectionItem(n.Scalar(), &values); !err.empty()) return err;
+            } else if (n.IsSequence()) {
+              for (const auto& item : n) {
+                if (!item.IsScalar()) return "list items must be integers or ranges like 2-5";
+                if (auto err = ParseSelectionItem(item.Scalar(), &values); !err.empty()) {
+                  return err;
+                }
+              }
+              if (values.empty()) return "an empty list selects nothing; use 'all' or list values";
+            } else {
+              return "expected 'all', a list like [0, 1], or a range like \"2-5\"";
+            }
+            sel.all = false;
+            sel.values.assign(values.begin(), values.end());
+            f(c) = sel;
+            return "";
+          },
+          [f](const Config& c) {
+            const IntSelection& s = f(const_cast<Config&>(c));
+            if (s.all) return YAML::Node("all");
+            YAML::Node list(YAML::NodeType::Sequence);
+            for (int64_t v : s.values) list.push_back(v);
+            list.SetStyle(YAML::EmitterStyle::Flow);
+            return list;
+          }};
+}
+
+KeySpec StringList(const char* path, const char* help, Field<std::vector<std::string>> f) {
+  return {path, help,
+          [f](const YAML::Node& n, Config& c) -> std::string {
+            std::vector<std::string> v;
+            if (!n.IsSequence()) return "expected a list of names like [gen, update_actor]";
+            for (const auto& item : n) {
+              if (!item.IsScalar() || item.Scalar().empty()) return "list items must be names";
+              v.push_back(item.Scalar());
+            }
+            f(c) = v;
+            return "";
+          },
+          [f](const Config& c) {
+            YAML::Node list(YAML::NodeType::Sequence);
+            for (const auto& s : f(const_cast<Config&>(c))) list.push_back(s);
+            list.SetStyle(YAML::EmitterStyle::Flow);
+            return list;
+          }};
+}
+
+const std::vector<KeySpec>& KeySpecs() {
+  static const std::vector<KeySpec> specs = {
+      String("aggregator", "ZeroMQ endpoint of the aggregator, or 'auto' (the one rlscope_ray.init started)",
+             [](Config& c) -> std::string& { return c.aggregator; }),
+      String("output_dir", "run directory the aggregator writes step profiles into",
+             [](Config& c) -> std::string& { return c.output_dir; }),
+      Selection("ranks", "ranks to profile: all, or a list like [0, 1]",
+                [](Config& c) -> IntSelection& { return c.ranks; }),
+      Selection("steps", "training steps to write: all, a list like [2, 3, 5], or a range like \"2-5\"",
+                [](Config& c) -> IntSelection& { return c.steps; }),
+      StringList("subtasks", "only these sub-task ranges (e.g. [gen, update_actor]); empty = everything",
+                 [](Config& c) -> std::vector<std::string>& { return c.subtasks; }),
+      Bool("discrete", "one capture (and file) per sub-task occurrence",
+           [](Config& c) -> bool& { return c.discrete; }),
+      Bool("controller", "profile the driver/controller process too",
+           [](Config& c) -> bool& { return c.controller; }),
+      Enum("capture_range", "what opens and closes a capture",
+           {"controller", "cudaProfilerApi", "api"}, true,
+           [](Config& c) -> std::string& { return c.capture_range; }),
+      Bool("cpu.nvtx", "record NVTX ranges and marks", [](Config& c) -> bool& { return c.cpu.nvtx; }),
+      Bool("cpu.python_api", "record rlscope_ray.range/mark",
+           [](Config& c) -> bool& { return c.cpu.python_api; }),
+      Bool("gpu.kernels", "CUPTI kernels", [](Config& c) -> bool& { return c.gpu.kernels; }),
+      Bool("gpu.memcpy", "CUPTI memory copies", [](Config& c) -> bool& { return c.gpu.memcpy; }),
+      Bool("gpu.memset", "CUPTI memsets", [](Config& c) -> bool& { return c.gpu.memset; }),
+      Bool("gpu.runtime_api", "CUDA runtime API calls", [](Config& c) -> bool& { return c.gpu.runtime_api; }),
+      Bool("gpu.driver_api", "CUDA driver API calls", [](Config& c) -> bool& { return c.gpu.driver_api; }),
+      Bool("gpu.sync", "CUDA synchronization records", [](Config& c) -> bool& { return c.gpu.sync; }),
+      Int("buffers.per_thread_kb", "ring buffer per recording thread; full = counted drop", 4, 1 << 20,
+          [](Config& c) -> int64_t& { return c.buffers.per_thread_kb; }),
+      Int("buffers.max_mb", "cap on all ring buffers of one process", 1, 1 << 16,
+          [](Config& c) -> int64_t& { return c.buffers.max_mb; }),
+      Int("flush.interval_ms", "how often the collector ships buffered events", 1, 60000,
+          [](Config& c) -> int64_t& { return c.flush.interval_ms; }),
+      Int("flush.exit_timeout_ms", "longest a process waits at exit to deliver its last events", 0, 600000,
+          [](Config& c) -> int64_t& { return c.flush.exit_timeout_ms; }),
+      Int("flush.step_grace_ms", "how long the aggregator waits for late processes before writing a step",
+          0, 3600000, [](Config& c) -> int64_t& { return c.flush.step_grace_ms; }),
+      Bool("correction.enabled", "subtract the profiler's own overhead",
+           [](Config& c) -> bool& { return c.correction.enabled; }),
+  };
+  return specs;
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string Where(const std::string& source, const YAML::Mark& mark) {
+  if (mark.is_null()) return source;
+  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string& source,
+             Config& config, std::vector<std::string>* errors) {
+  for (const auto& kv : map) {
+    const std::string key = kv.first.Scalar();
+    const std::string path = prefix + key;
+    const KeySpec* spec = nullptr;
+    bool is_section = false;
+    for (const auto& s : KeySpecs()) {
+      if (path == s.path) spec = &s;
+      if (std::string(s.path).rfind(path + ".", 0) == 0) is_section = true;
+    }
+    if (spec != nullptr) {
+      if (std::string err = spec->parse(kv.second, config); !err.empty()) {
+        errors->push_back(Where(source, kv.second.Mark()) + ": " + path + ": " + err);
+      }
+    } else if (is_section) {
+      if (!kv.second.IsMap()) {
+        errors->push_back(Where(source, kv.second.Mark()) + ": " + path +
+                          ": expected a section (a map of keys)");
+      } else {
+        WalkMap(kv.second, path + ".", source, config, errors);
+      }
+    } else {
+      std::string best;
+      size_t best_d = 3;
+      for (const auto& s : KeySpecs()) {
+        const size_t d = EditDistance(path, s.path);
+        if (d < best_d) best_d = d, best = s.path;
+      }
+      errors->push_back(Where(source, kv.first.Mark()) + ": " + path + ": unknown key" +
+                        (best.empty() ? "" : " (did you mean '" + best + "'?)"));
+    }
+  }
+}
+
+}  // namespace
+
+bool IntSelection::Contains(int64_t v) const {
+  return all || std::binary_search(values.begin(), values.end(), v);
+}
+
+std::string IntSelection::ToString() const {
+  if (all) return "all";
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + std::to_string(values[i]);
+  return s + "]";
+}
+
+ConfigResult ParseConfig(const std::string& text, const std::string& source) {
+  ConfigResult result;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    result.errors.push_back(Where(source, e.mark) + ": not valid YAML: " + e.msg);
+    return result;
+  }
+  if (root.IsNull()) return result;  // empty document: defaults
+  if (!root.IsMap()) {
+    result.errors.push_back(Where(source, root.Mark()) +
+                            ": expected a map of keys like 'steps: [2, 3]'");
+    return result;
+  }
+  try {
+    WalkMap(root, "", source, result.config, &result.errors);
+  } catch (const YAML::Exception& e) {
+    result.errors.push_back(Where(source, e.mark) + ": " + e.msg);
+  }
+  return result;
+}
+
+ConfigResult LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    ConfigResult r;
+    r.errors.push_back(path + ": cannot read the config file");
+    return r;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+ConfigResult LoadConfigFromEnvValue(const std::string& value) {
+  if (value.empty()) return ConfigResult{};
+  if (value.find('\n') != std::string::npos || value[0] == '{') {
+    return ParseConfig(value, "RLSCOPE_CONFIG");
+  }
+  return LoadConfigFile(value);
+}
+
+std::string ConfigToYaml(const Config& config) {
+  YAML::Node root(YAML::NodeType::Map);
+  for (const auto& s : KeySpecs()) {
+    const std::string path = s.path;
+    const size_t dot = path.find('.');
+    if (dot == std::string::npos) {
+      root[path] = s.dump(config);
+    } else {
+      root[path.substr(0, dot)][path.substr(dot + 1)] = s.dump(config);
+    }
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string ConfigKeyHelp() {
+  std::string out;
+  const Config defaults;
+  for (const auto& s : KeySpecs()) {
+    YAML::Emitter e;
+    e << YAML::Flow << s.dump(defaults);
+    out += std::string(s.path) + ": " + e.c_str() + "  # " + s.help + "\n";
+  }
+  return out;
+}
+
+}  // namespace rlscope

@@ -1,0 +1,80 @@
+// The profiler's configuration: one YAML (or JSON) document, validated.
+//
+// The key table in config.cc (kKeySpecs) is the single source of every key's
+// name, default, validation and help text; `rlscope-ray check` prints from it.
+// Errors name the source, line and column, and the full key path, e.g.
+//   ppo.yaml:4:8: steps: range "5-2" is empty (start 5 > end 2)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlscope {
+
+// A set of non-negative integers: `all`, or an explicit sorted list.
+struct IntSelection {
+  bool all = true;
+  std::vector<int64_t> values;  // sorted, unique; meaningful when !all
+  bool Contains(int64_t v) const;
+  std::string ToString() const;  // "all" or "[1, 2, 5]"
+};
+
+struct Config {
+  std::string aggregator = "auto";
+  std::string output_dir = "rlscope_out";
+  IntSelection ranks;
+  IntSelection steps;
+  std::vector<std::string> subtasks;
+  bool discrete = false;
+  bool controller = true;
+  std::string capture_range = "controller";
+  struct Cpu {
+    bool nvtx = true;
+    bool python_api = true;
+  } cpu;
+  struct Gpu {
+    bool kernels = true;
+    bool memcpy = true;
+    bool memset = true;
+    bool runtime_api = true;
+    bool driver_api = false;
+    bool sync = true;
+  } gpu;
+  struct Buffers {
+    int64_t per_thread_kb = 1024;
+    int64_t max_mb = 256;
+  } buffers;
+  struct Flush {
+    int64_t interval_ms = 20;
+    int64_t exit_timeout_ms = 1000;
+    int64_t step_grace_ms = 5000;
+  } flush;
+  struct Correction {
+    bool enabled = true;
+  } correction;
+};
+
+struct ConfigResult {
+  Config config;
+  std::vector<std::string> errors;  // empty when valid
+  bool ok() const { return errors.empty(); }
+};
+
+// Parses `text` (YAML or JSON). `source` names it in error messages.
+ConfigResult ParseConfig(const std::string& text, const std::string& source);
+
+// Reads a file; a missing or unreadable file is one error naming the path.
+ConfigResult LoadConfigFile(const std::string& path);
+
+// The RLSCOPE_CONFIG convention: empty means defaults; a value that contains a
+// newline or starts with '{' is inline YAML/JSON; anything else is a path.
+ConfigResult LoadConfigFromEnvValue(const std::string& value);
+
+// The resolved configuration as YAML (every key, defaults filled in).
+std::string ConfigToYaml(const Config& config);
+
+// One line per key: "  key: default  # help". For `rlscope-ray check --keys`.
+std::string ConfigKeyHelp();
+
+}  // namespace rlscope

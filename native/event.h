@@ -1,0 +1,43 @@
+// Packed event records: what a host thread writes on the hot path.
+//
+// Contract: EventRecord is a trivially copyable POD of exactly 32 bytes. It is
+// written by one thread into its own ThreadBuffer and read by the collector's
+// flush thread. Timestamps are raw ticks of the process clock (see clock.h) and
+// are converted to nanoseconds on the flush thread, never on the hot path.
+// The numeric values of EventKind and EventFlags are part of the wire format
+// (docs/wire_format.md): never renumber, never reuse.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace rlscope {
+
+enum class EventKind : uint8_t {
+  kRangePush = 1,   // nested range opened on this thread (NVTX push)
+  kRangePop = 2,    // innermost open range of this thread closed (NVTX pop)
+  kRangeStart = 3,  // start/end range opened; `value` is its range id
+  kRangeEnd = 4,    // start/end range `value` closed (may be another thread)
+  kMark = 5,        // instant event
+};
+
+enum EventFlags : uint8_t {
+  kFlagNone = 0,
+  kFlagHasPayload = 1 << 0,  // `value` carries an integer payload
+};
+
+struct EventRecord {
+  uint64_t ts;        // raw clock ticks (clock.h)
+  uint64_t value;     // range id (start/end) or payload (kFlagHasPayload)
+  uint32_t name;      // interned string id, 0 = unnamed
+  uint32_t category;  // NVTX category, 0 = none
+  uint32_t domain;    // interned domain-name id, 0 = default domain
+  uint8_t kind;       // EventKind
+  uint8_t flags;      // EventFlags
+  uint16_t reserved;  // zero
+};
+
+static_assert(sizeof(EventRecord) == 32, "EventRecord must stay 32 bytes");
+static_assert(std::is_trivially_copyable_v<EventRecord>);
+
+}  // namespace rlscope

@@ -1,0 +1,86 @@
+// A bounded single-producer/single-consumer ring of EventRecords.
+//
+// Threading contract: exactly one producer thread calls TryPush(); exactly one
+// consumer (the collector's flush thread) calls Drain(). Neither blocks, locks,
+// allocates or makes a syscall. When the ring is full TryPush() drops the record
+// and counts it; the count is read by the consumer with dropped().
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "native/event.h"
+
+namespace rlscope {
+
+class ThreadBuffer {
+ public:
+  // `capacity` is rounded up to a power of two (minimum 16 records).
+  ThreadBuffer(int64_t tid, size_t capacity);
+  ThreadBuffer(const ThreadBuffer&) = delete;
+  ThreadBuffer& operator=(const ThreadBuffer&) = delete;
+
+  int64_t tid() const { return tid_; }
+  size_t capacity() const { return mask_ + 1; }
+
+  // Producer only. Returns false (and counts a drop) when full.
+  bool TryPush(const EventRecord& record) {
+    const uint64_t head = head_.load(std::memory_order_relaxed);  // own index
+    if (head - cached_tail_ > mask_) {
+      // Acquire pairs with the consumer's release in Drain(): the slots it
+      // freed are no longer being read.
+      cached_tail_ = tail_.load(std::memory_order_acquire);
+      if (head - cached_tail_ > mask_) {
+        // Relaxed: a statistic, read by the consumer after the fact.
+        dropped_.store(dropped_.load(std::memory_order_relaxed) + 1,
+                       std::memory_order_relaxed);
+        return false;
+      }
+    }
+    slots_[head & mask_] = record;
+    // Release publishes the slot contents to the consumer.
+    head_.store(head + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer only. Calls fn(const EventRecord*, size_t n) for up to two
+  // contiguous runs of the records present now, then frees them. Returns the
+  // number of records drained.
+  template <typename Fn>
+  size_t Drain(Fn&& fn, size_t max_records = SIZE_MAX) {
+    const uint64_t tail = tail_.load(std::memory_order_relaxed);  // own index
+    uint64_t head = head_.load(std::memory_order_acquire);  // see published slots
+    if (head - tail > max_records) head = tail + max_records;
+    const size_t n = static_cast<size_t>(head - tail);
+    if (n == 0) return 0;
+    const size_t begin = static_cast<size_t>(tail & mask_);
+    const size_t first = n < capacity() - begin ? n : capacity() - begin;
+    fn(&slots_[begin], first);
+    if (first < n) fn(&slots_[0], n - first);
+    // Release: our reads of the slots happen before the producer reuses them.
+    tail_.store(head, std::memory_order_release);
+    return n;
+  }
+
+  // Records currently buffered (approximate when racing with the producer).
+  size_t size() const {
+    return static_cast<size_t>(head_.load(std::memory_order_acquire) -
+                               tail_.load(std::memory_order_acquire));
+  }
+  // Records accepted since creation.
+  uint64_t written() const { return head_.load(std::memory_order_acquire); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  const int64_t tid_;
+  const uint64_t mask_;
+  std::unique_ptr<EventRecord[]> slots_;
+  alignas(64) std::atomic<uint64_t> head_{0};  // written by the producer
+  uint64_t cached_tail_ = 0;                   // producer's view of tail_
+  std::atomic<uint64_t> dropped_{0};           // written by the producer
+  alignas(64) std::atomic<uint64_t> tail_{0};  // written by the consumer
+};
+
+}  // namespace rlscope

@@ -1,0 +1,443 @@
+#include "native/wire.h"
+
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+namespace rlscope::wire {
+namespace {
+
+using msgpack::object;
+using msgpack::object_array;
+using msgpack::type::object_type;
+
+template <typename Packer>
+void PackHeader(Packer& pk, MessageType type, uint32_t body_keys) {
+  pk.pack_array(4);
+  pk.pack_str(4);
+  pk.pack_str_body(kMagic, 4);
+  pk.pack_uint32(kVersion);
+  pk.pack_uint8(static_cast<uint8_t>(type));
+  pk.pack_map(body_keys);
+}
+
+template <typename Packer>
+void PackKey(Packer& pk, std::string_view key) {
+  pk.pack_str(static_cast<uint32_t>(key.size()));
+  pk.pack_str_body(key.data(), static_cast<uint32_t>(key.size()));
+}
+
+template <typename Packer>
+void PackString(Packer& pk, const std::string& s) {
+  pk.pack_str(static_cast<uint32_t>(s.size()));
+  pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+// ---- decoding helpers: each returns false and fills *err on mismatch ----
+
+struct Ctx {
+  std::string* err;
+  bool Fail(const std::string& where, const std::string& what) {
+    *err = where + ": " + what;
+    return false;
+  }
+};
+
+const char* TypeName(const object& o) {
+  switch (o.type) {
+    case object_type::NIL: return "nil";
+    case object_type::BOOLEAN: return "bool";
+    case object_type::POSITIVE_INTEGER: return "uint";
+    case object_type::NEGATIVE_INTEGER: return "int";
+    case object_type::FLOAT32:
+    case object_type::FLOAT64: return "float";
+    case object_type::STR: return "str";
+    case object_type::BIN: return "bin";
+    case object_type::ARRAY: return "array";
+    case object_type::MAP: return "map";
+    default: return "ext";
+  }
+}
+
+bool GetInt(Ctx& c, const object& o, const std::string& where, int64_t* out) {
+  if (o.type == object_type::POSITIVE_INTEGER) {
+    *out = static_cast<int64_t>(o.via.u64);
+    return true;
+  }
+  if (o.type == object_type::NEGATIVE_INTEGER) {
+    *out = o.via.i64;
+    return true;
+  }
+  return c.Fail(where, std::string("expected an integer, got ") + TypeName(o));
+}
+
+bool GetUint(Ctx& c, const object& o, const std::string& where, uint64_t* out) {
+  if (o.type != object_type::POSITIVE_INTEGER) {
+    return c.Fail(where, std::string("expected an unsigned integer, got ") + TypeName(o));
+  }
+  *out = o.via.u64;
+  return true;
+}
+
+bool GetStr(Ctx& c, const object& o, const std::string& where, std::string* out) {
+  if (o.type != object_type::STR) {
+    return c.Fail(where, std::string("expected a string, got ") + TypeName(o));
+  }
+  out->assign(o.via.str.ptr, o.via.str.size);
+  return true;
+}
+
+bool GetArray(Ctx& c, const object& o, const std::string& where, const object_array** out) {
+  if (o.type != object_type::ARRAY) {
+    return c.Fail(where, std::string("expected an array, got ") + TypeName(o));
+  }
+  *out = &o.via.array;
+  return true;
+}
+
+// Looks `key` up in a map object; nullptr when absent.
+const object* Find(const object& map, std::string_view key) {
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    const auto& kv = map.via.map.ptr[i];
+    if (kv.key.type == object_type::STR &&
+        std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
+      return &kv.val;
+    }
+  }
+  return nullptr;
+}
+
+bool Require(Ctx& c, const object& map, const std::string& where, std::string_view key,
+             const object** out) {
+  *out = Find(map, key);
+  if (*out == nullptr) return c.Fail(where, "missing key '" + std::string(key) + "'");
+  return true;
+}
+
+bool DecodeHello(Ctx& c, const object& body, Hello* h) {
+  const object* o;
+  if (!Require(c, body, "hello", "session", &o) || !GetUint(c, *o, "hello.session", &h->session)) return false;
+  if (!Require(c, body, "hello", "host", &o) || !GetStr(c, *o, "hello.host", &h->identity.host)) return false;
+  if (!Require(c, body, "hello", "pid", &o) || !GetInt(c, *o, "hello.pid", &h->identity.pid)) return false;
+  if (!Require(c, body, "hello", "rank", &o) || !GetInt(c, *o, "hello.rank", &h->identity.rank)) return false;
+  if (!Require(c, body, "hello", "role", &o) || !GetStr(c, *o, "hello.role", &h->identity.role)) return false;
+  if (!Require(c, body, "hello", "name", &o) || !GetStr(c, *o, "hello.name", &h->identity.name)) return false;
+  if (!Require(c, body, "hello", "clock", &o) || !GetStr(c, *o, "hello.clock", &h->clock)) return false;
+  if (!Require(c, body, "hello", "start_ns", &o) || !GetInt(c, *o, "hello.start_ns", &h->start_ns)) return false;
+  if ((o = Find(body, "labels")) != nullptr) {
+    if (o->type != object_type::MAP) return c.Fail("hello.labels", "expected a map");
+    for (uint32_t i = 0; i < o->via.map.size; ++i) {
+      std::string k, v;
+      if (!GetStr(c, o->via.map.ptr[i].key, "hello.labels key", &k) ||
+          !GetStr(c, o->via.map.ptr[i].val, "hello.labels[" + k + "]", &v)) {
+        return false;
+      }
+      h->identity.labels[k] = v;
+    }
+  }
+  return true;
+}
+
+bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
+  const object* o;
+  int64_t i64;
+  if (!Require(c, body, "batch", "session", &o) || !GetUint(c, *o, "batch.session", &b->session)) return false;
+  if (!Require(c, body, "batch", "seq", &o) || !GetUint(c, *o, "batch.seq", &b->seq)) return false;
+  if (!Require(c, body, "batch", "watermark_ns", &o) || !GetInt(c, *o, "batch.watermark_ns", &b->watermark_ns)) return false;
+  if (!Require(c, body, "batch", "dropped", &o) || !GetUint(c, *o, "batch.dropped", &b->dropped)) return false;
+  const object_array* arr;
+  if ((o = Find(body, "strings")) != nullptr) {
+    if (!GetArray(c, *o, "batch.strings", &arr)) return false;
+    for (uint32_t i = 0; i < arr->size; ++i) {
+      const std::string where = "batch.strings[" + std::to_string(i) + "]";
+      const object_array* pair;
+      if (!GetArray(c, arr->ptr[i], where, &pair)) return false;
+      if (pair->size != 2) return c.Fail(where, "expected [id, string]");
+      uint64_t id;
+      std::string s;
+      if (!GetUint(c, pair->ptr[0], where, &id) || !GetStr(c, pair->ptr[1], where, &s)) return false;
+      if (id == 0 || id > UINT32_MAX) return c.Fail(where, "string id out of range");
+      b->strings.emplace_back(static_cast<uint32_t>(id), std::move(s));
+    }
+  }
+  if ((o = Find(body, "thread_names")) != nullptr) {
+    if (!GetArray(c, *o, "batch.thread_names", &arr)) return false;
+    for (uint32_t i = 0; i < arr->size; ++i) {
+      const std::string where = "batch.thread_names[" + std::to_string(i) + "]";
+      const object_array* pair;
+      if (!GetArray(c, arr->ptr[i], where, &pair)) return false;
+      if (pair->size != 2) return c.Fail(where, "expected [tid, name]");
+      std::string s;
+      if (!GetInt(c, pair->ptr[0], where, &i64) || !GetStr(c, pair->ptr[1], where, &s)) return false;
+      b->thread_names.emplace_back(i64, std::move(s));
+    }
+  }
+  if ((o = Find(body, "categories")) != nullptr) {
+    if (!GetArray(c, *o, "batch.categories", &arr)) return false;
+    for (uint32_t i = 0; i < arr->size; ++i) {
+      const std::string where = "batch.categories[" + std::to_string(i) + "]";
+      const object_array* triple;
+      if (!GetArray(c, arr->ptr[i], where, &triple)) return false;
+      if (triple->size != 3) return c.Fail(where, "expected [domain, category, name]");
+      uint64_t domain, category;
+      CategoryName cn;
+      if (!GetUint(c, triple->ptr[0], where, &domain) || !GetUint(c, triple->ptr[1], where, &category) ||
+          !GetStr(c, triple->ptr[2], where, &cn.name)) {
+        return false;
+      }
+      cn.domain = static_cast<uint32_t>(domain);
+      cn.category = static_cast<uint32_t>(category);
+      b->categories.push_back(std::move(cn));
+    }
+  }
+  if (!Require(c, body, "batch", "threads", &o) || !GetArray(c, *o, "batch.threads", &arr)) return false;
+  b->threads.resize(arr->size);
+  for (uint32_t i = 0; i < arr->size; ++i) {
+    const std::string where = "batch.threads[" + std::to_string(i) + "]";
+    const object_array* block;
+    if (!GetArray(c, arr->ptr[i], where, &block)) return false;
+    if (block->size != 2) return c.Fail(where, "expected [tid, events]");
+    ThreadEvents& te = b->threads[i];
+    if (!GetInt(c, block->ptr[0], where + ".tid", &te.tid)) return false;
+    const object_array* flat;
+    if (!GetArray(c, block->ptr[1], where + ".events", &flat)) return false;
+    if (flat->size % kFieldsPerEvent != 0) {
+      return c.Fail(where + ".events", "length " + std::to_string(flat->size) +
+                                           " is not a multiple of " + std::to_string(kFieldsPerEvent));
+    }
+    te.events.resize(flat->size / kFieldsPerEvent);
+    int64_t ts = 0;
+    for (size_t e = 0; e < te.events.size(); ++e) {
+      const object* f = flat->ptr + e * kFieldsPerEvent;
+      const std::string ewhere = where + ".events[" + std::to_string(e) + "]";
+      uint64_t kind, name, domain, category, value, flags;
+      int64_t dts;
+      if (!GetUint(c, f[0], ewhere + ".kind", &kind) || !GetInt(c, f[1], ewhere + ".dts", &dts) ||
+          !GetUint(c, f[2], ewhere + ".name", &name) || !GetUint(c, f[3], ewhere + ".domain", &domain) ||
+          !GetUint(c, f[4], ewhere + ".category", &category) ||
+          !GetUint(c, f[5], ewhere + ".value", &value) || !GetUint(c, f[6], ewhere + ".flags", &flags)) {
+        return false;
+      }
+      if (kind < static_cast<uint64_t>(EventKind::kRangePush) ||
+          kind > static_cast<uint64_t>(EventKind::kMark)) {
+        return c.Fail(ewhere + ".kind", "unknown event kind " + std::to_string(kind));
+      }
+      ts += dts;
+      Event& ev = te.events[e];
+      ev.kind = static_cast<uint8_t>(kind);
+      ev.ts_ns = ts;
+      ev.name = static_cast<uint32_t>(name);
+      ev.domain = static_cast<uint32_t>(domain);
+      ev.category = static_cast<uint32_t>(category);
+      ev.value = value;
+      ev.flags = static_cast<uint8_t>(flags);
+    }
+  }
+  return true;
+}
+
+bool DecodeBye(Ctx& c, const object& body, Bye* b) {
+  const object* o;
+  if (!Require(c, body, "bye", "session", &o) || !GetUint(c, *o, "bye.session", &b->session)) return false;
+  if (!Require(c, body, "bye", "events", &o) || !GetUint(c, *o, "bye.events", &b->events)) return false;
+  if (!Require(c, body, "bye", "dropped", &o) || !GetUint(c, *o, "bye.dropped", &b->dropped)) return false;
+  return true;
+}
+
+}  // namespace
+
+void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped) {
+  buffer_.clear();
+  PackHeader(packer_, MessageType::kBatch, 8);
+  PackKey(packer_, "session");
+  packer_.pack_uint64(session);
+  PackKey(packer_, "seq");
+  packer_.pack_uint64(seq);
+  PackKey(packer_, "watermark_ns");
+  packer_.pack_int64(watermark_ns);
+  PackKey(packer_, "dropped");
+  packer_.pack_uint64(dropped);
+}
+
+void BatchWriter::Strings(const std::vector<std::pair<uint32_t, std::string>>& strings) {
+  PackKey(packer_, "strings");
+  packer_.pack_array(static_cast<uint32_t>(strings.size()));
+  for (const auto& [id, s] : strings) {
+    packer_.pack_array(2);
+    packer_.pack_uint32(id);
+    PackString(packer_, s);
+  }
+}
+
+void BatchWriter::ThreadNames(const std::vector<std::pair<int64_t, std::string>>& names) {
+  PackKey(packer_, "thread_names");
+  packer_.pack_array(static_cast<uint32_t>(names.size()));
+  for (const auto& [tid, s] : names) {
+    packer_.pack_array(2);
+    packer_.pack_int64(tid);
+    PackString(packer_, s);
+  }
+}
+
+void BatchWriter::Categories(const std::vector<CategoryName>& categories) {
+  PackKey(packer_, "categories");
+  packer_.pack_array(static_cast<uint32_t>(categories.size()));
+  for (const auto& c : categories) {
+    packer_.pack_array(3);
+    packer_.pack_uint32(c.domain);
+    packer_.pack_uint32(c.category);
+    PackString(packer_, c.name);
+  }
+}
+
+void BatchWriter::BeginThreads(size_t num_threads) {
+  PackKey(packer_, "threads");
+  packer_.pack_array(static_cast<uint32_t>(num_threads));
+}
+
+void BatchWriter::BeginThread(int64_t tid, size_t num_events) {
+  packer_.pack_array(2);
+  packer_.pack_int64(tid);
+  packer_.pack_array(static_cast<uint32_t>(num_events * kFieldsPerEvent));
+  prev_ts_ = 0;
+}
+
+void BatchWriter::AddEvent(const Event& e) {
+  packer_.pack_uint8(e.kind);
+  packer_.pack_int64(e.ts_ns - prev_ts_);
+  prev_ts_ = e.ts_ns;
+  packer_.pack_uint32(e.name);
+  packer_.pack_uint32(e.domain);
+  packer_.pack_uint32(e.category);
+  packer_.pack_uint64(e.value);
+  packer_.pack_uint8(e.flags);
+}
+
+const msgpack::sbuffer& BatchWriter::Finish() { return buffer_; }
+
+std::string Encode(const Message& message) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  if (const auto* h = std::get_if<Hello>(&message)) {
+    PackHeader(pk, MessageType::kHello, 9);
+    PackKey(pk, "session");
+    pk.pack_uint64(h->session);
+    PackKey(pk, "host");
+    PackString(pk, h->identity.host);
+    PackKey(pk, "pid");
+    pk.pack_int64(h->identity.pid);
+    PackKey(pk, "rank");
+    pk.pack_int64(h->identity.rank);
+    PackKey(pk, "role");
+    PackString(pk, h->identity.role);
+    PackKey(pk, "name");
+    PackString(pk, h->identity.name);
+    PackKey(pk, "clock");
+    PackString(pk, h->clock);
+    PackKey(pk, "start_ns");
+    pk.pack_int64(h->start_ns);
+    PackKey(pk, "labels");
+    pk.pack_map(static_cast<uint32_t>(h->identity.labels.size()));
+    for (const auto& [k, v] : h->identity.labels) {
+      PackString(pk, k);
+      PackString(pk, v);
+    }
+    return std::string(buf.data(), buf.size());
+  }
+  if (const auto* b = std::get_if<Batch>(&message)) {
+    BatchWriter w;
+    w.Begin(b->session, b->seq, b->watermark_ns, b->dropped);
+    w.Strings(b->strings);
+    w.ThreadNames(b->thread_names);
+    w.Categories(b->categories);
+    w.BeginThreads(b->threads.size());
+    for (const auto& te : b->threads) {
+      w.BeginThread(te.tid, te.events.size());
+      for (const auto& e : te.events) w.AddEvent(e);
+    }
+    const msgpack::sbuffer& out = w.Finish();
+    return std::string(out.data(), out.size());
+  }
+  const auto& bye = std::get<Bye>(message);
+  PackHeader(pk, MessageType::kBye, 3);
+  PackKey(pk, "session");
+  pk.pack_uint64(bye.session);
+  PackKey(pk, "events");
+  pk.pack_uint64(bye.events);
+  PackKey(pk, "dropped");
+  pk.pack_uint64(bye.dropped);
+  return std::string(buf.data(), buf.size());
+}
+
+DecodeResult Decode(const char* data, size_t size) {
+  DecodeResult r;
+  Ctx c{&r.error};
+  msgpack::object_handle oh;
+  try {
+    std::size_t off = 0;
+    oh = msgpack::unpack(data, size, off);
+    if (off != size) {
+      r.error = "frame: " + std::to_string(size - off) + " trailing bytes after the message";
+      return r;
+    }
+  } catch (const msgpack::insufficient_bytes&) {
+    r.error = "frame: truncated (" + std::to_string(size) + " bytes)";
+    return r;
+  } catch (const std::exception& e) {
+    r.error = std::string("frame: not msgpack (") + e.what() + ")";
+    return r;
+  }
+  const object& root = oh.get();
+  const object_array* top;
+  if (!GetArray(c, root, "frame", &top)) return r;
+  if (top->size != 4) {
+    r.error = "frame: expected [magic, version, type, body], got " + std::to_string(top->size) + " items";
+    return r;
+  }
+  std::string magic;
+  if (!GetStr(c, top->ptr[0], "frame.magic", &magic)) return r;
+  if (magic != kMagic) {
+    r.error = "frame.magic: expected 'RLSC', got '" + magic + "'";
+    return r;
+  }
+  uint64_t version, type;
+  if (!GetUint(c, top->ptr[1], "frame.version", &version)) return r;
+  if (version != kVersion) {
+    r.error = "frame.version: unsupported wire version " + std::to_string(version) +
+              " (this aggregator speaks " + std::to_string(kVersion) + ")";
+    return r;
+  }
+  if (!GetUint(c, top->ptr[2], "frame.type", &type)) return r;
+  const object& body = top->ptr[3];
+  if (body.type != object_type::MAP) {
+    r.error = std::string("frame.body: expected a map, got ") + TypeName(body);
+    return r;
+  }
+  switch (static_cast<MessageType>(type)) {
+    case MessageType::kHello: {
+      Hello h;
+      if (!DecodeHello(c, body, &h)) return r;
+      r.message = std::move(h);
+      break;
+    }
+    case MessageType::kBatch: {
+      Batch b;
+      if (!DecodeBatch(c, body, &b)) return r;
+      r.message = std::move(b);
+      break;
+    }
+    case MessageType::kBye: {
+      Bye b;
+      if (!DecodeBye(c, body, &b)) return r;
+      r.message = std::move(b);
+      break;
+    }
+    default:
+      r.error = "frame.type: unknown message type " + std::to_string(type);
+      return r;
+  }
+  r.ok = true;
+  return r;
+}
+
+}  // namespace rlscope::wire

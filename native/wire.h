@@ -1,0 +1,125 @@
+// Wire format v1: msgpack messages from collectors to the aggregator.
+// The layout is specified in docs/wire_format.md; this file is its code.
+//
+// Every message is a msgpack array [magic "RLSC", version, type, body-map].
+// Message type numbers and map keys are frozen: add, never renumber or reuse.
+// Decoding never throws: a bad frame yields an error string saying what and
+// where, and the caller counts and drops it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "native/event.h"
+
+namespace rlscope::wire {
+
+inline constexpr char kMagic[] = "RLSC";
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kFieldsPerEvent = 7;
+
+enum class MessageType : uint8_t {
+  kHello = 1,
+  kBatch = 2,
+  kBye = 3,
+};
+
+// Who a collector is. `rank` is -1 when unknown.
+struct Identity {
+  std::string host;
+  int64_t pid = 0;
+  int64_t rank = -1;
+  std::string role;  // "controller" or "worker"
+  std::string name;  // process name (script or executable)
+  std::map<std::string, std::string> labels;  // free-form (Ray ids, ...)
+};
+
+struct Hello {
+  uint64_t session = 0;   // random per collector instance; the process key
+  Identity identity;
+  std::string clock;      // "monotonic": timestamps are CLOCK_MONOTONIC ns
+  int64_t start_ns = 0;   // collector start on that clock
+};
+
+// One decoded event; `ts_ns` is on the collector's clock.
+struct Event {
+  int64_t ts_ns = 0;
+  uint64_t value = 0;
+  uint32_t name = 0;
+  uint32_t domain = 0;
+  uint32_t category = 0;
+  uint8_t kind = 0;
+  uint8_t flags = 0;
+  bool operator==(const Event&) const = default;
+};
+
+struct ThreadEvents {
+  int64_t tid = 0;
+  std::vector<Event> events;  // in the order the thread recorded them
+  bool operator==(const ThreadEvents&) const = default;
+};
+
+struct CategoryName {
+  uint32_t domain = 0;
+  uint32_t category = 0;
+  std::string name;
+  bool operator==(const CategoryName&) const = default;
+};
+
+struct Batch {
+  uint64_t session = 0;
+  uint64_t seq = 0;           // 0, 1, 2, ... per session
+  int64_t watermark_ns = 0;   // every event stamped before this is in a batch <= seq
+  uint64_t dropped = 0;       // events dropped by this collector so far (total)
+  std::vector<std::pair<uint32_t, std::string>> strings;   // new ids only
+  std::vector<std::pair<int64_t, std::string>> thread_names;
+  std::vector<CategoryName> categories;
+  std::vector<ThreadEvents> threads;
+};
+
+struct Bye {
+  uint64_t session = 0;
+  uint64_t events = 0;   // events recorded by this collector (total)
+  uint64_t dropped = 0;  // events dropped by this collector (total)
+};
+
+using Message = std::variant<Hello, Batch, Bye>;
+
+// Streaming batch encoder, used by the collector's flush thread so events go
+// from ring buffers to bytes without an intermediate copy.
+// Call order: Begin, Strings, ThreadNames, Categories (each exactly once, may
+// be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
+class BatchWriter {
+ public:
+  void Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped);
+  void Strings(const std::vector<std::pair<uint32_t, std::string>>& strings);
+  void ThreadNames(const std::vector<std::pair<int64_t, std::string>>& names);
+  void Categories(const std::vector<CategoryName>& categories);
+  void BeginThreads(size_t num_threads);
+  void BeginThread(int64_t tid, size_t num_events);
+  void AddEvent(const Event& e);
+  // Returns the encoded message; the writer may then be reused after Begin.
+  const msgpack::sbuffer& Finish();
+
+ private:
+  msgpack::sbuffer buffer_;
+  msgpack::packer<msgpack::sbuffer> packer_{buffer_};
+  int64_t prev_ts_ = 0;
+};
+
+std::string Encode(const Message& message);
+
+struct DecodeResult {
+  bool ok = false;
+  std::string error;  // set when !ok: what was wrong, and where in the frame
+  Message message;
+};
+DecodeResult Decode(const char* data, size_t size);
+
+}  // namespace rlscope::wire
