@@ -128,7 +128,7 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
         if (s.clipped_begin) w.Key("clipped_begin").Bool(true);
         if (s.clipped_end) w.Key("clipped_end").Bool(true);
         if (s.open) w.Key("open").Bool(true);
-        if (s.async) w.Key("end_tid").Int(s.end_tid);
+        if (s.async && !s.open) w.Key("end_tid").Int(s.end_tid);
         w.EndObject();
       };
       if (!s.async) {

@@ -343,10 +343,10 @@ void Collector::DrainAndSend(void* socket, bool final) {
   for (ThreadEntry* e : entries) pending.push_back({e, e->buffer->size()});
 
   // Metadata after the size snapshot: every drained event's strings exist.
-  std::vector<std::pair<uint32_t, std::string>> new_strings;
-  next_string_id_ = strings_.CopySince(next_string_id_, &new_strings);
-  std::vector<std::pair<int64_t, std::string>> names;
-  std::vector<wire::CategoryName> categories;
+  // Metadata not yet delivered accumulates in unsent_* and rides on the first
+  // message; it is cleared only once that message was queued for sending, so
+  // a dropped message cannot orphan ids used by later events.
+  next_string_id_ = strings_.CopySince(next_string_id_, &unsent_strings_);
   {
     std::lock_guard<std::mutex> lock(meta_mu_);
     for (ThreadEntry* e : entries) {
@@ -357,11 +357,12 @@ void Collector::DrainAndSend(void* socket, bool final) {
       std::string name = it != thread_names_.end()
                              ? it->second
                              : ReadFirstLine("/proc/self/task/" + std::to_string(tid) + "/comm");
-      names.emplace_back(tid, name.empty() ? "thread " + std::to_string(tid) : name);
+      unsent_names_.emplace_back(tid, name.empty() ? "thread " + std::to_string(tid) : name);
     }
-    for (int64_t tid : renamed_threads_) names.emplace_back(tid, thread_names_[tid]);
+    for (int64_t tid : renamed_threads_) unsent_names_.emplace_back(tid, thread_names_[tid]);
     renamed_threads_.clear();
-    categories.assign(categories_.begin() + static_cast<long>(categories_sent_), categories_.end());
+    unsent_categories_.insert(unsent_categories_.end(),
+                              categories_.begin() + static_cast<long>(categories_sent_), categories_.end());
     categories_sent_ = categories_.size();
   }
 
@@ -394,9 +395,10 @@ void Collector::DrainAndSend(void* socket, bool final) {
     static const std::vector<std::pair<uint32_t, std::string>> kNoStrings;
     static const std::vector<std::pair<int64_t, std::string>> kNoNames;
     static const std::vector<wire::CategoryName> kNoCategories;
-    writer_.Strings(first ? new_strings : kNoStrings);
-    writer_.ThreadNames(first ? names : kNoNames);
-    writer_.Categories(first ? categories : kNoCategories);
+    const bool with_metadata = first;
+    writer_.Strings(with_metadata ? unsent_strings_ : kNoStrings);
+    writer_.ThreadNames(with_metadata ? unsent_names_ : kNoNames);
+    writer_.Categories(with_metadata ? unsent_categories_ : kNoCategories);
     first = false;
     writer_.BeginThreads(take.size());
     for (const Plan& p : take) {
@@ -422,6 +424,11 @@ void Collector::DrainAndSend(void* socket, bool final) {
     if (socket != nullptr && zmq_send(socket, buf.data(), buf.size(), ZMQ_DONTWAIT) >= 0) {
       batches_sent_.fetch_add(1, std::memory_order_relaxed);
       events_sent_.fetch_add(in_message, std::memory_order_relaxed);
+      if (with_metadata) {
+        unsent_strings_.clear();
+        unsent_names_.clear();
+        unsent_categories_.clear();
+      }
     } else {
       batches_dropped_.fetch_add(1, std::memory_order_relaxed);
       send_dropped_events_.fetch_add(in_message, std::memory_order_relaxed);

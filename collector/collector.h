@@ -153,6 +153,9 @@ class Collector {
   TickConverter converter_;
   wire::BatchWriter writer_;
   uint32_t next_string_id_ = 1;
+  std::vector<std::pair<uint32_t, std::string>> unsent_strings_;
+  std::vector<std::pair<int64_t, std::string>> unsent_names_;
+  std::vector<wire::CategoryName> unsent_categories_;
   uint64_t seq_ = 0;
 
   // Statistics (relaxed: counters read for reporting only).

@@ -79,6 +79,17 @@ bool GetUint(Ctx& c, const object& o, const std::string& where, uint64_t* out) {
   return true;
 }
 
+// An unsigned integer that must fit the field it lands in (ids are 32-bit,
+// flags 8-bit): a larger value is an error, never silently truncated.
+bool GetUintAtMost(Ctx& c, const object& o, const std::string& where, uint64_t max,
+                   uint64_t* out) {
+  if (!GetUint(c, o, where, out)) return false;
+  if (*out > max) {
+    return c.Fail(where, std::to_string(*out) + " is out of range (max " + std::to_string(max) + ")");
+  }
+  return true;
+}
+
 bool GetStr(Ctx& c, const object& o, const std::string& where, std::string* out) {
   if (o.type != object_type::STR) {
     return c.Fail(where, std::string("expected a string, got ") + TypeName(o));
@@ -181,7 +192,8 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
       if (triple->size != 3) return c.Fail(where, "expected [domain, category, name]");
       uint64_t domain, category;
       CategoryName cn;
-      if (!GetUint(c, triple->ptr[0], where, &domain) || !GetUint(c, triple->ptr[1], where, &category) ||
+      if (!GetUintAtMost(c, triple->ptr[0], where, UINT32_MAX, &domain) ||
+          !GetUintAtMost(c, triple->ptr[1], where, UINT32_MAX, &category) ||
           !GetStr(c, triple->ptr[2], where, &cn.name)) {
         return false;
       }
@@ -213,16 +225,19 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
       uint64_t kind, name, domain, category, value, flags;
       int64_t dts;
       if (!GetUint(c, f[0], ewhere + ".kind", &kind) || !GetInt(c, f[1], ewhere + ".dts", &dts) ||
-          !GetUint(c, f[2], ewhere + ".name", &name) || !GetUint(c, f[3], ewhere + ".domain", &domain) ||
-          !GetUint(c, f[4], ewhere + ".category", &category) ||
-          !GetUint(c, f[5], ewhere + ".value", &value) || !GetUint(c, f[6], ewhere + ".flags", &flags)) {
+          !GetUintAtMost(c, f[2], ewhere + ".name", UINT32_MAX, &name) ||
+          !GetUintAtMost(c, f[3], ewhere + ".domain", UINT32_MAX, &domain) ||
+          !GetUintAtMost(c, f[4], ewhere + ".category", UINT32_MAX, &category) ||
+          !GetUint(c, f[5], ewhere + ".value", &value) ||
+          !GetUintAtMost(c, f[6], ewhere + ".flags", UINT8_MAX, &flags)) {
         return false;
       }
       if (kind < static_cast<uint64_t>(EventKind::kRangePush) ||
           kind > static_cast<uint64_t>(EventKind::kMark)) {
         return c.Fail(ewhere + ".kind", "unknown event kind " + std::to_string(kind));
       }
-      ts += dts;
+      // Wrapping add: a hostile dts must not be signed-overflow UB.
+      ts = static_cast<int64_t>(static_cast<uint64_t>(ts) + static_cast<uint64_t>(dts));
       Event& ev = te.events[e];
       ev.kind = static_cast<uint8_t>(kind);
       ev.ts_ns = ts;
@@ -375,13 +390,21 @@ DecodeResult Decode(const char* data, size_t size) {
   msgpack::object_handle oh;
   try {
     std::size_t off = 0;
-    oh = msgpack::unpack(data, size, off);
+    // Every element takes at least one byte, so no valid frame declares more
+    // array or map entries than it has bytes; the limit stops a short frame
+    // from making msgpack reserve gigabytes for a claimed length.
+    const msgpack::unpack_limit limit(size, size, size, size, size);
+    oh = msgpack::unpack(data, size, off, nullptr, nullptr, limit);
     if (off != size) {
       r.error = "frame: " + std::to_string(size - off) + " trailing bytes after the message";
       return r;
     }
   } catch (const msgpack::insufficient_bytes&) {
     r.error = "frame: truncated (" + std::to_string(size) + " bytes)";
+    return r;
+  } catch (const msgpack::size_overflow&) {
+    r.error = "frame: truncated or corrupt (declares more entries than its " + std::to_string(size) +
+              " bytes can hold)";
     return r;
   } catch (const std::exception& e) {
     r.error = std::string("frame: not msgpack (") + e.what() + ")";
@@ -408,6 +431,11 @@ DecodeResult Decode(const char* data, size_t size) {
     return r;
   }
   if (!GetUint(c, top->ptr[2], "frame.type", &type)) return r;
+  // Checked before the narrowing cast below, so type 257 is not read as 1.
+  if (type > UINT8_MAX) {
+    r.error = "frame.type: unknown message type " + std::to_string(type);
+    return r;
+  }
   const object& body = top->ptr[3];
   if (body.type != object_type::MAP) {
     r.error = std::string("frame.body: expected a map, got ") + TypeName(body);

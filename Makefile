@@ -1,0 +1,47 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   - the main job under the profiler; writes merged step profiles
+#   make test   - installs what is missing, builds, runs every test
+# Also: make bench (overhead and throughput tables), make build, make clean.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+BUILD_DIR := build/py
+JOBS ?= 2
+
+.PHONY: all deps venv build test test-cpp test-py demo bench clean
+
+all: build
+
+deps:
+	@scripts/install_deps.sh
+
+$(VENV)/.stamp: requirements-dev.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt
+	@touch $@
+
+venv: $(VENV)/.stamp
+
+# One CMake build (in $(BUILD_DIR)) serves the installed package and the tests.
+build: deps venv
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP) install -q --no-build-isolation --no-deps \
+	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.RLSCOPE_BUILD_TESTS=ON .
+
+test-cpp: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+test-py: build
+	RLSCOPE_BUILD_DIR=$(BUILD_DIR) $(PY) -m pytest -q tests
+
+test: test-cpp test-py
+
+demo: build
+	RLSCOPE_BUILD_DIR=$(BUILD_DIR) $(PY) examples/verl/demo_local.py --out demo_out
+
+bench: build
+	$(PY) bench/run_bench.py --build-dir $(BUILD_DIR)
+
+clean:
+	rm -rf build $(VENV) demo_out

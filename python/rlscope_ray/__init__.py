@@ -1,0 +1,143 @@
+"""rlscope-ray: a cross-stack profiler for distributed RL on Ray.
+
+The Python face of the native collector. Everything here is a cheap no-op
+when no collector runs in this process (no ``RLSCOPE_AGGREGATOR`` set).
+
+    import rlscope_ray
+    with rlscope_ray.step(3):              # controller: one training step
+        with rlscope_ray.range("gen"):     # a sub-task
+            ...
+        rlscope_ray.mark("checkpoint")
+
+Existing NVTX annotations (the ``nvtx`` package, ``torch.cuda.nvtx``, NVTX3
+C/C++) are captured too when ``NVTX_INJECTION64_PATH`` names
+``collector_path()``; importing this package sets it when it is unset and a
+collector runs, so a later ``import nvtx`` reports into the same collector.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Any, Callable, Iterator, Optional, TypeVar
+
+from . import _native
+
+__all__ = [
+    "aggregator_path",
+    "collector_path",
+    "enabled",
+    "flush",
+    "mark",
+    "range",
+    "shutdown_collector",
+    "start",
+    "stats",
+    "step",
+    "stop",
+]
+__version__ = "0.1.0"
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def collector_path() -> str:
+    """Absolute path of the collector library (for NVTX_INJECTION64_PATH)."""
+    return os.path.join(_PKG_DIR, "librlscope_collector.so")
+
+
+def aggregator_path() -> str:
+    """Absolute path of the aggregator daemon binary."""
+    return os.path.join(_PKG_DIR, "bin", "rlscope-ray-aggregator")
+
+
+def _start_collector() -> bool:
+    running = bool(_native.init())
+    if running and not os.environ.get("NVTX_INJECTION64_PATH"):
+        # NVTX reads this at each library's first NVTX call: from now on the
+        # `nvtx` package and torch.cuda.nvtx report into this same collector.
+        os.environ["NVTX_INJECTION64_PATH"] = collector_path()
+    return running
+
+
+_RUNNING = _start_collector()
+
+
+def enabled() -> bool:
+    """True when a collector runs in this process and is recording now."""
+    return bool(_native.armed())
+
+
+class range:  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
+    """A named range on the calling thread: context manager or decorator."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> "range":
+        _native.range_push(self.name)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _native.range_pop()
+
+    def __call__(self, fn: _F) -> _F:
+        name = self.name
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            _native.range_push(name)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _native.range_pop()
+
+        return wrapper  # type: ignore[return-value]
+
+
+def mark(name: str) -> None:
+    """An instant event on the calling thread."""
+    _native.mark(name)
+
+
+@contextlib.contextmanager
+def step(n: int) -> Iterator[None]:
+    """Training step ``n`` (controller side): a range named "step" carrying n.
+
+    The aggregator cuts every process's events to the controller's steps.
+    """
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"rlscope_ray.step(n): n must be an int >= 0, got {n!r}")
+    _native.step_begin(n)
+    try:
+        yield
+    finally:
+        _native.step_end()
+
+
+def start() -> None:
+    """Open an explicit capture (config ``capture_range: api``)."""
+    _native.capture_start()
+
+
+def stop() -> None:
+    """Close an explicit capture (config ``capture_range: api``)."""
+    _native.capture_stop()
+
+
+def flush(timeout_s: float = 2.0) -> bool:
+    """Ship everything recorded so far; True when sent within the timeout."""
+    return bool(_native.flush(int(timeout_s * 1000)))
+
+
+def shutdown_collector() -> None:
+    """Flush and stop this process's collector (also done at exit)."""
+    _native.shutdown()
+
+
+def stats() -> dict:
+    """This process's collector counters: events, dropped, batches, threads."""
+    return dict(_native.stats())

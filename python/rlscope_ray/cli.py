@@ -1,0 +1,56 @@
+"""The ``rlscope-ray`` command.
+
+    rlscope-ray aggregator --listen tcp://127.0.0.1:5557 --out DIR [--config FILE]
+    rlscope-ray check CONFIG          # validate; print the resolved config or the errors
+    rlscope-ray check --keys          # every config key with its default and meaning
+    rlscope-ray paths                 # where the collector library and daemon are
+
+The daemon and the config checker are native (the same code the collector
+uses); this module only dispatches to them.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional
+
+
+def _exec_native(args: List[str]) -> int:
+    from . import aggregator_path
+
+    binary = aggregator_path()
+    if not os.access(binary, os.X_OK):
+        print(f"rlscope-ray: the aggregator binary is missing at {binary}; reinstall the package "
+              "(pip install .)", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    os.execv(binary, [binary] + args)
+    return 2  # not reached
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = __doc__ or ""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage.strip())
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "aggregator":
+        return _exec_native(rest)
+    if cmd == "check":
+        if not rest:
+            print("usage: rlscope-ray check CONFIG | --keys", file=sys.stderr)
+            return 2
+        return _exec_native(["check"] + rest)
+    if cmd == "paths":
+        from . import aggregator_path, collector_path
+
+        print(f"collector: {collector_path()}")
+        print(f"aggregator: {aggregator_path()}")
+        return 0
+    print(f"rlscope-ray: unknown command '{cmd}'\n\n{usage.strip()}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

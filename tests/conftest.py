@@ -1,0 +1,135 @@
+"""Shared fixtures: the build, a real aggregator daemon, trace readers."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("RLSCOPE_BUILD_DIR", "build/py"))
+if not BUILD.is_absolute():
+    BUILD = ROOT / BUILD
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> Path:
+    if not (BUILD / "tests" / "apps" / "nvtx_app").exists():
+        pytest.fail(f"test programs not built in {BUILD}; run `make build` first")
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def rlscope():
+    import rlscope_ray
+
+    return rlscope_ray
+
+
+class Aggregator:
+    """A real `rlscope-ray aggregator` daemon on a free loopback port."""
+
+    def __init__(self, tmp: Path, config: Optional[str], grace_ms: int, exit_when_done: bool):
+        self.out = tmp / "out"
+        ep_file = tmp / "endpoint"
+        cmd = [sys.executable, "-m", "rlscope_ray.cli", "aggregator", "--listen", "tcp://127.0.0.1:*",
+               "--out", str(self.out), "--endpoint-file", str(ep_file), "--grace-ms", str(grace_ms)]
+        if config is not None:
+            cfg = tmp / "aggregator.yaml"
+            cfg.write_text(config)
+            cmd += ["--config", str(cfg)]
+        if exit_when_done:
+            cmd.append("--exit-when-done")
+        self.log = tmp / "aggregator.log"
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not ep_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("aggregator did not start:\n" + self.log.read_text())
+            time.sleep(0.02)
+        self.endpoint = ep_file.read_text().strip()
+
+    def env(self, role: str = "worker", rank: Optional[int] = None, config: Optional[str] = None,
+            inject: bool = True) -> Dict[str, str]:
+        import rlscope_ray
+
+        env = dict(os.environ)
+        for k in list(env):
+            if k.startswith("RLSCOPE_") or k in ("NVTX_INJECTION64_PATH", "RANK"):
+                del env[k]
+        env["RLSCOPE_AGGREGATOR"] = self.endpoint
+        env["RLSCOPE_ROLE"] = role
+        if rank is not None:
+            env["RLSCOPE_RANK"] = str(rank)
+        if config is not None:
+            env["RLSCOPE_CONFIG"] = config
+        if inject:
+            env["NVTX_INJECTION64_PATH"] = rlscope_ray.collector_path()
+        return env
+
+    def wait(self, timeout: float = 30) -> str:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        return self.log.read_text()
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        return self.log.read_text()
+
+
+@pytest.fixture
+def aggregator_factory(tmp_path):
+    started: List[Aggregator] = []
+
+    def make(config: Optional[str] = None, grace_ms: int = 3000, exit_when_done: bool = True):
+        agg = Aggregator(tmp_path, config, grace_ms, exit_when_done)
+        started.append(agg)
+        return agg
+
+    yield make
+    for agg in started:
+        if agg.proc.poll() is None:
+            agg.proc.kill()
+            agg.proc.wait()
+
+
+class Trace:
+    """A step's trace.json, indexed the way a user reads it in Perfetto."""
+
+    def __init__(self, path: Path):
+        self.data = json.loads(path.read_text())
+        self.events = self.data["traceEvents"]
+        self.process_names = {e["pid"]: e["args"]["name"] for e in self.events
+                              if e["ph"] == "M" and e["name"] == "process_name"}
+        self.thread_names = {(e["pid"], e["tid"]): e["args"]["name"] for e in self.events
+                             if e["ph"] == "M" and e["name"] == "thread_name"}
+
+    def pid_of(self, label_part: str) -> int:
+        pids = [p for p, n in self.process_names.items() if label_part in n]
+        assert len(pids) == 1, f"{label_part!r} matches {pids} in {self.process_names}"
+        return pids[0]
+
+    def slices(self, pid: int, name: Optional[str] = None) -> List[dict]:
+        return [e for e in self.events if e["ph"] == "X" and e["pid"] == pid
+                and (name is None or e["name"] == name)]
+
+    def asyncs(self, pid: int, name: str) -> List[dict]:
+        """(begin, end) pairs of async ranges, as one dict each."""
+        begins = {e["id"]: e for e in self.events if e["ph"] == "b" and e["pid"] == pid and e["name"] == name}
+        ends = {e["id"]: e for e in self.events if e["ph"] == "e" and e["pid"] == pid and e["name"] == name}
+        assert begins.keys() == ends.keys()
+        return [{"b": begins[i], "e": ends[i], "dur": float(ends[i]["ts"]) - float(begins[i]["ts"])} for i in begins]
+
+    def instants(self, pid: int, name: str) -> List[dict]:
+        return [e for e in self.events if e["ph"] == "i" and e["pid"] == pid and e["name"] == name]

@@ -1,0 +1,1052 @@
+// Tests for rlscope_native: the record layout, the SPSC ring, string
+// interning, the tick converter, wire format v1 and the configuration schema.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "native/clock.h"
+#include "native/config.h"
+#include "native/event.h"
+#include "native/string_table.h"
+#include "native/thread_buffer.h"
+#include "native/wire.h"
+
+namespace rlscope {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------- event.h
+
+TEST(EventRecordTest, IsThirtyTwoBytes) {
+  EXPECT_EQ(sizeof(EventRecord), 32u);
+  EXPECT_TRUE(std::is_trivially_copyable_v<EventRecord>);
+}
+
+// -------------------------------------------------------- thread_buffer.h
+
+EventRecord Record(uint64_t value) {
+  EventRecord r{};
+  r.ts = value * 10;
+  r.value = value;
+  r.kind = static_cast<uint8_t>(EventKind::kMark);
+  return r;
+}
+
+// Drains everything; returns the values and the size of each run.
+std::vector<uint64_t> DrainValues(ThreadBuffer& buf, std::vector<size_t>* runs = nullptr,
+                                  size_t max_records = SIZE_MAX) {
+  std::vector<uint64_t> out;
+  buf.Drain(
+      [&](const EventRecord* r, size_t n) {
+        if (runs != nullptr) runs->push_back(n);
+        for (size_t i = 0; i < n; ++i) out.push_back(r[i].value);
+      },
+      max_records);
+  return out;
+}
+
+TEST(ThreadBufferTest, CapacityRoundsUpToPowerOfTwoWithMinimum16) {
+  EXPECT_EQ(ThreadBuffer(1, 0).capacity(), 16u);
+  EXPECT_EQ(ThreadBuffer(1, 1).capacity(), 16u);
+  EXPECT_EQ(ThreadBuffer(1, 16).capacity(), 16u);
+  EXPECT_EQ(ThreadBuffer(1, 17).capacity(), 32u);
+  EXPECT_EQ(ThreadBuffer(1, 1000).capacity(), 1024u);
+  EXPECT_EQ(ThreadBuffer(1, 1024).capacity(), 1024u);
+  EXPECT_EQ(ThreadBuffer(42, 16).tid(), 42);
+}
+
+TEST(ThreadBufferTest, DrainReturnsRecordsInPushOrder) {
+  ThreadBuffer buf(1, 16);
+  EXPECT_EQ(DrainValues(buf), std::vector<uint64_t>{});
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(buf.TryPush(Record(i)));
+  EXPECT_EQ(buf.size(), 5u);
+  std::vector<size_t> runs;
+  EXPECT_EQ(DrainValues(buf, &runs), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(runs, std::vector<size_t>{5});
+  EXPECT_EQ(buf.size(), 0u);
+  EXPECT_EQ(DrainValues(buf), std::vector<uint64_t>{});
+}
+
+TEST(ThreadBufferTest, DrainRespectsMaxRecords) {
+  ThreadBuffer buf(1, 16);
+  for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(buf.TryPush(Record(i)));
+  EXPECT_EQ(DrainValues(buf, nullptr, 4), (std::vector<uint64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(buf.size(), 6u);
+  EXPECT_EQ(DrainValues(buf), (std::vector<uint64_t>{4, 5, 6, 7, 8, 9}));
+}
+
+TEST(ThreadBufferTest, WraparoundDrainsInTwoRuns) {
+  ThreadBuffer buf(1, 16);
+  for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(buf.TryPush(Record(i)));
+  ASSERT_EQ(DrainValues(buf).size(), 10u);
+  // Slots 10..15 then 0..5: the ring end falls inside these 12 records.
+  for (uint64_t i = 10; i < 22; ++i) ASSERT_TRUE(buf.TryPush(Record(i)));
+  std::vector<size_t> runs;
+  std::vector<uint64_t> expected;
+  for (uint64_t i = 10; i < 22; ++i) expected.push_back(i);
+  EXPECT_EQ(DrainValues(buf, &runs), expected);
+  EXPECT_EQ(runs, (std::vector<size_t>{6, 6}));
+  EXPECT_EQ(buf.written(), 22u);
+  EXPECT_EQ(buf.dropped(), 0u);
+}
+
+TEST(ThreadBufferTest, FullBufferDropsAndCountsExactly) {
+  ThreadBuffer buf(1, 16);
+  int accepted = 0;
+  for (uint64_t i = 0; i < 25; ++i) accepted += buf.TryPush(Record(i)) ? 1 : 0;
+  EXPECT_EQ(accepted, 16);
+  EXPECT_EQ(buf.written(), 16u);
+  EXPECT_EQ(buf.dropped(), 9u);
+  EXPECT_EQ(buf.size(), 16u);
+  // The survivors are the oldest 16; drops lose the newest.
+  std::vector<uint64_t> expected;
+  for (uint64_t i = 0; i < 16; ++i) expected.push_back(i);
+  EXPECT_EQ(DrainValues(buf), expected);
+  // Space is reusable after a drain, and the counters keep accumulating.
+  EXPECT_TRUE(buf.TryPush(Record(100)));
+  EXPECT_EQ(buf.written(), 17u);
+  EXPECT_EQ(buf.dropped(), 9u);
+  EXPECT_EQ(DrainValues(buf), std::vector<uint64_t>{100});
+}
+
+TEST(ThreadBufferTest, ConcurrentProducerConsumerLosesNothingUncounted) {
+  constexpr uint64_t kProduced = 1000000;
+  ThreadBuffer buf(7, 1024);
+  std::atomic<bool> done{false};
+  std::thread producer([&] {
+    for (uint64_t i = 0; i < kProduced; ++i) buf.TryPush(Record(i));
+    done.store(true, std::memory_order_release);
+  });
+
+  uint64_t drained = 0;
+  uint64_t next_min = 0;  // values must strictly increase: in order, no duplicates
+  bool in_order = true;
+  bool fields_intact = true;
+  auto consume = [&](const EventRecord* r, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (r[i].value < next_min) in_order = false;
+      if (r[i].ts != r[i].value * 10) fields_intact = false;
+      next_min = r[i].value + 1;
+    }
+    drained += n;
+  };
+  while (!done.load(std::memory_order_acquire)) {
+    if (buf.Drain(consume) == 0) std::this_thread::yield();
+  }
+  buf.Drain(consume);
+  producer.join();
+  buf.Drain(consume);
+
+  EXPECT_TRUE(in_order);
+  EXPECT_TRUE(fields_intact);
+  EXPECT_EQ(drained + buf.dropped(), kProduced);
+  EXPECT_EQ(buf.written(), drained);
+  EXPECT_EQ(buf.size(), 0u);
+}
+
+// -------------------------------------------------------- string_table.h
+
+TEST(StringTableTest, IdsStartAtOneAndAreDense) {
+  StringTable table;
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_EQ(table.Intern("alpha"), 1u);
+  EXPECT_EQ(table.Intern("beta"), 2u);
+  EXPECT_EQ(table.Intern("alpha"), 1u);
+  EXPECT_EQ(table.Intern(""), 3u);
+  EXPECT_EQ(table.Intern("gamma"), 4u);
+  EXPECT_EQ(table.size(), 4u);
+  EXPECT_STREQ(table.Get(1), "alpha");
+  EXPECT_STREQ(table.Get(2), "beta");
+  EXPECT_STREQ(table.Get(3), "");
+  EXPECT_EQ(table.Get(0), nullptr);
+  EXPECT_EQ(table.Get(5), nullptr);
+}
+
+TEST(StringTableTest, GetPointersStayValidAsTableGrows) {
+  StringTable table;
+  const uint32_t id = table.Intern("first");
+  const char* p = table.Get(id);
+  for (int i = 0; i < 10000; ++i) table.Intern("s" + std::to_string(i));
+  EXPECT_EQ(table.Get(id), p);
+  EXPECT_STREQ(p, "first");
+  EXPECT_EQ(table.Intern("first"), id);
+}
+
+TEST(StringTableTest, CopySinceShipsEachStringOnce) {
+  StringTable table;
+  table.Intern("a");
+  table.Intern("b");
+  std::vector<std::pair<uint32_t, std::string>> out;
+  uint32_t next = table.CopySince(1, &out);
+  EXPECT_EQ(next, 3u);
+  EXPECT_EQ(out, (std::vector<std::pair<uint32_t, std::string>>{{1, "a"}, {2, "b"}}));
+
+  out.clear();
+  EXPECT_EQ(table.CopySince(next, &out), 3u);
+  EXPECT_TRUE(out.empty());
+
+  table.Intern("a");  // not new
+  table.Intern("c");
+  next = table.CopySince(next, &out);
+  EXPECT_EQ(next, 4u);
+  EXPECT_EQ(out, (std::vector<std::pair<uint32_t, std::string>>{{3, "c"}}));
+
+  out.clear();
+  EXPECT_EQ(table.CopySince(0, &out), 4u);  // 0 means "from the start"
+  EXPECT_EQ(out.size(), 3u);
+}
+
+TEST(NameCacheTest, SamePointerWithNewContentsGetsNewId) {
+  StringTable table;
+  NameCache cache(&table);
+  EXPECT_EQ(cache.Lookup(nullptr), 0u);
+
+  char buf[32];
+  std::strcpy(buf, "step 1");
+  const uint32_t id1 = cache.Lookup(buf);
+  EXPECT_STREQ(table.Get(id1), "step 1");
+  EXPECT_EQ(cache.Lookup(buf), id1);
+
+  std::strcpy(buf, "step 2");
+  const uint32_t id2 = cache.Lookup(buf);
+  EXPECT_NE(id2, id1);
+  EXPECT_STREQ(table.Get(id2), "step 2");
+
+  std::strcpy(buf, "step 1");
+  EXPECT_EQ(cache.Lookup(buf), id1);
+
+  // A different pointer with equal contents maps to the same id.
+  const std::string copy = "step 2";
+  EXPECT_EQ(cache.Lookup(copy.c_str()), id2);
+  EXPECT_EQ(table.size(), 2u);
+}
+
+// --------------------------------------------------------------- clock.h
+
+TEST(TickConverterTest, MonotonicIsIdentity) {
+  TickConverter conv(ClockSource::kMonotonic);
+  EXPECT_EQ(conv.source(), ClockSource::kMonotonic);
+  conv.Sample();
+  EXPECT_EQ(conv.ToNs(0), 0);
+  EXPECT_EQ(conv.ToNs(123456789), 123456789);
+  const uint64_t t = ReadTicks(ClockSource::kMonotonic);
+  EXPECT_EQ(conv.ToNs(t), static_cast<int64_t>(t));
+}
+
+TEST(TickConverterTest, TscConvertsToMonotonicWithin50us) {
+  if (!TscIsInvariant()) {
+    GTEST_SKIP() << "this CPU does not advertise an invariant TSC (constant_tsc and nonstop_tsc)";
+  }
+  TickConverter conv(ClockSource::kTsc);
+  conv.Sample();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  conv.Sample();
+  EXPECT_GT(conv.ns_per_tick(), 0.0);
+  // Bracket the tick read with two monotonic reads.
+  const int64_t before = MonotonicNs();
+  const int64_t converted = conv.ToNs(ReadTicks(ClockSource::kTsc));
+  const int64_t after = MonotonicNs();
+  EXPECT_GE(converted, before - 50000) << "after=" << after;
+  EXPECT_LE(converted, after + 50000) << "before=" << before;
+}
+
+TEST(ClockTest, ActiveClockSourceRoundTrips) {
+  const ClockSource old = ActiveClockSource();
+  SetActiveClockSource(ClockSource::kTsc);
+  EXPECT_EQ(ActiveClockSource(), ClockSource::kTsc);
+  SetActiveClockSource(ClockSource::kMonotonic);
+  EXPECT_EQ(ActiveClockSource(), ClockSource::kMonotonic);
+  SetActiveClockSource(old);
+}
+
+// ---------------------------------------------------------------- wire.h
+
+wire::Hello SampleHello() {
+  wire::Hello h;
+  h.session = 0xDEADBEEFCAFEF00Dull;
+  h.identity.host = "node-3";
+  h.identity.pid = 4242;
+  h.identity.rank = 1;
+  h.identity.role = "worker";
+  h.identity.name = "train.py";
+  h.identity.labels = {{"ray.actor_id", "abc123"}, {"ray.job_id", "01000000"}, {"empty", ""}};
+  h.clock = "monotonic";
+  h.start_ns = 1234567890123;
+  return h;
+}
+
+wire::Event MakeEvent(EventKind kind, int64_t ts, uint32_t name, uint64_t value = 0,
+                      uint8_t flags = kFlagNone, uint32_t domain = 0, uint32_t category = 0) {
+  wire::Event e;
+  e.kind = static_cast<uint8_t>(kind);
+  e.ts_ns = ts;
+  e.name = name;
+  e.value = value;
+  e.flags = flags;
+  e.domain = domain;
+  e.category = category;
+  return e;
+}
+
+wire::Batch SampleBatch() {
+  wire::Batch b;
+  b.session = 0xDEADBEEFCAFEF00Dull;
+  b.seq = 17;
+  b.watermark_ns = 9000000000000;
+  b.dropped = 3;
+  b.strings = {{1, "train_step"}, {2, "gen"}, {3, "my.domain"}, {4, "ünïcode ✓"}};
+  b.thread_names = {{4242, "MainThread"}, {4250, "flush"}};
+  b.categories = {{3, 7, "compute"}, {0, 1, "io"}};
+  const int64_t t0 = 8999999000000;
+  wire::ThreadEvents main_thread;
+  main_thread.tid = 4242;
+  main_thread.events = {
+      MakeEvent(EventKind::kRangePush, t0, 1),
+      MakeEvent(EventKind::kMark, t0 + 5, 2, UINT64_MAX, kFlagHasPayload, 3, 7),
+      MakeEvent(EventKind::kMark, t0 + 5, 2),  // equal timestamp
+      MakeEvent(EventKind::kRangeStart, t0 + 1000000, 2, 77, kFlagNone, 3, 0),
+      MakeEvent(EventKind::kRangePop, t0 + 2000000, 0),
+      MakeEvent(EventKind::kMark, t0 + 1999999, 4, 1ull << 40, kFlagHasPayload, UINT32_MAX,
+                UINT32_MAX),  // clock step backwards
+  };
+  wire::ThreadEvents flush_thread;
+  flush_thread.tid = 4250;
+  flush_thread.events = {MakeEvent(EventKind::kRangeEnd, t0 + 3000000, 2, 77)};
+  wire::ThreadEvents empty_thread;
+  empty_thread.tid = -1;
+  b.threads = {main_thread, flush_thread, empty_thread};
+  return b;
+}
+
+wire::Bye SampleBye() {
+  wire::Bye b;
+  b.session = 0xDEADBEEFCAFEF00Dull;
+  b.events = 123456789;
+  b.dropped = 42;
+  return b;
+}
+
+void ExpectSameHello(const wire::Hello& a, const wire::Hello& b) {
+  EXPECT_EQ(a.session, b.session);
+  EXPECT_EQ(a.identity.host, b.identity.host);
+  EXPECT_EQ(a.identity.pid, b.identity.pid);
+  EXPECT_EQ(a.identity.rank, b.identity.rank);
+  EXPECT_EQ(a.identity.role, b.identity.role);
+  EXPECT_EQ(a.identity.name, b.identity.name);
+  EXPECT_EQ(a.identity.labels, b.identity.labels);
+  EXPECT_EQ(a.clock, b.clock);
+  EXPECT_EQ(a.start_ns, b.start_ns);
+}
+
+void ExpectSameBatch(const wire::Batch& a, const wire::Batch& b) {
+  EXPECT_EQ(a.session, b.session);
+  EXPECT_EQ(a.seq, b.seq);
+  EXPECT_EQ(a.watermark_ns, b.watermark_ns);
+  EXPECT_EQ(a.dropped, b.dropped);
+  EXPECT_EQ(a.strings, b.strings);
+  EXPECT_EQ(a.thread_names, b.thread_names);
+  EXPECT_EQ(a.categories, b.categories);
+  EXPECT_EQ(a.threads, b.threads);
+}
+
+wire::DecodeResult DecodeString(const std::string& s) { return wire::Decode(s.data(), s.size()); }
+
+TEST(WireTest, HelloRoundTrips) {
+  const wire::Hello h = SampleHello();
+  const wire::DecodeResult r = DecodeString(wire::Encode(h));
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(std::holds_alternative<wire::Hello>(r.message));
+  ExpectSameHello(std::get<wire::Hello>(r.message), h);
+
+  wire::Hello unknown_rank = h;
+  unknown_rank.identity.rank = -1;
+  unknown_rank.identity.labels.clear();
+  const wire::DecodeResult r2 = DecodeString(wire::Encode(unknown_rank));
+  ASSERT_TRUE(r2.ok) << r2.error;
+  ExpectSameHello(std::get<wire::Hello>(r2.message), unknown_rank);
+}
+
+TEST(WireTest, BatchRoundTrips) {
+  const wire::Batch b = SampleBatch();
+  const std::string bytes = wire::Encode(b);
+  const wire::DecodeResult r = DecodeString(bytes);
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(std::holds_alternative<wire::Batch>(r.message));
+  ExpectSameBatch(std::get<wire::Batch>(r.message), b);
+  // Re-encoding the decoded batch reproduces the same bytes.
+  EXPECT_EQ(wire::Encode(r.message), bytes);
+}
+
+TEST(WireTest, EmptyBatchRoundTrips) {
+  wire::Batch b;
+  b.session = 1;
+  const wire::DecodeResult r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  ExpectSameBatch(std::get<wire::Batch>(r.message), b);
+}
+
+TEST(WireTest, ByeRoundTrips) {
+  const wire::Bye b = SampleBye();
+  const wire::DecodeResult r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(std::holds_alternative<wire::Bye>(r.message));
+  const auto& d = std::get<wire::Bye>(r.message);
+  EXPECT_EQ(d.session, b.session);
+  EXPECT_EQ(d.events, b.events);
+  EXPECT_EQ(d.dropped, b.dropped);
+}
+
+TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
+  const wire::Batch b = SampleBatch();
+  wire::BatchWriter w;
+  std::string first;
+  for (int round = 0; round < 2; ++round) {
+    w.Begin(b.session, b.seq, b.watermark_ns, b.dropped);
+    w.Strings(b.strings);
+    w.ThreadNames(b.thread_names);
+    w.Categories(b.categories);
+    w.BeginThreads(b.threads.size());
+    for (const auto& te : b.threads) {
+      w.BeginThread(te.tid, te.events.size());
+      for (const auto& e : te.events) w.AddEvent(e);
+    }
+    const std::string bytes(w.Finish().data(), w.Finish().size());
+    if (round == 0) first = bytes;
+    EXPECT_EQ(bytes, wire::Encode(b)) << "round " << round;
+  }
+  EXPECT_EQ(first, wire::Encode(b));
+}
+
+// Hand-encodes [magic, version, type, body] with `body` packing one map.
+template <typename BodyFn>
+std::string Frame(std::string_view magic, uint64_t version, uint64_t type, BodyFn body) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(4);
+  pk.pack_str(static_cast<uint32_t>(magic.size()));
+  pk.pack_str_body(magic.data(), static_cast<uint32_t>(magic.size()));
+  pk.pack_uint64(version);
+  pk.pack_uint64(type);
+  body(pk);
+  return std::string(buf.data(), buf.size());
+}
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void PackStr(Packer& pk, std::string_view s) {
+  pk.pack_str(static_cast<uint32_t>(s.size()));
+  pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+// A minimal batch body whose one thread carries `flat` as its event array.
+std::string BatchWithEvents(const std::vector<int64_t>& flat) {
+  return Frame("RLSC", 1, 2, [&](Packer& pk) {
+    pk.pack_map(5);
+    PackStr(pk, "session");
+    pk.pack_uint64(1);
+    PackStr(pk, "seq");
+    pk.pack_uint64(0);
+    PackStr(pk, "watermark_ns");
+    pk.pack_int64(0);
+    PackStr(pk, "dropped");
+    pk.pack_uint64(0);
+    PackStr(pk, "threads");
+    pk.pack_array(1);
+    pk.pack_array(2);
+    pk.pack_int64(99);
+    pk.pack_array(static_cast<uint32_t>(flat.size()));
+    for (int64_t v : flat) pk.pack_int64(v);
+  });
+}
+
+std::string ByeBody(bool with_dropped, bool with_unknown_key) {
+  return Frame("RLSC", 1, 3, [&](Packer& pk) {
+    pk.pack_map(2 + (with_dropped ? 1 : 0) + (with_unknown_key ? 1 : 0));
+    PackStr(pk, "session");
+    pk.pack_uint64(5);
+    if (with_unknown_key) {
+      PackStr(pk, "added_in_a_later_minor_revision");
+      pk.pack_array(2);
+      pk.pack_nil();
+      pk.pack_true();
+    }
+    PackStr(pk, "events");
+    pk.pack_uint64(10);
+    if (with_dropped) {
+      PackStr(pk, "dropped");
+      pk.pack_uint64(2);
+    }
+  });
+}
+
+TEST(WireTest, HandEncodedFrameDecodes) {
+  const wire::DecodeResult r = DecodeString(BatchWithEvents({5, 100, 1, 0, 0, 0, 0,  //
+                                                             5, 0, 1, 0, 0, 0, 0,    //
+                                                             5, -3, 1, 0, 0, 9, 1}));
+  ASSERT_TRUE(r.ok) << r.error;
+  const auto& b = std::get<wire::Batch>(r.message);
+  ASSERT_EQ(b.threads.size(), 1u);
+  EXPECT_EQ(b.threads[0].tid, 99);
+  ASSERT_EQ(b.threads[0].events.size(), 3u);
+  EXPECT_EQ(b.threads[0].events[0].ts_ns, 100);
+  EXPECT_EQ(b.threads[0].events[1].ts_ns, 100);
+  EXPECT_EQ(b.threads[0].events[2].ts_ns, 97);
+  EXPECT_EQ(b.threads[0].events[2].value, 9u);
+  EXPECT_EQ(b.threads[0].events[2].flags, kFlagHasPayload);
+  EXPECT_TRUE(b.strings.empty());
+}
+
+TEST(WireTest, UnknownMapKeysAreIgnored) {
+  const wire::DecodeResult r = DecodeString(ByeBody(true, true));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(std::get<wire::Bye>(r.message).dropped, 2u);
+}
+
+TEST(WireTest, RejectsEveryTruncatedPrefix) {
+  for (const std::string& frame :
+       {wire::Encode(SampleBatch()), wire::Encode(SampleHello()), wire::Encode(SampleBye())}) {
+    ASSERT_TRUE(DecodeString(frame).ok);
+    for (size_t len = 0; len < frame.size(); ++len) {
+      const wire::DecodeResult r = wire::Decode(frame.data(), len);
+      ASSERT_FALSE(r.ok) << "prefix of " << len << " of " << frame.size() << " bytes decoded";
+      EXPECT_FALSE(r.error.empty());
+      EXPECT_THAT(r.error, HasSubstr("truncated")) << len;
+    }
+  }
+}
+
+TEST(WireTest, RejectsTrailingBytes) {
+  const std::string frame = wire::Encode(SampleBye()) + '\x00';
+  const wire::DecodeResult r = DecodeString(frame);
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("trailing"));
+}
+
+TEST(WireTest, RejectsOtherVersion) {
+  const wire::DecodeResult r =
+      DecodeString(Frame("RLSC", 2, 3, [](Packer& pk) { pk.pack_map(0); }));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("version"));
+  EXPECT_THAT(r.error, HasSubstr("version 2"));
+}
+
+TEST(WireTest, RejectsWrongMagic) {
+  const wire::DecodeResult r =
+      DecodeString(Frame("RLSX", 1, 3, [](Packer& pk) { pk.pack_map(0); }));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("magic"));
+  EXPECT_THAT(r.error, HasSubstr("RLSX"));
+}
+
+TEST(WireTest, RejectsNonFrameShapes) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(0);
+  wire::DecodeResult r = wire::Decode(buf.data(), buf.size());
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("frame"));
+
+  buf.clear();
+  pk.pack_array(3);
+  PackStr(pk, "RLSC");
+  pk.pack_uint8(1);
+  pk.pack_uint8(3);
+  r = wire::Decode(buf.data(), buf.size());
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("[magic, version, type, body]"));
+
+  r = DecodeString(Frame("RLSC", 1, 3, [](Packer& p) { p.pack_array(0); }));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("frame.body"));
+}
+
+TEST(WireTest, RejectsUnknownMessageType) {
+  for (uint64_t type : {0ull, 4ull, 9ull, 257ull, 258ull, 259ull}) {
+    const wire::DecodeResult r =
+        DecodeString(Frame("RLSC", 1, type, [](Packer& pk) { pk.pack_map(0); }));
+    EXPECT_FALSE(r.ok) << "type " << type;
+    EXPECT_THAT(r.error, HasSubstr("unknown message type " + std::to_string(type)));
+  }
+}
+
+TEST(WireTest, RejectsUnknownEventKind) {
+  for (int64_t kind : {0, 6, 255, 256 + 1}) {
+    const wire::DecodeResult r = DecodeString(BatchWithEvents({kind, 0, 1, 0, 0, 0, 0}));
+    EXPECT_FALSE(r.ok) << "kind " << kind;
+    EXPECT_THAT(r.error, HasSubstr("unknown event kind " + std::to_string(kind)));
+    EXPECT_THAT(r.error, HasSubstr("batch.threads[0].events[0].kind"));
+  }
+}
+
+TEST(WireTest, RejectsOutOfRangeEventFields) {
+  // name, domain, category are 32-bit ids and flags is 8 bits: a larger value
+  // is an error, not silently truncated.
+  const int64_t big32 = int64_t{1} << 32;
+  struct Case {
+    std::vector<int64_t> flat;
+    const char* field;
+  } cases[] = {
+      {{5, 0, big32 + 1, 0, 0, 0, 0}, "events[0].name"},
+      {{5, 0, 1, big32, 0, 0, 0}, "events[0].domain"},
+      {{5, 0, 1, 0, big32, 0, 0}, "events[0].category"},
+      {{5, 0, 1, 0, 0, 0, 256 + 1}, "events[0].flags"},
+  };
+  for (const Case& c : cases) {
+    const wire::DecodeResult r = DecodeString(BatchWithEvents(c.flat));
+    EXPECT_FALSE(r.ok) << c.field;
+    EXPECT_THAT(r.error, HasSubstr(c.field));
+  }
+}
+
+TEST(WireTest, RejectsEventArrayNotMultipleOfSeven) {
+  const wire::DecodeResult r = DecodeString(BatchWithEvents({5, 0, 1, 0, 0, 0, 0, 5}));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("batch.threads[0].events"));
+  EXPECT_THAT(r.error, HasSubstr("length 8 is not a multiple of 7"));
+}
+
+TEST(WireTest, RejectsWrongFieldType) {
+  const wire::DecodeResult r = DecodeString(BatchWithEvents({5, 0, -1, 0, 0, 0, 0}));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("events[0].name"));
+  EXPECT_THAT(r.error, HasSubstr("expected an unsigned integer, got int"));
+}
+
+TEST(WireTest, RejectsMissingRequiredKey) {
+  wire::DecodeResult r = DecodeString(ByeBody(false, false));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("missing key 'dropped'"));
+  EXPECT_THAT(r.error, HasSubstr("bye"));
+
+  r = DecodeString(Frame("RLSC", 1, 2, [](Packer& pk) {
+    pk.pack_map(4);
+    PackStr(pk, "session");
+    pk.pack_uint64(1);
+    PackStr(pk, "seq");
+    pk.pack_uint64(0);
+    PackStr(pk, "watermark_ns");
+    pk.pack_int64(0);
+    PackStr(pk, "dropped");
+    pk.pack_uint64(0);
+  }));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("missing key 'threads'"));
+
+  r = DecodeString(Frame("RLSC", 1, 1, [](Packer& pk) {
+    pk.pack_map(1);
+    PackStr(pk, "session");
+    pk.pack_uint64(1);
+  }));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("hello: missing key 'host'"));
+}
+
+TEST(WireTest, RejectsStringIdZero) {
+  const wire::DecodeResult r = DecodeString(Frame("RLSC", 1, 2, [](Packer& pk) {
+    pk.pack_map(5);
+    PackStr(pk, "session");
+    pk.pack_uint64(1);
+    PackStr(pk, "seq");
+    pk.pack_uint64(0);
+    PackStr(pk, "watermark_ns");
+    pk.pack_int64(0);
+    PackStr(pk, "dropped");
+    pk.pack_uint64(0);
+    PackStr(pk, "strings");
+    pk.pack_array(1);
+    pk.pack_array(2);
+    pk.pack_uint32(0);
+    PackStr(pk, "x");
+  }));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("batch.strings[0]"));
+}
+
+TEST(WireTest, RejectsHugeDeclaredLengths) {
+  // An array header claiming ~2^32 elements in a 5-byte frame.
+  const std::string frame("\xdd\xff\xff\xff\xf0", 5);
+  const wire::DecodeResult r = DecodeString(frame);
+  EXPECT_FALSE(r.ok);
+  EXPECT_FALSE(r.error.empty());
+  const std::string map_frame("\xdf\x0f\xff\xff\xff", 5);
+  EXPECT_FALSE(DecodeString(map_frame).ok);
+}
+
+// Deterministic mutation fuzzing: Decode must always return, never crash or
+// throw, and a failure always carries an error.
+TEST(WireTest, FuzzedFramesNeverCrash) {
+  const std::vector<std::string> seeds = {wire::Encode(SampleHello()), wire::Encode(SampleBatch()),
+                                          wire::Encode(SampleBye()),
+                                          BatchWithEvents({5, 0, 1, 0, 0, 0, 0})};
+  std::mt19937 rng(20240607);
+  int ok = 0, failed = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string f = seeds[rng() % seeds.size()];
+    const int mutations = 1 + static_cast<int>(rng() % 4);
+    for (int m = 0; m < mutations && !f.empty(); ++m) {
+      const size_t pos = rng() % f.size();
+      switch (rng() % 5) {
+        case 0: f[pos] = static_cast<char>(rng()); break;                   // overwrite
+        case 1: f[pos] = static_cast<char>(f[pos] ^ (1u << (rng() % 8))); break;  // bit flip
+        case 2: f.resize(pos); break;                                        // truncate
+        case 3: f.insert(pos, 1, static_cast<char>(rng())); break;           // insert
+        case 4: f[pos] = "\xc0\xc2\xc3\xcc\xcd\xce\xcf\xd9\xdc\xdd\xde\xdf\xff"[rng() % 13]; break;
+      }
+    }
+    wire::DecodeResult r;
+    ASSERT_NO_THROW(r = DecodeString(f)) << "iteration " << iter;
+    if (r.ok) {
+      ++ok;
+      EXPECT_TRUE(r.error.empty());
+    } else {
+      ++failed;
+      ASSERT_FALSE(r.error.empty()) << "iteration " << iter;
+    }
+  }
+  // Both outcomes occur, so the mutations are neither all fatal nor no-ops.
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(failed, 10000);
+}
+
+// -------------------------------------------------------------- config.h
+
+// Writes `text` to a fresh file under the test temp dir; returns its path.
+std::string WriteTempFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "native_test_" + std::to_string(getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string JoinErrors(const ConfigResult& r) {
+  std::string s;
+  for (const auto& e : r.errors) s += e + "\n";
+  return s;
+}
+
+TEST(ConfigTest, EmptyDocumentGivesDefaults) {
+  for (const char* text : {"", "\n", "# only a comment\n", "---\n"}) {
+    const ConfigResult r = ParseConfig(text, "empty.yaml");
+    ASSERT_TRUE(r.ok()) << JoinErrors(r);
+    const Config& c = r.config;
+    EXPECT_EQ(c.aggregator, "auto");
+    EXPECT_EQ(c.output_dir, "rlscope_out");
+    EXPECT_TRUE(c.ranks.all);
+    EXPECT_TRUE(c.steps.all);
+    EXPECT_TRUE(c.steps.Contains(123456));
+    EXPECT_TRUE(c.subtasks.empty());
+    EXPECT_FALSE(c.discrete);
+    EXPECT_TRUE(c.controller);
+    EXPECT_EQ(c.capture_range, "controller");
+    EXPECT_TRUE(c.gpu.kernels);
+    EXPECT_FALSE(c.gpu.driver_api);
+    EXPECT_EQ(c.buffers.per_thread_kb, 1024);
+    EXPECT_EQ(c.flush.interval_ms, 20);
+    EXPECT_TRUE(c.correction.enabled);
+  }
+  const ConfigResult env = LoadConfigFromEnvValue("");
+  EXPECT_TRUE(env.ok());
+  EXPECT_TRUE(env.config.steps.all);
+}
+
+constexpr char kFullConfig[] = R"(# a complete configuration
+aggregator: tcp://10.0.0.5:5555
+output_dir: /tmp/rlscope_runs/ppo
+ranks: [0, 1]
+steps: "2-5"
+subtasks: [gen, update_actor]
+discrete: true
+controller: false
+capture_range: nvtx:foo
+cpu:
+  nvtx: true
+  python_api: false
+gpu:
+  kernels: false
+  memcpy: true
+  memset: false
+  runtime_api: false
+  driver_api: true
+  sync: false
+buffers:
+  per_thread_kb: 64
+  max_mb: 32
+flush:
+  interval_ms: 50
+  exit_timeout_ms: 2000
+  step_grace_ms: 100
+correction:
+  enabled: false
+)";
+
+void ExpectFullConfig(const Config& c) {
+  EXPECT_EQ(c.aggregator, "tcp://10.0.0.5:5555");
+  EXPECT_EQ(c.output_dir, "/tmp/rlscope_runs/ppo");
+  EXPECT_FALSE(c.ranks.all);
+  EXPECT_EQ(c.ranks.values, (std::vector<int64_t>{0, 1}));
+  EXPECT_FALSE(c.steps.all);
+  EXPECT_EQ(c.steps.values, (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_TRUE(c.steps.Contains(4));
+  EXPECT_FALSE(c.steps.Contains(6));
+  EXPECT_EQ(c.subtasks, (std::vector<std::string>{"gen", "update_actor"}));
+  EXPECT_TRUE(c.discrete);
+  EXPECT_FALSE(c.controller);
+  EXPECT_EQ(c.capture_range, "nvtx:foo");
+  EXPECT_TRUE(c.cpu.nvtx);
+  EXPECT_FALSE(c.cpu.python_api);
+  EXPECT_FALSE(c.gpu.kernels);
+  EXPECT_TRUE(c.gpu.memcpy);
+  EXPECT_FALSE(c.gpu.memset);
+  EXPECT_FALSE(c.gpu.runtime_api);
+  EXPECT_TRUE(c.gpu.driver_api);
+  EXPECT_FALSE(c.gpu.sync);
+  EXPECT_EQ(c.buffers.per_thread_kb, 64);
+  EXPECT_EQ(c.buffers.max_mb, 32);
+  EXPECT_EQ(c.flush.interval_ms, 50);
+  EXPECT_EQ(c.flush.exit_timeout_ms, 2000);
+  EXPECT_EQ(c.flush.step_grace_ms, 100);
+  EXPECT_FALSE(c.correction.enabled);
+}
+
+TEST(ConfigTest, FullFileParses) {
+  const std::string path = WriteTempFile("full.yaml", kFullConfig);
+  const ConfigResult r = LoadConfigFile(path);
+  ASSERT_TRUE(r.ok()) << JoinErrors(r);
+  ExpectFullConfig(r.config);
+  // A path in RLSCOPE_CONFIG loads the same file.
+  const ConfigResult env = LoadConfigFromEnvValue(path);
+  ASSERT_TRUE(env.ok()) << JoinErrors(env);
+  ExpectFullConfig(env.config);
+  std::remove(path.c_str());
+}
+
+TEST(ConfigTest, SelectionForms) {
+  struct Case {
+    const char* yaml;
+    std::vector<int64_t> values;
+  } cases[] = {
+      {"steps: [2, 3, 5]", {2, 3, 5}},
+      {"steps: [5, 2, 3, 3]", {2, 3, 5}},  // sorted, unique
+      {"steps: 7", {7}},
+      {"steps: \"1,4-6\"", {1, 4, 5, 6}},
+      {"steps: [0, \"10-12\"]", {0, 10, 11, 12}},
+      {"steps: \"3-3\"", {3}},
+  };
+  for (const Case& c : cases) {
+    const ConfigResult r = ParseConfig(c.yaml, "s.yaml");
+    ASSERT_TRUE(r.ok()) << c.yaml << ": " << JoinErrors(r);
+    EXPECT_FALSE(r.config.steps.all) << c.yaml;
+    EXPECT_EQ(r.config.steps.values, c.values) << c.yaml;
+  }
+  const ConfigResult all = ParseConfig("steps: all\nranks: all\n", "s.yaml");
+  ASSERT_TRUE(all.ok()) << JoinErrors(all);
+  EXPECT_TRUE(all.config.steps.all);
+  EXPECT_TRUE(all.config.ranks.all);
+  EXPECT_EQ(all.config.steps.ToString(), "all");
+  EXPECT_EQ(ParseConfig("ranks: [3, 1]", "s.yaml").config.ranks.ToString(), "[1, 3]");
+}
+
+TEST(ConfigTest, EmptyRangeNamesFileLineAndKey) {
+  const std::string path = WriteTempFile("bad_range.yaml", "# comment\nranks: [0]\nsteps: \"5-2\"\n");
+  const ConfigResult r = LoadConfigFile(path);
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  const std::string& e = r.errors[0];
+  EXPECT_THAT(e, HasSubstr(path + ":3:"));
+  EXPECT_THAT(e, HasSubstr("steps"));
+  EXPECT_THAT(e, HasSubstr("5-2"));
+  std::remove(path.c_str());
+}
+
+TEST(ConfigTest, NegativeRankIsRejected) {
+  const ConfigResult r = ParseConfig("ranks: [-1]\n", "r.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("r.yaml:1:"));
+  EXPECT_THAT(r.errors[0], HasSubstr("ranks"));
+  EXPECT_THAT(r.errors[0], HasSubstr("-1"));
+}
+
+TEST(ConfigTest, BadSelectionItems) {
+  for (const char* yaml : {"steps: [a]", "steps: \"2-x\"", "steps: []", "steps: {a: 1}",
+                           "steps: [[1]]", "steps: \"1,,2\"", "steps: \"0-2000000\""}) {
+    const ConfigResult r = ParseConfig(yaml, "s.yaml");
+    ASSERT_EQ(r.errors.size(), 1u) << yaml;
+    EXPECT_THAT(r.errors[0], HasSubstr("steps: ")) << yaml;
+  }
+}
+
+TEST(ConfigTest, UnknownKeySuggestsNearest) {
+  const ConfigResult r = ParseConfig("ranks: all\nstpes: [1]\n", "u.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("u.yaml:2:"));
+  EXPECT_THAT(r.errors[0], HasSubstr("stpes"));
+  EXPECT_THAT(r.errors[0], HasSubstr("unknown key"));
+  EXPECT_THAT(r.errors[0], HasSubstr("did you mean 'steps'"));
+
+  const ConfigResult far = ParseConfig("completely_unrelated: 1\n", "u.yaml");
+  ASSERT_EQ(far.errors.size(), 1u);
+  EXPECT_THAT(far.errors[0], HasSubstr("unknown key"));
+  EXPECT_THAT(far.errors[0], ::testing::Not(HasSubstr("did you mean")));
+}
+
+TEST(ConfigTest, UnknownNestedKeyNamesFullPath) {
+  const ConfigResult r = ParseConfig("gpu: {kernal: true}\n", "n.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("gpu.kernal"));
+  EXPECT_THAT(r.errors[0], HasSubstr("unknown key"));
+  EXPECT_THAT(r.errors[0], HasSubstr("did you mean 'gpu.kernels'"));
+}
+
+TEST(ConfigTest, SectionMustBeAMap) {
+  const ConfigResult r = ParseConfig("gpu: true\n", "n.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("gpu: expected a section"));
+}
+
+TEST(ConfigTest, BadCaptureRangeListsAllowedValues) {
+  const ConfigResult r = ParseConfig("capture_range: bogus\n", "c.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  const std::string& e = r.errors[0];
+  EXPECT_THAT(e, HasSubstr("capture_range"));
+  EXPECT_THAT(e, HasSubstr("'bogus'"));
+  EXPECT_THAT(e, HasSubstr("controller"));
+  EXPECT_THAT(e, HasSubstr("cudaProfilerApi"));
+  EXPECT_THAT(e, HasSubstr("api"));
+  EXPECT_THAT(e, HasSubstr("nvtx:<range name>"));
+  // "nvtx:" alone names no range.
+  EXPECT_FALSE(ParseConfig("capture_range: \"nvtx:\"\n", "c.yaml").ok());
+  EXPECT_TRUE(ParseConfig("capture_range: cudaProfilerApi\n", "c.yaml").ok());
+}
+
+TEST(ConfigTest, WrongTypes) {
+  ConfigResult r = ParseConfig("discrete: maybe\n", "t.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("t.yaml:1:"));
+  EXPECT_THAT(r.errors[0], HasSubstr("discrete"));
+  EXPECT_THAT(r.errors[0], HasSubstr("true or false"));
+
+  r = ParseConfig("flush:\n  interval_ms: soon\n", "t.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("t.yaml:2:"));
+  EXPECT_THAT(r.errors[0], HasSubstr("flush.interval_ms"));
+  EXPECT_THAT(r.errors[0], HasSubstr("'soon'"));
+
+  r = ParseConfig("buffers: {per_thread_kb: 1}\n", "t.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("buffers.per_thread_kb"));
+  EXPECT_THAT(r.errors[0], HasSubstr("out of range"));
+
+  r = ParseConfig("subtasks: gen\n", "t.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("subtasks"));
+
+  r = ParseConfig("- steps\n- ranks\n", "t.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("expected a map"));
+}
+
+TEST(ConfigTest, YamlSyntaxErrorHasLineNumber) {
+  const ConfigResult r = ParseConfig("ranks: all\nsteps: [1, 2\ndiscrete: true\n", "syn.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], ::testing::MatchesRegex("syn\\.yaml:[0-9]+:[0-9]+: not valid YAML: .*"));
+
+  const ConfigResult tab = ParseConfig("ranks: all\nsteps: [1]\n  bad: : :\n", "syn.yaml");
+  ASSERT_EQ(tab.errors.size(), 1u) << JoinErrors(tab);
+  EXPECT_THAT(tab.errors[0], HasSubstr("syn.yaml:3:"));
+  EXPECT_THAT(tab.errors[0], HasSubstr("not valid YAML"));
+}
+
+TEST(ConfigTest, ReportsEveryErrorInAFile) {
+  const ConfigResult r = ParseConfig(
+      "steps: \"5-2\"\n"
+      "ranks: [-1]\n"
+      "stpes: 1\n"
+      "gpu:\n"
+      "  kernal: true\n"
+      "discrete: maybe\n"
+      "capture_range: controller\n",
+      "many.yaml");
+  ASSERT_EQ(r.errors.size(), 5u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("many.yaml:1:"));
+  EXPECT_THAT(r.errors[1], HasSubstr("many.yaml:2:"));
+  EXPECT_THAT(r.errors[2], HasSubstr("many.yaml:3:"));
+  EXPECT_THAT(r.errors[3], HasSubstr("many.yaml:5:"));
+  EXPECT_THAT(r.errors[3], HasSubstr("gpu.kernal"));
+  EXPECT_THAT(r.errors[4], HasSubstr("many.yaml:6:"));
+}
+
+TEST(ConfigTest, InlineJsonFromEnvValue) {
+  ConfigResult r = LoadConfigFromEnvValue(R"({"steps": [1], "gpu": {"kernels": false}})");
+  ASSERT_TRUE(r.ok()) << JoinErrors(r);
+  EXPECT_FALSE(r.config.steps.all);
+  EXPECT_EQ(r.config.steps.values, std::vector<int64_t>{1});
+  EXPECT_FALSE(r.config.gpu.kernels);
+
+  r = LoadConfigFromEnvValue("steps: [3]\nranks: [0]\n");  // inline YAML
+  ASSERT_TRUE(r.ok()) << JoinErrors(r);
+  EXPECT_EQ(r.config.steps.values, std::vector<int64_t>{3});
+
+  r = LoadConfigFromEnvValue(R"({"stpes": [1]})");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("RLSCOPE_CONFIG:1:"));
+  EXPECT_THAT(r.errors[0], HasSubstr("did you mean 'steps'"));
+}
+
+TEST(ConfigTest, MissingFileIsOneErrorNamingThePath) {
+  const std::string path = ::testing::TempDir() + "definitely_not_here_rlscope.yaml";
+  const ConfigResult r = LoadConfigFromEnvValue(path);
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr(path));
+}
+
+TEST(ConfigTest, YamlOutputRoundTrips) {
+  const ConfigResult full = ParseConfig(kFullConfig, "full.yaml");
+  ASSERT_TRUE(full.ok()) << JoinErrors(full);
+  for (const Config& original : {full.config, Config{}}) {
+    const std::string yaml = ConfigToYaml(original);
+    const ConfigResult again = ParseConfig(yaml, "roundtrip.yaml");
+    ASSERT_TRUE(again.ok()) << yaml << JoinErrors(again);
+    EXPECT_EQ(ConfigToYaml(again.config), yaml);
+    const Config& c = again.config;
+    EXPECT_EQ(c.aggregator, original.aggregator);
+    EXPECT_EQ(c.output_dir, original.output_dir);
+    EXPECT_EQ(c.ranks.all, original.ranks.all);
+    EXPECT_EQ(c.ranks.values, original.ranks.values);
+    EXPECT_EQ(c.steps.all, original.steps.all);
+    EXPECT_EQ(c.steps.values, original.steps.values);
+    EXPECT_EQ(c.subtasks, original.subtasks);
+    EXPECT_EQ(c.discrete, original.discrete);
+    EXPECT_EQ(c.controller, original.controller);
+    EXPECT_EQ(c.capture_range, original.capture_range);
+    EXPECT_EQ(c.cpu.python_api, original.cpu.python_api);
+    EXPECT_EQ(c.gpu.driver_api, original.gpu.driver_api);
+    EXPECT_EQ(c.gpu.kernels, original.gpu.kernels);
+    EXPECT_EQ(c.buffers.per_thread_kb, original.buffers.per_thread_kb);
+    EXPECT_EQ(c.flush.step_grace_ms, original.flush.step_grace_ms);
+    EXPECT_EQ(c.correction.enabled, original.correction.enabled);
+  }
+  ExpectFullConfig(ParseConfig(ConfigToYaml(full.config), "roundtrip.yaml").config);
+}
+
+TEST(ConfigTest, KeyHelpListsEveryKey) {
+  const std::string help = ConfigKeyHelp();
+  for (const char* key : {"aggregator: ", "steps: all", "gpu.kernels: true", "flush.interval_ms: 20",
+                          "correction.enabled: true"}) {
+    EXPECT_THAT(help, HasSubstr(key));
+  }
+}
+
+}  // namespace
+}  // namespace rlscope
