@@ -103,14 +103,22 @@ struct ThreadExitHook {
 };
 
 Collector* Collector::Start() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  // Serialised; retried on each call until a collector runs or setup failed
+  // for good (a bad config), so an environment set after the first NVTX call
+  // or import (e.g. by rlscope_ray.init) still takes effect on the next call.
+  static std::mutex mu;
+  static bool failed = false;
+  if (Collector* c = Instance()) return c;
+  std::lock_guard<std::mutex> lock(mu);
+  if (Instance() != nullptr || failed) return Instance();
+  [] {
     try {
       if (!Env("RLSCOPE_DISABLE").empty()) return;
       ConfigResult cr = LoadConfigFromEnvValue(Env("RLSCOPE_CONFIG"));
       if (!cr.ok()) {
         for (const auto& e : cr.errors) std::fprintf(stderr, "rlscope: %s\n", e.c_str());
         std::fprintf(stderr, "rlscope: invalid RLSCOPE_CONFIG; profiling is off in this process\n");
+        failed = true;
         return;
       }
       std::string endpoint = Env("RLSCOPE_AGGREGATOR");
@@ -147,8 +155,9 @@ Collector* Collector::Start() {
       pthread_atfork(nullptr, nullptr, ChildAfterFork);
     } catch (...) {
       // Any failure leaves the process without a collector: never crash it.
+      failed = true;
     }
-  });
+  }();
   return Instance();
 }
 

@@ -32,6 +32,7 @@ __all__ = [
     "range",
     "shutdown_collector",
     "start",
+    "start_collector",
     "stats",
     "step",
     "stop",
@@ -52,7 +53,12 @@ def aggregator_path() -> str:
     return os.path.join(_PKG_DIR, "bin", "rlscope-ray-aggregator")
 
 
-def _start_collector() -> bool:
+def start_collector() -> bool:
+    """Start this process's collector from the environment, if not running.
+
+    Done at import; call it again after setting RLSCOPE_AGGREGATOR (and the
+    other RLSCOPE_* variables) later. Idempotent; True when a collector runs.
+    """
     running = bool(_native.init())
     if running and not os.environ.get("NVTX_INJECTION64_PATH"):
         # NVTX reads this at each library's first NVTX call: from now on the
@@ -61,7 +67,7 @@ def _start_collector() -> bool:
     return running
 
 
-_RUNNING = _start_collector()
+start_collector()
 
 
 def enabled() -> bool:
