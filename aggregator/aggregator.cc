@@ -22,6 +22,7 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
   if (const auto* hello = std::get_if<wire::Hello>(&message)) {
     auto& slot = processes_[hello->session];
     if (!slot) slot = std::make_unique<ProcessTimeline>(*hello);
+    else if (slot->identity().name == "unidentified") slot->Identify(*hello);
     if (slot->is_controller() && controller_session_ == 0) controller_session_ = hello->session;
     exporter_->ExportRun(MakeRunInfo(false));
     return;

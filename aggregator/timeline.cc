@@ -138,10 +138,15 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
 }
 
 void ProcessTimeline::DiscardBefore(int64_t ns) {
-  done_.erase(std::remove_if(done_.begin(), done_.end(), [ns](const Span& s) { return s.end_ns <= ns; }),
+  // A step beginning at `ns` still takes what is exactly at `ns` (Cut is
+  // [begin, end)): instants and zero-length spans there are kept.
+  done_.erase(std::remove_if(done_.begin(), done_.end(),
+                             [ns](const Span& s) {
+                               return s.end_ns < ns || (s.end_ns == ns && s.begin_ns < ns);
+                             }),
               done_.end());
   instants_.erase(std::remove_if(instants_.begin(), instants_.end(),
-                                 [ns](const Instant& i) { return i.ts_ns <= ns; }),
+                                 [ns](const Instant& i) { return i.ts_ns < ns; }),
                   instants_.end());
 }
 

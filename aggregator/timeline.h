@@ -59,12 +59,16 @@ class ProcessTimeline {
   // Appends a batch. Step spans closed by it (for a controller) go to *steps.
   void Add(const wire::Batch& batch, std::vector<StepSpan>* steps);
   void Bye(const wire::Bye& bye);
+  // A hello that arrives after the process's first batch replaces the
+  // placeholder identity it was filed under.
+  void Identify(const wire::Hello& hello) { hello_ = hello; }
 
   // Completed spans and instants overlapping [begin, end), plus still-open
   // spans that began before `end` (marked open), appended to the outputs.
   void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
            std::vector<Instant>* instants) const;
-  // Forgets completed spans and instants that end at or before `ns`.
+  // Forgets completed spans and instants that no step beginning at or after
+  // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
   void DiscardBefore(int64_t ns);
 
   const wire::Hello& hello() const { return hello_; }

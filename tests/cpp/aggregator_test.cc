@@ -1,0 +1,1164 @@
+// Tests for rlscope_aggregator: timelines built from wire batches, step
+// detection on the controller, cutting and clipping spans to steps, async
+// ranges, readiness (watermarks, bye, grace, finish), step selection, memory,
+// merge order, multi-process export and robustness against bad input.
+//
+// Collectors are faked: FakeCollector builds the wire::Hello/Batch/Bye
+// messages a real collector would send, with timestamps chosen by the test,
+// and every `now_ns` the aggregator sees is explicit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "aggregator/aggregator.h"
+#include "aggregator/chrome_trace.h"
+#include "aggregator/exporter.h"
+#include "aggregator/timeline.h"
+#include "native/config.h"
+#include "native/event.h"
+#include "native/wire.h"
+
+namespace rlscope {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::UnorderedElementsAre;
+
+constexpr int64_t kMs = 1000000;
+
+// ------------------------------------------------------------ fake collector
+
+// Builds the messages one collector would send. Events are queued per thread
+// (in call order) and go out with the next Flush(); names are interned into
+// the collector's string table and each new id is sent once, in the batch
+// that first uses it.
+class FakeCollector {
+ public:
+  FakeCollector(uint64_t session, std::string role, int64_t rank, int64_t pid,
+                std::string host = "node0", std::string name = "proc") {
+    hello_.session = session;
+    hello_.identity.host = std::move(host);
+    hello_.identity.pid = pid;
+    hello_.identity.rank = rank;
+    hello_.identity.role = std::move(role);
+    hello_.identity.name = std::move(name);
+    hello_.clock = "monotonic";
+  }
+
+  wire::Hello Hello() const { return hello_; }
+  uint64_t session() const { return hello_.session; }
+
+  FakeCollector& Push(int64_t tid, int64_t ts, const std::string& name,
+                      std::optional<uint64_t> payload = std::nullopt, uint32_t domain = 0) {
+    wire::Event e = Make(EventKind::kRangePush, ts, name);
+    e.domain = domain;
+    if (payload) {
+      e.value = *payload;
+      e.flags = kFlagHasPayload;
+    }
+    return Add(tid, e);
+  }
+  FakeCollector& Pop(int64_t tid, int64_t ts, uint32_t domain = 0) {
+    wire::Event e;
+    e.kind = static_cast<uint8_t>(EventKind::kRangePop);
+    e.ts_ns = ts;
+    e.domain = domain;
+    return Add(tid, e);
+  }
+  FakeCollector& Start(int64_t tid, int64_t ts, const std::string& name, uint64_t id) {
+    wire::Event e = Make(EventKind::kRangeStart, ts, name);
+    e.value = id;
+    return Add(tid, e);
+  }
+  FakeCollector& End(int64_t tid, int64_t ts, uint64_t id) {
+    wire::Event e;
+    e.kind = static_cast<uint8_t>(EventKind::kRangeEnd);
+    e.ts_ns = ts;
+    e.value = id;
+    return Add(tid, e);
+  }
+  FakeCollector& Mark(int64_t tid, int64_t ts, const std::string& name) {
+    return Add(tid, Make(EventKind::kMark, ts, name));
+  }
+  FakeCollector& ThreadName(int64_t tid, const std::string& name) {
+    pending_thread_names_.emplace_back(tid, name);
+    return *this;
+  }
+
+  // Everything queued since the last flush, as one batch.
+  wire::Batch Flush(int64_t watermark_ns) {
+    wire::Batch b;
+    b.session = hello_.session;
+    b.seq = seq_++;
+    b.watermark_ns = watermark_ns;
+    b.strings = std::move(pending_strings_);
+    b.thread_names = std::move(pending_thread_names_);
+    b.threads = std::move(pending_threads_);
+    pending_strings_.clear();
+    pending_thread_names_.clear();
+    pending_threads_.clear();
+    return b;
+  }
+
+  wire::Bye Bye() const {
+    wire::Bye bye;
+    bye.session = hello_.session;
+    return bye;
+  }
+
+ private:
+  uint32_t Intern(const std::string& s) {
+    auto it = ids_.find(s);
+    if (it != ids_.end()) return it->second;
+    const uint32_t id = static_cast<uint32_t>(ids_.size()) + 1;
+    ids_[s] = id;
+    pending_strings_.emplace_back(id, s);
+    return id;
+  }
+  wire::Event Make(EventKind kind, int64_t ts, const std::string& name) {
+    wire::Event e;
+    e.kind = static_cast<uint8_t>(kind);
+    e.ts_ns = ts;
+    e.name = Intern(name);
+    return e;
+  }
+  FakeCollector& Add(int64_t tid, const wire::Event& e) {
+    for (auto& t : pending_threads_) {
+      if (t.tid == tid) {
+        t.events.push_back(e);
+        return *this;
+      }
+    }
+    pending_threads_.push_back({tid, {e}});
+    return *this;
+  }
+
+  wire::Hello hello_;
+  uint64_t seq_ = 0;
+  std::map<std::string, uint32_t> ids_;
+  std::vector<std::pair<uint32_t, std::string>> pending_strings_;
+  std::vector<std::pair<int64_t, std::string>> pending_thread_names_;
+  std::vector<wire::ThreadEvents> pending_threads_;
+};
+
+// ------------------------------------------------------- recording exporter
+
+// Keeps every StepProfile it is handed. The slices point at timelines owned by
+// the Aggregator, so the Aggregator must outlive any inspection.
+class RecordingExporter : public StepExporter {
+ public:
+  bool ExportStep(const StepProfile& step) noexcept override {
+    steps.push_back(step);
+    return true;
+  }
+  bool ExportRun(const RunInfo& run) noexcept override {
+    ++runs;
+    last_run_final = run.final;
+    last_run_steps_written = run.steps_written;
+    return true;
+  }
+  bool Flush(std::chrono::milliseconds) noexcept override {
+    ++flushes;
+    return true;
+  }
+  void Shutdown() noexcept override { ++shutdowns; }
+
+  std::vector<int64_t> StepNumbers() const {
+    std::vector<int64_t> out;
+    for (const auto& s : steps) out.push_back(s.step);
+    return out;
+  }
+  const StepProfile& Step(int64_t number) const {
+    for (const auto& s : steps) {
+      if (s.step == number) return s;
+    }
+    ADD_FAILURE() << "step " << number << " was not exported";
+    static const StepProfile kNone;
+    return kNone;
+  }
+
+  std::vector<StepProfile> steps;
+  int runs = 0;
+  bool last_run_final = false;
+  std::vector<int64_t> last_run_steps_written;
+  int flushes = 0;
+  int shutdowns = 0;
+};
+
+// ------------------------------------------------------------------ helpers
+
+const ProcessSlice* FindSlice(const StepProfile& step, uint64_t session) {
+  for (const auto& s : step.processes) {
+    if (s.process != nullptr && s.process->hello().session == session) return &s;
+  }
+  return nullptr;
+}
+
+std::string SpanName(const ProcessSlice& slice, const Span& s) {
+  return slice.process->String(s.name);
+}
+
+std::vector<std::string> SpanNames(const ProcessSlice* slice) {
+  std::vector<std::string> out;
+  if (slice == nullptr) return out;
+  for (const Span& s : slice->spans) out.push_back(SpanName(*slice, s));
+  return out;
+}
+
+std::vector<std::string> InstantNames(const ProcessSlice* slice) {
+  std::vector<std::string> out;
+  if (slice == nullptr) return out;
+  for (const Instant& i : slice->instants) out.push_back(slice->process->String(i.name));
+  return out;
+}
+
+// The single span called `name` in the slice (fails the test if not exactly one).
+const Span* FindSpan(const ProcessSlice* slice, const std::string& name) {
+  if (slice == nullptr) {
+    ADD_FAILURE() << "no slice";
+    return nullptr;
+  }
+  const Span* found = nullptr;
+  int n = 0;
+  for (const Span& s : slice->spans) {
+    if (SpanName(*slice, s) == name) {
+      found = &s;
+      ++n;
+    }
+  }
+  if (n != 1) {
+    ADD_FAILURE() << "expected exactly one span '" << name << "', found " << n;
+    return nullptr;
+  }
+  return found;
+}
+
+bool HasSpan(const ProcessSlice* slice, const std::string& name) {
+  for (const auto& n : SpanNames(slice)) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+Config ConfigFrom(const std::string& yaml) {
+  ConfigResult r = ParseConfig(yaml, "test.yaml");
+  EXPECT_TRUE(r.ok()) << (r.errors.empty() ? "" : r.errors[0]);
+  return r.config;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A fresh directory under the system temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "rlscope_agg_test_XXXXXX").string();
+    char* p = mkdtemp(tmpl.data());
+    EXPECT_NE(p, nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Drives one Aggregator with a recording exporter.
+class AggregatorTest : public ::testing::Test {
+ protected:
+  void Init(Config config = Config()) {
+    agg_ = std::make_unique<Aggregator>(std::move(config), &exporter_);
+  }
+  void SetUp() override { Init(); }
+
+  void Send(const wire::Message& m, int64_t now_ns = 0) { agg_->OnMessage(m, now_ns); }
+  void Connect(const FakeCollector& c, int64_t now_ns = 0) { Send(c.Hello(), now_ns); }
+
+  RecordingExporter exporter_;
+  std::unique_ptr<Aggregator> agg_;
+};
+
+// ---------------------------------------------------------- step detection
+
+TEST_F(AggregatorTest, ControllerPushPopStepsAreNumberedOneTwoThree) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 100, "step").Pop(1, 200);
+  ctl.Push(1, 300, "step").Pop(1, 400);
+  ctl.Push(1, 500, "step").Pop(1, 600);
+  Send(ctl.Flush(1000));
+  EXPECT_EQ(agg_->stats().steps_seen, 3u);
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(exporter_.steps[0].begin_ns, 100);
+  EXPECT_EQ(exporter_.steps[0].end_ns, 200);
+  EXPECT_EQ(exporter_.steps[1].begin_ns, 300);
+  EXPECT_EQ(exporter_.steps[1].end_ns, 400);
+  EXPECT_EQ(exporter_.steps[2].begin_ns, 500);
+  EXPECT_EQ(exporter_.steps[2].end_ns, 600);
+  for (const auto& s : exporter_.steps) EXPECT_EQ(s.reason, "complete");
+  EXPECT_EQ(agg_->steps_written(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(agg_->stats().steps_written, 3u);
+}
+
+TEST_F(AggregatorTest, StepPayloadGivesTheNumberAndLaterStepsContinueFromIt) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 100, "step", 10).Pop(1, 200);
+  ctl.Push(1, 300, "step", 11).Pop(1, 400);
+  ctl.Push(1, 500, "step").Pop(1, 600);  // no payload: the next number
+  Send(ctl.Flush(1000));
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{10, 11, 12}));
+}
+
+TEST_F(AggregatorTest, StartEndStepRangesDelimitSteps) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Start(1, 100, "step", 7).End(1, 200, 7);
+  ctl.Start(1, 300, "step", 8).End(2, 400, 8);  // ended on another thread
+  Send(ctl.Flush(1000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(exporter_.steps[1].begin_ns, 300);
+  EXPECT_EQ(exporter_.steps[1].end_ns, 400);
+}
+
+TEST_F(AggregatorTest, StepSplitAcrossBatchesIsDetectedWhenItCloses) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 100, "step");
+  Send(ctl.Flush(150));
+  EXPECT_EQ(agg_->stats().steps_seen, 0u);
+  ctl.Pop(1, 200);  // "step" is not resent: the timeline remembers its id
+  Send(ctl.Flush(250));
+  EXPECT_EQ(agg_->stats().steps_seen, 1u);
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+}
+
+TEST_F(AggregatorTest, WorkerStepRangeDoesNotMakeAStep) {
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(worker);
+  worker.Push(1, 100, "step", 5).Pop(1, 200);
+  worker.Start(1, 300, "step", 9).End(1, 400, 9);
+  Send(worker.Flush(1000));
+  agg_->Tick(0);
+  agg_->Tick(100 * 1000 * kMs);
+  EXPECT_EQ(agg_->stats().steps_seen, 0u);
+  EXPECT_THAT(exporter_.steps, IsEmpty());
+}
+
+TEST_F(AggregatorTest, WorkerStepRangeIsAnOrdinarySpanInsideTheControllersStep) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Push(1, 1200, "step", 99).Pop(1, 1800);
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(agg_->stats().steps_seen, 1u);
+  const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
+  EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"step"}));
+}
+
+// ----------------------------------------------------------------- cutting
+
+// Controller steps [1000, 2000) and [3000, 4000); a worker's spans placed
+// around them.
+class CuttingTest : public AggregatorTest {
+ protected:
+  void SetUp() override {
+    Init();
+    FakeCollector ctl(1, "controller", -1, 100);
+    FakeCollector worker(2, "worker", 0, 200);
+    Connect(ctl);
+    Connect(worker);
+    // tid 10: sequential ranges and the marks.
+    worker.Push(10, 900, "straddle_begin").Pop(10, 1100);
+    worker.Push(10, 1100, "inside").Pop(10, 1200);
+    worker.Mark(10, 999, "before_begin");
+    worker.Mark(10, 1000, "at_begin");
+    worker.Mark(10, 1999, "before_end");
+    worker.Mark(10, 2000, "at_end");
+    worker.Mark(10, 2050, "after_end");
+    worker.Mark(10, 3000, "at_begin_2");
+    // tid 11: one range over both steps.
+    worker.Push(11, 1500, "both").Pop(11, 3500);
+    // tid 12: straddles the end, lies between the steps, then stays open.
+    worker.Push(12, 1900, "straddle_end").Pop(12, 2100);
+    worker.Push(12, 2200, "between").Pop(12, 2800);
+    worker.Push(12, 3500, "open");
+    Send(worker.Flush(5000));
+    ctl.Push(1, 1000, "step").Pop(1, 2000);
+    ctl.Push(1, 3000, "step").Pop(1, 4000);
+    Send(ctl.Flush(5000));
+    agg_->Tick(0);
+    ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+    s1_ = FindSlice(exporter_.steps[0], 2);
+    s2_ = FindSlice(exporter_.steps[1], 2);
+    ASSERT_NE(s1_, nullptr);
+    ASSERT_NE(s2_, nullptr);
+  }
+  const ProcessSlice* s1_ = nullptr;
+  const ProcessSlice* s2_ = nullptr;
+};
+
+TEST_F(CuttingTest, SpanInsideTheStepIsUnclipped) {
+  const Span* s = FindSpan(s1_, "inside");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->begin_ns, 1100);
+  EXPECT_EQ(s->end_ns, 1200);
+  EXPECT_FALSE(s->clipped_begin);
+  EXPECT_FALSE(s->clipped_end);
+  EXPECT_FALSE(s->open);
+  EXPECT_EQ(s->tid, 10);
+  EXPECT_FALSE(HasSpan(s2_, "inside"));
+}
+
+TEST_F(CuttingTest, SpanStraddlingTheBeginIsClippedToIt) {
+  const Span* s = FindSpan(s1_, "straddle_begin");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->begin_ns, 1000);
+  EXPECT_EQ(s->end_ns, 1100);
+  EXPECT_TRUE(s->clipped_begin);
+  EXPECT_FALSE(s->clipped_end);
+  EXPECT_FALSE(s->open);
+}
+
+TEST_F(CuttingTest, SpanStraddlingTheEndIsClippedToIt) {
+  const Span* s = FindSpan(s1_, "straddle_end");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->begin_ns, 1900);
+  EXPECT_EQ(s->end_ns, 2000);
+  EXPECT_FALSE(s->clipped_begin);
+  EXPECT_TRUE(s->clipped_end);
+  EXPECT_FALSE(s->open);
+  EXPECT_FALSE(HasSpan(s2_, "straddle_end"));
+}
+
+TEST_F(CuttingTest, SpanBetweenStepsIsInNeither) {
+  EXPECT_FALSE(HasSpan(s1_, "between"));
+  EXPECT_FALSE(HasSpan(s2_, "between"));
+}
+
+TEST_F(CuttingTest, SpanCoveringTwoStepsIsInBothClippedInEach) {
+  const Span* a = FindSpan(s1_, "both");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->begin_ns, 1500);
+  EXPECT_EQ(a->end_ns, 2000);
+  EXPECT_FALSE(a->clipped_begin);
+  EXPECT_TRUE(a->clipped_end);
+  const Span* b = FindSpan(s2_, "both");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->begin_ns, 3000);
+  EXPECT_EQ(b->end_ns, 3500);
+  EXPECT_TRUE(b->clipped_begin);
+  EXPECT_FALSE(b->clipped_end);
+}
+
+TEST_F(CuttingTest, RangeStillOpenAtStepEndIsOpenAndEndsThere) {
+  EXPECT_FALSE(HasSpan(s1_, "open"));  // began after step 1
+  const Span* s = FindSpan(s2_, "open");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->begin_ns, 3500);
+  EXPECT_EQ(s->end_ns, 4000);
+  EXPECT_TRUE(s->open);
+  EXPECT_TRUE(s->clipped_end);
+  EXPECT_FALSE(s->clipped_begin);
+}
+
+TEST_F(CuttingTest, MarksInsideHalfOpenStepIntervalOnly) {
+  EXPECT_EQ(InstantNames(s1_), (std::vector<std::string>{"at_begin", "before_end"}));
+  EXPECT_EQ(InstantNames(s2_), (std::vector<std::string>{"at_begin_2"}));
+  EXPECT_EQ(s1_->instants[0].ts_ns, 1000);
+  EXPECT_EQ(s1_->instants[0].tid, 10);
+}
+
+TEST_F(CuttingTest, StepSlicesExactContents) {
+  EXPECT_EQ(SpanNames(s1_),
+            (std::vector<std::string>{"straddle_begin", "inside", "both", "straddle_end"}));
+  EXPECT_EQ(SpanNames(s2_), (std::vector<std::string>{"both", "open"}));
+  // The controller's own slice holds just its step range, unclipped.
+  const ProcessSlice* c1 = FindSlice(exporter_.steps[0], 1);
+  EXPECT_EQ(SpanNames(c1), (std::vector<std::string>{"step"}));
+  EXPECT_FALSE(c1->spans[0].clipped_begin);
+  EXPECT_FALSE(c1->spans[0].clipped_end);
+}
+
+// Back-to-back steps (one ends where the next begins): an event at the shared
+// boundary belongs to the later step only ([begin, end) intervals), and must
+// survive the discarding done after the earlier step is emitted.
+TEST_F(AggregatorTest, EventsAtBoundaryOfBackToBackStepsGoToTheLaterStep) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Mark(1, 2000, "boundary_mark");
+  worker.Push(1, 2000, "zero_length").Pop(1, 2000);
+  worker.Push(1, 1500, "ends_at_boundary").Pop(1, 2000);
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  ctl.Push(1, 2000, "step").Pop(1, 3000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  const ProcessSlice* w1 = FindSlice(exporter_.steps[0], 2);
+  const ProcessSlice* w2 = FindSlice(exporter_.steps[1], 2);
+  EXPECT_THAT(InstantNames(w1), IsEmpty());
+  EXPECT_EQ(InstantNames(w2), (std::vector<std::string>{"boundary_mark"}));
+  EXPECT_EQ(SpanNames(w1), (std::vector<std::string>{"ends_at_boundary"}));
+  EXPECT_EQ(SpanNames(w2), (std::vector<std::string>{"zero_length"}));
+}
+
+// ------------------------------------------------------------ async ranges
+
+TEST_F(AggregatorTest, StartEndRangeEndingOnAnotherThreadIsOneAsyncSpan) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Start(1, 1100, "handoff", 42).End(2, 1500, 42);
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
+  ASSERT_EQ(SpanNames(w), (std::vector<std::string>{"handoff"}));
+  const Span& s = w->spans[0];
+  EXPECT_TRUE(s.async);
+  EXPECT_EQ(s.tid, 1);
+  EXPECT_EQ(s.end_tid, 2);
+  EXPECT_EQ(s.range_id, 42u);
+  EXPECT_EQ(s.begin_ns, 1100);
+  EXPECT_EQ(s.end_ns, 1500);
+  EXPECT_FALSE(s.open);
+  EXPECT_EQ(agg_->processes().at(2)->unmatched(), 0u);
+}
+
+TEST_F(AggregatorTest, EndArrivingBeforeItsStartStillMatches) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.End(2, 1600, 43);  // flushed from thread 2's buffer first
+  Send(worker.Flush(1000));
+  worker.Start(1, 1200, "early_end", 43);
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
+  const Span* s = FindSpan(w, "early_end");
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->async);
+  EXPECT_EQ(s->begin_ns, 1200);
+  EXPECT_EQ(s->end_ns, 1600);
+  EXPECT_EQ(s->tid, 1);
+  EXPECT_EQ(s->end_tid, 2);
+  EXPECT_EQ(s->range_id, 43u);
+  EXPECT_FALSE(s->open);
+  Send(worker.Bye());
+  EXPECT_EQ(agg_->processes().at(2)->unmatched(), 0u);
+}
+
+TEST_F(AggregatorTest, StartWithoutEndIsOpenAsyncSpan) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Start(3, 1200, "pending", 44);
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const Span* s = FindSpan(FindSlice(exporter_.steps[0], 2), "pending");
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->async);
+  EXPECT_TRUE(s->open);
+  EXPECT_TRUE(s->clipped_end);
+  EXPECT_EQ(s->end_ns, 2000);
+}
+
+// --------------------------------------------------------------- readiness
+
+TEST_F(AggregatorTest, StepWaitsForAConnectedWorkerWatermark) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Push(1, 1100, "early_work").Pop(1, 1200);
+  Send(worker.Flush(1500), 0);  // behind the step end (2000)
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500), 10 * kMs);
+  agg_->Tick(10 * kMs);
+  agg_->Tick(10 * kMs + 4999 * kMs);  // 1 ms before the default 5 s grace
+  EXPECT_THAT(exporter_.steps, IsEmpty());
+  worker.Push(1, 1800, "late_work").Pop(1, 1900);
+  Send(worker.Flush(2100), 20 * kMs);
+  agg_->Tick(20 * kMs);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepProfile& p = exporter_.steps[0];
+  EXPECT_EQ(p.reason, "complete");
+  const ProcessSlice* w = FindSlice(p, 2);
+  EXPECT_FALSE(w->late);
+  EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"early_work", "late_work"}));
+}
+
+TEST_F(AggregatorTest, WatermarkExactlyAtStepEndIsEnough) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  Send(worker.Flush(2000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2000));
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+}
+
+TEST_F(AggregatorTest, WorkerThatSaidByeDoesNotHoldStepsBack) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Push(1, 1100, "work").Pop(1, 1200);
+  Send(worker.Flush(1500));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  agg_->Tick(0);
+  EXPECT_THAT(exporter_.steps, IsEmpty());
+  Send(worker.Bye());
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(exporter_.steps[0].reason, "complete");
+  const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
+  EXPECT_FALSE(w->late);
+  EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"work"}));
+}
+
+TEST_F(AggregatorTest, ConnectedWorkerWithNoBatchesHoldsStepsBack) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);  // hello only: watermark 0
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  agg_->Tick(0);
+  EXPECT_THAT(exporter_.steps, IsEmpty());
+}
+
+TEST_F(AggregatorTest, GraceExpiryExportsWithLateWorker) {
+  Init(ConfigFrom("flush:\n  step_grace_ms: 50\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  Send(worker.Flush(1500));
+  const int64_t closed = 1000 * kMs;
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500), closed);
+  agg_->Tick(closed + 49 * kMs);
+  EXPECT_THAT(exporter_.steps, IsEmpty());
+  agg_->Tick(closed + 50 * kMs);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepProfile& p = exporter_.steps[0];
+  EXPECT_EQ(p.reason, "grace_timeout");
+  EXPECT_TRUE(FindSlice(p, 2)->late);
+  EXPECT_FALSE(FindSlice(p, 1)->late);
+  // Later data for the written step counts as a late batch, not a new export.
+  worker.Push(1, 1800, "too_late").Pop(1, 1900);
+  Send(worker.Flush(3000), closed + 60 * kMs);
+  agg_->Tick(closed + 60 * kMs);
+  EXPECT_EQ(exporter_.steps.size(), 1u);
+  EXPECT_EQ(agg_->stats().late_batches, 1u);
+}
+
+TEST_F(AggregatorTest, GraceIsCountedFromWhenTheStepClosedNotFromItsTimestamps) {
+  Init(ConfigFrom("flush:\n  step_grace_ms: 50\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  Send(worker.Flush(1500));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  ctl.Push(1, 3000, "step").Pop(1, 4000);
+  Send(ctl.Flush(4500), 0);
+  ctl.Push(1, 5000, "step").Pop(1, 6000);
+  Send(ctl.Flush(6500), 30 * kMs);
+  agg_->Tick(55 * kMs);  // steps 1, 2 past grace; step 3 not
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  agg_->Tick(80 * kMs);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2, 3}));
+  for (const auto& s : exporter_.steps) EXPECT_EQ(s.reason, "grace_timeout");
+}
+
+TEST_F(AggregatorTest, FinishExportsRemainingStepsWithReasonFinal) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Push(1, 1100, "work").Pop(1, 1200);
+  Send(worker.Flush(2500));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  ctl.Push(1, 3000, "step").Pop(1, 4000);
+  Send(ctl.Flush(4500));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));  // step 2 waits for the worker
+  agg_->Finish(1);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  const StepProfile& p = exporter_.steps[1];
+  EXPECT_EQ(p.reason, "final");
+  EXPECT_TRUE(FindSlice(p, 2)->late);
+  EXPECT_FALSE(FindSlice(p, 1)->late);
+  EXPECT_TRUE(exporter_.last_run_final);
+  EXPECT_EQ(exporter_.last_run_steps_written, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(exporter_.flushes, 1);
+  EXPECT_EQ(exporter_.shutdowns, 1);
+}
+
+TEST_F(AggregatorTest, FinishWithEveryoneCaughtUpIsComplete) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  agg_->Finish(0);  // no Tick first
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(exporter_.steps[0].reason, "complete");
+}
+
+TEST_F(AggregatorTest, RunCompleteOnceControllerAndWorkersSaidBye) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  EXPECT_FALSE(agg_->ControllerDone());
+  Send(ctl.Bye());
+  EXPECT_TRUE(agg_->ControllerDone());
+  EXPECT_FALSE(agg_->RunComplete());
+  Send(worker.Bye());
+  EXPECT_FALSE(agg_->RunComplete());  // step 1 still pending
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(agg_->RunComplete());
+}
+
+// --------------------------------------------------------------- selection
+
+TEST_F(AggregatorTest, OnlySelectedStepsAreExported) {
+  Init(ConfigFrom("steps: [2]\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 100, "step").Pop(1, 200);
+  ctl.Push(1, 300, "step").Pop(1, 400);
+  ctl.Push(1, 500, "step").Pop(1, 600);
+  Send(ctl.Flush(1000));
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(exporter_.steps[0].begin_ns, 300);
+  EXPECT_EQ(agg_->stats().steps_seen, 3u);
+  EXPECT_EQ(agg_->stats().steps_written, 1u);
+  EXPECT_EQ(agg_->stats().steps_skipped, 2u);
+  EXPECT_EQ(agg_->steps_written(), (std::vector<int64_t>{2}));
+}
+
+TEST_F(AggregatorTest, EmittedStepDiscardsWhatEndedBeforeIt) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Push(1, 1100, "a").Pop(1, 1200);
+  worker.Push(1, 1300, "b").Pop(1, 1900);
+  worker.Mark(1, 1400, "m");
+  worker.Push(1, 2500, "after").Pop(1, 2600);  // belongs to no step yet
+  worker.Push(2, 1500, "long").Pop(2, 3500);   // outlives the step
+  Send(worker.Flush(5000));
+  const ProcessTimeline& wt = *agg_->processes().at(2);
+  EXPECT_EQ(wt.buffered_spans(), 5u);  // 4 spans + 1 instant
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  EXPECT_EQ(agg_->processes().at(1)->buffered_spans(), 1u);
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(wt.buffered_spans(), 2u);  // "after" and "long"
+  EXPECT_EQ(agg_->processes().at(1)->buffered_spans(), 0u);
+  // Skipped steps discard too.
+  Init(ConfigFrom("steps: [5]\n"));
+  FakeCollector c2(1, "controller", -1, 100);
+  Connect(c2);
+  c2.Push(1, 100, "x").Pop(1, 150);
+  c2.Push(1, 100, "step").Pop(1, 200);
+  Send(c2.Flush(1000));
+  EXPECT_EQ(agg_->processes().at(1)->buffered_spans(), 2u);
+  agg_->Tick(0);
+  EXPECT_EQ(agg_->stats().steps_skipped, 1u);
+  EXPECT_EQ(agg_->processes().at(1)->buffered_spans(), 0u);
+}
+
+// ------------------------------------------------------------- merge order
+
+TEST_F(AggregatorTest, SpansSortedByThreadThenBeginThenLongerFirst) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  // Thread 2's events arrive first.
+  worker.Push(2, 1100, "t2_outer").Push(2, 1200, "t2_inner").Pop(2, 1300).Pop(2, 1800);
+  Send(worker.Flush(1000));
+  // Thread 1, in a later batch: "pre" began before the step (clipped to 1000);
+  // "outer" and "inner" begin together, the longer one encloses.
+  worker.Push(1, 900, "pre")
+      .Push(1, 1050, "outer")
+      .Push(1, 1050, "inner")
+      .Pop(1, 1500)
+      .Push(1, 1600, "inner2")
+      .Pop(1, 1700)
+      .Pop(1, 1900)
+      .Pop(1, 1950);
+  worker.Mark(1, 1990, "m_late").Mark(2, 1010, "m_early");
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
+  EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"pre", "outer", "inner", "inner2", "t2_outer",
+                                                    "t2_inner"}));
+  std::vector<int64_t> tids, begins, ends, depths;
+  for (const Span& s : w->spans) {
+    tids.push_back(s.tid);
+    begins.push_back(s.begin_ns);
+    ends.push_back(s.end_ns);
+    depths.push_back(s.depth);
+  }
+  EXPECT_EQ(tids, (std::vector<int64_t>{1, 1, 1, 1, 2, 2}));
+  EXPECT_EQ(begins, (std::vector<int64_t>{1000, 1050, 1050, 1600, 1100, 1200}));
+  EXPECT_EQ(ends, (std::vector<int64_t>{1950, 1900, 1500, 1700, 1800, 1300}));
+  EXPECT_EQ(depths, (std::vector<int64_t>{0, 1, 2, 2, 0, 1}));
+  EXPECT_TRUE(w->spans[0].clipped_begin);
+  EXPECT_EQ(InstantNames(w), (std::vector<std::string>{"m_early", "m_late"}));
+}
+
+TEST_F(AggregatorTest, PushPopNestPerDomain) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  // Overlapping, not nested, but in different domains on one thread.
+  worker.Push(1, 1100, "d0", std::nullopt, 0).Push(1, 1200, "d5", std::nullopt, 5);
+  worker.Pop(1, 1300, 0).Pop(1, 1400, 5);
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  const ProcessSlice* w = FindSlice(exporter_.steps.at(0), 2);
+  const Span* d0 = FindSpan(w, "d0");
+  const Span* d5 = FindSpan(w, "d5");
+  ASSERT_NE(d0, nullptr);
+  ASSERT_NE(d5, nullptr);
+  EXPECT_EQ(d0->end_ns, 1300);
+  EXPECT_EQ(d5->end_ns, 1400);
+  EXPECT_EQ(d5->depth, 0);
+}
+
+// ----------------------------------------------------- multi-process merge
+
+TEST_F(AggregatorTest, MultiProcessStepHasOneSlicePerProcessAndLabelledTracks) {
+  FakeCollector ctl(1, "controller", -1, 100, "head", "driver");
+  FakeCollector w1(2, "worker", 1, 200, "node1", "train");
+  FakeCollector w0(3, "worker", 0, 300, "node2", "train");
+  Connect(w1);
+  Connect(ctl);
+  Connect(w0);
+  w1.Push(200, 1100, "w1_fwd").Pop(200, 1200);
+  w1.ThreadName(200, "MainThread");
+  Send(w1.Flush(5000));
+  w0.Push(300, 1300, "w0_fwd").Pop(300, 1400);
+  Send(w0.Flush(5000));
+  ctl.Push(100, 1000, "step").Pop(100, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const StepProfile& p = exporter_.steps[0];
+  ASSERT_EQ(p.processes.size(), 3u);
+  EXPECT_EQ(SpanNames(FindSlice(p, 1)), (std::vector<std::string>{"step"}));
+  EXPECT_EQ(SpanNames(FindSlice(p, 2)), (std::vector<std::string>{"w1_fwd"}));
+  EXPECT_EQ(SpanNames(FindSlice(p, 3)), (std::vector<std::string>{"w0_fwd"}));
+
+  EXPECT_EQ(ChromeTraceExporter::ProcessLabel(*agg_->processes().at(2)),
+            "node1 / train (worker, rank 1) / pid 200");
+  EXPECT_EQ(ChromeTraceExporter::ProcessLabel(*agg_->processes().at(1)),
+            "head / driver (controller) / pid 100");
+
+  const std::map<uint64_t, int64_t> trace_pids = {{1, 100}, {2, 200}, {3, 300}};
+  const std::string json = StepTraceJson(p, trace_pids);
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"M","name":"process_name","pid":200,"tid":0,)"
+                              R"("args":{"name":"node1 / train (worker, rank 1) / pid 200"}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"M","name":"process_name","pid":300,"tid":0,)"
+                              R"("args":{"name":"node2 / train (worker, rank 0) / pid 300"}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"M","name":"process_name","pid":100,"tid":0,)"
+                              R"("args":{"name":"head / driver (controller) / pid 100"}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"M","name":"process_sort_index","pid":100,"tid":0,)"
+                              R"("args":{"sort_index":0}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"M","name":"process_sort_index","pid":200,"tid":0,)"
+                              R"("args":{"sort_index":2}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"M","name":"process_sort_index","pid":300,"tid":0,)"
+                              R"("args":{"sort_index":1}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"M","name":"thread_name","pid":200,"tid":200,)"
+                              R"("args":{"name":"MainThread"}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"X","name":"w1_fwd","cat":"nvtx","pid":200,"tid":200,)"
+                              R"("ts":1.100,"dur":0.100,"args":{}})"));
+  EXPECT_THAT(json, HasSubstr(R"("otherData":{"step":1,"begin_ns":1000,"end_ns":2000,)"
+                              R"("reason":"complete")"));
+
+  const std::string summary = StepSummaryJson(p);
+  EXPECT_THAT(summary, HasSubstr(R"("totals":{"processes":3,"spans":3,"instants":0,"dropped":0})"));
+  EXPECT_THAT(summary, HasSubstr(R"("late_processes":[])"));
+}
+
+TEST_F(AggregatorTest, TraceJsonMarksClippedOpenAndAsyncSpans) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Push(1, 900, "clipped").Pop(1, 1100);
+  worker.Start(1, 1200, "async", 77).End(2, 1300, 77);
+  worker.Push(3, 1500, "still_open", 9);
+  worker.Mark(1, 1600, "tick");
+  Send(worker.Flush(5000));
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const std::string json = StepTraceJson(exporter_.steps[0], {{1, 100}, {2, 200}});
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"X","name":"clipped","cat":"nvtx","pid":200,"tid":1,)"
+                              R"("ts":1.000,"dur":0.100,"args":{"clipped_begin":true}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"b","name":"async","cat":"nvtx.async","id":77,"pid":200,)"
+                              R"("tid":1,"ts":1.200,"args":{"end_tid":2}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"e","name":"async","cat":"nvtx.async","id":77,"pid":200,)"
+                              R"("tid":1,"ts":1.300})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"X","name":"still_open","cat":"nvtx","pid":200,"tid":3,)"
+                              R"("ts":1.500,"dur":0.500,)"
+                              R"("args":{"payload":9,"clipped_end":true,"open":true}})"));
+  EXPECT_THAT(json, HasSubstr(R"({"ph":"i","s":"t","name":"tick","cat":"nvtx","pid":200,"tid":1,)"
+                              R"("ts":1.600})"));
+}
+
+// Lines of trace.json holding a process_name metadata event, as (pid, label).
+std::map<int64_t, std::string> ProcessNames(const std::string& trace) {
+  std::map<int64_t, std::string> out;
+  static const std::regex re(
+      R"re("name":"process_name","pid":(-?[0-9]+),"tid":0,"args":\{"name":"([^"]*)"\})re");
+  for (auto it = std::sregex_iterator(trace.begin(), trace.end(), re); it != std::sregex_iterator();
+       ++it) {
+    out[std::stoll((*it)[1].str())] = (*it)[2].str();
+  }
+  return out;
+}
+
+TEST_F(AggregatorTest, ChromeTraceExporterGivesSamePidOnTwoHostsDistinctTracePids) {
+  TempDir dir;
+  ChromeTraceExporter chrome(dir.path());
+  Aggregator agg(Config(), &chrome);
+  FakeCollector ctl(1, "controller", -1, 100, "head", "driver");
+  FakeCollector a(2, "worker", 0, 4242, "hostA", "train");
+  FakeCollector b(3, "worker", 1, 4242, "hostB", "train");
+  for (const FakeCollector* c : {&ctl, &a, &b}) agg.OnMessage(c->Hello(), 0);
+  a.Push(4242, 1100, "a_work").Pop(4242, 1200);
+  b.Push(4242, 1300, "b_work").Pop(4242, 1400);
+  agg.OnMessage(a.Flush(5000), 0);
+  agg.OnMessage(b.Flush(5000), 0);
+  ctl.Push(100, 1000, "step").Pop(100, 2000);
+  ctl.Push(100, 3000, "step").Pop(100, 4000);
+  agg.OnMessage(ctl.Flush(5000), 0);
+  agg.Tick(0);
+  EXPECT_EQ(agg.steps_written(), (std::vector<int64_t>{1, 2})) << chrome.last_error();
+  agg.Finish(0);
+
+  namespace fs = std::filesystem;
+  const fs::path root(dir.path());
+  EXPECT_TRUE(fs::exists(root / "step_1" / "trace.json"));
+  EXPECT_TRUE(fs::exists(root / "step_1" / "summary.json"));
+  EXPECT_TRUE(fs::exists(root / "step_2" / "trace.json"));
+  EXPECT_TRUE(fs::exists(root / "step_2" / "summary.json"));
+  EXPECT_TRUE(fs::exists(root / "run.json"));
+  EXPECT_FALSE(fs::exists(root / "run.json.tmp"));
+  EXPECT_FALSE(fs::exists(root / "step_1" / "trace.json.tmp"));
+
+  const std::map<int64_t, std::string> names1 =
+      ProcessNames(ReadFile((root / "step_1" / "trace.json").string()));
+  ASSERT_EQ(names1.size(), 3u);
+  EXPECT_EQ(names1.at(100), "head / driver (controller) / pid 100");
+  // Both pid 4242; one keeps it, the other is moved; labels keep the real pid.
+  std::vector<std::string> labels_4242;
+  for (const auto& [pid, label] : names1) {
+    if (pid != 100) {
+      EXPECT_EQ(pid % 10000000, 4242) << pid;
+      labels_4242.push_back(label);
+    }
+  }
+  EXPECT_THAT(labels_4242, UnorderedElementsAre("hostA / train (worker, rank 0) / pid 4242",
+                                                "hostB / train (worker, rank 1) / pid 4242"));
+  // The mapping is stable across steps.
+  EXPECT_EQ(ProcessNames(ReadFile((root / "step_2" / "trace.json").string())), names1);
+
+  const std::string summary = ReadFile((root / "step_1" / "summary.json").string());
+  EXPECT_THAT(summary, HasSubstr(R"("step":1,"begin_ns":1000,"end_ns":2000)"));
+  EXPECT_THAT(summary, HasSubstr(R"("reason":"complete")"));
+  EXPECT_THAT(summary, HasSubstr(R"("label":"hostB / train (worker, rank 1) / pid 4242")"));
+
+  const std::string run = ReadFile((root / "run.json").string());
+  EXPECT_THAT(run, HasSubstr(R"("format":"rlscope-ray run v1")"));
+  EXPECT_THAT(run, HasSubstr(R"("final":true)"));
+  EXPECT_THAT(run, HasSubstr(R"("steps_written":[1,2])"));
+  EXPECT_THAT(run, HasSubstr(R"("steps_seen":2)"));
+}
+
+// -------------------------------------------------------------- robustness
+
+TEST_F(AggregatorTest, GarbageFrameIsCountedAndRemembered) {
+  const std::string garbage = "\xff\x00not msgpack at all";
+  agg_->OnFrame(garbage.data(), garbage.size(), 0);
+  EXPECT_EQ(agg_->stats().decode_errors, 1u);
+  EXPECT_THAT(agg_->stats().last_decode_error, Not(IsEmpty()));
+  EXPECT_EQ(agg_->stats().messages, 0u);
+  EXPECT_TRUE(agg_->processes().empty());
+  // A good frame afterwards still works, and the last error is kept.
+  const std::string last = agg_->stats().last_decode_error;
+  FakeCollector ctl(1, "controller", -1, 100);
+  const std::string hello = wire::Encode(ctl.Hello());
+  agg_->OnFrame(hello.data(), hello.size(), 0);
+  EXPECT_EQ(agg_->processes().size(), 1u);
+  EXPECT_EQ(agg_->stats().messages, 1u);
+  EXPECT_EQ(agg_->stats().decode_errors, 1u);
+  EXPECT_EQ(agg_->stats().last_decode_error, last);
+  // A truncated frame is a second error.
+  agg_->OnFrame(hello.data(), hello.size() / 2, 0);
+  EXPECT_EQ(agg_->stats().decode_errors, 2u);
+}
+
+TEST_F(AggregatorTest, EncodedFramesRoundTripThroughOnFrame) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  auto frame = [&](const wire::Message& m) {
+    const std::string bytes = wire::Encode(m);
+    agg_->OnFrame(bytes.data(), bytes.size(), 0);
+  };
+  frame(ctl.Hello());
+  ctl.Push(1, 1000, "step", 4).Mark(1, 1500, "m").Pop(1, 2000);
+  frame(ctl.Flush(2500));
+  frame(ctl.Bye());
+  agg_->Tick(0);
+  EXPECT_EQ(agg_->stats().decode_errors, 0u);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(InstantNames(FindSlice(exporter_.steps[0], 1)), (std::vector<std::string>{"m"}));
+  EXPECT_TRUE(agg_->ControllerDone());
+}
+
+TEST_F(AggregatorTest, BatchWithoutHelloIsKeptUnderUnidentifiedProcess) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector stray(9, "worker", 3, 900, "somewhere", "lost");
+  Connect(ctl);
+  stray.Push(1, 1100, "orphan_work").Pop(1, 1200);
+  Send(stray.Flush(5000));  // no hello sent
+  ASSERT_EQ(agg_->processes().count(9), 1u);
+  const ProcessTimeline& p = *agg_->processes().at(9);
+  EXPECT_EQ(p.identity().name, "unidentified");
+  EXPECT_EQ(p.identity().host, "unknown");
+  EXPECT_EQ(p.identity().role, "worker");
+  EXPECT_EQ(p.events_received(), 2u);
+  EXPECT_EQ(agg_->stats().events, 2u);
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(5000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  EXPECT_EQ(exporter_.steps[0].processes.size(), 2u);
+  EXPECT_EQ(SpanNames(FindSlice(exporter_.steps[0], 9)), (std::vector<std::string>{"orphan_work"}));
+}
+
+TEST_F(AggregatorTest, PopOnEmptyStackCountsUnmatched) {
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(worker);
+  worker.Pop(1, 100);
+  worker.Push(1, 200, "ok").Pop(1, 300).Pop(1, 400);
+  worker.Pop(2, 500);
+  Send(worker.Flush(1000));
+  EXPECT_EQ(agg_->processes().at(2)->unmatched(), 3u);
+  EXPECT_EQ(agg_->processes().at(2)->buffered_spans(), 1u);
+}
+
+TEST_F(AggregatorTest, EndWithNoStartCountsUnmatchedAtBye) {
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(worker);
+  worker.End(1, 100, 555);
+  Send(worker.Flush(1000));
+  EXPECT_EQ(agg_->processes().at(2)->unmatched(), 0u);  // its start may still come
+  Send(worker.Bye());
+  EXPECT_EQ(agg_->processes().at(2)->unmatched(), 1u);
+}
+
+TEST_F(AggregatorTest, ByeForUnknownSessionIsIgnored) {
+  wire::Bye bye;
+  bye.session = 12345;
+  Send(bye);
+  EXPECT_TRUE(agg_->processes().empty());
+  EXPECT_EQ(agg_->stats().messages, 1u);
+}
+
+TEST_F(AggregatorTest, OnlyTheFirstControllerDelimitsSteps) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector ctl2(5, "controller", -1, 500);
+  Connect(ctl);
+  Connect(ctl2);
+  ctl2.Push(1, 100, "step").Pop(1, 200);
+  Send(ctl2.Flush(1000));
+  EXPECT_EQ(agg_->stats().steps_seen, 0u);
+  ctl.Push(1, 300, "step").Pop(1, 400);
+  Send(ctl.Flush(1000));
+  EXPECT_EQ(agg_->stats().steps_seen, 1u);
+}
+
+TEST_F(AggregatorTest, RepeatedHelloKeepsTheTimeline) {
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(worker);
+  worker.Push(1, 100, "kept").Pop(1, 200);
+  Send(worker.Flush(1000));
+  Connect(worker);
+  ASSERT_EQ(agg_->processes().size(), 1u);
+  EXPECT_EQ(agg_->processes().at(2)->buffered_spans(), 1u);
+  EXPECT_EQ(agg_->processes().at(2)->watermark_ns(), 1000);
+}
+
+}  // namespace
+}  // namespace rlscope
