@@ -32,7 +32,7 @@ void rlscope_range_push(const char* name) {
   if (c == nullptr) return;
   ThreadState* ts = c->CurrentThread();
   if (ts == nullptr) return;
-  c->Record(EventKind::kRangePush, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
+  c->Record(ts, EventKind::kRangePush, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
   ++ts->depth;
 }
 
@@ -41,7 +41,7 @@ void rlscope_range_pop(void) {
   if (c == nullptr) return;
   ThreadState* ts = c->CurrentThread();
   if (ts == nullptr) return;
-  c->Record(EventKind::kRangePop, 0, 0, 0, 0, rlscope::kFlagNone);
+  c->Record(ts, EventKind::kRangePop, 0, 0, 0, 0, rlscope::kFlagNone);
   if (ts->depth > 0) --ts->depth;
 }
 
@@ -51,14 +51,16 @@ uint64_t rlscope_range_start(const char* name) {
   ThreadState* ts = c->CurrentThread();
   if (ts == nullptr) return 0;
   const uint64_t id = c->NextRangeId();
-  c->Record(EventKind::kRangeStart, ts->names.Lookup(name), 0, 0, id, rlscope::kFlagNone);
+  c->Record(ts, EventKind::kRangeStart, ts->names.Lookup(name), 0, 0, id, rlscope::kFlagNone);
   return id;
 }
 
 void rlscope_range_end(uint64_t range_id) {
   Collector* c = Armed();
   if (c == nullptr || range_id == 0) return;
-  c->Record(EventKind::kRangeEnd, 0, 0, 0, range_id, rlscope::kFlagNone);
+  ThreadState* ts = c->CurrentThread();
+  if (ts == nullptr) return;
+  c->Record(ts, EventKind::kRangeEnd, 0, 0, 0, range_id, rlscope::kFlagNone);
 }
 
 void rlscope_mark(const char* name) {
@@ -66,7 +68,7 @@ void rlscope_mark(const char* name) {
   if (c == nullptr) return;
   ThreadState* ts = c->CurrentThread();
   if (ts == nullptr) return;
-  c->Record(EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
+  c->Record(ts, EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_step_begin(int64_t step) {
@@ -74,7 +76,7 @@ void rlscope_step_begin(int64_t step) {
   if (c == nullptr) return;
   ThreadState* ts = c->CurrentThread();
   if (ts == nullptr) return;
-  c->Record(EventKind::kRangePush, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step),
+  c->Record(ts, EventKind::kRangePush, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step),
             rlscope::kFlagHasPayload);
   ++ts->depth;
 }

@@ -49,11 +49,10 @@ class Collector {
   // flush barrier, not this flag, orders data with the aggregator.
   bool armed() const { return armed_.load(std::memory_order_relaxed); }
 
-  // Records one event on the calling thread. Returns false when not recorded.
-  bool Record(EventKind kind, uint32_t name, uint32_t domain, uint32_t category, uint64_t value,
-              uint8_t flags) {
-    ThreadState* ts = CurrentThread();
-    if (ts == nullptr) return false;
+  // Records one event into `ts`, the calling thread's state (from
+  // CurrentThread()). Returns false when dropped.
+  bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
+              uint64_t value, uint8_t flags) {
     EventRecord r;
     r.ts = ReadTicks(clock_source_);
     r.value = value;

@@ -103,59 +103,59 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   if (ts == nullptr) return ret
 
 int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
-  c->Record(EventKind::kRangePush, a.name, domain, a.category, a.value, a.flags);
+  c->Record(ts, EventKind::kRangePush, a.name, domain, a.category, a.value, a.flags);
   return ts->depth++;
 }
 
 int Pop(Collector* c, ThreadState* ts, uint32_t domain) {
-  c->Record(EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
+  c->Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
   if (ts->depth == 0) return NVTX_NO_PUSH_POP_TRACKING;
   return --ts->depth;
 }
 
-nvtxRangeId_t Start(Collector* c, uint32_t domain, const Attr& a) {
+nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
   const uint64_t id = c->NextRangeId();
-  c->Record(EventKind::kRangeStart, a.name, domain, a.category, id, a.flags);
+  c->Record(ts, EventKind::kRangeStart, a.name, domain, a.category, id, a.flags);
   return id;
 }
 
-void End(Collector* c, uint32_t domain, nvtxRangeId_t id) {
-  c->Record(EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
+void End(Collector* c, ThreadState* ts, uint32_t domain, nvtxRangeId_t id) {
+  c->Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
 }
 
 // ---- CORE module ----
 void NVTX_API MarkEx(const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, );
   const Attr at = ReadAttr(c, ts, a);
-  c->Record(EventKind::kMark, at.name, 0, at.category, at.value, at.flags);
+  c->Record(ts, EventKind::kMark, at.name, 0, at.category, at.value, at.flags);
 }
 void NVTX_API MarkA(const char* m) {
   RLSCOPE_ENTER(c, ts, );
-  c->Record(EventKind::kMark, ts->names.Lookup(m), 0, 0, 0, kFlagNone);
+  c->Record(ts, EventKind::kMark, ts->names.Lookup(m), 0, 0, 0, kFlagNone);
 }
 void NVTX_API MarkW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, );
-  c->Record(EventKind::kMark, c->Intern(Utf8(m)), 0, 0, 0, kFlagNone);
+  c->Record(ts, EventKind::kMark, c->Intern(Utf8(m)), 0, 0, 0, kFlagNone);
 }
 nvtxRangeId_t NVTX_API RangeStartEx(const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, 0);
-  return Start(c, 0, ReadAttr(c, ts, a));
+  return Start(c, ts, 0, ReadAttr(c, ts, a));
 }
 nvtxRangeId_t NVTX_API RangeStartA(const char* m) {
   RLSCOPE_ENTER(c, ts, 0);
   Attr at;
   at.name = ts->names.Lookup(m);
-  return Start(c, 0, at);
+  return Start(c, ts, 0, at);
 }
 nvtxRangeId_t NVTX_API RangeStartW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, 0);
   Attr at;
   at.name = c->Intern(Utf8(m));
-  return Start(c, 0, at);
+  return Start(c, ts, 0, at);
 }
 void NVTX_API RangeEnd(nvtxRangeId_t id) {
   RLSCOPE_ENTER(c, ts, );
-  End(c, 0, id);
+  End(c, ts, 0, id);
 }
 int NVTX_API RangePushEx(const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
@@ -196,15 +196,15 @@ void NVTX_API NameOsThreadW(uint32_t tid, const wchar_t* name) {
 void NVTX_API DomainMarkEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, );
   const Attr at = ReadAttr(c, ts, a);
-  c->Record(EventKind::kMark, at.name, DomainId(d), at.category, at.value, at.flags);
+  c->Record(ts, EventKind::kMark, at.name, DomainId(d), at.category, at.value, at.flags);
 }
 nvtxRangeId_t NVTX_API DomainRangeStartEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, 0);
-  return Start(c, DomainId(d), ReadAttr(c, ts, a));
+  return Start(c, ts, DomainId(d), ReadAttr(c, ts, a));
 }
 void NVTX_API DomainRangeEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) {
   RLSCOPE_ENTER(c, ts, );
-  End(c, DomainId(d), id);
+  End(c, ts, DomainId(d), id);
 }
 int NVTX_API DomainRangePushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);

@@ -1,5 +1,7 @@
 #include "native/thread_buffer.h"
 
+#include <cstring>
+
 namespace rlscope {
 namespace {
 uint64_t RoundUpPow2(size_t n) {
@@ -12,6 +14,9 @@ uint64_t RoundUpPow2(size_t n) {
 ThreadBuffer::ThreadBuffer(int64_t tid, size_t capacity)
     : tid_(tid),
       mask_(RoundUpPow2(capacity) - 1),
-      slots_(new EventRecord[mask_ + 1]) {}
+      slots_(static_cast<EventRecord*>(
+          ::operator new[]((mask_ + 1) * sizeof(EventRecord), std::align_val_t{64}))) {
+  std::memset(static_cast<void*>(slots_.get()), 0, (mask_ + 1) * sizeof(EventRecord));
+}
 
 }  // namespace rlscope

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Runs the rlscope hot-path benchmarks and prints Markdown tables.
+
+Usage: python3 bench/run_bench.py [--build-dir build] [--runs 3] [--pairs N]
+
+Sections (each a function that runs its programs and prints one table):
+  nvtx_pair_section   ns per nvtxRangePushA + nvtxRangePop pair under each
+                      NVTX tool configuration (bench/nvtx_pair_bench).
+  aggregator_section  events/s from wire frames to trace.json on one core
+                      (bench/aggregator_bench, pinned to CPU 0), and wire
+                      bytes per event beside the 32-byte in-memory record.
+
+Stdlib only. NVTX reads NVTX_INJECTION64_PATH once per process, so every
+configuration runs as its own process.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+
+EVENT_RECORD_BYTES = 32  # sizeof(rlscope::EventRecord), native/event.h
+COLLECTOR_RING_KB = 65536  # per-thread ring for the "recording" configuration
+DEFAULT_RING_KB = 1024  # the collector's default buffers.per_thread_kb
+
+
+def free_tcp_port():
+    """A port nothing listens on right now (the collector only connects)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env():
+    """The environment without any NVTX tool or rlscope settings."""
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith("RLSCOPE_") or key.startswith("NVTX_INJECTION"):
+            del env[key]
+    env.pop("RANK", None)
+    return env
+
+
+def ring_warmup_pairs(ring_kb):
+    """Untimed pairs that touch a whole ring of ring_kb once without overflowing it."""
+    records = ring_kb * 1024 // EVENT_RECORD_BYTES
+    return max(records // 2 - 1024, 0)
+
+
+def fmt(value, digits=1):
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def print_table(title, header, rows):
+    print(f"### {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(fmt(c) for c in row) + " |")
+    print()
+    sys.stdout.flush()
+
+
+def run_json(cmd, env, timeout_s):
+    """Runs cmd; returns the JSON object on the last stdout line."""
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if not lines:
+        raise RuntimeError(f"{' '.join(cmd)} printed nothing\nstderr:\n{proc.stderr}")
+    if proc.stderr.strip():
+        print(f"[stderr of {os.path.basename(cmd[0])}] {proc.stderr.strip()}", file=sys.stderr)
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------------------
+# Section: NVTX push+pop pair cost per tool configuration.
+
+
+def nvtx_pair_configs(build_dir):
+    """(name, env overrides, warm-up pairs, reference) per configuration."""
+    collector = os.path.join(build_dir, "collector", "librlscope_collector.so")
+    bench = os.path.join(build_dir, "bench")
+    warm = ring_warmup_pairs(COLLECTOR_RING_KB)
+    configs = [
+        ("no tool", {}, warm, "~0.8 ns/pair"),
+        (
+            "counting tool",
+            {"NVTX_INJECTION64_PATH": os.path.join(bench, "librlscope_bench_counting_tool.so")},
+            warm,
+            "trivial-tool floor",
+        ),
+    ]
+    rdtsc_tool = os.path.join(bench, "librlscope_bench_rdtsc_tool.so")
+    if os.path.exists(rdtsc_tool):
+        configs.append(("rdtsc recorder tool", {"NVTX_INJECTION64_PATH": rdtsc_tool}, warm,
+                        "bare rdtsc recorder ~22 ns/pair"))
+    configs += [
+        (
+            "clock_gettime recorder tool",
+            {"NVTX_INJECTION64_PATH": os.path.join(bench, "librlscope_bench_clock_tool.so")},
+            warm,
+            "clock_gettime recorder ~53 ns/pair",
+        ),
+        (
+            f"rlscope collector, recording ({COLLECTOR_RING_KB} KiB ring)",
+            {
+                "NVTX_INJECTION64_PATH": collector,
+                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_CONFIG": f"{{buffers: {{per_thread_kb: {COLLECTOR_RING_KB}}}}}",
+            },
+            warm,
+            "target <= 30 ns/pair",
+        ),
+        (
+            f"rlscope collector, recording ({COLLECTOR_RING_KB} KiB ring, no warm-up)",
+            {
+                "NVTX_INJECTION64_PATH": collector,
+                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_CONFIG": f"{{buffers: {{per_thread_kb: {COLLECTOR_RING_KB}}}}}",
+            },
+            0,
+            "target <= 30 ns/pair; timed part pays first-touch page faults of the ring",
+        ),
+        (
+            f"rlscope collector, recording (default {DEFAULT_RING_KB} KiB ring)",
+            {
+                "NVTX_INJECTION64_PATH": collector,
+                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+            },
+            ring_warmup_pairs(DEFAULT_RING_KB),
+            "target <= 30 ns/pair",
+        ),
+        (
+            "rlscope collector, disarmed (rank not selected)",
+            {
+                "NVTX_INJECTION64_PATH": collector,
+                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_CONFIG": "{ranks: [1]}",
+                "RLSCOPE_RANK": "0",
+            },
+            warm,
+            "loaded, not recording",
+        ),
+    ]
+    return configs
+
+
+def nvtx_pair_section(args):
+    exe = os.path.join(args.build_dir, "bench", "nvtx_pair_bench")
+    if not os.path.exists(exe):
+        raise SystemExit(f"{exe} not found: build nvtx_pair_bench (-DRLSCOPE_BUILD_TESTS=ON)")
+    rows = []
+    for name, overrides, warmup, reference in nvtx_pair_configs(args.build_dir):
+        env = clean_env()
+        env.update(overrides)
+        tool = overrides.get("NVTX_INJECTION64_PATH")
+        if tool is not None and not os.path.exists(tool):
+            rows.append([name, None, None, None, None, f"{reference} (not built: {tool})"])
+            continue
+        cmd = [exe, "--pairs", str(args.pairs), "--chunk", str(args.chunk),
+               "--sleep-ms", str(args.sleep_ms), "--warmup-pairs", str(warmup)]
+        results = []
+        for i in range(args.runs):
+            r = run_json(cmd, env, timeout_s=args.timeout_s)
+            print(f"[{name} run {i + 1}/{args.runs}] {json.dumps(r)}", file=sys.stderr)
+            results.append(r)
+        median = statistics.median(r["ns_per_pair_median"] for r in results)
+        best = min(r["ns_per_pair_min"] for r in results)
+        recorded = [r["events_recorded"] for r in results]
+        dropped = [r["dropped"] for r in results]
+        rows.append([
+            name,
+            median,
+            best,
+            None if None in recorded else statistics.median(recorded),
+            None if None in dropped else max(dropped),
+            reference,
+        ])
+    print_table(
+        f"NVTX push+pop cost ({args.pairs} timed pairs/run in chunks of {args.chunk}, "
+        f"{args.runs} runs; events include untimed warm-up)",
+        ["configuration", "ns/pair (median of runs)", "ns/pair (min)", "events recorded",
+         "dropped", "reference"],
+        rows,
+    )
+
+
+def aggregator_section(args):
+    """Decode -> per-step store -> Chrome trace export, one core."""
+    binary = os.path.join(args.build_dir, "bench", "aggregator_bench")
+    rows = []
+    for threads in (1, 4):
+        results = []
+        for _ in range(args.runs):
+            cmd = ["taskset", "-c", "0", binary, "--events", "2000000", "--threads", str(threads),
+                   "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
+            results.append(run_json(cmd, clean_env(), args.timeout_s))
+        eps = statistics.median(r["events_per_s"] for r in results)
+        r = results[0]
+        rows.append([
+            "2M events, %d thread(s), 1 step" % threads,
+            fmt(eps / 1e6, 2),
+            fmt(r["bytes_per_event"], 2),
+            str(EVENT_RECORD_BYTES),
+            fmt(r["trace_bytes"] / r["events"], 1),
+            "RL-Scope analysis: 0.145 M events/s",
+        ])
+    print_table("Aggregator: wire frames -> step trace.json, one core (median of %d runs)" % args.runs,
+                ["workload", "M events/s", "wire bytes/event", "record bytes (in memory)",
+                 "trace.json bytes/event", "reference"], rows)
+
+
+SECTIONS = {
+    "nvtx_pair": nvtx_pair_section,
+    "aggregator": aggregator_section,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build-dir", default="build", help="CMake build directory (default: build)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per configuration (default 3)")
+    parser.add_argument("--pairs", type=int, default=2 * 1024 * 1024,
+                        help="timed push+pop pairs per run (default 2097152)")
+    parser.add_argument("--chunk", type=int, default=8192, help="pairs per timed chunk")
+    parser.add_argument("--sleep-ms", type=int, default=30,
+                        help="untimed pause between chunks so the collector drains its ring")
+    parser.add_argument("--timeout-s", type=int, default=300, help="limit per benchmark process")
+    parser.add_argument("--section", action="append", choices=sorted(SECTIONS),
+                        help="run only these sections (default: all)")
+    args = parser.parse_args()
+    args.build_dir = os.path.abspath(args.build_dir)  # NVTX wants a loadable path
+    for name in args.section or list(SECTIONS):
+        SECTIONS[name](args)
+
+
+if __name__ == "__main__":
+    main()
