@@ -68,14 +68,15 @@ bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
 void Aggregator::Tick(int64_t now_ns) {
   size_t n = 0;
   while (n < pending_.size() && Ready(pending_[n], now_ns)) {
-    Emit(pending_[n], false, now_ns);
+    Emit(pending_[n], false);
     ++n;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
 }
 
 void Aggregator::Finish(int64_t now_ns) {
-  for (const PendingStep& step : pending_) Emit(step, true, now_ns);
+  for (const PendingStep& step : pending_) Emit(step, true);
+  (void)now_ns;  // Finish waits for nothing: every closed step goes out now
   pending_.clear();
   exporter_->ExportRun(MakeRunInfo(true));
   exporter_->Flush(std::chrono::milliseconds(10000));
@@ -96,7 +97,7 @@ bool Aggregator::ControllerDone() const {
   return c != processes_.end() && c->second->said_bye();
 }
 
-void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
+void Aggregator::Emit(const PendingStep& step, bool forced) {
   const StepSpan& s = step.span;
   if (config_.steps.Contains(s.number)) {
     StepProfile profile;
@@ -124,7 +125,6 @@ void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
       profile.processes.push_back(std::move(slice));
     }
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
-    (void)now_ns;
     if (exporter_->ExportStep(profile)) {
       steps_written_.push_back(s.number);
       ++stats_.steps_written;

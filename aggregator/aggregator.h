@@ -62,7 +62,7 @@ class Aggregator {
     int64_t closed_at_ns;  // aggregator time when the step's end arrived
   };
   bool Ready(const PendingStep& step, int64_t now_ns) const;
-  void Emit(const PendingStep& step, bool forced, int64_t now_ns);
+  void Emit(const PendingStep& step, bool forced);
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;

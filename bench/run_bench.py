@@ -130,7 +130,7 @@ def nvtx_pair_configs(build_dir):
                 "RLSCOPE_CONFIG": f"{{buffers: {{per_thread_kb: {COLLECTOR_RING_KB}}}}}",
             },
             0,
-            "target <= 30 ns/pair; timed part pays first-touch page faults of the ring",
+            "target <= 30 ns/pair; no warm-up: the ring is prefaulted when the thread registers",
         ),
         (
             f"rlscope collector, recording (default {DEFAULT_RING_KB} KiB ring)",

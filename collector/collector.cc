@@ -313,7 +313,7 @@ void Collector::FlushLoop() {
       ticket = flush_requests_;
       stop = stop_;
     }
-    DrainAndSend(sock, stop);
+    DrainAndSend(sock);
     {
       std::lock_guard<std::mutex> lock(flush_mu_);
       flushes_done_ = ticket;
@@ -332,8 +332,7 @@ void Collector::FlushLoop() {
   if (ctx != nullptr) zmq_ctx_term(ctx);
 }
 
-void Collector::DrainAndSend(void* socket, bool final) {
-  (void)final;
+void Collector::DrainAndSend(void* socket) {
   converter_.Sample();
   // Every event stamped before `watermark` is drained below, except one whose
   // thread read the clock but had not yet published it: allow 100 us for that.

@@ -98,7 +98,7 @@ class Collector {
   Collector(Config config, std::string endpoint, wire::Identity identity);
   ThreadState* RegisterThread();
   void FlushLoop();
-  void DrainAndSend(void* socket, bool final);
+  void DrainAndSend(void* socket);
   void UpdateArmed();
 
   struct ThreadEntry {
