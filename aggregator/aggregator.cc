@@ -21,8 +21,10 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
   ++stats_.messages;
   if (const auto* hello = std::get_if<wire::Hello>(&message)) {
     auto& slot = processes_[hello->session];
+    // A repeated hello updates the identity (labels learnt later, or the
+    // real identity of a process first seen through a batch).
     if (!slot) slot = std::make_unique<ProcessTimeline>(*hello);
-    else if (slot->identity().name == "unidentified") slot->Identify(*hello);
+    else slot->Identify(*hello);
     if (slot->is_controller() && controller_session_ == 0) controller_session_ = hello->session;
     exporter_->ExportRun(MakeRunInfo(false));
     return;
@@ -50,6 +52,13 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
     for (const StepSpan& s : closed) {
       ++stats_.steps_seen;
       pending_.push_back({s, now_ns});
+    }
+    return;
+  }
+  if (const auto* ex = std::get_if<wire::Expected>(&message)) {
+    if (controller_session_ == 0 || ex->session == controller_session_) {
+      expected_ = ex->processes;
+      exporter_->ExportRun(MakeRunInfo(false));
     }
     return;
   }
@@ -83,13 +92,29 @@ void Aggregator::Finish(int64_t now_ns) {
   exporter_->Shutdown();
 }
 
-bool Aggregator::RunComplete() const {
-  auto c = processes_.find(controller_session_);
-  if (c == processes_.end() || !c->second->said_bye()) return false;
-  for (const auto& [session, p] : processes_) {
-    if (!p->said_bye()) return false;
+bool Aggregator::RunComplete() const { return ControllerDone() && pending_.empty(); }
+
+std::vector<ExpectedProcess> Aggregator::NotProfiled() const {
+  std::vector<ExpectedProcess> missing;
+  for (const ExpectedProcess& e : expected_) {
+    auto get = [](const std::map<std::string, std::string>& m, const char* k) {
+      auto it = m.find(k);
+      return it == m.end() ? std::string() : it->second;
+    };
+    const std::string actor_id = get(e, "actor_id"), node_id = get(e, "node_id"), pid = get(e, "pid");
+    bool found = false;
+    for (const auto& [session, p] : processes_) {
+      const auto& labels = p->identity().labels;
+      if (!actor_id.empty() && get(labels, "actor_id") == actor_id) found = true;
+      if (actor_id.empty() && !pid.empty() && std::to_string(p->identity().pid) == pid &&
+          (node_id.empty() || get(labels, "node_id") == node_id)) {
+        found = true;
+      }
+      if (found) break;
+    }
+    if (!found) missing.push_back(e);
   }
-  return pending_.empty();
+  return missing;
 }
 
 bool Aggregator::ControllerDone() const {
@@ -125,6 +150,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
       profile.processes.push_back(std::move(slice));
     }
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
+    profile.not_profiled = NotProfiled();
     if (exporter_->ExportStep(profile)) {
       steps_written_.push_back(s.number);
       ++stats_.steps_written;
@@ -144,6 +170,8 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.config_yaml = ConfigToYaml(config_);
   for (const auto& [session, p] : processes_) run.processes.push_back({session, p.get()});
   run.steps_written = steps_written_;
+  run.expected = expected_;
+  run.not_profiled = NotProfiled();
   run.steps_seen = stats_.steps_seen;
   run.decode_errors = stats_.decode_errors;
   run.last_decode_error = stats_.last_decode_error;

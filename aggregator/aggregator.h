@@ -50,8 +50,11 @@ class Aggregator {
 
   const AggregatorStats& stats() const { return stats_; }
   const std::map<uint64_t, std::unique_ptr<ProcessTimeline>>& processes() const { return processes_; }
-  // True once a controller said bye and every process it knew has said bye.
+  // True once the controller said bye and every step it closed was exported:
+  // nothing more can be written (workers may still be running).
   bool RunComplete() const;
+  // Expected processes (from the controller) with no connected collector.
+  std::vector<ExpectedProcess> NotProfiled() const;
   // True once the controller said bye (its steps are all known).
   bool ControllerDone() const;
   std::vector<int64_t> steps_written() const { return steps_written_; }
@@ -70,6 +73,7 @@ class Aggregator {
   std::map<uint64_t, std::unique_ptr<ProcessTimeline>> processes_;  // by session
   uint64_t controller_session_ = 0;  // the first controller to connect
   std::vector<PendingStep> pending_;
+  std::vector<ExpectedProcess> expected_;
   std::vector<int64_t> steps_written_;
   int64_t last_cut_end_ns_ = INT64_MIN;
   AggregatorStats stats_;

@@ -50,15 +50,41 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p) {
   w.EndObject();
 }
 
+void WriteExpected(JsonWriter& w, const std::vector<ExpectedProcess>& list) {
+  w.BeginArray();
+  for (const ExpectedProcess& e : list) {
+    w.BeginObject();
+    for (const auto& [k, v] : e) w.Key(k).String(v);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
 }  // namespace
 
 ChromeTraceExporter::ChromeTraceExporter(std::string out_dir) : out_dir_(std::move(out_dir)) {}
 
 std::string ChromeTraceExporter::ProcessLabel(const ProcessTimeline& p) {
   const wire::Identity& id = p.identity();
-  std::string label = id.host + " / " + id.name + " (" + id.role;
-  if (id.rank >= 0) label += ", rank " + std::to_string(id.rank);
-  return label + ") / pid " + std::to_string(id.pid);
+  auto label_of = [&](const char* key) {
+    auto it = id.labels.find(key);
+    return it == id.labels.end() ? std::string() : it->second;
+  };
+  const std::string node_ip = label_of("node_ip");
+  if (node_ip.empty()) {  // not a Ray process: host / name (role, rank R) / pid P
+    std::string label = id.host + " / " + id.name + " (" + id.role;
+    if (id.rank >= 0) label += ", rank " + std::to_string(id.rank);
+    return label + ") / pid " + std::to_string(id.pid);
+  }
+  // A Ray process: node 10.0.0.2 [node id prefix] / Learner (rank 0) / pid 4242
+  std::string label = "node " + node_ip;
+  const std::string node_id = label_of("node_id");
+  if (!node_id.empty()) label += " [" + node_id.substr(0, 8) + "]";
+  const std::string actor_class = label_of("actor_class");
+  label += " / " + (actor_class.empty() ? id.name : actor_class);
+  if (id.role == "controller") label += " (controller)";
+  else if (id.rank >= 0) label += " (rank " + std::to_string(id.rank) + ")";
+  return label + " / pid " + std::to_string(id.pid);
 }
 
 int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
@@ -197,6 +223,10 @@ std::string StepSummaryJson(const StepProfile& step) {
     if (slice.late) w.String(ChromeTraceExporter::ProcessLabel(*slice.process));
   }
   w.EndArray();
+  // Asked to be profiled (by the controller) but never connected, e.g. a Ray
+  // node started without the rlscope plugin registered.
+  w.Key("not_profiled");
+  WriteExpected(w, step.not_profiled);
   w.Key("totals").BeginObject();
   w.Key("processes").Uint(step.processes.size());
   w.Key("spans").Uint(spans);
@@ -282,6 +312,10 @@ bool ChromeTraceExporter::ExportRun(const RunInfo& run) noexcept {
     w.Key("steps_written").BeginArray();
     for (int64_t s : run.steps_written) w.Int(s);
     w.EndArray();
+    w.Key("expected");
+    WriteExpected(w, run.expected);
+    w.Key("not_profiled");
+    WriteExpected(w, run.not_profiled);
     w.Key("steps_seen").Uint(run.steps_seen);
     w.Key("decode_errors").Uint(run.decode_errors);
     w.Key("last_decode_error").String(run.last_decode_error);

@@ -3,6 +3,8 @@
 //
 //   rlscope-ray-aggregator --listen tcp://127.0.0.1:5557 --out DIR
 //       [--config FILE] [--grace-ms N] [--exit-when-done] [--endpoint-file F]
+//   --exit-when-done: exit once the controller said bye and every step it
+//   closed is written (late processes wait at most flush.step_grace_ms).
 //   rlscope-ray-aggregator check FILE [--keys]
 //
 // SIGINT/SIGTERM: write every closed step, finalise run.json, exit 0.
@@ -114,7 +116,6 @@ int main(int argc, char** argv) {
   rlscope::Aggregator agg(config, &exporter);
   exporter.ExportRun({});
   size_t reported = 0;
-  int64_t controller_done_at = 0;
   zmq_msg_t part;
   zmq_msg_init(&part);
   while (!g_stop) {
@@ -142,13 +143,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(written[reported]));
       std::fflush(stdout);
     }
-    if (exit_when_done) {
-      if (agg.RunComplete()) break;
-      if (agg.ControllerDone()) {
-        if (controller_done_at == 0) controller_done_at = now;
-        if (now - controller_done_at > config.flush.step_grace_ms * 1000000) break;
-      }
-    }
+    if (exit_when_done && agg.RunComplete()) break;
   }
   zmq_msg_close(&part);
   agg.Finish(rlscope::MonotonicNs());

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,17 @@ struct ProcessSlice {
   bool late = false;              // had not flushed past the step end in time
 };
 
+// A process that should have connected but did not (identity strings as the
+// controller reported them: actor_id, class_name, name, node_id, pid).
+using ExpectedProcess = std::map<std::string, std::string>;
+
 struct StepProfile {
   int64_t step = 0;
   int64_t begin_ns = 0;
   int64_t end_ns = 0;
   std::string reason;  // "complete" or "grace_timeout" or "final"
   std::vector<ProcessSlice> processes;
+  std::vector<ExpectedProcess> not_profiled;
 };
 
 struct ProcessInfo {
@@ -38,6 +44,8 @@ struct RunInfo {
   std::string config_yaml;
   std::vector<ProcessInfo> processes;
   std::vector<int64_t> steps_written;
+  std::vector<ExpectedProcess> expected;
+  std::vector<ExpectedProcess> not_profiled;
   uint64_t steps_seen = 0;
   uint64_t decode_errors = 0;
   std::string last_decode_error;

@@ -100,6 +100,39 @@ void rlscope_collector_shutdown(void) {
   if (Collector* c = Collector::Instance()) c->Shutdown();
 }
 
+void rlscope_set_label(const char* key, const char* value) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr || key == nullptr || value == nullptr) return;
+  try {
+    c->SetLabel(key, value);
+  } catch (...) {
+  }
+}
+
+void rlscope_report_expected(const char* const* records, uint64_t n) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr || (records == nullptr && n > 0)) return;
+  try {
+    std::vector<std::map<std::string, std::string>> processes;
+    for (uint64_t i = 0; i < n; ++i) {
+      std::map<std::string, std::string> entry;
+      std::string record = records[i] != nullptr ? records[i] : "";
+      size_t start = 0;
+      while (start < record.size()) {
+        size_t end = record.find('\n', start);
+        if (end == std::string::npos) end = record.size();
+        const std::string line = record.substr(start, end - start);
+        const size_t eq = line.find('=');
+        if (eq != std::string::npos) entry[line.substr(0, eq)] = line.substr(eq + 1);
+        start = end + 1;
+      }
+      processes.push_back(std::move(entry));
+    }
+    c->ReportExpected(std::move(processes));
+  } catch (...) {
+  }
+}
+
 void rlscope_collector_stats(rlscope_stats_t* out) {
   if (out == nullptr) return;
   *out = rlscope_stats_t{};

@@ -164,7 +164,6 @@ Collector* Collector::Start() {
 Collector::Collector(Config config, std::string endpoint, wire::Identity identity)
     : config_(std::move(config)),
       endpoint_(std::move(endpoint)),
-      identity_(std::move(identity)),
       session_([] {
         std::random_device rd;
         return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
@@ -173,8 +172,10 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
       clock_source_(Env("RLSCOPE_CLOCK") != "monotonic" && TscIsInvariant() ? ClockSource::kTsc
                                                                              : ClockSource::kMonotonic),
       owner_pid_(getpid()),
-      selected_(config_.ranks.Contains(identity_.rank < 0 ? 0 : identity_.rank) &&
-                (identity_.role != "controller" || config_.controller) && config_.cpu.nvtx),
+      start_ns_(MonotonicNs()),
+      selected_(config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank) &&
+                (identity.role != "controller" || config_.controller) && config_.cpu.nvtx),
+      identity_(std::move(identity)),
       converter_(clock_source_) {
   if (!config_.ranks.all && identity_.rank < 0) {
     std::fprintf(stderr,
@@ -294,15 +295,6 @@ void Collector::FlushLoop() {
       sock = nullptr;
     }
   }
-  if (sock != nullptr) {
-    wire::Hello hello;
-    hello.session = session_;
-    hello.identity = identity_;
-    hello.clock = "monotonic";
-    hello.start_ns = MonotonicNs();
-    const std::string msg = wire::Encode(hello);
-    zmq_send(sock, msg.data(), msg.size(), ZMQ_DONTWAIT);
-  }
   while (true) {
     uint64_t ticket;
     bool stop;
@@ -313,6 +305,7 @@ void Collector::FlushLoop() {
       ticket = flush_requests_;
       stop = stop_;
     }
+    SendControl(sock);
     DrainAndSend(sock);
     {
       std::lock_guard<std::mutex> lock(flush_mu_);
@@ -330,6 +323,50 @@ void Collector::FlushLoop() {
     zmq_close(sock);  // lingers up to flush.exit_timeout_ms to deliver
   }
   if (ctx != nullptr) zmq_ctx_term(ctx);
+}
+
+void Collector::SetLabel(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  identity_.labels[key] = value;
+  ++hello_gen_;
+}
+
+void Collector::ReportExpected(std::vector<std::map<std::string, std::string>> processes) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  expected_ = std::move(processes);
+  ++expected_gen_;
+}
+
+void Collector::SendControl(void* socket) {
+  if (socket == nullptr) return;
+  std::string hello_msg, expected_msg;
+  uint64_t hello_gen = 0, expected_gen = 0;
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    hello_gen = hello_gen_;
+    expected_gen = expected_gen_;
+    if (hello_gen_ != hello_sent_gen_) {
+      wire::Hello hello;
+      hello.session = session_;
+      hello.identity = identity_;
+      hello.clock = "monotonic";
+      hello.start_ns = start_ns_;
+      hello_msg = wire::Encode(hello);
+    }
+    if (expected_gen_ != expected_sent_gen_) {
+      expected_msg = wire::Encode(wire::Expected{session_, expected_});
+    }
+  }
+  // A control message that cannot be queued now is retried on the next flush.
+  if (!hello_msg.empty() && zmq_send(socket, hello_msg.data(), hello_msg.size(), ZMQ_DONTWAIT) >= 0) {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    hello_sent_gen_ = hello_gen;
+  }
+  if (!expected_msg.empty() &&
+      zmq_send(socket, expected_msg.data(), expected_msg.size(), ZMQ_DONTWAIT) >= 0) {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    expected_sent_gen_ = expected_gen;
+  }
 }
 
 void Collector::DrainAndSend(void* socket) {

@@ -91,14 +91,20 @@ class Collector {
   // In a forked child: no flush thread exists there, so record nothing.
   void DisableInForkedChild();
 
+  // Adds or replaces an identity label; the flush thread re-sends Hello.
+  void SetLabel(const std::string& key, const std::string& value);
+  // Queues the controller's list of processes that should connect.
+  void ReportExpected(std::vector<std::map<std::string, std::string>> processes);
+
   const Config& config() const { return config_; }
-  const wire::Identity& identity() const { return identity_; }
 
  private:
   Collector(Config config, std::string endpoint, wire::Identity identity);
   ThreadState* RegisterThread();
   void FlushLoop();
   void DrainAndSend(void* socket);
+  // Sends Hello (first time and after SetLabel) and a pending Expected list.
+  void SendControl(void* socket);
   void UpdateArmed();
 
   struct ThreadEntry {
@@ -114,10 +120,10 @@ class Collector {
 
   const Config config_;
   const std::string endpoint_;
-  const wire::Identity identity_;
   const uint64_t session_;
   const ClockSource clock_source_;
   const int owner_pid_;
+  const int64_t start_ns_;
   const bool selected_;  // rank and role are profiled under this config
 
   std::atomic<bool> armed_{false};
@@ -132,7 +138,11 @@ class Collector {
   uint64_t retired_dropped_ = 0;   // drops of threads already removed
   uint64_t retired_written_ = 0;   // records of threads already removed
 
-  std::mutex meta_mu_;  // guards thread_names_, categories_ and their cursors
+  std::mutex meta_mu_;  // guards identity_, the hello/expected flags, thread_names_, categories_
+  wire::Identity identity_;
+  uint64_t hello_gen_ = 1, hello_sent_gen_ = 0;        // Hello (re)send when they differ
+  uint64_t expected_gen_ = 0, expected_sent_gen_ = 0;  // likewise for Expected
+  std::vector<std::map<std::string, std::string>> expected_;
   std::map<int64_t, std::string> thread_names_;  // explicit (NVTX) names
   std::vector<int64_t> renamed_threads_;
   std::vector<wire::CategoryName> categories_;

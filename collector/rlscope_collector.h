@@ -40,6 +40,14 @@ RLSCOPE_API int rlscope_flush(int timeout_ms);
 /* Flushes, says goodbye to the aggregator and stops. Also run at exit. */
 RLSCOPE_API void rlscope_collector_shutdown(void);
 
+/* Adds or replaces an identity label of this process (e.g. "actor_id");
+ * shown in run.json and track names. Not for the hot path (takes a lock). */
+RLSCOPE_API void rlscope_set_label(const char* key, const char* value);
+/* Controller only: the processes that should connect, `n` records of
+ * "key=value" lines joined by '\n' (keys: actor_id, class_name, name,
+ * node_id, pid). Replaces the previous list. */
+RLSCOPE_API void rlscope_report_expected(const char* const* records, uint64_t n);
+
 typedef struct rlscope_stats {
   uint64_t events;          /* recorded into buffers */
   uint64_t dropped;         /* dropped: buffers full, or batches not sendable */

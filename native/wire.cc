@@ -259,6 +259,33 @@ bool DecodeBye(Ctx& c, const object& body, Bye* b) {
   return true;
 }
 
+bool DecodeExpected(Ctx& c, const object& body, Expected* ex) {
+  const object* o;
+  if (!Require(c, body, "expected", "session", &o) || !GetUint(c, *o, "expected.session", &ex->session)) {
+    return false;
+  }
+  const object_array* arr;
+  if (!Require(c, body, "expected", "processes", &o) || !GetArray(c, *o, "expected.processes", &arr)) {
+    return false;
+  }
+  for (uint32_t i = 0; i < arr->size; ++i) {
+    const std::string where = "expected.processes[" + std::to_string(i) + "]";
+    const object& m = arr->ptr[i];
+    if (m.type != object_type::MAP) return c.Fail(where, std::string("expected a map, got ") + TypeName(m));
+    std::map<std::string, std::string> entry;
+    for (uint32_t j = 0; j < m.via.map.size; ++j) {
+      std::string k, v;
+      if (!GetStr(c, m.via.map.ptr[j].key, where + " key", &k) ||
+          !GetStr(c, m.via.map.ptr[j].val, where + "[" + k + "]", &v)) {
+        return false;
+      }
+      entry[k] = v;
+    }
+    ex->processes.push_back(std::move(entry));
+  }
+  return true;
+}
+
 }  // namespace
 
 void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped) {
@@ -373,6 +400,21 @@ std::string Encode(const Message& message) {
     const msgpack::sbuffer& out = w.Finish();
     return std::string(out.data(), out.size());
   }
+  if (const auto* ex = std::get_if<Expected>(&message)) {
+    PackHeader(pk, MessageType::kExpected, 2);
+    PackKey(pk, "session");
+    pk.pack_uint64(ex->session);
+    PackKey(pk, "processes");
+    pk.pack_array(static_cast<uint32_t>(ex->processes.size()));
+    for (const auto& p : ex->processes) {
+      pk.pack_map(static_cast<uint32_t>(p.size()));
+      for (const auto& [k, v] : p) {
+        PackString(pk, k);
+        PackString(pk, v);
+      }
+    }
+    return std::string(buf.data(), buf.size());
+  }
   const auto& bye = std::get<Bye>(message);
   PackHeader(pk, MessageType::kBye, 3);
   PackKey(pk, "session");
@@ -458,6 +500,12 @@ DecodeResult Decode(const char* data, size_t size) {
       Bye b;
       if (!DecodeBye(c, body, &b)) return r;
       r.message = std::move(b);
+      break;
+    }
+    case MessageType::kExpected: {
+      Expected ex;
+      if (!DecodeExpected(c, body, &ex)) return r;
+      r.message = std::move(ex);
       break;
     }
     default:

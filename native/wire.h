@@ -28,6 +28,7 @@ enum class MessageType : uint8_t {
   kHello = 1,
   kBatch = 2,
   kBye = 3,
+  kExpected = 4,
 };
 
 // Who a collector is. `rank` is -1 when unknown.
@@ -89,7 +90,17 @@ struct Bye {
   uint64_t dropped = 0;  // events dropped by this collector (total)
 };
 
-using Message = std::variant<Hello, Batch, Bye>;
+// Sent by a controller: the processes that were asked to be profiled (e.g.
+// Ray actors with a runtime_env "rlscope" entry), each a map of identity
+// strings (actor_id, class_name, name, node_id, pid). Each message replaces
+// the previous list; the aggregator reports those that never connected.
+struct Expected {
+  uint64_t session = 0;
+  std::vector<std::map<std::string, std::string>> processes;
+  bool operator==(const Expected&) const = default;
+};
+
+using Message = std::variant<Hello, Batch, Bye, Expected>;
 
 // Streaming batch encoder, used by the collector's flush thread so events go
 // from ring buffers to bytes without an intermediate copy.

@@ -3,7 +3,14 @@
 // no collector runs in this process.
 #include <pybind11/pybind11.h>
 
+#include <pybind11/stl.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
 #include "collector/rlscope_collector.h"
+#include "native/config.h"
 
 namespace py = pybind11;
 
@@ -23,6 +30,30 @@ PYBIND11_MODULE(_native, m) {
   m.def("flush", &rlscope_flush, py::arg("timeout_ms") = 2000,
         py::call_guard<py::gil_scoped_release>());
   m.def("shutdown", &rlscope_collector_shutdown, py::call_guard<py::gil_scoped_release>());
+  m.def("set_label", [](const std::string& k, const std::string& v) { rlscope_set_label(k.c_str(), v.c_str()); },
+        py::arg("key"), py::arg("value"));
+  m.def(
+      "report_expected",
+      [](const std::vector<std::map<std::string, std::string>>& processes) {
+        std::vector<std::string> records;
+        for (const auto& p : processes) {
+          std::string r;
+          for (const auto& [k, v] : p) r += k + "=" + v + "\n";
+          records.push_back(std::move(r));
+        }
+        std::vector<const char*> ptrs;
+        for (const auto& r : records) ptrs.push_back(r.c_str());
+        rlscope_report_expected(ptrs.data(), ptrs.size());
+      },
+      py::arg("processes"));
+  m.def(
+      "check_config",
+      [](const std::string& text, const std::string& source) {
+        const rlscope::ConfigResult r = rlscope::ParseConfig(text, source);
+        return py::make_tuple(r.ok() ? rlscope::ConfigToYaml(r.config) : std::string(), r.errors);
+      },
+      py::arg("text"), py::arg("source"),
+      "Validate a YAML/JSON config: (resolved_yaml, errors); errors name source:line:col and key.");
   m.def("stats", [] {
     rlscope_stats_t s;
     rlscope_collector_stats(&s);

@@ -25,6 +25,8 @@ from . import _native
 
 __all__ = [
     "aggregator_path",
+    "init",
+    "shutdown",
     "collector_path",
     "enabled",
     "flush",
@@ -147,3 +149,17 @@ def shutdown_collector() -> None:
 def stats() -> dict:
     """This process's collector counters: events, dropped, batches, threads."""
     return dict(_native.stats())
+
+
+def init(config=None, **kwargs):  # type: ignore[no-untyped-def]
+    """Start a profiling session for a Ray job (see rlscope_ray.session.init)."""
+    from . import session
+
+    return session.init(config, **kwargs)
+
+
+def shutdown(timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+    """Finish the session: flush, write the last steps, stop Ray if init started it."""
+    from . import session
+
+    return session.shutdown(timeout_s)

@@ -775,6 +775,62 @@ TEST_F(AggregatorTest, RunCompleteOnceControllerAndWorkersSaidBye) {
   EXPECT_TRUE(agg_->RunComplete());
 }
 
+TEST_F(AggregatorTest, RunCompleteDoesNotWaitForLiveWorkersOnceStepsAreWritten) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  Send(worker.Flush(3000));  // flushed past the step, still running
+  Send(ctl.Bye());
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(agg_->RunComplete());
+}
+
+TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(worker);
+  wire::Hello later = worker.Hello();
+  later.identity.labels = {{"actor_id", "a1"}, {"actor_class", "Learner"}, {"node_ip", "10.0.0.2"},
+                           {"node_id", "0123456789abcdef"}};
+  Send(later);
+  ASSERT_EQ(agg_->processes().size(), 1u);
+  const ProcessTimeline& p = *agg_->processes().begin()->second;
+  EXPECT_EQ(p.identity().labels.at("actor_id"), "a1");
+  EXPECT_EQ(ChromeTraceExporter::ProcessLabel(p), "node 10.0.0.2 [01234567] / Learner (rank 0) / pid 200");
+}
+
+TEST_F(AggregatorTest, ExpectedProcessesThatNeverConnectAreNotProfiled) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  wire::Hello h = worker.Hello();
+  h.identity.labels = {{"actor_id", "present"}};
+  Send(h);
+  wire::Expected ex;
+  ex.session = 1;
+  ex.processes = {{{"actor_id", "present"}, {"class_name", "Learner"}},
+                  {{"actor_id", "absent"}, {"class_name", "Critic"}, {"node_id", "n2"}}};
+  Send(ex);
+  ASSERT_EQ(agg_->NotProfiled().size(), 1u);
+  EXPECT_EQ(agg_->NotProfiled()[0].at("actor_id"), "absent");
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  Send(worker.Flush(2500));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  ASSERT_EQ(exporter_.steps[0].not_profiled.size(), 1u);
+  EXPECT_EQ(exporter_.steps[0].not_profiled[0].at("class_name"), "Critic");
+  // An Expected list from a process that is not the controller is ignored.
+  wire::Expected bogus;
+  bogus.session = 2;
+  bogus.processes = {{{"actor_id", "x"}}};
+  Send(bogus);
+  EXPECT_EQ(agg_->NotProfiled().size(), 1u);
+}
+
 // --------------------------------------------------------------- selection
 
 TEST_F(AggregatorTest, OnlySelectedStepsAreExported) {

@@ -410,6 +410,17 @@ TEST(WireTest, ByeRoundTrips) {
   EXPECT_EQ(d.dropped, b.dropped);
 }
 
+TEST(WireTest, ExpectedRoundTrips) {
+  wire::Expected ex;
+  ex.session = 42;
+  ex.processes = {{{"actor_id", "abc"}, {"class_name", "Learner"}, {"node_id", "n1"}},
+                  {{"pid", "4242"}}, {}};
+  const wire::DecodeResult r = DecodeString(wire::Encode(ex));
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(std::holds_alternative<wire::Expected>(r.message));
+  EXPECT_EQ(std::get<wire::Expected>(r.message), ex);
+}
+
 TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
   const wire::Batch b = SampleBatch();
   wire::BatchWriter w;
@@ -575,12 +586,27 @@ TEST(WireTest, RejectsNonFrameShapes) {
 }
 
 TEST(WireTest, RejectsUnknownMessageType) {
-  for (uint64_t type : {0ull, 4ull, 9ull, 257ull, 258ull, 259ull}) {
+  for (uint64_t type : {0ull, 5ull, 9ull, 257ull, 258ull, 259ull}) {
     const wire::DecodeResult r =
         DecodeString(Frame("RLSC", 1, type, [](Packer& pk) { pk.pack_map(0); }));
     EXPECT_FALSE(r.ok) << "type " << type;
     EXPECT_THAT(r.error, HasSubstr("unknown message type " + std::to_string(type)));
   }
+}
+
+TEST(WireTest, ExpectedWithNonStringValueIsRejected) {
+  const wire::DecodeResult r = DecodeString(Frame("RLSC", 1, 4, [](Packer& pk) {
+    pk.pack_map(2);
+    pk.pack(std::string("session"));
+    pk.pack_uint64(1);
+    pk.pack(std::string("processes"));
+    pk.pack_array(1);
+    pk.pack_map(1);
+    pk.pack(std::string("pid"));
+    pk.pack_uint64(7);
+  }));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("expected.processes[0][pid]"));
 }
 
 TEST(WireTest, RejectsUnknownEventKind) {

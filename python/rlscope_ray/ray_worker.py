@@ -1,0 +1,133 @@
+"""Worker-side bootstrap for profiled Ray workers.
+
+The "rlscope" plugin sets this as the worker process setup hook, so it runs in
+every profiled worker after it connected to Ray and before it runs any task.
+It starts the collector (so a worker that never calls NVTX is still profiled),
+labels it with Ray's identities (node, worker, job; actor id, class and name
+once the actor exists), and records each task and actor method execution as a
+range named after the method, so a CPU-only actor shows what it was doing.
+
+It never fails the worker for its own sake: errors are printed and the worker
+runs unprofiled. A user's own setup hook (chained by the plugin) runs first,
+and its failure fails the worker as it would without rlscope.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from typing import Any, Callable
+
+CHAINED_HOOK_VAR = "RLSCOPE_CHAINED_SETUP_HOOK"
+
+
+def bootstrap() -> None:
+    chained = os.environ.get(CHAINED_HOOK_VAR)
+    if chained:
+        from ray._private.runtime_env.setup_hook import load_and_execute_setup_hook
+
+        error = load_and_execute_setup_hook(chained)
+        if error is not None:
+            raise RuntimeError(error)
+    try:
+        _start()
+    except Exception as e:  # never take the worker down
+        print(f"rlscope: worker bootstrap failed ({e!r}); this worker is not profiled", file=sys.stderr)
+
+
+def _start() -> None:
+    import ray
+
+    import rlscope_ray  # importing the package already started the collector
+
+    from . import _native
+
+    if not rlscope_ray.start_collector():
+        return
+    ctx = ray.get_runtime_context()
+    # Re-sent to the aggregator with the next flush (a repeated Hello).
+    _native.set_label("node_id", ctx.get_node_id())
+    _native.set_label("node_ip", ray.util.get_node_ip_address())
+    _native.set_label("worker_id", ctx.get_worker_id())
+    _native.set_label("job_id", ctx.get_job_id())
+    _install_method_spans()
+
+
+def _install_method_spans() -> None:
+    """Wraps what Ray executes for each task and actor method (internal API:
+    FunctionActorManager.get_execution_info, Ray 2.4x-2.60)."""
+    from ray._private import function_manager
+
+    cls = function_manager.FunctionActorManager
+    original = cls.get_execution_info
+    if getattr(original, "_rlscope", False):
+        return
+
+    def get_execution_info(self, job_id, function_descriptor):
+        info = original(self, job_id, function_descriptor)
+        if getattr(info.function, "_rlscope", False):
+            return info
+        class_name = getattr(function_descriptor, "class_name", "") or ""
+        wrapped = _wrap(info.function, info.function_name, class_name)
+        info = info._replace(function=wrapped)
+        self._function_execution_info[function_descriptor.function_id] = info  # cache the wrapper
+        return info
+
+    get_execution_info._rlscope = True  # type: ignore[attr-defined]
+    cls.get_execution_info = get_execution_info
+
+
+def _label_actor(class_name: str) -> None:
+    import ray
+
+    from . import _native
+
+    ctx = ray.get_runtime_context()
+    _native.set_label("actor_id", ctx.get_actor_id() or "")
+    _native.set_label("actor_class", class_name)
+    _native.set_label("actor_name", ctx.get_actor_name() or "")
+
+
+def _wrap(fn: Callable[..., Any], name: str, class_name: str) -> Callable[..., Any]:
+    from . import _native
+
+    target = getattr(fn, "method", fn)  # actor executors carry the user's method
+    if name.startswith("__ray") or inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        wrapped = fn
+    elif inspect.iscoroutinefunction(target):
+        # Async methods interleave on one thread: start/end ranges, not push/pop.
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            coro = fn(*args, **kwargs)
+
+            async def run() -> Any:
+                rid = _native.range_start(name)
+                try:
+                    return await coro
+                finally:
+                    _native.range_end(rid)
+
+            return run()
+    else:
+        is_init = name == "__init__" and bool(class_name)
+
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if is_init:
+                _label_actor(class_name)
+            _native.range_push(name)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _native.range_pop()
+
+    if wrapped is not fn:
+        for attr in ("name", "method"):  # Ray inspects these on actor executors
+            if hasattr(fn, attr):
+                setattr(wrapped, attr, getattr(fn, attr))
+    try:
+        wrapped._rlscope = True  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    return wrapped

@@ -1,0 +1,276 @@
+"""The driver's profiling session: rlscope_ray.init() / rlscope_ray.shutdown().
+
+init() validates the config, starts the aggregator as a child process (or uses
+an explicit endpoint), registers the "rlscope" plugin before it starts a local
+Ray (or checks that an existing cluster's nodes have it), puts the job's
+defaults into the job's env_vars, and makes this driver the controller.
+shutdown() (also run at exit) reports which profiled actors never connected,
+says goodbye, waits for the aggregator to write the last steps, and stops Ray
+if init() started it.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+from . import _native, settings
+from .ray_plugin import PLUGIN_SPEC
+
+
+@dataclass
+class Session:
+    endpoint: str
+    output_dir: str
+    config: Dict[str, Any]
+    aggregator: Optional[subprocess.Popen] = None
+    aggregator_log: Optional[str] = None
+    started_ray: bool = False
+    unregistered_nodes: List[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _reporter: Optional[threading.Thread] = None
+
+
+_session: Optional[Session] = None
+_lock = threading.Lock()
+
+
+def current() -> Optional[Session]:
+    return _session
+
+
+def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[str] = None,
+         aggregator: Optional[str] = None, output_dir: Optional[str] = None,
+         runtime_env: Optional[Dict[str, Any]] = None, **ray_init_kwargs: Any) -> Session:
+    """Start profiling this Ray job; see the module docstring.
+
+    config: a YAML path, a dict of config keys, or None (defaults).
+    address: join an existing cluster (its nodes must have the plugin
+        registered: RAY_RUNTIME_ENV_PLUGINS before `ray start`).
+    aggregator: an existing aggregator's endpoint instead of a child process.
+    runtime_env: the job's runtime_env; its "rlscope" value (if any) becomes
+        the default under every actor's own "rlscope" value.
+    """
+    global _session
+    import ray
+
+    with _lock:
+        if _session is not None:
+            return _session
+        if ray.is_initialized():
+            raise RuntimeError("rlscope_ray.init() starts or joins Ray itself: call it instead of ray.init() "
+                               "(or call ray.shutdown() first)")
+        cfg = _load_config(config)
+        out = os.path.abspath(output_dir or cfg.get("output_dir") or "rlscope_out")
+        endpoint = aggregator or (cfg.get("aggregator") if cfg.get("aggregator") not in (None, "auto") else None)
+        session = Session(endpoint=endpoint or "", output_dir=out, config=cfg)
+        if not endpoint:
+            _start_aggregator(session)
+
+        job_env = dict(runtime_env or {})
+        if "rlscope" in job_env:
+            settings.check_value(job_env["rlscope"])
+        env_vars = dict(job_env.get("env_vars") or {})
+        env_vars[settings.JOB_AGGREGATOR] = session.endpoint
+        env_vars[settings.JOB_CONFIG] = json.dumps(cfg, sort_keys=True)
+        if job_env.get("rlscope") is not None:
+            env_vars[settings.JOB_DEFAULTS] = json.dumps(job_env["rlscope"], sort_keys=True)
+        job_env["env_vars"] = env_vars
+
+        if address is None:
+            _register_plugin_for_local_cluster()
+            session.started_ray = True
+        try:
+            ray.init(address=address, runtime_env=job_env, **ray_init_kwargs)
+        except Exception:
+            _stop_aggregator(session, timeout=0)
+            raise
+        if address is not None:
+            session.unregistered_nodes = _nodes_without_plugin()
+            for node in session.unregistered_nodes:
+                warnings.warn(
+                    f"rlscope: Ray node {node} does not have the rlscope plugin registered, so actors there "
+                    "are not profiled (they are listed as not profiled in the summaries). Start every node with "
+                    f"RAY_RUNTIME_ENV_PLUGINS='{json.dumps([PLUGIN_SPEC])}' before `ray start`.", stacklevel=2)
+
+        ctx = ray.get_runtime_context()
+        os.environ.update({
+            "RLSCOPE_AGGREGATOR": session.endpoint,
+            "RLSCOPE_ROLE": "controller",
+            "RLSCOPE_CONFIG": json.dumps(cfg, sort_keys=True),
+            "RLSCOPE_LABEL_NODE_ID": ctx.get_node_id(),
+            "RLSCOPE_LABEL_NODE_IP": ray.util.get_node_ip_address(),
+            "RLSCOPE_LABEL_JOB_ID": ctx.get_job_id(),
+        })
+        from . import start_collector
+
+        start_collector()
+        session._reporter = threading.Thread(target=_report_expected_loop, args=(session,),
+                                             name="rlscope-expected", daemon=True)
+        session._reporter.start()
+        _session = session
+        atexit.register(shutdown)
+        return session
+
+
+def shutdown(timeout_s: float = 60.0) -> Optional[str]:
+    """Finish the session: the run directory is complete when this returns.
+
+    Returns the run directory (None when no session was running).
+    """
+    global _session
+    import ray
+
+    with _lock:
+        session, _session = _session, None
+        if session is None:
+            return None
+        session._stop.set()
+        if session._reporter is not None:
+            session._reporter.join(timeout=5)
+        if ray.is_initialized():
+            _report_expected_once()
+        from . import shutdown_collector
+
+        shutdown_collector()  # flush and goodbye: the aggregator writes the last steps
+        _stop_aggregator(session, timeout=timeout_s)
+        if session.started_ray and ray.is_initialized():
+            ray.shutdown()
+        return session.output_dir
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _load_config(config: Union[str, Dict[str, Any], None]) -> Dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, dict):
+        settings.check_value({k: v for k, v in config.items()})  # names the bad key
+        return dict(config)
+    return settings.load_config_file(os.fspath(config))
+
+
+def _start_aggregator(session: Session) -> None:
+    from . import aggregator_path
+
+    import ray
+
+    os.makedirs(session.output_dir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="rlscope_session_")
+    cfg_path = os.path.join(work, "config.json")
+    with open(cfg_path, "w") as f:
+        json.dump(session.config, f)
+    endpoint_file = os.path.join(work, "endpoint")
+    session.aggregator_log = os.path.join(session.output_dir, "aggregator.log")
+    session.aggregator = subprocess.Popen(
+        [aggregator_path(), "--listen", "tcp://0.0.0.0:*", "--out", session.output_dir, "--config", cfg_path,
+         "--endpoint-file", endpoint_file, "--exit-when-done"],
+        stdout=open(session.aggregator_log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(endpoint_file):
+        if session.aggregator.poll() is not None or time.monotonic() > deadline:
+            with open(session.aggregator_log) as f:
+                raise RuntimeError(f"rlscope: the aggregator did not start:\n{f.read()}")
+        time.sleep(0.02)
+    with open(endpoint_file) as f:
+        bound = f.read().strip()  # tcp://0.0.0.0:PORT
+    port = bound.rsplit(":", 1)[1]
+    session.endpoint = f"tcp://{ray.util.get_node_ip_address()}:{port}"
+
+
+def _stop_aggregator(session: Session, timeout: float) -> None:
+    proc = session.aggregator
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # writes what is pending, then exits
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _register_plugin_for_local_cluster() -> None:
+    """The raylet (and its runtime-env agent) inherit this when ray.init()
+    starts a local cluster; Ray reads it nowhere else."""
+    current_specs = json.loads(os.environ.get("RAY_RUNTIME_ENV_PLUGINS") or "[]")
+    if not any(s.get("class") == PLUGIN_SPEC["class"] for s in current_specs):
+        current_specs.append(PLUGIN_SPEC)
+    os.environ["RAY_RUNTIME_ENV_PLUGINS"] = json.dumps(current_specs)
+
+
+def _nodes_without_plugin() -> List[str]:
+    """Runs a tiny probe task on every alive node; a node whose agent does not
+    know "rlscope" starts it without the plugin's marker variable."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def probe() -> Optional[str]:
+        return os.environ.get(settings.PLUGIN_MARKER)
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
+                          runtime_env={"rlscope": {"enabled": False}}).remote() for n in nodes]
+    missing = []
+    for n, ref in zip(nodes, refs):
+        try:
+            marker = ray.get(ref, timeout=120)
+        except Exception:
+            marker = None
+        if marker is None:
+            missing.append(f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})")
+    return missing
+
+
+def profiled_actors() -> List[Dict[str, str]]:
+    """Alive actors whose runtime_env asks for profiling (internal GCS table;
+    the public state API needs the dashboard)."""
+    import ray
+    from ray._private import state
+    from ray.core.generated import gcs_pb2
+
+    accessor = state.state._connect_and_get_accessor()
+    out = []
+    for blob in accessor.get_actor_table(None, "ALIVE"):
+        a = gcs_pb2.ActorTableData.FromString(blob)
+        try:
+            env = json.loads(a.serialized_runtime_env or "{}")
+        except ValueError:
+            continue
+        value = env.get("rlscope")
+        if value is None or (isinstance(value, dict) and value.get("enabled") is False):
+            continue
+        out.append({"actor_id": a.actor_id.hex(), "class_name": a.class_name, "name": a.name,
+                    "node_id": a.address.node_id.hex() if a.address.node_id else "", "pid": str(a.pid)})
+    return out
+
+
+def _report_expected_once() -> None:
+    try:
+        _native.report_expected(profiled_actors())
+    except Exception as e:  # internal Ray API: degrade, never break the job
+        print(f"rlscope: cannot list profiled actors ({e!r}); 'not profiled' reports are off", file=sys.stderr)
+
+
+def _report_expected_loop(session: Session) -> None:
+    last: Optional[List[Dict[str, str]]] = None
+    while not session._stop.wait(1.0):
+        try:
+            now = profiled_actors()
+        except Exception:
+            return
+        if now != last:
+            _native.report_expected(now)
+            last = now

@@ -1,0 +1,139 @@
+"""What a runtime_env "rlscope" value means: validation, defaults, env vars.
+
+Pure policy with no Ray import, so it is testable on its own. The Ray plugin
+(ray_plugin.py) calls it in each node's runtime-env agent; rlscope_ray.init()
+calls it in the driver.
+
+Ray replaces a child's "rlscope" value wholesale (no deep merge), but merges
+``env_vars`` key by key. So rlscope_ray.init() puts the job's defaults into
+the job's env_vars (RLSCOPE_JOB_*), and resolve() merges them under each
+actor's own value.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, Mapping, Optional
+
+from . import _native
+
+#: Keys of the "rlscope" value that are not config keys.
+PLUGIN_KEYS = ("enabled", "config", "rank", "role", "aggregator")
+#: Set by rlscope_ray.init() in the job's env_vars (they reach every worker).
+JOB_AGGREGATOR = "RLSCOPE_JOB_AGGREGATOR"
+JOB_CONFIG = "RLSCOPE_JOB_CONFIG"
+JOB_DEFAULTS = "RLSCOPE_JOB_DEFAULTS"
+#: Set by the plugin on every worker whose runtime_env has "rlscope" (even
+#: disabled), so a driver can tell whether a node has the plugin registered.
+PLUGIN_MARKER = "RLSCOPE_PLUGIN_VERSION"
+PLUGIN_VERSION = "1"
+WHERE = "runtime_env['rlscope']"
+
+_LOCATION = re.compile(r"^[^:]*(?::\d+:\d+)?: ")
+
+
+class RLScopeConfigError(ValueError):
+    """A bad "rlscope" value or config; the message says which key and why."""
+
+
+def check_config_text(text: str, source: str) -> Dict[str, Any]:
+    """Validates YAML/JSON config text natively; returns it as a dict.
+
+    Errors name ``source:line:col`` and the key, as `rlscope-ray check` does.
+    """
+    resolved, errors = _native.check_config(text, source)
+    if errors:
+        raise RLScopeConfigError("\n".join(errors))
+    return _parse_yaml(resolved) or {}
+
+
+def load_config_file(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise RLScopeConfigError(f"{path}: cannot read the config file ({e.strerror})") from None
+    check_config_text(text, path)  # errors with line numbers
+    return _parse_yaml(text) or {}
+
+
+def check_value(value: Any) -> Dict[str, Any]:
+    """Shape checks of an "rlscope" value on its own (the plugin's validate)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RLScopeConfigError(f"{WHERE} must be a dict like {{'rank': 0}}, got {type(value).__name__}")
+    if "enabled" in value and not isinstance(value["enabled"], bool):
+        raise RLScopeConfigError(f"{WHERE}['enabled'] must be true or false, got {value['enabled']!r}")
+    if "rank" in value:
+        rank = value["rank"]
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise RLScopeConfigError(f"{WHERE}['rank'] must be an integer >= 0, got {rank!r}")
+    if "role" in value and value["role"] not in ("worker", "controller"):
+        raise RLScopeConfigError(f"{WHERE}['role'] must be 'worker' or 'controller', got {value['role']!r}")
+    for key in ("config", "aggregator"):
+        if key in value and not (isinstance(value[key], str) and value[key]):
+            raise RLScopeConfigError(f"{WHERE}['{key}'] must be a non-empty string, got {value[key]!r}")
+    inline = {k: v for k, v in value.items() if k not in PLUGIN_KEYS}
+    if inline:
+        _check_inline(inline)
+    return value
+
+
+def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
+    """The env vars a profiled worker gets, or None when it opts out.
+
+    ``job_env`` is the worker's env_vars so far (the job's RLSCOPE_JOB_* are
+    there when rlscope_ray.init() started the job).
+    """
+    own = check_value(value)
+    defaults = json.loads(job_env.get(JOB_DEFAULTS) or "{}")
+    merged = deep_merge(defaults, own)
+    if merged.get("enabled", True) is False:
+        return None
+    config = json.loads(job_env.get(JOB_CONFIG) or "{}")
+    if merged.get("config"):
+        config = deep_merge(config, load_config_file(merged["config"]))
+    config = deep_merge(config, {k: v for k, v in merged.items() if k not in PLUGIN_KEYS})
+    _check_inline(config)
+    aggregator = merged.get("aggregator") or job_env.get(JOB_AGGREGATOR) or config.get("aggregator")
+    if not aggregator or aggregator == "auto":
+        raise RLScopeConfigError(
+            f"{WHERE}: no aggregator to send to: call rlscope_ray.init() in the driver, "
+            "or set 'aggregator': 'tcp://host:port'")
+    from . import collector_path
+
+    env = {
+        "RLSCOPE_AGGREGATOR": aggregator,
+        "RLSCOPE_CONFIG": json.dumps(config, sort_keys=True),
+        "RLSCOPE_ROLE": merged.get("role", "worker"),
+        "NVTX_INJECTION64_PATH": collector_path(),
+        PLUGIN_MARKER: PLUGIN_VERSION,
+    }
+    if "rank" in merged:
+        env["RLSCOPE_RANK"] = str(merged["rank"])
+    return env
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
+    """``over`` wins; nested dicts merge key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _check_inline(config: Dict[str, Any]) -> None:
+    _, errors = _native.check_config(json.dumps(config), WHERE)
+    if errors:
+        # Line numbers of a generated JSON text mean nothing to the user.
+        raise RLScopeConfigError("\n".join(WHERE + ": " + _LOCATION.sub("", e) for e in errors))
+
+
+def _parse_yaml(text: str) -> Any:
+    try:
+        import yaml  # PyYAML: a dependency of Ray, so present wherever this runs
+    except ImportError:  # pragma: no cover - only without Ray
+        return json.loads(text)
+    return yaml.safe_load(text)
+
