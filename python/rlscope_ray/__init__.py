@@ -119,6 +119,8 @@ def step(n: int) -> Iterator[None]:
     """
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"rlscope_ray.step(n): n must be an int >= 0, got {n!r}")
+    if _session_module is not None:
+        _session_module.before_step()
     _native.step_begin(n)
     try:
         yield
@@ -151,10 +153,15 @@ def stats() -> dict:
     return dict(_native.stats())
 
 
+_session_module = None  # rlscope_ray.session once init() ran (it imports Ray)
+
+
 def init(config=None, **kwargs):  # type: ignore[no-untyped-def]
     """Start a profiling session for a Ray job (see rlscope_ray.session.init)."""
+    global _session_module
     from . import session
 
+    _session_module = session
     return session.init(config, **kwargs)
 
 

@@ -37,6 +37,8 @@ class Session:
     unregistered_nodes: List[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _reporter: Optional[threading.Thread] = None
+    _expected_lock: threading.Lock = field(default_factory=threading.Lock)
+    _expected_sent: Optional[List[Dict[str, str]]] = None
 
 
 _session: Optional[Session] = None
@@ -53,8 +55,9 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
     """Start profiling this Ray job; see the module docstring.
 
     config: a YAML path, a dict of config keys, or None (defaults).
-    address: join an existing cluster (its nodes must have the plugin
-        registered: RAY_RUNTIME_ENV_PLUGINS before `ray start`).
+    address: None starts a new local Ray with the plugin registered; an
+        address (or "auto") joins an existing cluster, whose nodes must have
+        the plugin registered (RAY_RUNTIME_ENV_PLUGINS before `ray start`).
     aggregator: an existing aggregator's endpoint instead of a child process.
     runtime_env: the job's runtime_env; its "rlscope" value (if any) becomes
         the default under every actor's own "rlscope" value.
@@ -89,7 +92,9 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
             _register_plugin_for_local_cluster()
             session.started_ray = True
         try:
-            ray.init(address=address, runtime_env=job_env, **ray_init_kwargs)
+            # address=None starts a new local Ray (never silently joins one
+            # running on this machine, whose nodes may lack the plugin).
+            ray.init(address="local" if address is None else address, runtime_env=job_env, **ray_init_kwargs)
         except Exception:
             _stop_aggregator(session, timeout=0)
             raise
@@ -137,7 +142,7 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
         if session._reporter is not None:
             session._reporter.join(timeout=5)
         if ray.is_initialized():
-            _report_expected_once()
+            _report_expected(session)
         from . import shutdown_collector
 
         shutdown_collector()  # flush and goodbye: the aggregator writes the last steps
@@ -257,20 +262,30 @@ def profiled_actors() -> List[Dict[str, str]]:
     return out
 
 
-def _report_expected_once() -> None:
+def before_step() -> None:
+    """Called by rlscope_ray.step(): the aggregator learns of actors created
+    since the last report before this step can be written."""
+    session = _session
+    if session is not None:
+        _report_expected(session)
+
+
+def _report_expected(session: Session) -> bool:
+    """Sends the profiled-actor list when it changed; False when Ray's actor
+    table cannot be read (internal API), which turns the report off."""
     try:
-        _native.report_expected(profiled_actors())
+        now = profiled_actors()
     except Exception as e:  # internal Ray API: degrade, never break the job
         print(f"rlscope: cannot list profiled actors ({e!r}); 'not profiled' reports are off", file=sys.stderr)
+        return False
+    with session._expected_lock:
+        if now != session._expected_sent:
+            _native.report_expected(now)
+            session._expected_sent = now
+    return True
 
 
 def _report_expected_loop(session: Session) -> None:
-    last: Optional[List[Dict[str, str]]] = None
     while not session._stop.wait(1.0):
-        try:
-            now = profiled_actors()
-        except Exception:
+        if not _report_expected(session):
             return
-        if now != last:
-            _native.report_expected(now)
-            last = now

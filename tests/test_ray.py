@@ -1,0 +1,110 @@
+"""Ray integration with a real Ray (the pinned version): the "rlscope"
+runtime_env plugin, the driver session and multi-node clusters. Each job runs
+as its own driver process, as a user's would."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, Trace
+
+pytest.importorskip("ray")
+
+
+def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLSCOPE_", "RAY_RUNTIME_ENV"))}
+    env.pop("NVTX_INJECTION64_PATH", None)
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "apps" / script), *args], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{script} failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def session_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ray_session")
+    _run("ray_session_app.py", str(tmp / "out"), str(tmp / "report.json"))
+    report = json.loads((tmp / "report.json").read_text())
+    return report, tmp / "out"
+
+
+def test_actors_with_different_ranks_appear_in_the_merged_step(session_run):
+    report, out = session_run
+    assert sorted(p.name for p in out.glob("step_*")) == ["step_1", "step_2"]
+    trace = Trace(out / "step_2" / "trace.json")
+    ctrl = trace.pid_of("(controller)")
+    (step,) = trace.slices(ctrl, "step")
+    s0, s1 = float(step["ts"]), float(step["ts"]) + float(step["dur"])
+    (ctrl_update,) = trace.slices(ctrl, "update_actor")
+    for rank in (0, 1):
+        pid = trace.pid_of(f"Learner (rank {rank})")
+        assert pid == report["pids"][f"learner{rank}"]
+        # A CPU-only actor: its method execution is a range named after the method,
+        # inside the controller's range that called it.
+        (update,) = trace.slices(pid, "update_actor")
+        assert float(ctrl_update["ts"]) <= float(update["ts"])
+        assert float(update["ts"]) + float(update["dur"]) <= float(ctrl_update["ts"]) + float(ctrl_update["dur"])
+        assert s0 <= float(update["ts"]) <= s1
+    assert trace.process_names[report["pids"]["learner0"]].startswith("node ")
+
+
+def test_job_level_value_profiles_actors_without_their_own(session_run):
+    report, out = session_run
+    trace = Trace(out / "step_1" / "trace.json")
+    pid = report["pids"]["rollout"]
+    assert "Rollout" in trace.process_names[pid]
+    (gen,) = trace.slices(pid, "gen")                 # the method span
+    (sample,) = trace.slices(pid, "sample_tokens")    # the actor's own NVTX range
+    assert sample["cat"] == "rollout"
+    assert float(gen["ts"]) <= float(sample["ts"])
+    assert float(sample["ts"]) + float(sample["dur"]) <= float(gen["ts"]) + float(gen["dur"])
+
+
+def test_opted_out_actor_is_neither_profiled_nor_missing(session_run):
+    report, out = session_run
+    run = json.loads((out / "run.json").read_text())
+    pids = {p["pid"] for p in run["processes"]}
+    assert report["pids"]["opted_out"] not in pids
+    assert report["pids"]["learner0"] in pids
+    summary = json.loads((out / "step_2" / "summary.json").read_text())
+    assert summary["not_profiled"] == []
+    assert summary["late_processes"] == []
+    # Expected = the profiled actors, as the controller saw them in Ray.
+    assert {e["pid"] for e in run["expected"]} == {str(report["pids"][k]) for k in ("learner0", "learner1", "rollout")}
+
+
+def test_bad_values_fail_actor_creation_with_our_message(session_run):
+    errors = session_run[0]["errors"]
+    assert "RuntimeEnvSetupError" in errors["steps"]
+    assert "runtime_env['rlscope']: steps: range \"5-2\" is empty" in errors["steps"]
+    assert "runtime_env['rlscope']['rank'] must be an integer >= 0, got -1" in errors["rank"]
+    assert "stpes: unknown key (did you mean 'steps'?)" in errors["typo"]
+    assert "runtime_env['rlscope'] must be a dict" in errors["type"]
+
+
+def test_two_node_cluster_and_a_node_without_the_plugin(tmp_path):
+    r = _run("ray_cluster_app.py", str(tmp_path / "out"), str(tmp_path / "report.json"))
+    report = json.loads((tmp_path / "report.json").read_text())
+    out = tmp_path / "out"
+    trace = Trace(out / "step_1" / "trace.json")
+    nodes = report["nodes"]
+    for rank, node in ((0, "head"), (1, "with_plugin")):
+        pid = trace.pid_of(f"(rank {rank})")
+        assert f"[{nodes[node][:8]}]" in trace.process_names[pid]
+        assert trace.slices(pid, "work")
+    run = json.loads((out / "run.json").read_text())
+    by_rank = {p["rank"]: p for p in run["processes"] if p["role"] == "worker"}
+    assert by_rank[0]["labels"]["node_id"] == nodes["head"]
+    assert by_rank[1]["labels"]["node_id"] == nodes["with_plugin"]
+    assert 2 not in by_rank
+    summary = json.loads((out / "step_1" / "summary.json").read_text())
+    (missing,) = summary["not_profiled"]
+    assert missing["node_id"] == nodes["without_plugin"] and missing["class_name"] == "Worker"
+    assert run["not_profiled"] == summary["not_profiled"]
+    # The driver was told, in one sentence, which node and what to do.
+    assert "does not have the rlscope plugin registered" in r.stderr
+    assert "RAY_RUNTIME_ENV_PLUGINS" in r.stderr
