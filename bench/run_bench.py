@@ -221,9 +221,24 @@ def aggregator_section(args):
                  "trace.json bytes/event", "reference"], rows)
 
 
+def ray_startup_section(args):
+    """rlscope_ray.init() + first profiled actor versus plain Ray."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_startup_bench.py")
+    rows = []
+    for mode, what in (("plain", "ray.init + actor (no rlscope)"),
+                       ("rlscope-disabled", "rlscope_ray.init + actor {'enabled': False}"),
+                       ("rlscope", "rlscope_ray.init + profiled actor")):
+        results = [run_json([sys.executable, script, mode], clean_env(), args.timeout_s) for _ in range(args.runs)]
+        rows.append([what] + [fmt(statistics.median(r[k] for r in results), 2)
+                              for k in ("init_s", "first_actor_s", "total_s")])
+    print_table("Ray: session start to first actor ready, seconds (median of %d runs)" % args.runs,
+                ["configuration", "init", "first actor ready", "total"], rows)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "aggregator": aggregator_section,
+    "ray_startup": ray_startup_section,
 }
 
 

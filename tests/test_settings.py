@@ -1,0 +1,67 @@
+"""How a runtime_env "rlscope" value resolves, without Ray: what the plugin
+gives a worker, and the errors a user sees at actor creation."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlscope_ray import collector_path, settings
+
+JOB = {settings.JOB_AGGREGATOR: "tcp://10.0.0.1:5557",
+       settings.JOB_CONFIG: json.dumps({"steps": [2, 3], "flush": {"step_grace_ms": 100}})}
+
+
+def test_actor_value_over_job_defaults():
+    job = dict(JOB, **{settings.JOB_DEFAULTS: json.dumps({"role": "worker", "ranks": [0, 1], "rank": 7})})
+    env = settings.resolve({"rank": 1, "flush": {"interval_ms": 5}}, job)
+    assert env["RLSCOPE_AGGREGATOR"] == "tcp://10.0.0.1:5557"
+    assert env["RLSCOPE_RANK"] == "1"  # the actor's own rank wins over the job default
+    assert env["RLSCOPE_ROLE"] == "worker"
+    assert env["NVTX_INJECTION64_PATH"] == collector_path()
+    config = json.loads(env["RLSCOPE_CONFIG"])
+    # Driver config, then job-level value, then the actor's: nested sections merge.
+    assert config == {"steps": [2, 3], "ranks": [0, 1], "flush": {"step_grace_ms": 100, "interval_ms": 5}}
+
+
+def test_opt_out_and_job_level_opt_out():
+    assert settings.resolve({"enabled": False}, JOB) is None
+    job = dict(JOB, **{settings.JOB_DEFAULTS: json.dumps({"enabled": False})})
+    assert settings.resolve(None, job) is None
+    assert settings.resolve({"enabled": True, "rank": 0}, job)["RLSCOPE_RANK"] == "0"
+
+
+def test_config_file_from_the_value(tmp_path):
+    cfg = tmp_path / "actor.yaml"
+    cfg.write_text("steps: [5]\nbuffers:\n  per_thread_kb: 64\n")
+    env = settings.resolve({"config": str(cfg), "steps": [6]}, JOB)
+    config = json.loads(env["RLSCOPE_CONFIG"])
+    assert config["steps"] == [6] and config["buffers"] == {"per_thread_kb": 64}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: [1]\nranks: [0, -2]\n")
+    with pytest.raises(ValueError, match=rf"{bad}:2:8: ranks: -2 is negative"):
+        settings.resolve({"config": str(bad)}, JOB)
+    with pytest.raises(ValueError, match="cannot read the config file"):
+        settings.resolve({"config": str(tmp_path / "missing.yaml")}, JOB)
+
+
+@pytest.mark.parametrize("value, message", [
+    ([1, 2], "runtime_env['rlscope'] must be a dict like {'rank': 0}, got list"),
+    ({"rank": "0"}, "runtime_env['rlscope']['rank'] must be an integer >= 0, got '0'"),
+    ({"rank": True}, "runtime_env['rlscope']['rank'] must be an integer >= 0, got True"),
+    ({"role": "boss"}, "runtime_env['rlscope']['role'] must be 'worker' or 'controller', got 'boss'"),
+    ({"enabled": "no"}, "runtime_env['rlscope']['enabled'] must be true or false, got 'no'"),
+    ({"capture_range": "sometimes"}, "runtime_env['rlscope']: capture_range: 'sometimes' is not one of"),
+    ({"gpu": {"kernal": True}}, "runtime_env['rlscope']: gpu.kernal: unknown key (did you mean 'gpu.kernels'?)"),
+])
+def test_bad_values_name_the_key(value, message):
+    with pytest.raises(ValueError) as e:
+        settings.check_value(value)
+    assert message in str(e.value)
+
+
+def test_no_aggregator_says_what_to_do():
+    with pytest.raises(ValueError, match=r"call rlscope_ray.init\(\) in the driver"):
+        settings.resolve({"rank": 0}, {})
+    env = settings.resolve({"rank": 0, "aggregator": "tcp://h:1"}, {})
+    assert env["RLSCOPE_AGGREGATOR"] == "tcp://h:1"
