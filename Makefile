@@ -38,7 +38,7 @@ test-py: build
 test: test-cpp test-py
 
 demo: build
-	RLSCOPE_BUILD_DIR=$(BUILD_DIR) $(PY) examples/verl/demo_local.py --out demo_out
+	RLSCOPE_BUILD_DIR=$(BUILD_DIR) $(PY) examples/verl/mini_ppo.py --out demo_out
 
 bench: build
 	$(PY) bench/run_bench.py --build-dir $(BUILD_DIR)

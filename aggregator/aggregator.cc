@@ -69,7 +69,7 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
 bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
   if (now_ns - step.closed_at_ns >= config_.flush.step_grace_ms * 1000000) return true;
   for (const auto& [session, p] : processes_) {
-    if (!p->said_bye() && p->watermark_ns() < step.span.end_ns) return false;
+    if (p->hello().selected && !p->said_bye() && p->watermark_ns() < step.span.end_ns) return false;
   }
   return true;
 }
@@ -131,6 +131,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     profile.end_ns = s.end_ns;
     bool any_late = false;
     for (const auto& [session, p] : processes_) {
+      if (!p->hello().selected) continue;  // connected, but its rank is not profiled
       ProcessSlice slice;
       slice.process = p.get();
       p->Cut(s.begin_ns, s.end_ns, &slice.spans, &slice.instants);

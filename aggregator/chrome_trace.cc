@@ -45,6 +45,7 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p) {
   if (id.rank >= 0) w.Int(id.rank); else w.Null();
   w.Key("role").String(id.role);
   w.Key("name").String(id.name);
+  w.Key("selected").Bool(p.hello().selected);
   w.Key("labels").BeginObject();
   for (const auto& [k, v] : id.labels) w.Key(k).String(v);
   w.EndObject();

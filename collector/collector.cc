@@ -173,11 +173,14 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
                                                                              : ClockSource::kMonotonic),
       owner_pid_(getpid()),
       start_ns_(MonotonicNs()),
-      selected_(config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank) &&
-                (identity.role != "controller" || config_.controller) && config_.cpu.nvtx),
+      // The controller owns the steps: `ranks` selects workers only.
+      selected_(config_.cpu.nvtx &&
+                (identity.role == "controller"
+                     ? config_.controller
+                     : config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank))),
       identity_(std::move(identity)),
       converter_(clock_source_) {
-  if (!config_.ranks.all && identity_.rank < 0) {
+  if (!config_.ranks.all && identity_.rank < 0 && identity_.role != "controller") {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
                  "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
@@ -351,6 +354,7 @@ void Collector::SendControl(void* socket) {
       hello.identity = identity_;
       hello.clock = "monotonic";
       hello.start_ns = start_ns_;
+      hello.selected = selected_;
       hello_msg = wire::Encode(hello);
     }
     if (expected_gen_ != expected_sent_gen_) {

@@ -135,6 +135,10 @@ bool DecodeHello(Ctx& c, const object& body, Hello* h) {
   if (!Require(c, body, "hello", "name", &o) || !GetStr(c, *o, "hello.name", &h->identity.name)) return false;
   if (!Require(c, body, "hello", "clock", &o) || !GetStr(c, *o, "hello.clock", &h->clock)) return false;
   if (!Require(c, body, "hello", "start_ns", &o) || !GetInt(c, *o, "hello.start_ns", &h->start_ns)) return false;
+  if ((o = Find(body, "selected")) != nullptr) {  // optional; absent = true
+    if (o->type != object_type::BOOLEAN) return c.Fail("hello.selected", std::string("expected a bool, got ") + TypeName(*o));
+    h->selected = o->via.boolean;
+  }
   if ((o = Find(body, "labels")) != nullptr) {
     if (o->type != object_type::MAP) return c.Fail("hello.labels", "expected a map");
     for (uint32_t i = 0; i < o->via.map.size; ++i) {
@@ -361,7 +365,7 @@ std::string Encode(const Message& message) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   if (const auto* h = std::get_if<Hello>(&message)) {
-    PackHeader(pk, MessageType::kHello, 9);
+    PackHeader(pk, MessageType::kHello, 10);
     PackKey(pk, "session");
     pk.pack_uint64(h->session);
     PackKey(pk, "host");
@@ -378,6 +382,8 @@ std::string Encode(const Message& message) {
     PackString(pk, h->clock);
     PackKey(pk, "start_ns");
     pk.pack_int64(h->start_ns);
+    PackKey(pk, "selected");
+    if (h->selected) pk.pack_true(); else pk.pack_false();
     PackKey(pk, "labels");
     pk.pack_map(static_cast<uint32_t>(h->identity.labels.size()));
     for (const auto& [k, v] : h->identity.labels) {

@@ -46,6 +46,7 @@ struct Hello {
   Identity identity;
   std::string clock;      // "monotonic": timestamps are CLOCK_MONOTONIC ns
   int64_t start_ns = 0;   // collector start on that clock
+  bool selected = true;   // false: this rank/role is not profiled under its config
 };
 
 // One decoded event; `ts_ns` is on the collector's clock.

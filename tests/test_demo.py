@@ -1,35 +1,124 @@
-"""`make demo` in a reduced form: its output is what the README promises."""
+"""`make demo` in a reduced form: examples/verl/mini_ppo.py on a local two-node
+Ray cluster, checked the way a user reads its output (run dir, Perfetto, summaries).
+
+One run (3 steps, steps 2 and 3 captured, ranks 0 and 1 profiled) serves every test.
+"""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from conftest import ROOT, Trace
 
+CAPTURED = [2, 3]
+# The controller's sub-task ranges (verl's marked_timer names) and the worker method each dispatches.
+SUBTASKS = [("gen", "generate_sequences"), ("reward", "compute_rm_score"), ("old_log_prob", "compute_log_prob"),
+            ("ref", "compute_ref_log_prob"), ("values", "compute_values"), ("adv", None),
+            ("update_critic", "update_critic"), ("update_actor", "update_actor")]
 
-def test_demo_writes_selected_steps_with_all_processes(build_dir, tmp_path):
-    cfg = tmp_path / "demo.yaml"
-    cfg.write_text("steps: [2, 3]\nflush: {step_grace_ms: 3000}\n")
-    out = tmp_path / "out"
-    r = subprocess.run([sys.executable, str(ROOT / "examples/verl/demo_local.py"), "--out", str(out), "--steps", "3",
-                        "--config", str(cfg)], env=dict(os.environ, RLSCOPE_BUILD_DIR=str(build_dir)),
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "steps written: [2, 3]" in r.stdout
-    assert sorted(p.name for p in out.glob("step_*")) == ["step_2", "step_3"]
-    trace = Trace(out / "step_3" / "trace.json")
+
+@pytest.fixture(scope="module")
+def demo(build_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("RLSCOPE_") and k not in ("NVTX_INJECTION64_PATH", "RAY_ADDRESS", "RANK")}
+    env["RLSCOPE_BUILD_DIR"] = str(build_dir)
+    r = subprocess.run([sys.executable, str(ROOT / "examples/verl/mini_ppo.py"), "--steps", "3",
+                        "--capture", ",".join(map(str, CAPTURED)), "--ranks", "0,1", "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return out, r.stdout
+
+
+def span(e: dict) -> tuple:
+    return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+
+
+def inside(inner: dict, outer: dict) -> bool:
+    (a0, a1), (b0, b1) = span(inner), span(outer)
+    return b0 <= a0 and a1 <= b1
+
+
+def test_only_the_captured_steps_are_written(demo):
+    out, stdout = demo
+    assert sorted(p.name for p in out.glob("step_*")) == [f"step_{n}" for n in CAPTURED]
+    run = json.loads((out / "run.json").read_text())
+    assert run["steps_written"] == CAPTURED
+    for n in CAPTURED:
+        assert (out / f"step_{n}" / "trace.json").is_file() and (out / f"step_{n}" / "summary.json").is_file()
+    # The user is told where the output is and sees a summary per step.
+    assert str(out) in stdout
+    for n in CAPTURED:
+        assert f"step {n}:" in stdout and str(out / f"step_{n}" / "trace.json") in stdout
+
+
+@pytest.mark.parametrize("n", CAPTURED)
+def test_profiled_ranks_are_there_on_both_nodes(demo, n):
+    out, _ = demo
+    trace = Trace(out / f"step_{n}" / "trace.json")
+    trace.pid_of("(controller)")
+    run = json.loads((out / "run.json").read_text())
+    by_label = {p["label"]: p for p in run["processes"]}
+    nodes = set()
+    for rank in (0, 1):  # ranks 0 and 1 run on different nodes; the labels and run.json say which
+        label = trace.process_names[trace.pid_of(f"PPOWorker (rank {rank})")]
+        proc = by_label[label]
+        assert proc["rank"] == rank and proc["role"] == "worker" and proc["labels"]["actor_class"] == "PPOWorker"
+        node_id = proc["labels"]["node_id"]
+        assert f"[{node_id[:8]}]" in label
+        nodes.add(node_id)
+    assert len(nodes) == 2, f"ranks 0 and 1 should be on two nodes: {nodes}"
+
+
+@pytest.mark.parametrize("n", CAPTURED)
+def test_unselected_ranks_are_not_in_the_trace(demo, n):
+    out, _ = demo
+    trace = Trace(out / f"step_{n}" / "trace.json")
+    names = list(trace.process_names.values())
+    for rank in (2, 3):  # loaded and running, but not selected by `ranks: [0, 1]`
+        assert not [l for l in names if f"(rank {rank})" in l], f"rank {rank} is in the trace: {names}"
+
+
+@pytest.mark.parametrize("n", CAPTURED)
+def test_worker_methods_sit_inside_the_controller_ranges_that_asked_for_them(demo, n):
+    out, _ = demo
+    trace = Trace(out / f"step_{n}" / "trace.json")
     ctrl = trace.pid_of("(controller)")
     (step,) = trace.slices(ctrl, "step")
-    s0, s1 = float(step["ts"]), float(step["ts"]) + float(step["dur"])
-    for rank in (0, 1, 2):
-        pid = trace.pid_of(f"rank {rank})")
+    ranges = {}
+    last_end = span(step)[0]
+    for name, _ in SUBTASKS:  # verl's order, one range each, all inside the step
+        (r,) = trace.slices(ctrl, name)
+        assert inside(r, step), f"{name} is not inside the step slice"
+        assert span(r)[0] >= last_end, f"{name} starts before the previous sub-task ended"
+        last_end = span(r)[1]
+        ranges[name] = r
+    for rank in (0, 1):
+        pid = trace.pid_of(f"PPOWorker (rank {rank})")
+        for name, method in SUBTASKS:
+            if method is None:
+                continue
+            (m,) = trace.slices(pid, method)
+            assert inside(m, ranges[name]), f"rank {rank} {method} {span(m)} not inside {name} {span(ranges[name])}"
+        # NVTX ranges inside the actor's method are captured and nested in it.
         (update,) = trace.slices(pid, "update_actor")
-        # The worker's sub-task sits inside the controller's range that asked for it.
-        (ctrl_update,) = trace.slices(ctrl, "update_actor")
-        assert float(ctrl_update["ts"]) <= float(update["ts"])
-        assert float(update["ts"]) + float(update["dur"]) <= float(ctrl_update["ts"]) + float(ctrl_update["dur"])
-        assert s0 <= float(update["ts"]) <= s1
-    summary = json.loads((out / "step_3" / "summary.json").read_text())
-    assert summary["totals"]["processes"] == 4 and summary["totals"]["dropped"] == 0
+        for name in ("backward", "optimizer_step"):
+            during = [e for e in trace.slices(pid, name) if inside(e, ranges["update_actor"])]
+            assert len(during) == 2 and all(inside(e, update) for e in during), (name, during)  # 2 PPO epochs
+
+
+@pytest.mark.parametrize("n", CAPTURED)
+def test_summary_has_no_late_processes_and_no_drops(demo, n):
+    out, _ = demo
+    summary = json.loads((out / f"step_{n}" / "summary.json").read_text())
+    assert summary["step"] == n and summary["duration_ms"] > 0
+    assert summary["late_processes"] == []
+    assert summary["totals"]["dropped"] == 0
+    assert summary["not_profiled"] == []
+    spans = {p["rank"]: p["spans"] for p in summary["processes"] if p["role"] == "worker"}
+    assert spans.get(0, 0) > 0 and spans.get(1, 0) > 0

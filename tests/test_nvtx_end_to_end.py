@@ -187,3 +187,28 @@ def test_bad_config_in_environment_leaves_program_unharmed(build_dir, aggregator
     assert "profiling is off in this process" in r.stderr
     agg.stop()
     assert not list(agg.out.glob("step_*"))
+
+
+def test_rank_selection_leaves_out_unselected_workers_not_the_controller(build_dir, aggregator_factory, tmp_path):
+    agg = aggregator_factory()
+    config = "{ranks: [1]}"
+    ready = tmp_path / "ready"
+    worker = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"), "--duration", "1.5",
+         "--report", str(tmp_path / "w.json"), "--ready", str(ready)],
+        env=agg.env(role="worker", rank=0, config=config))
+    while not ready.exists():
+        assert worker.poll() is None
+        time.sleep(0.02)
+    r = subprocess.run([str(build_dir / "tests/apps/nvtx_app"), "--steps", "2", "--step-ms", "10"],
+                       env=agg.env(role="controller", config=config), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "treating it as rank 0" not in r.stderr
+    assert worker.wait(timeout=30) == 0
+    log = agg.wait()
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_1", "step_2"], log
+    trace = Trace(agg.out / "step_2" / "trace.json")
+    assert [n for n in trace.process_names.values() if "(controller)" in n]
+    assert not [n for n in trace.process_names.values() if "worker" in n]
+    run = json.loads((agg.out / "run.json").read_text())
+    (w,) = [p for p in run["processes"] if p["role"] == "worker"]
+    assert w["selected"] is False and w["events_received"] == 0  # connected, recorded nothing

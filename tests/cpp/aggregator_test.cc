@@ -789,6 +789,22 @@ TEST_F(AggregatorTest, RunCompleteDoesNotWaitForLiveWorkersOnceStepsAreWritten) 
   EXPECT_TRUE(agg_->RunComplete());
 }
 
+TEST_F(AggregatorTest, UnselectedProcessesAreLeftOutAndDoNotHoldStepsBack) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector idle(2, "worker", 3, 200);
+  Connect(ctl);
+  wire::Hello h = idle.Hello();
+  h.selected = false;
+  Send(h);
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  agg_->Tick(0);  // the unselected worker never flushed past the step: no wait
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  ASSERT_EQ(exporter_.steps[0].processes.size(), 1u);
+  EXPECT_TRUE(exporter_.steps[0].processes[0].process->is_controller());
+  EXPECT_EQ(exporter_.steps[0].reason, "complete");
+}
+
 TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {
   FakeCollector worker(2, "worker", 0, 200);
   Connect(worker);

@@ -410,6 +410,15 @@ TEST(WireTest, ByeRoundTrips) {
   EXPECT_EQ(d.dropped, b.dropped);
 }
 
+TEST(WireTest, HelloSelectedFlagRoundTrips) {
+  wire::Hello h;
+  h.session = 5;
+  h.selected = false;
+  const wire::DecodeResult r = DecodeString(wire::Encode(h));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_FALSE(std::get<wire::Hello>(r.message).selected);
+}
+
 TEST(WireTest, ExpectedRoundTrips) {
   wire::Expected ex;
   ex.session = 42;
