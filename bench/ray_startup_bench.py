@@ -1,7 +1,10 @@
 """Time from session start to the first actor answering, with and without
 rlscope. One measurement per process (Ray starts once per process).
 
-    python bench/ray_startup_bench.py plain|rlscope|rlscope-disabled
+    python bench/ray_startup_bench.py plain|plain-env|rlscope|rlscope-disabled
+
+plain-env gives the actor a runtime_env of its own (env_vars), so like the
+rlscope modes it gets a fresh worker process instead of a prestarted one.
 prints {"mode", "init_s", "first_actor_s", "total_s"}.
 """
 import json
@@ -13,7 +16,7 @@ import ray
 
 mode = sys.argv[1]
 t0 = time.perf_counter()
-if mode == "plain":
+if mode.startswith("plain"):
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 else:
     import rlscope_ray
@@ -29,13 +32,13 @@ class Actor:
         return 1
 
 
-runtime_env = {"plain": None, "rlscope": {"rlscope": {"rank": 0}},
+runtime_env = {"plain": None, "plain-env": {"env_vars": {"BENCH": "1"}}, "rlscope": {"rlscope": {"rank": 0}},
                "rlscope-disabled": {"rlscope": {"enabled": False}}}[mode]
 actor = Actor.options(runtime_env=runtime_env).remote()
 ray.get(actor.ping.remote())
 t2 = time.perf_counter()
 print(json.dumps({"mode": mode, "init_s": t1 - t0, "first_actor_s": t2 - t1, "total_s": t2 - t0}))
-if mode == "plain":
+if mode.startswith("plain"):
     ray.shutdown()
 else:
     rlscope_ray.shutdown()

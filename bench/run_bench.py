@@ -225,7 +225,8 @@ def ray_startup_section(args):
     """rlscope_ray.init() + first profiled actor versus plain Ray."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_startup_bench.py")
     rows = []
-    for mode, what in (("plain", "ray.init + actor (no rlscope)"),
+    for mode, what in (("plain", "ray.init + actor (no rlscope, prestarted worker)"),
+                       ("plain-env", "ray.init + actor with its own runtime_env (no rlscope)"),
                        ("rlscope-disabled", "rlscope_ray.init + actor {'enabled': False}"),
                        ("rlscope", "rlscope_ray.init + profiled actor")):
         results = [run_json([sys.executable, script, mode], clean_env(), args.timeout_s) for _ in range(args.runs)]
@@ -235,10 +236,35 @@ def ray_startup_section(args):
                 ["configuration", "init", "first actor ready", "total"], rows)
 
 
+def demo_section(args):
+    """The PPO demo with profiling on versus {'enabled': False} on every worker."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "verl",
+                          "mini_ppo.py")
+    rows = []
+    for profile in ("off", "on"):
+        runs = []
+        for i in range(args.runs):
+            out = os.path.join("/tmp", "rlscope_demo_bench_%d_%s_%d" % (os.getpid(), profile, i))
+            timings = out + ".json"
+            cmd = [sys.executable, script, "--steps", "30", "--capture", "all", "--ranks", "all",
+                   "--profile", profile, "--out", out, "--timings", timings]
+            proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=args.timeout_s)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+            with open(timings) as f:
+                runs.append(json.load(f))
+        rows.append(["workers " + ("profiled (all ranks, all steps)" if profile == "on" else "{'enabled': False}")]
+                    + [fmt(statistics.median(r[k] for r in runs), 2) for k in ("wall_s", "setup_s", "loop_s")]
+                    + [fmt(1000 * statistics.median(r["loop_s"] for r in runs) / runs[0]["steps"], 1)])
+    print_table("PPO demo (2 nodes, 4 workers, 30 steps), seconds (median of %d runs)" % args.runs,
+                ["configuration", "wall", "cluster + workers up", "training loop", "ms per step"], rows)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "aggregator": aggregator_section,
     "ray_startup": ray_startup_section,
+    "demo": demo_section,
 }
 
 

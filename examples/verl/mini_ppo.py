@@ -282,6 +282,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6, help="training steps to run (default 6)")
     ap.add_argument("--capture", default="2,3,5", help="steps to write: comma-separated or all (default 2,3,5)")
     ap.add_argument("--ranks", default="0,1", help="ranks to profile: comma-separated or all (default 0,1)")
+    ap.add_argument("--profile", choices=("on", "off"), default="on",
+                    help="off: the same job with runtime_env {'rlscope': {'enabled': False}} on every worker")
+    ap.add_argument("--timings", help="write wall/setup/loop seconds as JSON to this file (benchmarks)")
     args = ap.parse_args()
     out = Path(args.out).resolve()
     t_start = time.monotonic()
@@ -305,7 +308,8 @@ def main() -> int:
                   "flush": {"step_grace_ms": 3000}}
         rlscope_ray.init(config=config, address=cluster.address, output_dir=str(out),
                          logging_level="warning", log_to_driver=True)
-        workers = [PPOWorker.options(runtime_env={"rlscope": {"rank": r}},
+        rlscope_value = (lambda r: {"rank": r}) if args.profile == "on" else (lambda r: {"enabled": False})
+        workers = [PPOWorker.options(runtime_env={"rlscope": rlscope_value(r)},
                                      resources={f"node{r % NODES}": 0.01}).remote(r)
                    for r in range(WORLD_SIZE)]
         nodes = ray.get([w.node_id.remote() for w in workers])  # all four are up
@@ -346,8 +350,11 @@ def main() -> int:
     print(f"\nrlscope-ray demo: {args.steps} PPO steps on {WORLD_SIZE} workers over {len(set(nodes))} nodes; "
           f"profiles in {out_dir or out}")
     print_summary(out)
-    print(f"\nwall time {time.monotonic() - t_start:.1f} s (cluster + workers up {t_setup:.1f} s, "
-          f"training loop {t_loop:.1f} s)")
+    wall = time.monotonic() - t_start
+    print(f"\nwall time {wall:.1f} s (cluster + workers up {t_setup:.1f} s, training loop {t_loop:.1f} s)")
+    if args.timings:
+        with open(args.timings, "w") as f:
+            json.dump({"wall_s": wall, "setup_s": t_setup, "loop_s": t_loop, "steps": args.steps}, f)
     return 0
 
 
