@@ -5,16 +5,45 @@
 namespace rlscope {
 
 Aggregator::Aggregator(Config config, StepExporter* exporter)
-    : config_(std::move(config)), exporter_(exporter) {}
+    : config_(std::move(config)), exporter_(exporter), window_open_(config_.steps.Contains(1)) {}
 
-void Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns) {
+uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns) {
   wire::DecodeResult r = wire::Decode(data, size);
   if (!r.ok) {
     ++stats_.decode_errors;
     stats_.last_decode_error = r.error;
-    return;
+    return 0;
   }
   OnMessage(r.message, now_ns);
+  return std::visit(
+      [](const auto& m) -> uint64_t {
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, wire::Control>) {
+          return 0;
+        } else {
+          return m.session;
+        }
+      },
+      r.message);
+}
+
+std::vector<Outgoing> Aggregator::TakeOutgoing() {
+  std::vector<Outgoing> out;
+  out.swap(outgoing_);
+  return out;
+}
+
+void Aggregator::Send(uint64_t session, const wire::Control& control) {
+  outgoing_.push_back({session, wire::Encode(control)});
+}
+
+void Aggregator::SetWindow(bool open, int64_t step) {
+  window_step_ = step;
+  if (open == window_open_) return;
+  window_open_ = open;
+  wire::Control c;
+  c.window = open ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
+  c.step = step;
+  Send(0, c);
 }
 
 void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
@@ -26,6 +55,10 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
     if (!slot) slot = std::make_unique<ProcessTimeline>(*hello);
     else slot->Identify(*hello);
     if (slot->is_controller() && controller_session_ == 0) controller_session_ = hello->session;
+    wire::Control window;  // tell the newcomer where the run stands
+    window.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
+    window.step = window_step_;
+    Send(hello->session, window);
     exporter_->ExportRun(MakeRunInfo(false));
     return;
   }
@@ -45,16 +78,29 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
       stats_.events += block.events.size();
       if (!block.events.empty() && block.events.front().ts_ns < last_cut_end_ns_) {
         ++stats_.late_batches;
+        for (const auto& e : block.events) stats_.late_events += e.ts_ns < last_cut_end_ns_ ? 1 : 0;
       }
     }
-    std::vector<StepSpan> closed;
-    it->second->Add(*batch, batch->session == controller_session_ ? &closed : nullptr);
-    for (const StepSpan& s : closed) {
+    StepEdges edges;
+    it->second->Add(*batch, batch->session == controller_session_ ? &edges : nullptr);
+    for (const StepSpan& s : edges.begun) SetWindow(config_.steps.Contains(s.number), s.number);
+    for (const StepSpan& s : edges.closed) {
       ++stats_.steps_seen;
-      pending_.push_back({s, now_ns});
+      PendingStep step{s, now_ns, 0};
+      if (config_.steps.Contains(s.number)) {
+        // Flush barrier: every collector flushes now and acknowledges.
+        step.barrier = ++barrier_token_;
+        wire::Control flush;
+        flush.step = s.number;
+        flush.flush = step.barrier;
+        Send(0, flush);
+      }
+      pending_.push_back(step);
+      SetWindow(config_.steps.Contains(s.number + 1), s.number + 1);
     }
     return;
   }
+  if (std::holds_alternative<wire::Control>(message)) return;  // ours, not a collector's
   if (const auto* ex = std::get_if<wire::Expected>(&message)) {
     if (controller_session_ == 0 || ex->session == controller_session_) {
       expected_ = ex->processes;
@@ -69,7 +115,9 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
 bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
   if (now_ns - step.closed_at_ns >= config_.flush.step_grace_ms * 1000000) return true;
   for (const auto& [session, p] : processes_) {
-    if (p->hello().selected && !p->said_bye() && p->watermark_ns() < step.span.end_ns) return false;
+    if (!p->hello().selected || p->said_bye()) continue;
+    const bool acked = step.barrier != 0 && p->last_ack() >= step.barrier;
+    if (!acked && p->watermark_ns() < step.span.end_ns) return false;
   }
   return true;
 }

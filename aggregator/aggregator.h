@@ -25,6 +25,12 @@
 
 namespace rlscope {
 
+// A message the daemon must send: to one collector, or to all (session 0).
+struct Outgoing {
+  uint64_t session = 0;
+  std::string bytes;
+};
+
 struct AggregatorStats {
   uint64_t messages = 0;
   uint64_t decode_errors = 0;
@@ -32,7 +38,8 @@ struct AggregatorStats {
   uint64_t steps_seen = 0;
   uint64_t steps_written = 0;
   uint64_t steps_skipped = 0;   // closed but not selected by `steps:`
-  uint64_t late_batches = 0;    // batches that arrived for an already-written step
+  uint64_t late_batches = 0;    // thread blocks that arrived for an already-written step
+  uint64_t late_events = 0;     // their events older than the last written step's end
   std::string last_decode_error;
 };
 
@@ -41,10 +48,15 @@ class Aggregator {
   Aggregator(Config config, StepExporter* exporter);
 
   // Decodes and applies one frame; a bad frame is counted, not fatal.
-  void OnFrame(const char* data, size_t size, int64_t now_ns);
+  // Returns the sender's session (0 for a bad frame), so the daemon can
+  // route Outgoing messages back to it.
+  uint64_t OnFrame(const char* data, size_t size, int64_t now_ns);
   void OnMessage(const wire::Message& message, int64_t now_ns);
   // Exports every step that is ready at `now_ns`.
   void Tick(int64_t now_ns);
+  // Control messages for collectors (capture windows, flush barriers) since
+  // the last call, in order.
+  std::vector<Outgoing> TakeOutgoing();
   // Exports every closed step (waiting no longer), then finalises the run.
   void Finish(int64_t now_ns);
 
@@ -63,7 +75,13 @@ class Aggregator {
   struct PendingStep {
     StepSpan span;
     int64_t closed_at_ns;  // aggregator time when the step's end arrived
+    uint64_t barrier = 0;  // flush barrier token sent at its end (selected steps)
   };
+  // Capture windows for workers: open while a selected step runs and from
+  // the end of the step before a selected one; sent on change and to each
+  // collector that says hello.
+  void SetWindow(bool open, int64_t step);
+  void Send(uint64_t session, const wire::Control& control);
   bool Ready(const PendingStep& step, int64_t now_ns) const;
   void Emit(const PendingStep& step, bool forced);
   RunInfo MakeRunInfo(bool final) const;
@@ -74,6 +92,10 @@ class Aggregator {
   uint64_t controller_session_ = 0;  // the first controller to connect
   std::vector<PendingStep> pending_;
   std::vector<ExpectedProcess> expected_;
+  std::vector<Outgoing> outgoing_;
+  bool window_open_ = false;
+  int64_t window_step_ = 1;
+  uint64_t barrier_token_ = 0;
   std::vector<int64_t> steps_written_;
   int64_t last_cut_end_ns_ = INT64_MIN;
   AggregatorStats stats_;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -118,24 +119,40 @@ int main(int argc, char** argv) {
   size_t reported = 0;
   zmq_msg_t part;
   zmq_msg_init(&part);
+  std::map<uint64_t, std::string> routes;  // session -> ROUTER routing id of its collector
+  auto send_outgoing = [&] {
+    for (const rlscope::Outgoing& o : agg.TakeOutgoing()) {
+      for (const auto& [session, rid] : routes) {
+        if (o.session != 0 && o.session != session) continue;
+        // Never blocks: a peer that cannot take it now misses this message.
+        if (zmq_send(sock, rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+          zmq_send(sock, o.bytes.data(), o.bytes.size(), ZMQ_DONTWAIT);
+        }
+      }
+    }
+  };
   while (!g_stop) {
     zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
     zmq_poll(&item, 1, 50);
     // Drain what is queued (bounded, so Tick runs regularly under load).
     for (int n = 0; n < 10000; ++n) {
       if (zmq_msg_recv(&part, sock, ZMQ_DONTWAIT) < 0) break;  // routing id frame
+      const std::string rid(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
       int more = 0;
       size_t more_len = sizeof(more);
       zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
       while (more) {
         zmq_msg_recv(&part, sock, 0);
-        agg.OnFrame(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part),
-                    rlscope::MonotonicNs());
+        const uint64_t session = agg.OnFrame(static_cast<const char*>(zmq_msg_data(&part)),
+                                             zmq_msg_size(&part), rlscope::MonotonicNs());
+        if (session != 0) routes[session] = rid;
         zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
       }
+      send_outgoing();
     }
     const int64_t now = rlscope::MonotonicNs();
     agg.Tick(now);
+    send_outgoing();
     const auto written = agg.steps_written();
     for (; reported < written.size(); ++reported) {
       std::printf("rlscope-ray aggregator: step %lld written to %s/step_%lld/trace.json\n",

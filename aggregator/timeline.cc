@@ -4,7 +4,7 @@
 
 namespace rlscope {
 
-void ProcessTimeline::Add(const wire::Batch& batch, std::vector<StepSpan>* steps) {
+void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   for (const auto& [id, s] : batch.strings) {
     if (s == "step") step_name_id_ = id;
     strings_[id] = s;
@@ -13,6 +13,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, std::vector<StepSpan>* steps
   for (const auto& c : batch.categories) categories_[{c.domain, c.category}] = c.name;
   watermark_ns_ = std::max(watermark_ns_, batch.watermark_ns);
   dropped_ = std::max(dropped_, batch.dropped);
+  last_ack_ = std::max(last_ack_, batch.ack);
 
   for (const auto& block : batch.threads) {
     events_received_ += block.events.size();
@@ -30,6 +31,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, std::vector<StepSpan>* steps
           s.payload = e.value;
           s.has_payload = has_payload;
           s.depth = static_cast<uint16_t>(std::min<size_t>(stack.size(), UINT16_MAX));
+          Open(s, has_payload, steps);
           stack.push_back(s);
           break;
         }
@@ -55,6 +57,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, std::vector<StepSpan>* steps
           s.category = e.category;
           s.range_id = e.value;
           s.async = true;
+          Open(s, false, steps);  // a start's value is its id, not a payload
           if (auto early = early_ends_.find(e.value); early != early_ends_.end()) {
             s.end_ns = early->second.first;
             s.end_tid = early->second.second;
@@ -96,16 +99,16 @@ void ProcessTimeline::Add(const wire::Batch& batch, std::vector<StepSpan>* steps
   }
 }
 
-void ProcessTimeline::Close(Span span, std::vector<StepSpan>* steps) {
+void ProcessTimeline::Open(Span& span, bool has_payload, StepEdges* edges) {
+  if (edges == nullptr || !is_controller() || step_name_id_ == 0 || span.name != step_name_id_) return;
+  span.step = has_payload ? static_cast<int64_t>(span.payload) : next_auto_step_;
+  next_auto_step_ = span.step + 1;
+  edges->begun.push_back({span.step, span.begin_ns, 0});
+}
+
+void ProcessTimeline::Close(Span span, StepEdges* edges) {
   if (span.end_ns < span.begin_ns) span.end_ns = span.begin_ns;
-  if (is_controller() && step_name_id_ != 0 && span.name == step_name_id_ && steps != nullptr) {
-    StepSpan step;
-    step.number = span.has_payload ? static_cast<int64_t>(span.payload) : next_auto_step_;
-    step.begin_ns = span.begin_ns;
-    step.end_ns = span.end_ns;
-    next_auto_step_ = step.number + 1;
-    steps->push_back(step);
-  }
+  if (span.step >= 0 && edges != nullptr) edges->closed.push_back({span.step, span.begin_ns, span.end_ns});
   done_.push_back(span);
 }
 

@@ -33,6 +33,7 @@ struct Span {
   bool open = false;      // not closed (yet) when cut
   bool clipped_begin = false;  // began before the step; begin_ns is the step's
   bool clipped_end = false;    // ended after the step (or open); end_ns is the step's
+  int64_t step = -1;           // a controller's "step" range: its step number
 };
 
 struct Instant {
@@ -52,12 +53,19 @@ struct StepSpan {
   int64_t end_ns = 0;
 };
 
+// The controller's step edges found in one batch (end_ns is 0 for begun).
+struct StepEdges {
+  std::vector<StepSpan> begun;
+  std::vector<StepSpan> closed;
+};
+
 class ProcessTimeline {
  public:
   explicit ProcessTimeline(wire::Hello hello) : hello_(std::move(hello)) {}
 
-  // Appends a batch. Step spans closed by it (for a controller) go to *steps.
-  void Add(const wire::Batch& batch, std::vector<StepSpan>* steps);
+  // Appends a batch. With `edges` (the run's controller), its "step" ranges
+  // are numbered when they open (payload, else 1, 2, 3...) and reported.
+  void Add(const wire::Batch& batch, StepEdges* edges);
   void Bye(const wire::Bye& bye);
   // A hello that arrives after the process's first batch replaces the
   // placeholder identity it was filed under.
@@ -82,11 +90,13 @@ class ProcessTimeline {
   uint64_t events_received() const { return events_received_; }
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
+  uint64_t last_ack() const { return last_ack_; }
   const std::map<int64_t, std::string>& thread_names() const { return thread_names_; }
   size_t buffered_spans() const { return done_.size() + instants_.size(); }
 
  private:
-  void Close(Span span, std::vector<StepSpan>* steps);
+  void Open(Span& span, bool has_payload, StepEdges* edges);
+  void Close(Span span, StepEdges* edges);
 
   wire::Hello hello_;
   std::unordered_map<uint32_t, std::string> strings_;
@@ -103,6 +113,7 @@ class ProcessTimeline {
   uint64_t events_received_ = 0;
   uint64_t dropped_ = 0;
   uint64_t unmatched_ = 0;  // pops on an empty stack, ends of unknown ids
+  uint64_t last_ack_ = 0;   // highest flush-barrier token acknowledged
   bool said_bye_ = false;
 };
 

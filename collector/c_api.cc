@@ -8,10 +8,14 @@ using rlscope::EventKind;
 using rlscope::ThreadState;
 
 namespace {
-// The default-domain id the Python API records into is 0, like NVTX's.
-Collector* Armed() {
-  Collector* c = Collector::Instance();
-  return c != nullptr && c->armed() ? c : nullptr;
+// The Python API records into the default domain (id 0), like NVTX's. Returns
+// the collector and the calling thread's state when this call may record:
+// armed, or watching (a controller's "step" ranges always count).
+bool Enter(Collector** c, ThreadState** ts) {
+  *c = Collector::Instance();
+  if (*c == nullptr || (!(*c)->armed() && !(*c)->watching())) return false;
+  *ts = (*c)->CurrentThread();
+  return *ts != nullptr;
 }
 }  // namespace
 
@@ -25,60 +29,49 @@ int rlscope_collector_init(void) {
   }
 }
 
-int rlscope_collector_armed(void) { return Armed() != nullptr ? 1 : 0; }
+int rlscope_collector_armed(void) {
+  Collector* c = Collector::Instance();
+  return c != nullptr && c->armed() ? 1 : 0;
+}
 
 void rlscope_range_push(const char* name) {
-  Collector* c = Armed();
-  if (c == nullptr) return;
-  ThreadState* ts = c->CurrentThread();
-  if (ts == nullptr) return;
-  c->Record(ts, EventKind::kRangePush, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
-  ++ts->depth;
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts)) c->RangePush(ts, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_range_pop(void) {
-  Collector* c = Armed();
-  if (c == nullptr) return;
-  ThreadState* ts = c->CurrentThread();
-  if (ts == nullptr) return;
-  c->Record(ts, EventKind::kRangePop, 0, 0, 0, 0, rlscope::kFlagNone);
-  if (ts->depth > 0) --ts->depth;
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts)) c->RangePop(ts, 0);
 }
 
 uint64_t rlscope_range_start(const char* name) {
-  Collector* c = Armed();
-  if (c == nullptr) return 0;
-  ThreadState* ts = c->CurrentThread();
-  if (ts == nullptr) return 0;
-  const uint64_t id = c->NextRangeId();
-  c->Record(ts, EventKind::kRangeStart, ts->names.Lookup(name), 0, 0, id, rlscope::kFlagNone);
-  return id;
+  Collector* c;
+  ThreadState* ts;
+  return Enter(&c, &ts) ? c->RangeStart(ts, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone) : 0;
 }
 
 void rlscope_range_end(uint64_t range_id) {
-  Collector* c = Armed();
-  if (c == nullptr || range_id == 0) return;
-  ThreadState* ts = c->CurrentThread();
-  if (ts == nullptr) return;
-  c->Record(ts, EventKind::kRangeEnd, 0, 0, 0, range_id, rlscope::kFlagNone);
+  Collector* c;
+  ThreadState* ts;
+  if (range_id != 0 && Enter(&c, &ts)) c->RangeEnd(ts, 0, range_id);
 }
 
 void rlscope_mark(const char* name) {
-  Collector* c = Armed();
-  if (c == nullptr) return;
-  ThreadState* ts = c->CurrentThread();
-  if (ts == nullptr) return;
-  c->Record(ts, EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts) && c->armed()) {
+    c->Record(ts, EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
+  }
 }
 
 void rlscope_step_begin(int64_t step) {
-  Collector* c = Armed();
-  if (c == nullptr) return;
-  ThreadState* ts = c->CurrentThread();
-  if (ts == nullptr) return;
-  c->Record(ts, EventKind::kRangePush, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step),
-            rlscope::kFlagHasPayload);
-  ++ts->depth;
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts)) {
+    c->RangePush(ts, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload);
+  }
 }
 
 void rlscope_step_end(void) { rlscope_range_pop(); }

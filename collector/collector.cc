@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -24,6 +25,13 @@ namespace {
 constexpr size_t kMaxEventsPerMessage = 1 << 16;
 
 int64_t GetTid() { return static_cast<int64_t>(syscall(SYS_gettid)); }
+
+Trigger ParseTrigger(const std::string& capture_range) {
+  if (capture_range == "api") return Trigger::kApi;
+  if (capture_range == "cudaProfilerApi") return Trigger::kCudaProfilerApi;
+  if (capture_range.rfind("nvtx:", 0) == 0) return Trigger::kNvtxRange;
+  return Trigger::kController;
+}
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -178,6 +186,12 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
                 (identity.role == "controller"
                      ? config_.controller
                      : config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank))),
+      is_controller_(identity.role == "controller"),
+      trigger_(ParseTrigger(config_.capture_range)),
+      watching_((is_controller_ && trigger_ == Trigger::kController) || trigger_ == Trigger::kNvtxRange),
+      step_name_id_(strings_.Intern("step")),
+      trigger_name_id_(trigger_ == Trigger::kNvtxRange ? strings_.Intern(config_.capture_range.substr(5)) : 0),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       identity_(std::move(identity)),
       converter_(clock_source_) {
   if (!config_.ranks.all && identity_.rank < 0 && identity_.role != "controller") {
@@ -186,21 +200,106 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
                  "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
                  config_.ranks.ToString().c_str());
   }
-  capture_active_.store(config_.capture_range != "api", std::memory_order_relaxed);
+  // Controller trigger: with every step selected the window is always open;
+  // otherwise a controller opens it at its selected steps, and a worker when
+  // the aggregator says so. The other triggers start closed.
+  window_open_.store(trigger_ == Trigger::kController && config_.steps.all, std::memory_order_relaxed);
   converter_.Sample();
   UpdateArmed();
   flush_thread_ = std::thread([this] { FlushLoop(); });
 }
 
 void Collector::UpdateArmed() {
-  armed_.store(selected_ && capture_active_.load(std::memory_order_relaxed) &&
-                   !shut_down_.load(std::memory_order_relaxed),
-               std::memory_order_relaxed);
+  const bool open = trigger_ == Trigger::kController ? window_open_.load(std::memory_order_relaxed)
+                                                     : capture_active_.load(std::memory_order_relaxed);
+  armed_.store(selected_ && open && !shut_down_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 void Collector::SetCaptureActive(bool active) {
   capture_active_.store(active, std::memory_order_relaxed);
   UpdateArmed();
+}
+
+bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async,
+                            uint64_t range_id) {
+  if (name == 0) return false;
+  if (is_controller_ && trigger_ == Trigger::kController && name == step_name_id_) {
+    // Step numbering as the aggregator does it: the payload, else 1, 2, 3...
+    // (A start/end range's value carries its id, so only push/pop payloads count.)
+    const int64_t n = !async && (flags & kFlagHasPayload) != 0 ? static_cast<int64_t>(payload)
+                                                               : next_step_.load(std::memory_order_relaxed);
+    next_step_.store(n + 1, std::memory_order_relaxed);
+    if (async) {
+      step_range_id_.store(range_id, std::memory_order_relaxed);
+    } else {
+      ts->step_depth = ts->depth;
+    }
+    window_open_.store(config_.steps.Contains(n), std::memory_order_relaxed);
+    UpdateArmed();
+    Wake();  // ship the step edge now: workers' windows follow it
+    return true;
+  }
+  if (trigger_ == Trigger::kNvtxRange && name == trigger_name_id_) {
+    if (async) {
+      trigger_range_id_.store(range_id, std::memory_order_relaxed);
+    } else {
+      ts->trigger_depth = ts->depth;
+    }
+    SetCaptureActive(true);
+    return true;
+  }
+  return false;
+}
+
+bool Collector::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
+  bool step_end = false, trigger_end = false;
+  if (async) {
+    uint64_t expected = range_id;
+    step_end = range_id != 0 && step_range_id_.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+    expected = range_id;
+    trigger_end =
+        range_id != 0 && trigger_range_id_.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+  } else {
+    if (ts->step_depth >= 0 && ts->depth == ts->step_depth) {
+      ts->step_depth = -1;
+      step_end = true;
+    }
+    if (ts->trigger_depth >= 0 && ts->depth == ts->trigger_depth) {
+      ts->trigger_depth = -1;
+      trigger_end = true;
+    }
+  }
+  if (step_end) {
+    window_open_.store(config_.steps.all, std::memory_order_relaxed);
+    UpdateArmed();
+    Wake();
+  }
+  if (trigger_end) SetCaptureActive(false);
+  return step_end || trigger_end;
+}
+
+void Collector::Wake() {
+  if (wake_fd_ < 0) return;
+  const uint64_t one = 1;
+  // Best effort: a full counter already means "wake up".
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+}
+
+void Collector::ApplyControl(const wire::Control& control) {
+  // Windows steer only workers under the controller trigger; the controller
+  // follows its own steps and the other triggers their own events.
+  if (control.window != wire::Control::Window::kUnchanged && trigger_ == Trigger::kController &&
+      !is_controller_) {
+    if (control.window == wire::Control::Window::kOpen) {
+      window_close_at_ns_ = 0;
+      window_open_.store(true, std::memory_order_relaxed);
+      UpdateArmed();
+    } else if (window_open_.load(std::memory_order_relaxed) && window_close_at_ns_ == 0) {
+      // Stay armed a little longer: events in flight at the step's end are kept.
+      window_close_at_ns_ = MonotonicNs() + config_.flush.window_slack_ms * 1000000;
+    }
+  }
+  if (control.flush > pending_ack_) pending_ack_ = control.flush;
 }
 
 ThreadState* Collector::RegisterThread() {
@@ -244,7 +343,7 @@ bool Collector::Flush(int timeout_ms) {
   if (shut_down_.load(std::memory_order_relaxed)) return false;
   std::unique_lock<std::mutex> lock(flush_mu_);
   const uint64_t ticket = ++flush_requests_;
-  flush_cv_.notify_one();
+  Wake();
   return flushed_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
                               [&] { return flushes_done_ >= ticket || stop_; });
 }
@@ -257,7 +356,7 @@ void Collector::Shutdown() {
     std::lock_guard<std::mutex> lock(flush_mu_);
     stop_ = true;
   }
-  flush_cv_.notify_all();
+  Wake();
   if (flush_thread_.joinable()) flush_thread_.join();
 }
 
@@ -298,16 +397,64 @@ void Collector::FlushLoop() {
       sock = nullptr;
     }
   }
+  // Waits for the interval, a wake-up (eventfd) or a Control message from
+  // the aggregator, whichever comes first.
+  zmq_pollitem_t items[2] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0}, {sock, 0, ZMQ_POLLIN, 0}};
+  const int num_items = (wake_fd_ >= 0 ? 1 : 0) + (sock != nullptr ? 1 : 0);
+  zmq_pollitem_t* first_item = wake_fd_ >= 0 ? &items[0] : &items[1];
+  int64_t next_flush_ns = MonotonicNs();
   while (true) {
     uint64_t ticket;
     bool stop;
     {
-      std::unique_lock<std::mutex> lock(flush_mu_);
-      flush_cv_.wait_for(lock, std::chrono::milliseconds(config_.flush.interval_ms),
-                         [&] { return stop_ || flush_requests_ > flushes_done_; });
-      ticket = flush_requests_;
+      std::lock_guard<std::mutex> lock(flush_mu_);
       stop = stop_;
     }
+    items[0].revents = items[1].revents = 0;
+    int64_t now = MonotonicNs();
+    bool woken = false;
+    if (!stop && now < next_flush_ns) {
+      int64_t wait_ns = next_flush_ns - now;
+      if (window_close_at_ns_ != 0) wait_ns = std::min(wait_ns, std::max<int64_t>(0, window_close_at_ns_ - now));
+      if (num_items > 0) {
+        zmq_poll(first_item, num_items, static_cast<long>(wait_ns / 1000000) + 1);
+      } else {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
+      }
+      if (wake_fd_ >= 0 && (items[0].revents & ZMQ_POLLIN) != 0) {
+        uint64_t count;
+        [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof(count));
+        woken = true;
+      }
+    }
+    if (sock != nullptr) {  // Control messages from the aggregator
+      zmq_msg_t msg;
+      zmq_msg_init(&msg);
+      while (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0) {
+        const wire::DecodeResult r =
+            wire::Decode(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+        if (r.ok && std::holds_alternative<wire::Control>(r.message)) {
+          const auto& control = std::get<wire::Control>(r.message);
+          ApplyControl(control);
+          if (control.flush != 0) woken = true;  // answer the barrier now
+        }
+      }
+      zmq_msg_close(&msg);
+    }
+    now = MonotonicNs();
+    if (window_close_at_ns_ != 0 && now >= window_close_at_ns_) {
+      window_close_at_ns_ = 0;
+      window_open_.store(false, std::memory_order_relaxed);
+      UpdateArmed();
+    }
+    {
+      std::lock_guard<std::mutex> lock(flush_mu_);
+      ticket = flush_requests_;
+      stop = stop_;
+      if (ticket > flushes_done_) woken = true;
+    }
+    if (!woken && !stop && now < next_flush_ns) continue;
+    next_flush_ns = now + config_.flush.interval_ms * 1000000;
     SendControl(sock);
     DrainAndSend(sock);
     {
@@ -440,7 +587,8 @@ void Collector::DrainAndSend(void* socket) {
     }
     const size_t in_message = kMaxEventsPerMessage - budget;
     remaining_total -= in_message;
-    writer_.Begin(session_, seq_++, remaining_total == 0 ? watermark : 0, dropped);
+    const bool last = remaining_total == 0;
+    writer_.Begin(session_, seq_++, last ? watermark : 0, dropped, last ? pending_ack_ : 0);
     static const std::vector<std::pair<uint32_t, std::string>> kNoStrings;
     static const std::vector<std::pair<int64_t, std::string>> kNoNames;
     static const std::vector<wire::CategoryName> kNoCategories;
@@ -473,6 +621,7 @@ void Collector::DrainAndSend(void* socket) {
     if (socket != nullptr && zmq_send(socket, buf.data(), buf.size(), ZMQ_DONTWAIT) >= 0) {
       batches_sent_.fetch_add(1, std::memory_order_relaxed);
       events_sent_.fetch_add(in_message, std::memory_order_relaxed);
+      if (last) pending_ack_ = 0;
       if (with_metadata) {
         unsent_strings_.clear();
         unsent_names_.clear();

@@ -32,8 +32,18 @@ namespace rlscope {
 struct ThreadState {
   ThreadBuffer* buffer = nullptr;  // owned by the collector's registry
   NameCache names;
-  int depth = 0;  // open push/pop ranges, returned to NVTX callers
+  int depth = 0;           // open push/pop ranges, returned to NVTX callers
+  int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
+  int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   explicit ThreadState(StringTable* table) : names(table) {}
+};
+
+// What opens and closes a process's capture (config `capture_range`).
+enum class Trigger : uint8_t {
+  kController,       // the controller's selected steps (workers: windows from the aggregator)
+  kApi,              // rlscope_ray.start()/stop()
+  kNvtxRange,        // a range named `nvtx:<name>` in this process
+  kCudaProfilerApi,  // cuProfilerStart/Stop, through CUPTI callbacks (cupti_trigger.cc)
 };
 
 class Collector {
@@ -48,6 +58,38 @@ class Collector {
   // Hot path: relaxed is enough for "armed", a hint read once per event; the
   // flush barrier, not this flag, orders data with the aggregator.
   bool armed() const { return armed_.load(std::memory_order_relaxed); }
+  // True when disarmed events must still be looked at: a controller finding
+  // its "step" ranges, or an nvtx:<name> trigger. Constant after start.
+  bool watching() const { return watching_; }
+
+  // The range entry points shared by NVTX handlers and the C ABI. Each records
+  // when armed (or when the range itself opens/closes a window) and keeps the
+  // thread's depth; they return what NVTX returns to its caller.
+  int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
+                uint8_t flags) {
+    const bool special = watching_ && OnRangeOpen(ts, name, flags, payload, false, 0);
+    if (special || armed()) Record(ts, EventKind::kRangePush, name, domain, category, payload, flags);
+    return ts->depth++;
+  }
+  int RangePop(ThreadState* ts, uint32_t domain) {
+    const bool was_armed = armed();
+    const int depth = ts->depth > 0 ? --ts->depth : -1;
+    const bool special = watching_ && depth >= 0 && OnRangeClose(ts, false, 0);
+    if (special || was_armed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
+    return depth;
+  }
+  uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
+                      uint64_t payload, uint8_t flags) {
+    const uint64_t id = NextRangeId();
+    const bool special = watching_ && OnRangeOpen(ts, name, flags, payload, true, id);
+    if (special || armed()) Record(ts, EventKind::kRangeStart, name, domain, category, id, flags);
+    return id;
+  }
+  void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t id) {
+    const bool was_armed = armed();
+    const bool special = watching_ && OnRangeClose(ts, true, id);
+    if (special || was_armed) Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
+  }
 
   // Records one event into `ts`, the calling thread's state (from
   // CurrentThread()). Returns false when dropped.
@@ -81,7 +123,10 @@ class Collector {
   void NameThread(int64_t tid, const std::string& name);
   void NameCategory(uint32_t domain, uint32_t category, const std::string& name);
 
+  // Opens/closes the capture of the api, nvtx:<name> and cudaProfilerApi
+  // triggers (no effect on the controller trigger's windows).
   void SetCaptureActive(bool active);
+  Trigger trigger() const { return trigger_; }
   // Wakes the flush thread and waits until what was recorded before the call
   // was sent (or timeout). Returns true when done in time.
   bool Flush(int timeout_ms);
@@ -106,6 +151,16 @@ class Collector {
   // Sends Hello (first time and after SetLabel) and a pending Expected list.
   void SendControl(void* socket);
   void UpdateArmed();
+  // Slow paths of the watching processes (see watching()). Return true when
+  // the range opens/closes a step or a trigger range (it is then recorded
+  // whatever the arming).
+  bool OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async,
+                   uint64_t range_id);
+  bool OnRangeClose(ThreadState* ts, bool async, uint64_t range_id);
+  // Wakes the flush thread (an eventfd write): flush requests, shutdown, and
+  // the controller's step edges, which workers wait for.
+  void Wake();
+  void ApplyControl(const wire::Control& control);
 
   struct ThreadEntry {
     std::unique_ptr<ThreadBuffer> buffer;
@@ -119,18 +174,28 @@ class Collector {
   static thread_local bool tls_over_budget_;
 
   const Config config_;
+  StringTable strings_;  // before the ids interned into it at construction
   const std::string endpoint_;
   const uint64_t session_;
   const ClockSource clock_source_;
   const int owner_pid_;
   const int64_t start_ns_;
   const bool selected_;  // rank and role are profiled under this config
+  const bool is_controller_;
+  const Trigger trigger_;
+  const bool watching_;
+  const uint32_t step_name_id_;     // interned "step"
+  const uint32_t trigger_name_id_;  // interned <name> of nvtx:<name>, 0 otherwise
+  const int wake_fd_;               // eventfd; -1 when unavailable (then polls on the interval)
 
   std::atomic<bool> armed_{false};
-  std::atomic<bool> capture_active_{true};
+  std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
+  std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
+  std::atomic<int64_t> next_step_{1};        // controller: number of the next unnumbered step
+  std::atomic<uint64_t> step_range_id_{0};     // controller's open start/end "step" range
+  std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
   std::atomic<uint64_t> next_range_id_{1};
   std::atomic<uint64_t> overflow_dropped_{0};  // events of threads over budget
-  StringTable strings_;
 
   std::mutex registry_mu_;  // guards threads_, bytes_reserved_
   std::vector<std::unique_ptr<ThreadEntry>> threads_;
@@ -150,7 +215,6 @@ class Collector {
 
   // Flush thread control.
   std::mutex flush_mu_;
-  std::condition_variable flush_cv_;
   std::condition_variable flushed_cv_;
   bool stop_ = false;
   uint64_t flush_requests_ = 0;  // bumped by Flush()
@@ -159,6 +223,8 @@ class Collector {
   std::atomic<bool> shut_down_{false};
 
   // Owned by the flush thread.
+  int64_t window_close_at_ns_ = 0;  // a closed window disarms at this time (slack), 0 = none
+  uint64_t pending_ack_ = 0;        // flush token to acknowledge in the next batch
   TickConverter converter_;
   wire::BatchWriter writer_;
   uint32_t next_string_id_ = 1;

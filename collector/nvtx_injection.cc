@@ -94,47 +94,45 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   return out;
 }
 
-// The first lines of every handler: the collector exists and is armed, and
-// the calling thread has a buffer. Relaxed "armed" check first (collector.h).
-#define RLSCOPE_ENTER(c, ts, ret)                    \
-  Collector* c = Collector::Instance();              \
-  if (c == nullptr || !c->armed()) return ret;       \
-  ThreadState* ts = c->CurrentThread();              \
+// The first lines of every handler: the collector exists and is armed (or
+// watching, see Collector::watching), and the calling thread has a buffer.
+// Disarmed, non-watching processes pay one relaxed load and a branch.
+#define RLSCOPE_ENTER(c, ts, ret)                                      \
+  Collector* c = Collector::Instance();                                \
+  if (c == nullptr || (!c->armed() && !c->watching())) return ret;     \
+  ThreadState* ts = c->CurrentThread();                                \
   if (ts == nullptr) return ret
 
 int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
-  c->Record(ts, EventKind::kRangePush, a.name, domain, a.category, a.value, a.flags);
-  return ts->depth++;
+  return c->RangePush(ts, a.name, domain, a.category, a.value, a.flags);
 }
 
 int Pop(Collector* c, ThreadState* ts, uint32_t domain) {
-  c->Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
-  if (ts->depth == 0) return NVTX_NO_PUSH_POP_TRACKING;
-  return --ts->depth;
+  const int depth = c->RangePop(ts, domain);
+  return depth < 0 ? NVTX_NO_PUSH_POP_TRACKING : depth;
 }
 
 nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
-  const uint64_t id = c->NextRangeId();
-  c->Record(ts, EventKind::kRangeStart, a.name, domain, a.category, id, a.flags);
-  return id;
+  return c->RangeStart(ts, a.name, domain, a.category, a.value, a.flags);
 }
 
-void End(Collector* c, ThreadState* ts, uint32_t domain, nvtxRangeId_t id) {
-  c->Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
-}
+void End(Collector* c, ThreadState* ts, uint32_t domain, nvtxRangeId_t id) { c->RangeEnd(ts, domain, id); }
 
 // ---- CORE module ----
 void NVTX_API MarkEx(const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, );
+  if (!c->armed()) return;
   const Attr at = ReadAttr(c, ts, a);
   c->Record(ts, EventKind::kMark, at.name, 0, at.category, at.value, at.flags);
 }
 void NVTX_API MarkA(const char* m) {
   RLSCOPE_ENTER(c, ts, );
+  if (!c->armed()) return;
   c->Record(ts, EventKind::kMark, ts->names.Lookup(m), 0, 0, 0, kFlagNone);
 }
 void NVTX_API MarkW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, );
+  if (!c->armed()) return;
   c->Record(ts, EventKind::kMark, c->Intern(Utf8(m)), 0, 0, 0, kFlagNone);
 }
 nvtxRangeId_t NVTX_API RangeStartEx(const nvtxEventAttributes_t* a) {
@@ -195,6 +193,7 @@ void NVTX_API NameOsThreadW(uint32_t tid, const wchar_t* name) {
 // ---- CORE2 module (domains; NULL domain = the default domain) ----
 void NVTX_API DomainMarkEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, );
+  if (!c->armed()) return;
   const Attr at = ReadAttr(c, ts, a);
   c->Record(ts, EventKind::kMark, at.name, DomainId(d), at.category, at.value, at.flags);
 }

@@ -216,6 +216,9 @@ const std::vector<KeySpec>& KeySpecs() {
           [](Config& c) -> int64_t& { return c.flush.exit_timeout_ms; }),
       Int("flush.step_grace_ms", "how long the aggregator waits for late processes before writing a step",
           0, 3600000, [](Config& c) -> int64_t& { return c.flush.step_grace_ms; }),
+      Int("flush.window_slack_ms",
+          "how long a worker stays armed after a selected step ends (events in flight are kept)", 0, 60000,
+          [](Config& c) -> int64_t& { return c.flush.window_slack_ms; }),
       Bool("correction.enabled", "subtract the profiler's own overhead",
            [](Config& c) -> bool& { return c.correction.enabled; }),
   };

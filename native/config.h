@@ -49,6 +49,7 @@ struct Config {
     int64_t interval_ms = 20;
     int64_t exit_timeout_ms = 1000;
     int64_t step_grace_ms = 5000;
+    int64_t window_slack_ms = 20;
   } flush;
   struct Correction {
     bool enabled = true;

@@ -160,6 +160,7 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
   if (!Require(c, body, "batch", "seq", &o) || !GetUint(c, *o, "batch.seq", &b->seq)) return false;
   if (!Require(c, body, "batch", "watermark_ns", &o) || !GetInt(c, *o, "batch.watermark_ns", &b->watermark_ns)) return false;
   if (!Require(c, body, "batch", "dropped", &o) || !GetUint(c, *o, "batch.dropped", &b->dropped)) return false;
+  if ((o = Find(body, "ack")) != nullptr && !GetUint(c, *o, "batch.ack", &b->ack)) return false;
   const object_array* arr;
   if ((o = Find(body, "strings")) != nullptr) {
     if (!GetArray(c, *o, "batch.strings", &arr)) return false;
@@ -290,11 +291,27 @@ bool DecodeExpected(Ctx& c, const object& body, Expected* ex) {
   return true;
 }
 
+bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
+  const object* o;
+  uint64_t window = 0;
+  if ((o = Find(body, "window")) != nullptr) {
+    if (!GetUint(c, *o, "control.window", &window)) return false;
+    if (window > 2) return c.Fail("control.window", "unknown window state " + std::to_string(window));
+    ctl->window = static_cast<Control::Window>(window);
+  }
+  if ((o = Find(body, "step")) != nullptr && !GetInt(c, *o, "control.step", &ctl->step)) return false;
+  if ((o = Find(body, "flush")) != nullptr && !GetUint(c, *o, "control.flush", &ctl->flush)) return false;
+  return true;
+}
+
 }  // namespace
 
-void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped) {
+void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped,
+                        uint64_t ack) {
   buffer_.clear();
-  PackHeader(packer_, MessageType::kBatch, 8);
+  PackHeader(packer_, MessageType::kBatch, 9);
+  PackKey(packer_, "ack");
+  packer_.pack_uint64(ack);
   PackKey(packer_, "session");
   packer_.pack_uint64(session);
   PackKey(packer_, "seq");
@@ -394,7 +411,7 @@ std::string Encode(const Message& message) {
   }
   if (const auto* b = std::get_if<Batch>(&message)) {
     BatchWriter w;
-    w.Begin(b->session, b->seq, b->watermark_ns, b->dropped);
+    w.Begin(b->session, b->seq, b->watermark_ns, b->dropped, b->ack);
     w.Strings(b->strings);
     w.ThreadNames(b->thread_names);
     w.Categories(b->categories);
@@ -419,6 +436,16 @@ std::string Encode(const Message& message) {
         PackString(pk, v);
       }
     }
+    return std::string(buf.data(), buf.size());
+  }
+  if (const auto* ctl = std::get_if<Control>(&message)) {
+    PackHeader(pk, MessageType::kControl, 3);
+    PackKey(pk, "window");
+    pk.pack_uint8(static_cast<uint8_t>(ctl->window));
+    PackKey(pk, "step");
+    pk.pack_int64(ctl->step);
+    PackKey(pk, "flush");
+    pk.pack_uint64(ctl->flush);
     return std::string(buf.data(), buf.size());
   }
   const auto& bye = std::get<Bye>(message);
@@ -512,6 +539,12 @@ DecodeResult Decode(const char* data, size_t size) {
       Expected ex;
       if (!DecodeExpected(c, body, &ex)) return r;
       r.message = std::move(ex);
+      break;
+    }
+    case MessageType::kControl: {
+      Control ctl;
+      if (!DecodeControl(c, body, &ctl)) return r;
+      r.message = ctl;
       break;
     }
     default:

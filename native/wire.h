@@ -29,6 +29,7 @@ enum class MessageType : uint8_t {
   kBatch = 2,
   kBye = 3,
   kExpected = 4,
+  kControl = 5,  // aggregator -> collector
 };
 
 // Who a collector is. `rank` is -1 when unknown.
@@ -79,6 +80,7 @@ struct Batch {
   uint64_t seq = 0;           // 0, 1, 2, ... per session
   int64_t watermark_ns = 0;   // every event stamped before this is in a batch <= seq
   uint64_t dropped = 0;       // events dropped by this collector so far (total)
+  uint64_t ack = 0;           // flush token answered by this batch (Control.flush), 0 = none
   std::vector<std::pair<uint32_t, std::string>> strings;   // new ids only
   std::vector<std::pair<int64_t, std::string>> thread_names;
   std::vector<CategoryName> categories;
@@ -101,7 +103,20 @@ struct Expected {
   bool operator==(const Expected&) const = default;
 };
 
-using Message = std::variant<Hello, Batch, Bye, Expected>;
+// From the aggregator to one collector (over the same DEALER/ROUTER pair).
+// `window`: the controller's capture window for workers (open while a
+// selected step runs, and from the end of the step before a selected one);
+// `flush`: a flush barrier token; the collector flushes at once and answers
+// with a Batch whose `ack` is the token.
+struct Control {
+  enum class Window : uint8_t { kUnchanged = 0, kOpen = 1, kClosed = 2 };
+  Window window = Window::kUnchanged;
+  int64_t step = -1;        // the step the window is for, -1 when none
+  uint64_t flush = 0;       // flush barrier token, 0 = none
+  bool operator==(const Control&) const = default;
+};
+
+using Message = std::variant<Hello, Batch, Bye, Expected, Control>;
 
 // Streaming batch encoder, used by the collector's flush thread so events go
 // from ring buffers to bytes without an intermediate copy.
@@ -109,7 +124,7 @@ using Message = std::variant<Hello, Batch, Bye, Expected>;
 // be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
 class BatchWriter {
  public:
-  void Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped);
+  void Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped, uint64_t ack = 0);
   void Strings(const std::vector<std::pair<uint32_t, std::string>>& strings);
   void ThreadNames(const std::vector<std::pair<int64_t, std::string>>& names);
   void Categories(const std::vector<CategoryName>& categories);

@@ -34,9 +34,11 @@ def _run_pair(build_dir, agg, tmp_path, steps=3, step_ms=40.0):
 
 
 def _close(measured_us: float, traced_us: float) -> bool:
-    # The program times around its own NVTX calls, so it sees the range plus
-    # the cost of the NVTX calls and clock reads: allow 5 % + 300 us.
-    return abs(measured_us - traced_us) <= 0.05 * measured_us + 300
+    # The program times around its own NVTX calls, so the traced range lies
+    # inside what it measured (up to clock conversion, 50 us), and is shorter
+    # only by the NVTX calls and clock reads, plus any preemption between
+    # them on a loaded 2-core machine: allow 10 % + 1 ms that way.
+    return measured_us - (0.10 * measured_us + 1000) <= traced_us <= measured_us + 50
 
 
 def test_cpp_and_python_programs_merge_into_step_traces(build_dir, aggregator_factory, tmp_path):

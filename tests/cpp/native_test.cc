@@ -595,7 +595,7 @@ TEST(WireTest, RejectsNonFrameShapes) {
 }
 
 TEST(WireTest, RejectsUnknownMessageType) {
-  for (uint64_t type : {0ull, 5ull, 9ull, 257ull, 258ull, 259ull}) {
+  for (uint64_t type : {0ull, 6ull, 9ull, 257ull, 258ull, 259ull}) {
     const wire::DecodeResult r =
         DecodeString(Frame("RLSC", 1, type, [](Packer& pk) { pk.pack_map(0); }));
     EXPECT_FALSE(r.ok) << "type " << type;
