@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "aggregator/subtasks.h"
+
 namespace rlscope {
 
 Aggregator::Aggregator(Config config, StepExporter* exporter)
@@ -200,6 +202,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     }
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
     profile.not_profiled = NotProfiled();
+    if (config_.discrete || !config_.subtasks.empty()) ApplySubtasks(&profile);
     if (exporter_->ExportStep(profile)) {
       steps_written_.push_back(s.number);
       ++stats_.steps_written;
@@ -212,6 +215,31 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
   // a later one.
   for (const auto& [session, p] : processes_) p->DiscardBefore(s.end_ns);
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
+}
+
+void Aggregator::ApplySubtasks(StepProfile* profile) {
+  const std::vector<Occurrence> occurrences = SubtaskOccurrences(*profile, config_.subtasks);
+  if (config_.discrete) {
+    // One capture per occurrence, each cut to it; the step keeps a summary.
+    for (const Occurrence& o : occurrences) {
+      StepProfile capture = *profile;
+      capture.capture = o.capture;
+      capture.begin_ns = o.begin_ns;
+      capture.end_ns = o.end_ns;
+      for (ProcessSlice& slice : capture.processes) RestrictToIntervals(&slice, {{o.begin_ns, o.end_ns}});
+      exporter_->ExportStep(capture);
+      profile->captures.push_back(o.capture);
+    }
+    profile->summary_only = true;
+    return;
+  }
+  Intervals controller;
+  for (const Occurrence& o : occurrences) controller.emplace_back(o.begin_ns, o.end_ns);
+  for (ProcessSlice& slice : profile->processes) {
+    Intervals keep = controller;
+    for (const auto& iv : OwnSubtaskIntervals(slice, config_.subtasks)) keep.push_back(iv);
+    RestrictToIntervals(&slice, MergeIntervals(std::move(keep)));
+  }
 }
 
 RunInfo Aggregator::MakeRunInfo(bool final) const {

@@ -84,6 +84,8 @@ class Aggregator {
   void Send(uint64_t session, const wire::Control& control);
   bool Ready(const PendingStep& step, int64_t now_ns) const;
   void Emit(const PendingStep& step, bool forced);
+  // `subtasks` / `discrete`: cuts the step to its sub-task occurrences.
+  void ApplySubtasks(StepProfile* profile);
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;

@@ -111,6 +111,7 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
   w.Key("displayTimeUnit").String("ns");
   w.Key("otherData").BeginObject();
   w.Key("step").Int(step.step);
+  if (!step.capture.empty()) w.Key("capture").String(step.capture);
   w.Key("begin_ns").Int(step.begin_ns);
   w.Key("end_ns").Int(step.end_ns);
   w.Key("reason").String(step.reason);
@@ -201,6 +202,12 @@ std::string StepSummaryJson(const StepProfile& step) {
   w.Key("end_ns").Int(step.end_ns);
   w.Key("duration_ms").Double(static_cast<double>(step.end_ns - step.begin_ns) / 1e6);
   w.Key("reason").String(step.reason);
+  if (!step.capture.empty()) w.Key("capture").String(step.capture);
+  if (step.summary_only) {
+    w.Key("captures").BeginArray();
+    for (const auto& c : step.captures) w.String(c);
+    w.EndArray();
+  }
   uint64_t spans = 0, instants = 0, dropped = 0;
   w.Key("processes").BeginArray();
   for (const ProcessSlice& slice : step.processes) {
@@ -267,7 +274,8 @@ bool ChromeTraceExporter::WriteFile(const std::string& path, const std::string& 
 
 bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
   try {
-    const std::string dir = out_dir_ + "/step_" + std::to_string(step.step);
+    std::string dir = out_dir_ + "/step_" + std::to_string(step.step);
+    if (!step.capture.empty()) dir += "/" + step.capture;
     if (!MakeDirs(dir)) {
       last_error_ = "cannot create " + dir + ": " + std::strerror(errno);
       return false;
@@ -275,8 +283,8 @@ bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
     for (const ProcessSlice& slice : step.processes) {
       TracePid(slice.process->hello().session, slice.process->identity().pid);
     }
-    return WriteFile(dir + "/trace.json", StepTraceJson(step, trace_pids_)) &&
-           WriteFile(dir + "/summary.json", StepSummaryJson(step));
+    if (!step.summary_only && !WriteFile(dir + "/trace.json", StepTraceJson(step, trace_pids_))) return false;
+    return WriteFile(dir + "/summary.json", StepSummaryJson(step));
   } catch (const std::exception& e) {
     last_error_ = e.what();
     return false;

@@ -27,8 +27,11 @@ using ExpectedProcess = std::map<std::string, std::string>;
 
 struct StepProfile {
   int64_t step = 0;
-  int64_t begin_ns = 0;
+  int64_t begin_ns = 0;           // of the step, or of the capture
   int64_t end_ns = 0;
+  std::string capture;            // discrete mode: the sub-task capture ("gen", "gen_2"); "" = the step
+  std::vector<std::string> captures;  // on the step's own profile: its discrete captures
+  bool summary_only = false;      // the step's profile in discrete mode: no trace of its own
   std::string reason;  // "complete" or "grace_timeout" or "final"
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;

@@ -161,8 +161,13 @@ Collector* Collector::Start() {
       instance_.store(c, std::memory_order_release);
       std::atexit(ShutdownAtExit);
       pthread_atfork(nullptr, nullptr, ChildAfterFork);
-    } catch (...) {
+    } catch (const std::exception& e) {
       // Any failure leaves the process without a collector: never crash it.
+      std::fprintf(stderr, "rlscope: the collector failed to start (%s); profiling is off in this process\n",
+                   e.what());
+      failed = true;
+    } catch (...) {
+      std::fprintf(stderr, "rlscope: the collector failed to start; profiling is off in this process\n");
       failed = true;
     }
   }();

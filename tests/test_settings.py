@@ -19,6 +19,7 @@ def test_actor_value_over_job_defaults():
     assert env["RLSCOPE_RANK"] == "1"  # the actor's own rank wins over the job default
     assert env["RLSCOPE_ROLE"] == "worker"
     assert env["NVTX_INJECTION64_PATH"] == collector_path()
+    assert env["CUDA_INJECTION64_PATH"] == collector_path()
     config = json.loads(env["RLSCOPE_CONFIG"])
     # Driver config, then job-level value, then the actor's: nested sections merge.
     assert config == {"steps": [2, 3], "ranks": [0, 1], "flush": {"step_grace_ms": 100, "interval_ms": 5}}

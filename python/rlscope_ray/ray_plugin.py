@@ -45,6 +45,11 @@ class RLScopePlugin(RuntimeEnvPlugin):
             logger.warning("rlscope: NVTX_INJECTION64_PATH already names %s (another NVTX tool); "
                            "rlscope records only its Python API and Ray method spans here", existing)
             del env["NVTX_INJECTION64_PATH"]
+        existing = env_vars.get("CUDA_INJECTION64_PATH")
+        if existing and existing != env["CUDA_INJECTION64_PATH"]:
+            logger.warning("rlscope: CUDA_INJECTION64_PATH already names %s; the cudaProfilerApi trigger is off "
+                           "in this worker", existing)
+            del env["CUDA_INJECTION64_PATH"]
         hook = env_vars.get(SETUP_HOOK_VAR)
         if hook and hook != BOOTSTRAP:
             env[CHAINED_HOOK_VAR] = hook  # the user's worker setup hook still runs, first

@@ -108,6 +108,9 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
         "RLSCOPE_CONFIG": json.dumps(config, sort_keys=True),
         "RLSCOPE_ROLE": merged.get("role", "worker"),
         "NVTX_INJECTION64_PATH": collector_path(),
+        # Loaded by the CUDA driver at its init (never earlier); it does nothing
+        # unless capture_range is cudaProfilerApi (and, later, GPU tracing).
+        "CUDA_INJECTION64_PATH": collector_path(),
         PLUGIN_MARKER: PLUGIN_VERSION,
     }
     if "rank" in merged:

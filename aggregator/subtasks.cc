@@ -1,0 +1,94 @@
+#include "aggregator/subtasks.h"
+
+#include <algorithm>
+#include <map>
+
+namespace rlscope {
+namespace {
+
+bool Named(const ProcessTimeline& p, uint32_t name, const std::vector<std::string>& names) {
+  const char* s = p.String(name);
+  return std::find(names.begin(), names.end(), s) != names.end();
+}
+
+}  // namespace
+
+std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::vector<std::string>& names) {
+  std::vector<Occurrence> out;
+  for (const ProcessSlice& slice : step.processes) {
+    if (!slice.process->is_controller()) continue;
+    const ProcessTimeline& p = *slice.process;
+    // The step's own range on the controller: children are one level below it.
+    const Span* step_span = nullptr;
+    for (const Span& s : slice.spans) {
+      if (std::string(p.String(s.name)) == "step" && !s.async) step_span = &s;
+    }
+    for (const Span& s : slice.spans) {
+      if (std::string(p.String(s.name)) == "step") continue;
+      const bool match = names.empty()
+                             ? step_span != nullptr && !s.async && s.tid == step_span->tid &&
+                                   s.depth == step_span->depth + 1
+                             : Named(p, s.name, names);
+      if (match) out.push_back({p.String(s.name), "", s.begin_ns, s.end_ns});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Occurrence& a, const Occurrence& b) {
+    return a.begin_ns != b.begin_ns ? a.begin_ns < b.begin_ns : a.end_ns > b.end_ns;
+  });
+  std::map<std::string, int> seen;
+  for (Occurrence& o : out) {
+    const int k = ++seen[o.name];
+    o.capture = k == 1 ? o.name : o.name + "_" + std::to_string(k);
+  }
+  return out;
+}
+
+Intervals MergeIntervals(Intervals intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  Intervals merged;
+  for (const auto& iv : intervals) {
+    if (!merged.empty() && iv.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, iv.second);
+    } else {
+      merged.push_back(iv);
+    }
+  }
+  return merged;
+}
+
+void RestrictToIntervals(ProcessSlice* slice, const Intervals& merged) {
+  std::vector<Span> spans;
+  for (Span s : slice->spans) {
+    // Overlap with [b, e); a zero-length span counts when it lies inside.
+    auto overlaps = [&](const std::pair<int64_t, int64_t>& iv) {
+      return s.begin_ns < iv.second && (s.end_ns > iv.first || (s.end_ns == s.begin_ns && s.begin_ns >= iv.first));
+    };
+    const auto first = std::find_if(merged.begin(), merged.end(), overlaps);
+    if (first == merged.end()) continue;
+    const auto last = std::find_if(merged.rbegin(), merged.rend(), overlaps);
+    if (s.begin_ns < first->first) s.begin_ns = first->first, s.clipped_begin = true;
+    if (s.end_ns > last->second) s.end_ns = last->second, s.clipped_end = true;
+    spans.push_back(s);
+  }
+  slice->spans = std::move(spans);
+  std::vector<Instant> instants;
+  for (const Instant& i : slice->instants) {
+    for (const auto& iv : merged) {
+      if (i.ts_ns >= iv.first && i.ts_ns < iv.second) {
+        instants.push_back(i);
+        break;
+      }
+    }
+  }
+  slice->instants = std::move(instants);
+}
+
+Intervals OwnSubtaskIntervals(const ProcessSlice& slice, const std::vector<std::string>& names) {
+  Intervals out;
+  for (const Span& s : slice.spans) {
+    if (Named(*slice.process, s.name, names)) out.emplace_back(s.begin_ns, s.end_ns);
+  }
+  return out;
+}
+
+}  // namespace rlscope

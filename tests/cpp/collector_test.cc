@@ -1,0 +1,294 @@
+// collector_test: the collector's internals, without a GPU.
+//
+// The collector is a per-process singleton, so every test that starts one
+// starts it the same way (StartTestCollector) and leaves its capture closed;
+// the tests hold in any order and one per process (as CTest runs them).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collector/collector.h"
+#include "collector/cupti_trigger.h"
+#include "collector/rlscope_collector.h"
+
+#if RLSCOPE_HAVE_CUPTI
+#include <cupti_driver_cbid.h>
+#include <cupti_runtime_cbid.h>
+#endif
+
+namespace rlscope {
+namespace {
+
+// A collector with capture_range cudaProfilerApi whose aggregator endpoint
+// nobody listens on (sends are dropped; exit does not wait).
+Collector* StartTestCollector() {
+  setenv("RLSCOPE_AGGREGATOR", "tcp://127.0.0.1:1", 1);
+  setenv("RLSCOPE_CONFIG", "{capture_range: cudaProfilerApi, flush: {exit_timeout_ms: 0}}", 1);
+  for (const char* k : {"RLSCOPE_DISABLE", "RLSCOPE_ROLE", "RLSCOPE_RANK", "RANK"}) unsetenv(k);
+  return Collector::Start();
+}
+
+TEST(InitializeInjection, ReturnsOneIsIdempotentAndLeavesTheCaptureAsItWas) {
+  Collector* c = StartTestCollector();
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->config().capture_range, "cudaProfilerApi");
+  const int armed_before = rlscope_collector_armed();
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(InitializeInjection(), 1);
+  EXPECT_EQ(InitializeInjection(), 1);
+  const std::string err = testing::internal::GetCapturedStderr();
+  // Without a driver libcupti is absent, or present and failing (999): one
+  // line says the trigger is unavailable. With a driver nothing is printed.
+  if (!err.empty()) {
+    EXPECT_NE(err.find("cudaProfilerApi trigger is unavailable"), std::string::npos) << err;
+    EXPECT_NE(err.find("the capture stays closed"), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  // Neither path touches the capture; only cuProfilerStart/Stop do.
+  EXPECT_EQ(rlscope_collector_armed(), armed_before);
+}
+
+#if RLSCOPE_HAVE_CUPTI
+
+constexpr int kEnter = CUPTI_API_ENTER;
+constexpr int kExit = CUPTI_API_EXIT;
+constexpr uint32_t kStart = CUPTI_DRIVER_TRACE_CBID_cuProfilerStart;
+constexpr uint32_t kStop = CUPTI_DRIVER_TRACE_CBID_cuProfilerStop;
+
+TEST(CudaProfilerTriggerAction, StartOpensOnSuccessfulExitOnly) {
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_SUCCESS),
+            TriggerAction::kOpen);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kEnter, CUDA_SUCCESS),
+            TriggerAction::kNone);
+  EXPECT_EQ(
+      CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_ERROR_NOT_INITIALIZED),
+      TriggerAction::kNone);
+  EXPECT_EQ(
+      CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_ERROR_INVALID_CONTEXT),
+      TriggerAction::kNone);
+}
+
+TEST(CudaProfilerTriggerAction, StopClosesOnEntryWhateverTheResult) {
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kEnter, CUDA_SUCCESS),
+            TriggerAction::kClose);
+  // At entry there is no result yet; whatever is passed is ignored.
+  EXPECT_EQ(
+      CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kEnter, CUDA_ERROR_NOT_INITIALIZED),
+      TriggerAction::kClose);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kExit, CUDA_SUCCESS),
+            TriggerAction::kNone);
+}
+
+TEST(CudaProfilerTriggerAction, RuntimeDomainIsIgnored) {
+  // The runtime's cudaProfilerStart/Stop forward to the driver calls, which
+  // carry the decision; acting on both would toggle twice.
+  for (uint32_t cbid : {static_cast<uint32_t>(CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000),
+                        static_cast<uint32_t>(CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000),
+                        kStart, kStop}) {
+    for (int site : {kEnter, kExit}) {
+      EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, site, CUDA_SUCCESS),
+                TriggerAction::kNone)
+          << "cbid " << cbid << " site " << site;
+    }
+  }
+}
+
+TEST(CudaProfilerTriggerAction, EveryOtherCombinationIsNone) {
+  const std::vector<uint32_t> domains = {
+      CUPTI_CB_DOMAIN_INVALID,     CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RUNTIME_API,
+      CUPTI_CB_DOMAIN_RESOURCE,    CUPTI_CB_DOMAIN_SYNCHRONIZE, CUPTI_CB_DOMAIN_NVTX,
+      CUPTI_CB_DOMAIN_STATE};
+  const std::vector<uint32_t> cbids = {
+      kStart, kStop, CUPTI_DRIVER_TRACE_CBID_INVALID, CUPTI_DRIVER_TRACE_CBID_cuInit,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+      CUPTI_DRIVER_TRACE_CBID_SIZE, 0xFFFFFFFFu};
+  int opens = 0, closes = 0;
+  for (uint32_t domain : domains) {
+    for (uint32_t cbid : cbids) {
+      for (int site : {kEnter, kExit}) {
+        for (int result : {static_cast<int>(CUDA_SUCCESS), static_cast<int>(CUDA_ERROR_UNKNOWN)}) {
+          const TriggerAction a = CudaProfilerTriggerAction(domain, cbid, site, result);
+          const bool driver = domain == CUPTI_CB_DOMAIN_DRIVER_API;
+          TriggerAction want = TriggerAction::kNone;
+          if (driver && cbid == kStart && site == kExit && result == CUDA_SUCCESS) {
+            want = TriggerAction::kOpen;
+          } else if (driver && cbid == kStop && site == kEnter) {
+            want = TriggerAction::kClose;
+          }
+          EXPECT_EQ(a, want) << "domain " << domain << " cbid " << cbid << " site " << site
+                             << " result " << result;
+          opens += a == TriggerAction::kOpen;
+          closes += a == TriggerAction::kClose;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(opens, 1);
+  EXPECT_EQ(closes, 2);  // stop at entry, with either (ignored) result
+}
+
+// Calls the real callback as CUPTI would, with hand-built callback data.
+void Drive(Collector* c, CUpti_CallbackDomain domain, uint32_t cbid, CUpti_ApiCallbackSite site,
+           CUresult result = CUDA_SUCCESS) {
+  CUpti_CallbackData data = {};
+  data.callbackSite = site;
+  data.functionName = cbid == kStart ? "cuProfilerStart" : "cuProfilerStop";
+  data.functionReturnValue = site == CUPTI_API_EXIT ? &result : nullptr;
+  data.correlationId = 1;
+  CudaProfilerTriggerCallback(c, domain, cbid, &data);
+}
+
+TEST(CudaProfilerTriggerCallback, CuProfilerStartAndStopOpenAndCloseTheCapture) {
+  Collector* c = StartTestCollector();
+  ASSERT_NE(c, nullptr);
+  // From a closed capture, whatever the collector's initial state: a stop
+  // closes it, and closing twice is harmless.
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStop, CUPTI_API_ENTER);
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStop, CUPTI_API_EXIT);
+  ASSERT_EQ(rlscope_collector_armed(), 0);
+
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStart, CUPTI_API_ENTER);
+  EXPECT_EQ(rlscope_collector_armed(), 0) << "opened before cuProfilerStart returned";
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStart, CUPTI_API_EXIT);
+  EXPECT_EQ(rlscope_collector_armed(), 1);
+
+  // The runtime's own callbacks change nothing.
+  Drive(c, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000,
+        CUPTI_API_ENTER);
+  EXPECT_EQ(rlscope_collector_armed(), 1);
+
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStop, CUPTI_API_ENTER);
+  EXPECT_EQ(rlscope_collector_armed(), 0);
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStop, CUPTI_API_EXIT);
+  EXPECT_EQ(rlscope_collector_armed(), 0);
+
+  // A cuProfilerStart that failed does not open it.
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStart, CUPTI_API_EXIT, CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(rlscope_collector_armed(), 0);
+
+  // A second window.
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStart, CUPTI_API_EXIT);
+  EXPECT_EQ(rlscope_collector_armed(), 1);
+  Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStop, CUPTI_API_ENTER);
+  EXPECT_EQ(rlscope_collector_armed(), 0);
+}
+
+TEST(CudaProfilerTriggerCallback, IgnoresMissingData) {
+  Collector* c = StartTestCollector();
+  ASSERT_NE(c, nullptr);
+  CudaProfilerTriggerCallback(c, CUPTI_CB_DOMAIN_DRIVER_API, kStart, nullptr);
+  CUpti_CallbackData data = {};
+  data.callbackSite = CUPTI_API_EXIT;
+  CudaProfilerTriggerCallback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, kStart, &data);
+  // A resource-domain callback carries a different struct: never read as API data.
+  CUpti_ResourceData resource = {};
+  CudaProfilerTriggerCallback(c, CUPTI_CB_DOMAIN_RESOURCE, kStart, &resource);
+  EXPECT_EQ(rlscope_collector_armed(), 0);
+}
+
+// The capture opens only at cuProfilerStart. Depends on the collector starting
+// closed under capture_range cudaProfilerApi.
+TEST(CudaProfilerApiCapture, IsClosedUntilCuProfilerStart) {
+  ASSERT_NE(StartTestCollector(), nullptr);
+  EXPECT_EQ(rlscope_collector_armed(), 0);
+}
+
+// A scripted libcupti: results per call, and a log of what was called.
+struct FakeCupti {
+  CUptiResult subscribe_result = CUPTI_SUCCESS;
+  std::vector<CUptiResult> enable_results;  // consumed in order; CUPTI_SUCCESS once empty
+  std::vector<std::pair<uint32_t, uint32_t>> enabled;  // (domain, cbid)
+  CUpti_CallbackFunc callback = nullptr;
+  void* userdata = nullptr;
+  int unsubscribed = 0;
+};
+FakeCupti* g_fake = nullptr;
+CUpti_SubscriberHandle const kFakeHandle = reinterpret_cast<CUpti_SubscriberHandle>(0x5eed);
+
+CUptiResult CUPTIAPI FakeSubscribe(CUpti_SubscriberHandle* sub, CUpti_CallbackFunc cb, void* userdata) {
+  g_fake->callback = cb;
+  g_fake->userdata = userdata;
+  *sub = g_fake->subscribe_result == CUPTI_SUCCESS ? kFakeHandle : nullptr;
+  return g_fake->subscribe_result;
+}
+CUptiResult CUPTIAPI FakeEnableCallback(uint32_t enable, CUpti_SubscriberHandle sub,
+                                        CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  if (enable != 1 || sub != kFakeHandle) return CUPTI_ERROR_INVALID_PARAMETER;
+  CUptiResult r = CUPTI_SUCCESS;
+  if (!g_fake->enable_results.empty()) {
+    r = g_fake->enable_results.front();
+    g_fake->enable_results.erase(g_fake->enable_results.begin());
+  }
+  if (r == CUPTI_SUCCESS) g_fake->enabled.emplace_back(domain, cbid);
+  return r;
+}
+CUptiResult CUPTIAPI FakeUnsubscribe(CUpti_SubscriberHandle sub) {
+  if (sub != kFakeHandle) return CUPTI_ERROR_INVALID_PARAMETER;
+  ++g_fake->unsubscribed;
+  return CUPTI_SUCCESS;
+}
+CUptiResult CUPTIAPI FakeGetResultString(CUptiResult r, const char** str) {
+  *str = r == CUPTI_ERROR_UNKNOWN ? "CUPTI_ERROR_UNKNOWN" : "CUPTI_ERROR_SOMETHING";
+  return CUPTI_SUCCESS;
+}
+
+class InstallCudaProfilerTriggerTest : public testing::Test {
+ protected:
+  void SetUp() override { g_fake = &fake_; }
+  void TearDown() override { g_fake = nullptr; }
+  bool Install(std::string* why) {
+    CuptiApi api;
+    api.subscribe = &FakeSubscribe;
+    api.enable_callback = &FakeEnableCallback;
+    api.unsubscribe = &FakeUnsubscribe;
+    api.get_result_string = &FakeGetResultString;
+    return InstallCudaProfilerTrigger(api, &userdata_, why);
+  }
+  FakeCupti fake_;
+  int userdata_ = 0;
+};
+
+TEST_F(InstallCudaProfilerTriggerTest, SubscribesAndEnablesTheTwoDriverCallbacks) {
+  std::string why;
+  ASSERT_TRUE(Install(&why)) << why;
+  EXPECT_EQ(fake_.callback, &CudaProfilerTriggerCallback);
+  EXPECT_EQ(fake_.userdata, &userdata_);
+  const std::vector<std::pair<uint32_t, uint32_t>> want = {
+      {CUPTI_CB_DOMAIN_DRIVER_API, kStart}, {CUPTI_CB_DOMAIN_DRIVER_API, kStop}};
+  EXPECT_EQ(fake_.enabled, want);
+  EXPECT_EQ(fake_.unsubscribed, 0);
+}
+
+TEST_F(InstallCudaProfilerTriggerTest, NoDriverIsReportedWithCuptisError) {
+  fake_.subscribe_result = CUPTI_ERROR_UNKNOWN;  // what libcupti 13 returns without a driver
+  std::string why;
+  EXPECT_FALSE(Install(&why));
+  EXPECT_EQ(why, "cuptiSubscribe failed: CUPTI_ERROR_UNKNOWN (999)");
+  EXPECT_TRUE(fake_.enabled.empty());
+  EXPECT_EQ(fake_.unsubscribed, 0);
+}
+
+TEST_F(InstallCudaProfilerTriggerTest, AnotherSubscriberIsNamedAsTheCause) {
+  fake_.subscribe_result = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  std::string why;
+  EXPECT_FALSE(Install(&why));
+  EXPECT_NE(why.find("(39)"), std::string::npos) << why;
+  EXPECT_NE(why.find("another CUPTI tool"), std::string::npos) << why;
+}
+
+TEST_F(InstallCudaProfilerTriggerTest, AFailedEnableUndoesTheSubscription) {
+  fake_.enable_results = {CUPTI_SUCCESS, CUPTI_ERROR_INVALID_PARAMETER};
+  std::string why;
+  EXPECT_FALSE(Install(&why));
+  EXPECT_EQ(why.rfind("cuptiEnableCallback failed: ", 0), 0u) << why;
+  EXPECT_EQ(fake_.unsubscribed, 1);
+}
+
+#endif  // RLSCOPE_HAVE_CUPTI
+
+}  // namespace
+}  // namespace rlscope
