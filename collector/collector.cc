@@ -193,7 +193,9 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
                      : config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank))),
       is_controller_(identity.role == "controller"),
       trigger_(ParseTrigger(config_.capture_range)),
-      watching_((is_controller_ && trigger_ == Trigger::kController) || trigger_ == Trigger::kNvtxRange),
+      // A controller always records its "step" ranges: they number the steps,
+      // whatever opens its captures.
+      watching_(is_controller_ || trigger_ == Trigger::kNvtxRange),
       step_name_id_(strings_.Intern("step")),
       trigger_name_id_(trigger_ == Trigger::kNvtxRange ? strings_.Intern(config_.capture_range.substr(5)) : 0),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
@@ -205,10 +207,11 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
                  "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
                  config_.ranks.ToString().c_str());
   }
-  // Controller trigger: with every step selected the window is always open;
-  // otherwise a controller opens it at its selected steps, and a worker when
-  // the aggregator says so. The other triggers start closed.
-  window_open_.store(trigger_ == Trigger::kController && config_.steps.all, std::memory_order_relaxed);
+  // Controller trigger: the window is open during a selected step and from
+  // the end of the step before it (here: before step 1, if selected). A
+  // controller follows its own steps, a worker the aggregator's broadcasts.
+  // The other triggers start closed.
+  window_open_.store(trigger_ == Trigger::kController && config_.steps.Contains(1), std::memory_order_relaxed);
   converter_.Sample();
   UpdateArmed();
   flush_thread_ = std::thread([this] { FlushLoop(); });
@@ -228,7 +231,7 @@ void Collector::SetCaptureActive(bool active) {
 bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async,
                             uint64_t range_id) {
   if (name == 0) return false;
-  if (is_controller_ && trigger_ == Trigger::kController && name == step_name_id_) {
+  if (is_controller_ && name == step_name_id_) {
     // Step numbering as the aggregator does it: the payload, else 1, 2, 3...
     // (A start/end range's value carries its id, so only push/pop payloads count.)
     const int64_t n = !async && (flags & kFlagHasPayload) != 0 ? static_cast<int64_t>(payload)
@@ -239,8 +242,10 @@ bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint6
     } else {
       ts->step_depth = ts->depth;
     }
-    window_open_.store(config_.steps.Contains(n), std::memory_order_relaxed);
-    UpdateArmed();
+    if (trigger_ == Trigger::kController) {
+      window_open_.store(config_.steps.Contains(n), std::memory_order_relaxed);
+      UpdateArmed();
+    }
     Wake();  // ship the step edge now: workers' windows follow it
     return true;
   }
@@ -275,8 +280,13 @@ bool Collector::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
     }
   }
   if (step_end) {
-    window_open_.store(config_.steps.all, std::memory_order_relaxed);
-    UpdateArmed();
+    if (trigger_ == Trigger::kController) {
+      // Armed from the end of the step before a selected one, as workers are
+      // (aggregator.h): a range opened just before that step begins is kept.
+      window_open_.store(config_.steps.Contains(next_step_.load(std::memory_order_relaxed)),
+                         std::memory_order_relaxed);
+      UpdateArmed();
+    }
     Wake();
   }
   if (trigger_end) SetCaptureActive(false);

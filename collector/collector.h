@@ -59,7 +59,8 @@ class Collector {
   // flush barrier, not this flag, orders data with the aggregator.
   bool armed() const { return armed_.load(std::memory_order_relaxed); }
   // True when disarmed events must still be looked at: a controller finding
-  // its "step" ranges, or an nvtx:<name> trigger. Constant after start.
+  // its "step" ranges (always recorded: they number the steps), or an
+  // nvtx:<name> trigger. Constant after start.
   bool watching() const { return watching_; }
 
   // The range entry points shared by NVTX handlers and the C ABI. Each records

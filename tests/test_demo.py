@@ -122,3 +122,37 @@ def test_summary_has_no_late_processes_and_no_drops(demo, n):
     assert summary["not_profiled"] == []
     spans = {p["rank"]: p["spans"] for p in summary["processes"] if p["role"] == "worker"}
     assert spans.get(0, 0) > 0 and spans.get(1, 0) > 0
+
+
+def test_unselected_ranks_send_zero_events(demo):
+    out, _ = demo
+    run = json.loads((out / "run.json").read_text())
+    by_rank = {p["rank"]: p for p in run["processes"] if p["role"] == "worker"}
+    for rank in (2, 3):  # Ray actors that connected (so they are counted) and recorded nothing
+        assert by_rank[rank]["selected"] is False and by_rank[rank]["events_received"] == 0
+    for rank in (0, 1):
+        assert by_rank[rank]["selected"] is True and by_rank[rank]["events_received"] > 0
+
+
+def test_discrete_captures_of_the_ray_demo(build_dir, tmp_path):
+    """Discrete mode on real Ray actors: one capture per sub-task occurrence,
+    each holding only that sub-task's events (the controller's range and the
+    worker methods it dispatched)."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("RLSCOPE_") and k not in ("NVTX_INJECTION64_PATH", "RAY_ADDRESS", "RANK")}
+    r = subprocess.run([sys.executable, str(ROOT / "examples/verl/mini_ppo.py"), "--steps", "2", "--capture", "2",
+                        "--ranks", "0", "--subtasks", "gen,update_actor", "--discrete", "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((out / "step_2" / "summary.json").read_text())
+    assert summary["captures"] == ["gen", "update_actor"]
+    for name, method, other in (("gen", "generate_sequences", "update_actor"),
+                                ("update_actor", "update_actor", "generate_sequences")):
+        trace = Trace(out / "step_2" / name / "trace.json")
+        ctrl = trace.pid_of("(controller)")
+        (own,) = trace.slices(ctrl, name)
+        worker = trace.pid_of("PPOWorker (rank 0)")
+        (call,) = trace.slices(worker, method)
+        assert inside(call, own)
+        assert not trace.slices(worker, other)

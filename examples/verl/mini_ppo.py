@@ -282,6 +282,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6, help="training steps to run (default 6)")
     ap.add_argument("--capture", default="2,3,5", help="steps to write: comma-separated or all (default 2,3,5)")
     ap.add_argument("--ranks", default="0,1", help="ranks to profile: comma-separated or all (default 0,1)")
+    ap.add_argument("--subtasks", default="", help="only these sub-tasks, comma-separated (e.g. gen,update_actor)")
+    ap.add_argument("--discrete", action="store_true",
+                    help="one capture per sub-task occurrence: <out>/step_<N>/<subtask>/trace.json")
     ap.add_argument("--profile", choices=("on", "off"), default="on",
                     help="off: the same job with runtime_env {'rlscope': {'enabled': False}} on every worker")
     ap.add_argument("--timings", help="write wall/setup/loop seconds as JSON to this file (benchmarks)")
@@ -305,7 +308,9 @@ def main() -> int:
     cluster.wait_for_nodes()
     try:
         config = {"steps": parse_ints(args.capture), "ranks": parse_ints(args.ranks),
-                  "flush": {"step_grace_ms": 3000}}
+                  "flush": {"step_grace_ms": 3000}, "discrete": args.discrete}
+        if args.subtasks:
+            config["subtasks"] = args.subtasks.split(",")
         rlscope_ray.init(config=config, address=cluster.address, output_dir=str(out),
                          logging_level="warning", log_to_driver=True)
         rlscope_value = (lambda r: {"rank": r}) if args.profile == "on" else (lambda r: {"enabled": False})
@@ -364,8 +369,15 @@ def print_summary(out: Path) -> None:
           f"not profiled: {len(run.get('not_profiled') or [])}")
     cols = [(name, method) for name, method in SUBTASKS]
     for n in run["steps_written"]:
-        trace = json.loads((out / f"step_{n}" / "trace.json").read_text())
         summary = json.loads((out / f"step_{n}" / "summary.json").read_text())
+        if "captures" in summary:  # discrete mode: one trace per sub-task occurrence
+            print(f"\nstep {n}: {summary['duration_ms']:.1f} ms, {len(summary['captures'])} captures:")
+            for c in summary["captures"]:
+                cap = json.loads((out / f"step_{n}" / c / "summary.json").read_text())
+                print(f"  {c:16s} {(cap['end_ns'] - cap['begin_ns']) / 1e6:8.2f} ms  {cap['totals']['spans']:4d} spans"
+                      f"  {out / f'step_{n}' / c / 'trace.json'}")
+            continue
+        trace = json.loads((out / f"step_{n}" / "trace.json").read_text())
         events = trace["traceEvents"]
         names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
         print(f"\nstep {n}: {summary['duration_ms']:.1f} ms, {summary['totals']['processes']} processes, "

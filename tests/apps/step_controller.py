@@ -1,0 +1,68 @@
+"""A controller annotated only with the `nvtx` package, as verl's trainer is:
+an NVTX range "step" per training step with sub-task ranges inside, and
+pauses between steps. Knows nothing of rlscope except, with --api-window N,
+rlscope_ray.start()/stop() around step N (the `api` trigger).
+
+    step_controller.py --steps 5 --step-ms 300 --gap-ms 100 [--subtasks gen,update_actor,update_actor]
+                       [--prep-before 3] [--trigger-range 2] [--api-window 4] --report FILE
+"""
+import argparse
+import json
+import time
+
+import nvtx
+
+
+def spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--step-ms", type=float, default=100)
+    ap.add_argument("--gap-ms", type=float, default=50)
+    ap.add_argument("--subtasks", default="gen,update_actor")
+    ap.add_argument("--prep-before", type=int, default=0, help="open a range 'prep' just before this step")
+    ap.add_argument("--trigger-range", type=int, default=0,
+                    help="wrap this step's sub-tasks in a range named 'capture' (nvtx:capture trigger)")
+    ap.add_argument("--api-window", type=int, default=0, help="rlscope_ray.start()/stop() around this step")
+    ap.add_argument("--report", required=True)
+    args = ap.parse_args()
+    subtasks = [s for s in args.subtasks.split(",") if s]
+    steps = []
+    for n in range(1, args.steps + 1):
+        if args.api_window == n:
+            import rlscope_ray
+            rlscope_ray.start()
+        prep = args.prep_before == n
+        if prep:
+            nvtx.push_range("prep")
+            spin(5)
+        t0 = time.monotonic_ns()
+        nvtx.push_range("step")
+        if prep:
+            spin(5)
+            nvtx.pop_range()  # closes "prep" inside the step: it straddles the step's begin
+        nvtx.mark("before_subtasks")
+        if args.trigger_range == n:
+            nvtx.push_range("capture")
+        for name in subtasks:
+            with nvtx.annotate(name):
+                spin(args.step_ms / max(1, len(subtasks)) * 0.9)
+        if args.trigger_range == n:
+            nvtx.pop_range()
+        nvtx.pop_range()
+        steps.append({"step": n, "begin_ns": t0, "end_ns": time.monotonic_ns()})
+        if args.api_window == n:
+            rlscope_ray.stop()
+        with nvtx.annotate("between_steps"):
+            time.sleep(args.gap_ms / 1000)
+    with open(args.report, "w") as f:
+        json.dump({"steps": steps}, f)
+
+
+if __name__ == "__main__":
+    main()
