@@ -142,7 +142,7 @@ def nvtx_pair_configs(build_dir):
             "target <= 30 ns/pair",
         ),
         (
-            "rlscope collector, disarmed (rank not selected)",
+            "rlscope collector, unselected rank (ranks: [1], rank 0)",
             {
                 "NVTX_INJECTION64_PATH": collector,
                 "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
@@ -150,7 +150,29 @@ def nvtx_pair_configs(build_dir):
                 "RLSCOPE_RANK": "0",
             },
             warm,
-            "loaded, not recording",
+            "target: within 2x of the counting tool",
+        ),
+        (
+            "rlscope collector, worker outside a selected step (steps: [99])",
+            {
+                "NVTX_INJECTION64_PATH": collector,
+                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_CONFIG": "{steps: [99]}",
+                "RLSCOPE_ROLE": "worker",
+            },
+            warm,
+            "target: within 2x of the counting tool",
+        ),
+        (
+            "rlscope collector, controller outside a selected step (steps: [99])",
+            {
+                "NVTX_INJECTION64_PATH": collector,
+                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_CONFIG": "{steps: [99]}",
+                "RLSCOPE_ROLE": "controller",
+            },
+            warm,
+            "the controller looks at each name for its step ranges",
         ),
     ]
     return configs
@@ -260,11 +282,32 @@ def demo_section(args):
                 ["configuration", "wall", "cluster + workers up", "training loop", "ms per step"], rows)
 
 
+def window_section(args):
+    """Events shipped per step: steps 2, 3, 5 (ranks 0, 1) versus the whole run."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "verl",
+                          "mini_ppo.py")
+    rows = []
+    for capture, ranks in (("all", "all"), ("all", "0,1"), ("2,3,5", "0,1")):
+        out = os.path.join("/tmp", "rlscope_window_bench_%d_%s_%s" % (os.getpid(), capture, ranks))
+        cmd = [sys.executable, script, "--steps", "6", "--capture", capture, "--ranks", ranks, "--out", out]
+        proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=args.timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+        with open(os.path.join(out, "run.json")) as f:
+            run = json.load(f)
+        shipped = sum(p["events_received"] for p in run["processes"])
+        rows.append([f"steps {capture}, ranks {ranks}", str(shipped), fmt(shipped / 6, 0),
+                     str(len(run["steps_written"]))])
+    print_table("Events shipped by all collectors of the PPO demo (6 steps, 4 workers)",
+                ["capture", "events shipped", "per step of the run", "steps written"], rows)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "aggregator": aggregator_section,
     "ray_startup": ray_startup_section,
     "demo": demo_section,
+    "window": window_section,
 }
 
 
