@@ -56,6 +56,7 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
     // real identity of a process first seen through a batch).
     if (!slot) slot = std::make_unique<ProcessTimeline>(*hello);
     else slot->Identify(*hello);
+    slot->Touch(now_ns);
     if (slot->is_controller() && controller_session_ == 0) controller_session_ = hello->session;
     wire::Control window;  // tell the newcomer where the run stands
     window.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
@@ -83,6 +84,7 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
         for (const auto& e : block.events) stats_.late_events += e.ts_ns < last_cut_end_ns_ ? 1 : 0;
       }
     }
+    it->second->Touch(now_ns);
     StepEdges edges;
     it->second->Add(*batch, batch->session == controller_session_ ? &edges : nullptr);
     for (const StepSpan& s : edges.begun) SetWindow(config_.steps.Contains(s.number), s.number);
@@ -114,12 +116,17 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
   if (auto it = processes_.find(bye.session); it != processes_.end()) it->second->Bye(bye);
 }
 
+bool Aggregator::CaughtUp(const ProcessTimeline& p, const PendingStep& step) {
+  const bool acked = step.barrier != 0 && p.last_ack() >= step.barrier;
+  return p.said_bye() || acked || p.watermark_ns() >= step.span.end_ns;
+}
+
 bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
   if (now_ns - step.closed_at_ns >= config_.flush.step_grace_ms * 1000000) return true;
   for (const auto& [session, p] : processes_) {
-    if (!p->hello().selected || p->said_bye()) continue;
-    const bool acked = step.barrier != 0 && p->last_ack() >= step.barrier;
-    if (!acked && p->watermark_ns() < step.span.end_ns) return false;
+    if (!p->hello().selected) continue;
+    if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye
+    if (!CaughtUp(*p, step)) return false;
   }
   return true;
 }
@@ -196,7 +203,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
       });
       std::sort(slice.instants.begin(), slice.instants.end(),
                 [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
-      slice.late = !p->said_bye() && p->watermark_ns() < s.end_ns;
+      slice.late = !CaughtUp(*p, step);
       any_late = any_late || slice.late;
       profile.processes.push_back(std::move(slice));
     }
@@ -251,6 +258,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.not_profiled = NotProfiled();
   run.steps_seen = stats_.steps_seen;
   run.decode_errors = stats_.decode_errors;
+  run.late_events = stats_.late_events;
   run.last_decode_error = stats_.last_decode_error;
   run.final = final;
   return run;

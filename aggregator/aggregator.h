@@ -40,6 +40,9 @@ struct AggregatorStats {
   uint64_t steps_skipped = 0;   // closed but not selected by `steps:`
   uint64_t late_batches = 0;    // thread blocks that arrived for an already-written step
   uint64_t late_events = 0;     // their events older than the last written step's end
+  // A collector silent this long (no heartbeat: they come every
+  // flush.interval_ms) is taken as gone and holds no step back.
+  static constexpr int64_t kSilentAfterNs = 2000000000;
   std::string last_decode_error;
 };
 
@@ -78,11 +81,15 @@ class Aggregator {
     uint64_t barrier = 0;  // flush barrier token sent at its end (selected steps)
   };
   // Capture windows for workers: open while a selected step runs and from
-  // the end of the step before a selected one; sent on change and to each
-  // collector that says hello.
+  // the end of the step before a selected one (before step 1 if selected),
+  // so ranges opened just before a selected step are kept and clipped; sent
+  // on change and to each collector that says hello.
   void SetWindow(bool open, int64_t step);
   void Send(uint64_t session, const wire::Control& control);
   bool Ready(const PendingStep& step, int64_t now_ns) const;
+  // The process has sent everything of the step: said bye, answered its
+  // flush barrier, or flushed past its end.
+  static bool CaughtUp(const ProcessTimeline& p, const PendingStep& step);
   void Emit(const PendingStep& step, bool forced);
   // `subtasks` / `discrete`: cuts the step to its sub-task occurrences.
   void ApplySubtasks(StepProfile* profile);

@@ -326,6 +326,7 @@ bool ChromeTraceExporter::ExportRun(const RunInfo& run) noexcept {
     w.Key("not_profiled");
     WriteExpected(w, run.not_profiled);
     w.Key("steps_seen").Uint(run.steps_seen);
+    w.Key("late_events").Uint(run.late_events);
     w.Key("decode_errors").Uint(run.decode_errors);
     w.Key("last_decode_error").String(run.last_decode_error);
     w.EndObject();

@@ -51,6 +51,7 @@ struct RunInfo {
   std::vector<ExpectedProcess> not_profiled;
   uint64_t steps_seen = 0;
   uint64_t decode_errors = 0;
+  uint64_t late_events = 0;  // arrived after the step they belong to was written
   std::string last_decode_error;
   bool final = false;
 };

@@ -1,7 +1,9 @@
 #include "aggregator/subtasks.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
+#include <set>
 
 namespace rlscope {
 namespace {
@@ -35,10 +37,21 @@ std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::v
   std::sort(out.begin(), out.end(), [](const Occurrence& a, const Occurrence& b) {
     return a.begin_ns != b.begin_ns ? a.begin_ns < b.begin_ns : a.end_ns > b.end_ns;
   });
+  // Capture names become directory names: safe characters only, and unique
+  // within the step (gen, gen_2, ...; an unnamed range is "unnamed").
   std::map<std::string, int> seen;
+  std::set<std::string> taken;
   for (Occurrence& o : out) {
-    const int k = ++seen[o.name];
-    o.capture = k == 1 ? o.name : o.name + "_" + std::to_string(k);
+    std::string base;
+    for (char ch : o.name) base += std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' ? ch : '_';
+    if (base.empty()) base = "unnamed";
+    std::string capture = base;
+    for (int k = ++seen[base]; k > 1 || taken.count(capture) != 0; k = ++seen[base]) {
+      capture = base + "_" + std::to_string(k);
+      if (taken.count(capture) == 0) break;
+    }
+    taken.insert(capture);
+    o.capture = capture;
   }
   return out;
 }

@@ -101,7 +101,8 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
 
 void ProcessTimeline::Open(Span& span, bool has_payload, StepEdges* edges) {
   if (edges == nullptr || !is_controller() || step_name_id_ == 0 || span.name != step_name_id_) return;
-  span.step = has_payload ? static_cast<int64_t>(span.payload) : next_auto_step_;
+  const bool numbered = has_payload && static_cast<int64_t>(span.payload) >= 0;
+  span.step = numbered ? static_cast<int64_t>(span.payload) : next_auto_step_;
   next_auto_step_ = span.step + 1;
   edges->begun.push_back({span.step, span.begin_ns, 0});
 }
@@ -148,6 +149,16 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
                                return s.end_ns < ns || (s.end_ns == ns && s.begin_ns < ns);
                              }),
               done_.end());
+  // An end whose start never came (dropped, or recorded before a window) is
+  // counted and forgotten once the step it fell in is behind us.
+  for (auto it = early_ends_.begin(); it != early_ends_.end();) {
+    if (it->second.first < ns) {
+      ++unmatched_;
+      it = early_ends_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   instants_.erase(std::remove_if(instants_.begin(), instants_.end(),
                                  [ns](const Instant& i) { return i.ts_ns < ns; }),
                   instants_.end());

@@ -91,6 +91,9 @@ class ProcessTimeline {
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
   uint64_t last_ack() const { return last_ack_; }
+  // Aggregator time of the last message from this process (the daemon's clock).
+  int64_t last_seen_ns() const { return last_seen_ns_; }
+  void Touch(int64_t now_ns) { last_seen_ns_ = now_ns; }
   const std::map<int64_t, std::string>& thread_names() const { return thread_names_; }
   size_t buffered_spans() const { return done_.size() + instants_.size(); }
 
@@ -114,6 +117,7 @@ class ProcessTimeline {
   uint64_t dropped_ = 0;
   uint64_t unmatched_ = 0;  // pops on an empty stack, ends of unknown ids
   uint64_t last_ack_ = 0;   // highest flush-barrier token acknowledged
+  int64_t last_seen_ns_ = 0;
   bool said_bye_ = false;
 };
 

@@ -9,12 +9,13 @@ using rlscope::ThreadState;
 
 namespace {
 // The Python API records into the default domain (id 0), like NVTX's. Returns
-// the collector and the calling thread's state when this call may record:
-// armed, or watching (a controller's "step" ranges always count).
-bool Enter(Collector** c, ThreadState** ts) {
+// the collector and the calling thread's tracked state (Collector::
+// TrackedThread) when the API is on (config cpu.python_api; the step calls
+// are always on: they delimit the steps).
+bool Enter(Collector** c, ThreadState** ts, bool step_call = false) {
   *c = Collector::Instance();
-  if (*c == nullptr || (!(*c)->armed() && !(*c)->watching())) return false;
-  *ts = (*c)->CurrentThread();
+  if (*c == nullptr || (!step_call && !(*c)->config().cpu.python_api)) return false;
+  *ts = (*c)->TrackedThread();
   return *ts != nullptr;
 }
 }  // namespace
@@ -37,7 +38,35 @@ int rlscope_collector_armed(void) {
 void rlscope_range_push(const char* name) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePush(ts, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
+  if (Enter(&c, &ts)) c->RangePush(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagNone);
+}
+
+uint32_t rlscope_intern(const char* name) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr || name == nullptr) return 0;
+  try {
+    return c->Intern(name);
+  } catch (...) {
+    return 0;
+  }
+}
+
+void rlscope_range_push_id(uint32_t name_id) {
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
+}
+
+uint64_t rlscope_range_start_id(uint32_t name_id) {
+  Collector* c;
+  ThreadState* ts;
+  return Enter(&c, &ts) ? c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagNone) : 0;
+}
+
+void rlscope_mark_id(uint32_t name_id) {
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts) && c->armed()) c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_range_pop(void) {
@@ -49,13 +78,18 @@ void rlscope_range_pop(void) {
 uint64_t rlscope_range_start(const char* name) {
   Collector* c;
   ThreadState* ts;
-  return Enter(&c, &ts) ? c->RangeStart(ts, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone) : 0;
+  return Enter(&c, &ts) ? c->RangeStart(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0,
+                                        rlscope::kFlagNone)
+                        : 0;
 }
 
 void rlscope_range_end(uint64_t range_id) {
-  Collector* c;
-  ThreadState* ts;
-  if (range_id != 0 && Enter(&c, &ts)) c->RangeEnd(ts, 0, range_id);
+  Collector* c = Collector::Instance();
+  if (c == nullptr || range_id == 0) return;
+  // The end of a recorded start is recorded on any thread (see RangeEnd).
+  ThreadState* ts =
+      (range_id & Collector::kRecordedRangeBit) != 0 ? c->CurrentThread() : c->TrackedThread();
+  if (ts != nullptr) c->RangeEnd(ts, 0, range_id);
 }
 
 void rlscope_mark(const char* name) {
@@ -69,12 +103,16 @@ void rlscope_mark(const char* name) {
 void rlscope_step_begin(int64_t step) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) {
+  if (Enter(&c, &ts, /*step_call=*/true)) {
     c->RangePush(ts, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload);
   }
 }
 
-void rlscope_step_end(void) { rlscope_range_pop(); }
+void rlscope_step_end(void) {
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts, /*step_call=*/true)) c->RangePop(ts, 0);
+}
 
 void rlscope_capture_start(void) {
   if (Collector* c = Collector::Instance()) c->SetCaptureActive(true);

@@ -17,8 +17,9 @@
 namespace rlscope {
 
 std::atomic<Collector*> Collector::instance_{nullptr};
-thread_local ThreadState* Collector::tls_state_ = nullptr;
+thread_local ThreadState* Collector::tls_state_ __attribute__((tls_model("initial-exec"))) = nullptr;
 thread_local bool Collector::tls_over_budget_ = false;
+thread_local bool Collector::tls_exiting_ = false;
 
 namespace {
 
@@ -94,9 +95,9 @@ void ShutdownAtExit() {
   if (Collector* c = Collector::Instance()) c->Shutdown();
 }
 
-void ChildAfterFork() {
-  if (Collector* c = Collector::Instance()) c->DisableInForkedChild();
-}
+// A forked child has no flush thread, and its copies of the collector's locks
+// may be held: it gets no collector at all (every entry point checks first).
+void ChildAfterFork() { Collector::DetachInForkedChild(); }
 
 }  // namespace
 
@@ -107,13 +108,16 @@ struct ThreadExitHook {
   ~ThreadExitHook() {
     if (entry != nullptr) entry->exited.store(true, std::memory_order_release);
     Collector::tls_state_ = nullptr;
+    Collector::tls_exiting_ = true;  // events from later TLS destructors are dropped
   }
 };
 
 Collector* Collector::Start() {
   // Serialised; retried on each call until a collector runs or setup failed
-  // for good (a bad config), so an environment set after the first NVTX call
-  // or import (e.g. by rlscope_ray.init) still takes effect on the next call.
+  // for good (a bad config), so an environment set after the first call (e.g.
+  // by rlscope_ray.init) takes effect for the C ABI and the Python API. (An
+  // NVTX client library whose init already returned 0 stays a no-op: NVTX
+  // never re-initialises.)
   static std::mutex mu;
   static bool failed = false;
   if (Collector* c = Instance()) return c;
@@ -187,10 +191,8 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
       owner_pid_(getpid()),
       start_ns_(MonotonicNs()),
       // The controller owns the steps: `ranks` selects workers only.
-      selected_(config_.cpu.nvtx &&
-                (identity.role == "controller"
-                     ? config_.controller
-                     : config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank))),
+      selected_(identity.role == "controller" ? config_.controller
+                                              : config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank)),
       is_controller_(identity.role == "controller"),
       trigger_(ParseTrigger(config_.capture_range)),
       // A controller always records its "step" ranges: they number the steps,
@@ -218,6 +220,7 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
 }
 
 void Collector::UpdateArmed() {
+  std::lock_guard<std::mutex> lock(arm_mu_);
   const bool open = trigger_ == Trigger::kController ? window_open_.load(std::memory_order_relaxed)
                                                      : capture_active_.load(std::memory_order_relaxed);
   armed_.store(selected_ && open && !shut_down_.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -318,23 +321,27 @@ void Collector::ApplyControl(const wire::Control& control) {
 }
 
 ThreadState* Collector::RegisterThread() {
-  if (tls_over_budget_ || shut_down_.load(std::memory_order_relaxed)) {
+  if (tls_over_budget_ || tls_exiting_ || shut_down_.load(std::memory_order_relaxed)) {
     overflow_dropped_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   const size_t bytes = static_cast<size_t>(config_.buffers.per_thread_kb) * 1024;
-  auto entry = std::make_unique<ThreadEntry>();
   {
-    std::lock_guard<std::mutex> lock(registry_mu_);
+    std::lock_guard<std::mutex> lock(registry_mu_);  // reserve the budget first
     if (bytes_reserved_ + bytes > static_cast<size_t>(config_.buffers.max_mb) << 20) {
       tls_over_budget_ = true;
       overflow_dropped_.fetch_add(1, std::memory_order_relaxed);
       return nullptr;
     }
     bytes_reserved_ += bytes;
-    entry->buffer = std::make_unique<ThreadBuffer>(GetTid(), bytes / sizeof(EventRecord));
-    entry->state = std::make_unique<ThreadState>(&strings_);
-    entry->state->buffer = entry->buffer.get();
+  }
+  // Allocate and prefault outside the lock: the flush thread keeps going.
+  auto entry = std::make_unique<ThreadEntry>();
+  entry->buffer = std::make_unique<ThreadBuffer>(GetTid(), bytes / sizeof(EventRecord));
+  entry->state = std::make_unique<ThreadState>(&strings_);
+  entry->state->buffer = entry->buffer.get();
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
     threads_.push_back(std::move(entry));
     static thread_local ThreadExitHook hook;
     hook.entry = threads_.back().get();
@@ -359,8 +366,9 @@ bool Collector::Flush(int timeout_ms) {
   std::unique_lock<std::mutex> lock(flush_mu_);
   const uint64_t ticket = ++flush_requests_;
   Wake();
-  return flushed_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                              [&] { return flushes_done_ >= ticket || stop_; });
+  flushed_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                       [&] { return flushes_done_ >= ticket || stop_; });
+  return flushes_done_ >= ticket;
 }
 
 void Collector::Shutdown() {
@@ -375,9 +383,9 @@ void Collector::Shutdown() {
   if (flush_thread_.joinable()) flush_thread_.join();
 }
 
-void Collector::DisableInForkedChild() {
-  shut_down_.store(true, std::memory_order_relaxed);
-  UpdateArmed();
+void Collector::DetachInForkedChild() {
+  // The parent's instance stays allocated (and unused) in the child.
+  instance_.store(nullptr, std::memory_order_relaxed);
 }
 
 void Collector::Stats(rlscope_stats_t* out) {
@@ -538,8 +546,9 @@ void Collector::SendControl(void* socket) {
 void Collector::DrainAndSend(void* socket) {
   converter_.Sample();
   // Every event stamped before `watermark` is drained below, except one whose
-  // thread read the clock but had not yet published it: allow 100 us for that.
-  const int64_t watermark = converter_.ToNs(ReadTicks(clock_source_)) - 100000;
+  // thread read the clock but had not yet published it (a preemption between
+  // the two): allow 5 ms for that. (The flush barrier's ack is the other path.)
+  const int64_t watermark = converter_.ToNs(ReadTicks(clock_source_)) - 5000000;
 
   struct Plan {
     ThreadEntry* entry;
@@ -604,13 +613,13 @@ void Collector::DrainAndSend(void* socket) {
     remaining_total -= in_message;
     const bool last = remaining_total == 0;
     writer_.Begin(session_, seq_++, last ? watermark : 0, dropped, last ? pending_ack_ : 0);
-    static const std::vector<std::pair<uint32_t, std::string>> kNoStrings;
-    static const std::vector<std::pair<int64_t, std::string>> kNoNames;
-    static const std::vector<wire::CategoryName> kNoCategories;
+    const std::vector<std::pair<uint32_t, std::string>> no_strings;
+    const std::vector<std::pair<int64_t, std::string>> no_names;
+    const std::vector<wire::CategoryName> no_categories;
     const bool with_metadata = first;
-    writer_.Strings(with_metadata ? unsent_strings_ : kNoStrings);
-    writer_.ThreadNames(with_metadata ? unsent_names_ : kNoNames);
-    writer_.Categories(with_metadata ? unsent_categories_ : kNoCategories);
+    writer_.Strings(with_metadata ? unsent_strings_ : no_strings);
+    writer_.ThreadNames(with_metadata ? unsent_names_ : no_names);
+    writer_.Categories(with_metadata ? unsent_categories_ : no_categories);
     first = false;
     writer_.BeginThreads(take.size());
     for (const Plan& p : take) {
@@ -645,6 +654,9 @@ void Collector::DrainAndSend(void* socket) {
     } else {
       batches_dropped_.fetch_add(1, std::memory_order_relaxed);
       send_dropped_events_.fetch_add(in_message, std::memory_order_relaxed);
+      // Later messages would use ids this one was to ship: they wait in the
+      // rings for the next flush, with the metadata.
+      if (with_metadata) break;
     }
   } while (remaining_total > 0);
 

@@ -33,6 +33,7 @@ struct ThreadState {
   ThreadBuffer* buffer = nullptr;  // owned by the collector's registry
   NameCache names;
   int depth = 0;           // open push/pop ranges, returned to NVTX callers
+  uint64_t recorded_mask = 0;  // bit d: the push at depth d was recorded (so its pop is)
   int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
   int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   explicit ThreadState(StringTable* table) : names(table) {}
@@ -62,38 +63,57 @@ class Collector {
   // its "step" ranges (always recorded: they number the steps), or an
   // nvtx:<name> trigger. Constant after start.
   bool watching() const { return watching_; }
+  // Whether a range's name must be resolved now: it may be recorded, or it
+  // may be a step or trigger range. Disarmed, non-watching threads only count
+  // depth, never look at names.
+  bool needs_names() const { return watching_ || armed(); }
 
-  // The range entry points shared by NVTX handlers and the C ABI. Each records
-  // when armed (or when the range itself opens/closes a window) and keeps the
-  // thread's depth; they return what NVTX returns to its caller.
+  // The range entry points shared by NVTX handlers and the C ABI. A range is
+  // recorded when it opens armed (or opens/closes a step or trigger range);
+  // its close is recorded exactly when its open was, whatever the arming by
+  // then, so pairs never mismatch: push/pop through a per-depth bit, start/end
+  // through kRecordedRangeBit in the id handed to the caller. They return what
+  // NVTX returns to its caller (the depth; -1 for a pop with nothing open).
+  static constexpr uint64_t kRecordedRangeBit = uint64_t{1} << 63;
   int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
                 uint8_t flags) {
     const bool special = watching_ && OnRangeOpen(ts, name, flags, payload, false, 0);
-    if (special || armed()) Record(ts, EventKind::kRangePush, name, domain, category, payload, flags);
-    return ts->depth++;
+    const bool recorded = special || armed();
+    if (recorded) Record(ts, EventKind::kRangePush, name, domain, category, payload, flags);
+    const int depth = ts->depth++;
+    if (depth < 64) {
+      const uint64_t bit = uint64_t{1} << depth;
+      ts->recorded_mask = recorded ? ts->recorded_mask | bit : ts->recorded_mask & ~bit;
+    }
+    return depth;
   }
   int RangePop(ThreadState* ts, uint32_t domain) {
-    const bool was_armed = armed();
-    const int depth = ts->depth > 0 ? --ts->depth : -1;
-    const bool special = watching_ && depth >= 0 && OnRangeClose(ts, false, 0);
-    if (special || was_armed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
+    if (ts->depth == 0) return -1;  // nothing open on this thread (or opened before it was tracked)
+    const int depth = --ts->depth;
+    const bool special = watching_ && OnRangeClose(ts, false, 0);
+    const bool pushed = depth < 64 ? ((ts->recorded_mask >> depth) & 1) != 0 : armed();
+    if (special || pushed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
     return depth;
   }
   uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
                       uint64_t payload, uint8_t flags) {
     const uint64_t id = NextRangeId();
     const bool special = watching_ && OnRangeOpen(ts, name, flags, payload, true, id);
-    if (special || armed()) Record(ts, EventKind::kRangeStart, name, domain, category, id, flags);
-    return id;
+    if (!special && !armed()) return id;
+    Record(ts, EventKind::kRangeStart, name, domain, category, id, flags);
+    return id | kRecordedRangeBit;
   }
-  void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t id) {
-    const bool was_armed = armed();
+  // `handle` is what RangeStart returned.
+  void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle) {
+    const uint64_t id = handle & ~kRecordedRangeBit;
     const bool special = watching_ && OnRangeClose(ts, true, id);
-    if (special || was_armed) Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
+    if (special || (handle & kRecordedRangeBit) != 0) {
+      Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
+    }
   }
 
-  // Records one event into `ts`, the calling thread's state (from
-  // CurrentThread()). Returns false when dropped.
+  // Records one event into `ts`, the calling thread's state. Returns false
+  // when dropped (ring full, counted).
   bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
               uint64_t value, uint8_t flags) {
     EventRecord r;
@@ -106,6 +126,14 @@ class Collector {
     r.flags = flags;
     r.reserved = 0;
     return ts->buffer->TryPush(r);
+  }
+
+  // The calling thread's state when it has one or may get one now: while
+  // armed or watching it registers the thread; disarmed it only returns an
+  // existing state (so depths stay right) and never allocates.
+  ThreadState* TrackedThread() {
+    if (armed() || watching_) return CurrentThread();
+    return tls_state_;
   }
 
   // The calling thread's state; registers the thread on its first event.
@@ -134,8 +162,8 @@ class Collector {
   // Final flush, goodbye, socket close (bounded by flush.exit_timeout_ms).
   void Shutdown();
   void Stats(rlscope_stats_t* out);
-  // In a forked child: no flush thread exists there, so record nothing.
-  void DisableInForkedChild();
+  // pthread_atfork child handler: the child gets no collector (see .cc).
+  static void DetachInForkedChild();
 
   // Adds or replaces an identity label; the flush thread re-sends Hello.
   void SetLabel(const std::string& key, const std::string& value);
@@ -171,8 +199,11 @@ class Collector {
   };
 
   static std::atomic<Collector*> instance_;
-  static thread_local ThreadState* tls_state_;
+  // initial-exec: one load on the hot path (a dlopen'ed library may use a few
+  // bytes of the static TLS surplus that glibc keeps for this).
+  static thread_local ThreadState* tls_state_ __attribute__((tls_model("initial-exec")));
   static thread_local bool tls_over_budget_;
+  static thread_local bool tls_exiting_;  // set by the thread-exit hook: never re-register
 
   const Config config_;
   StringTable strings_;  // before the ids interned into it at construction
@@ -189,6 +220,7 @@ class Collector {
   const uint32_t trigger_name_id_;  // interned <name> of nvtx:<name>, 0 otherwise
   const int wake_fd_;               // eventfd; -1 when unavailable (then polls on the interval)
 
+  std::mutex arm_mu_;  // serialises UpdateArmed: the last edge wins, never a stale one
   std::atomic<bool> armed_{false};
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
   std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step

@@ -94,13 +94,14 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   return out;
 }
 
-// The first lines of every handler: the collector exists and is armed (or
-// watching, see Collector::watching), and the calling thread has a buffer.
-// Disarmed, non-watching processes pay one relaxed load and a branch.
-#define RLSCOPE_ENTER(c, ts, ret)                                      \
-  Collector* c = Collector::Instance();                                \
-  if (c == nullptr || (!c->armed() && !c->watching())) return ret;     \
-  ThreadState* ts = c->CurrentThread();                                \
+// The first lines of every handler: the collector exists and the calling
+// thread is tracked (Collector::TrackedThread: registered while armed or
+// watching; disarmed, only an existing state is used, so a thread that never
+// recorded pays two loads and a branch).
+#define RLSCOPE_ENTER(c, ts, ret)                  \
+  Collector* c = Collector::Instance();            \
+  if (c == nullptr) return ret;                    \
+  ThreadState* ts = c->TrackedThread();            \
   if (ts == nullptr) return ret
 
 int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
@@ -116,7 +117,15 @@ nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, const Attr& 
   return c->RangeStart(ts, a.name, domain, a.category, a.value, a.flags);
 }
 
-void End(Collector* c, ThreadState* ts, uint32_t domain, nvtxRangeId_t id) { c->RangeEnd(ts, domain, id); }
+// Ends come through here without RLSCOPE_ENTER: the end of a recorded start
+// is recorded even on a thread that never recorded anything (it registers).
+void End(uint32_t domain, nvtxRangeId_t handle) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr) return;
+  ThreadState* ts =
+      (handle & Collector::kRecordedRangeBit) != 0 ? c->CurrentThread() : c->TrackedThread();
+  if (ts != nullptr) c->RangeEnd(ts, domain, handle);
+}
 
 // ---- CORE module ----
 void NVTX_API MarkEx(const nvtxEventAttributes_t* a) {
@@ -137,38 +146,35 @@ void NVTX_API MarkW(const wchar_t* m) {
 }
 nvtxRangeId_t NVTX_API RangeStartEx(const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, 0);
-  return Start(c, ts, 0, ReadAttr(c, ts, a));
+  return Start(c, ts, 0, c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
 }
 nvtxRangeId_t NVTX_API RangeStartA(const char* m) {
   RLSCOPE_ENTER(c, ts, 0);
   Attr at;
-  at.name = ts->names.Lookup(m);
+  if (c->needs_names()) at.name = ts->names.Lookup(m);
   return Start(c, ts, 0, at);
 }
 nvtxRangeId_t NVTX_API RangeStartW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, 0);
   Attr at;
-  at.name = c->Intern(Utf8(m));
+  if (c->needs_names()) at.name = c->Intern(Utf8(m));
   return Start(c, ts, 0, at);
 }
-void NVTX_API RangeEnd(nvtxRangeId_t id) {
-  RLSCOPE_ENTER(c, ts, );
-  End(c, ts, 0, id);
-}
+void NVTX_API RangeEnd(nvtxRangeId_t id) { End(0, id); }
 int NVTX_API RangePushEx(const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
-  return Push(c, ts, 0, ReadAttr(c, ts, a));
+  return Push(c, ts, 0, c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
 }
 int NVTX_API RangePushA(const char* m) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
   Attr at;
-  at.name = ts->names.Lookup(m);
+  if (c->needs_names()) at.name = ts->names.Lookup(m);
   return Push(c, ts, 0, at);
 }
 int NVTX_API RangePushW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
   Attr at;
-  at.name = c->Intern(Utf8(m));
+  if (c->needs_names()) at.name = c->Intern(Utf8(m));
   return Push(c, ts, 0, at);
 }
 int NVTX_API RangePop() {
@@ -199,15 +205,12 @@ void NVTX_API DomainMarkEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a)
 }
 nvtxRangeId_t NVTX_API DomainRangeStartEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, 0);
-  return Start(c, ts, DomainId(d), ReadAttr(c, ts, a));
+  return Start(c, ts, DomainId(d), c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
 }
-void NVTX_API DomainRangeEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) {
-  RLSCOPE_ENTER(c, ts, );
-  End(c, ts, DomainId(d), id);
-}
+void NVTX_API DomainRangeEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) { End(DomainId(d), id); }
 int NVTX_API DomainRangePushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
-  return Push(c, ts, DomainId(d), ReadAttr(c, ts, a));
+  return Push(c, ts, DomainId(d), c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
 }
 int NVTX_API DomainRangePop(nvtxDomainHandle_t d) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
@@ -312,7 +315,8 @@ int FillTables(NvtxGetExportTableFunc_t get_export_table) {
 extern "C" __attribute__((visibility("default"))) int NVTX_API
 InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table) {
   try {
-    if (get_export_table == nullptr || rlscope::Collector::Start() == nullptr) return 0;
+    rlscope::Collector* c = rlscope::Collector::Start();
+    if (get_export_table == nullptr || c == nullptr || !c->config().cpu.nvtx) return 0;
     return rlscope::FillTables(get_export_table);
   } catch (...) {
     return 0;

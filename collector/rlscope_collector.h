@@ -24,6 +24,13 @@ RLSCOPE_API int rlscope_collector_init(void);
 RLSCOPE_API int rlscope_collector_armed(void);
 
 RLSCOPE_API void rlscope_range_push(const char* name);
+/* The same with a name interned once (for bindings that cannot keep a
+ * stable `const char*`): rlscope_intern returns its id, 0 when no collector
+ * runs. */
+RLSCOPE_API uint32_t rlscope_intern(const char* name);
+RLSCOPE_API void rlscope_range_push_id(uint32_t name_id);
+RLSCOPE_API uint64_t rlscope_range_start_id(uint32_t name_id);
+RLSCOPE_API void rlscope_mark_id(uint32_t name_id);
 RLSCOPE_API void rlscope_range_pop(void);
 RLSCOPE_API uint64_t rlscope_range_start(const char* name);
 RLSCOPE_API void rlscope_range_end(uint64_t range_id);

@@ -6,10 +6,6 @@
 #include <string>
 
 namespace rlscope {
-namespace {
-std::atomic<uint8_t> g_clock_source{static_cast<uint8_t>(ClockSource::kMonotonic)};
-}  // namespace
-
 bool TscIsInvariant() {
 #if defined(__x86_64__)
   std::ifstream in("/proc/cpuinfo");
@@ -22,14 +18,6 @@ bool TscIsInvariant() {
   }
 #endif
   return false;
-}
-
-ClockSource ActiveClockSource() {
-  return static_cast<ClockSource>(g_clock_source.load(std::memory_order_relaxed));
-}
-
-void SetActiveClockSource(ClockSource source) {
-  g_clock_source.store(static_cast<uint8_t>(source), std::memory_order_relaxed);
 }
 
 void TickConverter::Sample() {

@@ -3,8 +3,9 @@
 // Hot path: ReadTicks() returns raw ticks (TSC where it is invariant, else
 // CLOCK_MONOTONIC nanoseconds). Conversion to CLOCK_MONOTONIC nanoseconds is
 // done later by TickConverter, which is fed (ticks, monotonic_ns) pairs by the
-// flush thread. Processes in one Linux time namespace share CLOCK_MONOTONIC;
-// cross-host alignment is the aggregator's job.
+// flush thread. Processes in one Linux time namespace share CLOCK_MONOTONIC.
+// The aggregator compares collectors' timestamps directly, which is right on
+// one host; aligning the clocks of several hosts is not done yet.
 #pragma once
 
 #include <cstdint>
@@ -26,12 +27,6 @@ enum class ClockSource : uint8_t { kMonotonic = 0, kTsc = 1 };
 
 // True when the CPU advertises an invariant TSC (constant_tsc and nonstop_tsc).
 bool TscIsInvariant();
-
-// Set once by the process root before any thread records; read on the hot path.
-// Relaxed is enough: the value never changes after the collector is armed, and
-// arming is a release/acquire edge of its own.
-ClockSource ActiveClockSource();
-void SetActiveClockSource(ClockSource source);
 
 inline uint64_t ReadTicks(ClockSource source) {
 #if defined(__x86_64__)

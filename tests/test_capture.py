@@ -152,3 +152,41 @@ def test_api_trigger_records_between_start_and_stop(aggregator_factory, tmp_path
     run = _run_json(agg)
     # The steps' ranges, and gen, update_actor and a mark between start() and stop().
     assert run["processes"][0]["events_received"] == 3 * 2 + 2 * 2 + 1
+
+
+def test_ranges_keep_their_pairs_when_the_capture_opens_or_closes_inside_them(aggregator_factory, tmp_path):
+    """A range open when the capture closes still gets its end; a range opened
+    before the capture opened is not recorded, and neither is its end (which
+    must not be taken for the end of another range)."""
+    agg = aggregator_factory()
+    script = (
+        "import rlscope_ray, time, threading\n"
+        "with rlscope_ray.step(1):\n"
+        "    rlscope_ray.start()\n"
+        "    with rlscope_ray.range('A'):\n"
+        "        time.sleep(0.02)\n"
+        "        rlscope_ray.stop()\n"
+        "        time.sleep(0.01)\n"
+        "    with rlscope_ray.range('X'):\n"
+        "        rlscope_ray.start()\n"
+        "        with rlscope_ray.range('B'):\n"
+        "            time.sleep(0.005)\n"
+        "    h = rlscope_ray._native.range_start('C')\n"   # started while capturing...
+        "    rlscope_ray.stop()\n"
+        "    t = threading.Thread(target=lambda: (time.sleep(0.005), rlscope_ray._native.range_end(h)))\n"
+        "    t.start(); t.join()\n")                        # ...ended on another thread after stop()
+    r = subprocess.run([sys.executable, "-c", script], env=agg.env(role="controller", inject=False,
+                                                                   config="{capture_range: api}"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    agg.wait()
+    trace = Trace(agg.out / "step_1" / "trace.json")
+    cpid = trace.pid_of("(controller)")
+    (a,) = trace.slices(cpid, "A")
+    assert float(a["dur"]) >= 28000 and not a["args"].get("open")  # its end came after stop()
+    (b,) = trace.slices(cpid, "B")
+    assert 4000 <= float(b["dur"]) <= 15000
+    assert not trace.slices(cpid, "X")
+    (c,) = trace.asyncs(cpid, "C")
+    assert c["dur"] >= 4000 and c["b"]["args"]["end_tid"] != c["b"]["tid"]
+    assert _run_json(agg)["processes"][0]["unmatched"] == 0

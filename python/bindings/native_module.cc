@@ -20,6 +20,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("armed", &rlscope_collector_armed);
   m.def("range_push", [](const char* name) { rlscope_range_push(name); }, py::arg("name"));
   m.def("range_pop", &rlscope_range_pop);
+  m.def("intern", [](const char* name) { return rlscope_intern(name); }, py::arg("name"),
+        "The name's id in this process's collector (0 when none runs).");
+  m.def("range_push_id", &rlscope_range_push_id, py::arg("name_id"));
+  m.def("range_start_id", &rlscope_range_start_id, py::arg("name_id"));
+  m.def("mark_id", &rlscope_mark_id, py::arg("name_id"));
   m.def("range_start", [](const char* name) { return rlscope_range_start(name); }, py::arg("name"));
   m.def("range_end", &rlscope_range_end, py::arg("range_id"));
   m.def("mark", [](const char* name) { rlscope_mark(name); }, py::arg("name"));

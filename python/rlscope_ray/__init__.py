@@ -77,31 +77,37 @@ def enabled() -> bool:
     return bool(_native.armed())
 
 
+def _name_id(name: str) -> int:
+    """The collector's id for a name (0 when no collector runs): interned once,
+    so a range costs no string handling per call."""
+    return _native.intern(name)
+
+
 class range:  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
     """A named range on the calling thread: context manager or decorator."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "_id")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._id = _name_id(name)
 
     def __enter__(self) -> "range":
-        _native.range_push(self.name)
+        if not self._id:  # created before the collector started
+            self._id = _name_id(self.name)
+        _native.range_push_id(self._id)
         return self
 
     def __exit__(self, *exc: object) -> None:
         _native.range_pop()
 
     def __call__(self, fn: _F) -> _F:
-        name = self.name
+        rng = self
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            _native.range_push(name)
-            try:
+            with rng:
                 return fn(*args, **kwargs)
-            finally:
-                _native.range_pop()
 
         return wrapper  # type: ignore[return-value]
 

@@ -93,6 +93,7 @@ def _wrap(fn: Callable[..., Any], name: str, class_name: str) -> Callable[..., A
     from . import _native
 
     target = getattr(fn, "method", fn)  # actor executors carry the user's method
+    name_id = _native.intern(name)
     if name.startswith("__ray") or inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
         wrapped = fn
     elif inspect.iscoroutinefunction(target):
@@ -102,7 +103,7 @@ def _wrap(fn: Callable[..., Any], name: str, class_name: str) -> Callable[..., A
             coro = fn(*args, **kwargs)
 
             async def run() -> Any:
-                rid = _native.range_start(name)
+                rid = _native.range_start_id(name_id)
                 try:
                     return await coro
                 finally:
@@ -116,7 +117,7 @@ def _wrap(fn: Callable[..., Any], name: str, class_name: str) -> Callable[..., A
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             if is_init:
                 _label_actor(class_name)
-            _native.range_push(name)
+            _native.range_push_id(name_id)
             try:
                 return fn(*args, **kwargs)
             finally:

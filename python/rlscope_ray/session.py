@@ -37,11 +37,13 @@ class Session:
     unregistered_nodes: List[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _reporter: Optional[threading.Thread] = None
+    _wake: threading.Event = field(default_factory=threading.Event)
     _expected_lock: threading.Lock = field(default_factory=threading.Lock)
     _expected_sent: Optional[List[Dict[str, str]]] = None
 
 
 _session: Optional[Session] = None
+_ended = False  # a process's collector cannot restart once shut down
 _lock = threading.Lock()
 
 
@@ -68,6 +70,10 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
     with _lock:
         if _session is not None:
             return _session
+        if _ended:
+            raise RuntimeError("rlscope_ray.init() runs once per process: this process's collector was shut "
+                               "down by rlscope_ray.shutdown() and cannot record again; profile the next run "
+                               "from a new driver process")
         if ray.is_initialized():
             raise RuntimeError("rlscope_ray.init() starts or joins Ray itself: call it instead of ray.init() "
                                "(or call ray.shutdown() first)")
@@ -131,14 +137,16 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
 
     Returns the run directory (None when no session was running).
     """
-    global _session
+    global _session, _ended
     import ray
 
     with _lock:
         session, _session = _session, None
         if session is None:
             return None
+        _ended = True
         session._stop.set()
+        session._wake.set()
         if session._reporter is not None:
             session._reporter.join(timeout=5)
         if ray.is_initialized():
@@ -263,11 +271,12 @@ def profiled_actors() -> List[Dict[str, str]]:
 
 
 def before_step() -> None:
-    """Called by rlscope_ray.step(): the aggregator learns of actors created
-    since the last report before this step can be written."""
+    """Called by rlscope_ray.step(): wakes the reporter thread, so actors
+    created since its last look are reported while this step runs. Never
+    blocks the training loop (Ray's actor table is read on that thread)."""
     session = _session
     if session is not None:
-        _report_expected(session)
+        session._wake.set()
 
 
 def _report_expected(session: Session) -> bool:
@@ -286,6 +295,9 @@ def _report_expected(session: Session) -> bool:
 
 
 def _report_expected_loop(session: Session) -> None:
-    while not session._stop.wait(1.0):
-        if not _report_expected(session):
+    """Every second, or at once when a step begins (before_step)."""
+    while not session._stop.is_set():
+        session._wake.wait(1.0)
+        session._wake.clear()
+        if session._stop.is_set() or not _report_expected(session):
             return

@@ -622,7 +622,7 @@ TEST_F(AggregatorTest, StepWaitsForAConnectedWorkerWatermark) {
   ctl.Push(1, 1000, "step").Pop(1, 2000);
   Send(ctl.Flush(2500), 10 * kMs);
   agg_->Tick(10 * kMs);
-  agg_->Tick(10 * kMs + 4999 * kMs);  // 1 ms before the default 5 s grace
+  agg_->Tick(10 * kMs + 1500 * kMs);  // heard from 1.5 s ago: alive, still holds the step
   EXPECT_THAT(exporter_.steps, IsEmpty());
   worker.Push(1, 1800, "late_work").Pop(1, 1900);
   Send(worker.Flush(2100), 20 * kMs);
@@ -633,6 +633,38 @@ TEST_F(AggregatorTest, StepWaitsForAConnectedWorkerWatermark) {
   const ProcessSlice* w = FindSlice(p, 2);
   EXPECT_FALSE(w->late);
   EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"early_work", "late_work"}));
+}
+
+TEST_F(AggregatorTest, DiscreteCaptureNamesAreSafeUniqueDirectoryNames) {
+  Init(ConfigFrom("discrete: true\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 1000, "step");
+  int64_t t = 1100;
+  for (const char* name : {"gen", "gen_2", "gen", "../x/y", ""}) {
+    ctl.Push(1, t, name).Pop(1, t + 50);
+    t += 100;
+  }
+  ctl.Pop(1, 2000);
+  Send(ctl.Flush(2500));
+  agg_->Tick(0);
+  ASSERT_FALSE(exporter_.steps.empty());
+  const StepProfile& step = exporter_.steps.back();
+  EXPECT_EQ(step.captures, (std::vector<std::string>{"gen", "gen_2", "gen_3", "___x_y", "unnamed"}));
+}
+
+TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);  // then nothing: killed without a bye (os._exit, SIGKILL)
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500), 10 * kMs);
+  agg_->Tick(1000 * kMs);
+  EXPECT_THAT(exporter_.steps, IsEmpty());
+  agg_->Tick(2001 * kMs);  // silent for over 2 s: gone, well before the 5 s grace
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(FindSlice(exporter_.steps[0], 2)->late);
 }
 
 TEST_F(AggregatorTest, WatermarkExactlyAtStepEndIsEnough) {

@@ -264,15 +264,6 @@ TEST(TickConverterTest, TscConvertsToMonotonicWithin50us) {
   EXPECT_LE(converted, after + 50000) << "before=" << before;
 }
 
-TEST(ClockTest, ActiveClockSourceRoundTrips) {
-  const ClockSource old = ActiveClockSource();
-  SetActiveClockSource(ClockSource::kTsc);
-  EXPECT_EQ(ActiveClockSource(), ClockSource::kTsc);
-  SetActiveClockSource(ClockSource::kMonotonic);
-  EXPECT_EQ(ActiveClockSource(), ClockSource::kMonotonic);
-  SetActiveClockSource(old);
-}
-
 // ---------------------------------------------------------------- wire.h
 
 wire::Hello SampleHello() {
