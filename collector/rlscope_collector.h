@@ -60,7 +60,7 @@ typedef struct rlscope_stats {
   uint64_t dropped;         /* dropped: buffers full, or batches not sendable */
   uint64_t batches_sent;
   uint64_t batches_dropped; /* the aggregator's queue was full */
-  uint64_t threads;         /* threads that recorded */
+  uint64_t threads;         /* threads with a buffer now (exited ones are freed) */
 } rlscope_stats_t;
 RLSCOPE_API void rlscope_collector_stats(rlscope_stats_t* out);
 
