@@ -203,6 +203,9 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
       });
       std::sort(slice.instants.begin(), slice.instants.end(),
                 [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
+      p->CutGpu(s.begin_ns, s.end_ns, &slice.gpu);
+      std::sort(slice.gpu.begin(), slice.gpu.end(),
+                [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
       slice.late = !CaughtUp(*p, step);
       any_late = any_late || slice.late;
       profile.processes.push_back(std::move(slice));

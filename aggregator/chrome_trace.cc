@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "aggregator/json_writer.h"
@@ -49,6 +50,119 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p) {
   w.Key("labels").BeginObject();
   for (const auto& [k, v] : id.labels) w.Key(k).String(v);
   w.EndObject();
+}
+
+// GPU stream tracks get thread ids of their own, far above real tids.
+int64_t StreamTrack(const GpuRecord& g) {
+  return (int64_t{1} << 40) + static_cast<int64_t>(g.device) * 1000000 + g.stream;
+}
+
+const char* MemcpyKindName(uint32_t kind) {
+  switch (kind) {  // CUpti_ActivityMemcpyKind
+    case 1: return "HtoD";
+    case 2: return "DtoH";
+    case 3: return "HtoA";
+    case 4: return "AtoH";
+    case 5: return "AtoA";
+    case 6: return "AtoD";
+    case 7: return "DtoA";
+    case 8: return "DtoD";
+    case 9: return "HtoH";
+    case 10: return "PtoP";
+    default: return "unknown";
+  }
+}
+
+const char* SyncTypeName(uint32_t type) {
+  switch (type) {  // CUpti_ActivitySynchronizationType
+    case 1: return "event synchronize";
+    case 2: return "stream wait event";
+    case 3: return "stream synchronize";
+    case 4: return "context synchronize";
+    default: return "synchronize";
+  }
+}
+
+bool OnDevice(const GpuRecord& g) {
+  const auto kind = static_cast<GpuKind>(g.kind);
+  return kind == GpuKind::kKernel || kind == GpuKind::kMemcpy || kind == GpuKind::kMemset;
+}
+
+// GPU activity of one process: kernels, copies and sets on one track per
+// (device, stream); API calls, syncs and CUPTI overhead on the CPU thread that
+// made them; a flow arrow from each launch to what it launched.
+void WriteGpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, std::set<int64_t>* cpu_tids) {
+  const ProcessTimeline& p = *slice.process;
+  std::set<int64_t> streams;
+  std::map<uint32_t, const GpuRecord*> launch;  // correlation -> API call
+  for (const GpuRecord& g : slice.gpu) {
+    if (OnDevice(g)) {
+      if (streams.insert(StreamTrack(g)).second) {
+        w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_name");
+        w.Key("pid").Int(pid).Key("tid").Int(StreamTrack(g));
+        w.Key("args").BeginObject().Key("name").String("stream " + std::to_string(g.stream) + " (GPU " +
+                                                      std::to_string(g.device) + ")");
+        w.EndObject().EndObject();
+        w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_sort_index");
+        w.Key("pid").Int(pid).Key("tid").Int(StreamTrack(g));
+        w.Key("args").BeginObject().Key("sort_index").Int(StreamTrack(g)).EndObject().EndObject();
+      }
+    } else if (g.tid != 0) {
+      cpu_tids->insert(g.tid);
+    }
+    const auto kind = static_cast<GpuKind>(g.kind);
+    if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
+      launch.emplace(g.correlation, &g);
+    }
+  }
+  for (const GpuRecord& g : slice.gpu) {
+    const auto kind = static_cast<GpuKind>(g.kind);
+    std::string name = p.String(g.name);
+    const char* cat = "gpu";
+    switch (kind) {
+      case GpuKind::kKernel: cat = "gpu"; break;
+      case GpuKind::kMemcpy: cat = "gpu_memcpy"; name = std::string("Memcpy ") + MemcpyKindName(g.subkind); break;
+      case GpuKind::kMemset: cat = "gpu_memset"; name = "Memset"; break;
+      case GpuKind::kRuntimeApi:
+      case GpuKind::kDriverApi: cat = "cuda_api"; break;
+      case GpuKind::kSync: cat = "cuda_sync"; name = std::string("Sync: ") + SyncTypeName(g.subkind); break;
+      case GpuKind::kOverhead: cat = "cupti_overhead"; break;
+    }
+    if (name.empty()) name = "(unnamed)";
+    const int64_t tid = OnDevice(g) ? StreamTrack(g) : (g.tid != 0 ? g.tid : 0);
+    w.Newline().BeginObject().Key("ph").String("X").Key("name").String(name).Key("cat").String(cat);
+    w.Key("pid").Int(pid).Key("tid").Int(tid);
+    w.Key("ts").Micros(g.start_ns).Key("dur").Micros(g.end_ns - g.start_ns);
+    w.Key("args").BeginObject();
+    if (g.correlation != 0) w.Key("correlation").Uint(g.correlation);
+    if (OnDevice(g)) w.Key("device").Uint(g.device).Key("stream").Uint(g.stream);
+    if (kind == GpuKind::kKernel) {
+      w.Key("grid").BeginArray().Int(g.grid[0]).Int(g.grid[1]).Int(g.grid[2]).EndArray();
+      w.Key("block").BeginArray().Int(g.block[0]).Int(g.block[1]).Int(g.block[2]).EndArray();
+    }
+    if (kind == GpuKind::kMemcpy || kind == GpuKind::kMemset) {
+      w.Key("bytes").Uint(g.bytes);
+      if (g.end_ns > g.start_ns) {
+        w.Key("bandwidth_GBps").Double(static_cast<double>(g.bytes) / static_cast<double>(g.end_ns - g.start_ns));
+      }
+    }
+    w.EndObject();
+    w.EndObject();
+    // launch -> kernel/copy/set: "s" on the API call, "f" (bound to the
+    // enclosing slice) on the device record.
+    if (OnDevice(g) && g.correlation != 0) {
+      auto it = launch.find(g.correlation);
+      if (it != launch.end() && it->second->tid != 0) {
+        const std::string id = std::to_string(pid) + "." + std::to_string(g.correlation);
+        w.Newline().BeginObject().Key("ph").String("s").Key("name").String("launch").Key("cat").String("launch");
+        w.Key("id").String(id).Key("pid").Int(pid).Key("tid").Int(it->second->tid);
+        w.Key("ts").Micros(it->second->start_ns).EndObject();
+        w.Newline().BeginObject().Key("ph").String("f").Key("bp").String("e").Key("name").String("launch");
+        w.Key("cat").String("launch").Key("id").String(id).Key("pid").Int(pid).Key("tid").Int(tid);
+        w.Key("ts").Micros(g.start_ns).EndObject();
+      }
+    }
+  }
 }
 
 void WriteExpected(JsonWriter& w, const std::vector<ExpectedProcess>& list) {
@@ -132,6 +246,7 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
     std::set<int64_t> tids;
     for (const Span& s : slice.spans) tids.insert(s.tid);
     for (const Instant& i : slice.instants) tids.insert(i.tid);
+    WriteGpu(w, slice, pid, &tids);
     for (int64_t tid : tids) {
       w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_name");
       w.Key("pid").Int(pid).Key("tid").Int(tid);
@@ -216,6 +331,7 @@ std::string StepSummaryJson(const StepProfile& step) {
     WriteIdentity(w, p);
     w.Key("spans").Uint(slice.spans.size());
     w.Key("instants").Uint(slice.instants.size());
+    w.Key("gpu_records").Uint(slice.gpu.size());
     w.Key("events_received_total").Uint(p.events_received());
     w.Key("dropped_total").Uint(p.dropped());
     w.Key("unmatched_total").Uint(p.unmatched());

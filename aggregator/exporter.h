@@ -18,6 +18,7 @@ struct ProcessSlice {
   const ProcessTimeline* process = nullptr;
   std::vector<Span> spans;        // clipped to the step, sorted (tid, begin, -end)
   std::vector<Instant> instants;  // inside the step, sorted by time
+  std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
   bool late = false;              // had not flushed past the step end in time
 };
 

@@ -94,6 +94,27 @@ void RestrictToIntervals(ProcessSlice* slice, const Intervals& merged) {
     }
   }
   slice->instants = std::move(instants);
+  // GPU records: device-side ones by their launch (the API call with the same
+  // correlation id) when it is here, the rest by their own time.
+  std::map<uint32_t, int64_t> launch;
+  for (const GpuRecord& g : slice->gpu) {
+    const auto kind = static_cast<GpuKind>(g.kind);
+    if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
+      launch.emplace(g.correlation, g.start_ns);
+    }
+  }
+  std::vector<GpuRecord> gpu;
+  for (const GpuRecord& g : slice->gpu) {
+    int64_t b = g.start_ns, e = g.end_ns;
+    if (auto it = launch.find(g.correlation); g.correlation != 0 && it != launch.end()) b = e = it->second;
+    for (const auto& iv : merged) {
+      if (b < iv.second && (e > iv.first || (e == b && b >= iv.first))) {
+        gpu.push_back(g);
+        break;
+      }
+    }
+  }
+  slice->gpu = std::move(gpu);
 }
 
 Intervals OwnSubtaskIntervals(const ProcessSlice& slice, const std::vector<std::string>& names) {

@@ -15,6 +15,14 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   dropped_ = std::max(dropped_, batch.dropped);
   last_ack_ = std::max(last_ack_, batch.ack);
 
+  for (const GpuRecord& g : batch.gpu) {
+    const auto kind = static_cast<GpuKind>(g.kind);
+    if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
+      launches_.emplace(g.correlation, g.start_ns);  // the runtime call, when both levels are traced
+    }
+    gpu_.push_back(g);
+  }
+  events_received_ += batch.gpu.size();
   for (const auto& block : batch.threads) {
     events_received_ += block.events.size();
     for (const auto& e : block.events) {
@@ -141,7 +149,39 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
   }
 }
 
+namespace {
+bool OnDevice(const GpuRecord& g) {
+  const auto kind = static_cast<GpuKind>(g.kind);
+  return kind == GpuKind::kKernel || kind == GpuKind::kMemcpy || kind == GpuKind::kMemset;
+}
+}  // namespace
+
+void ProcessTimeline::CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecord>* out) const {
+  for (const GpuRecord& g : gpu_) {
+    bool in = g.start_ns < end_ns && (g.end_ns > begin_ns || (g.end_ns == g.start_ns && g.start_ns >= begin_ns));
+    if (OnDevice(g) && g.correlation != 0) {
+      auto it = launches_.find(g.correlation);
+      if (it != launches_.end()) in = it->second >= begin_ns && it->second < end_ns;
+    }
+    if (in) out->push_back(g);
+  }
+}
+
 void ProcessTimeline::DiscardBefore(int64_t ns) {
+  // A device record goes with its launch; anything else once it ended.
+  gpu_.erase(std::remove_if(gpu_.begin(), gpu_.end(),
+                            [&](const GpuRecord& g) {
+                              if (OnDevice(g) && g.correlation != 0) {
+                                auto it = launches_.find(g.correlation);
+                                if (it != launches_.end()) return it->second < ns;
+                              }
+                              return g.end_ns < ns;
+                            }),
+             gpu_.end());
+  for (auto it = launches_.begin(); it != launches_.end();) {
+    // Kept a little longer than its step: its kernel may still be in flight.
+    it = it->second < ns - 60000000000LL ? launches_.erase(it) : std::next(it);
+  }
   // A step beginning at `ns` still takes what is exactly at `ns` (Cut is
   // [begin, end)): instants and zero-length spans there are kept.
   done_.erase(std::remove_if(done_.begin(), done_.end(),

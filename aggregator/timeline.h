@@ -75,6 +75,10 @@ class ProcessTimeline {
   // spans that began before `end` (marked open), appended to the outputs.
   void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
            std::vector<Instant>* instants) const;
+  // GPU records in the step: CPU-side ones (API calls, syncs, overhead)
+  // overlapping [begin, end); device-side ones (kernels, copies, sets) whose
+  // launching API call began in it, or, launch unknown, that overlap it.
+  void CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecord>* out) const;
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
   void DiscardBefore(int64_t ns);
@@ -95,7 +99,7 @@ class ProcessTimeline {
   int64_t last_seen_ns() const { return last_seen_ns_; }
   void Touch(int64_t now_ns) { last_seen_ns_ = now_ns; }
   const std::map<int64_t, std::string>& thread_names() const { return thread_names_; }
-  size_t buffered_spans() const { return done_.size() + instants_.size(); }
+  size_t buffered_spans() const { return done_.size() + instants_.size() + gpu_.size(); }
 
  private:
   void Open(Span& span, bool has_payload, StepEdges* edges);
@@ -110,6 +114,8 @@ class ProcessTimeline {
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> early_ends_;  // id -> (ts, tid)
   std::deque<Span> done_;         // completed, in completion order
   std::deque<Instant> instants_;  // in arrival order
+  std::deque<GpuRecord> gpu_;      // in arrival order
+  std::unordered_map<uint32_t, int64_t> launches_;  // correlation -> API call start
   int64_t watermark_ns_ = 0;
   int64_t next_auto_step_ = 1;
   uint32_t step_name_id_ = 0;  // the id of "step" in this process, once known

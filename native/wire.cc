@@ -207,6 +207,49 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
       b->categories.push_back(std::move(cn));
     }
   }
+  if ((o = Find(body, "gpu")) != nullptr) {
+    if (!GetArray(c, *o, "batch.gpu", &arr)) return false;
+    if (arr->size % kFieldsPerGpuRecord != 0) {
+      return c.Fail("batch.gpu", "length " + std::to_string(arr->size) + " is not a multiple of " +
+                                     std::to_string(kFieldsPerGpuRecord));
+    }
+    b->gpu.resize(arr->size / kFieldsPerGpuRecord);
+    for (size_t i = 0; i < b->gpu.size(); ++i) {
+      const object* f = arr->ptr + i * kFieldsPerGpuRecord;
+      const std::string where = "batch.gpu[" + std::to_string(i) + "]";
+      GpuRecord& g = b->gpu[i];
+      uint64_t kind, corr, name, device, context, stream, subkind;
+      int64_t start, dur, grid[3], block[3];
+      if (!GetUint(c, f[0], where + ".kind", &kind) || !GetInt(c, f[1], where + ".start", &start) ||
+          !GetInt(c, f[2], where + ".dur", &dur) || !GetUint(c, f[3], where + ".correlation", &corr) ||
+          !GetUint(c, f[4], where + ".name", &name) || !GetUint(c, f[5], where + ".device", &device) ||
+          !GetUint(c, f[6], where + ".context", &context) || !GetUint(c, f[7], where + ".stream", &stream) ||
+          !GetInt(c, f[8], where + ".tid", &g.tid) || !GetUint(c, f[9], where + ".bytes", &g.bytes) ||
+          !GetUint(c, f[10], where + ".subkind", &subkind)) {
+        return false;
+      }
+      for (int k = 0; k < 3; ++k) {
+        if (!GetInt(c, f[11 + k], where + ".grid", &grid[k]) || !GetInt(c, f[14 + k], where + ".block", &block[k])) {
+          return false;
+        }
+        g.grid[k] = static_cast<int32_t>(grid[k]);
+        g.block[k] = static_cast<int32_t>(block[k]);
+      }
+      if (kind < static_cast<uint64_t>(GpuKind::kKernel) || kind > static_cast<uint64_t>(GpuKind::kOverhead)) {
+        return c.Fail(where + ".kind", "unknown GPU record kind " + std::to_string(kind));
+      }
+      if (dur < 0) return c.Fail(where + ".dur", "negative duration");
+      g.kind = static_cast<uint8_t>(kind);
+      g.start_ns = start;
+      g.end_ns = static_cast<int64_t>(static_cast<uint64_t>(start) + static_cast<uint64_t>(dur));
+      g.correlation = static_cast<uint32_t>(corr);
+      g.name = static_cast<uint32_t>(name);
+      g.device = static_cast<uint32_t>(device);
+      g.context = static_cast<uint32_t>(context);
+      g.stream = static_cast<uint32_t>(stream);
+      g.subkind = static_cast<uint32_t>(subkind);
+    }
+  }
   if (!Require(c, body, "batch", "threads", &o) || !GetArray(c, *o, "batch.threads", &arr)) return false;
   b->threads.resize(arr->size);
   for (uint32_t i = 0; i < arr->size; ++i) {
@@ -309,7 +352,7 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
 void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped,
                         uint64_t ack) {
   buffer_.clear();
-  PackHeader(packer_, MessageType::kBatch, 9);
+  PackHeader(packer_, MessageType::kBatch, 10);
   PackKey(packer_, "ack");
   packer_.pack_uint64(ack);
   PackKey(packer_, "session");
@@ -350,6 +393,26 @@ void BatchWriter::Categories(const std::vector<CategoryName>& categories) {
     packer_.pack_uint32(c.domain);
     packer_.pack_uint32(c.category);
     PackString(packer_, c.name);
+  }
+}
+
+void BatchWriter::Gpu(const std::vector<GpuRecord>& records) {
+  PackKey(packer_, "gpu");
+  packer_.pack_array(static_cast<uint32_t>(records.size() * kFieldsPerGpuRecord));
+  for (const GpuRecord& g : records) {
+    packer_.pack_uint8(g.kind);
+    packer_.pack_int64(g.start_ns);
+    packer_.pack_int64(g.end_ns - g.start_ns);
+    packer_.pack_uint32(g.correlation);
+    packer_.pack_uint32(g.name);
+    packer_.pack_uint32(g.device);
+    packer_.pack_uint32(g.context);
+    packer_.pack_uint32(g.stream);
+    packer_.pack_int64(g.tid);
+    packer_.pack_uint64(g.bytes);
+    packer_.pack_uint32(g.subkind);
+    for (int v : g.grid) packer_.pack_int32(v);
+    for (int v : g.block) packer_.pack_int32(v);
   }
 }
 
@@ -415,6 +478,7 @@ std::string Encode(const Message& message) {
     w.Strings(b->strings);
     w.ThreadNames(b->thread_names);
     w.Categories(b->categories);
+    w.Gpu(b->gpu);
     w.BeginThreads(b->threads.size());
     for (const auto& te : b->threads) {
       w.BeginThread(te.tid, te.events.size());

@@ -17,12 +17,14 @@
 #include <msgpack.hpp>
 
 #include "native/event.h"
+#include "native/gpu_record.h"
 
 namespace rlscope::wire {
 
 inline constexpr char kMagic[] = "RLSC";
 inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kFieldsPerEvent = 7;
+inline constexpr size_t kFieldsPerGpuRecord = 17;
 
 enum class MessageType : uint8_t {
   kHello = 1,
@@ -84,6 +86,7 @@ struct Batch {
   std::vector<std::pair<uint32_t, std::string>> strings;   // new ids only
   std::vector<std::pair<int64_t, std::string>> thread_names;
   std::vector<CategoryName> categories;
+  std::vector<GpuRecord> gpu;  // GPU activity (optional key; times on the collector's clock)
   std::vector<ThreadEvents> threads;
 };
 
@@ -120,14 +123,15 @@ using Message = std::variant<Hello, Batch, Bye, Expected, Control>;
 
 // Streaming batch encoder, used by the collector's flush thread so events go
 // from ring buffers to bytes without an intermediate copy.
-// Call order: Begin, Strings, ThreadNames, Categories (each exactly once, may
-// be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
+// Call order: Begin, Strings, ThreadNames, Categories, Gpu (each exactly once,
+// may be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
 class BatchWriter {
  public:
   void Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped, uint64_t ack = 0);
   void Strings(const std::vector<std::pair<uint32_t, std::string>>& strings);
   void ThreadNames(const std::vector<std::pair<int64_t, std::string>>& names);
   void Categories(const std::vector<CategoryName>& categories);
+  void Gpu(const std::vector<GpuRecord>& records);
   void BeginThreads(size_t num_threads);
   void BeginThread(int64_t tid, size_t num_events);
   void AddEvent(const Event& e);

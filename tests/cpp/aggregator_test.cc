@@ -653,6 +653,62 @@ TEST_F(AggregatorTest, DiscreteCaptureNamesAreSafeUniqueDirectoryNames) {
   EXPECT_EQ(step.captures, (std::vector<std::string>{"gen", "gen_2", "gen_3", "___x_y", "unnamed"}));
 }
 
+// A kernel belongs to the step of its launch, even when it runs after the
+// step ended; the trace puts it on its stream's track with a launch arrow.
+TEST_F(AggregatorTest, GpuRecordsFollowTheirLaunchIntoStepsAndTraces) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  ctl.Push(1, 2100, "step").Pop(1, 3000);
+  wire::Batch b = ctl.Flush(5000);
+  const uint32_t kKernelName = 900, kApiName = 901;
+  b.strings.emplace_back(kKernelName, "gemm_kernel");
+  b.strings.emplace_back(kApiName, "cudaLaunchKernel");
+  auto rec = [](GpuKind kind, int64_t start, int64_t end, uint32_t corr) {
+    GpuRecord g;
+    g.kind = static_cast<uint8_t>(kind);
+    g.start_ns = start;
+    g.end_ns = end;
+    g.correlation = corr;
+    return g;
+  };
+  GpuRecord launch = rec(GpuKind::kRuntimeApi, 1900, 1950, 7);  // in step 1
+  launch.tid = 1;
+  launch.name = kApiName;
+  GpuRecord kernel = rec(GpuKind::kKernel, 2200, 2600, 7);     // runs during step 2
+  kernel.name = kKernelName;
+  kernel.device = 1;
+  kernel.stream = 13;
+  kernel.grid[0] = 64;
+  kernel.block[0] = 128;
+  GpuRecord copy = rec(GpuKind::kMemcpy, 2500, 2700, 0);       // no launch known: by time, step 2
+  copy.subkind = 1;
+  copy.bytes = 1000;
+  copy.stream = 13;
+  b.gpu = {launch, kernel, copy};
+  Send(b);
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  auto kinds = [](const ProcessSlice* s) {
+    std::vector<int> k;
+    for (const GpuRecord& g : s->gpu) k.push_back(g.kind);
+    return k;
+  };
+  EXPECT_EQ(kinds(FindSlice(exporter_.steps[0], 1)),
+            (std::vector<int>{static_cast<int>(GpuKind::kRuntimeApi), static_cast<int>(GpuKind::kKernel)}));
+  EXPECT_EQ(kinds(FindSlice(exporter_.steps[1], 1)), (std::vector<int>{static_cast<int>(GpuKind::kMemcpy)}));
+  const std::string json = StepTraceJson(exporter_.steps[0], {{1, 100}});
+  EXPECT_THAT(json, HasSubstr("\"name\":\"stream 13 (GPU 1)\""));
+  EXPECT_THAT(json, HasSubstr("\"name\":\"gemm_kernel\",\"cat\":\"gpu\""));
+  EXPECT_THAT(json, HasSubstr("\"grid\":[64,0,0],\"block\":[128,0,0]"));
+  EXPECT_THAT(json, HasSubstr("\"name\":\"cudaLaunchKernel\",\"cat\":\"cuda_api\",\"pid\":100,\"tid\":1"));
+  EXPECT_THAT(json, HasSubstr("\"ph\":\"s\",\"name\":\"launch\",\"cat\":\"launch\",\"id\":\"100.7\""));
+  EXPECT_THAT(json, HasSubstr("\"ph\":\"f\",\"bp\":\"e\",\"name\":\"launch\",\"cat\":\"launch\",\"id\":\"100.7\""));
+  const std::string json2 = StepTraceJson(exporter_.steps[1], {{1, 100}});
+  EXPECT_THAT(json2, HasSubstr("\"name\":\"Memcpy HtoD\",\"cat\":\"gpu_memcpy\""));
+  EXPECT_THAT(json2, HasSubstr("\"bytes\":1000,\"bandwidth_GBps\":5"));
+}
+
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);

@@ -401,6 +401,43 @@ TEST(WireTest, ByeRoundTrips) {
   EXPECT_EQ(d.dropped, b.dropped);
 }
 
+TEST(WireTest, GpuRecordsRoundTrip) {
+  wire::Batch b;
+  b.session = 9;
+  GpuRecord k;
+  k.kind = static_cast<uint8_t>(GpuKind::kKernel);
+  k.start_ns = 1000;
+  k.end_ns = 1500;
+  k.correlation = 42;
+  k.name = 3;
+  k.device = 1;
+  k.context = 2;
+  k.stream = 7;
+  k.grid[0] = 128;
+  k.grid[1] = 2;
+  k.grid[2] = 1;
+  k.block[0] = 256;
+  k.block[1] = 1;
+  k.block[2] = 1;
+  GpuRecord api;
+  api.kind = static_cast<uint8_t>(GpuKind::kRuntimeApi);
+  api.start_ns = 900;
+  api.end_ns = 950;
+  api.correlation = 42;
+  api.tid = 4242;
+  api.name = 4;
+  GpuRecord copy;
+  copy.kind = static_cast<uint8_t>(GpuKind::kMemcpy);
+  copy.start_ns = 2000;
+  copy.end_ns = 2000;
+  copy.bytes = uint64_t{1} << 33;
+  copy.subkind = 1;
+  b.gpu = {k, api, copy};
+  const wire::DecodeResult r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(std::get<wire::Batch>(r.message).gpu, b.gpu);
+}
+
 TEST(WireTest, HelloSelectedFlagRoundTrips) {
   wire::Hello h;
   h.session = 5;
@@ -430,6 +467,7 @@ TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
     w.Strings(b.strings);
     w.ThreadNames(b.thread_names);
     w.Categories(b.categories);
+    w.Gpu(b.gpu);
     w.BeginThreads(b.threads.size());
     for (const auto& te : b.threads) {
       w.BeginThread(te.tid, te.events.size());

@@ -1,0 +1,43 @@
+// GPU activity as the collector ships it: one record per CUPTI activity
+// record it keeps (kernels, copies, sets, API calls, synchronisation, CUPTI's
+// own overhead), converted on the collector's side from the CUDA version's
+// structs to this stable shape.
+//
+// Contract: times are on the collector's clock (CLOCK_MONOTONIC ns, through
+// cuptiActivityRegisterTimestampCallback). `correlation` is CUPTI's
+// correlation id: an API record and the kernel/copy/set it launched share it.
+// The numeric values of GpuKind are part of the wire format: never reuse.
+#pragma once
+
+#include <cstdint>
+
+namespace rlscope {
+
+enum class GpuKind : uint8_t {
+  kKernel = 1,      // CONCURRENT_KERNEL
+  kMemcpy = 2,      // subkind: CUpti_ActivityMemcpyKind (1 HtoD, 2 DtoH, 8 DtoD, ...)
+  kMemset = 3,
+  kRuntimeApi = 4,  // name: the cudaXxx function; tid: the calling thread
+  kDriverApi = 5,   // name: the cuXxx function; tid: the calling thread
+  kSync = 6,        // subkind: CUpti_ActivitySynchronizationType; tid: the waiting thread
+  kOverhead = 7,    // subkind: CUpti_ActivityOverheadKind >> 16; tid when it is a thread's
+};
+
+struct GpuRecord {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t tid = 0;             // CPU thread (API, sync, overhead), 0 otherwise
+  uint64_t bytes = 0;          // memcpy / memset
+  uint32_t correlation = 0;    // 0 = none
+  uint32_t name = 0;           // interned string id: kernel, API function, overhead kind
+  uint32_t device = 0;
+  uint32_t context = 0;
+  uint32_t stream = 0;
+  uint32_t subkind = 0;        // see GpuKind
+  int32_t grid[3] = {0, 0, 0};
+  int32_t block[3] = {0, 0, 0};
+  uint8_t kind = 0;            // GpuKind
+  bool operator==(const GpuRecord&) const = default;
+};
+
+}  // namespace rlscope
