@@ -223,8 +223,44 @@ void Collector::UpdateArmed() {
   std::lock_guard<std::mutex> lock(arm_mu_);
   const bool open = trigger_ == Trigger::kController ? window_open_.load(std::memory_order_relaxed)
                                                      : capture_active_.load(std::memory_order_relaxed);
-  armed_.store(selected_ && open && !shut_down_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  const bool armed = selected_ && open && !shut_down_.load(std::memory_order_relaxed);
+  const bool was = armed_.load(std::memory_order_relaxed);
+  armed_.store(armed, std::memory_order_relaxed);
+  if (armed == was) return;
+  // Remember the armed periods for GPU records, which arrive later.
+  const int64_t now = MonotonicNs();
+  if (armed) {
+    if (armed_intervals_.size() >= 1024) armed_intervals_.erase(armed_intervals_.begin());
+    armed_intervals_.emplace_back(now, INT64_MAX);
+  } else if (!armed_intervals_.empty()) {
+    armed_intervals_.back().second = now;
+  }
 }
+
+bool Collector::WasArmedDuring(int64_t begin_ns, int64_t end_ns) const {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  for (auto it = armed_intervals_.rbegin(); it != armed_intervals_.rend(); ++it) {
+    if (it->first <= end_ns && begin_ns <= it->second) return true;
+    if (it->second < begin_ns) break;  // older periods end earlier still
+  }
+  return false;
+}
+
+void Collector::AddGpuRecords(std::vector<GpuRecord>&& records) {
+  const size_t cap = (static_cast<size_t>(config_.buffers.max_mb) << 20) / sizeof(GpuRecord);
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  if (gpu_records_.size() + records.size() > cap) {
+    gpu_dropped_.fetch_add(records.size(), std::memory_order_relaxed);
+    return;
+  }
+  if (gpu_records_.empty()) {
+    gpu_records_ = std::move(records);
+  } else {
+    gpu_records_.insert(gpu_records_.end(), records.begin(), records.end());
+  }
+}
+
+void Collector::SetGpuFlushHook(void (*hook)()) { gpu_flush_hook_.store(hook, std::memory_order_release); }
 
 void Collector::SetCaptureActive(bool active) {
   capture_active_.store(active, std::memory_order_relaxed);
@@ -426,6 +462,7 @@ void Collector::FlushLoop() {
   const int num_items = (wake_fd_ >= 0 ? 1 : 0) + (sock != nullptr ? 1 : 0);
   zmq_pollitem_t* first_item = wake_fd_ >= 0 ? &items[0] : &items[1];
   int64_t next_flush_ns = MonotonicNs();
+  bool was_armed = armed();
   while (true) {
     uint64_t ticket;
     bool stop;
@@ -478,6 +515,14 @@ void Collector::FlushLoop() {
     }
     if (!woken && !stop && now < next_flush_ns) continue;
     next_flush_ns = now + config_.flush.interval_ms * 1000000;
+    // A window just closed, a barrier, or exit: CUPTI hands over what it
+    // buffered first, so the GPU records ship with this flush.
+    const bool armed_now = armed();
+    if (void (*hook)() = gpu_flush_hook_.load(std::memory_order_acquire);
+        hook != nullptr && (stop || pending_ack_ != 0 || (was_armed && !armed_now))) {
+      hook();
+    }
+    was_armed = armed_now;
     SendControl(sock);
     DrainAndSend(sock);
     {
@@ -562,6 +607,13 @@ void Collector::DrainAndSend(void* socket) {
   std::vector<Plan> pending;
   for (ThreadEntry* e : entries) pending.push_back({e, e->buffer->size()});
 
+  // GPU records queued by CUPTI's callbacks (their names are interned already).
+  std::vector<GpuRecord> gpu;
+  {
+    std::lock_guard<std::mutex> lock(gpu_mu_);
+    gpu.swap(gpu_records_);
+  }
+
   // Metadata after the size snapshot: every drained event's strings exist.
   // Metadata not yet delivered accumulates in unsent_* and rides on the first
   // message; it is cleared only once that message was queued for sending, so
@@ -587,7 +639,8 @@ void Collector::DrainAndSend(void* socket) {
   }
 
   uint64_t dropped = overflow_dropped_.load(std::memory_order_relaxed) +
-                     send_dropped_events_.load(std::memory_order_relaxed);
+                     send_dropped_events_.load(std::memory_order_relaxed) +
+                     gpu_dropped_.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(registry_mu_);
     dropped += retired_dropped_;
@@ -616,10 +669,12 @@ void Collector::DrainAndSend(void* socket) {
     const std::vector<std::pair<uint32_t, std::string>> no_strings;
     const std::vector<std::pair<int64_t, std::string>> no_names;
     const std::vector<wire::CategoryName> no_categories;
+    const std::vector<GpuRecord> no_gpu;
     const bool with_metadata = first;
     writer_.Strings(with_metadata ? unsent_strings_ : no_strings);
     writer_.ThreadNames(with_metadata ? unsent_names_ : no_names);
     writer_.Categories(with_metadata ? unsent_categories_ : no_categories);
+    writer_.Gpu(with_metadata ? gpu : no_gpu);
     first = false;
     writer_.BeginThreads(take.size());
     for (const Plan& p : take) {
@@ -655,8 +710,11 @@ void Collector::DrainAndSend(void* socket) {
       batches_dropped_.fetch_add(1, std::memory_order_relaxed);
       send_dropped_events_.fetch_add(in_message, std::memory_order_relaxed);
       // Later messages would use ids this one was to ship: they wait in the
-      // rings for the next flush, with the metadata.
-      if (with_metadata) break;
+      // rings for the next flush, with the metadata. (Its GPU records are lost.)
+      if (with_metadata) {
+        gpu_dropped_.fetch_add(gpu.size(), std::memory_order_relaxed);
+        break;
+      }
     }
   } while (remaining_total > 0);
 

@@ -21,6 +21,7 @@
 #include "native/clock.h"
 #include "native/config.h"
 #include "native/event.h"
+#include "native/gpu_record.h"
 #include "native/string_table.h"
 #include "native/thread_buffer.h"
 #include "native/wire.h"
@@ -170,6 +171,17 @@ class Collector {
   // Queues the controller's list of processes that should connect.
   void ReportExpected(std::vector<std::map<std::string, std::string>> processes);
 
+  // GPU activity (cupti_activity.cc). Records come from CUPTI's buffer
+  // callbacks, off the application's hot path; they are queued (bounded by
+  // buffers.max_mb, overflow counted as drops) and shipped by the flush thread.
+  void AddGpuRecords(std::vector<GpuRecord>&& records);
+  // True when this process was armed at some time in [begin_ns, end_ns]
+  // (collector clock): GPU records outside every window are dropped.
+  bool WasArmedDuring(int64_t begin_ns, int64_t end_ns) const;
+  // Called on the flush thread at each window close and at exit, before the
+  // final drain, so CUPTI's buffered records make it into the batches.
+  void SetGpuFlushHook(void (*hook)());
+
   const Config& config() const { return config_; }
 
  private:
@@ -220,7 +232,11 @@ class Collector {
   const uint32_t trigger_name_id_;  // interned <name> of nvtx:<name>, 0 otherwise
   const int wake_fd_;               // eventfd; -1 when unavailable (then polls on the interval)
 
-  std::mutex arm_mu_;  // serialises UpdateArmed: the last edge wins, never a stale one
+  mutable std::mutex arm_mu_;  // serialises UpdateArmed: the last edge wins, never a stale one;
+                       // guards armed_intervals_
+  // Armed periods [begin, end] (end INT64_MAX while armed), newest last;
+  // bounded: the oldest are forgotten.
+  std::vector<std::pair<int64_t, int64_t>> armed_intervals_;
   std::atomic<bool> armed_{false};
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
   std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
@@ -254,6 +270,11 @@ class Collector {
   uint64_t flushes_done_ = 0;    // requests served, set by the flush thread
   std::thread flush_thread_;
   std::atomic<bool> shut_down_{false};
+
+  std::mutex gpu_mu_;  // guards gpu_records_
+  std::vector<GpuRecord> gpu_records_;
+  std::atomic<uint64_t> gpu_dropped_{0};
+  std::atomic<void (*)()> gpu_flush_hook_{nullptr};
 
   // Owned by the flush thread.
   int64_t window_close_at_ns_ = 0;  // a closed window disarms at this time (slack), 0 = none
