@@ -302,9 +302,29 @@ def window_section(args):
                 ["capture", "events shipped", "per step of the run", "steps written"], rows)
 
 
+def gpu_conversion_section(args):
+    """CUPTI activity records -> GpuRecords on the collector's side (no GPU
+    needed: hand-built CUDA 13 kernel records walked by the real libcupti)."""
+    binary = os.path.join(args.build_dir, "tests", "cpp", "gpu_activity_test")
+    rates = []
+    for _ in range(args.runs):
+        proc = subprocess.run([binary, "--gtest_filter=ConvertActivityBuffer.ThroughputOfAMegabyteOfKernels"],
+                              capture_output=True, text=True, timeout=args.timeout_s)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith('{"bench": "cupti_conversion"')]
+        if proc.returncode != 0 or not lines:
+            print(f"(GPU conversion benchmark skipped: {proc.stdout[-300:]})")
+            return
+        rates.append(json.loads(lines[-1]))
+    rate = statistics.median(r["records_per_s"] for r in rates)
+    print_table("GPU activity conversion (1 MiB buffers of CUPTI kernel records), median of %d runs" % args.runs,
+                ["records per buffer", "M records/s", "ns per record"],
+                [[str(rates[0]["records_per_buffer"]), fmt(rate / 1e6, 1), fmt(1e9 / rate, 1)]])
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "aggregator": aggregator_section,
+    "gpu_conversion": gpu_conversion_section,
     "ray_startup": ray_startup_section,
     "demo": demo_section,
     "window": window_section,

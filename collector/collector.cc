@@ -160,6 +160,16 @@ Collector* Collector::Start() {
           id.labels[key] = kv.substr(eq + 1);
         }
       }
+      // GPU tracing starts when the CUDA driver loads this library
+      // (CUDA_INJECTION64_PATH) at its init; gpu_activity.cc then sets the
+      // label to "on" or says why not. A host without the NVIDIA driver never
+      // gets there: say so now (a file check; nothing CUDA is touched).
+      const Config::Gpu& g = cr.config.gpu;
+      if (g.kernels || g.memcpy || g.memset || g.runtime_api || g.driver_api || g.sync) {
+        id.labels["gpu_tracing"] = access("/proc/driver/nvidia/version", F_OK) == 0
+                                       ? "pending: starts when CUDA initialises with CUDA_INJECTION64_PATH set"
+                                       : "unavailable: no NVIDIA driver on this host";
+      }
       auto* c = new Collector(std::move(cr.config), endpoint, std::move(id));
       PinSelf();
       instance_.store(c, std::memory_order_release);

@@ -171,7 +171,7 @@ class Collector {
   // Queues the controller's list of processes that should connect.
   void ReportExpected(std::vector<std::map<std::string, std::string>> processes);
 
-  // GPU activity (cupti_activity.cc). Records come from CUPTI's buffer
+  // GPU activity (gpu_activity.cc). Records come from CUPTI's buffer
   // callbacks, off the application's hot path; they are queued (bounded by
   // buffers.max_mb, overflow counted as drops) and shipped by the flush thread.
   void AddGpuRecords(std::vector<GpuRecord>&& records);
@@ -183,6 +183,8 @@ class Collector {
   void SetGpuFlushHook(void (*hook)());
 
   const Config& config() const { return config_; }
+  // This rank/role is profiled under its config (an unselected one never arms).
+  bool selected() const { return selected_; }
 
  private:
   Collector(Config config, std::string endpoint, wire::Identity identity);

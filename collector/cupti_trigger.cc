@@ -15,11 +15,20 @@
 #include <vector>
 
 #include "collector/collector.h"
+#include "collector/gpu_activity.h"
 
 namespace rlscope {
 namespace {
 
-std::string ResultText(const CuptiApi& api, CUptiResult r) {
+template <typename Fn>
+bool Resolve(void* lib, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+}  // namespace
+
+std::string CuptiResultText(const CuptiApi& api, CUptiResult r) {
   const char* s = nullptr;
   if (api.get_result_string == nullptr || api.get_result_string(r, &s) != CUPTI_SUCCESS ||
       s == nullptr) {
@@ -28,16 +37,11 @@ std::string ResultText(const CuptiApi& api, CUptiResult r) {
   return std::string(s) + " (" + std::to_string(static_cast<int>(r)) + ")";
 }
 
-template <typename Fn>
-bool Resolve(void* lib, const char* name, Fn* out) {
-  *out = reinterpret_cast<Fn>(dlsym(lib, name));
-  return *out != nullptr;
-}
-
-// Loads libcupti from the first candidate that opens and has all four
-// functions. The library stays loaded for the life of the process: the
-// subscription points into it.
-bool LoadCupti(CuptiApi* api, std::string* why) {
+// Loads libcupti from the first candidate that opens and has the four
+// callback-API functions; the activity functions are resolved when present.
+// The library stays loaded for the life of the process: the subscription and
+// the activity callbacks point into it.
+bool LoadCuptiLibrary(CuptiApi* api, std::string* why) {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("RLSCOPE_CUPTI_LIBRARY"); env != nullptr && *env != 0) {
     candidates.emplace_back(env);
@@ -62,6 +66,16 @@ bool LoadCupti(CuptiApi* api, std::string* why) {
         Resolve(lib, "cuptiEnableCallback", &a.enable_callback) &&
         Resolve(lib, "cuptiUnsubscribe", &a.unsubscribe) &&
         Resolve(lib, "cuptiGetResultString", &a.get_result_string)) {
+      // Optional: StartGpuTracing names any that is missing.
+      Resolve(lib, "cuptiActivityRegisterTimestampCallback", &a.activity_register_timestamp_callback);
+      Resolve(lib, "cuptiActivityRegisterCallbacks", &a.activity_register_callbacks);
+      Resolve(lib, "cuptiActivityEnable", &a.activity_enable);
+      Resolve(lib, "cuptiActivityDisable", &a.activity_disable);
+      Resolve(lib, "cuptiActivityFlushAll", &a.activity_flush_all);
+      Resolve(lib, "cuptiActivityGetNextRecord", &a.activity_get_next_record);
+      Resolve(lib, "cuptiActivityGetNumDroppedRecords", &a.activity_get_num_dropped_records);
+      Resolve(lib, "cuptiSetThreadIdType", &a.set_thread_id_type);
+      Resolve(lib, "cuptiGetCallbackName", &a.get_callback_name);
       *api = a;
       return true;
     }
@@ -73,22 +87,50 @@ bool LoadCupti(CuptiApi* api, std::string* why) {
   return false;
 }
 
-// Once per process, from InitializeInjection. Never throws.
-void StartCudaProfilerTrigger() noexcept {
+namespace {
+
+// Once per process, from InitializeInjection: the cudaProfilerApi trigger
+// when the config asks for it, GPU activity tracing when any gpu.* kind is
+// on. Both share one libcupti. Never throws.
+void StartCupti() noexcept {
+  Collector* c = nullptr;
   try {
-    Collector* c = Collector::Start();
-    if (c == nullptr || c->config().capture_range != "cudaProfilerApi") return;
+    c = Collector::Start();
+    if (c == nullptr) return;
+    const bool want_trigger = c->config().capture_range == "cudaProfilerApi";
+    // An unselected rank never records: it takes no CUPTI subscription either.
+    const bool want_gpu = c->selected() && GpuTracingWanted(c->config());
+    if (!want_trigger && !want_gpu) return;
     CuptiApi api;
-    std::string why;
-    if (LoadCupti(&api, &why) && InstallCudaProfilerTrigger(api, c, &why)) return;
-    std::fprintf(stderr,
-                 "rlscope: the capture_range cudaProfilerApi trigger is unavailable: %s; "
-                 "the capture stays closed in this process\n",
-                 why.c_str());
+    std::string load_why;
+    const bool loaded = LoadCuptiLibrary(&api, &load_why);
+    std::string trigger_why, gpu_why;
+    if (want_trigger) {
+      trigger_why = load_why;
+      if (loaded && InstallCudaProfilerTrigger(api, c, &trigger_why)) trigger_why.clear();
+    }
+    if (want_gpu) {
+      if (!loaded) {
+        gpu_why = load_why;
+        c->SetLabel("gpu_tracing", "unavailable: " + gpu_why);
+      } else if (StartGpuTracing(c, api, &gpu_why)) {  // sets the label either way
+        gpu_why.clear();
+      }
+    }
+    // One line in all: both failures usually share their cause (no driver).
+    std::string line;
+    if (!trigger_why.empty()) {
+      line = "the capture_range cudaProfilerApi trigger is unavailable: " + trigger_why +
+             "; the capture stays closed in this process";
+    }
+    if (!gpu_why.empty()) {
+      if (!line.empty()) line += "; ";
+      line += "GPU tracing is unavailable (recording CPU only)";
+      if (gpu_why != trigger_why) line += ": " + gpu_why;
+    }
+    if (!line.empty()) std::fprintf(stderr, "rlscope: %s\n", line.c_str());
   } catch (...) {
-    std::fprintf(stderr,
-                 "rlscope: the capture_range cudaProfilerApi trigger is unavailable: internal "
-                 "error; the capture stays closed in this process\n");
+    std::fprintf(stderr, "rlscope: CUPTI setup failed: internal error; recording CPU only\n");
   }
 }
 
@@ -132,7 +174,7 @@ bool InstallCudaProfilerTrigger(const CuptiApi& api, void* userdata, std::string
   CUpti_SubscriberHandle sub = nullptr;
   CUptiResult r = api.subscribe(&sub, &CudaProfilerTriggerCallback, userdata);
   if (r != CUPTI_SUCCESS) {
-    *why = "cuptiSubscribe failed: " + ResultText(api, r);
+    *why = "cuptiSubscribe failed: " + CuptiResultText(api, r);
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
       *why += "; another CUPTI tool (nsys, ncu, torch.profiler, a debugger) is subscribed";
     }
@@ -142,7 +184,7 @@ bool InstallCudaProfilerTrigger(const CuptiApi& api, void* userdata, std::string
        {CUPTI_DRIVER_TRACE_CBID_cuProfilerStart, CUPTI_DRIVER_TRACE_CBID_cuProfilerStop}) {
     r = api.enable_callback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
     if (r != CUPTI_SUCCESS) {
-      *why = "cuptiEnableCallback failed: " + ResultText(api, r);
+      *why = "cuptiEnableCallback failed: " + CuptiResultText(api, r);
       api.unsubscribe(sub);
       return false;
     }
@@ -157,7 +199,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   try {
 #if RLSCOPE_HAVE_CUPTI
     static std::once_flag once;
-    std::call_once(once, [] { rlscope::StartCudaProfilerTrigger(); });
+    std::call_once(once, [] { rlscope::StartCupti(); });
 #endif
   } catch (...) {
     // std::call_once itself may throw std::system_error; never let it out.

@@ -4,10 +4,13 @@ and the merged per-step trace.json a user would open."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT, Trace
 
@@ -214,3 +217,18 @@ def test_rank_selection_leaves_out_unselected_workers_not_the_controller(build_d
     run = json.loads((agg.out / "run.json").read_text())
     (w,) = [p for p in run["processes"] if p["role"] == "worker"]
     assert w["selected"] is False and w["events_received"] == 0  # connected, recorded nothing
+
+
+def test_gpu_tracing_unavailable_is_reported_and_cpu_events_still_arrive(build_dir, aggregator_factory):
+    if os.path.exists("/proc/driver/nvidia/version"):
+        pytest.skip("this host has an NVIDIA driver: tests/gpu/run_gpu_checks.sh covers the GPU path")
+    agg = aggregator_factory()
+    env = agg.env(role="controller")
+    env["CUDA_INJECTION64_PATH"] = env["NVTX_INJECTION64_PATH"]  # as the Ray plugin sets it
+    subprocess.run([str(build_dir / "tests/apps/nvtx_app"), "--steps", "1", "--step-ms", "5"], env=env,
+                   check=True, timeout=60)
+    agg.wait()
+    summary = json.loads((agg.out / "step_1" / "summary.json").read_text())
+    (proc,) = summary["processes"]
+    assert proc["labels"]["gpu_tracing"] == "unavailable: no NVIDIA driver on this host"
+    assert proc["spans"] == 6  # the CPU side is complete

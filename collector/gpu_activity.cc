@@ -1,0 +1,758 @@
+// GPU activity tracing (gpu_activity.h). libcupti is reached only through
+// the dlopen'ed CuptiApi table; the CUPTI headers supply types and constants.
+#include "collector/gpu_activity.h"
+
+#if RLSCOPE_HAVE_CUPTI
+
+#include <cupti_result.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "collector/collector.h"
+#include "native/clock.h"
+
+// The record structs of this toolkit. New CUPTI versions append fields and
+// bump the struct's number; the offsets read below are pinned by the
+// static_asserts, so a header whose layout moved fails to compile here rather
+// than misreading records. Unknown versions build the stub at the bottom
+// (StartGpuTracing reports "unsupported CUPTI_API_VERSION").
+#if CUPTI_API_VERSION >= 130001 && CUPTI_API_VERSION < 130100
+#define RLSCOPE_CUPTI_ACTIVITY_SUPPORTED 1
+namespace rlscope::cupti_structs {
+using Kernel = CUpti_ActivityKernel10;
+using Memcpy = CUpti_ActivityMemcpy6;
+using Memset = CUpti_ActivityMemset4;
+using Api = CUpti_ActivityAPI;
+using Sync = CUpti_ActivitySynchronization2;
+using Overhead = CUpti_ActivityOverhead3;
+}  // namespace rlscope::cupti_structs
+#else
+#define RLSCOPE_CUPTI_ACTIVITY_SUPPORTED 0
+#endif
+
+namespace rlscope {
+
+#if RLSCOPE_CUPTI_ACTIVITY_SUPPORTED
+namespace {
+
+namespace cs = cupti_structs;
+
+#define RLSCOPE_AT(T, field, off) \
+  static_assert(offsetof(T, field) == (off), #T "::" #field " moved: check the CUPTI struct version")
+RLSCOPE_AT(cs::Kernel, kind, 0);
+RLSCOPE_AT(cs::Kernel, start, 16);
+RLSCOPE_AT(cs::Kernel, end, 24);
+RLSCOPE_AT(cs::Kernel, deviceId, 40);
+RLSCOPE_AT(cs::Kernel, contextId, 44);
+RLSCOPE_AT(cs::Kernel, streamId, 48);
+RLSCOPE_AT(cs::Kernel, gridX, 52);
+RLSCOPE_AT(cs::Kernel, gridY, 56);
+RLSCOPE_AT(cs::Kernel, gridZ, 60);
+RLSCOPE_AT(cs::Kernel, blockX, 64);
+RLSCOPE_AT(cs::Kernel, blockY, 68);
+RLSCOPE_AT(cs::Kernel, blockZ, 72);
+RLSCOPE_AT(cs::Kernel, correlationId, 92);
+RLSCOPE_AT(cs::Kernel, name, 104);
+RLSCOPE_AT(cs::Memcpy, copyKind, 4);
+RLSCOPE_AT(cs::Memcpy, bytes, 8);
+RLSCOPE_AT(cs::Memcpy, start, 16);
+RLSCOPE_AT(cs::Memcpy, end, 24);
+RLSCOPE_AT(cs::Memcpy, deviceId, 32);
+RLSCOPE_AT(cs::Memcpy, contextId, 36);
+RLSCOPE_AT(cs::Memcpy, streamId, 40);
+RLSCOPE_AT(cs::Memcpy, correlationId, 44);
+RLSCOPE_AT(cs::Memset, bytes, 8);
+RLSCOPE_AT(cs::Memset, start, 16);
+RLSCOPE_AT(cs::Memset, end, 24);
+RLSCOPE_AT(cs::Memset, deviceId, 32);
+RLSCOPE_AT(cs::Memset, contextId, 36);
+RLSCOPE_AT(cs::Memset, streamId, 40);
+RLSCOPE_AT(cs::Memset, correlationId, 44);
+RLSCOPE_AT(cs::Api, cbid, 4);
+RLSCOPE_AT(cs::Api, start, 8);
+RLSCOPE_AT(cs::Api, end, 16);
+RLSCOPE_AT(cs::Api, threadId, 28);
+RLSCOPE_AT(cs::Api, correlationId, 32);
+RLSCOPE_AT(cs::Sync, type, 4);
+RLSCOPE_AT(cs::Sync, start, 8);
+RLSCOPE_AT(cs::Sync, end, 16);
+RLSCOPE_AT(cs::Sync, correlationId, 24);
+RLSCOPE_AT(cs::Sync, contextId, 28);
+RLSCOPE_AT(cs::Sync, streamId, 32);
+RLSCOPE_AT(cs::Overhead, overheadKind, 4);
+RLSCOPE_AT(cs::Overhead, objectKind, 8);
+RLSCOPE_AT(cs::Overhead, objectId, 12);
+RLSCOPE_AT(cs::Overhead, start, 24);
+RLSCOPE_AT(cs::Overhead, end, 32);
+RLSCOPE_AT(cs::Overhead, correlationId, 40);
+#undef RLSCOPE_AT
+
+template <typename T>
+const T& As(const CUpti_Activity* r) {
+  return *reinterpret_cast<const T*>(r);
+}
+
+// Host-side kinds: they run on a CPU thread and are kept by time alone. API
+// records also open the correlation path for their device work.
+bool IsApiKind(CUpti_ActivityKind k) {
+  return k == CUPTI_ACTIVITY_KIND_RUNTIME || k == CUPTI_ACTIVITY_KIND_DRIVER;
+}
+
+bool Times(uint64_t start, uint64_t end, int64_t* s, int64_t* e) {
+  if (start == 0 || end < start) return false;
+  *s = static_cast<int64_t>(start);
+  *e = static_cast<int64_t>(end);
+  return true;
+}
+
+// Walks the buffer (no lock: cuptiActivityGetNextRecord only parses).
+// Returns false when the walk ended on an error other than the normal end.
+bool Walk(const ActivityApi& api, const uint8_t* buffer, size_t valid_size,
+          std::vector<const CUpti_Activity*>* out) {
+  if (api.get_next_record == nullptr || buffer == nullptr || valid_size == 0) return true;
+  CUpti_Activity* r = nullptr;
+  // CUPTI's signature takes a non-const buffer; it does not write to it.
+  uint8_t* b = const_cast<uint8_t*>(buffer);
+  for (;;) {
+    const CUptiResult st = api.get_next_record(b, valid_size, &r);
+    if (st == CUPTI_SUCCESS) {
+      if (r == nullptr) return false;
+      out->push_back(r);
+      continue;
+    }
+    return st == CUPTI_ERROR_MAX_LIMIT_REACHED;
+  }
+}
+
+}  // namespace
+
+ConversionStats& ConversionStats::operator+=(const ConversionStats& o) {
+  records += o.records;
+  kept += o.kept;
+  invalid += o.invalid;
+  outside_window += o.outside_window;
+  unknown_kind += o.unknown_kind;
+  truncated = truncated || o.truncated;
+  return *this;
+}
+
+std::string StripApiVersion(std::string_view name) {
+  // A trailing "_v<digits>".
+  size_t i = name.size();
+  while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9') --i;
+  if (i < name.size() && i >= 2 && name[i - 1] == 'v' && name[i - 2] == '_') {
+    name = name.substr(0, i - 2);
+  }
+  return std::string(name);
+}
+
+const char* OverheadKindName(uint32_t overhead_kind) {
+  switch (overhead_kind) {
+    case CUPTI_ACTIVITY_OVERHEAD_UNKNOWN: return "unknown";
+    case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: return "driver compiler";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH: return "CUPTI buffer flush";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION: return "CUPTI instrumentation";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE: return "CUPTI resource";
+    case CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING:
+      return "runtime triggered module loading";
+    case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING: return "lazy function loading";
+    case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL: return "command buffer full";
+    case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST: return "activity buffer request";
+    case CUPTI_ACTIVITY_OVERHEAD_UVM_ACTIVITY_INIT: return "UVM activity init";
+    default: return nullptr;
+  }
+}
+
+ActivityConverter::ActivityConverter(ActivityApi api, size_t correlation_capacity)
+    : api_(api), correlation_capacity_(std::max<size_t>(1, correlation_capacity)) {}
+
+ConversionStats ActivityConverter::totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return totals_;
+}
+
+void ActivityConverter::RememberCorrelation(uint32_t id, uint32_t tid) {
+  if (id == 0) return;
+  if (!kept_correlations_.emplace(id, tid).second) return;
+  correlation_fifo_.push_back(id);
+  while (correlation_fifo_.size() > correlation_capacity_) {
+    kept_correlations_.erase(correlation_fifo_.front());
+    correlation_fifo_.pop_front();
+  }
+}
+
+uint32_t ActivityConverter::ApiName(ActivitySink& sink, uint32_t domain, uint32_t cbid) {
+  const uint64_t key = (uint64_t{domain} << 32) | cbid;
+  if (auto it = api_names_.find(key); it != api_names_.end()) return it->second;
+  std::string name;
+  const char* s = nullptr;
+  if (api_.get_callback_name != nullptr &&
+      api_.get_callback_name(static_cast<CUpti_CallbackDomain>(domain), cbid, &s) ==
+          CUPTI_SUCCESS &&
+      s != nullptr && *s != 0) {
+    name = StripApiVersion(s);
+  } else {
+    name = "cbid " + std::to_string(cbid);
+  }
+  const uint32_t id = sink.Intern(name);
+  api_names_.emplace(key, id);
+  return id;
+}
+
+uint32_t ActivityConverter::KernelName(ActivitySink& sink, const char* name) {
+  if (name == nullptr) name = "<unnamed kernel>";
+  auto it = kernel_names_.find(name);
+  if (it != kernel_names_.end() && it->second.text == name) return it->second.id;
+  const uint32_t id = sink.Intern(name);
+  if (kernel_names_.size() >= 65536) kernel_names_.clear();  // bounded
+  kernel_names_[name] = NameEntry{std::string(name), id};
+  return id;
+}
+
+uint32_t ActivityConverter::OverheadName(ActivitySink& sink, uint32_t overhead_kind) {
+  if (auto it = overhead_names_.find(overhead_kind); it != overhead_names_.end()) {
+    return it->second;
+  }
+  const char* n = OverheadKindName(overhead_kind);
+  const std::string name =
+      n != nullptr ? std::string("overhead: ") + n
+                   : "overhead: kind " + std::to_string(overhead_kind);
+  const uint32_t id = sink.Intern(name);
+  overhead_names_.emplace(overhead_kind, id);
+  return id;
+}
+
+ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_size,
+                                           ActivitySink& sink, std::vector<GpuRecord>* out) {
+  thread_local std::vector<const CUpti_Activity*> records;
+  records.clear();
+  ConversionStats st;
+  st.truncated = !Walk(api_, buffer, valid_size, &records);
+  st.records = records.size();
+
+  std::lock_guard<std::mutex> lock(mu_);
+  // Pass 1: API records first, so that device work that precedes its launch
+  // in the buffer still finds the launch's correlation id.
+  std::vector<uint8_t> keep(records.size(), 0);  // 0 undecided, 1 keep, 2 drop (counted)
+  for (size_t i = 0; i < records.size(); ++i) {
+    const CUpti_Activity* r = records[i];
+    if (!IsApiKind(r->kind)) continue;
+    const auto& a = As<cs::Api>(r);
+    int64_t s, e;
+    if (!Times(a.start, a.end, &s, &e)) {
+      keep[i] = 2;
+      ++st.invalid;
+    } else if (sink.WasArmedDuring(s, e)) {
+      keep[i] = 1;
+      RememberCorrelation(a.correlationId, a.threadId);
+    } else {
+      keep[i] = 2;
+      ++st.outside_window;
+    }
+  }
+  // Pass 2: convert in buffer order.
+  out->reserve(out->size() + records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    const CUpti_Activity* r = records[i];
+    if (keep[i] == 2) continue;
+    GpuRecord g;
+    uint64_t start = 0, end = 0;
+    bool device_side = false;  // may be kept through its launch's correlation id
+    switch (r->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      case CUPTI_ACTIVITY_KIND_KERNEL: {
+        const auto& k = As<cs::Kernel>(r);
+        start = k.start;
+        end = k.end;
+        g.kind = static_cast<uint8_t>(GpuKind::kKernel);
+        g.device = k.deviceId;
+        g.context = k.contextId;
+        g.stream = k.streamId;
+        g.correlation = k.correlationId;
+        g.grid[0] = k.gridX;
+        g.grid[1] = k.gridY;
+        g.grid[2] = k.gridZ;
+        g.block[0] = k.blockX;
+        g.block[1] = k.blockY;
+        g.block[2] = k.blockZ;
+        device_side = true;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto& m = As<cs::Memcpy>(r);
+        start = m.start;
+        end = m.end;
+        g.kind = static_cast<uint8_t>(GpuKind::kMemcpy);
+        g.subkind = m.copyKind;
+        g.bytes = m.bytes;
+        g.device = m.deviceId;
+        g.context = m.contextId;
+        g.stream = m.streamId;
+        g.correlation = m.correlationId;
+        device_side = true;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto& m = As<cs::Memset>(r);
+        start = m.start;
+        end = m.end;
+        g.kind = static_cast<uint8_t>(GpuKind::kMemset);
+        g.bytes = m.bytes;
+        g.device = m.deviceId;
+        g.context = m.contextId;
+        g.stream = m.streamId;
+        g.correlation = m.correlationId;
+        device_side = true;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const auto& a = As<cs::Api>(r);
+        start = a.start;
+        end = a.end;
+        const bool runtime = r->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+        g.kind = static_cast<uint8_t>(runtime ? GpuKind::kRuntimeApi : GpuKind::kDriverApi);
+        g.name = ApiName(sink, runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API,
+                         a.cbid);
+        g.tid = a.threadId;
+        g.correlation = a.correlationId;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+        // CUpti_ActivitySynchronization2 has no thread id: take it from the
+        // kept API record with the same correlation id (cudaStreamSynchronize,
+        // cudaEventSynchronize...) when it was in this or an earlier buffer;
+        // 0 otherwise.
+        const auto& y = As<cs::Sync>(r);
+        if (auto it = kept_correlations_.find(y.correlationId); it != kept_correlations_.end()) {
+          g.tid = it->second;
+        }
+        start = y.start;
+        end = y.end;
+        g.kind = static_cast<uint8_t>(GpuKind::kSync);
+        g.subkind = static_cast<uint32_t>(y.type);
+        g.context = y.contextId;
+        g.stream = y.streamId;
+        g.correlation = y.correlationId;
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_OVERHEAD: {
+        const auto& o = As<cs::Overhead>(r);
+        start = o.start;
+        end = o.end;
+        g.kind = static_cast<uint8_t>(GpuKind::kOverhead);
+        g.subkind = static_cast<uint32_t>(o.overheadKind) >> 16;
+        g.name = OverheadName(sink, static_cast<uint32_t>(o.overheadKind));
+        if (o.objectKind == CUPTI_ACTIVITY_OBJECT_THREAD) {
+          g.tid = o.objectId.pt.threadId;
+        } else if (o.objectKind == CUPTI_ACTIVITY_OBJECT_DEVICE ||
+                   o.objectKind == CUPTI_ACTIVITY_OBJECT_CONTEXT ||
+                   o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) {
+          g.device = o.objectId.dcs.deviceId;
+          if (o.objectKind != CUPTI_ACTIVITY_OBJECT_DEVICE) g.context = o.objectId.dcs.contextId;
+          if (o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) g.stream = o.objectId.dcs.streamId;
+        }
+        g.correlation = o.correlationId;
+        break;
+      }
+      default:
+        ++st.unknown_kind;
+        continue;
+    }
+    int64_t s, e;
+    if (!Times(start, end, &s, &e)) {
+      ++st.invalid;
+      continue;
+    }
+    if (keep[i] != 1) {
+      const bool correlated = device_side && g.correlation != 0 &&
+                              kept_correlations_.count(g.correlation) != 0;
+      if (!correlated && !sink.WasArmedDuring(s, e)) {
+        ++st.outside_window;
+        continue;
+      }
+    }
+    g.start_ns = s;
+    g.end_ns = e;
+    if (g.kind == static_cast<uint8_t>(GpuKind::kKernel)) {
+      g.name = KernelName(sink, As<cs::Kernel>(r).name);
+    }
+    out->push_back(g);
+    ++st.kept;
+  }
+  totals_ += st;
+  return st;
+}
+
+#else  // !RLSCOPE_CUPTI_ACTIVITY_SUPPORTED
+
+ConversionStats& ConversionStats::operator+=(const ConversionStats& o) {
+  records += o.records;
+  kept += o.kept;
+  invalid += o.invalid;
+  outside_window += o.outside_window;
+  unknown_kind += o.unknown_kind;
+  truncated = truncated || o.truncated;
+  return *this;
+}
+std::string StripApiVersion(std::string_view name) { return std::string(name); }
+const char* OverheadKindName(uint32_t) { return nullptr; }
+ActivityConverter::ActivityConverter(ActivityApi api, size_t correlation_capacity)
+    : api_(api), correlation_capacity_(correlation_capacity) {}
+ConversionStats ActivityConverter::totals() const { return totals_; }
+ConversionStats ActivityConverter::Convert(const uint8_t*, size_t, ActivitySink&,
+                                           std::vector<GpuRecord>*) {
+  ConversionStats st;
+  st.truncated = true;
+  return st;
+}
+
+#endif  // RLSCOPE_CUPTI_ACTIVITY_SUPPORTED
+
+ConversionStats ConvertActivityBuffer(const uint8_t* buffer, size_t valid_size,
+                                      const ActivityApi& api, ActivitySink& sink,
+                                      std::vector<GpuRecord>* out) {
+  ActivityConverter converter(api);
+  return converter.Convert(buffer, valid_size, sink, out);
+}
+
+bool GpuTracingWanted(const Config& config) {
+  const Config::Gpu& g = config.gpu;
+  return g.kernels || g.memcpy || g.memset || g.runtime_api || g.driver_api || g.sync;
+}
+
+size_t GpuBufferCap(const Config& config) {
+  const int64_t n = config.buffers.max_mb / 8;
+  return static_cast<size_t>(std::max<int64_t>(4, n));
+}
+
+// ---------------------------------------------------------------------------
+// Buffer pool.
+
+BufferPool::BufferPool(size_t max_buffers, size_t preallocate)
+    : max_buffers_(std::max<size_t>(1, max_buffers)) {
+  const size_t n = std::min(preallocate, max_buffers_);
+  for (size_t i = 0; i < n; ++i) {
+    void* p = std::aligned_alloc(8, kBufferSize);
+    if (p == nullptr) break;
+    free_.push_back(static_cast<uint8_t*>(p));
+    ++allocated_;
+  }
+}
+
+BufferPool::~BufferPool() {
+  for (uint8_t* p : free_) std::free(p);
+}
+
+uint8_t* BufferPool::Acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      uint8_t* p = free_.back();
+      free_.pop_back();
+      return p;
+    }
+    if (allocated_ >= max_buffers_) {
+      ++rejected_;
+      return nullptr;
+    }
+    ++allocated_;  // reserve the slot; allocate outside the lock
+  }
+  void* p = std::aligned_alloc(8, kBufferSize);
+  if (p == nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --allocated_;
+    ++rejected_;
+  }
+  return static_cast<uint8_t*>(p);
+}
+
+void BufferPool::Release(uint8_t* buffer) {
+  if (buffer == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(buffer);
+}
+
+uint64_t BufferPool::rejected() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rejected_;
+}
+
+// ---------------------------------------------------------------------------
+// The live path. CUPTI's callbacks are plain function pointers: the state is
+// process-global, created once and never freed (CUPTI may call back until the
+// process exits).
+
+namespace {
+
+struct LiveTracer {
+  std::atomic<GpuTracingHost*> host{nullptr};  // the last StartGpuTracing's
+  CuptiApi api;
+  ActivityConverter converter;
+  BufferPool pool;
+  std::atomic<uint64_t> cupti_dropped{0};
+  std::atomic<uint64_t> completed{0};
+  LiveTracer(GpuTracingHost* h, const CuptiApi& a, size_t cap)
+      : host(h),
+        api(a),
+        converter(ActivityApi{a.activity_get_next_record, a.get_callback_name}),
+        pool(cap) {}
+};
+
+std::atomic<LiveTracer*> g_tracer{nullptr};
+std::mutex g_start_mu;              // serialises StartGpuTracing
+bool g_timestamp_registered = false;  // guarded by g_start_mu: once per process
+bool g_started = false;               // guarded by g_start_mu
+
+uint64_t CUPTIAPI MonotonicTimestamp() { return static_cast<uint64_t>(MonotonicNs()); }
+
+void CUPTIAPI OnBufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) noexcept {
+  *buffer = nullptr;
+  *size = 0;
+  *max_records = 0;
+  LiveTracer* t = g_tracer.load(std::memory_order_acquire);
+  if (t == nullptr) return;
+  uint8_t* b = t->pool.Acquire();
+  if (b == nullptr) return;  // at the cap: CUPTI drops and counts
+  *buffer = b;
+  *size = BufferPool::kBufferSize;
+}
+
+void CUPTIAPI OnBufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t size,
+                                size_t valid_size) noexcept {
+  (void)size;
+  LiveTracer* t = g_tracer.load(std::memory_order_acquire);
+  if (t == nullptr) return;  // never handed out by us
+  try {
+    std::vector<GpuRecord> records;
+    GpuTracingHost* host = t->host.load(std::memory_order_acquire);
+    t->converter.Convert(buffer, valid_size, *host, &records);
+    if (!records.empty()) host->AddGpuRecords(std::move(records));
+  } catch (...) {
+    // Never let an exception into CUPTI's thread: the buffer's records are lost.
+  }
+  try {
+    size_t dropped = 0;
+    if (t->api.activity_get_num_dropped_records != nullptr &&
+        t->api.activity_get_num_dropped_records(ctx, stream_id, &dropped) == CUPTI_SUCCESS) {
+      t->cupti_dropped.fetch_add(dropped, std::memory_order_relaxed);
+    }
+  } catch (...) {
+  }
+  t->completed.fetch_add(1, std::memory_order_relaxed);
+  t->pool.Release(buffer);
+}
+
+void FlushHook() { FlushGpuActivity(); }
+
+class CollectorHost final : public GpuTracingHost {
+ public:
+  explicit CollectorHost(Collector* c) : c_(c) {}
+  uint32_t Intern(std::string_view s) override { return c_->Intern(s); }
+  bool WasArmedDuring(int64_t b, int64_t e) override { return c_->WasArmedDuring(b, e); }
+  const Config& config() const override { return c_->config(); }
+  void AddGpuRecords(std::vector<GpuRecord>&& r) override { c_->AddGpuRecords(std::move(r)); }
+  void SetGpuFlushHook(void (*hook)()) override { c_->SetGpuFlushHook(hook); }
+  void SetLabel(const std::string& k, const std::string& v) override { c_->SetLabel(k, v); }
+
+ private:
+  Collector* c_;
+};
+
+std::string Failed(const CuptiApi& api, const char* call, CUptiResult r) {
+  std::string why = std::string(call) + " failed: " + CuptiResultText(api, r);
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    why += "; another CUPTI tool (nsys, ncu, torch.profiler, a debugger) is attached";
+  } else if (r == CUPTI_ERROR_UNKNOWN || r == CUPTI_ERROR_NOT_INITIALIZED) {
+    why += "; no usable CUDA driver?";
+  }
+  return why;
+}
+
+bool StartLocked(GpuTracingHost* host, const CuptiApi& api, std::string* why) {
+#if !RLSCOPE_CUPTI_ACTIVITY_SUPPORTED
+  (void)host;
+  (void)api;
+  *why = "this collector was built against CUPTI_API_VERSION " +
+         std::to_string(CUPTI_API_VERSION) + ", whose record layout it does not know";
+  return false;
+#else
+  if (g_started) {
+    *why = "GPU tracing already started in this process";
+    return false;
+  }
+  struct Need {
+    const void* fn;
+    const char* name;
+  };
+  for (const Need& n : {Need{reinterpret_cast<const void*>(api.activity_register_timestamp_callback),
+                             "cuptiActivityRegisterTimestampCallback"},
+                        Need{reinterpret_cast<const void*>(api.activity_register_callbacks),
+                             "cuptiActivityRegisterCallbacks"},
+                        Need{reinterpret_cast<const void*>(api.activity_enable), "cuptiActivityEnable"},
+                        Need{reinterpret_cast<const void*>(api.activity_flush_all),
+                             "cuptiActivityFlushAll"},
+                        Need{reinterpret_cast<const void*>(api.activity_get_next_record),
+                             "cuptiActivityGetNextRecord"}}) {
+    if (n.fn == nullptr) {
+      *why = std::string("libcupti lacks ") + n.name;
+      return false;
+    }
+  }
+  const Config& config = host->config();
+  CUptiResult r;
+  // Before enabling any kind, and once per process (re-registering corrupts
+  // records: pytorch/pytorch#192021). A failed attempt may be retried.
+  if (!g_timestamp_registered) {
+    r = api.activity_register_timestamp_callback(&MonotonicTimestamp);
+    if (r != CUPTI_SUCCESS) {
+      *why = Failed(api, "cuptiActivityRegisterTimestampCallback", r);
+      return false;
+    }
+    g_timestamp_registered = true;
+  }
+  // CUPTI thread ids = gettid, as the NVTX side records them.
+  if (api.set_thread_id_type != nullptr) {
+    r = api.set_thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    if (r != CUPTI_SUCCESS) {
+      *why = Failed(api, "cuptiSetThreadIdType", r);
+      return false;
+    }
+  }
+  // The tracer exists before CUPTI can call back; it is never freed.
+  LiveTracer* t = g_tracer.load(std::memory_order_acquire);
+  if (t == nullptr) {
+    t = new (std::nothrow) LiveTracer(host, api, GpuBufferCap(config));
+    if (t == nullptr) {
+      *why = "out of memory";
+      return false;
+    }
+    g_tracer.store(t, std::memory_order_release);
+  } else {
+    t->host.store(host, std::memory_order_release);
+  }
+  r = api.activity_register_callbacks(&OnBufferRequested, &OnBufferCompleted);
+  if (r != CUPTI_SUCCESS) {
+    *why = Failed(api, "cuptiActivityRegisterCallbacks", r);
+    return false;
+  }
+  struct KindOn {
+    CUpti_ActivityKind kind;
+    bool on;
+    const char* name;
+  };
+  const Config::Gpu& g = config.gpu;
+  // CONCURRENT_KERNEL, never KERNEL (it serialises kernels). OVERHEAD has no
+  // key of its own: on whenever tracing is.
+  const KindOn kinds[] = {
+      {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, g.kernels, "CONCURRENT_KERNEL"},
+      {CUPTI_ACTIVITY_KIND_MEMCPY, g.memcpy, "MEMCPY"},
+      {CUPTI_ACTIVITY_KIND_MEMSET, g.memset, "MEMSET"},
+      {CUPTI_ACTIVITY_KIND_RUNTIME, g.runtime_api, "RUNTIME"},
+      {CUPTI_ACTIVITY_KIND_DRIVER, g.driver_api, "DRIVER"},
+      {CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, g.sync, "SYNCHRONIZATION"},
+      {CUPTI_ACTIVITY_KIND_OVERHEAD, true, "OVERHEAD"},
+  };
+  std::vector<CUpti_ActivityKind> enabled;
+  for (const KindOn& k : kinds) {
+    if (!k.on) continue;
+    r = api.activity_enable(k.kind);
+    if (r != CUPTI_SUCCESS) {
+      *why = Failed(api, (std::string("cuptiActivityEnable(") + k.name + ")").c_str(), r);
+      if (api.activity_disable != nullptr) {
+        for (CUpti_ActivityKind e : enabled) api.activity_disable(e);
+      }
+      return false;
+    }
+    enabled.push_back(k.kind);
+  }
+  host->SetGpuFlushHook(&FlushHook);
+  g_started = true;
+  return true;
+#endif
+}
+
+}  // namespace
+
+bool StartGpuTracing(GpuTracingHost* host, const CuptiApi& api, std::string* why) {
+  std::string local;
+  if (why == nullptr) why = &local;
+  if (host == nullptr) {
+    *why = "no collector";
+    return false;
+  }
+  bool ok = false;
+  try {
+    std::lock_guard<std::mutex> lock(g_start_mu);
+    ok = StartLocked(host, api, why);
+  } catch (const std::exception& e) {
+    *why = std::string("internal error: ") + e.what();
+    ok = false;
+  } catch (...) {
+    *why = "internal error";
+    ok = false;
+  }
+  try {
+    host->SetLabel("gpu_tracing", ok ? std::string("on") : "unavailable: " + *why);
+  } catch (...) {
+  }
+  return ok;
+}
+
+bool StartGpuTracing(Collector* collector, const CuptiApi& api, std::string* why) {
+  if (collector == nullptr) {
+    if (why != nullptr) *why = "no collector";
+    return false;
+  }
+  // Lives as long as the process: CUPTI's callbacks reach it through g_tracer.
+  // One collector per process, so the first one is the one.
+  CollectorHost* host = nullptr;
+  try {
+    static CollectorHost* const the_host = new CollectorHost(collector);
+    host = the_host;
+  } catch (...) {
+    if (why != nullptr) *why = "out of memory";
+    return false;
+  }
+  return StartGpuTracing(host, api, why);
+}
+
+// For tests only (declared there): forget this process's start so the live
+// path can be driven again with another (fake) table. The old tracer is
+// leaked: a real CUPTI may still hold the callbacks.
+void ResetGpuTracingForTest() {
+  std::lock_guard<std::mutex> lock(g_start_mu);
+  g_started = false;
+  g_timestamp_registered = false;
+  g_tracer.store(nullptr, std::memory_order_release);
+}
+
+GpuTracingStats GetGpuTracingStats() {
+  GpuTracingStats s;
+  LiveTracer* t = g_tracer.load(std::memory_order_acquire);
+  if (t == nullptr) return s;
+  s.conversion = t->converter.totals();
+  s.buffers_rejected = t->pool.rejected();
+  s.cupti_dropped = t->cupti_dropped.load(std::memory_order_relaxed);
+  s.buffers_completed = t->completed.load(std::memory_order_relaxed);
+  return s;
+}
+
+void FlushGpuActivity() {
+  LiveTracer* t = g_tracer.load(std::memory_order_acquire);
+  if (t == nullptr || t->api.activity_flush_all == nullptr) return;
+  try {
+    t->api.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  } catch (...) {
+  }
+}
+
+}  // namespace rlscope
+
+#endif  // RLSCOPE_HAVE_CUPTI
