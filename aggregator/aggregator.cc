@@ -77,16 +77,24 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
       anon.identity.name = "unidentified";
       it = processes_.emplace(batch->session, std::make_unique<ProcessTimeline>(anon)).first;
     }
-    for (const auto& block : batch->threads) {
-      stats_.events += block.events.size();
-      if (!block.events.empty() && block.events.front().ts_ns < last_cut_end_ns_) {
-        ++stats_.late_batches;
-        for (const auto& e : block.events) stats_.late_events += e.ts_ns < last_cut_end_ns_ ? 1 : 0;
-      }
-    }
     it->second->Touch(now_ns);
     StepEdges edges;
     it->second->Add(*batch, batch->session == controller_session_ ? &edges : nullptr);
+    const ClockFit& clock = it->second->clock();
+    for (const auto& block : batch->threads) {
+      stats_.events += block.events.size();
+      if (!block.events.empty() && clock.ToAggregator(block.events.front().ts_ns) < last_cut_end_ns_) {
+        ++stats_.late_batches;
+        for (const auto& e : block.events) stats_.late_events += clock.ToAggregator(e.ts_ns) < last_cut_end_ns_ ? 1 : 0;
+      }
+    }
+    // Steps live on the aggregator's clock from here on.
+    for (std::vector<StepSpan>* list : {&edges.begun, &edges.closed}) {
+      for (StepSpan& s : *list) {
+        s.begin_ns = clock.ToAggregator(s.begin_ns);
+        if (s.end_ns != 0) s.end_ns = clock.ToAggregator(s.end_ns);
+      }
+    }
     for (const StepSpan& s : edges.begun) SetWindow(config_.steps.Contains(s.number), s.number);
     for (const StepSpan& s : edges.closed) {
       ++stats_.steps_seen;
@@ -105,6 +113,16 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
     return;
   }
   if (std::holds_alternative<wire::Control>(message)) return;  // ours, not a collector's
+  if (const auto* probe = std::get_if<wire::Probe>(&message)) {
+    // Answered at once, stamped with the time the frame was read: the
+    // daemon sends it right after this call returns.
+    wire::Control reply;
+    reply.probe_t1 = probe->t1;
+    reply.probe_t2 = now_ns;
+    reply.probe_t3 = now_ns;
+    Send(probe->session, reply);
+    return;
+  }
   if (const auto* ex = std::get_if<wire::Expected>(&message)) {
     if (controller_session_ == 0 || ex->session == controller_session_) {
       expected_ = ex->processes;
@@ -118,7 +136,9 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
 
 bool Aggregator::CaughtUp(const ProcessTimeline& p, const PendingStep& step) {
   const bool acked = step.barrier != 0 && p.last_ack() >= step.barrier;
-  return p.said_bye() || acked || p.watermark_ns() >= step.span.end_ns;
+  const bool flushed_past =
+      p.watermark_ns() != 0 && p.clock().ToAggregator(p.watermark_ns()) >= step.span.end_ns;
+  return p.said_bye() || acked || flushed_past;
 }
 
 bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
@@ -191,7 +211,21 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
       if (!p->hello().selected) continue;  // connected, but its rank is not profiled
       ProcessSlice slice;
       slice.process = p.get();
-      p->Cut(s.begin_ns, s.end_ns, &slice.spans, &slice.instants);
+      // Cut on the process's own clock, then move what was cut onto the
+      // aggregator's (clock_fit.h), where the step's bounds are.
+      const ClockFit& clock = p->clock();
+      const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
+      p->Cut(begin, end, &slice.spans, &slice.instants);
+      p->CutGpu(begin, end, &slice.gpu);
+      for (Span& span : slice.spans) {
+        span.begin_ns = clock.ToAggregator(span.begin_ns);
+        span.end_ns = clock.ToAggregator(span.end_ns);
+      }
+      for (Instant& i : slice.instants) i.ts_ns = clock.ToAggregator(i.ts_ns);
+      for (GpuRecord& g : slice.gpu) {
+        g.start_ns = clock.ToAggregator(g.start_ns);
+        g.end_ns = clock.ToAggregator(g.end_ns);
+      }
       for (Span& span : slice.spans) {
         if (span.begin_ns < s.begin_ns) span.begin_ns = s.begin_ns, span.clipped_begin = true;
         if (span.end_ns > s.end_ns || span.open) span.end_ns = s.end_ns, span.clipped_end = true;
@@ -203,7 +237,6 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
       });
       std::sort(slice.instants.begin(), slice.instants.end(),
                 [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
-      p->CutGpu(s.begin_ns, s.end_ns, &slice.gpu);
       std::sort(slice.gpu.begin(), slice.gpu.end(),
                 [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
       slice.late = !CaughtUp(*p, step);
@@ -212,6 +245,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     }
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
     profile.not_profiled = NotProfiled();
+    profile.clock_warn_bound_ns = config_.clock.warn_bound_us * 1000;
     if (config_.discrete || !config_.subtasks.empty()) ApplySubtasks(&profile);
     if (exporter_->ExportStep(profile)) {
       steps_written_.push_back(s.number);
@@ -223,7 +257,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
   }
   // Steps are sequential: nothing that ended by this step's end can belong to
   // a later one.
-  for (const auto& [session, p] : processes_) p->DiscardBefore(s.end_ns);
+  for (const auto& [session, p] : processes_) p->DiscardBefore(p->clock().FromAggregator(s.end_ns));
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
 }
 

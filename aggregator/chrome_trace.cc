@@ -165,6 +165,20 @@ void WriteGpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, std::set<in
   }
 }
 
+// The process's clock against the aggregator's (clock_fit.h).
+void WriteClock(JsonWriter& w, const ProcessTimeline& p) {
+  const ClockEstimate& e = p.clock().estimate();
+  w.Key("clock").BeginObject();
+  w.Key("aligned").Bool(e.valid);
+  w.Key("offset_ns").Int(e.offset_ns);
+  w.Key("drift_ppm").Double(e.drift * 1e6);
+  w.Key("bound_ns");
+  if (e.bound_ns >= 0) w.Int(e.bound_ns); else w.Null();
+  w.Key("probes").Int(e.probes);
+  w.Key("bursts").Int(e.bursts);
+  w.EndObject();
+}
+
 void WriteExpected(JsonWriter& w, const std::vector<ExpectedProcess>& list) {
   w.BeginArray();
   for (const ExpectedProcess& e : list) {
@@ -229,7 +243,17 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
   w.Key("begin_ns").Int(step.begin_ns);
   w.Key("end_ns").Int(step.end_ns);
   w.Key("reason").String(step.reason);
-  w.Key("clock").String("CLOCK_MONOTONIC of the collectors, microseconds");
+  w.Key("clock").String("the aggregator's CLOCK_MONOTONIC, microseconds; each collector's clock aligned to it");
+  w.Key("clocks").BeginObject();
+  for (const ProcessSlice& slice : step.processes) {
+    w.Key(ChromeTraceExporter::ProcessLabel(*slice.process)).BeginObject();
+    const ClockEstimate& e = slice.process->clock().estimate();
+    w.Key("offset_ns").Int(e.offset_ns).Key("drift_ppm").Double(e.drift * 1e6);
+    w.Key("bound_ns");
+    if (e.bound_ns >= 0) w.Int(e.bound_ns); else w.Null();
+    w.Key("probes").Int(e.probes).EndObject();
+  }
+  w.EndObject();
   w.EndObject();
   w.Key("traceEvents").BeginArray();
   for (const ProcessSlice& slice : step.processes) {
@@ -336,6 +360,7 @@ std::string StepSummaryJson(const StepProfile& step) {
     w.Key("dropped_total").Uint(p.dropped());
     w.Key("unmatched_total").Uint(p.unmatched());
     w.Key("late").Bool(slice.late);
+    WriteClock(w, p);
     w.EndObject();
     spans += slice.spans.size();
     instants += slice.instants.size();
@@ -345,6 +370,18 @@ std::string StepSummaryJson(const StepProfile& step) {
   w.Key("late_processes").BeginArray();
   for (const ProcessSlice& slice : step.processes) {
     if (slice.late) w.String(ChromeTraceExporter::ProcessLabel(*slice.process));
+  }
+  w.EndArray();
+  // Clocks whose stated error bound is above clock.warn_bound_us: their
+  // events may sit off by up to that much against the others.
+  w.Key("clock_warnings").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    const ClockEstimate& e = slice.process->clock().estimate();
+    if (e.valid && e.bound_ns > step.clock_warn_bound_ns) {
+      w.String(ChromeTraceExporter::ProcessLabel(*slice.process) + ": clock error bound " +
+               std::to_string(e.bound_ns / 1000) + " us exceeds " +
+               std::to_string(step.clock_warn_bound_ns / 1000) + " us");
+    }
   }
   w.EndArray();
   // Asked to be profiled (by the controller) but never connected, e.g. a Ray
@@ -428,6 +465,7 @@ bool ChromeTraceExporter::ExportRun(const RunInfo& run) noexcept {
       w.Key("dropped").Uint(p.dropped());
       w.Key("unmatched").Uint(p.unmatched());
       w.Key("said_bye").Bool(p.said_bye());
+      WriteClock(w, p);
       w.Key("threads").BeginObject();
       for (const auto& [tid, name] : p.thread_names()) w.Key(std::to_string(tid)).String(name);
       w.EndObject();

@@ -36,6 +36,7 @@ struct StepProfile {
   std::string reason;  // "complete" or "grace_timeout" or "final"
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;
+  int64_t clock_warn_bound_ns = 100000;  // config clock.warn_bound_us
 };
 
 struct ProcessInfo {

@@ -14,6 +14,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   watermark_ns_ = std::max(watermark_ns_, batch.watermark_ns);
   dropped_ = std::max(dropped_, batch.dropped);
   last_ack_ = std::max(last_ack_, batch.ack);
+  clock_.Add(batch.probes);
 
   for (const GpuRecord& g : batch.gpu) {
     const auto kind = static_cast<GpuKind>(g.kind);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/clock_fit.h"
 #include "native/wire.h"
 
 namespace rlscope {
@@ -95,6 +96,9 @@ class ProcessTimeline {
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
   uint64_t last_ack() const { return last_ack_; }
+  // This collector's clock against the aggregator's (clock_fit.h). Times in
+  // the timeline stay on the collector's clock; the aggregator converts.
+  const ClockFit& clock() const { return clock_; }
   // Aggregator time of the last message from this process (the daemon's clock).
   int64_t last_seen_ns() const { return last_seen_ns_; }
   void Touch(int64_t now_ns) { last_seen_ns_ = now_ns; }
@@ -124,6 +128,7 @@ class ProcessTimeline {
   uint64_t unmatched_ = 0;  // pops on an empty stack, ends of unknown ids
   uint64_t last_ack_ = 0;   // highest flush-barrier token acknowledged
   int64_t last_seen_ns_ = 0;
+  ClockFit clock_;
   bool said_bye_ = false;
 };
 

@@ -497,6 +497,10 @@ void Collector::FlushLoop() {
         woken = true;
       }
     }
+    if (sock != nullptr && config_.clock.probe_interval_ms > 0 && MonotonicNs() >= next_probe_ns_) {
+      ProbeBurst(sock);
+      next_probe_ns_ = MonotonicNs() + config_.clock.probe_interval_ms * 1000000;
+    }
     if (sock != nullptr) {  // Control messages from the aggregator
       zmq_msg_t msg;
       zmq_msg_init(&msg);
@@ -551,6 +555,38 @@ void Collector::FlushLoop() {
     zmq_close(sock);  // lingers up to flush.exit_timeout_ms to deliver
   }
   if (ctx != nullptr) zmq_ctx_term(ctx);
+}
+
+void Collector::ProbeBurst(void* socket) {
+  for (int64_t i = 0; i < config_.clock.probes_per_burst; ++i) {
+    wire::Probe probe{session_, 0};
+    probe.t1 = MonotonicNs();
+    const std::string msg = wire::Encode(probe);
+    if (zmq_send(socket, msg.data(), msg.size(), ZMQ_DONTWAIT) < 0) return;
+    const int64_t deadline = probe.t1 + 50000000;
+    bool answered = false;
+    while (!answered) {
+      const int64_t now = MonotonicNs();
+      if (now >= deadline) return;  // no aggregator (yet): try at the next burst
+      zmq_pollitem_t item{socket, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, static_cast<long>((deadline - now) / 1000000) + 1) <= 0) continue;
+      zmq_msg_t reply;
+      zmq_msg_init(&reply);
+      while (zmq_msg_recv(&reply, socket, ZMQ_DONTWAIT) >= 0) {
+        const int64_t t4 = MonotonicNs();
+        const wire::DecodeResult r =
+            wire::Decode(static_cast<const char*>(zmq_msg_data(&reply)), zmq_msg_size(&reply));
+        if (!r.ok || !std::holds_alternative<wire::Control>(r.message)) continue;
+        const auto& control = std::get<wire::Control>(r.message);
+        if (control.probe_t1 == probe.t1 && control.probe_t2 != 0) {
+          pending_probes_.push_back({probe.t1, control.probe_t2, control.probe_t3, t4});
+          answered = true;
+        }
+        ApplyControl(control);
+      }
+      zmq_msg_close(&reply);
+    }
+  }
 }
 
 void Collector::SetLabel(const std::string& key, const std::string& value) {
@@ -680,11 +716,13 @@ void Collector::DrainAndSend(void* socket) {
     const std::vector<std::pair<int64_t, std::string>> no_names;
     const std::vector<wire::CategoryName> no_categories;
     const std::vector<GpuRecord> no_gpu;
+    const std::vector<wire::ProbeSample> no_probes;
     const bool with_metadata = first;
     writer_.Strings(with_metadata ? unsent_strings_ : no_strings);
     writer_.ThreadNames(with_metadata ? unsent_names_ : no_names);
     writer_.Categories(with_metadata ? unsent_categories_ : no_categories);
     writer_.Gpu(with_metadata ? gpu : no_gpu);
+    writer_.Probes(with_metadata ? pending_probes_ : no_probes);
     first = false;
     writer_.BeginThreads(take.size());
     for (const Plan& p : take) {
@@ -712,6 +750,7 @@ void Collector::DrainAndSend(void* socket) {
       events_sent_.fetch_add(in_message, std::memory_order_relaxed);
       if (last) pending_ack_ = 0;
       if (with_metadata) {
+        pending_probes_.clear();
         unsent_strings_.clear();
         unsent_names_.clear();
         unsent_categories_.clear();

@@ -193,6 +193,10 @@ class Collector {
   void DrainAndSend(void* socket);
   // Sends Hello (first time and after SetLabel) and a pending Expected list.
   void SendControl(void* socket);
+  // A burst of clock probes, each answered before the next is sent (bounded
+  // by 50 ms per probe; the burst stops at the first unanswered one). Other
+  // Control messages arriving meanwhile are applied. Flush thread only.
+  void ProbeBurst(void* socket);
   void UpdateArmed();
   // Slow paths of the watching processes (see watching()). Return true when
   // the range opens/closes a step or a trigger range (it is then recorded
@@ -281,6 +285,8 @@ class Collector {
   // Owned by the flush thread.
   int64_t window_close_at_ns_ = 0;  // a closed window disarms at this time (slack), 0 = none
   uint64_t pending_ack_ = 0;        // flush token to acknowledge in the next batch
+  std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
+  int64_t next_probe_ns_ = 0;
   TickConverter converter_;
   wire::BatchWriter writer_;
   uint32_t next_string_id_ = 1;

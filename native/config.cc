@@ -219,6 +219,12 @@ const std::vector<KeySpec>& KeySpecs() {
       Int("flush.window_slack_ms",
           "how long a worker stays armed after a selected step ends (events in flight are kept)", 0, 60000,
           [](Config& c) -> int64_t& { return c.flush.window_slack_ms; }),
+      Int("clock.probe_interval_ms", "how often collectors probe the aggregator's clock (0: never)", 0, 3600000,
+          [](Config& c) -> int64_t& { return c.clock.probe_interval_ms; }),
+      Int("clock.probes_per_burst", "probes per burst; the one with the shortest round trip counts", 1, 64,
+          [](Config& c) -> int64_t& { return c.clock.probes_per_burst; }),
+      Int("clock.warn_bound_us", "warn in the summaries when a clock's error bound exceeds this", 0, 60000000,
+          [](Config& c) -> int64_t& { return c.clock.warn_bound_us; }),
       Bool("correction.enabled", "subtract the profiler's own overhead (reserved: not used yet)",
            [](Config& c) -> bool& { return c.correction.enabled; }),
   };

@@ -54,6 +54,11 @@ struct Config {
   struct Correction {
     bool enabled = true;
   } correction;
+  struct Clock {
+    int64_t probe_interval_ms = 1000;  // 0 = no clock probes (one host)
+    int64_t probes_per_burst = 8;
+    int64_t warn_bound_us = 100;
+  } clock;
 };
 
 struct ConfigResult {

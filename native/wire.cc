@@ -250,6 +250,19 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
       g.subkind = static_cast<uint32_t>(subkind);
     }
   }
+  if ((o = Find(body, "probes")) != nullptr) {
+    if (!GetArray(c, *o, "batch.probes", &arr)) return false;
+    if (arr->size % 4 != 0) return c.Fail("batch.probes", "length " + std::to_string(arr->size) + " is not a multiple of 4");
+    for (uint32_t i = 0; i < arr->size; i += 4) {
+      ProbeSample p;
+      const std::string where = "batch.probes[" + std::to_string(i / 4) + "]";
+      if (!GetInt(c, arr->ptr[i], where, &p.t1) || !GetInt(c, arr->ptr[i + 1], where, &p.t2) ||
+          !GetInt(c, arr->ptr[i + 2], where, &p.t3) || !GetInt(c, arr->ptr[i + 3], where, &p.t4)) {
+        return false;
+      }
+      b->probes.push_back(p);
+    }
+  }
   if (!Require(c, body, "batch", "threads", &o) || !GetArray(c, *o, "batch.threads", &arr)) return false;
   b->threads.resize(arr->size);
   for (uint32_t i = 0; i < arr->size; ++i) {
@@ -344,6 +357,16 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
   }
   if ((o = Find(body, "step")) != nullptr && !GetInt(c, *o, "control.step", &ctl->step)) return false;
   if ((o = Find(body, "flush")) != nullptr && !GetUint(c, *o, "control.flush", &ctl->flush)) return false;
+  if ((o = Find(body, "probe_t1")) != nullptr && !GetInt(c, *o, "control.probe_t1", &ctl->probe_t1)) return false;
+  if ((o = Find(body, "probe_t2")) != nullptr && !GetInt(c, *o, "control.probe_t2", &ctl->probe_t2)) return false;
+  if ((o = Find(body, "probe_t3")) != nullptr && !GetInt(c, *o, "control.probe_t3", &ctl->probe_t3)) return false;
+  return true;
+}
+
+bool DecodeProbe(Ctx& c, const object& body, Probe* p) {
+  const object* o;
+  if (!Require(c, body, "probe", "session", &o) || !GetUint(c, *o, "probe.session", &p->session)) return false;
+  if (!Require(c, body, "probe", "t1", &o) || !GetInt(c, *o, "probe.t1", &p->t1)) return false;
   return true;
 }
 
@@ -352,7 +375,7 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
 void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped,
                         uint64_t ack) {
   buffer_.clear();
-  PackHeader(packer_, MessageType::kBatch, 10);
+  PackHeader(packer_, MessageType::kBatch, 11);
   PackKey(packer_, "ack");
   packer_.pack_uint64(ack);
   PackKey(packer_, "session");
@@ -413,6 +436,17 @@ void BatchWriter::Gpu(const std::vector<GpuRecord>& records) {
     packer_.pack_uint32(g.subkind);
     for (int v : g.grid) packer_.pack_int32(v);
     for (int v : g.block) packer_.pack_int32(v);
+  }
+}
+
+void BatchWriter::Probes(const std::vector<ProbeSample>& probes) {
+  PackKey(packer_, "probes");
+  packer_.pack_array(static_cast<uint32_t>(probes.size() * 4));
+  for (const ProbeSample& p : probes) {
+    packer_.pack_int64(p.t1);
+    packer_.pack_int64(p.t2);
+    packer_.pack_int64(p.t3);
+    packer_.pack_int64(p.t4);
   }
 }
 
@@ -479,6 +513,7 @@ std::string Encode(const Message& message) {
     w.ThreadNames(b->thread_names);
     w.Categories(b->categories);
     w.Gpu(b->gpu);
+    w.Probes(b->probes);
     w.BeginThreads(b->threads.size());
     for (const auto& te : b->threads) {
       w.BeginThread(te.tid, te.events.size());
@@ -502,14 +537,28 @@ std::string Encode(const Message& message) {
     }
     return std::string(buf.data(), buf.size());
   }
+  if (const auto* probe = std::get_if<Probe>(&message)) {
+    PackHeader(pk, MessageType::kProbe, 2);
+    PackKey(pk, "session");
+    pk.pack_uint64(probe->session);
+    PackKey(pk, "t1");
+    pk.pack_int64(probe->t1);
+    return std::string(buf.data(), buf.size());
+  }
   if (const auto* ctl = std::get_if<Control>(&message)) {
-    PackHeader(pk, MessageType::kControl, 3);
+    PackHeader(pk, MessageType::kControl, 6);
     PackKey(pk, "window");
     pk.pack_uint8(static_cast<uint8_t>(ctl->window));
     PackKey(pk, "step");
     pk.pack_int64(ctl->step);
     PackKey(pk, "flush");
     pk.pack_uint64(ctl->flush);
+    PackKey(pk, "probe_t1");
+    pk.pack_int64(ctl->probe_t1);
+    PackKey(pk, "probe_t2");
+    pk.pack_int64(ctl->probe_t2);
+    PackKey(pk, "probe_t3");
+    pk.pack_int64(ctl->probe_t3);
     return std::string(buf.data(), buf.size());
   }
   const auto& bye = std::get<Bye>(message);
@@ -609,6 +658,12 @@ DecodeResult Decode(const char* data, size_t size) {
       Control ctl;
       if (!DecodeControl(c, body, &ctl)) return r;
       r.message = ctl;
+      break;
+    }
+    case MessageType::kProbe: {
+      Probe p;
+      if (!DecodeProbe(c, body, &p)) return r;
+      r.message = p;
       break;
     }
     default:

@@ -32,6 +32,7 @@ enum class MessageType : uint8_t {
   kBye = 3,
   kExpected = 4,
   kControl = 5,  // aggregator -> collector
+  kProbe = 6,    // collector -> aggregator: a clock probe
 };
 
 // Who a collector is. `rank` is -1 when unknown.
@@ -77,6 +78,12 @@ struct CategoryName {
   bool operator==(const CategoryName&) const = default;
 };
 
+// One answered clock probe (see Probe).
+struct ProbeSample {
+  int64_t t1 = 0, t2 = 0, t3 = 0, t4 = 0;  // t1, t4 collector clock; t2, t3 aggregator clock
+  bool operator==(const ProbeSample&) const = default;
+};
+
 struct Batch {
   uint64_t session = 0;
   uint64_t seq = 0;           // 0, 1, 2, ... per session
@@ -87,6 +94,7 @@ struct Batch {
   std::vector<std::pair<int64_t, std::string>> thread_names;
   std::vector<CategoryName> categories;
   std::vector<GpuRecord> gpu;  // GPU activity (optional key; times on the collector's clock)
+  std::vector<ProbeSample> probes;  // answered clock probes (optional key)
   std::vector<ThreadEvents> threads;
 };
 
@@ -116,14 +124,26 @@ struct Control {
   Window window = Window::kUnchanged;
   int64_t step = -1;        // the step the window is for, -1 when none
   uint64_t flush = 0;       // flush barrier token, 0 = none
+  // A clock probe answered: t1 as the collector sent it, t2/t3 when the
+  // aggregator received it and answered (its clock). All 0 = none.
+  int64_t probe_t1 = 0, probe_t2 = 0, probe_t3 = 0;
   bool operator==(const Control&) const = default;
 };
 
-using Message = std::variant<Hello, Batch, Bye, Expected, Control>;
+// A four-timestamp (NTP-style) clock probe: the collector sends t1 (its
+// clock); the aggregator answers with Control probe_t1..t3; the collector
+// stamps t4 on receipt and ships the sample in its next Batch (`probes`).
+struct Probe {
+  uint64_t session = 0;
+  int64_t t1 = 0;
+  bool operator==(const Probe&) const = default;
+};
+
+using Message = std::variant<Hello, Batch, Bye, Expected, Control, Probe>;
 
 // Streaming batch encoder, used by the collector's flush thread so events go
 // from ring buffers to bytes without an intermediate copy.
-// Call order: Begin, Strings, ThreadNames, Categories, Gpu (each exactly once,
+// Call order: Begin, Strings, ThreadNames, Categories, Gpu, Probes (each exactly once,
 // may be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
 class BatchWriter {
  public:
@@ -132,6 +152,7 @@ class BatchWriter {
   void ThreadNames(const std::vector<std::pair<int64_t, std::string>>& names);
   void Categories(const std::vector<CategoryName>& categories);
   void Gpu(const std::vector<GpuRecord>& records);
+  void Probes(const std::vector<ProbeSample>& probes);
   void BeginThreads(size_t num_threads);
   void BeginThread(int64_t tid, size_t num_events);
   void AddEvent(const Event& e);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "aggregator/aggregator.h"
+#include "aggregator/clock_fit.h"
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
 #include "aggregator/timeline.h"
@@ -707,6 +708,88 @@ TEST_F(AggregatorTest, GpuRecordsFollowTheirLaunchIntoStepsAndTraces) {
   const std::string json2 = StepTraceJson(exporter_.steps[1], {{1, 100}});
   EXPECT_THAT(json2, HasSubstr("\"name\":\"Memcpy HtoD\",\"cat\":\"gpu_memcpy\""));
   EXPECT_THAT(json2, HasSubstr("\"bytes\":1000,\"bandwidth_GBps\":5"));
+}
+
+// A collector whose clock runs `offset` behind the aggregator's and drifts by
+// `ppm`: probes with asymmetric paths (out 30 us, back 10-90 us).
+std::vector<wire::ProbeSample> Probes(int64_t offset, double ppm, int64_t from, int bursts, int per_burst) {
+  std::vector<wire::ProbeSample> out;
+  uint64_t jitter = 12345;
+  for (int b = 0; b < bursts; ++b) {
+    for (int i = 0; i < per_burst; ++i) {
+      jitter = jitter * 6364136223846793005ULL + 1442695040888963407ULL;
+      const int64_t t1 = from + b * int64_t{1000000000} + i * 1000000;
+      auto agg = [&](int64_t c) { return c + offset + static_cast<int64_t>(ppm * 1e-6 * (c - from)); };
+      const int64_t out_delay = 30000, back = 10000 + static_cast<int64_t>(jitter >> 40) % 80000;
+      const int64_t t2 = agg(t1 + out_delay), t3 = t2 + 2000;
+      const int64_t t4 = t1 + out_delay + 2000 + back;  // collector time at receipt
+      out.push_back({t1, t2, t3, t4});
+    }
+  }
+  return out;
+}
+
+TEST(ClockFitTest, NoProbesMeansTimesAsTheyAre) {
+  ClockFit fit;
+  EXPECT_FALSE(fit.estimate().valid);
+  EXPECT_EQ(fit.ToAggregator(123), 123);
+  EXPECT_EQ(fit.FromAggregator(123), 123);
+}
+
+TEST(ClockFitTest, OffsetWithinTheStatedBound) {
+  for (int64_t offset : {int64_t{-500} * 1000000000, int64_t{0}, int64_t{1234} * 1000000000}) {
+    ClockFit fit;
+    fit.Add(Probes(offset, 0, 5000000000, 1, 8));
+    const ClockEstimate& e = fit.estimate();
+    ASSERT_TRUE(e.valid);
+    const int64_t error = std::llabs(e.offset_ns - offset);
+    EXPECT_LE(error, e.bound_ns) << offset;
+    EXPECT_LE(e.bound_ns, 40000);  // half the best round trip of the burst
+    EXPECT_EQ(fit.FromAggregator(fit.ToAggregator(7000000000)), 7000000000);
+  }
+}
+
+TEST(ClockFitTest, DriftIsFittedAcrossBursts) {
+  ClockFit fit;
+  const int64_t offset = 3000000000, from = 1000000000;
+  fit.Add(Probes(offset, 50, from, 12, 4));  // 50 ppm over 11 s: 550 us apart at the ends
+  const ClockEstimate& e = fit.estimate();
+  EXPECT_NEAR(e.drift * 1e6, 50, 5);
+  for (int64_t c : {from, from + 5000000000, from + 9000000000}) {
+    const int64_t truth = c + offset + static_cast<int64_t>(50e-6 * (c - from));
+    EXPECT_LE(std::llabs(fit.ToAggregator(c) - truth), e.bound_ns) << c;
+  }
+}
+
+TEST_F(AggregatorTest, ProbesAreAnsweredAndTimesAligned) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  agg_->TakeOutgoing();
+  Send(wire::Probe{2, 777}, 5000);
+  const std::vector<Outgoing> out = agg_->TakeOutgoing();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].session, 2u);
+  const auto reply = std::get<wire::Control>(wire::Decode(out[0].bytes.data(), out[0].bytes.size()).message);
+  EXPECT_EQ(reply.probe_t1, 777);
+  EXPECT_EQ(reply.probe_t2, 5000);
+  // The worker's clock is 1,000,000 ns behind: its work at 500-700 on its
+  // clock is at 1000500-1000700 on the aggregator's, inside the step.
+  worker.Push(1, 500, "work").Pop(1, 700);
+  wire::Batch b = worker.Flush(900000);
+  b.probes = {{1000, 1002000, 1002000, 3000}};  // 1 us each way: offset exactly 1,000,000
+  Send(b);
+  ctl.Push(1, 1000000, "step").Pop(1, 1001000);
+  Send(ctl.Flush(1002000));
+  Send(worker.Flush(5000));  // its watermark, on its clock, is past the step end
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
+  ASSERT_EQ(w->spans.size(), 1u);
+  EXPECT_EQ(w->spans[0].begin_ns, 1000500);
+  EXPECT_EQ(w->spans[0].end_ns, 1000700);
+  EXPECT_FALSE(w->late);
 }
 
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {

@@ -468,6 +468,7 @@ TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
     w.ThreadNames(b.thread_names);
     w.Categories(b.categories);
     w.Gpu(b.gpu);
+    w.Probes(b.probes);
     w.BeginThreads(b.threads.size());
     for (const auto& te : b.threads) {
       w.BeginThread(te.tid, te.events.size());
@@ -624,7 +625,7 @@ TEST(WireTest, RejectsNonFrameShapes) {
 }
 
 TEST(WireTest, RejectsUnknownMessageType) {
-  for (uint64_t type : {0ull, 6ull, 9ull, 257ull, 258ull, 259ull}) {
+  for (uint64_t type : {0ull, 7ull, 9ull, 257ull, 258ull, 259ull}) {
     const wire::DecodeResult r =
         DecodeString(Frame("RLSC", 1, type, [](Packer& pk) { pk.pack_map(0); }));
     EXPECT_FALSE(r.ok) << "type " << type;

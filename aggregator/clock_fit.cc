@@ -1,0 +1,101 @@
+#include "aggregator/clock_fit.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace rlscope {
+namespace {
+
+constexpr int64_t kBurstGapNs = 200000000;  // 200 ms
+constexpr size_t kMaxSamples = 4096;
+constexpr size_t kMaxBursts = 64;            // recent history only: drift changes slowly
+constexpr int64_t kMinDriftSpanNs = 10000000000;  // shorter spans give noise, not drift
+
+int64_t Rtt(const wire::ProbeSample& s) { return (s.t4 - s.t1) - (s.t3 - s.t2); }
+double Offset(const wire::ProbeSample& s) {
+  return (static_cast<double>(s.t2 - s.t1) + static_cast<double>(s.t3 - s.t4)) / 2.0;
+}
+
+}  // namespace
+
+void ClockFit::Add(const std::vector<wire::ProbeSample>& samples) {
+  if (samples.empty()) return;
+  for (const auto& s : samples) {
+    if (Rtt(s) >= 0 && s.t4 >= s.t1) samples_.push_back(s);  // a negative round trip is corrupt
+  }
+  estimate_.probes += static_cast<int64_t>(samples.size());
+  if (samples_.size() > kMaxSamples) samples_.erase(samples_.begin(), samples_.end() - kMaxSamples);
+  Refit();
+}
+
+void ClockFit::Refit() {
+  if (samples_.empty()) return;
+  std::vector<wire::ProbeSample> sorted = samples_;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const wire::ProbeSample& a, const wire::ProbeSample& b) { return a.t1 < b.t1; });
+  struct Point {
+    double x, y, e;  // collector time, offset, rtt/2
+  };
+  std::vector<Point> points;
+  const wire::ProbeSample* best = nullptr;
+  int64_t last_t1 = 0;
+  auto close_burst = [&] {
+    if (best != nullptr) {
+      points.push_back({static_cast<double>(best->t1 + best->t4) / 2.0, Offset(*best),
+                        static_cast<double>(Rtt(*best)) / 2.0});
+    }
+    best = nullptr;
+  };
+  for (const auto& s : sorted) {
+    if (best != nullptr && s.t1 - last_t1 > kBurstGapNs) close_burst();
+    if (best == nullptr || Rtt(s) < Rtt(*best)) best = &s;
+    last_t1 = s.t1;
+  }
+  close_burst();
+  if (points.size() > kMaxBursts) points.erase(points.begin(), points.end() - kMaxBursts);
+
+  ClockEstimate e = estimate_;
+  e.valid = true;
+  e.bursts = static_cast<int64_t>(points.size());
+  const double x0 = points.back().x;
+  double a = points.back().y, b = 0;
+  if (points.size() >= 2 && points.back().x - points.front().x >= kMinDriftSpanNs) {
+    // Least squares of y = a + b (x - x0), each burst weighted by 1 / e^2
+    // (a tight round trip says more).
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const Point& p : points) {
+      const double w = 1.0 / std::max(1.0, p.e * p.e);
+      const double dx = p.x - x0;
+      sw += w, sx += w * dx, sy += w * p.y, sxx += w * dx * dx, sxy += w * dx * p.y;
+    }
+    const double det = sw * sxx - sx * sx;
+    if (det > 0) {
+      b = (sw * sxy - sx * sy) / det;
+      a = (sy - b * sx) / sw;
+    }
+  }
+  double bound = 0;
+  for (const Point& p : points) bound = std::max(bound, p.e + std::fabs(p.y - (a + b * (p.x - x0))));
+  e.offset_ns = static_cast<int64_t>(std::llround(a));
+  e.drift = b;
+  e.ref_ns = static_cast<int64_t>(x0);
+  e.bound_ns = static_cast<int64_t>(std::ceil(bound));
+  estimate_ = e;
+}
+
+int64_t ClockFit::ToAggregator(int64_t collector_ns) const {
+  if (!estimate_.valid) return collector_ns;
+  const double dx = static_cast<double>(collector_ns - estimate_.ref_ns);
+  return collector_ns + estimate_.offset_ns + static_cast<int64_t>(std::llround(estimate_.drift * dx));
+}
+
+int64_t ClockFit::FromAggregator(int64_t aggregator_ns) const {
+  if (!estimate_.valid) return aggregator_ns;
+  // agg = c + off + d (c - ref)  =>  c = (agg - off + d ref) / (1 + d)
+  const double c = (static_cast<double>(aggregator_ns - estimate_.offset_ns) +
+                    estimate_.drift * static_cast<double>(estimate_.ref_ns)) /
+                   (1.0 + estimate_.drift);
+  return static_cast<int64_t>(std::llround(c));
+}
+
+}  // namespace rlscope

@@ -1,0 +1,45 @@
+// Estimating one collector's clock against the aggregator's, from
+// four-timestamp probes (wire::ProbeSample), as NTP does.
+//
+// Per sample: round trip rtt = (t4 - t1) - (t3 - t2); offset (aggregator
+// minus collector) = ((t2 - t1) + (t3 - t4)) / 2, within +-rtt/2 whatever the
+// path asymmetry. Samples closer than 200 ms form a burst, of which the
+// shortest round trip counts. One burst gives an offset; bursts over at
+// least 10 s give offset + drift by least squares. The stated error bound
+// is the worst, over the bursts used, of rtt/2 plus the fit's residual: never
+// smaller than the error of any burst. Drift is fitted only once bursts span
+// 10 s: over shorter spans the offset noise (us) would read as tens of ppm.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "native/wire.h"
+
+namespace rlscope {
+
+struct ClockEstimate {
+  bool valid = false;       // false: no probe answered yet (times taken as they are)
+  int64_t offset_ns = 0;    // aggregator - collector, at ref_ns
+  double drift = 0;         // d(offset)/d(collector time), e.g. 1e-6 = 1 ppm
+  int64_t ref_ns = 0;       // collector time the offset refers to
+  int64_t bound_ns = -1;    // stated error bound; -1 unknown
+  int64_t probes = 0;       // samples received
+  int64_t bursts = 0;       // bursts used
+};
+
+class ClockFit {
+ public:
+  void Add(const std::vector<wire::ProbeSample>& samples);
+  const ClockEstimate& estimate() const { return estimate_; }
+  // Collector time -> aggregator time, and back (exact inverses).
+  int64_t ToAggregator(int64_t collector_ns) const;
+  int64_t FromAggregator(int64_t aggregator_ns) const;
+
+ private:
+  void Refit();
+  std::vector<wire::ProbeSample> samples_;  // the most recent, bounded
+  ClockEstimate estimate_;
+};
+
+}  // namespace rlscope

@@ -1,0 +1,66 @@
+"""Clock alignment: collectors in time namespaces with known offsets.
+
+    python bench/clock_alignment_bench.py --build-dir build/py [--load]
+prints one JSON line per namespace: injected offset, estimated offset, error,
+stated bound. --load keeps both cores busy meanwhile.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OFFSETS_S = (-500, 0, 1234)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", default="build/py")
+    ap.add_argument("--load", action="store_true")
+    args = ap.parse_args()
+    import rlscope_ray
+
+    tmp = tempfile.mkdtemp(prefix="rlscope_clock_bench_")
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)] if args.load else []
+    try:
+        ep_file = os.path.join(tmp, "endpoint")
+        agg = subprocess.Popen([rlscope_ray.aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out",
+                                os.path.join(tmp, "out"), "--endpoint-file", ep_file, "--exit-when-done"],
+                               stdout=subprocess.DEVNULL)
+        while not os.path.exists(ep_file):
+            time.sleep(0.02)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
+        env.update(RLSCOPE_AGGREGATOR=open(ep_file).read().strip(), NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
+        workers = []
+        for rank, offset in enumerate(OFFSETS_S):
+            workers.append(subprocess.Popen(
+                ["unshare", "--fork", "--time", "--monotonic", str(offset), sys.executable,
+                 os.path.join(ROOT, "tests", "apps", "nvtx_worker.py"), "--duration", "3.5",
+                 "--report", os.path.join(tmp, f"w{rank}.json")],
+                env=dict(env, RLSCOPE_ROLE="worker", RLSCOPE_RANK=str(rank))))
+        time.sleep(2.5)  # bursts at connect, +1 s, +2 s
+        subprocess.run([os.path.join(args.build_dir, "tests", "apps", "nvtx_app"), "--steps", "1"],
+                       env=dict(env, RLSCOPE_ROLE="controller"), check=True)
+        for w in workers:
+            w.wait()
+        agg.wait(timeout=60)
+        with open(os.path.join(tmp, "out", "run.json")) as f:
+            run = json.load(f)
+    finally:
+        for p in load:
+            p.kill()
+    for p in run["processes"]:
+        if p["role"] != "worker":
+            continue
+        injected = -OFFSETS_S[p["rank"]] * 1_000_000_000  # aggregator minus collector
+        c = p["clock"]
+        print(json.dumps({"injected_s": OFFSETS_S[p["rank"]], "estimated_offset_ns": c["offset_ns"],
+                          "error_ns": abs(c["offset_ns"] - injected), "bound_ns": c["bound_ns"],
+                          "probes": c["probes"], "load": args.load}))
+
+
+if __name__ == "__main__":
+    main()
