@@ -3,9 +3,9 @@
 // Hot path: ReadTicks() returns raw ticks (TSC where it is invariant, else
 // CLOCK_MONOTONIC nanoseconds). Conversion to CLOCK_MONOTONIC nanoseconds is
 // done later by TickConverter, which is fed (ticks, monotonic_ns) pairs by the
-// flush thread. Processes in one Linux time namespace share CLOCK_MONOTONIC.
-// The aggregator compares collectors' timestamps directly, which is right on
-// one host; aligning the clocks of several hosts is not done yet.
+// flush thread. Collectors ship CLOCK_MONOTONIC ns of their host (or time
+// namespace); the aggregator moves them onto its own clock with the offset it
+// estimates from clock probes (aggregator/clock_fit.h).
 #pragma once
 
 #include <cstdint>

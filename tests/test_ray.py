@@ -108,3 +108,22 @@ def test_two_node_cluster_and_a_node_without_the_plugin(tmp_path):
     # The driver was told, in one sentence, which node and what to do.
     assert "does not have the rlscope plugin registered" in r.stderr
     assert "RAY_RUNTIME_ENV_PLUGINS" in r.stderr
+
+
+def test_node_with_a_shifted_clock_still_nests_worker_spans_in_the_controllers_calls(tmp_path):
+    import shutil
+
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "--fork", "--time", "--monotonic", "1", "true"], capture_output=True).returncode != 0:
+        pytest.skip("time namespaces are not permitted here")
+    _run("ray_shifted_node_app.py", str(tmp_path / "out"), str(tmp_path / "report.json"))
+    trace = Trace(tmp_path / "out" / "step_2" / "trace.json")
+    ctrl = trace.pid_of("(controller)")
+    summary = json.loads((tmp_path / "out" / "step_2" / "summary.json").read_text())
+    clocks = {p["rank"]: p["clock"] for p in summary["processes"] if p["role"] == "worker"}
+    assert abs(clocks[1]["offset_ns"] + 777_000_000_000) <= clocks[1]["bound_ns"]  # the shift was found
+    for rank in (0, 1):
+        (call,) = trace.slices(ctrl, f"call_rank{rank}")
+        (method,) = trace.slices(trace.pid_of(f"Learner (rank {rank})"), "update_actor")
+        assert float(call["ts"]) <= float(method["ts"])
+        assert float(method["ts"]) + float(method["dur"]) <= float(call["ts"]) + float(call["dur"])
