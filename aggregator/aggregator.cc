@@ -1,6 +1,7 @@
 #include "aggregator/aggregator.h"
 
 #include <algorithm>
+#include <map>
 
 #include "aggregator/subtasks.h"
 
@@ -95,7 +96,12 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
         if (s.end_ns != 0) s.end_ns = clock.ToAggregator(s.end_ns);
       }
     }
-    for (const StepSpan& s : edges.begun) SetWindow(config_.steps.Contains(s.number), s.number);
+    // Workers are armed a step ahead: from the beginning of the step before a
+    // selected one. The broadcast takes a millisecond or more to reach them,
+    // and a controller often starts the next step's first call at once.
+    for (const StepSpan& s : edges.begun) {
+      SetWindow(config_.steps.Contains(s.number) || config_.steps.Contains(s.number + 1), s.number);
+    }
     for (const StepSpan& s : edges.closed) {
       ++stats_.steps_seen;
       PendingStep step{s, now_ns, 0};
@@ -246,6 +252,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
     profile.not_profiled = NotProfiled();
     profile.clock_warn_bound_ns = config_.clock.warn_bound_us * 1000;
+    CheckCausality(&profile);
     if (config_.discrete || !config_.subtasks.empty()) ApplySubtasks(&profile);
     if (exporter_->ExportStep(profile)) {
       steps_written_.push_back(s.number);
@@ -259,6 +266,42 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
   // a later one.
   for (const auto& [session, p] : processes_) p->DiscardBefore(p->clock().FromAggregator(s.end_ns));
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
+}
+
+void Aggregator::CheckCausality(StepProfile* profile) {
+  // The controller's marks: "ray.submit" just before a call, "ray.task"
+  // naming its task right after (same thread), "ray.got" once its result is in.
+  std::map<uint64_t, int64_t> submitted, got;
+  for (const ProcessSlice& slice : profile->processes) {
+    if (!slice.process->is_controller()) continue;
+    std::map<int64_t, int64_t> last_submit;  // tid -> ts
+    for (const Instant& i : slice.instants) {
+      const std::string name = slice.process->String(i.name);
+      if (name == "ray.submit") {
+        last_submit[i.tid] = i.ts_ns;
+      } else if (name == "ray.task" && i.has_payload && last_submit.count(i.tid) != 0) {
+        submitted.emplace(i.payload, last_submit[i.tid]);
+      } else if (name == "ray.got" && i.has_payload) {
+        got.emplace(i.payload, i.ts_ns);
+      }
+    }
+  }
+  StepProfile::Causality& c = profile->causality;
+  for (const ProcessSlice& slice : profile->processes) {
+    if (slice.process->is_controller()) continue;
+    for (const Span& s : slice.spans) {
+      if (!s.has_payload || s.clipped_begin || s.clipped_end) continue;
+      auto sub = submitted.find(s.payload);
+      if (sub == submitted.end()) continue;
+      ++c.checked;
+      int64_t violation = std::max<int64_t>(0, sub->second - s.begin_ns);
+      if (auto g = got.find(s.payload); g != got.end()) violation = std::max(violation, s.end_ns - g->second);
+      if (violation > 0) {
+        ++c.violations;
+        c.max_violation_ns = std::max(c.max_violation_ns, violation);
+      }
+    }
+  }
 }
 
 void Aggregator::ApplySubtasks(StepProfile* profile) {

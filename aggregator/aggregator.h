@@ -80,10 +80,11 @@ class Aggregator {
     int64_t closed_at_ns;  // aggregator time when the step's end arrived
     uint64_t barrier = 0;  // flush barrier token sent at its end (selected steps)
   };
-  // Capture windows for workers: open while a selected step runs and from
-  // the end of the step before a selected one (before step 1 if selected),
-  // so ranges opened just before a selected step are kept and clipped; sent
-  // on change and to each collector that says hello.
+  // Capture windows for workers: open while a selected step runs and while
+  // the step before it runs (before step 1 if selected), so neither the
+  // broadcast's latency nor a range opened just before the step loses
+  // anything (the cut is exact anyway); sent on change and to each collector
+  // that says hello.
   void SetWindow(bool open, int64_t step);
   void Send(uint64_t session, const wire::Control& control);
   bool Ready(const PendingStep& step, int64_t now_ns) const;
@@ -93,6 +94,9 @@ class Aggregator {
   void Emit(const PendingStep& step, bool forced);
   // `subtasks` / `discrete`: cuts the step to its sub-task occurrences.
   void ApplySubtasks(StepProfile* profile);
+  // Counts worker executions that the aligned clocks put outside the
+  // controller's call (exporter.h StepProfile::Causality).
+  static void CheckCausality(StepProfile* profile);
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;

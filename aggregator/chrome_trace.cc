@@ -374,6 +374,11 @@ std::string StepSummaryJson(const StepProfile& step) {
   w.EndArray();
   // Clocks whose stated error bound is above clock.warn_bound_us: their
   // events may sit off by up to that much against the others.
+  w.Key("causality").BeginObject();
+  w.Key("checked").Int(step.causality.checked);
+  w.Key("violations").Int(step.causality.violations);
+  w.Key("max_violation_ns").Int(step.causality.max_violation_ns);
+  w.EndObject();
   w.Key("clock_warnings").BeginArray();
   for (const ProcessSlice& slice : step.processes) {
     const ClockEstimate& e = slice.process->clock().estimate();

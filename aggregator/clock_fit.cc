@@ -59,7 +59,26 @@ void ClockFit::Refit() {
   e.bursts = static_cast<int64_t>(points.size());
   const double x0 = points.back().x;
   double a = points.back().y, b = 0;
-  if (points.size() >= 2 && points.back().x - points.front().x >= kMinDriftSpanNs) {
+  const bool fit_drift = points.size() >= 2 && points.back().x - points.front().x >= kMinDriftSpanNs;
+  if (!fit_drift) {
+    // No drift yet: the offset lies in every burst's [y - e, y + e]. Where
+    // they intersect, take its middle (the bound is then half its width);
+    // where they do not, the burst with the shortest round trip.
+    double lo = -1e300, hi = 1e300;
+    for (const Point& p : points) lo = std::max(lo, p.y - p.e), hi = std::min(hi, p.y + p.e);
+    if (lo <= hi) {
+      e.offset_ns = static_cast<int64_t>(std::llround((lo + hi) / 2));
+      e.drift = 0;
+      e.ref_ns = static_cast<int64_t>(x0);
+      e.bound_ns = static_cast<int64_t>(std::ceil((hi - lo) / 2)) + 1;
+      estimate_ = e;
+      return;
+    }
+    const Point* best = &points.front();
+    for (const Point& p : points) best = p.e < best->e ? &p : best;
+    a = best->y;
+  }
+  if (fit_drift) {
     // Least squares of y = a + b (x - x0), each burst weighted by 1 / e^2
     // (a tight round trip says more).
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;

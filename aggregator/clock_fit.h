@@ -4,11 +4,12 @@
 // Per sample: round trip rtt = (t4 - t1) - (t3 - t2); offset (aggregator
 // minus collector) = ((t2 - t1) + (t3 - t4)) / 2, within +-rtt/2 whatever the
 // path asymmetry. Samples closer than 200 ms form a burst, of which the
-// shortest round trip counts. One burst gives an offset; bursts over at
-// least 10 s give offset + drift by least squares. The stated error bound
-// is the worst, over the bursts used, of rtt/2 plus the fit's residual: never
-// smaller than the error of any burst. Drift is fitted only once bursts span
-// 10 s: over shorter spans the offset noise (us) would read as tens of ppm.
+// shortest round trip counts. Until bursts span 10 s (shorter spans would
+// read microseconds of noise as tens of ppm of drift) the offset is the middle
+// of the intersection of every burst's [offset - rtt/2, offset + rtt/2], and
+// the bound half its width; after that, offset + drift by weighted least
+// squares, the bound being the worst burst's rtt/2 plus its residual. Either
+// way the bound is never smaller than what the bursts allow for the error.
 #pragma once
 
 #include <cstdint>

@@ -37,6 +37,13 @@ struct StepProfile {
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;
   int64_t clock_warn_bound_ns = 100000;  // config clock.warn_bound_us
+  // Clock causality (Ray): worker executions of the controller's calls that
+  // start before the call was submitted or end after its result was got.
+  struct Causality {
+    int64_t checked = 0;
+    int64_t violations = 0;
+    int64_t max_violation_ns = 0;
+  } causality;
 };
 
 struct ProcessInfo {

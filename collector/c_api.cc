@@ -69,6 +69,20 @@ void rlscope_mark_id(uint32_t name_id) {
   if (Enter(&c, &ts) && c->armed()) c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagNone);
 }
 
+void rlscope_range_push_payload(uint32_t name_id, uint64_t payload) {
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
+}
+
+void rlscope_mark_payload(uint32_t name_id, uint64_t payload) {
+  Collector* c;
+  ThreadState* ts;
+  if (Enter(&c, &ts) && c->armed()) {
+    c->Record(ts, EventKind::kMark, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
+  }
+}
+
 void rlscope_range_pop(void) {
   Collector* c;
   ThreadState* ts;

@@ -31,6 +31,11 @@ RLSCOPE_API uint32_t rlscope_intern(const char* name);
 RLSCOPE_API void rlscope_range_push_id(uint32_t name_id);
 RLSCOPE_API uint64_t rlscope_range_start_id(uint32_t name_id);
 RLSCOPE_API void rlscope_mark_id(uint32_t name_id);
+/* With an integer payload (shown as args.payload; the aggregator uses the
+ * Ray bootstrap's "ray.submit"/"ray.task"/"ray.got" marks and task payloads
+ * on method ranges for its clock causality check). */
+RLSCOPE_API void rlscope_range_push_payload(uint32_t name_id, uint64_t payload);
+RLSCOPE_API void rlscope_mark_payload(uint32_t name_id, uint64_t payload);
 RLSCOPE_API void rlscope_range_pop(void);
 RLSCOPE_API uint64_t rlscope_range_start(const char* name);
 RLSCOPE_API void rlscope_range_end(uint64_t range_id);

@@ -122,6 +122,8 @@ def test_node_with_a_shifted_clock_still_nests_worker_spans_in_the_controllers_c
     summary = json.loads((tmp_path / "out" / "step_2" / "summary.json").read_text())
     clocks = {p["rank"]: p["clock"] for p in summary["processes"] if p["role"] == "worker"}
     assert abs(clocks[1]["offset_ns"] + 777_000_000_000) <= clocks[1]["bound_ns"]  # the shift was found
+    # Each worker's execution of a call lies between the controller's submit and get.
+    assert summary["causality"]["checked"] >= 2 and summary["causality"]["violations"] == 0
     for rank in (0, 1):
         (call,) = trace.slices(ctrl, f"call_rank{rank}")
         (method,) = trace.slices(trace.pid_of(f"Learner (rank {rank})"), "update_actor")

@@ -25,6 +25,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("range_push_id", &rlscope_range_push_id, py::arg("name_id"));
   m.def("range_start_id", &rlscope_range_start_id, py::arg("name_id"));
   m.def("mark_id", &rlscope_mark_id, py::arg("name_id"));
+  m.def("range_push_payload", &rlscope_range_push_payload, py::arg("name_id"), py::arg("payload"));
+  m.def("mark_payload", &rlscope_mark_payload, py::arg("name_id"), py::arg("payload"));
   m.def("range_start", [](const char* name) { return rlscope_range_start(name); }, py::arg("name"));
   m.def("range_end", &rlscope_range_end, py::arg("range_id"));
   m.def("mark", [](const char* name) { rlscope_mark(name); }, py::arg("name"));

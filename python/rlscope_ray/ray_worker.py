@@ -78,6 +78,24 @@ def _install_method_spans() -> None:
     cls.get_execution_info = get_execution_info
 
 
+def task_key(task_id_hex: str) -> int:
+    """A task's 63-bit key: its id's first 16 hex digits (the part unique to the
+    task; the rest names the actor and job), 0 when unknown."""
+    try:
+        return int(task_id_hex[:16], 16) & 0x7FFFFFFFFFFFFFFF if task_id_hex else 0
+    except ValueError:
+        return 0
+
+
+def _current_task_id() -> str:
+    import ray
+
+    try:
+        return ray.get_runtime_context().get_task_id() or ""
+    except Exception:
+        return ""
+
+
 def _label_actor(class_name: str) -> None:
     import ray
 
@@ -117,7 +135,9 @@ def _wrap(fn: Callable[..., Any], name: str, class_name: str) -> Callable[..., A
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             if is_init:
                 _label_actor(class_name)
-            _native.range_push_id(name_id)
+            # The task id's prefix links this execution to the controller's
+            # submit/get marks (the aggregator's clock causality check).
+            _native.range_push_payload(name_id, task_key(_current_task_id()))
             try:
                 return fn(*args, **kwargs)
             finally:

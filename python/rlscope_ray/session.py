@@ -124,6 +124,7 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         from . import start_collector
 
         start_collector()
+        _install_call_marks()
         session._reporter = threading.Thread(target=_report_expected_loop, args=(session,),
                                              name="rlscope-expected", daemon=True)
         session._reporter.start()
@@ -292,6 +293,52 @@ def _report_expected(session: Session) -> bool:
             _native.report_expected(now)
             session._expected_sent = now
     return True
+
+
+_call_marks_installed = False
+
+
+def _install_call_marks() -> None:
+    """Marks each actor call the driver makes ("ray.submit" then "ray.task"
+    with the task's key) and each result it gets ("ray.got"), so the
+    aggregator can check the aligned clocks against causality: a worker's
+    execution of a call lies between its submit and its get. Costs a few
+    microseconds per call; marks are recorded only inside capture windows."""
+    global _call_marks_installed
+    if _call_marks_installed:
+        return
+    import functools
+
+    import ray
+    import ray.actor
+
+    from .ray_worker import task_key
+
+    submit, task, got = (_native.intern(n) for n in ("ray.submit", "ray.task", "ray.got"))
+    original_remote = ray.actor.ActorMethod._remote
+
+    @functools.wraps(original_remote)
+    def _remote(self, *args, **kwargs):
+        _native.mark_payload(submit, 0)  # before the call: the earliest a worker may start
+        out = original_remote(self, *args, **kwargs)
+        for ref in out if isinstance(out, (list, tuple)) else (out,):
+            if isinstance(ref, ray.ObjectRef):
+                _native.mark_payload(task, task_key(ref.task_id().hex()))
+        return out
+
+    original_get = ray.get
+
+    @functools.wraps(original_get)
+    def get(object_refs, *args, **kwargs):
+        out = original_get(object_refs, *args, **kwargs)
+        for ref in object_refs if isinstance(object_refs, (list, tuple)) else (object_refs,):
+            if isinstance(ref, ray.ObjectRef):
+                _native.mark_payload(got, task_key(ref.task_id().hex()))  # after: the latest it may end
+        return out
+
+    ray.actor.ActorMethod._remote = _remote
+    ray.get = get
+    _call_marks_installed = True
 
 
 def _report_expected_loop(session: Session) -> None:

@@ -92,8 +92,14 @@ class FakeCollector {
     e.value = id;
     return Add(tid, e);
   }
-  FakeCollector& Mark(int64_t tid, int64_t ts, const std::string& name) {
-    return Add(tid, Make(EventKind::kMark, ts, name));
+  FakeCollector& Mark(int64_t tid, int64_t ts, const std::string& name,
+                      std::optional<uint64_t> payload = std::nullopt) {
+    wire::Event e = Make(EventKind::kMark, ts, name);
+    if (payload) {
+      e.value = *payload;
+      e.flags = kFlagHasPayload;
+    }
+    return Add(tid, e);
   }
   FakeCollector& ThreadName(int64_t tid, const std::string& name) {
     pending_thread_names_.emplace_back(tid, name);
@@ -790,6 +796,63 @@ TEST_F(AggregatorTest, ProbesAreAnsweredAndTimesAligned) {
   EXPECT_EQ(w->spans[0].begin_ns, 1000500);
   EXPECT_EQ(w->spans[0].end_ns, 1000700);
   EXPECT_FALSE(w->late);
+}
+
+// The controller submits tasks 11 and 12 and gets their results; the worker's
+// execution of 11 lies between, that of 12 starts before its submit (a clock
+// misaligned by 300): one violation of 300.
+TEST_F(AggregatorTest, CausalityChecksWorkerExecutionsAgainstTheControllersCalls) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  ctl.Push(1, 1000, "step");
+  ctl.Mark(1, 1100, "ray.submit", 0).Mark(1, 1110, "ray.task", 11).Mark(1, 1500, "ray.got", 11);
+  ctl.Mark(1, 1600, "ray.submit", 0).Mark(1, 1610, "ray.task", 12).Mark(1, 1900, "ray.got", 12);
+  ctl.Pop(1, 2000);
+  worker.Push(7, 1200, "update_actor", 11).Pop(7, 1400);
+  worker.Push(7, 1300 + 0, "unrelated").Pop(7, 1350);  // no payload: not checked
+  worker.Push(7, 1300 + 1, "gen", 99).Pop(7, 1302);     // a task this controller never submitted
+  worker.Push(7, 1300 + 3, "x").Pop(7, 1304);
+  worker.Push(7, 1300 + 5, "update_actor", 12).Pop(7, 1800);  // starts before its submit at 1600
+  Send(ctl.Flush(2500));
+  Send(worker.Flush(2500));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const auto& c = exporter_.steps[0].causality;
+  EXPECT_EQ(c.checked, 2);
+  EXPECT_EQ(c.violations, 1);
+  EXPECT_EQ(c.max_violation_ns, 1600 - 1305);
+}
+
+// Windows for workers open a step ahead of a selected step and close after it.
+TEST_F(AggregatorTest, CaptureWindowsOpenAStepAheadOfSelectedSteps) {
+  Init(ConfigFrom("steps: [3]\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  auto windows = [&] {
+    std::vector<std::pair<int, int64_t>> out;  // (window, step) of broadcasts
+    for (const Outgoing& o : agg_->TakeOutgoing()) {
+      const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+      if (o.session == 0 && c.window != wire::Control::Window::kUnchanged) {
+        out.emplace_back(static_cast<int>(c.window), c.step);
+      }
+    }
+    return out;
+  };
+  windows();  // the hello's answer: closed (step 1 is not selected)
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2100));
+  EXPECT_THAT(windows(), IsEmpty());
+  ctl.Push(1, 3000, "step");
+  Send(ctl.Flush(3100));
+  EXPECT_EQ(windows(), (std::vector<std::pair<int, int64_t>>{{1, 2}}));  // open while step 2 runs
+  ctl.Pop(1, 4000).Push(1, 5000, "step");
+  Send(ctl.Flush(5100));
+  EXPECT_THAT(windows(), IsEmpty());  // still open through step 3
+  ctl.Pop(1, 6000);
+  Send(ctl.Flush(6100));
+  EXPECT_EQ(windows(), (std::vector<std::pair<int, int64_t>>{{2, 4}}));  // closed after it
 }
 
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
