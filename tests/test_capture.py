@@ -42,7 +42,7 @@ def test_workers_record_only_in_the_windows_of_selected_steps(aggregator_factory
     agg = aggregator_factory(config="steps: [3]\n")
     worker, worker_report = _start_worker(agg, tmp_path, config, duration=2.6)
     time.sleep(0.2)  # the worker runs before the first step too
-    ctrl = _controller(agg, tmp_path, "--steps", "5", "--step-ms", "300", "--gap-ms", "100", config=config)
+    _controller(agg, tmp_path, "--steps", "5", "--step-ms", "300", "--gap-ms", "100", config=config)
     assert worker.wait(timeout=30) == 0
     log = agg.wait()
     assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_3"], log
@@ -82,8 +82,7 @@ def test_range_opened_just_before_a_selected_step_is_clipped_not_lost(aggregator
 def test_subtask_filter_keeps_only_those_intervals(aggregator_factory, tmp_path):
     agg = aggregator_factory(config="steps: [2]\nsubtasks: [update_actor]\n")
     worker, _ = _start_worker(agg, tmp_path, None, duration=1.2)
-    ctrl = _controller(agg, tmp_path, "--steps", "3", "--step-ms", "200", "--gap-ms", "50",
-                       "--subtasks", "gen,update_actor")
+    _controller(agg, tmp_path, "--steps", "3", "--step-ms", "200", "--gap-ms", "50", "--subtasks", "gen,update_actor")
     worker.wait(timeout=30)
     agg.wait()
     trace = Trace(agg.out / "step_2" / "trace.json")

@@ -251,7 +251,6 @@ def _nodes_without_plugin() -> List[str]:
 def profiled_actors() -> List[Dict[str, str]]:
     """Alive actors whose runtime_env asks for profiling (internal GCS table;
     the public state API needs the dashboard)."""
-    import ray
     from ray._private import state
     from ray.core.generated import gcs_pb2
 
