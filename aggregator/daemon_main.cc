@@ -5,6 +5,8 @@
 //       [--config FILE] [--grace-ms N] [--exit-when-done] [--endpoint-file F]
 //   --exit-when-done: exit once the controller said bye and every step it
 //   closed is written (late processes wait at most flush.step_grace_ms).
+//   --exit-with-parent: also exit (writing what is pending, as on SIGTERM)
+//   when the process that started it dies (rlscope_ray.init's child).
 //   rlscope-ray-aggregator check FILE [--keys]
 //
 // SIGINT/SIGTERM: write every closed step, finalise run.json, exit 0.
@@ -16,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/prctl.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "aggregator/aggregator.h"
@@ -31,7 +35,7 @@ void OnSignal(int) { g_stop = 1; }
 int Usage() {
   std::fprintf(stderr,
                "usage: rlscope-ray-aggregator --listen ENDPOINT --out DIR [--config FILE]\n"
-               "           [--grace-ms N] [--exit-when-done] [--endpoint-file FILE]\n"
+               "           [--grace-ms N] [--exit-when-done] [--exit-with-parent] [--endpoint-file FILE]\n"
                "       rlscope-ray-aggregator check CONFIG [--keys]\n");
   return 2;
 }
@@ -60,6 +64,7 @@ int main(int argc, char** argv) {
   std::string listen, out, config_path, endpoint_file;
   long grace_ms = -1;
   bool exit_when_done = false;
+  bool exit_with_parent = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string* dst) {
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
     else if (a == "--endpoint-file") { if (!value(&endpoint_file)) return Usage(); }
     else if (a == "--grace-ms") { if (!value(&v)) return Usage(); grace_ms = std::stol(v); }
     else if (a == "--exit-when-done") exit_when_done = true;
+    else if (a == "--exit-with-parent") exit_with_parent = true;
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::fprintf(stderr, "rlscope-ray aggregator: unknown argument '%s'\n", a.c_str()); return Usage(); }
   }
@@ -112,6 +118,14 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  if (exit_with_parent) {
+    // SIGTERM when the parent dies (Linux: when the thread that started us
+    // exits; rlscope_ray.init runs in the driver's main thread as a rule);
+    // the check covers a parent gone already.
+    const pid_t parent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) g_stop = 1;
+  }
 
   rlscope::ChromeTraceExporter exporter(config.output_dir);
   rlscope::Aggregator agg(config, &exporter);

@@ -44,3 +44,33 @@ def test_aggregator_bad_listen_endpoint_is_a_clear_error(tmp_path):
     r = _cli("aggregator", "--listen", "nonsense://x", "--out", str(tmp_path))
     assert r.returncode == 2
     assert "cannot listen on 'nonsense://x'" in r.stderr
+
+
+def test_aggregator_started_with_exit_with_parent_finishes_when_its_parent_dies(tmp_path):
+    import json
+    import os
+    import signal
+    import time
+
+    import rlscope_ray
+
+    parent_code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([{rlscope_ray.aggregator_path()!r}, '--listen', 'tcp://127.0.0.1:*', '--out', "
+        f"{str(tmp_path / 'out')!r}, '--endpoint-file', {str(tmp_path / 'ep')!r}, '--exit-with-parent'])\n"
+        "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code])
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "ep").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    parent.send_signal(signal.SIGKILL)  # the driver dies without shutting anything down
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while True:  # the aggregator finalises the run and exits on its own
+        run = json.loads((tmp_path / "out" / "run.json").read_text())
+        if run["final"]:
+            break
+        assert time.monotonic() < deadline, "the aggregator outlived its parent"
+        time.sleep(0.1)
+    assert os.path.exists(tmp_path / "out" / "run.json")

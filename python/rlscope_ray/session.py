@@ -187,7 +187,7 @@ def _start_aggregator(session: Session) -> None:
     session.aggregator_log = os.path.join(session.output_dir, "aggregator.log")
     session.aggregator = subprocess.Popen(
         [aggregator_path(), "--listen", "tcp://0.0.0.0:*", "--out", session.output_dir, "--config", cfg_path,
-         "--endpoint-file", endpoint_file, "--exit-when-done"],
+         "--endpoint-file", endpoint_file, "--exit-when-done", "--exit-with-parent"],
         stdout=open(session.aggregator_log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while not os.path.exists(endpoint_file):
