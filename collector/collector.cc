@@ -313,11 +313,13 @@ bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint6
 bool Collector::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
   bool step_end = false, trigger_end = false;
   if (async) {
+    // A relaxed load first: most ends are neither, and then cost no RMW.
     uint64_t expected = range_id;
-    step_end = range_id != 0 && step_range_id_.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+    step_end = range_id != 0 && step_range_id_.load(std::memory_order_relaxed) == range_id &&
+               step_range_id_.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
     expected = range_id;
-    trigger_end =
-        range_id != 0 && trigger_range_id_.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+    trigger_end = range_id != 0 && trigger_range_id_.load(std::memory_order_relaxed) == range_id &&
+                  trigger_range_id_.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
   } else {
     if (ts->step_depth >= 0 && ts->depth == ts->step_depth) {
       ts->step_depth = -1;

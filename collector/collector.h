@@ -98,6 +98,9 @@ class Collector {
   }
   uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
                       uint64_t payload, uint8_t flags) {
+    // Disarmed and not watching: no id is needed (NVTX's own no-op returns 0
+    // too), so the shared counter is not touched.
+    if (!watching_ && !armed()) return 0;
     const uint64_t id = NextRangeId();
     const bool special = watching_ && OnRangeOpen(ts, name, flags, payload, true, id);
     if (!special && !armed()) return id;

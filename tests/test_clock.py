@@ -74,4 +74,3 @@ def test_workers_with_shifted_clocks_land_on_the_aggregators_timeline(build_dir,
             assert s0 <= float(e["ts"]) and float(e["ts"]) + float(e["dur"]) <= s1
             nearest = min(own, key=lambda t: abs(t - ts_ns))
             assert abs(nearest - ts_ns) <= clock["bound_ns"] + 200_000, (rank, nearest, ts_ns, clock)
-    assert summary["clock_warnings"] == [] or all("exceeds" in w for w in summary["clock_warnings"])
