@@ -452,6 +452,8 @@ void Collector::Stats(rlscope_stats_t* out) {
 }
 
 void Collector::FlushLoop() {
+  // Before the first Hello, which carries the costs (overhead correction).
+  if (selected_ && config_.correction.enabled) Calibrate();
   void* ctx = zmq_ctx_new();
   void* sock = ctx != nullptr ? zmq_socket(ctx, ZMQ_DEALER) : nullptr;
   if (sock != nullptr) {
@@ -597,6 +599,65 @@ void Collector::SetLabel(const std::string& key, const std::string& value) {
   ++hello_gen_;
 }
 
+void Collector::SetCost(const std::string& key, double ns) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  costs_[key] = ns;
+  ++hello_gen_;
+}
+
+std::map<std::string, double> Collector::Calibrate() {
+  constexpr int kEvents = 2048, kRounds = 7;
+  ThreadBuffer scratch(0, kEvents);
+  ThreadState state(&strings_);
+  state.buffer = &scratch;
+  static const char kName[] = "rlscope.calibration";
+  auto drain = [&] { scratch.Drain([](const EventRecord*, size_t) {}); };
+  // ns per iteration of `body`, best of kRounds.
+  auto best_ns = [&](auto&& body) {
+    double best = 1e18;
+    for (int r = 0; r < kRounds; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kEvents; ++i) {
+        body(i);
+        asm volatile("" ::: "memory");
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / kEvents);
+      drain();
+    }
+    return best;
+  };
+  const double empty = best_ns([](int) {});
+  // Each body is what a recorded event of that kind costs in its handler:
+  // the name lookup, the depth bookkeeping, the record.
+  const double push = best_ns([&](int) {
+    const uint32_t name = state.names.Lookup(kName);
+    Record(&state, EventKind::kRangePush, name, 0, 0, 0, kFlagNone);
+    state.recorded_mask |= uint64_t{1} << (state.depth++ & 63);
+  });
+  const double pop = best_ns([&](int) {
+    --state.depth;
+    if ((state.recorded_mask >> (state.depth & 63)) & 1) Record(&state, EventKind::kRangePop, 0, 0, 0, 0, kFlagNone);
+  });
+  const double start = best_ns([&](int) {
+    const uint32_t name = state.names.Lookup(kName);
+    Record(&state, EventKind::kRangeStart, name, 0, 0, NextRangeId(), kFlagNone);
+  });
+  const double end = best_ns([&](int i) {
+    Record(&state, EventKind::kRangeEnd, 0, 0, 0, static_cast<uint64_t>(i) | kRecordedRangeBit, kFlagNone);
+  });
+  const double mark = best_ns([&](int) {
+    Record(&state, EventKind::kMark, state.names.Lookup(kName), 0, 0, 0, kFlagNone);
+  });
+  std::map<std::string, double> out = {{"push", push - empty}, {"pop", pop - empty}, {"start", start - empty},
+                                       {"end", end - empty}, {"mark", mark - empty}};
+  for (auto& [k, v] : out) v = std::max(0.0, v);
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  for (const auto& [k, v] : out) costs_[k] = v;
+  ++hello_gen_;
+  return out;
+}
+
 void Collector::ReportExpected(std::vector<std::map<std::string, std::string>> processes) {
   std::lock_guard<std::mutex> lock(meta_mu_);
   expected_ = std::move(processes);
@@ -618,6 +679,7 @@ void Collector::SendControl(void* socket) {
       hello.clock = "monotonic";
       hello.start_ns = start_ns_;
       hello.selected = selected_;
+      hello.costs = costs_;
       hello_msg = wire::Encode(hello);
     }
     if (expected_gen_ != expected_sent_gen_) {

@@ -171,6 +171,20 @@ class Collector {
 
   // Adds or replaces an identity label; the flush thread re-sends Hello.
   void SetLabel(const std::string& key, const std::string& value);
+  // Sets a calibrated cost (ns per event; keys in wire.h Hello::costs); the
+  // flush thread re-sends Hello. Used by rlscope_ray's Python calibration.
+  void SetCost(const std::string& key, double ns);
+  double Cost(const std::string& key) {  // -1 when unknown
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    auto it = costs_.find(key);
+    return it == costs_.end() ? -1 : it->second;
+  }
+  // Measures this collector's own cost per recorded event, per record kind,
+  // on the calling thread: back to back through the recording code an NVTX
+  // handler runs, into a scratch buffer that is never shipped; best of
+  // several rounds, minus an empty loop. About a millisecond. Sets the
+  // "push", "pop", "start", "end", "mark" costs and returns them.
+  std::map<std::string, double> Calibrate();
   // Queues the controller's list of processes that should connect.
   void ReportExpected(std::vector<std::map<std::string, std::string>> processes);
 
@@ -270,6 +284,7 @@ class Collector {
   std::vector<int64_t> renamed_threads_;
   std::vector<wire::CategoryName> categories_;
   size_t categories_sent_ = 0;
+  std::map<std::string, double> costs_;  // calibrated ns per event (wire.h Hello::costs)
 
   // Flush thread control.
   std::mutex flush_mu_;

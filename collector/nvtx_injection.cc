@@ -59,6 +59,7 @@ constexpr size_t kAttrMessageEnd = offsetof(nvtxEventAttributes_t, message) + si
 
 Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   Attr out;
+  out.flags = kFlagViaNvtxEx;
   if (a == nullptr || a->size < kAttrMessageEnd) return out;
   out.category = a->category;
   switch (a->messageType) {
@@ -78,15 +79,15 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
     case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
     case NVTX_PAYLOAD_TYPE_INT64:
       out.value = a->payload.ullValue;
-      out.flags = kFlagHasPayload;
+      out.flags |= kFlagHasPayload;
       break;
     case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32:
       out.value = a->payload.uiValue;
-      out.flags = kFlagHasPayload;
+      out.flags |= kFlagHasPayload;
       break;
     case NVTX_PAYLOAD_TYPE_INT32:
       out.value = static_cast<uint64_t>(static_cast<int64_t>(a->payload.iValue));
-      out.flags = kFlagHasPayload;
+      out.flags |= kFlagHasPayload;
       break;
     default:
       break;

@@ -55,6 +55,15 @@ RLSCOPE_API void rlscope_collector_shutdown(void);
 /* Adds or replaces an identity label of this process (e.g. "actor_id");
  * shown in run.json and track names. Not for the hot path (takes a lock). */
 RLSCOPE_API void rlscope_set_label(const char* key, const char* value);
+/* Overhead correction: sets one calibrated cost, ns per event (keys in
+ * docs/wire_format.md, Hello `costs`), e.g. the caller-side cost of the
+ * `nvtx` Python package measured by rlscope_ray. Takes a lock. */
+RLSCOPE_API void rlscope_set_cost(const char* key, double ns);
+/* Re-measures the collector's own per-event costs on the calling thread
+ * (about a millisecond); 0 when no collector runs. */
+RLSCOPE_API int rlscope_calibrate(void);
+/* The current calibrated cost of `key`, ns per event; -1 when unknown. */
+RLSCOPE_API double rlscope_cost(const char* key);
 /* Controller only: the processes that should connect, `n` records of
  * "key=value" lines joined by '\n' (keys: actor_id, class_name, name,
  * node_id, pid). Replaces the previous list. */

@@ -56,6 +56,22 @@ KeySpec Int(const char* path, const char* help, int64_t min, int64_t max, Field<
           [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
 }
 
+KeySpec Double(const char* path, const char* help, double min, double max, Field<double> f) {
+  return {path, help,
+          [f, min, max](const YAML::Node& n, Config& c) -> std::string {
+            double v;
+            if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !(v == v)) {
+              return "expected a number, got '" + Scalar(n) + "'";
+            }
+            if (v < min || v > max) {
+              return Scalar(n) + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+            }
+            f(c) = v;
+            return "";
+          },
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+}
+
 KeySpec Enum(const char* path, const char* help, std::vector<std::string> allowed,
              bool allow_nvtx_prefix, Field<std::string> f) {
   return {path, help,
@@ -225,8 +241,10 @@ const std::vector<KeySpec>& KeySpecs() {
           [](Config& c) -> int64_t& { return c.clock.probes_per_burst; }),
       Int("clock.warn_bound_us", "warn in the summaries when a clock's error bound exceeds this", 0, 60000000,
           [](Config& c) -> int64_t& { return c.clock.warn_bound_us; }),
-      Bool("correction.enabled", "subtract the profiler's own overhead (reserved: not used yet)",
+      Bool("correction.enabled", "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
            [](Config& c) -> bool& { return c.correction.enabled; }),
+      Double("correction.scale", "multiplies the calibrated per-event costs (what `rlscope-ray calibrate` measures on your workload)",
+             0.0, 100.0, [](Config& c) -> double& { return c.correction.scale; }),
   };
   return specs;
 }

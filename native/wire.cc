@@ -150,6 +150,20 @@ bool DecodeHello(Ctx& c, const object& body, Hello* h) {
       h->identity.labels[k] = v;
     }
   }
+  if ((o = Find(body, "costs")) != nullptr) {  // optional
+    if (o->type != object_type::MAP) return c.Fail("hello.costs", "expected a map");
+    for (uint32_t i = 0; i < o->via.map.size; ++i) {
+      std::string k;
+      if (!GetStr(c, o->via.map.ptr[i].key, "hello.costs key", &k)) return false;
+      const object& v = o->via.map.ptr[i].val;
+      double ns;
+      if (v.type == object_type::FLOAT32 || v.type == object_type::FLOAT64) ns = v.via.f64;
+      else if (v.type == object_type::POSITIVE_INTEGER) ns = static_cast<double>(v.via.u64);
+      else return c.Fail("hello.costs[" + k + "]", std::string("expected a number, got ") + TypeName(v));
+      if (!(ns >= 0 && ns < 1e9)) return c.Fail("hello.costs[" + k + "]", "out of range");
+      h->costs[k] = ns;
+    }
+  }
   return true;
 }
 
@@ -479,7 +493,7 @@ std::string Encode(const Message& message) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   if (const auto* h = std::get_if<Hello>(&message)) {
-    PackHeader(pk, MessageType::kHello, 10);
+    PackHeader(pk, MessageType::kHello, 11);
     PackKey(pk, "session");
     pk.pack_uint64(h->session);
     PackKey(pk, "host");
@@ -503,6 +517,12 @@ std::string Encode(const Message& message) {
     for (const auto& [k, v] : h->identity.labels) {
       PackString(pk, k);
       PackString(pk, v);
+    }
+    PackKey(pk, "costs");
+    pk.pack_map(static_cast<uint32_t>(h->costs.size()));
+    for (const auto& [k, ns] : h->costs) {
+      PackString(pk, k);
+      pk.pack_double(ns);
     }
     return std::string(buf.data(), buf.size());
   }

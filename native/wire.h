@@ -51,6 +51,12 @@ struct Hello {
   std::string clock;      // "monotonic": timestamps are CLOCK_MONOTONIC ns
   int64_t start_ns = 0;   // collector start on that clock
   bool selected = true;   // false: this rank/role is not profiled under its config
+  // Calibrated overhead, ns per event (optional key): "push", "pop", "start",
+  // "end", "mark" (the collector's own recording, per record kind) and the
+  // caller-side costs charged on the opening event of an entry point:
+  // "py_nvtx_push"/"py_nvtx_start" (a push/pop or start/end pair of the `nvtx`
+  // package), "py_nvtx_mark", "py_api_push", "py_api_mark" (rlscope_ray's API).
+  std::map<std::string, double> costs;
 };
 
 // One decoded event; `ts_ns` is on the collector's clock.

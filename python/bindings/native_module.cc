@@ -61,6 +61,11 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("text"), py::arg("source"),
       "Validate a YAML/JSON config: (resolved_yaml, errors); errors name source:line:col and key.");
+  m.def("set_cost", [](const std::string& k, double ns) { rlscope_set_cost(k.c_str(), ns); },
+        py::arg("key"), py::arg("ns"), "Set one calibrated cost, ns per event (overhead correction).");
+  m.def("cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),
+        "A calibrated cost, ns per event; -1 when unknown.");
+  m.def("calibrate", &rlscope_calibrate, "Re-measure the collector's own per-event costs; 1 if running.");
   m.def("stats", [] {
     rlscope_stats_t s;
     rlscope_collector_stats(&s);

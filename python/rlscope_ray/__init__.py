@@ -25,6 +25,7 @@ from . import _native
 
 __all__ = [
     "aggregator_path",
+    "calibrate",
     "init",
     "shutdown",
     "collector_path",
@@ -61,15 +62,35 @@ def start_collector() -> bool:
     Done at import; call it again after setting RLSCOPE_AGGREGATOR (and the
     other RLSCOPE_* variables) later. Idempotent; True when a collector runs.
     """
+    global _calibrated
     running = bool(_native.init())
     if running and not os.environ.get("NVTX_INJECTION64_PATH"):
         # NVTX reads this at each library's first NVTX call: from now on the
         # `nvtx` package and torch.cuda.nvtx report into this same collector.
         os.environ["NVTX_INJECTION64_PATH"] = collector_path()
+    if running and not _calibrated:
+        # Overhead correction: the caller-side cost of Python annotations
+        # (rlscope_ray.calibration), once per process, while not recording.
+        from . import calibration
+
+        _calibrated = bool(calibration.calibrate_python())
     return running
 
 
+_calibrated = False
+
+
 start_collector()
+
+
+def calibrate() -> dict:
+    """Re-measure the per-event overhead costs of this process (the collector's
+    own, per record kind, and the Python annotations'); returns the latter.
+    Done once at start-up; call again after the workload's mix changed."""
+    _native.calibrate()
+    from . import calibration
+
+    return calibration.calibrate_python()
 
 
 def enabled() -> bool:
