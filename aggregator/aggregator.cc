@@ -235,7 +235,10 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
       for (Span& span : slice.spans) {
         if (span.begin_ns < s.begin_ns) span.begin_ns = s.begin_ns, span.clipped_begin = true;
         if (span.end_ns > s.end_ns || span.open) span.end_ns = s.end_ns, span.clipped_end = true;
+        span.raw_begin_ns = span.begin_ns;
+        span.raw_end_ns = span.end_ns;
       }
+      if (config_.correction.enabled) Correct(*p, begin, end, s.begin_ns, &slice);
       std::sort(slice.spans.begin(), slice.spans.end(), [](const Span& a, const Span& b) {
         if (a.tid != b.tid) return a.tid < b.tid;
         if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
@@ -252,7 +255,20 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
     profile.not_profiled = NotProfiled();
     profile.clock_warn_bound_ns = config_.clock.warn_bound_us * 1000;
+    if (config_.correction.enabled) {
+      profile.corrected = true;
+      profile.correction_scale = config_.correction.scale;
+      profile.corrected_end_ns = s.end_ns;
+      for (const ProcessSlice& slice : profile.processes) {
+        if (!slice.process->is_controller() || !slice.corrector) continue;
+        for (const Span& span : slice.spans) {
+          if (span.step == s.number) profile.corrected_end_ns = span.end_ns;
+        }
+      }
+    }
     CheckCausality(&profile);
+    // On the whole step, before sub-task filtering drops what lies outside.
+    profile.analysis = std::make_shared<const StepAnalysis>(AnalyzeStep(profile, config_.subtasks));
     if (config_.discrete || !config_.subtasks.empty()) ApplySubtasks(&profile);
     if (exporter_->ExportStep(profile)) {
       steps_written_.push_back(s.number);
@@ -266,6 +282,45 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
   // a later one.
   for (const auto& [session, p] : processes_) p->DiscardBefore(p->clock().FromAggregator(s.end_ns));
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
+}
+
+void Aggregator::Correct(const ProcessTimeline& p, int64_t begin, int64_t end, int64_t step_begin_ns,
+                         ProcessSlice* slice) {
+  // Marks are cut on the process's clock like the spans, then moved onto the
+  // aggregator's, where the step begins.
+  std::map<int64_t, std::vector<CostMark>> marks;
+  p.CutCosts(begin, end, &marks);
+  const ClockFit& clock = p.clock();
+  for (auto& [tid, list] : marks) {
+    for (CostMark& m : list) m.ts_ns = clock.ToAggregator(m.ts_ns);
+  }
+  slice->costs = CostModel(p.hello().costs, config_.correction.scale);
+  auto corrector = std::make_shared<Corrector>(marks, slice->costs, step_begin_ns);
+  const Corrector& c = *corrector;
+  for (Span& span : slice->spans) {
+    span.begin_ns = c.Correct(span.tid, span.begin_ns);
+    span.end_ns = std::max(span.begin_ns, c.Correct(span.end_tid, span.end_ns));
+  }
+  for (Instant& i : slice->instants) i.ts_ns = c.Correct(i.tid, i.ts_ns);
+  // CPU-side GPU records shift with their thread; device-side ones with the
+  // thread that launched them (by correlation), at its launch.
+  std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, raw start)
+  for (const GpuRecord& g : slice->gpu) {
+    if (g.tid != 0 && g.correlation != 0) launch.emplace(g.correlation, std::make_pair(g.tid, g.start_ns));
+  }
+  for (GpuRecord& g : slice->gpu) {
+    int64_t shift = 0;
+    if (g.tid != 0) {
+      shift = c.ShiftNs(g.tid, g.start_ns);
+      g.end_ns -= c.ShiftNs(g.tid, g.end_ns) - shift;
+    } else if (auto it = launch.find(g.correlation); g.correlation != 0 && it != launch.end()) {
+      shift = c.ShiftNs(it->second.first, it->second.second);
+    }
+    g.start_ns -= shift;
+    g.end_ns -= shift;
+    if (g.end_ns < g.start_ns) g.end_ns = g.start_ns;
+  }
+  slice->corrector = std::move(corrector);
 }
 
 void Aggregator::CheckCausality(StepProfile* profile) {

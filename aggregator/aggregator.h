@@ -97,6 +97,9 @@ class Aggregator {
   // Counts worker executions that the aligned clocks put outside the
   // controller's call (exporter.h StepProfile::Causality).
   static void CheckCausality(StepProfile* profile);
+  // Overhead correction of one process's slice (correction.h): `begin`/`end`
+  // bound the step on the process's clock, `step_begin_ns` on the aggregator's.
+  void Correct(const ProcessTimeline& p, int64_t begin, int64_t end, int64_t step_begin_ns, ProcessSlice* slice);
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;

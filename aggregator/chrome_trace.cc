@@ -296,6 +296,10 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
         if (s.clipped_end) w.Key("clipped_end").Bool(true);
         if (s.open) w.Key("open").Bool(true);
         if (s.async && !s.open) w.Key("end_tid").Int(s.end_tid);
+        // Overhead correction moved it: where and how long it was as recorded.
+        if (s.raw_begin_ns != s.begin_ns || s.raw_end_ns != s.end_ns) {
+          w.Key("raw_ts").Micros(s.raw_begin_ns).Key("raw_dur").Micros(s.raw_end_ns - s.raw_begin_ns);
+        }
         w.EndObject();
       };
       if (!s.async) {
@@ -332,6 +336,81 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
   return out;
 }
 
+namespace {
+
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// Who a process index of the step is, as the summary's rows name it.
+void WhoKeys(JsonWriter& w, const StepProfile& step, int index, const char* rank_key, const char* process_key) {
+  if (index < 0 || index >= static_cast<int>(step.processes.size())) {
+    w.Key(rank_key).Null().Key(process_key).Null();
+    return;
+  }
+  const ProcessTimeline& p = *step.processes[index].process;
+  w.Key(rank_key);
+  if (p.identity().rank >= 0) w.Int(p.identity().rank); else w.Null();
+  w.Key(process_key).String(ChromeTraceExporter::ProcessLabel(p));
+}
+
+// docs/summary_format.md: breakdown, gpu_utilization, critical_path, stragglers.
+void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a) {
+  w.Key("breakdown").BeginArray();
+  for (const BreakdownRow& r : a.rows) {
+    const ProcessTimeline& p = *step.processes[r.process].process;
+    w.Newline().BeginObject();
+    w.Key("subtask").String(r.subtask).Key("occurrences").Int(r.occurrences);
+    WhoKeys(w, step, r.process, "rank", "process");
+    w.Key("session").String(Hex(p.hello().session)).Key("role").String(p.identity().role);
+    w.Key("window_ms").Double(Ms(r.window_ns));
+    w.Key("cpu_only_ms").Double(Ms(r.overlap.cpu_only));
+    w.Key("gpu_only_ms").Double(Ms(r.overlap.gpu_only));
+    w.Key("cpu_gpu_ms").Double(Ms(r.overlap.cpu_gpu));
+    w.Key("idle_ms").Double(Ms(r.overlap.idle));
+    w.Key("overhead_ms").Double(Ms(r.overhead_ns));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("gpu_utilization").BeginArray();
+  for (const GpuUtilization& u : a.gpu) {
+    w.Newline().BeginObject();
+    WhoKeys(w, step, u.process, "rank", "process");
+    w.Key("session").String(Hex(step.processes[u.process].process->hello().session));
+    w.Key("gpu_busy_ms").Double(Ms(u.busy_ns));
+    w.Key("gpu_busy_pct").Double(100.0 * u.busy_fraction);
+    w.Key("naive_util_pct").Double(100.0 * u.naive_fraction);
+    w.Key("sample_ms").Double(Ms(kNaiveSampleNs));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("critical_path").BeginObject();
+  w.Key("step_ms").Double(Ms(a.step_ns));
+  w.Key("controller_ms").Double(Ms(a.controller_ns));
+  w.Key("segments").BeginArray();
+  for (const CriticalSegment& c : a.critical_path) {
+    w.Newline().BeginObject();
+    w.Key("subtask").String(c.subtask).Key("occurrence").Int(c.occurrence);
+    w.Key("begin_ms").Double(Ms(c.begin_ns)).Key("duration_ms").Double(Ms(c.duration_ns));
+    WhoKeys(w, step, c.critical, "critical_rank", "critical_process");
+    w.Key("critical_ms").Double(Ms(c.critical_ns)).Key("median_ms").Double(Ms(c.median_ns));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  w.Key("stragglers").BeginArray();
+  for (const Straggler& s : a.stragglers) {
+    w.Newline().BeginObject();
+    w.Key("subtask").String(s.subtask).Key("ranks").Int(s.ranks);
+    WhoKeys(w, step, s.slowest, "slowest_rank", "slowest_process");
+    w.Key("slowest_ms").Double(Ms(s.slowest_ns)).Key("median_ms").Double(Ms(s.median_ns));
+    w.Key("fastest_ms").Double(Ms(s.fastest_ns));
+    w.Key("ratio").Double(s.median_ns > 0 ? static_cast<double>(s.slowest_ns) / s.median_ns : 0.0);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+}  // namespace
+
 std::string StepSummaryJson(const StepProfile& step) {
   std::string out;
   JsonWriter w(&out);
@@ -361,6 +440,15 @@ std::string StepSummaryJson(const StepProfile& step) {
     w.Key("unmatched_total").Uint(p.unmatched());
     w.Key("late").Bool(slice.late);
     WriteClock(w, p);
+    if (slice.corrector) {
+      w.Key("overhead").BeginObject();
+      w.Key("events").Uint(slice.corrector->events());
+      w.Key("subtracted_ms").Double(static_cast<double>(slice.corrector->total_ns()) / 1e6);
+      w.Key("costs_ns").BeginObject();
+      for (const auto& [k, ns] : slice.costs.costs_ns()) w.Key(k).Double(ns);
+      w.EndObject();
+      w.EndObject();
+    }
     w.EndObject();
     spans += slice.spans.size();
     instants += slice.instants.size();
@@ -393,6 +481,15 @@ std::string StepSummaryJson(const StepProfile& step) {
   // node started without the rlscope plugin registered.
   w.Key("not_profiled");
   WriteExpected(w, step.not_profiled);
+  w.Key("correction").BeginObject();
+  w.Key("enabled").Bool(step.corrected);
+  w.Key("scale").Double(step.correction_scale);
+  if (step.corrected) {
+    w.Key("duration_ms").Double(static_cast<double>(step.corrected_end_ns - step.begin_ns) / 1e6);
+    w.Key("subtracted_ms").Double(static_cast<double>(step.end_ns - step.corrected_end_ns) / 1e6);
+  }
+  w.EndObject();
+  if (step.analysis) WriteAnalysis(w, step, *step.analysis);
   w.Key("totals").BeginObject();
   w.Key("processes").Uint(step.processes.size());
   w.Key("spans").Uint(spans);

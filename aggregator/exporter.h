@@ -6,9 +6,12 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "aggregator/breakdown.h"
+#include "aggregator/correction.h"
 #include "aggregator/timeline.h"
 
 namespace rlscope {
@@ -20,6 +23,9 @@ struct ProcessSlice {
   std::vector<Instant> instants;  // inside the step, sorted by time
   std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
   bool late = false;              // had not flushed past the step end in time
+  // Overhead correction (correction.h); null when off. Times above are corrected.
+  std::shared_ptr<const Corrector> corrector;
+  CostModel costs;
 };
 
 // A process that should have connected but did not (identity strings as the
@@ -37,6 +43,12 @@ struct StepProfile {
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;
   int64_t clock_warn_bound_ns = 100000;  // config clock.warn_bound_us
+  // Overhead correction: end_ns stays the raw step end; corrected_end_ns is
+  // the controller's step end after correction (0 = not corrected).
+  bool corrected = false;
+  double correction_scale = 1.0;
+  int64_t corrected_end_ns = 0;
+  std::shared_ptr<const StepAnalysis> analysis;  // breakdown.h; null = none
   // Clock causality (Ray): worker executions of the controller's calls that
   // start before the call was submitted or end after its result was got.
   struct Causality {

@@ -7,6 +7,7 @@ namespace rlscope {
 void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   for (const auto& [id, s] : batch.strings) {
     if (s == "step") step_name_id_ = id;
+    if (s == "rlscope.calibration") calibration_name_ = id;
     strings_[id] = s;
   }
   for (const auto& [tid, name] : batch.thread_names) thread_names_[tid] = name;
@@ -26,7 +27,11 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   events_received_ += batch.gpu.size();
   for (const auto& block : batch.threads) {
     events_received_ += block.events.size();
+    auto& marks = cost_marks_[block.tid];
     for (const auto& e : block.events) {
+      // Events of rlscope_ray's start-up calibration (named
+      // "rlscope.calibration") are matched as usual, then left out.
+      bool calibration = calibration_name_ != 0 && e.name == calibration_name_;
       const bool has_payload = (e.flags & kFlagHasPayload) != 0;
       switch (static_cast<EventKind>(e.kind)) {
         case EventKind::kRangePush: {
@@ -52,6 +57,8 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           }
           Span s = it->second.back();
           it->second.pop_back();
+          calibration = calibration_name_ != 0 && s.name == calibration_name_;
+          if (calibration) break;
           s.end_ns = e.ts_ns;
           Close(s, steps);
           break;
@@ -86,12 +93,15 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           }
           Span s = it->second;
           open_async_.erase(it);
+          calibration = calibration_name_ != 0 && s.name == calibration_name_;
+          if (calibration) break;
           s.end_ns = e.ts_ns;
           s.end_tid = block.tid;
           Close(s, steps);
           break;
         }
         case EventKind::kMark: {
+          if (calibration) break;
           Instant i;
           i.ts_ns = e.ts_ns;
           i.tid = block.tid;
@@ -104,6 +114,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           break;
         }
       }
+      if (!calibration) marks.push_back({e.ts_ns, e.kind, e.flags});
     }
   }
 }
@@ -168,7 +179,24 @@ void ProcessTimeline::CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRe
   }
 }
 
+void ProcessTimeline::CutCosts(int64_t begin_ns, int64_t end_ns,
+                               std::map<int64_t, std::vector<CostMark>>* out) const {
+  for (const auto& [tid, marks] : cost_marks_) {
+    std::vector<CostMark>* dst = nullptr;
+    for (const CostMark& m : marks) {
+      if (m.ts_ns < begin_ns || m.ts_ns >= end_ns) continue;
+      if (dst == nullptr) dst = &(*out)[tid];
+      dst->push_back(m);
+    }
+  }
+}
+
 void ProcessTimeline::DiscardBefore(int64_t ns) {
+  for (auto it = cost_marks_.begin(); it != cost_marks_.end();) {
+    auto& marks = it->second;
+    while (!marks.empty() && marks.front().ts_ns < ns) marks.pop_front();
+    it = marks.empty() ? cost_marks_.erase(it) : std::next(it);
+  }
   // A device record goes with its launch; anything else once it ended.
   gpu_.erase(std::remove_if(gpu_.begin(), gpu_.end(),
                             [&](const GpuRecord& g) {

@@ -35,6 +35,17 @@ struct Span {
   bool clipped_begin = false;  // began before the step; begin_ns is the step's
   bool clipped_end = false;    // ended after the step (or open); end_ns is the step's
   int64_t step = -1;           // a controller's "step" range: its step number
+  // Before overhead correction (correction.h); equal to begin/end when none applied.
+  int64_t raw_begin_ns = 0;
+  int64_t raw_end_ns = 0;
+};
+
+// One recorded event of a thread, kept for overhead correction: when it was
+// recorded and what it cost (by kind and entry point, costed by CostModel).
+struct CostMark {
+  int64_t ts_ns = 0;
+  uint8_t kind = 0;   // EventKind
+  uint8_t flags = 0;  // EventFlags
 };
 
 struct Instant {
@@ -80,6 +91,8 @@ class ProcessTimeline {
   // overlapping [begin, end); device-side ones (kernels, copies, sets) whose
   // launching API call began in it, or, launch unknown, that overlap it.
   void CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecord>* out) const;
+  // Every recorded event in [begin, end), per thread, in recording order.
+  void CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const;
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
   void DiscardBefore(int64_t ns);
@@ -119,6 +132,8 @@ class ProcessTimeline {
   std::deque<Span> done_;         // completed, in completion order
   std::deque<Instant> instants_;  // in arrival order
   std::deque<GpuRecord> gpu_;      // in arrival order
+  std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order
+  uint32_t calibration_name_ = 0;  // id of "rlscope.calibration": those events are left out
   std::unordered_map<uint32_t, int64_t> launches_;  // correlation -> API call start
   int64_t watermark_ns_ = 0;
   int64_t next_auto_step_ = 1;

@@ -1,0 +1,277 @@
+#include "aggregator/breakdown.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "aggregator/correction.h"
+#include "aggregator/exporter.h"
+
+namespace rlscope {
+
+std::vector<Interval> UnionClipped(std::vector<Interval> v, int64_t lo, int64_t hi) {
+  for (Interval& i : v) i.begin = std::max(i.begin, lo), i.end = std::min(i.end, hi);
+  v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return i.end <= i.begin; }), v.end());
+  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (!out.empty() && i.begin <= out.back().end) {
+      out.back().end = std::max(out.back().end, i.end);
+    } else {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+int64_t TotalLength(const std::vector<Interval>& disjoint) {
+  int64_t n = 0;
+  for (const Interval& i : disjoint) n += i.end - i.begin;
+  return n;
+}
+
+std::vector<Interval> Subtract(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  std::vector<Interval> out;
+  size_t j = 0;
+  for (Interval cur : a) {
+    while (j < b.size() && b[j].end <= cur.begin) ++j;
+    size_t k = j;
+    while (k < b.size() && b[k].begin < cur.end) {
+      if (b[k].begin > cur.begin) out.push_back({cur.begin, b[k].begin});
+      cur.begin = std::max(cur.begin, b[k].end);
+      if (cur.begin >= cur.end) break;
+      ++k;
+    }
+    if (cur.begin < cur.end) out.push_back(cur);
+  }
+  return out;
+}
+
+Overlap ResourceOverlap(const std::vector<Interval>& cpu, const std::vector<Interval>& gpu, int64_t lo,
+                        int64_t hi) {
+  Overlap o;
+  if (hi <= lo) return o;
+  // Sweep the edges of both unions; between two edges the state is constant.
+  const std::vector<Interval> c = UnionClipped(cpu, lo, hi), g = UnionClipped(gpu, lo, hi);
+  std::vector<std::pair<int64_t, int>> edges;  // (time, +-1 cpu / +-2 gpu)
+  edges.reserve(2 * (c.size() + g.size()));
+  for (const Interval& i : c) edges.push_back({i.begin, 1}), edges.push_back({i.end, -1});
+  for (const Interval& i : g) edges.push_back({i.begin, 2}), edges.push_back({i.end, -2});
+  std::sort(edges.begin(), edges.end());
+  int64_t t = lo;
+  int cpu_on = 0, gpu_on = 0;
+  auto account = [&](int64_t until) {
+    const int64_t d = until - t;
+    if (d <= 0) return;
+    if (cpu_on && gpu_on) o.cpu_gpu += d;
+    else if (cpu_on) o.cpu_only += d;
+    else if (gpu_on) o.gpu_only += d;
+    else o.idle += d;
+  };
+  for (const auto& [at, delta] : edges) {
+    account(at);
+    t = std::max(t, at);
+    if (delta == 1 || delta == -1) cpu_on += delta;
+    else gpu_on += delta / 2;
+  }
+  account(hi);
+  return o;
+}
+
+double NaiveUtilization(const std::vector<Interval>& gpu, int64_t lo, int64_t hi, int64_t sample_ns) {
+  if (hi <= lo || sample_ns <= 0) return 0;
+  const int64_t bins = (hi - lo + sample_ns - 1) / sample_ns;
+  std::set<int64_t> touched;
+  for (const Interval& i : UnionClipped(gpu, lo, hi)) {
+    for (int64_t b = (i.begin - lo) / sample_ns; b <= (i.end - 1 - lo) / sample_ns; ++b) touched.insert(b);
+  }
+  return static_cast<double>(touched.size()) / static_cast<double>(bins);
+}
+
+namespace {
+
+bool OnDevice(const GpuRecord& g) {
+  const auto k = static_cast<GpuKind>(g.kind);
+  return k == GpuKind::kKernel || k == GpuKind::kMemcpy || k == GpuKind::kMemset;
+}
+
+int64_t Median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// A controller sub-task occurrence: its corrected and raw bounds.
+struct Window {
+  std::string name;
+  int occurrence = 0;
+  int64_t begin = 0, end = 0;
+  int64_t raw_begin = 0, raw_end = 0;
+  const Span* span = nullptr;
+};
+
+}  // namespace
+
+StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks) {
+  StepAnalysis a;
+  const int64_t step_begin = profile.begin_ns;
+  const int64_t step_end = profile.corrected_end_ns > 0 ? profile.corrected_end_ns : profile.end_ns;
+  a.step_ns = step_end - step_begin;
+
+  // The controller's sub-task windows, in time order.
+  const ProcessSlice* controller = nullptr;
+  for (const ProcessSlice& s : profile.processes) {
+    if (s.process->is_controller()) controller = &s;
+  }
+  std::vector<Window> windows;
+  if (controller != nullptr) {
+    const Span* step_span = nullptr;
+    for (const Span& s : controller->spans) {
+      if (s.step == profile.step) step_span = &s;
+    }
+    const std::set<std::string> wanted(subtasks.begin(), subtasks.end());
+    for (const Span& s : controller->spans) {
+      if (s.step >= 0) continue;
+      const std::string name = controller->process->String(s.name);
+      const bool take = !wanted.empty() ? wanted.count(name) != 0
+                                        : step_span != nullptr && s.tid == step_span->tid &&
+                                              s.domain == step_span->domain && s.depth == step_span->depth + 1;
+      if (take && !name.empty()) windows.push_back({name, 0, s.begin_ns, s.end_ns, s.raw_begin_ns, s.raw_end_ns, &s});
+    }
+    std::sort(windows.begin(), windows.end(), [](const Window& x, const Window& y) { return x.begin < y.begin; });
+    std::map<std::string, int> seen;
+    for (Window& w : windows) w.occurrence = ++seen[w.name];
+  }
+
+  // Per process: CPU busy (minus sync waits) and GPU busy intervals.
+  struct Busy {
+    std::vector<Interval> cpu, gpu;
+  };
+  std::vector<Busy> busy(profile.processes.size());
+  for (size_t p = 0; p < profile.processes.size(); ++p) {
+    const ProcessSlice& s = profile.processes[p];
+    std::vector<Interval> cpu, waits;
+    for (const Span& sp : s.spans) {
+      if (sp.step >= 0) continue;
+      if (&s == controller && std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.span == &sp; })) {
+        continue;  // the window itself: the controller waits in it
+      }
+      cpu.push_back({sp.begin_ns, sp.end_ns});
+    }
+    for (const GpuRecord& g : s.gpu) {
+      if (OnDevice(g)) busy[p].gpu.push_back({g.start_ns, g.end_ns});
+      else if (static_cast<GpuKind>(g.kind) == GpuKind::kSync) waits.push_back({g.start_ns, g.end_ns});
+    }
+    busy[p].cpu = Subtract(UnionClipped(cpu, step_begin, step_end), UnionClipped(waits, step_begin, step_end));
+  }
+
+  auto removed = [](const ProcessSlice& s, int64_t raw_from, int64_t raw_to) {
+    if (!s.corrector) return int64_t{0};
+    int64_t n = 0;
+    for (int64_t tid : s.corrector->tids()) n += s.corrector->RemovedNs(tid, raw_from, raw_to);
+    return n;
+  };
+
+  // Rows: the whole step, then each sub-task name (its occurrences summed).
+  std::vector<std::string> names;
+  for (const Window& w : windows) {
+    if (std::find(names.begin(), names.end(), w.name) == names.end()) names.push_back(w.name);
+  }
+  for (size_t p = 0; p < profile.processes.size(); ++p) {
+    const ProcessSlice& s = profile.processes[p];
+    BreakdownRow row;
+    row.subtask = "step";
+    row.occurrences = 1;
+    row.process = static_cast<int>(p);
+    row.window_ns = a.step_ns;
+    row.overlap = ResourceOverlap(busy[p].cpu, busy[p].gpu, step_begin, step_end);
+    row.overhead_ns = removed(s, profile.begin_ns, profile.end_ns);
+    a.rows.push_back(row);
+  }
+  for (const std::string& name : names) {
+    for (size_t p = 0; p < profile.processes.size(); ++p) {
+      const ProcessSlice& s = profile.processes[p];
+      BreakdownRow row;
+      row.subtask = name;
+      row.process = static_cast<int>(p);
+      for (const Window& w : windows) {
+        if (w.name != name) continue;
+        ++row.occurrences;
+        row.window_ns += w.end - w.begin;
+        const Overlap o = ResourceOverlap(busy[p].cpu, busy[p].gpu, w.begin, w.end);
+        row.overlap.cpu_only += o.cpu_only;
+        row.overlap.gpu_only += o.gpu_only;
+        row.overlap.cpu_gpu += o.cpu_gpu;
+        row.overlap.idle += o.idle;
+        row.overhead_ns += removed(s, w.raw_begin, w.raw_end);
+      }
+      a.rows.push_back(row);
+    }
+  }
+
+  // Critical path and stragglers: each worker's same-named work in a window.
+  std::map<std::string, std::map<int, int64_t>> per_rank;  // name -> slice -> ns
+  int64_t covered = 0;
+  int64_t last_end = step_begin;
+  for (const Window& w : windows) {
+    CriticalSegment seg;
+    seg.subtask = w.name;
+    seg.occurrence = w.occurrence;
+    seg.begin_ns = w.begin - step_begin;
+    seg.duration_ns = w.end - w.begin;
+    covered += std::max<int64_t>(0, w.end - std::max(w.begin, last_end));
+    last_end = std::max(last_end, w.end);
+    std::vector<int64_t> durations;
+    int64_t latest = INT64_MIN;
+    for (size_t p = 0; p < profile.processes.size(); ++p) {
+      const ProcessSlice& s = profile.processes[p];
+      if (&s == controller) continue;
+      int64_t ns = 0, end = INT64_MIN;
+      std::vector<Interval> work;
+      for (const Span& sp : s.spans) {
+        if (sp.end_ns <= w.begin || sp.begin_ns >= w.end) continue;
+        if (s.process->String(sp.name) != w.name) continue;
+        work.push_back({sp.begin_ns, sp.end_ns});
+        end = std::max(end, std::min(sp.end_ns, w.end));
+      }
+      if (work.empty()) continue;
+      ns = TotalLength(UnionClipped(work, w.begin, w.end));
+      durations.push_back(ns);
+      per_rank[w.name][static_cast<int>(p)] += ns;
+      if (end > latest) latest = end, seg.critical = static_cast<int>(p), seg.critical_ns = ns;
+    }
+    seg.median_ns = Median(durations);
+    a.critical_path.push_back(seg);
+  }
+  a.controller_ns = std::max<int64_t>(0, a.step_ns - covered);
+  for (const std::string& name : names) {
+    const auto& ranks = per_rank[name];
+    if (ranks.size() < 2) continue;
+    Straggler st;
+    st.subtask = name;
+    st.ranks = static_cast<int>(ranks.size());
+    std::vector<int64_t> v;
+    st.fastest_ns = INT64_MAX;
+    for (const auto& [index, ns] : ranks) {
+      v.push_back(ns);
+      if (ns > st.slowest_ns || st.slowest < 0) st.slowest_ns = ns, st.slowest = index;
+      st.fastest_ns = std::min(st.fastest_ns, ns);
+    }
+    st.median_ns = Median(v);
+    a.stragglers.push_back(st);
+  }
+
+  for (size_t p = 0; p < profile.processes.size(); ++p) {
+    if (busy[p].gpu.empty()) continue;
+    GpuUtilization u;
+    u.process = static_cast<int>(p);
+    u.busy_ns = TotalLength(UnionClipped(busy[p].gpu, step_begin, step_end));
+    u.busy_fraction = a.step_ns > 0 ? static_cast<double>(u.busy_ns) / a.step_ns : 0;
+    u.naive_fraction = NaiveUtilization(busy[p].gpu, step_begin, step_end, kNaiveSampleNs);
+    a.gpu.push_back(u);
+  }
+  return a;
+}
+
+}  // namespace rlscope

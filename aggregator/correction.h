@@ -1,0 +1,70 @@
+// Overhead correction: removing the profiler's own time from each thread.
+//
+// Model (RL-Scope's, per thread and without re-runs): every recorded event
+// cost its thread a calibrated amount of time, all of it spent just before
+// the event's timestamp (the caller-side work, e.g. the `nvtx` package
+// building attributes, comes before the call that records). Within a step,
+// anchored at the step's begin, a time t on thread T moves earlier by the
+// summed cost of T's events recorded in (step begin, t]. Later events shift,
+// enclosing ranges shrink; the step itself shrinks by its controller
+// thread's total. Costs come from each process's Hello (wire.h
+// Hello::costs), times `correction.scale`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "aggregator/timeline.h"
+
+namespace rlscope {
+
+// What one event of a process costs, by kind and entry point.
+class CostModel {
+ public:
+  CostModel() = default;
+  CostModel(const std::map<std::string, double>& costs, double scale);
+  // Picoseconds (sub-ns costs add up over millions of events).
+  int64_t CostPs(uint8_t kind, uint8_t flags) const;
+  // The costs actually used, ns per event (the Hello's, scaled), for summaries.
+  const std::map<std::string, double>& costs_ns() const { return costs_ns_; }
+
+ private:
+  static constexpr int kKinds = 6;  // EventKind values 1..5
+  int64_t own_ps_[kKinds] = {};     // the collector's recording
+  int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (opening events)
+  int64_t api_ps_[kKinds] = {};     // extra for kFlagViaApi (opening events)
+  std::map<std::string, double> costs_ns_;
+};
+
+// The time shift of one process in one step.
+class Corrector {
+ public:
+  // `marks`: per thread, the events recorded in the step (aggregator clock),
+  // in recording order; `begin_ns` anchors the step (no shift before it).
+  Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model, int64_t begin_ns);
+  // Time removed from thread `tid` up to and including `t`.
+  int64_t ShiftNs(int64_t tid, int64_t t) const;
+  int64_t Correct(int64_t tid, int64_t t) const { return t - ShiftNs(tid, t); }
+  // Summed over threads: the time removed in the whole step.
+  int64_t total_ns() const { return total_ns_; }
+  // The time removed on `tid` in [from, to].
+  int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const {
+    return ShiftNs(tid, to) - ShiftNs(tid, from - 1);
+  }
+  uint64_t events() const { return events_; }
+  const std::vector<int64_t>& tids() const { return tids_; }
+
+ private:
+  struct Thread {
+    std::vector<int64_t> ts;     // sorted event times
+    std::vector<int64_t> cum_ps; // cost of events [0, i], picoseconds
+  };
+  std::map<int64_t, Thread> threads_;
+  std::vector<int64_t> tids_;
+  int64_t total_ns_ = 0;
+  uint64_t events_ = 0;
+};
+
+}  // namespace rlscope

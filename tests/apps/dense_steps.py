@@ -1,0 +1,49 @@
+"""A dense-annotation workload with a known uninstrumented step time.
+
+    python dense_steps.py --steps N --ranges R [--report FILE]
+
+Each step (rlscope_ray.step, the controller convention) runs R iterations
+of a small pure-Python function, each inside an `nvtx` push/pop range, the
+way verl-style code annotates with the `nvtx` package. The program times its
+own steps (perf_counter) and writes them to --report as JSON. Run it once
+without the collector (the uninstrumented time) and once under it: overhead
+correction should bring the profile's step time back to the former.
+"""
+import argparse
+import json
+import time
+
+import nvtx
+import rlscope_ray
+
+
+def work(x: int) -> int:
+    for _ in range(3):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+    return x
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--ranges", type=int, default=100000)
+    ap.add_argument("--report")
+    args = ap.parse_args()
+    x = 1
+    steps_ms = []
+    for s in range(1, args.steps + 1):
+        t0 = time.perf_counter()
+        with rlscope_ray.step(s):
+            for _ in range(args.ranges):
+                nvtx.push_range("op")
+                x = work(x)
+                nvtx.pop_range()
+        steps_ms.append((time.perf_counter() - t0) * 1e3)
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump({"steps_ms": steps_ms, "x": x}, f)
+    print(json.dumps(steps_ms))
+
+
+if __name__ == "__main__":
+    main()

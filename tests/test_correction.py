@@ -1,0 +1,74 @@
+"""Overhead correction on a dense-annotation workload whose uninstrumented
+step time is measured in the same test: 100k `nvtx` ranges per step around a
+small Python function (tests/apps/dense_steps.py)."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from conftest import ROOT
+
+APP = ROOT / "tests/apps/dense_steps.py"
+STEPS = 5
+RANGES = 100_000
+
+
+def _uninstrumented(tmp_path, tag: str) -> list:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("RLSCOPE_") and k != "NVTX_INJECTION64_PATH"}
+    report = tmp_path / f"plain_{tag}.json"
+    subprocess.run([sys.executable, str(APP), "--steps", str(STEPS), "--ranges", str(RANGES),
+                    "--report", str(report)], env=env, check=True, timeout=120, stdout=subprocess.DEVNULL)
+    return json.loads(report.read_text())["steps_ms"]
+
+
+def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factory, tmp_path):
+    # Uninstrumented before and after the profiled run, so machine drift
+    # shows up as spread between the two.
+    plain = _uninstrumented(tmp_path, "a")
+    agg = aggregator_factory(config="buffers: {per_thread_kb: 32768}\n")
+    report = tmp_path / "profiled.json"
+    subprocess.run([sys.executable, str(APP), "--steps", str(STEPS), "--ranges", str(RANGES),
+                    "--report", str(report)],
+                   env=agg.env(role="controller", config='{"buffers": {"per_thread_kb": 32768}}'),
+                   check=True, timeout=120, stdout=subprocess.DEVNULL)
+    agg.wait(timeout=60)
+    plain += _uninstrumented(tmp_path, "b")
+
+    raw, corrected = [], []
+    for n in range(1, STEPS + 1):
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        assert summary["correction"]["enabled"] is True
+        (proc,) = summary["processes"]
+        assert proc["dropped_total"] == 0
+        # Every range and the step were costed: the nvtx package's caller-side
+        # cost was calibrated in the process, and the collector's own.
+        assert proc["overhead"]["events"] >= 2 * RANGES
+        assert proc["overhead"]["costs_ns"]["py_nvtx_push"] > 0
+        assert proc["overhead"]["costs_ns"]["push"] > 0
+        raw.append(summary["duration_ms"])
+        corrected.append(summary["correction"]["duration_ms"])
+    # The raw profile is what the program measured of itself under the profiler.
+    measured = json.loads(report.read_text())["steps_ms"]
+    assert abs(statistics.median(raw) - statistics.median(measured)) < 0.05 * statistics.median(measured)
+
+    base = statistics.median(plain)
+    raw_err = abs(statistics.median(raw) - base) / base
+    corr_err = abs(statistics.median(corrected) - base) / base
+    print(f"uninstrumented {base:.1f} ms, raw {statistics.median(raw):.1f} ms ({100 * raw_err:+.1f}%), "
+          f"corrected {statistics.median(corrected):.1f} ms ({100 * corr_err:.1f}% off)")
+    # The annotations inflate this workload by well over half (the `nvtx`
+    # package builds attributes on every call once a tool is attached).
+    assert raw_err > 0.3
+    assert corr_err < raw_err
+    # Tolerance: start-up calibration measures the cost in a loop like, not
+    # inside, the workload, and both that loop and the workload's real
+    # overhead vary by about 10 % from run to run on this 2-core machine. Over
+    # seven runs the corrected median landed 1.7-16.2 % from the
+    # uninstrumented one (typically 3-6 %). 25 % still fails a correction that
+    # is off by a third of the overhead, and any run without the caller-side
+    # calibration (the raw error is 66-80 %).
+    assert corr_err < 0.25, (plain, raw, corrected)
