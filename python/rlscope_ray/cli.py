@@ -4,9 +4,13 @@
     rlscope-ray check CONFIG          # validate; print the resolved config or the errors
     rlscope-ray check --keys          # every config key with its default and meaning
     rlscope-ray paths                 # where the collector library and daemon are
+    rlscope-ray report DIR [--out FILE]   # one self-contained HTML page of a run
 
 The daemon and the config checker are native (the same code the collector
-uses); this module only dispatches to them.
+uses); this module only dispatches to them. ``report`` is pure Python
+(rlscope_ray.report): it reads DIR/run.json and DIR/step_<N>/summary.json,
+writes DIR/report.html (or FILE) and prints the path written; a DIR that is
+missing or not an output directory is a one-line error and exit status 2.
 """
 from __future__ import annotations
 
@@ -26,6 +30,28 @@ def _exec_native(args: List[str]) -> int:
     sys.stdout.flush()
     os.execv(binary, [binary] + args)
     return 2  # not reached
+
+
+def _report(args: List[str]) -> int:
+    import argparse
+
+    from .report import ReportError, write_report
+
+    parser = argparse.ArgumentParser(prog="rlscope-ray report",
+                                     description="Write the self-contained HTML report of a run.")
+    parser.add_argument("dir", metavar="DIR", help="the aggregator's output directory (holds run.json)")
+    parser.add_argument("--out", metavar="FILE", help="where to write the page (default DIR/report.html)")
+    ns = parser.parse_args(args)  # exits 2 with usage on bad arguments
+    try:
+        path = write_report(ns.dir, ns.out)
+    except ReportError as e:
+        print(f"rlscope-ray report: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"rlscope-ray report: cannot write {e.filename or ns.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -48,6 +74,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"collector: {collector_path()}")
         print(f"aggregator: {aggregator_path()}")
         return 0
+    if cmd == "report":
+        return _report(rest)
     print(f"rlscope-ray: unknown command '{cmd}'\n\n{usage.strip()}", file=sys.stderr)
     return 2
 

@@ -156,6 +156,14 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
 
         shutdown_collector()  # flush and goodbye: the aggregator writes the last steps
         _stop_aggregator(session, timeout=timeout_s)
+        if session.output_dir and os.path.isdir(session.output_dir):
+            # <out>/report.html: the run's steps at a glance (rlscope_ray.report).
+            from . import report
+
+            try:
+                report.write_report(session.output_dir)
+            except Exception as e:  # a report must never fail the job
+                print(f"rlscope: could not write the report in {session.output_dir}: {e}", file=sys.stderr)
         if session.started_ray and ray.is_initialized():
             ray.shutdown()
         return session.output_dir

@@ -1,0 +1,317 @@
+"""The HTML report (`rlscope-ray report DIR`), rendered by a real headless
+Chromium: the page's own script draws the charts, and what we check is the DOM
+after it ran, the page's error element and Chromium's console log.
+
+Console detection: Chromium (156 on Debian 12) logs every page console message
+as `INFO:CONSOLE:<line>] "<message>", source: ...` whatever its level, so
+console.error cannot be told from console.log there; uncaught exceptions read
+`"Uncaught ..."`. The report script writes nothing to the console, so any
+CONSOLE line is a failure. test_error_detectors_catch_a_deliberate_error
+proves the detectors fire.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from conftest import ROOT
+
+CHROMIUM = shutil.which("chromium")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed; scripts/install_deps.sh installs it")
+ARTIFACTS = ROOT / "build" / "test-artifacts"
+SEGMENT_KINDS = ("cpu_only", "gpu_only", "cpu_gpu", "idle", "overhead")
+CHART_CLASSES = ("breakdown-chart", "critical-path-chart", "gpu-util-chart")
+# summary key -> (part of the step section, chart class or None for a table-only part)
+PARTS = {"breakdown": ("part-breakdown", "breakdown-chart"),
+         "critical_path": ("part-critical-path", "critical-path-chart"),
+         "stragglers": ("part-stragglers", None),
+         "gpu_utilization": ("part-gpu", "gpu-util-chart")}
+HOSTILE_LABEL = 'evil <img src=x onerror="throw 1"></script><script>throw new Error("injected")</script>'
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlscope_ray.cli", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+class Element:
+    def __init__(self, tag: str, attrs: Dict[str, str], section: Optional[str], part: Optional[str]):
+        self.tag, self.attrs, self.section, self.part = tag, attrs, section, part
+        self.classes = set(attrs.get("class", "").split())
+        self.text = ""
+
+
+class Page(HTMLParser):
+    """The DOM Chromium dumped, flattened: every element with the step section
+    and part it sits in, and its own text (direct text children only)."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    def __init__(self, dom: str):
+        super().__init__(convert_charrefs=True)
+        self.elements: List[Element] = []
+        self._stack: List[Element] = []
+        self.feed(dom)
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: v or "" for k, v in attrs}
+        parent = self._stack[-1] if self._stack else None
+        section = a["id"] if tag == "section" and "id" in a else (parent.section if parent else None)
+        part = next((c for c in a.get("class", "").split() if c.startswith("part-")),
+                    parent.part if parent else None)
+        e = Element(tag, a, section, part)
+        self.elements.append(e)
+        if tag not in self.VOID:
+            self._stack.append(e)
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag not in self.VOID:
+            self._stack.pop()
+
+    def handle_endtag(self, tag):
+        for i in range(len(self._stack) - 1, -1, -1):
+            if self._stack[i].tag == tag:
+                del self._stack[i:]
+                return
+
+    def handle_data(self, data):
+        if self._stack:
+            self._stack[-1].text += data
+
+    def find(self, tag: Optional[str] = None, cls: Optional[str] = None, **where) -> List[Element]:
+        return [e for e in self.elements if (tag is None or e.tag == tag) and (cls is None or cls in e.classes)
+                and all(getattr(e, k) == v for k, v in where.items())]
+
+    def by_id(self, id_: str) -> Element:
+        (e,) = [e for e in self.elements if e.attrs.get("id") == id_]
+        return e
+
+    @property
+    def rendered(self) -> Optional[str]:
+        (body,) = self.find("body")
+        return body.attrs.get("data-rendered")
+
+
+def _chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp}",
+                           "--virtual-time-budget=2000", *extra, url], capture_output=True, text=True, timeout=60)
+
+
+def render(html_path: Path, tmp: Path) -> Tuple[Page, List[str]]:
+    """The DOM after the page's scripts ran, and Chromium's console lines."""
+    r = _chromium(html_path.resolve().as_uri(), tmp / "chromium-profile", "--enable-logging=stderr", "--v=0",
+                  "--dump-dom")
+    assert r.returncode == 0 and "<body" in r.stdout, f"chromium failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    return Page(r.stdout), console_lines(r.stderr)
+
+
+def console_lines(stderr: str) -> List[str]:
+    """Every page console message or uncaught exception Chromium logged."""
+    return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+
+
+def assert_clean(page: Page, console: List[str]) -> None:
+    errors = page.by_id("errors").text.strip()
+    assert errors == "", f"the page reported errors:\n{errors}"
+    assert console == [], "chromium console:\n" + "\n".join(console)
+
+
+# --- a summary with every section -------------------------------------------
+
+def _proc(label: str, role: str, rank: Optional[int], gpu: int) -> dict:
+    return {"session": f"s-{label[:4]}", "label": label, "host": "vm", "pid": 100 + (rank or 0), "rank": rank,
+            "role": role, "name": "app.py", "selected": True, "labels": {}, "spans": 12, "instants": 1,
+            "gpu_records": gpu, "events_received_total": 40, "dropped_total": 0, "unmatched_total": 0,
+            "late": False, "clock": {"aligned": True, "offset_ns": 10, "drift_ppm": 0.1, "bound_ns": 500,
+                                     "probes": 8, "bursts": 2},
+            "overhead": {"events": 13, "subtracted_ms": 0.05, "costs_ns": {"push": 8.9, "pop": 8.7}}}
+
+
+def full_summary(step: int) -> dict:
+    """A summary with every section of docs/summary_format.md filled in."""
+    workers = {0: "node 10.0.0.1 / PPOWorker (rank 0) / pid 100", 1: HOSTILE_LABEL}
+    breakdown = []
+    for subtask, window in (("generate", 40.0), ("update_actor", 25.0)):
+        for rank, label in workers.items():
+            cpu, gpu, both = 0.3 * window, 0.2 * window + rank, 0.25 * window
+            breakdown.append({"subtask": subtask, "occurrences": 1, "rank": rank, "process": label,
+                              "session": f"s{rank}", "role": "worker", "window_ms": window, "cpu_only_ms": cpu,
+                              "gpu_only_ms": gpu, "cpu_gpu_ms": both, "idle_ms": window - cpu - gpu - both,
+                              "overhead_ms": 0.4 + rank})
+    return {
+        "step": step, "begin_ns": 1_000_000, "end_ns": 81_000_000, "duration_ms": 80.0, "reason": "complete",
+        "processes": [_proc("node 10.0.0.1 / driver.py (controller) / pid 99", "controller", None, 0)]
+                     + [_proc(label, "worker", rank, 300) for rank, label in workers.items()],
+        "late_processes": [], "not_profiled": [{"class_name": "PPOWorker", "pid": "777"}],
+        "clock_warnings": ["rank 1: clock bound 2.1 ms is wider than the 1 ms tolerance"],
+        "causality": {"checked": 120, "violations": 2, "max_violation_ns": 1500},
+        "totals": {"processes": 3, "spans": 36, "instants": 3, "dropped": 0},
+        "correction": {"enabled": True, "scale": 1.0, "duration_ms": 79.2, "subtracted_ms": 0.8},
+        "breakdown": breakdown,
+        "gpu_utilization": [{"process": label, "rank": rank, "session": f"s{rank}", "gpu_busy_ms": 30.0 + rank,
+                             "gpu_busy_pct": 38.0 + rank, "naive_util_pct": 90.0, "sample_ms": 10.0}
+                            for rank, label in workers.items()],
+        "critical_path": {"step_ms": 79.2, "controller_ms": 9.2, "segments": [
+            {"subtask": "generate", "occurrence": 0, "begin_ms": 2.0, "duration_ms": 40.0, "critical_rank": 1,
+             "critical_process": HOSTILE_LABEL, "critical_ms": 39.0, "median_ms": 30.0},
+            {"subtask": "compute_advantage", "occurrence": 0, "begin_ms": 42.0, "duration_ms": 3.0,
+             "critical_rank": None, "critical_process": None, "critical_ms": None, "median_ms": None},
+            {"subtask": "update_actor", "occurrence": 0, "begin_ms": 45.0, "duration_ms": 25.0,
+             "critical_rank": 0, "critical_process": workers[0], "critical_ms": 25.0, "median_ms": 24.0}]},
+        "stragglers": [
+            {"subtask": "generate", "ranks": 2, "slowest_rank": 1, "slowest_process": HOSTILE_LABEL,
+             "slowest_ms": 39.0, "median_ms": 26.0, "ratio": 1.5, "fastest_ms": 13.0},
+            {"subtask": "update_actor", "ranks": 2, "slowest_rank": 0, "slowest_process": workers[0],
+             "slowest_ms": 25.0, "median_ms": 24.0, "ratio": 1.04, "fastest_ms": 23.0}],
+    }
+
+
+def make_run_dir(tmp: Path) -> Path:
+    """Step 1: every section. Step 2: an older summary without any analysis
+    section. Step 3: a summary.json cut short (unreadable)."""
+    run = tmp / "run"
+    for n in (1, 2, 3):
+        (run / f"step_{n}").mkdir(parents=True)
+    (run / "step_1" / "summary.json").write_text(json.dumps(full_summary(1)))
+    old = {k: v for k, v in full_summary(2).items()
+           if k in ("step", "begin_ns", "end_ns", "duration_ms", "reason", "processes", "late_processes",
+                    "not_profiled", "totals")}
+    (run / "step_2" / "summary.json").write_text(json.dumps(old))
+    (run / "step_3" / "summary.json").write_text('{"step": 3, "dura')
+    (run / "run.json").write_text(json.dumps({
+        "format": "rlscope-ray run v1", "final": True, "config_yaml": "steps: [1, 2, 3]\n",
+        "processes": [{"label": HOSTILE_LABEL, "role": "worker", "rank": 1, "selected": True,
+                       "events_received": 99, "dropped": 0, "said_bye": True}],
+        "steps_written": [1, 2, 3], "not_profiled": [], "steps_seen": 3, "late_events": 4, "decode_errors": 0,
+        "last_decode_error": ""}))
+    return run
+
+
+@pytest.fixture
+def full_report(tmp_path) -> Path:
+    run = make_run_dir(tmp_path)
+    r = _cli("report", str(run))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(run / "report.html")
+    return run / "report.html"
+
+
+# --- tests ------------------------------------------------------------------
+
+@needs_chromium
+def test_report_with_every_section_renders_all_charts(full_report, tmp_path):
+    page, console = render(full_report, tmp_path)
+    assert_clean(page, console)
+
+    charts = {c: page.find(cls=c) for c in CHART_CLASSES}
+    assert {c: len(v) for c, v in charts.items()} == {c: 1 for c in CHART_CLASSES}
+    assert all(e.section == "step-1" and "chart" in e.classes for v in charts.values() for e in v)
+    assert page.rendered == "3"
+    for kind in SEGMENT_KINDS:  # 2 sub-tasks x 2 ranks, every segment non-zero
+        rects = page.find("rect", f"seg-{kind}", section="step-1")
+        assert len(rects) == 4, (kind, len(rects))
+    assert len(page.find("rect", "cp-seg")) == 2 and len(page.find("rect", "cp-nocrit")) == 1
+    assert len(page.find("rect", "gpu-busy")) == 2 and len(page.find("rect", "gpu-naive")) == 2
+    # Hover values: every segment carries its value in ms in an SVG <title>.
+    titles = [e.text for e in page.find("title", section="step-1", part="part-breakdown")]
+    assert any(t.startswith("profiler overhead (removed): 1.400 ms") for t in titles), titles[:5]
+    labels = [e.text for e in page.find("text", part="part-critical-path")]
+    assert "generate \u2192 rank 1" in labels and "compute_advantage \u2192 no worker" in labels, labels
+
+    hot = page.find("tr", "hot", part="part-stragglers")
+    assert len(hot) == 1 and "generate" in [e.text for e in page.find("td", part="part-stragglers")]
+    warn = page.find("ul", "clock_warnings", section="step-1")
+    assert warn and "clock bound 2.1 ms" in page.find("li", section="step-1", part="part-counts")[0].text
+
+    # Step 2 (an older summary): every analysis section says none, no charts.
+    for key, (part, chart) in PARTS.items():
+        assert page.find("p", "none", section="step-2", part=part), key
+    assert not [e for c in CHART_CLASSES for e in page.find(cls=c, section="step-2")]
+    # Step 3 (unreadable summary) is listed, with the reason.
+    assert any("unreadable" in e.text for e in page.find("p", "warn", section="step-3"))
+    assert [e.attrs["href"] for e in page.find("a", section=None) if e.attrs.get("href", "").startswith("#")] \
+        == ["#step-1", "#step-2", "#step-3"]
+
+    # Labels from user programs stay text: no injected element, the label readable.
+    assert not page.find("img")
+    assert any(HOSTILE_LABEL in e.text for e in page.find("td"))
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    png = ARTIFACTS / "report.png"
+    png.unlink(missing_ok=True)
+    r = _chromium(full_report.resolve().as_uri(), tmp_path / "chromium-shot", f"--screenshot={png}",
+                  "--window-size=1400,2400", "--hide-scrollbars")
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000, len(data)
+
+
+@needs_chromium
+def test_error_detectors_catch_a_deliberate_error(full_report, tmp_path):
+    """The checks above can fail: a broken chart and a thrown error show up in
+    the page's error element, the counter and Chromium's console log."""
+    page_html = full_report.read_text()
+    assert '"step1-gpu":' in page_html
+    broken = tmp_path / "broken.html"
+    broken.write_text(page_html.replace('"step1-gpu":', '"step1-gpu-renamed":').replace(
+        "</body>", '<script>console.error("deliberate console error");'
+                   'throw new Error("deliberate failure");</script></body>'))
+    page, console = render(broken, tmp_path)
+    errors = page.by_id("errors").text
+    assert "chart step1-gpu: no drawer or data" in errors and "deliberate failure" in errors, errors
+    assert page.rendered == "2"
+    assert any("Uncaught" in line and "deliberate failure" in line for line in console), console
+    assert any("deliberate console error" in line for line in console), console
+    with pytest.raises(AssertionError, match="the page reported errors"):
+        assert_clean(page, console)
+
+
+@needs_chromium
+def test_report_of_a_real_run(build_dir, aggregator_factory, tmp_path):
+    agg = aggregator_factory(grace_ms=500)
+    subprocess.run([str(build_dir / "tests/apps/nvtx_app"), "--steps", "2", "--step-ms", "5"],
+                   env=agg.env(role="controller"), check=True, timeout=60)
+    log = agg.wait()
+    run = json.loads((agg.out / "run.json").read_text())
+    assert run["steps_written"] == [1, 2], log
+    out = tmp_path / "elsewhere.html"
+    r = _cli("report", str(agg.out), "--out", str(out))
+    assert r.returncode == 0 and r.stdout.strip() == str(out), r.stderr
+    page, console = render(out, tmp_path)
+    assert_clean(page, console)
+
+    expected_charts = 0
+    for n in run["steps_written"]:
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        section = f"step-{n}"
+        assert page.find("section", section=section), section
+        assert any("nvtx_app" in e.text for e in page.find("td", section=section, part="part-counts"))
+        for key, (part, chart) in PARTS.items():
+            present = bool(summary.get(key)) and (key != "critical_path" or summary[key].get("segments"))
+            if present and chart:
+                assert len(page.find(cls=chart, section=section)) == 1, (section, key)
+                expected_charts += 1
+            elif not present:
+                assert page.find("p", "none", section=section, part=part), (section, key)
+    assert page.rendered == str(expected_charts)
+
+
+def test_missing_directory_is_a_one_line_error(tmp_path):
+    r = _cli("report", "/nonexistent")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "rlscope-ray report: /nonexistent: no such directory"
+    (tmp_path / "file").write_text("x")
+    r = _cli("report", str(tmp_path / "file"))
+    assert r.returncode == 2 and r.stderr.strip() == f"rlscope-ray report: {tmp_path / 'file'}: not a directory"
+    r = _cli("report", str(tmp_path))  # a directory, but not an output directory
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert str(tmp_path) in r.stderr and "not an rlscope-ray output directory" in r.stderr
