@@ -27,15 +27,12 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale) {
   nvtx_ex_ps_[static_cast<int>(EventKind::kRangePush)] = Ps(get("py_nvtx_push"));
   nvtx_ex_ps_[static_cast<int>(EventKind::kRangeStart)] = Ps(get("py_nvtx_start"));
   nvtx_ex_ps_[static_cast<int>(EventKind::kMark)] = Ps(get("py_nvtx_mark"));
-  api_ps_[static_cast<int>(EventKind::kRangePush)] = Ps(get("py_api_push"));
-  api_ps_[static_cast<int>(EventKind::kMark)] = Ps(get("py_api_mark"));
 }
 
 int64_t CostModel::CostPs(uint8_t kind, uint8_t flags) const {
   if (kind >= kKinds) return 0;
   int64_t ps = own_ps_[kind];
   if ((flags & kFlagViaNvtxEx) != 0) ps += nvtx_ex_ps_[kind];
-  if ((flags & kFlagViaApi) != 0) ps += api_ps_[kind];
   return ps;
 }
 

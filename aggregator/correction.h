@@ -34,7 +34,6 @@ class CostModel {
   static constexpr int kKinds = 6;  // EventKind values 1..5
   int64_t own_ps_[kKinds] = {};     // the collector's recording
   int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (opening events)
-  int64_t api_ps_[kKinds] = {};     // extra for kFlagViaApi (opening events)
   std::map<std::string, double> costs_ns_;
 };
 

@@ -38,7 +38,7 @@ int rlscope_collector_armed(void) {
 void rlscope_range_push(const char* name) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePush(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagViaApi);
+  if (Enter(&c, &ts)) c->RangePush(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagNone);
 }
 
 uint32_t rlscope_intern(const char* name) {
@@ -54,32 +54,32 @@ uint32_t rlscope_intern(const char* name) {
 void rlscope_range_push_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagViaApi);
+  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
 }
 
 uint64_t rlscope_range_start_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  return Enter(&c, &ts) ? c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagViaApi) : 0;
+  return Enter(&c, &ts) ? c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagNone) : 0;
 }
 
 void rlscope_mark_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts) && c->armed()) c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagViaApi);
+  if (Enter(&c, &ts) && c->armed()) c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_range_push_payload(uint32_t name_id, uint64_t payload) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload | rlscope::kFlagViaApi);
+  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
 }
 
 void rlscope_mark_payload(uint32_t name_id, uint64_t payload) {
   Collector* c;
   ThreadState* ts;
   if (Enter(&c, &ts) && c->armed()) {
-    c->Record(ts, EventKind::kMark, name_id, 0, 0, payload, rlscope::kFlagHasPayload | rlscope::kFlagViaApi);
+    c->Record(ts, EventKind::kMark, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
   }
 }
 
@@ -93,7 +93,7 @@ uint64_t rlscope_range_start(const char* name) {
   Collector* c;
   ThreadState* ts;
   return Enter(&c, &ts) ? c->RangeStart(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0,
-                                        rlscope::kFlagViaApi)
+                                        rlscope::kFlagNone)
                         : 0;
 }
 
@@ -110,7 +110,7 @@ void rlscope_mark(const char* name) {
   Collector* c;
   ThreadState* ts;
   if (Enter(&c, &ts) && c->armed()) {
-    c->Record(ts, EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagViaApi);
+    c->Record(ts, EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
   }
 }
 
@@ -118,7 +118,7 @@ void rlscope_step_begin(int64_t step) {
   Collector* c;
   ThreadState* ts;
   if (Enter(&c, &ts, /*step_call=*/true)) {
-    c->RangePush(ts, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload | rlscope::kFlagViaApi);
+    c->RangePush(ts, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload);
   }
 }
 

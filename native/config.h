@@ -53,7 +53,7 @@ struct Config {
   } flush;
   struct Correction {
     bool enabled = true;
-    double scale = 1.0;  // applied to every calibrated cost (rlscope-ray calibrate)
+    double scale = 1.0;  // applied to every calibrated cost
   } correction;
   struct Clock {
     int64_t probe_interval_ms = 1000;  // 0 = no clock probes (one host)

@@ -24,10 +24,9 @@ enum class EventKind : uint8_t {
 enum EventFlags : uint8_t {
   kFlagNone = 0,
   kFlagHasPayload = 1 << 0,  // `value` carries an integer payload
-  // Where the event came in (overhead correction charges the caller-side
-  // cost calibrated for that entry, e.g. the `nvtx` Python package's):
-  kFlagViaNvtxEx = 1 << 1,  // an NVTX *Ex entry point (event attributes)
-  kFlagViaApi = 1 << 2,     // the rlscope C ABI (rlscope_ray's Python API)
+  // Came in through an NVTX *Ex entry point (event attributes): overhead
+  // correction charges it the `nvtx` Python package's calibrated cost.
+  kFlagViaNvtxEx = 1 << 1,
 };
 
 struct EventRecord {

@@ -55,7 +55,7 @@ struct Hello {
   // "end", "mark" (the collector's own recording, per record kind) and the
   // caller-side costs charged on the opening event of an entry point:
   // "py_nvtx_push"/"py_nvtx_start" (a push/pop or start/end pair of the `nvtx`
-  // package), "py_nvtx_mark", "py_api_push", "py_api_mark" (rlscope_ray's API).
+  // package, events with kFlagViaNvtxEx), "py_nvtx_mark".
   std::map<std::string, double> costs;
 };
 

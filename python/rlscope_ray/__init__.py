@@ -70,7 +70,8 @@ def start_collector() -> bool:
         os.environ["NVTX_INJECTION64_PATH"] = collector_path()
     if running and not _calibrated:
         # Overhead correction: the caller-side cost of Python annotations
-        # (rlscope_ray.calibration), once per process, while not recording.
+        # (rlscope_ray.calibration), once per process (again while the
+        # `nvtx` package is missing, as it may be installed later).
         from . import calibration
 
         _calibrated = bool(calibration.calibrate_python())

@@ -24,7 +24,7 @@ is taken out of the result. About 40 ms and 35k events.
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict
 
 from . import _native
 
@@ -51,14 +51,13 @@ def _ns_per_iter(body: Callable[[int], int]) -> float:
 
 
 def _pair_cost(open_fn: Callable[..., object], close_fn: Callable[..., object],
-               noop_open: Callable[..., object], noop_close: Callable[..., object],
-               **kwargs: object) -> float:
+               noop_open: Callable[..., object], noop_close: Callable[..., object]) -> float:
     """ns an (open, work, close) iteration costs over the no-op version."""
 
     def real(n: int) -> int:
         x = 1
         for _ in range(n):
-            h = open_fn(CALIBRATION_NAME, **kwargs)
+            h = open_fn(CALIBRATION_NAME)
             x = _work(x)
             close_fn(h)
         return x
@@ -66,7 +65,7 @@ def _pair_cost(open_fn: Callable[..., object], close_fn: Callable[..., object],
     def base(n: int) -> int:
         x = 1
         for _ in range(n):
-            h = noop_open(CALIBRATION_NAME, **kwargs)
+            h = noop_open(CALIBRATION_NAME)
             x = _work(x)
             noop_close(h)
         return x
@@ -97,9 +96,7 @@ def _nvtx_costs() -> Dict[str, float]:
     # uninstrumented run too, so it is the baseline, not a no-op.
     def untooled(message: object = None, color: object = None, domain: object = None,
                  category: object = None, payload: object = None) -> None:
-        if get_domain(domain) is not dummy:
-            return None
-        return None
+        _ = get_domain(domain) is dummy
 
     def untooled_pop(_h: object = None) -> None:
         get_domain(None)
@@ -110,7 +107,7 @@ def _nvtx_costs() -> Dict[str, float]:
     return {"py_nvtx_push": push, "py_nvtx_start": start, "py_nvtx_mark": mark}
 
 
-def calibrate_python(collector_costs: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+def calibrate_python() -> Dict[str, float]:
     """Measure the caller-side costs and hand them to the collector.
 
     Returns what was set ({} when no collector runs, or the ``nvtx`` package
@@ -129,6 +126,4 @@ def calibrate_python(collector_costs: Optional[Dict[str, float]] = None) -> Dict
                 costs[key] = max(0.0, costs[key] - sum(own[k] for k in kinds))
     for key, ns in costs.items():
         _native.set_cost(key, ns)
-    if collector_costs is not None:
-        collector_costs.update(costs)
     return costs

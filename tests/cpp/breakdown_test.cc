@@ -81,11 +81,10 @@ TEST(Correction, LaterEventsShiftAndEnclosingRangesShrink) {
 }
 
 TEST(Correction, EntryPointCostsApplyToOpeningEventsAndScale) {
-  const CostModel model({{"push", 8}, {"pop", 8}, {"py_nvtx_push", 300}, {"py_api_push", 100}}, 0.5);
+  const CostModel model({{"push", 8}, {"pop", 8}, {"py_nvtx_push", 300}}, 0.5);
   const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
   EXPECT_EQ(model.CostPs(push, kFlagNone), 4000);
   EXPECT_EQ(model.CostPs(push, kFlagViaNvtxEx | kFlagHasPayload), 154000);
-  EXPECT_EQ(model.CostPs(push, kFlagViaApi), 54000);
   EXPECT_EQ(model.CostPs(pop, kFlagNone), 4000);
   EXPECT_EQ(model.CostPs(200, kFlagNone), 0);  // unknown kinds cost nothing
   EXPECT_DOUBLE_EQ(model.costs_ns().at("py_nvtx_push"), 150.0);

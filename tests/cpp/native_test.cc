@@ -277,6 +277,7 @@ wire::Hello SampleHello() {
   h.identity.labels = {{"ray.actor_id", "abc123"}, {"ray.job_id", "01000000"}, {"empty", ""}};
   h.clock = "monotonic";
   h.start_ns = 1234567890123;
+  h.costs = {{"push", 8.5}, {"py_nvtx_push", 312.25}, {"mark", 0.0}};
   return h;
 }
 
@@ -341,6 +342,7 @@ void ExpectSameHello(const wire::Hello& a, const wire::Hello& b) {
   EXPECT_EQ(a.identity.labels, b.identity.labels);
   EXPECT_EQ(a.clock, b.clock);
   EXPECT_EQ(a.start_ns, b.start_ns);
+  EXPECT_EQ(a.costs, b.costs);
 }
 
 void ExpectSameBatch(const wire::Batch& a, const wire::Batch& b) {
