@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "aggregator/correction.h"
 #include "aggregator/exporter.h"
@@ -102,6 +104,21 @@ int64_t Median(std::vector<int64_t> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The members of sorted, disjoint `v` that overlap [lo, hi), unclipped:
+// a binary search, so per-window sweeps cost what the window holds.
+std::vector<Interval> Overlapping(const std::vector<Interval>& v, int64_t lo, int64_t hi) {
+  auto first = std::lower_bound(v.begin(), v.end(), lo, [](const Interval& i, int64_t t) { return i.end <= t; });
+  auto last = first;
+  while (last != v.end() && last->begin < hi) ++last;
+  return {first, last};
+}
+
+// One process's spans of one name, sorted by begin, for window queries.
+struct NamedSpans {
+  std::vector<Interval> spans;
+  int64_t longest = 0;
+};
+
 // A controller sub-task occurrence: its corrected and raw bounds.
 struct Window {
   std::string name;
@@ -145,26 +162,47 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
   }
 
   // Per process: CPU busy (minus sync waits) and GPU busy intervals.
+  // Sorted and disjoint (UnionClipped to the step), so Overlapping() can
+  // cut a window out of them.
   struct Busy {
     std::vector<Interval> cpu, gpu;
   };
+  std::unordered_set<const Span*> window_spans;
+  for (const Window& w : windows) window_spans.insert(w.span);
+  std::vector<std::string> names;  // sub-task names, in order of first occurrence
+  for (const Window& w : windows) {
+    if (std::find(names.begin(), names.end(), w.name) == names.end()) names.push_back(w.name);
+  }
+  const std::set<std::string> name_set(names.begin(), names.end());
   std::vector<Busy> busy(profile.processes.size());
+  std::vector<std::unordered_map<std::string, NamedSpans>> named(profile.processes.size());
   for (size_t p = 0; p < profile.processes.size(); ++p) {
     const ProcessSlice& s = profile.processes[p];
     std::vector<Interval> cpu, waits;
     for (const Span& sp : s.spans) {
       if (sp.step >= 0) continue;
-      if (&s == controller && std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.span == &sp; })) {
-        continue;  // the window itself: the controller waits in it
-      }
+      if (&s == controller && window_spans.count(&sp) != 0) continue;  // the controller waits in its windows
       cpu.push_back({sp.begin_ns, sp.end_ns});
+      if (&s == controller) continue;
+      const std::string& name = s.process->String(sp.name);
+      if (name_set.count(name) == 0) continue;
+      NamedSpans& ns = named[p][name];
+      ns.spans.push_back({sp.begin_ns, sp.end_ns});
+      ns.longest = std::max(ns.longest, sp.end_ns - sp.begin_ns);
+    }
+    for (auto& [name, ns] : named[p]) {
+      std::sort(ns.spans.begin(), ns.spans.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
     }
     for (const GpuRecord& g : s.gpu) {
       if (OnDevice(g)) busy[p].gpu.push_back({g.start_ns, g.end_ns});
       else if (static_cast<GpuKind>(g.kind) == GpuKind::kSync) waits.push_back({g.start_ns, g.end_ns});
     }
     busy[p].cpu = Subtract(UnionClipped(cpu, step_begin, step_end), UnionClipped(waits, step_begin, step_end));
+    busy[p].gpu = UnionClipped(busy[p].gpu, step_begin, step_end);
   }
+  auto overlap_in = [&](size_t p, int64_t lo, int64_t hi) {
+    return ResourceOverlap(Overlapping(busy[p].cpu, lo, hi), Overlapping(busy[p].gpu, lo, hi), lo, hi);
+  };
 
   auto removed = [](const ProcessSlice& s, int64_t raw_from, int64_t raw_to) {
     if (!s.corrector) return int64_t{0};
@@ -174,10 +212,6 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
   };
 
   // Rows: the whole step, then each sub-task name (its occurrences summed).
-  std::vector<std::string> names;
-  for (const Window& w : windows) {
-    if (std::find(names.begin(), names.end(), w.name) == names.end()) names.push_back(w.name);
-  }
   for (size_t p = 0; p < profile.processes.size(); ++p) {
     const ProcessSlice& s = profile.processes[p];
     BreakdownRow row;
@@ -199,7 +233,7 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
         if (w.name != name) continue;
         ++row.occurrences;
         row.window_ns += w.end - w.begin;
-        const Overlap o = ResourceOverlap(busy[p].cpu, busy[p].gpu, w.begin, w.end);
+        const Overlap o = overlap_in(p, w.begin, w.end);
         row.overlap.cpu_only += o.cpu_only;
         row.overlap.gpu_only += o.gpu_only;
         row.overlap.cpu_gpu += o.cpu_gpu;
@@ -227,13 +261,19 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
     for (size_t p = 0; p < profile.processes.size(); ++p) {
       const ProcessSlice& s = profile.processes[p];
       if (&s == controller) continue;
+      const auto found = named[p].find(w.name);
+      if (found == named[p].end()) continue;
+      const NamedSpans& same = found->second;
       int64_t ns = 0, end = INT64_MIN;
       std::vector<Interval> work;
-      for (const Span& sp : s.spans) {
-        if (sp.end_ns <= w.begin || sp.begin_ns >= w.end) continue;
-        if (s.process->String(sp.name) != w.name) continue;
-        work.push_back({sp.begin_ns, sp.end_ns});
-        end = std::max(end, std::min(sp.end_ns, w.end));
+      // Spans begin in order; none is longer than `longest`, so none that
+      // begins before w.begin - longest reaches into the window.
+      auto it = std::lower_bound(same.spans.begin(), same.spans.end(), w.begin - same.longest,
+                                 [](const Interval& i, int64_t t) { return i.begin < t; });
+      for (; it != same.spans.end() && it->begin < w.end; ++it) {
+        if (it->end <= w.begin) continue;
+        work.push_back(*it);
+        end = std::max(end, std::min(it->end, w.end));
       }
       if (work.empty()) continue;
       ns = TotalLength(UnionClipped(work, w.begin, w.end));
@@ -245,6 +285,15 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
     a.critical_path.push_back(seg);
   }
   a.controller_ns = std::max<int64_t>(0, a.step_ns - covered);
+  if (a.critical_path.size() > kMaxCriticalSegments) {
+    // Keep the longest segments (they make the path), in time order.
+    std::stable_sort(a.critical_path.begin(), a.critical_path.end(),
+                     [](const CriticalSegment& x, const CriticalSegment& y) { return x.duration_ns > y.duration_ns; });
+    a.segments_omitted = static_cast<int64_t>(a.critical_path.size() - kMaxCriticalSegments);
+    a.critical_path.resize(kMaxCriticalSegments);
+    std::stable_sort(a.critical_path.begin(), a.critical_path.end(),
+                     [](const CriticalSegment& x, const CriticalSegment& y) { return x.begin_ns < y.begin_ns; });
+  }
   for (const std::string& name : names) {
     const auto& ranks = per_rank[name];
     if (ranks.size() < 2) continue;
@@ -266,7 +315,7 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
     if (busy[p].gpu.empty()) continue;
     GpuUtilization u;
     u.process = static_cast<int>(p);
-    u.busy_ns = TotalLength(UnionClipped(busy[p].gpu, step_begin, step_end));
+    u.busy_ns = TotalLength(busy[p].gpu);
     u.busy_fraction = a.step_ns > 0 ? static_cast<double>(u.busy_ns) / a.step_ns : 0;
     u.naive_fraction = NaiveUtilization(busy[p].gpu, step_begin, step_end, kNaiveSampleNs);
     a.gpu.push_back(u);

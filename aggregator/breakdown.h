@@ -75,10 +75,15 @@ struct GpuUtilization {
   double naive_fraction = 0;
 };
 
+// A step with more sub-task occurrences than this keeps its longest ones on
+// the critical path (the rows and stragglers still count every occurrence).
+inline constexpr size_t kMaxCriticalSegments = 256;
+
 struct StepAnalysis {
   int64_t step_ns = 0;  // corrected
   std::vector<BreakdownRow> rows;
-  std::vector<CriticalSegment> critical_path;
+  std::vector<CriticalSegment> critical_path;  // time order, at most kMaxCriticalSegments
+  int64_t segments_omitted = 0;                // the shorter occurrences left out
   int64_t controller_ns = 0;  // step time outside every segment
   std::vector<Straggler> stragglers;
   std::vector<GpuUtilization> gpu;

@@ -385,6 +385,7 @@ void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a
   w.Key("critical_path").BeginObject();
   w.Key("step_ms").Double(Ms(a.step_ns));
   w.Key("controller_ms").Double(Ms(a.controller_ns));
+  w.Key("segments_omitted").Int(a.segments_omitted);
   w.Key("segments").BeginArray();
   for (const CriticalSegment& c : a.critical_path) {
     w.Newline().BeginObject();

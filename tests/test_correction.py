@@ -51,6 +51,13 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
         assert proc["overhead"]["costs_ns"]["push"] > 0
         raw.append(summary["duration_ms"])
         corrected.append(summary["correction"]["duration_ms"])
+        # Each range is a sub-task occurrence: the breakdown counts them all,
+        # the critical path lists the longest 256 and says how many it left out.
+        (row,) = [r for r in summary["breakdown"] if r["subtask"] == "op"]
+        assert row["occurrences"] == RANGES
+        assert len(summary["critical_path"]["segments"]) == 256
+        assert summary["critical_path"]["segments_omitted"] == RANGES - 256
+        assert (agg.out / f"step_{n}" / "summary.json").stat().st_size < 256 * 1024
     # The raw profile is what the program measured of itself under the profiler.
     measured = json.loads(report.read_text())["steps_ms"]
     assert abs(statistics.median(raw) - statistics.median(measured)) < 0.05 * statistics.median(measured)
@@ -72,3 +79,8 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
     # is off by a third of the overhead, and any run without the caller-side
     # calibration (the raw error is 66-80 %).
     assert corr_err < 0.25, (plain, raw, corrected)
+
+    from rlscope_ray.report import write_report
+
+    page = open(write_report(str(agg.out), None)).read()
+    assert f"{RANGES - 256} shorter sub-task occurrences are not listed" in page

@@ -224,6 +224,10 @@ def _critical_path(step: int, s: Dict[str, Any], charts: _Charts) -> str:
                                 ("cp-nocrit", "no worker ran it")]))
     summary = (f'<p>Step (corrected): {_ms(cp.get("step_ms"))} ms; controller only (not in any '
                f'segment): {_ms(cp.get("controller_ms"))} ms.</p>')
+    omitted = _num(cp.get("segments_omitted"))
+    if omitted:
+        summary += (f'<p class="omitted">{int(omitted)} shorter sub-task occurrences are not listed '
+                    f'(the breakdown and straggler tables count them).</p>')
     return chart + summary + _table(
         ["sub-task", "begin ms", "duration ms", "critical rank", "critical process", "critical ms", "median ms"],
         table, "critical-path-table")
