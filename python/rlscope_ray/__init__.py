@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
+import time
 from typing import Any, Callable, Iterator, TypeVar
 
 from . import _native
@@ -149,11 +151,31 @@ def step(n: int) -> Iterator[None]:
         raise ValueError(f"rlscope_ray.step(n): n must be an int >= 0, got {n!r}")
     if _session_module is not None:
         _session_module.before_step()
+    t0 = time.perf_counter_ns() if _step_times_path else 0
     _native.step_begin(n)
     try:
         yield
     finally:
         _native.step_end()
+        if _step_times_path:
+            _append_step_time(n, time.perf_counter_ns() - t0)
+
+
+# RLSCOPE_STEP_TIMES=FILE: every rlscope_ray.step appends "n wall_ns" to FILE,
+# with or without a collector. `rlscope-ray calibrate` times the same steps
+# with and without the profiler this way.
+_step_times_path = os.environ.get("RLSCOPE_STEP_TIMES") or None
+
+
+def _append_step_time(n: int, wall_ns: int) -> None:
+    global _step_times_path
+    try:
+        with open(_step_times_path, "a", encoding="ascii") as f:  # type: ignore[arg-type]
+            f.write(f"{n} {wall_ns}\n")
+    except OSError as e:  # never the host's problem: say so once, stop timing
+        print(f"rlscope: cannot append step times to RLSCOPE_STEP_TIMES={_step_times_path}: {e.strerror}; "
+              "not timing steps", file=sys.stderr)
+        _step_times_path = None
 
 
 def start() -> None:

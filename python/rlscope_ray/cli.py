@@ -5,12 +5,17 @@
     rlscope-ray check --keys          # every config key with its default and meaning
     rlscope-ray paths                 # where the collector library and daemon are
     rlscope-ray report DIR [--out FILE]   # one self-contained HTML page of a run
+    rlscope-ray calibrate [--runs K] [--config FILE] -- COMMAND [ARGS...]
+                                      # A/B: the correction.scale for this workload
 
 The daemon and the config checker are native (the same code the collector
 uses); this module only dispatches to them. ``report`` is pure Python
 (rlscope_ray.report): it reads DIR/run.json and DIR/step_<N>/summary.json,
 writes DIR/report.html (or FILE) and prints the path written; a DIR that is
 missing or not an output directory is a one-line error and exit status 2.
+``calibrate`` runs COMMAND alternately with and without the profiler
+(rlscope_ray.ab_calibration) and prints the scale; a failed run is a
+one-line error naming its kept log, exit status 2.
 """
 from __future__ import annotations
 
@@ -76,6 +81,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if cmd == "report":
         return _report(rest)
+    if cmd == "calibrate":
+        from .ab_calibration import main as calibrate_main
+
+        return calibrate_main(rest)
     print(f"rlscope-ray: unknown command '{cmd}'\n\n{usage.strip()}", file=sys.stderr)
     return 2
 

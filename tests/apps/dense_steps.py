@@ -1,10 +1,12 @@
 """A dense-annotation workload with a known uninstrumented step time.
 
-    python dense_steps.py --steps N --ranges R [--report FILE]
+    python dense_steps.py --steps N --ranges R [--style push|annotate] [--report FILE]
 
 Each step (rlscope_ray.step, the controller convention) runs R iterations
 of a small pure-Python function, each inside an `nvtx` push/pop range, the
-way verl-style code annotates with the `nvtx` package. The program times its
+way verl-style code annotates with the `nvtx` package (--style annotate: the
+`nvtx.annotate` context manager with a color, whose caller-side cost is not
+the push/pop pair start-up calibration times). The program times its
 own steps (perf_counter) and writes them to --report as JSON. Run it once
 without the collector (the uninstrumented time) and once under it: overhead
 correction should bring the profile's step time back to the former.
@@ -27,6 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--ranges", type=int, default=100000)
+    ap.add_argument("--style", choices=("push", "annotate"), default="push")
     ap.add_argument("--report")
     args = ap.parse_args()
     x = 1
@@ -34,10 +37,15 @@ def main() -> None:
     for s in range(1, args.steps + 1):
         t0 = time.perf_counter()
         with rlscope_ray.step(s):
-            for _ in range(args.ranges):
-                nvtx.push_range("op")
-                x = work(x)
-                nvtx.pop_range()
+            if args.style == "push":
+                for _ in range(args.ranges):
+                    nvtx.push_range("op")
+                    x = work(x)
+                    nvtx.pop_range()
+            else:
+                for _ in range(args.ranges):
+                    with nvtx.annotate("op", color="green"):
+                        x = work(x)
         steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
         with open(args.report, "w") as f:
