@@ -243,7 +243,7 @@ const std::vector<KeySpec>& KeySpecs() {
           [](Config& c) -> int64_t& { return c.clock.warn_bound_us; }),
       Bool("correction.enabled", "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
            [](Config& c) -> bool& { return c.correction.enabled; }),
-      Double("correction.scale", "multiplies the calibrated per-event costs (e.g. to match an A/B run of your workload)",
+      Double("correction.scale", "multiplies the calibrated per-event costs; `rlscope-ray calibrate` measures it on your workload",
              0.0, 100.0, [](Config& c) -> double& { return c.correction.scale; }),
   };
   return specs;
