@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "aggregator/correction.h"
@@ -113,12 +112,6 @@ std::vector<Interval> Overlapping(const std::vector<Interval>& v, int64_t lo, in
   return {first, last};
 }
 
-// One process's spans of one name, sorted by begin, for window queries.
-struct NamedSpans {
-  std::vector<Interval> spans;
-  int64_t longest = 0;
-};
-
 // A controller sub-task occurrence: its corrected and raw bounds.
 struct Window {
   std::string name;
@@ -170,12 +163,11 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
   std::unordered_set<const Span*> window_spans;
   for (const Window& w : windows) window_spans.insert(w.span);
   std::vector<std::string> names;  // sub-task names, in order of first occurrence
+  std::set<std::string> named;
   for (const Window& w : windows) {
-    if (std::find(names.begin(), names.end(), w.name) == names.end()) names.push_back(w.name);
+    if (named.insert(w.name).second) names.push_back(w.name);
   }
-  const std::set<std::string> name_set(names.begin(), names.end());
   std::vector<Busy> busy(profile.processes.size());
-  std::vector<std::unordered_map<std::string, NamedSpans>> named(profile.processes.size());
   for (size_t p = 0; p < profile.processes.size(); ++p) {
     const ProcessSlice& s = profile.processes[p];
     std::vector<Interval> cpu, waits;
@@ -183,15 +175,6 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
       if (sp.step >= 0) continue;
       if (&s == controller && window_spans.count(&sp) != 0) continue;  // the controller waits in its windows
       cpu.push_back({sp.begin_ns, sp.end_ns});
-      if (&s == controller) continue;
-      const std::string& name = s.process->String(sp.name);
-      if (name_set.count(name) == 0) continue;
-      NamedSpans& ns = named[p][name];
-      ns.spans.push_back({sp.begin_ns, sp.end_ns});
-      ns.longest = std::max(ns.longest, sp.end_ns - sp.begin_ns);
-    }
-    for (auto& [name, ns] : named[p]) {
-      std::sort(ns.spans.begin(), ns.spans.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
     }
     for (const GpuRecord& g : s.gpu) {
       if (OnDevice(g)) busy[p].gpu.push_back({g.start_ns, g.end_ns});
@@ -244,7 +227,7 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
     }
   }
 
-  // Critical path and stragglers: each worker's same-named work in a window.
+  // Critical path and stragglers: each worker's busy time in a window.
   std::map<std::string, std::map<int, int64_t>> per_rank;  // name -> slice -> ns
   int64_t covered = 0;
   int64_t last_end = step_begin;
@@ -261,22 +244,17 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
     for (size_t p = 0; p < profile.processes.size(); ++p) {
       const ProcessSlice& s = profile.processes[p];
       if (&s == controller) continue;
-      const auto found = named[p].find(w.name);
-      if (found == named[p].end()) continue;
-      const NamedSpans& same = found->second;
-      int64_t ns = 0, end = INT64_MIN;
-      std::vector<Interval> work;
-      // Spans begin in order; none is longer than `longest`, so none that
-      // begins before w.begin - longest reaches into the window.
-      auto it = std::lower_bound(same.spans.begin(), same.spans.end(), w.begin - same.longest,
-                                 [](const Interval& i, int64_t t) { return i.begin < t; });
-      for (; it != same.spans.end() && it->begin < w.end; ++it) {
-        if (it->end <= w.begin) continue;
-        work.push_back(*it);
-        end = std::max(end, std::min(it->end, w.end));
-      }
+      // Its work in the window: whatever it was busy with (CPU or GPU)
+      // while the controller waited; its Ray methods rarely carry the
+      // controller's sub-task names (generate_sequences under "gen").
+      std::vector<Interval> work = Overlapping(busy[p].cpu, w.begin, w.end);
+      const std::vector<Interval> gpu = Overlapping(busy[p].gpu, w.begin, w.end);
+      work.insert(work.end(), gpu.begin(), gpu.end());
       if (work.empty()) continue;
-      ns = TotalLength(UnionClipped(work, w.begin, w.end));
+      const std::vector<Interval> merged = UnionClipped(work, w.begin, w.end);
+      if (merged.empty()) continue;
+      const int64_t end = merged.back().end;
+      const int64_t ns = TotalLength(merged);
       durations.push_back(ns);
       per_rank[w.name][static_cast<int>(p)] += ns;
       if (end > latest) latest = end, seg.critical = static_cast<int>(p), seg.critical_ns = ns;

@@ -123,6 +123,26 @@ def test_summary_has_no_late_processes_and_no_drops(demo, n):
     assert spans.get(0, 0) > 0 and spans.get(1, 0) > 0
 
 
+@pytest.mark.parametrize("n", CAPTURED)
+def test_critical_path_names_the_worker_that_finished_last(demo, n):
+    out, _ = demo
+    summary = json.loads((out / f"step_{n}" / "summary.json").read_text())
+    trace = Trace(out / f"step_{n}" / "trace.json")
+    segments = {g["subtask"]: g for g in summary["critical_path"]["segments"]}
+    assert list(segments) == [name for name, _ in SUBTASKS]
+    for name, method in SUBTASKS:
+        g = segments[name]
+        if method is None:  # the controller computes advantages itself
+            assert g["critical_rank"] is None, g
+            continue
+        # The rank whose dispatched method ended last (the trace is corrected, as the summary).
+        ends = {rank: span(trace.slices(trace.pid_of(f"PPOWorker (rank {rank})"), method)[0])[1] for rank in (0, 1)}
+        assert g["critical_rank"] == max(ends, key=ends.get), (name, ends, g)
+        assert 0 < g["critical_ms"] <= g["duration_ms"]
+    stragglers = {t["subtask"] for t in summary["stragglers"]}
+    assert stragglers == {name for name, method in SUBTASKS if method}
+
+
 def test_unselected_ranks_send_zero_events(demo):
     out, _ = demo
     run = json.loads((out / "run.json").read_text())
