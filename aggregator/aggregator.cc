@@ -238,7 +238,12 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
         span.raw_begin_ns = span.begin_ns;
         span.raw_end_ns = span.end_ns;
       }
-      if (config_.correction.enabled) Correct(*p, begin, end, s.begin_ns, &slice);
+      slice.late = !CaughtUp(*p, step);
+      any_late = any_late || slice.late;
+      profile.processes.push_back(std::move(slice));
+    }
+    if (config_.correction.enabled) CorrectStep(&profile);
+    for (ProcessSlice& slice : profile.processes) {
       std::sort(slice.spans.begin(), slice.spans.end(), [](const Span& a, const Span& b) {
         if (a.tid != b.tid) return a.tid < b.tid;
         if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
@@ -248,9 +253,6 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
                 [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
       std::sort(slice.gpu.begin(), slice.gpu.end(),
                 [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
-      slice.late = !CaughtUp(*p, step);
-      any_late = any_late || slice.late;
-      profile.processes.push_back(std::move(slice));
     }
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
     profile.not_profiled = NotProfiled();
@@ -284,18 +286,50 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
 }
 
-void Aggregator::Correct(const ProcessTimeline& p, int64_t begin, int64_t end, int64_t step_begin_ns,
+void Aggregator::CorrectStep(StepProfile* profile) {
+  // The controller's sub-task windows (raw), nested ones left out: each
+  // waits on the workers busy in it (correction.h, waits).
+  std::vector<WaitWindow> windows;
+  for (const Occurrence& o : SubtaskOccurrences(*profile, config_.subtasks)) {
+    if (windows.empty() || o.begin_ns >= windows.back().end_ns) windows.push_back({o.begin_ns, o.end_ns, o.end_tid});
+  }
+  // Workers first, each on its own; what each did last in every window is
+  // taken from its raw times before they move.
+  std::vector<std::pair<ProcessSlice*, std::vector<LastWork>>> workers;
+  ProcessSlice* controller = nullptr;
+  for (ProcessSlice& slice : profile->processes) {
+    if (slice.process->is_controller()) {
+      controller = &slice;
+      continue;
+    }
+    workers.emplace_back(&slice, LastWorkIn(slice.spans, slice.gpu, windows));
+    Correct(*profile, {}, &slice);
+  }
+  if (controller == nullptr) return;
+  std::map<int64_t, std::vector<CostMark>> waits;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    std::vector<std::pair<const Corrector*, LastWork>> last;
+    for (const auto& [slice, per_window] : workers) last.emplace_back(slice->corrector.get(), per_window[w]);
+    const int64_t shrink = std::min(WaitShrinkNs(last, windows[w].begin_ns), windows[w].end_ns - windows[w].begin_ns);
+    if (shrink > 0) waits[windows[w].tid].push_back({windows[w].end_ns, 0, 0, shrink * 1000});
+  }
+  Correct(*profile, waits, controller);
+}
+
+void Aggregator::Correct(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits,
                          ProcessSlice* slice) {
   // Marks are cut on the process's clock like the spans, then moved onto the
-  // aggregator's, where the step begins.
-  std::map<int64_t, std::vector<CostMark>> marks;
-  p.CutCosts(begin, end, &marks);
+  // aggregator's, where the step begins; waits are on the aggregator's already.
+  const ProcessTimeline& p = *slice->process;
   const ClockFit& clock = p.clock();
+  std::map<int64_t, std::vector<CostMark>> marks;
+  p.CutCosts(clock.FromAggregator(step.begin_ns), clock.FromAggregator(step.end_ns), &marks);
   for (auto& [tid, list] : marks) {
     for (CostMark& m : list) m.ts_ns = clock.ToAggregator(m.ts_ns);
   }
+  for (const auto& [tid, list] : waits) marks[tid].insert(marks[tid].end(), list.begin(), list.end());
   slice->costs = CostModel(p.hello().costs, config_.correction.scale);
-  auto corrector = std::make_shared<Corrector>(marks, slice->costs, step_begin_ns);
+  auto corrector = std::make_shared<Corrector>(marks, slice->costs, step.begin_ns);
   const Corrector& c = *corrector;
   for (Span& span : slice->spans) {
     span.begin_ns = c.Correct(span.tid, span.begin_ns);

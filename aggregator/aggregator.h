@@ -99,7 +99,10 @@ class Aggregator {
   static void CheckCausality(StepProfile* profile);
   // Overhead correction of one process's slice (correction.h): `begin`/`end`
   // bound the step on the process's clock, `step_begin_ns` on the aggregator's.
-  void Correct(const ProcessTimeline& p, int64_t begin, int64_t end, int64_t step_begin_ns, ProcessSlice* slice);
+  // Overhead correction of a cut step (correction.h): workers first, then
+  // the controller with its waits on them.
+  void CorrectStep(StepProfile* profile);
+  void Correct(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits, ProcessSlice* slice);
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;

@@ -445,6 +445,7 @@ std::string StepSummaryJson(const StepProfile& step) {
       w.Key("overhead").BeginObject();
       w.Key("events").Uint(slice.corrector->events());
       w.Key("subtracted_ms").Double(static_cast<double>(slice.corrector->total_ns()) / 1e6);
+      w.Key("waits_ms").Double(static_cast<double>(slice.corrector->waits_ns()) / 1e6);
       w.Key("costs_ns").BeginObject();
       for (const auto& [k, ns] : slice.costs.costs_ns()) w.Key(k).Double(ns);
       w.EndObject();

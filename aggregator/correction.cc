@@ -38,7 +38,7 @@ int64_t CostModel::CostPs(uint8_t kind, uint8_t flags) const {
 
 Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model,
                      int64_t begin_ns) {
-  int64_t total_ps = 0;
+  int64_t total_ps = 0, waits_ps = 0;
   for (const auto& [tid, list] : marks) {
     Thread t;
     std::vector<CostMark> sorted;
@@ -54,16 +54,22 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     t.cum_ps.reserve(sorted.size());
     int64_t cum = 0;
     for (const CostMark& m : sorted) {
-      cum += model.CostPs(m.kind, m.flags);
+      if (m.kind == 0) {
+        cum += m.wait_ps;
+        waits_ps += m.wait_ps;
+      } else {
+        cum += model.CostPs(m.kind, m.flags);
+        ++events_;
+      }
       t.ts.push_back(m.ts_ns);
       t.cum_ps.push_back(cum);
     }
-    events_ += sorted.size();
     total_ps += cum;
     tids_.push_back(tid);
     threads_.emplace(tid, std::move(t));
   }
   total_ns_ = total_ps / 1000;
+  waits_ns_ = waits_ps / 1000;
 }
 
 int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
@@ -73,6 +79,54 @@ int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
   // Events at or before t.
   const size_t n = static_cast<size_t>(std::upper_bound(th.ts.begin(), th.ts.end(), t) - th.ts.begin());
   return n == 0 ? 0 : th.cum_ps[n - 1] / 1000;
+}
+
+std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::vector<GpuRecord>& gpu,
+                                 const std::vector<WaitWindow>& windows) {
+  std::vector<LastWork> last(windows.size());
+  if (windows.empty()) return last;
+  // Each item updates the windows it overlaps: windows are sorted and
+  // disjoint, so a binary search finds the first and a walk the rest.
+  auto offer = [&](int64_t begin, int64_t end, int64_t tid, int64_t anchor, bool anchor_is_end) {
+    auto it = std::upper_bound(windows.begin(), windows.end(), begin,
+                               [](int64_t t, const WaitWindow& w) { return t < w.end_ns; });
+    for (; it != windows.end() && it->begin_ns < end; ++it) {
+      if (end <= it->begin_ns) continue;
+      LastWork& l = last[static_cast<size_t>(it - windows.begin())];
+      const int64_t e = std::min(end, it->end_ns);
+      if (e > l.end_ns) l = {e, tid, anchor_is_end ? e : anchor};
+    }
+  };
+  std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, start)
+  for (const GpuRecord& g : gpu) {
+    if (g.tid != 0 && g.correlation != 0) launch.emplace(g.correlation, std::make_pair(g.tid, g.start_ns));
+  }
+  for (const Span& s : spans) {
+    if (s.step < 0) offer(s.begin_ns, s.end_ns, s.end_tid, 0, true);
+  }
+  for (const GpuRecord& g : gpu) {
+    if (g.tid != 0) {
+      offer(g.start_ns, g.end_ns, g.tid, 0, true);
+    } else if (auto it = launch.find(g.correlation); g.correlation != 0 && it != launch.end()) {
+      offer(g.start_ns, g.end_ns, it->second.first, it->second.second, false);
+    } else {
+      offer(g.start_ns, g.end_ns, 0, 0, false);  // no launch known: does not move
+    }
+  }
+  return last;
+}
+
+int64_t WaitShrinkNs(const std::vector<std::pair<const Corrector*, LastWork>>& workers, int64_t window_begin_ns) {
+  int64_t raw = INT64_MIN, corrected = INT64_MIN;
+  for (const auto& [c, l] : workers) {
+    if (l.end_ns == INT64_MIN) continue;
+    // Only what its thread paid inside the window delays this window's end
+    // (earlier windows got their own marks).
+    const int64_t removed = c == nullptr ? 0 : std::max<int64_t>(0, c->RemovedNs(l.tid, window_begin_ns, l.anchor_ns));
+    raw = std::max(raw, l.end_ns);
+    corrected = std::max(corrected, l.end_ns - removed);
+  }
+  return raw == INT64_MIN ? 0 : std::max<int64_t>(0, raw - corrected);
 }
 
 }  // namespace rlscope

@@ -9,6 +9,13 @@
 // enclosing ranges shrink; the step itself shrinks by its controller
 // thread's total. Costs come from each process's Hello (wire.h
 // Hello::costs), times `correction.scale`.
+//
+// Across processes (waits): a controller's sub-task window ends when the
+// last worker busy in it is done (verl: dispatch, ray.get, then on). Once
+// the workers are corrected that worker finishes earlier, and so does the
+// window: the controller's thread gets a wait mark at the window's end
+// costing the difference, so the window and everything after it on that
+// thread move earlier too.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +24,7 @@
 #include <vector>
 
 #include "aggregator/timeline.h"
+#include "native/gpu_record.h"
 
 namespace rlscope {
 
@@ -46,8 +54,10 @@ class Corrector {
   // Time removed from thread `tid` up to and including `t`.
   int64_t ShiftNs(int64_t tid, int64_t t) const;
   int64_t Correct(int64_t tid, int64_t t) const { return t - ShiftNs(tid, t); }
-  // Summed over threads: the time removed in the whole step.
+  // Summed over threads: the time removed in the whole step, and the part
+  // of it that was waiting on other processes' overhead (wait marks).
   int64_t total_ns() const { return total_ns_; }
+  int64_t waits_ns() const { return waits_ns_; }
   // The time removed on `tid` in [from, to].
   int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const {
     return ShiftNs(tid, to) - ShiftNs(tid, from - 1);
@@ -63,7 +73,35 @@ class Corrector {
   std::map<int64_t, Thread> threads_;
   std::vector<int64_t> tids_;
   int64_t total_ns_ = 0;
-  uint64_t events_ = 0;
+  int64_t waits_ns_ = 0;
+  uint64_t events_ = 0;  // recorded events (not wait marks)
 };
+
+// A controller window that waits on workers: raw times, aggregator clock;
+// `tid` is the thread that closed it (where its wait mark goes).
+struct WaitWindow {
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+  int64_t tid = 0;
+};
+
+// What a worker did last in a window, before correction: when it ended
+// (clipped to the window) and the thread and time whose shift moves that
+// end (a kernel moves with its launch).
+struct LastWork {
+  int64_t end_ns = INT64_MIN;  // INT64_MIN: nothing in the window
+  int64_t tid = 0;
+  int64_t anchor_ns = 0;
+};
+
+// Per window (sorted, disjoint), a worker's last work in it, from its raw
+// spans (step ranges aside) and GPU records.
+std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::vector<GpuRecord>& gpu,
+                                 const std::vector<WaitWindow>& windows);
+
+// How much earlier the last worker finishes in [window_begin, ...] once
+// each is corrected: max raw end minus max corrected end, never negative.
+// `workers`: each worker's corrector and its last work in this window.
+int64_t WaitShrinkNs(const std::vector<std::pair<const Corrector*, LastWork>>& workers, int64_t window_begin_ns);
 
 }  // namespace rlscope

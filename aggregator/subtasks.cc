@@ -31,7 +31,7 @@ std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::v
                              ? step_span != nullptr && !s.async && s.tid == step_span->tid &&
                                    s.depth == step_span->depth + 1
                              : Named(p, s.name, names);
-      if (match) out.push_back({p.String(s.name), "", s.begin_ns, s.end_ns});
+      if (match) out.push_back({p.String(s.name), "", s.begin_ns, s.end_ns, s.end_tid});
     }
   }
   std::sort(out.begin(), out.end(), [](const Occurrence& a, const Occurrence& b) {

@@ -22,6 +22,7 @@ struct Occurrence {
   std::string capture;  // its capture name: name, then name_2, name_3... within a step
   int64_t begin_ns = 0;
   int64_t end_ns = 0;
+  int64_t end_tid = 0;  // the controller thread that closed it
 };
 
 using Intervals = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end)

@@ -360,8 +360,8 @@ def correction_section(args):
     config = {"buffers": {"per_thread_kb": 32768}}
     rows = []
 
-    def med(runs):  # the median step over every run's steps
-        return statistics.median(v for r in runs for v in r.values())
+    def med(runs):  # the median step over every run's steps but the first (start-up)
+        return statistics.median(v for r in runs for n, v in r.items() if n != min(r))
 
     for style in ("push", "annotate"):
         cmd = [sys.executable, app, "--steps", "10", "--ranges", "100000", "--style", style]

@@ -38,6 +38,15 @@ def test_estimate_scale_is_measured_inflation_over_removed_overhead():
     assert not est.clamped
 
 
+def test_estimate_scale_leaves_out_the_first_of_three_steps():
+    from rlscope_ray.ab_calibration import estimate_scale
+
+    # Step 1 starts things up (80 ms more profiled); steps 2 and 3 are steady.
+    est = estimate_scale([{1: 100.0, 2: 10.0, 3: 10.0}], [{1: 200.0, 2: 20.0, 3: 20.0}], [{1: 5.0, 2: 5.0, 3: 5.0}])
+    assert est.steps == [2, 3]
+    assert est.scale == pytest.approx(2.0)
+
+
 def test_estimate_scale_refuses_what_it_cannot_measure():
     from rlscope_ray.ab_calibration import CalibrationError, estimate_scale
 
@@ -74,10 +83,10 @@ def test_calibrated_scale_brings_a_new_profiled_run_to_the_uninstrumented_time(t
     r = subprocess.run(CLI + ["calibrate", "--runs", "2", "--config", str(cfg), "--json", str(out), "--"] + cmd,
                        env=_clean_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "2 uninstrumented and 2 profiled runs, steps 1-4" in r.stdout
+    assert "2 uninstrumented and 2 profiled runs, steps 2-4" in r.stdout
     cal = json.loads(out.read_text())
     assert f"correction.scale: {cal['scale']:.3f}" in r.stdout
-    assert cal["steps"] == [1, 2, 3, 4]
+    assert cal["steps"] == [2, 3, 4]  # the first of three or more is left out
     # The annotations inflate this workload by well over a third, and the
     # overhead removed at scale 1 is most of that (start-up calibration).
     assert cal["inflation"] > 0.3

@@ -9,7 +9,9 @@ import statistics
 import subprocess
 import sys
 
-from conftest import ROOT
+import pytest
+
+from conftest import ROOT, Trace
 
 APP = ROOT / "tests/apps/dense_steps.py"
 STEPS = 5
@@ -84,3 +86,55 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
 
     page = open(write_report(str(agg.out), None)).read()
     assert f"{RANGES - 256} shorter sub-task occurrences are not listed" in page
+
+
+def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(aggregator_factory, tmp_path):
+    """The worker (a second process, rank 0) carries the dense annotations;
+    the controller only waits for it inside its sub-task "gen". Correcting
+    each thread alone would leave the controller's step inflated; its window
+    ends as much earlier as the worker does once corrected."""
+    app = ROOT / "tests/apps/wait_pair.py"
+    steps, ranges = 4, 50_000
+
+    def run(env, tag):
+        report = tmp_path / f"{tag}.json"
+        subprocess.run([sys.executable, str(app), "--steps", str(steps), "--ranges", str(ranges), "--report",
+                        str(report)], env=env, check=True, timeout=120, stdout=subprocess.DEVNULL)
+        return json.loads(report.read_text())["steps_ms"][1:]  # step 1 starts the worker
+
+    plain_env = {k: v for k, v in os.environ.items()
+                 if not k.startswith("RLSCOPE_") and k != "NVTX_INJECTION64_PATH"}
+    plain = run(plain_env, "plain_a")
+    agg = aggregator_factory(config="buffers: {per_thread_kb: 32768}\n")
+    run(agg.env(role="controller", config='{"buffers": {"per_thread_kb": 32768}}'), "profiled")
+    agg.wait(timeout=60)
+    plain += run(plain_env, "plain_b")
+
+    raw, corrected = [], []
+    for n in range(2, steps + 1):
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        procs = {p["role"]: p for p in summary["processes"]}
+        worker, controller = procs["worker"]["overhead"], procs["controller"]["overhead"]
+        assert worker["events"] >= 2 * ranges and worker["waits_ms"] == 0
+        # The controller recorded a handful of events; nearly all it lost
+        # was waiting on the worker's overhead, all of which was in "gen".
+        assert controller["events"] < 20
+        assert controller["waits_ms"] == pytest.approx(worker["subtracted_ms"], rel=0.02)
+        assert summary["correction"]["subtracted_ms"] >= controller["waits_ms"]
+        raw.append(summary["duration_ms"])
+        corrected.append(summary["correction"]["duration_ms"])
+        # The corrected "gen" still holds the worker's corrected "generate".
+        trace = Trace(agg.out / f"step_{n}" / "trace.json")
+        (gen,) = trace.slices(trace.pid_of("(controller)"), "gen")
+        (generate,) = trace.slices(trace.pid_of("rank 0"), "generate")
+        assert float(gen["dur"]) >= float(generate["dur"])
+        assert float(gen["args"]["raw_dur"]) - float(gen["dur"]) > 0.5 * (float(generate["args"]["raw_dur"])
+                                                                          - float(generate["dur"]))
+    base = statistics.median(plain)
+    raw_err = abs(statistics.median(raw) - base) / base
+    corr_err = abs(statistics.median(corrected) - base) / base
+    print(f"uninstrumented {base:.1f} ms, raw {statistics.median(raw):.1f} ms ({100 * raw_err:+.1f}%), "
+          f"corrected {statistics.median(corrected):.1f} ms ({100 * corr_err:.1f}% off)")
+    assert raw_err > 0.3
+    # Tolerance as above (the same per-event costs, now over two processes).
+    assert corr_err < 0.12, (plain, raw, corrected)

@@ -13,7 +13,8 @@ aggregator removes at ``correction.scale: 1``:
     scale = sum over steps of (profiled - uninstrumented)
             / sum over steps of (raw - corrected at scale 1)
 
-medians across runs per step. Putting ``correction: {scale: S}`` in the
+medians across runs per step, the first step left out when there are three
+or more (it carries one-time start-up costs). Putting ``correction: {scale: S}`` in the
 config then makes corrected steps of this workload land on uninstrumented
 ones. The command gets its collector from the environment
 (RLSCOPE_AGGREGATOR, RLSCOPE_ROLE=controller, NVTX_INJECTION64_PATH), as any
@@ -66,7 +67,8 @@ def estimate_scale(plain: Sequence[Dict[int, float]], profiled: Sequence[Dict[in
     """The scale that makes corrected steps match uninstrumented ones.
 
     Each argument has one {step: ms} per run. Steps are those every run has
-    (a profile may capture fewer steps than the program runs).
+    (a profile may capture fewer steps than the program runs), but the first
+    of three or more.
     """
     runs = list(plain) + list(profiled) + list(removed)
     if not plain or not profiled or len(removed) != len(profiled):
@@ -75,6 +77,10 @@ def estimate_scale(plain: Sequence[Dict[int, float]], profiled: Sequence[Dict[in
     for r in runs[1:]:
         common &= set(r)
     steps = sorted(common)
+    if len(steps) >= 3:
+        # The first step carries one-time costs (imports, workers and their
+        # collectors starting), which no per-event cost explains.
+        steps = steps[1:]
     if not steps:
         raise CalibrationError("no step was both timed in every run and captured in every profile; does the "
                                "command mark steps with rlscope_ray.step(n), and does the config capture them?")

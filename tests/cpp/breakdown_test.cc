@@ -9,6 +9,7 @@
 #include "aggregator/breakdown.h"
 #include "aggregator/correction.h"
 #include "native/event.h"
+#include "native/gpu_record.h"
 
 namespace rlscope {
 namespace {
@@ -88,6 +89,58 @@ TEST(Correction, EntryPointCostsApplyToOpeningEventsAndScale) {
   EXPECT_EQ(model.CostPs(pop, kFlagNone), 4000);
   EXPECT_EQ(model.CostPs(200, kFlagNone), 0);  // unknown kinds cost nothing
   EXPECT_DOUBLE_EQ(model.costs_ns().at("py_nvtx_push"), 150.0);
+}
+
+TEST(Correction, LastWorkInEachWindowFollowsItsThreadOrItsLaunch) {
+  // Windows [100,200) and [300,400). Worker thread 7: range A [110,190),
+  // range B [310,450) running past the second window's end; an API call
+  // [120,125) launching a kernel [150,195) (correlation 5).
+  const std::vector<WaitWindow> windows = {{100, 200, 1}, {300, 400, 1}};
+  std::vector<Span> spans(2);
+  spans[0].begin_ns = 110, spans[0].end_ns = 190, spans[0].tid = spans[0].end_tid = 7;
+  spans[1].begin_ns = 310, spans[1].end_ns = 450, spans[1].tid = spans[1].end_tid = 7;
+  std::vector<GpuRecord> gpu(2);
+  gpu[0].start_ns = 120, gpu[0].end_ns = 125, gpu[0].tid = 7, gpu[0].correlation = 5;
+  gpu[0].kind = static_cast<uint8_t>(GpuKind::kRuntimeApi);
+  gpu[1].start_ns = 150, gpu[1].end_ns = 195, gpu[1].correlation = 5;
+  gpu[1].kind = static_cast<uint8_t>(GpuKind::kKernel);
+  const auto last = LastWorkIn(spans, gpu, windows);
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0].end_ns, 195);  // the kernel ended last; it moves with its launch
+  EXPECT_EQ(last[0].tid, 7);
+  EXPECT_EQ(last[0].anchor_ns, 120);
+  EXPECT_EQ(last[1].end_ns, 400);  // B, clipped to the window
+  EXPECT_EQ(last[1].anchor_ns, 400);
+  EXPECT_EQ(LastWorkIn({}, {}, windows)[0].end_ns, INT64_MIN);
+
+  // Thread 7 paid 10 ns at 115, 130, 320 and 350.
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush);
+  const CostModel model({{"push", 10}}, 1.0);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[7] = {{115, push, 0}, {130, push, 0}, {320, push, 0}, {350, push, 0}};
+  const Corrector worker(marks, model, 50);
+  // The kernel was launched after one of them (in the window): 10 ns.
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}}, 100), 10);
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[1]}}, 300), 20);
+  // Another worker ends at 190 with no overhead: the window can end only 5 ns earlier.
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}, {nullptr, LastWork{190, 8, 190}}}, 100), 5);
+  EXPECT_EQ(WaitShrinkNs({{nullptr, LastWork{}}}, 100), 0);  // nobody worked in it
+}
+
+TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
+  // Controller thread 1: a push at 100 (10 ns), its window ends at 200 where
+  // it waited 5 ns on a worker's overhead; an event after that at 300.
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+  const CostModel model({{"push", 10}, {"pop", 0}}, 1.0);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[1] = {{100, push, 0}, {200, pop, 0}, {200, 0, 0, 5000}, {300, push, 0}};
+  const Corrector c(marks, model, 50);
+  EXPECT_EQ(c.Correct(1, 199), 189);
+  EXPECT_EQ(c.Correct(1, 200), 185);  // the window ends 5 ns earlier on top
+  EXPECT_EQ(c.Correct(1, 300), 275);
+  EXPECT_EQ(c.events(), 3u);
+  EXPECT_EQ(c.waits_ns(), 5);
+  EXPECT_EQ(c.total_ns(), 25);
 }
 
 }  // namespace

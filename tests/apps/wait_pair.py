@@ -1,0 +1,84 @@
+"""A controller that waits on a worker process, as verl's waits on its Ray
+actors, with the dense annotations on the worker's side.
+
+    python wait_pair.py --steps N --ranges R [--report FILE]
+
+This process is the controller: it starts the worker (this file, --worker)
+over pipes, and each step (rlscope_ray.step) sends it "go" inside a range
+"gen" and waits for its reply; then runs a short "adv" of its own. The
+worker answers each "go" with R iterations of a small Python function, each
+in an `nvtx` push/pop range, inside a range "generate". Under the profiler
+(RLSCOPE_* in the environment) the worker reports as rank 0. The controller
+times its own steps and writes them to --report as JSON.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import nvtx
+import rlscope_ray
+
+
+def work(x: int) -> int:
+    for _ in range(3):
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+    return x
+
+
+def worker(ranges: int) -> None:
+    x = 1
+    print("ready", flush=True)  # imported (and calibrated, when profiled)
+    for line in sys.stdin:
+        if line.strip() != "go":
+            break
+        with rlscope_ray.range("generate"):
+            for _ in range(ranges):
+                nvtx.push_range("op")
+                x = work(x)
+                nvtx.pop_range()
+        print(f"done {x}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--ranges", type=int, default=50000)
+    ap.add_argument("--report")
+    ap.add_argument("--worker", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.ranges)
+        return
+    env = dict(os.environ)
+    if "RLSCOPE_AGGREGATOR" in env:
+        env.update(RLSCOPE_ROLE="worker", RLSCOPE_RANK="0")
+    child = subprocess.Popen([sys.executable, __file__, "--worker", "--ranges", str(args.ranges)], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    steps_ms = []
+    x = 1
+    for s in range(1, args.steps + 1):
+        t0 = time.perf_counter()
+        with rlscope_ray.step(s):
+            with rlscope_ray.range("gen"):
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                reply = child.stdout.readline()
+                assert reply.startswith("done"), reply
+            with rlscope_ray.range("adv"):
+                for _ in range(2000):
+                    x = work(x)
+        steps_ms.append((time.perf_counter() - t0) * 1e3)
+    child.stdin.close()
+    child.wait(timeout=30)
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump({"steps_ms": steps_ms}, f)
+    print(json.dumps(steps_ms))
+
+
+if __name__ == "__main__":
+    main()
