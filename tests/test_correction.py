@@ -27,6 +27,17 @@ def _uninstrumented(tmp_path, tag: str) -> list:
     return json.loads(report.read_text())["steps_ms"]
 
 
+def _errors(plain: list, raw: list, corrected: list) -> tuple:
+    """Relative errors of the median raw and corrected steps against the
+    median uninstrumented one (printed for the log)."""
+    base = statistics.median(plain)
+    raw_err = abs(statistics.median(raw) - base) / base
+    corr_err = abs(statistics.median(corrected) - base) / base
+    print(f"uninstrumented {base:.1f} ms, raw {statistics.median(raw):.1f} ms ({100 * raw_err:+.1f}%), "
+          f"corrected {statistics.median(corrected):.1f} ms ({100 * corr_err:.1f}% off)")
+    return raw_err, corr_err
+
+
 def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factory, tmp_path):
     # Uninstrumented before and after the profiled run, so machine drift
     # shows up as spread between the two.
@@ -64,11 +75,7 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
     measured = json.loads(report.read_text())["steps_ms"]
     assert abs(statistics.median(raw) - statistics.median(measured)) < 0.05 * statistics.median(measured)
 
-    base = statistics.median(plain)
-    raw_err = abs(statistics.median(raw) - base) / base
-    corr_err = abs(statistics.median(corrected) - base) / base
-    print(f"uninstrumented {base:.1f} ms, raw {statistics.median(raw):.1f} ms ({100 * raw_err:+.1f}%), "
-          f"corrected {statistics.median(corrected):.1f} ms ({100 * corr_err:.1f}% off)")
+    raw_err, corr_err = _errors(plain, raw, corrected)
     # The annotations inflate this workload by well over half (the `nvtx`
     # package builds attributes on every call once a tool is attached).
     assert raw_err > 0.3
@@ -130,11 +137,7 @@ def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(
         assert float(gen["dur"]) >= float(generate["dur"])
         assert float(gen["args"]["raw_dur"]) - float(gen["dur"]) > 0.5 * (float(generate["args"]["raw_dur"])
                                                                           - float(generate["dur"]))
-    base = statistics.median(plain)
-    raw_err = abs(statistics.median(raw) - base) / base
-    corr_err = abs(statistics.median(corrected) - base) / base
-    print(f"uninstrumented {base:.1f} ms, raw {statistics.median(raw):.1f} ms ({100 * raw_err:+.1f}%), "
-          f"corrected {statistics.median(corrected):.1f} ms ({100 * corr_err:.1f}% off)")
+    raw_err, corr_err = _errors(plain, raw, corrected)
     assert raw_err > 0.3
     # Tolerance as above (the same per-event costs, now over two processes).
     assert corr_err < 0.12, (plain, raw, corrected)
