@@ -133,7 +133,7 @@ def _proc(label: str, role: str, rank: Optional[int], gpu: int) -> dict:
             "gpu_records": gpu, "events_received_total": 40, "dropped_total": 0, "unmatched_total": 0,
             "late": False, "clock": {"aligned": True, "offset_ns": 10, "drift_ppm": 0.1, "bound_ns": 500,
                                      "probes": 8, "bursts": 2},
-            "overhead": {"events": 13, "subtracted_ms": 0.05, "costs_ns": {"push": 8.9, "pop": 8.7}}}
+            "overhead": {"events": 13, "subtracted_ms": 0.05, "waits_ms": 0.04, "costs_ns": {"push": 8.9, "pop": 8.7}}}
 
 
 def full_summary(step: int) -> dict:

@@ -276,9 +276,11 @@ def _counts(s: Dict[str, Any]) -> str:
             clock = _dict(p.get("clock"))
             rows.append([p.get("label"), p.get("role"), p.get("rank"), p.get("spans"), p.get("instants"),
                          p.get("gpu_records"), p.get("dropped_total"), p.get("late"),
-                         clock.get("aligned"), _num(_dict(p.get("overhead")).get("subtracted_ms"))])
+                         clock.get("aligned"), _num(_dict(p.get("overhead")).get("subtracted_ms")),
+                         _num(_dict(p.get("overhead")).get("waits_ms"))])
         parts.append(_table(["process", "role", "rank", "spans", "instants", "gpu records", "dropped", "late",
-                             "clock aligned", "overhead ms"], rows, "process-table"))
+                             "clock aligned", "overhead ms", "of it waiting on workers ms"], rows,
+                            "process-table"))
     else:
         parts.append(_none("processes"))
     totals = _dict(s.get("totals"))
