@@ -286,6 +286,17 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
 }
 
+namespace {
+
+// How far past a controller window's end a worker's work may seem to end
+// and still be what the window waited for: the clock's stated error bound,
+// at least 100 us and at most 10 ms.
+int64_t WaitSlackNs(const ProcessTimeline& p) {
+  return std::clamp<int64_t>(p.clock().estimate().bound_ns, 100000, 10000000);
+}
+
+}  // namespace
+
 void Aggregator::CorrectStep(StepProfile* profile) {
   // The controller's sub-task windows (raw), nested ones left out: each
   // waits on the workers busy in it (correction.h, waits).
@@ -298,11 +309,13 @@ void Aggregator::CorrectStep(StepProfile* profile) {
   std::vector<std::pair<ProcessSlice*, std::vector<LastWork>>> workers;
   ProcessSlice* controller = nullptr;
   for (ProcessSlice& slice : profile->processes) {
-    if (slice.process->is_controller()) {
+    // The controller whose steps these are; another process that calls
+    // itself one (a child that inherited the role) is corrected as a worker.
+    if (slice.process->hello().session == controller_session_ && controller == nullptr) {
       controller = &slice;
       continue;
     }
-    workers.emplace_back(&slice, LastWorkIn(slice.spans, slice.gpu, windows));
+    workers.emplace_back(&slice, LastWorkIn(slice.spans, slice.gpu, windows, WaitSlackNs(*slice.process)));
     Correct(*profile, {}, &slice);
   }
   if (controller == nullptr) return;

@@ -97,10 +97,9 @@ class Aggregator {
   // Counts worker executions that the aligned clocks put outside the
   // controller's call (exporter.h StepProfile::Causality).
   static void CheckCausality(StepProfile* profile);
-  // Overhead correction of one process's slice (correction.h): `begin`/`end`
-  // bound the step on the process's clock, `step_begin_ns` on the aggregator's.
   // Overhead correction of a cut step (correction.h): workers first, then
-  // the controller with its waits on them.
+  // the controller with its waits on them. Correct does one process's slice,
+  // its own recorded events plus `waits` (aggregator clock).
   void CorrectStep(StepProfile* profile);
   void Correct(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits, ProcessSlice* slice);
   RunInfo MakeRunInfo(bool final) const;

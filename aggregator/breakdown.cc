@@ -257,7 +257,10 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
       const int64_t ns = TotalLength(merged);
       durations.push_back(ns);
       per_rank[w.name][static_cast<int>(p)] += ns;
-      if (end > latest) latest = end, seg.critical = static_cast<int>(p), seg.critical_ns = ns;
+      // Ties (both busy up to the window's end) go to the longer busy time.
+      if (end > latest || (end == latest && ns > seg.critical_ns)) {
+        latest = end, seg.critical = static_cast<int>(p), seg.critical_ns = ns;
+      }
     }
     seg.median_ns = Median(durations);
     a.critical_path.push_back(seg);

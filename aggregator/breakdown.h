@@ -56,7 +56,7 @@ struct CriticalSegment {
   int occurrence = 0;  // 1-based, per sub-task name
   int64_t begin_ns = 0;  // from the step's begin (corrected)
   int64_t duration_ns = 0;
-  int critical = -1;  // process index whose work in it ended last; -1: no worker ran it
+  int critical = -1;  // process index whose busy time in it ended last; -1: no worker was busy in it
   int64_t critical_ns = 0;
   int64_t median_ns = 0;
 };

@@ -82,7 +82,7 @@ int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
 }
 
 std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::vector<GpuRecord>& gpu,
-                                 const std::vector<WaitWindow>& windows) {
+                                 const std::vector<WaitWindow>& windows, int64_t slack_ns) {
   std::vector<LastWork> last(windows.size());
   if (windows.empty()) return last;
   // Each item updates the windows it overlaps: windows are sorted and
@@ -91,7 +91,7 @@ std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::vect
     auto it = std::upper_bound(windows.begin(), windows.end(), begin,
                                [](int64_t t, const WaitWindow& w) { return t < w.end_ns; });
     for (; it != windows.end() && it->begin_ns < end; ++it) {
-      if (end <= it->begin_ns) continue;
+      if (end > it->end_ns + slack_ns) continue;  // still running when the window ended
       LastWork& l = last[static_cast<size_t>(it - windows.begin())];
       const int64_t e = std::min(end, it->end_ns);
       if (e > l.end_ns) l = {e, tid, anchor_is_end ? e : anchor};

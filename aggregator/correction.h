@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "aggregator/timeline.h"
@@ -95,9 +96,12 @@ struct LastWork {
 };
 
 // Per window (sorted, disjoint), a worker's last work in it, from its raw
-// spans (step ranges aside) and GPU records.
+// spans (step ranges aside) and GPU records. Only work that ended by the
+// window's end (up to `slack_ns`, the clocks' error) was waited for; a
+// range still running then (a background thread, a range around many
+// calls) was not.
 std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::vector<GpuRecord>& gpu,
-                                 const std::vector<WaitWindow>& windows);
+                                 const std::vector<WaitWindow>& windows, int64_t slack_ns);
 
 // How much earlier the last worker finishes in [window_begin, ...] once
 // each is corrected: max raw end minus max corrected end, never negative.

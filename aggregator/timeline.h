@@ -42,8 +42,8 @@ struct Span {
 
 // One recorded event of a thread, kept for overhead correction: when it was
 // recorded and what it cost (by kind and entry point, costed by CostModel).
-// kind 0 is no event but a wait on other processes' overhead (correction.h
-// WaitMark), which costs `wait_ps`.
+// kind 0 is no event but a wait mark: the controller's wait on workers'
+// overhead (correction.h, waits), which costs `wait_ps`.
 struct CostMark {
   int64_t ts_ns = 0;
   uint8_t kind = 0;   // EventKind; 0: a wait

@@ -144,3 +144,16 @@ def test_calibrate_says_which_run_failed_and_where_its_log_is(tmp_path):
     r = subprocess.run(CLI + ["calibrate", "--config", str(bad), "--", "true"], env=_clean_env(),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f"{bad}:2" in r.stderr, r.stderr
+
+
+def test_a_kept_directory_reused_holds_only_the_new_runs(tmp_path):
+    keep = tmp_path / "keep"
+    for steps, want in ((5, "steps 2-5"), (3, "steps 2-3")):
+        r = subprocess.run(CLI + ["calibrate", "--runs", "1", "--keep", str(keep), "--", sys.executable, str(APP),
+                                  "--steps", str(steps), "--ranges", "3000"],
+                           env=_clean_env(), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert want in r.stdout, r.stdout
+    # The kept profile is the second run's: its steps and no more.
+    (profile,) = [p for p in keep.iterdir() if p.is_dir()]
+    assert sorted(p.name for p in profile.glob("step_*")) == ["step_1", "step_2", "step_3"]

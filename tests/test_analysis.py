@@ -23,11 +23,14 @@ def test_sweep_on_constructed_intervals():
     assert o.total == 100
     assert a.union([(50, 60), (0, 10), (5, 20), (20, 25), (90, 200)], 2, 100) == [(2, 25), (50, 60), (90, 100)]
     assert a.subtract([(0, 100)], [(10, 20), (90, 210)]) == [(0, 10), (20, 90)]
+    assert a.subtract([(50, 100), (0, 60)], [(50, 60), (10, 20)]) == [(0, 10), (20, 50), (60, 100)]  # any order
     # One 1 ns kernel in 2 of 4 bins: busy 0.5 %, "utilization" 50 %.
     assert a.naive_utilization([(10, 11), (260, 261)], 0, 400, 100) == pytest.approx(0.5)
     assert a.NAIVE_SAMPLE_NS == 166_666_667
     with pytest.raises(TypeError):
         a.resource_overlap([(0, "x")], [], 0, 1)
+    with pytest.raises(ValueError, match="at most 10 million bins"):
+        a.naive_utilization([], 0, 10**15, 1000)
 
 
 def test_trace_sweep_reproduces_the_summary_breakdown(build_dir, aggregator_factory, tmp_path):

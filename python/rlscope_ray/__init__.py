@@ -157,8 +157,8 @@ def step(n: int) -> Iterator[None]:
         yield
     finally:
         _native.step_end()
-        if _step_times_path:
-            _append_step_time(n, time.perf_counter_ns() - t0)
+    if _step_times_path:  # a step that raised is not timed
+        _append_step_time(n, time.perf_counter_ns() - t0)
 
 
 # RLSCOPE_STEP_TIMES=FILE: every rlscope_ray.step appends "n wall_ns" to FILE,
@@ -173,7 +173,7 @@ def _append_step_time(n: int, wall_ns: int) -> None:
         with open(_step_times_path, "a", encoding="ascii") as f:  # type: ignore[arg-type]
             f.write(f"{n} {wall_ns}\n")
     except OSError as e:  # never the host's problem: say so once, stop timing
-        print(f"rlscope: cannot append step times to RLSCOPE_STEP_TIMES={_step_times_path}: {e.strerror}; "
+        print(f"rlscope: cannot append step times to RLSCOPE_STEP_TIMES={_step_times_path}: {e.strerror or e}; "
               "not timing steps", file=sys.stderr)
         _step_times_path = None
 

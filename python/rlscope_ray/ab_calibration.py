@@ -127,6 +127,8 @@ class Runner:
         times = os.path.join(self.work, f"{self._n:02d}_{tag}.steps")
         log = os.path.join(self.work, f"{self._n:02d}_{tag}.log")
         env = dict(env, RLSCOPE_STEP_TIMES=times)
+        if os.path.exists(times):  # a --keep directory used before: the file is appended to
+            os.unlink(times)
         with open(log, "w") as out:
             try:
                 rc = subprocess.run(self.command, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -142,9 +144,12 @@ class Runner:
         steps: Dict[int, float] = {}
         if os.path.exists(times):
             with open(times) as f:
-                for line in f:
-                    n, ns = line.split()
-                    steps[int(n)] = int(ns) / 1e6  # a repeated step number keeps the last
+                for number, line in enumerate(f, 1):
+                    try:
+                        n, ns = line.split()
+                        steps[int(n)] = int(ns) / 1e6  # a repeated step number keeps the last
+                    except ValueError:
+                        raise CalibrationError(f"{times}:{number}: not 'step wall_ns': {line.strip()!r}") from None
         if not steps:
             raise CalibrationError(f"{tag} run {self._n} timed no step: mark the command's training steps "
                                    "with rlscope_ray.step(n)")
@@ -170,13 +175,15 @@ class Runner:
         if os.path.exists(ep_file):
             os.unlink(ep_file)
         agg_log = out + ".aggregator.log"
+        shutil.rmtree(out, ignore_errors=True)  # a --keep directory used before
         # At the lowest priority: on a small machine the aggregator's trace
         # writing otherwise competes with the command and makes the profiled
         # runs' step times vary by several percent (they vary by about 1 %).
-        agg = subprocess.Popen([aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out", out, "--config",
-                                cfg_path, "--endpoint-file", ep_file, "--exit-when-done", "--exit-with-parent"],
-                               stdout=open(agg_log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               preexec_fn=lambda: os.nice(19))
+        with open(agg_log, "w") as log:
+            agg = subprocess.Popen([aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out", out, "--config",
+                                    cfg_path, "--endpoint-file", ep_file, "--exit-when-done", "--exit-with-parent"],
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   preexec_fn=lambda: os.nice(19))
         try:
             deadline = time.monotonic() + 30
             while not os.path.exists(ep_file):
@@ -308,7 +315,12 @@ def main(args: List[str]) -> int:
         return 2
     print(format_estimate(est, ns.runs))
     if ns.json:
-        with open(ns.json, "w") as f:
+        try:
+            f = open(ns.json, "w")
+        except OSError as e:
+            print(f"rlscope-ray calibrate: cannot write {ns.json}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        with f:
             json.dump({"runs": ns.runs, "steps": est.steps, "uninstrumented_ms": est.plain_ms,
                        "profiled_ms": est.profiled_ms, "removed_at_scale_1_ms": est.removed_ms,
                        "inflation": est.inflation, "corrected_error_at_scale_1": est.corrected_error_at_scale_1,

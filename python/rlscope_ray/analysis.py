@@ -52,9 +52,12 @@ def union(intervals: Iterable[Interval], begin: int, end: int) -> List[Interval]
     return _native.union_clipped(list(intervals), begin, end)
 
 
+_ALL = (-(2**63), 2**63 - 1)  # union() over all time: sorts and merges
+
+
 def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> List[Interval]:
-    """``a`` minus ``b``; both sorted and disjoint (``union`` output)."""
-    return _native.subtract(list(a), list(b))
+    """The time in ``a`` but not in ``b``, sorted and disjoint."""
+    return _native.subtract(_native.union_clipped(list(a), *_ALL), _native.union_clipped(list(b), *_ALL))
 
 
 def resource_overlap(cpu: Iterable[Interval], gpu: Iterable[Interval], begin: int, end: int) -> Overlap:
@@ -67,6 +70,9 @@ def naive_utilization(gpu: Iterable[Interval], begin: int, end: int, sample_ns: 
     """nvidia-smi's "utilization": the share of ``sample_ns`` bins of
     [begin, end) in which any GPU interval ran; compare the true busy share,
     ``total(union(gpu, begin, end)) / (end - begin)``."""
+    if sample_ns < 1 or (end - begin) // sample_ns > 10_000_000 or end - begin > 2**62:
+        raise ValueError(f"naive_utilization: sample_ns={sample_ns} over {end - begin} ns: need sample_ns >= 1 "
+                         "and at most 10 million bins")
     return _native.naive_utilization(list(gpu), begin, end, sample_ns)
 
 
@@ -91,10 +97,10 @@ def _ns(us: float) -> int:
 def trace_intervals(trace_path: str) -> Dict[int, ProcessIntervals]:
     """Per process (trace pid): its CPU, GPU and wait intervals in a step's
     trace.json. The controller's sub-task windows are CPU here; the
-    summary's controller rows count them as waiting on the workers."""
+    summary's controller rows count them as waiting on the workers. The
+    controller's "step" ranges are left out."""
     with open(trace_path) as f:
         trace = json.load(f)
-    step = (trace.get("otherData") or {}).get("step")
     procs: Dict[int, ProcessIntervals] = {}
     open_async: Dict[Tuple[int, str, object], int] = {}
 
@@ -113,8 +119,7 @@ def trace_intervals(trace_path: str) -> Dict[int, ProcessIntervals]:
                 proc(pid).gpu.append(iv)
             elif cat == "cuda_sync":
                 proc(pid).waits.append(iv)
-            elif cat not in _NOT_CPU_CATS and not (e.get("name") == "step" and step is not None
-                                                   and (e.get("args") or {}).get("payload") == step):
+            elif cat not in _NOT_CPU_CATS and not (e.get("name") == "step" and "payload" in (e.get("args") or {})):
                 proc(pid).cpu.append(iv)
         elif ph in ("b", "e") and cat not in _NOT_CPU_CATS:  # start/end ranges, possibly across threads
             key = (pid, cat, e.get("id"))

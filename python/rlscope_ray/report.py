@@ -221,7 +221,7 @@ def _critical_path(step: int, s: Dict[str, Any], charts: _Charts) -> str:
     chart = charts.add("critical-path-chart", f"step{step}-critical-path",
                        {"step_ms": _nonneg(cp.get("step_ms")), "segments": bars},
                        _legend([("cp-seg", "sub-task, labelled with its critical rank"),
-                                ("cp-nocrit", "no worker ran it")]))
+                                ("cp-nocrit", "no worker busy in it")]))
     summary = (f'<p>Step (corrected): {_ms(cp.get("step_ms"))} ms; controller only (not in any '
                f'segment): {_ms(cp.get("controller_ms"))} ms.</p>')
     omitted = _num(cp.get("segments_omitted"))

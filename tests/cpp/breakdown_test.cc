@@ -93,7 +93,7 @@ TEST(Correction, EntryPointCostsApplyToOpeningEventsAndScale) {
 
 TEST(Correction, LastWorkInEachWindowFollowsItsThreadOrItsLaunch) {
   // Windows [100,200) and [300,400). Worker thread 7: range A [110,190),
-  // range B [310,450) running past the second window's end; an API call
+  // range B [310,450) running past the second window's end (by 50); an API call
   // [120,125) launching a kernel [150,195) (correlation 5).
   const std::vector<WaitWindow> windows = {{100, 200, 1}, {300, 400, 1}};
   std::vector<Span> spans(2);
@@ -104,14 +104,20 @@ TEST(Correction, LastWorkInEachWindowFollowsItsThreadOrItsLaunch) {
   gpu[0].kind = static_cast<uint8_t>(GpuKind::kRuntimeApi);
   gpu[1].start_ns = 150, gpu[1].end_ns = 195, gpu[1].correlation = 5;
   gpu[1].kind = static_cast<uint8_t>(GpuKind::kKernel);
-  const auto last = LastWorkIn(spans, gpu, windows);
+  const auto last = LastWorkIn(spans, gpu, windows, 60);
   ASSERT_EQ(last.size(), 2u);
   EXPECT_EQ(last[0].end_ns, 195);  // the kernel ended last; it moves with its launch
   EXPECT_EQ(last[0].tid, 7);
   EXPECT_EQ(last[0].anchor_ns, 120);
-  EXPECT_EQ(last[1].end_ns, 400);  // B, clipped to the window
+  EXPECT_EQ(last[1].end_ns, 400);  // B ended within the slack: clipped to the window
   EXPECT_EQ(last[1].anchor_ns, 400);
-  EXPECT_EQ(LastWorkIn({}, {}, windows)[0].end_ns, INT64_MIN);
+  EXPECT_EQ(LastWorkIn({}, {}, windows, 60)[0].end_ns, INT64_MIN);
+  // With less slack, B was still running when the window ended: not waited for.
+  EXPECT_EQ(LastWorkIn(spans, gpu, windows, 10)[1].end_ns, INT64_MIN);
+  // A range around both windows was waited for by neither.
+  std::vector<Span> wrapping(1);
+  wrapping[0].begin_ns = 50, wrapping[0].end_ns = 500, wrapping[0].tid = wrapping[0].end_tid = 9;
+  EXPECT_EQ(LastWorkIn(wrapping, {}, windows, 60)[0].end_ns, INT64_MIN);
 
   // Thread 7 paid 10 ns at 115, 130, 320 and 350.
   const auto push = static_cast<uint8_t>(EventKind::kRangePush);
