@@ -95,18 +95,22 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
     assert f"{RANGES - 256} shorter sub-task occurrences are not listed" in page
 
 
-def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(aggregator_factory, tmp_path):
+@pytest.mark.parametrize("inherit", [False, True], ids=["worker", "child-inherits-controller-role"])
+def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(aggregator_factory, tmp_path,
+                                                                               inherit):
     """The worker (a second process, rank 0) carries the dense annotations;
     the controller only waits for it inside its sub-task "gen". Correcting
     each thread alone would leave the controller's step inflated; its window
-    ends as much earlier as the worker does once corrected."""
+    ends as much earlier as the worker does once corrected. A child that
+    inherited RLSCOPE_ROLE=controller is corrected as a worker."""
     app = ROOT / "tests/apps/wait_pair.py"
     steps, ranges = 4, 50_000
 
     def run(env, tag):
         report = tmp_path / f"{tag}.json"
         subprocess.run([sys.executable, str(app), "--steps", str(steps), "--ranges", str(ranges), "--report",
-                        str(report)], env=env, check=True, timeout=120, stdout=subprocess.DEVNULL)
+                        str(report)] + (["--inherit-role"] if inherit else []),
+                       env=env, check=True, timeout=120, stdout=subprocess.DEVNULL)
         return json.loads(report.read_text())["steps_ms"][1:]  # step 1 starts the worker
 
     plain_env = {k: v for k, v in os.environ.items()
@@ -120,7 +124,11 @@ def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(
     raw, corrected = [], []
     for n in range(2, steps + 1):
         summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
-        procs = {p["role"]: p for p in summary["processes"]}
+        assert len(summary["processes"]) == 2
+        # The worker is the one with the annotations (its role may be "controller" too).
+        by_events = sorted(summary["processes"], key=lambda p: p["overhead"]["events"])
+        procs = {"controller": by_events[0], "worker": by_events[1]}
+        assert procs["worker"]["role"] == ("controller" if inherit else "worker")
         worker, controller = procs["worker"]["overhead"], procs["controller"]["overhead"]
         assert worker["events"] >= 2 * ranges and worker["waits_ms"] == 0
         # The controller recorded a handful of events; nearly all it lost
@@ -132,8 +140,8 @@ def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(
         corrected.append(summary["correction"]["duration_ms"])
         # The corrected "gen" still holds the worker's corrected "generate".
         trace = Trace(agg.out / f"step_{n}" / "trace.json")
-        (gen,) = trace.slices(trace.pid_of("(controller)"), "gen")
-        (generate,) = trace.slices(trace.pid_of("rank 0"), "generate")
+        (gen,) = trace.slices(procs["controller"]["pid"], "gen")
+        (generate,) = trace.slices(procs["worker"]["pid"], "generate")
         assert float(gen["dur"]) >= float(generate["dur"])
         assert float(gen["args"]["raw_dur"]) - float(gen["dur"]) > 0.5 * (float(generate["args"]["raw_dur"])
                                                                           - float(generate["dur"]))
