@@ -419,7 +419,7 @@ std::string StepSummaryJson(const StepProfile& step) {
   w.Key("step").Int(step.step);
   w.Key("begin_ns").Int(step.begin_ns);
   w.Key("end_ns").Int(step.end_ns);
-  w.Key("duration_ms").Double(static_cast<double>(step.end_ns - step.begin_ns) / 1e6);
+  w.Key("duration_ms").Double(Ms(step.end_ns - step.begin_ns));
   w.Key("reason").String(step.reason);
   if (!step.capture.empty()) w.Key("capture").String(step.capture);
   if (step.summary_only) {
@@ -444,8 +444,8 @@ std::string StepSummaryJson(const StepProfile& step) {
     if (slice.corrector) {
       w.Key("overhead").BeginObject();
       w.Key("events").Uint(slice.corrector->events());
-      w.Key("subtracted_ms").Double(static_cast<double>(slice.corrector->total_ns()) / 1e6);
-      w.Key("waits_ms").Double(static_cast<double>(slice.corrector->waits_ns()) / 1e6);
+      w.Key("subtracted_ms").Double(Ms(slice.corrector->total_ns()));
+      w.Key("waits_ms").Double(Ms(slice.corrector->waits_ns()));
       w.Key("costs_ns").BeginObject();
       for (const auto& [k, ns] : slice.costs.costs_ns()) w.Key(k).Double(ns);
       w.EndObject();
@@ -487,8 +487,8 @@ std::string StepSummaryJson(const StepProfile& step) {
   w.Key("enabled").Bool(step.corrected);
   w.Key("scale").Double(step.correction_scale);
   if (step.corrected) {
-    w.Key("duration_ms").Double(static_cast<double>(step.corrected_end_ns - step.begin_ns) / 1e6);
-    w.Key("subtracted_ms").Double(static_cast<double>(step.end_ns - step.corrected_end_ns) / 1e6);
+    w.Key("duration_ms").Double(Ms(step.corrected_end_ns - step.begin_ns));
+    w.Key("subtracted_ms").Double(Ms(step.end_ns - step.corrected_end_ns));
   }
   w.EndObject();
   if (step.analysis) WriteAnalysis(w, step, *step.analysis);

@@ -18,6 +18,15 @@ bool Enter(Collector** c, ThreadState** ts, bool step_call = false) {
   *ts = (*c)->TrackedThread();
   return *ts != nullptr;
 }
+
+// Marks: only while armed, checked before the thread is looked up (a first
+// call would register it).
+bool EnterArmed(Collector** c, ThreadState** ts) {
+  *c = Collector::Instance();
+  if (*c == nullptr || !(*c)->config().cpu.python_api || !(*c)->armed()) return false;
+  *ts = (*c)->CurrentThread();
+  return *ts != nullptr;
+}
 }  // namespace
 
 extern "C" {
@@ -66,7 +75,7 @@ uint64_t rlscope_range_start_id(uint32_t name_id) {
 void rlscope_mark_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts) && c->armed()) c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagNone);
+  if (EnterArmed(&c, &ts)) c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_range_push_payload(uint32_t name_id, uint64_t payload) {
@@ -78,7 +87,7 @@ void rlscope_range_push_payload(uint32_t name_id, uint64_t payload) {
 void rlscope_mark_payload(uint32_t name_id, uint64_t payload) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts) && c->armed()) {
+  if (EnterArmed(&c, &ts)) {
     c->Record(ts, EventKind::kMark, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
   }
 }
@@ -109,7 +118,7 @@ void rlscope_range_end(uint64_t range_id) {
 void rlscope_mark(const char* name) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts) && c->armed()) {
+  if (EnterArmed(&c, &ts)) {
     c->Record(ts, EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
   }
 }

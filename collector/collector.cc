@@ -633,11 +633,11 @@ std::map<std::string, double> Collector::Calibrate() {
   const double push = best_ns([&](int) {
     const uint32_t name = state.names.Lookup(kName);
     Record(&state, EventKind::kRangePush, name, 0, 0, 0, kFlagNone);
-    state.recorded_mask |= uint64_t{1} << (state.depth++ & 63);
+    state.SetRecorded(state.depth++ & 63, true);  // & 63: stay in the mask, as real nesting does
   });
   const double pop = best_ns([&](int) {
     --state.depth;
-    if ((state.recorded_mask >> (state.depth & 63)) & 1) Record(&state, EventKind::kRangePop, 0, 0, 0, 0, kFlagNone);
+    if (state.WasRecorded(state.depth & 63, false)) Record(&state, EventKind::kRangePop, 0, 0, 0, 0, kFlagNone);
   });
   const double start = best_ns([&](int) {
     const uint32_t name = state.names.Lookup(kName);

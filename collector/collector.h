@@ -38,6 +38,12 @@ struct ThreadState {
   int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
   int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   explicit ThreadState(StringTable* table) : names(table) {}
+  // Push/pop pairing through recorded_mask; 64 levels deep at most.
+  void SetRecorded(int d, bool recorded) {
+    if (d < 64) recorded_mask = recorded ? recorded_mask | (uint64_t{1} << d) : recorded_mask & ~(uint64_t{1} << d);
+  }
+  // Whether the push at depth d was recorded; deeper, `deeper`.
+  bool WasRecorded(int d, bool deeper) const { return d < 64 ? ((recorded_mask >> d) & 1) != 0 : deeper; }
 };
 
 // What opens and closes a process's capture (config `capture_range`).
@@ -63,7 +69,6 @@ class Collector {
   // True when disarmed events must still be looked at: a controller finding
   // its "step" ranges (always recorded: they number the steps), or an
   // nvtx:<name> trigger. Constant after start.
-  bool watching() const { return watching_; }
   // Whether a range's name must be resolved now: it may be recorded, or it
   // may be a step or trigger range. Disarmed, non-watching threads only count
   // depth, never look at names.
@@ -82,17 +87,14 @@ class Collector {
     const bool recorded = special || armed();
     if (recorded) Record(ts, EventKind::kRangePush, name, domain, category, payload, flags);
     const int depth = ts->depth++;
-    if (depth < 64) {
-      const uint64_t bit = uint64_t{1} << depth;
-      ts->recorded_mask = recorded ? ts->recorded_mask | bit : ts->recorded_mask & ~bit;
-    }
+    ts->SetRecorded(depth, recorded);
     return depth;
   }
   int RangePop(ThreadState* ts, uint32_t domain) {
     if (ts->depth == 0) return -1;  // nothing open on this thread (or opened before it was tracked)
     const int depth = --ts->depth;
     const bool special = watching_ && OnRangeClose(ts, false, 0);
-    const bool pushed = depth < 64 ? ((ts->recorded_mask >> depth) & 1) != 0 : armed();
+    const bool pushed = ts->WasRecorded(depth, armed());
     if (special || pushed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
     return depth;
   }
@@ -215,7 +217,7 @@ class Collector {
   // Control messages arriving meanwhile are applied. Flush thread only.
   void ProbeBurst(void* socket);
   void UpdateArmed();
-  // Slow paths of the watching processes (see watching()). Return true when
+  // Slow paths of the watching processes (see watching_). Return true when
   // the range opens/closes a step or a trigger range (it is then recorded
   // whatever the arming).
   bool OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async,

@@ -97,7 +97,7 @@ void StartCupti() noexcept {
   try {
     c = Collector::Start();
     if (c == nullptr) return;
-    const bool want_trigger = c->config().capture_range == "cudaProfilerApi";
+    const bool want_trigger = c->trigger() == Trigger::kCudaProfilerApi;
     // An unselected rank never records: it takes no CUPTI subscription either.
     const bool want_gpu = c->selected() && GpuTracingWanted(c->config());
     if (!want_trigger && !want_gpu) return;

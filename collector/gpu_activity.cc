@@ -9,9 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <new>
 
 #include "collector/collector.h"
@@ -132,15 +130,6 @@ bool Walk(const ActivityApi& api, const uint8_t* buffer, size_t valid_size,
 
 }  // namespace
 
-ConversionStats& ConversionStats::operator+=(const ConversionStats& o) {
-  records += o.records;
-  kept += o.kept;
-  invalid += o.invalid;
-  outside_window += o.outside_window;
-  unknown_kind += o.unknown_kind;
-  truncated = truncated || o.truncated;
-  return *this;
-}
 
 std::string StripApiVersion(std::string_view name) {
   // A trailing "_v<digits>".
@@ -392,15 +381,6 @@ ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_s
 
 #else  // !RLSCOPE_CUPTI_ACTIVITY_SUPPORTED
 
-ConversionStats& ConversionStats::operator+=(const ConversionStats& o) {
-  records += o.records;
-  kept += o.kept;
-  invalid += o.invalid;
-  outside_window += o.outside_window;
-  unknown_kind += o.unknown_kind;
-  truncated = truncated || o.truncated;
-  return *this;
-}
 std::string StripApiVersion(std::string_view name) { return std::string(name); }
 const char* OverheadKindName(uint32_t) { return nullptr; }
 ActivityConverter::ActivityConverter(ActivityApi api, size_t correlation_capacity)
@@ -414,6 +394,16 @@ ConversionStats ActivityConverter::Convert(const uint8_t*, size_t, ActivitySink&
 }
 
 #endif  // RLSCOPE_CUPTI_ACTIVITY_SUPPORTED
+
+ConversionStats& ConversionStats::operator+=(const ConversionStats& o) {
+  records += o.records;
+  kept += o.kept;
+  invalid += o.invalid;
+  outside_window += o.outside_window;
+  unknown_kind += o.unknown_kind;
+  truncated = truncated || o.truncated;
+  return *this;
+}
 
 ConversionStats ConvertActivityBuffer(const uint8_t* buffer, size_t valid_size,
                                       const ActivityApi& api, ActivitySink& sink,

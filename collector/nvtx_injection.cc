@@ -105,6 +105,14 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   ThreadState* ts = c->TrackedThread();            \
   if (ts == nullptr) return ret
 
+// Marks are recorded only while armed: a disarmed one returns before the
+// thread is looked up (a first call would register it).
+#define RLSCOPE_ENTER_ARMED(c, ts)                 \
+  Collector* c = Collector::Instance();            \
+  if (c == nullptr || !c->armed()) return;         \
+  ThreadState* ts = c->CurrentThread();            \
+  if (ts == nullptr) return
+
 int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
   return c->RangePush(ts, a.name, domain, a.category, a.value, a.flags);
 }
@@ -130,19 +138,16 @@ void End(uint32_t domain, nvtxRangeId_t handle) {
 
 // ---- CORE module ----
 void NVTX_API MarkEx(const nvtxEventAttributes_t* a) {
-  RLSCOPE_ENTER(c, ts, );
-  if (!c->armed()) return;
+  RLSCOPE_ENTER_ARMED(c, ts);
   const Attr at = ReadAttr(c, ts, a);
   c->Record(ts, EventKind::kMark, at.name, 0, at.category, at.value, at.flags);
 }
 void NVTX_API MarkA(const char* m) {
-  RLSCOPE_ENTER(c, ts, );
-  if (!c->armed()) return;
+  RLSCOPE_ENTER_ARMED(c, ts);
   c->Record(ts, EventKind::kMark, ts->names.Lookup(m), 0, 0, 0, kFlagNone);
 }
 void NVTX_API MarkW(const wchar_t* m) {
-  RLSCOPE_ENTER(c, ts, );
-  if (!c->armed()) return;
+  RLSCOPE_ENTER_ARMED(c, ts);
   c->Record(ts, EventKind::kMark, c->Intern(Utf8(m)), 0, 0, 0, kFlagNone);
 }
 nvtxRangeId_t NVTX_API RangeStartEx(const nvtxEventAttributes_t* a) {
@@ -199,8 +204,7 @@ void NVTX_API NameOsThreadW(uint32_t tid, const wchar_t* name) {
 
 // ---- CORE2 module (domains; NULL domain = the default domain) ----
 void NVTX_API DomainMarkEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
-  RLSCOPE_ENTER(c, ts, );
-  if (!c->armed()) return;
+  RLSCOPE_ENTER_ARMED(c, ts);
   const Attr at = ReadAttr(c, ts, a);
   c->Record(ts, EventKind::kMark, at.name, DomainId(d), at.category, at.value, at.flags);
 }

@@ -19,7 +19,7 @@ opening event of each pair. Its events are named ``rlscope.calibration``
 (default domain, as most annotations are), which the aggregator leaves out
 of every profile; when the process is
 recording meanwhile, the collector's own recording cost (calibrated in C++)
-is taken out of the result. About 40 ms and 35k events.
+is taken out of the result. About 40 ms and 40k events.
 """
 from __future__ import annotations
 
