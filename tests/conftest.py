@@ -18,6 +18,12 @@ if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 
 
+def clean_env(*drop: str) -> Dict[str, str]:
+    """This environment without the profiler (no RLSCOPE_*, no NVTX tool), nor `drop`."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("RLSCOPE_") and k != "NVTX_INJECTION64_PATH" and k not in drop}
+
+
 @pytest.fixture(scope="session")
 def build_dir() -> Path:
     if not (BUILD / "tests" / "apps" / "nvtx_app").exists():

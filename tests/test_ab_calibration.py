@@ -4,22 +4,17 @@ hook it times steps with."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, clean_env
 
 APP = ROOT / "tests/apps/dense_steps.py"
 CLI = [sys.executable, "-m", "rlscope_ray.cli"]
 BUFFERS = "buffers: {per_thread_kb: 32768}\n"
-
-
-def _clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_") and k != "NVTX_INJECTION64_PATH"}
 
 
 def test_estimate_scale_is_measured_inflation_over_removed_overhead():
@@ -61,7 +56,7 @@ def test_estimate_scale_refuses_what_it_cannot_measure():
 
 def test_step_times_are_appended_with_or_without_a_collector(tmp_path):
     times = tmp_path / "steps"
-    env = dict(_clean_env(), RLSCOPE_STEP_TIMES=str(times))
+    env = dict(clean_env(), RLSCOPE_STEP_TIMES=str(times))
     subprocess.run([sys.executable, str(APP), "--steps", "3", "--ranges", "1000"], env=env, check=True,
                    timeout=60, stdout=subprocess.DEVNULL)
     lines = [line.split() for line in times.read_text().splitlines()]
@@ -81,7 +76,7 @@ def test_calibrated_scale_brings_a_new_profiled_run_to_the_uninstrumented_time(t
     out = tmp_path / "cal.json"
     cmd = [sys.executable, str(APP), "--steps", "4", "--ranges", "50000"]
     r = subprocess.run(CLI + ["calibrate", "--runs", "2", "--config", str(cfg), "--json", str(out), "--"] + cmd,
-                       env=_clean_env(), capture_output=True, text=True, timeout=300)
+                       env=clean_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "2 uninstrumented and 2 profiled runs, steps 2-4" in r.stdout
     cal = json.loads(out.read_text())
@@ -96,7 +91,7 @@ def test_calibrated_scale_brings_a_new_profiled_run_to_the_uninstrumented_time(t
     # uninstrumented step times measured around it.
     def plain() -> list:
         rep = tmp_path / "plain.json"
-        subprocess.run(cmd + ["--report", str(rep)], env=_clean_env(), check=True, timeout=120,
+        subprocess.run(cmd + ["--report", str(rep)], env=clean_env(), check=True, timeout=120,
                        stdout=subprocess.DEVNULL)
         return json.loads(rep.read_text())["steps_ms"]
 
@@ -129,19 +124,19 @@ def test_calibrated_scale_brings_a_new_profiled_run_to_the_uninstrumented_time(t
 
 def test_calibrate_says_which_run_failed_and_where_its_log_is(tmp_path):
     r = subprocess.run(CLI + ["calibrate", "--runs", "1", "--", sys.executable, "-c", "import sys; sys.exit(3)"],
-                       env=_clean_env(), capture_output=True, text=True, timeout=120)
+                       env=clean_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "uninstrumented run 1 exited with status 3; its output is in" in r.stderr
     # A command that marks no step cannot be calibrated, and says why.
     r = subprocess.run(CLI + ["calibrate", "--runs", "1", "--", sys.executable, "-c", "print('hi')"],
-                       env=_clean_env(), capture_output=True, text=True, timeout=120)
+                       env=clean_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "timed no step: mark the command's training steps with rlscope_ray.step(n)" in r.stderr
-    r = subprocess.run(CLI + ["calibrate"], env=_clean_env(), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(CLI + ["calibrate"], env=clean_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "give the command to run after --" in r.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("correction:\n  scale: -1\n")
-    r = subprocess.run(CLI + ["calibrate", "--config", str(bad), "--", "true"], env=_clean_env(),
+    r = subprocess.run(CLI + ["calibrate", "--config", str(bad), "--", "true"], env=clean_env(),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f"{bad}:2" in r.stderr, r.stderr
 
@@ -151,7 +146,7 @@ def test_a_kept_directory_reused_holds_only_the_new_runs(tmp_path):
     for steps, want in ((5, "steps 2-5"), (3, "steps 2-3")):
         r = subprocess.run(CLI + ["calibrate", "--runs", "1", "--keep", str(keep), "--", sys.executable, str(APP),
                                   "--steps", str(steps), "--ranges", "3000"],
-                           env=_clean_env(), capture_output=True, text=True, timeout=120)
+                           env=clean_env(), capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert want in r.stdout, r.stdout
     # The kept profile is the second run's: its steps and no more.

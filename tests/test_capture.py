@@ -83,7 +83,7 @@ def test_subtask_filter_keeps_only_those_intervals(aggregator_factory, tmp_path)
     agg = aggregator_factory(config="steps: [2]\nsubtasks: [update_actor]\n")
     worker, _ = _start_worker(agg, tmp_path, None, duration=1.2)
     _controller(agg, tmp_path, "--steps", "3", "--step-ms", "200", "--gap-ms", "50", "--subtasks", "gen,update_actor")
-    worker.wait(timeout=30)
+    assert worker.wait(timeout=30) == 0
     agg.wait()
     trace = Trace(agg.out / "step_2" / "trace.json")
     cpid = trace.pid_of("(controller)")
@@ -103,7 +103,7 @@ def test_discrete_mode_writes_one_capture_per_occurrence(aggregator_factory, tmp
     worker, _ = _start_worker(agg, tmp_path, None, duration=1.5)
     _controller(agg, tmp_path, "--steps", "3", "--step-ms", "240", "--gap-ms", "50",
                 "--subtasks", "gen,update_actor,update_actor")
-    worker.wait(timeout=30)
+    assert worker.wait(timeout=30) == 0
     agg.wait()
     step_dir = agg.out / "step_2"
     summary = json.loads((step_dir / "summary.json").read_text())

@@ -48,7 +48,6 @@ def test_aggregator_bad_listen_endpoint_is_a_clear_error(tmp_path):
 
 def test_aggregator_started_with_exit_with_parent_finishes_when_its_parent_dies(tmp_path):
     import json
-    import os
     import signal
     import time
 
@@ -56,21 +55,29 @@ def test_aggregator_started_with_exit_with_parent_finishes_when_its_parent_dies(
 
     parent_code = (
         "import subprocess, sys, time\n"
-        f"subprocess.Popen([{rlscope_ray.aggregator_path()!r}, '--listen', 'tcp://127.0.0.1:*', '--out', "
+        f"p = subprocess.Popen([{rlscope_ray.aggregator_path()!r}, '--listen', 'tcp://127.0.0.1:*', '--out', "
         f"{str(tmp_path / 'out')!r}, '--endpoint-file', {str(tmp_path / 'ep')!r}, '--exit-with-parent'])\n"
+        "print(p.pid, flush=True)\n"
         "time.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", parent_code])
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    aggregator_pid = int(parent.stdout.readline())
     deadline = time.monotonic() + 20
     while not (tmp_path / "ep").exists():
         assert time.monotonic() < deadline
         time.sleep(0.05)
     parent.send_signal(signal.SIGKILL)  # the driver dies without shutting anything down
     parent.wait()
+
+    def exited(pid: int) -> bool:  # gone, or a zombie nobody reaps (it ran to its end)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
     deadline = time.monotonic() + 20
-    while True:  # the aggregator finalises the run and exits on its own
-        run = json.loads((tmp_path / "out" / "run.json").read_text())
-        if run["final"]:
-            break
+    run_json = tmp_path / "out" / "run.json"
+    while not exited(aggregator_pid):  # the aggregator finalises the run and exits on its own
         assert time.monotonic() < deadline, "the aggregator outlived its parent"
         time.sleep(0.1)
-    assert os.path.exists(tmp_path / "out" / "run.json")
+    assert json.loads(run_json.read_text())["final"] is True

@@ -6,13 +6,12 @@ One run (3 steps, steps 2 and 3 captured, ranks 0 and 1 profiled) serves every t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, Trace
+from conftest import ROOT, Trace, clean_env
 
 CAPTURED = [2, 3]
 # The controller's sub-task ranges (verl's marked_timer names) and the worker method each dispatches.
@@ -24,8 +23,7 @@ SUBTASKS = [("gen", "generate_sequences"), ("reward", "compute_rm_score"), ("old
 @pytest.fixture(scope="module")
 def demo(build_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "out"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("RLSCOPE_") and k not in ("NVTX_INJECTION64_PATH", "RAY_ADDRESS", "RANK")}
+    env = clean_env("RAY_ADDRESS", "RANK")
     env["RLSCOPE_BUILD_DIR"] = str(build_dir)
     r = subprocess.run([sys.executable, str(ROOT / "examples/verl/mini_ppo.py"), "--steps", "3",
                         "--capture", ",".join(map(str, CAPTURED)), "--ranks", "0,1", "--out", str(out)],
@@ -158,8 +156,7 @@ def test_discrete_captures_of_the_ray_demo(build_dir, tmp_path):
     each holding only that sub-task's events (the controller's range and the
     worker methods it dispatched)."""
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("RLSCOPE_") and k not in ("NVTX_INJECTION64_PATH", "RAY_ADDRESS", "RANK")}
+    env = clean_env("RAY_ADDRESS", "RANK")
     r = subprocess.run([sys.executable, str(ROOT / "examples/verl/mini_ppo.py"), "--steps", "2", "--capture", "2",
                         "--ranks", "0", "--subtasks", "gen,update_actor", "--discrete", "--out", str(out)],
                        env=env, capture_output=True, text=True, timeout=150)

@@ -73,10 +73,16 @@ def start_collector() -> bool:
     if running and not _calibrated:
         # Overhead correction: the caller-side cost of Python annotations
         # (rlscope_ray.calibration), once per process (again while the
-        # `nvtx` package is missing, as it may be installed later).
+        # `nvtx` package is missing, as it may be installed later). It reads
+        # the package's internals: if they changed, profile without it.
         from . import calibration
 
-        _calibrated = bool(calibration.calibrate_python())
+        try:
+            _calibrated = bool(calibration.calibrate_python())
+        except Exception as e:  # noqa: BLE001 - never fail the host's import
+            _calibrated = True
+            print(f"rlscope: could not calibrate the `nvtx` package's overhead ({type(e).__name__}: {e}); "
+                  "its annotations are not overhead-corrected", file=sys.stderr)
     return running
 
 

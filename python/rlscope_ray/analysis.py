@@ -57,7 +57,7 @@ _ALL = (-(2**63), 2**63 - 1)  # union() over all time: sorts and merges
 
 def subtract(a: Iterable[Interval], b: Iterable[Interval]) -> List[Interval]:
     """The time in ``a`` but not in ``b``, sorted and disjoint."""
-    return _native.subtract(_native.union_clipped(list(a), *_ALL), _native.union_clipped(list(b), *_ALL))
+    return _native.subtract(union(a, *_ALL), union(b, *_ALL))
 
 
 def resource_overlap(cpu: Iterable[Interval], gpu: Iterable[Interval], begin: int, end: int) -> Overlap:

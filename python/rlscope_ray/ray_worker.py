@@ -68,11 +68,13 @@ def _install_method_spans() -> None:
         info = original(self, job_id, function_descriptor)
         if getattr(info.function, "_rlscope", False):
             return info
-        class_name = getattr(function_descriptor, "class_name", "") or ""
-        wrapped = _wrap(info.function, info.function_name, class_name)
-        info = info._replace(function=wrapped)
-        self._function_execution_info[function_descriptor.function_id] = info  # cache the wrapper
-        return info
+        try:  # Ray's internals may differ by version: then the task runs unprofiled
+            class_name = getattr(function_descriptor, "class_name", "") or ""
+            wrapped = info._replace(function=_wrap(info.function, info.function_name, class_name))
+            self._function_execution_info[function_descriptor.function_id] = wrapped  # cache the wrapper
+            return wrapped
+        except Exception:  # noqa: BLE001 - never fail the user's task
+            return info
 
     get_execution_info._rlscope = True  # type: ignore[attr-defined]
     cls.get_execution_info = get_execution_info

@@ -12,7 +12,7 @@
 #      are written, and only the "in_window" ranges appear;
 #   2. without CUDA injection the trigger never runs, the capture stays
 #      closed and no step is written.
-# Then GPU activity tracing (collector/cupti_activity.cc): cupti_activity_test
+# Then GPU activity tracing (collector/gpu_activity.cc): gpu_activity_test
 # with a driver, and tests/gpu/gpu_activity.cu (kernels, HtoD/DtoH copies, a
 # memset, a stream sync inside NVTX "step" ranges) as the controller with the
 # gpu kinds on, checked by check_gpu_trace.py:
@@ -46,7 +46,7 @@ cmake -S . -B "$BUILD" "${GEN[@]}" -DRLSCOPE_BUILD_TESTS=ON -DRLSCOPE_BUILD_PYTH
   { echo "FAIL: cmake configure (see $WORK/cmake.log)"; exit 1; }
 grep -q "GPU triggers on" "$WORK/cmake.log" || { echo "FAIL: CUPTI headers not found (see $WORK/cmake.log)"; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" --target rlscope_collector rlscope-ray-aggregator collector_test \
-  cupti_activity_test \
+  gpu_activity_test \
   >"$WORK/build.log" 2>&1 || { echo "FAIL: build (see $WORK/build.log)"; exit 1; }
 "$NVCC" -O2 -o "$WORK/profiler_range" tests/gpu/profiler_range.cu -ldl >"$WORK/nvcc.log" 2>&1 ||
   { echo "FAIL: nvcc tests/gpu/profiler_range.cu (see $WORK/nvcc.log)"; exit 1; }
@@ -137,10 +137,10 @@ else
   fail "without CUDA_INJECTION64_PATH: the program or aggregator failed (logs in $WORK/no_injection)"
 fi
 
-if "$BUILD/tests/cpp/cupti_activity_test" >"$WORK/cupti_activity_test.log" 2>&1; then
-  pass "cupti_activity_test (with a driver): $(grep -o 'StartGpuTracing with the real libcupti: .*' "$WORK/cupti_activity_test.log" || true)"
+if "$BUILD/tests/cpp/gpu_activity_test" >"$WORK/gpu_activity_test.log" 2>&1; then
+  pass "gpu_activity_test (with a driver): $(grep -o 'StartGpuTracing with the real libcupti: .*' "$WORK/gpu_activity_test.log" || true)"
 else
-  fail "cupti_activity_test (with a driver): see $WORK/cupti_activity_test.log"
+  fail "gpu_activity_test (with a driver): see $WORK/gpu_activity_test.log"
 fi
 
 # The GPU kinds on, everything else default (capture_range controller: every
