@@ -102,8 +102,8 @@ def _nvtx_costs() -> Dict[str, float]:
         _ = get_domain(domain) is dummy
 
     # Both loops call the same way, with no wrapper on one side only (a
-    # lambda costs ~30 ns, a tenth of what is measured): push_range returns
-    # None, so pop_range(None) pops the default domain.
+    # lambda costs ~13 ns, measured with timeit): push_range returns None, so
+    # pop_range(None) pops the default domain.
     push = _pair_cost(nvtx.push_range, nvtx.pop_range, untooled, untooled_pop)
     start = _pair_cost(nvtx.start_range, nvtx.end_range, untooled, _noop)
     mark = _pair_cost(nvtx.mark, _noop, untooled, _noop)
