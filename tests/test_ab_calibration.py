@@ -115,11 +115,13 @@ def test_calibrated_scale_brings_a_new_profiled_run_to_the_uninstrumented_time(t
     print(f"scale {cal['scale']:.3f}: uninstrumented {b:.1f} ms, raw {100 * raw_err:+.1f}%, "
           f"corrected {100 * corr_err:.1f}% off")
     assert corr_err < raw_err
-    # Tolerance: the scale fits these very runs, so what is left is the
-    # run-to-run spread of the workload itself (up to about 10 % of the
-    # overhead on this 2-core machine, so 4-7 % of the step); 15 % still
-    # fails a scale that is off by a third.
-    assert corr_err < 0.15, (base, raw, corrected, cal)
+    # Tolerance: the scale fits other runs, so what is left is the run-to-run
+    # spread of the profiled workload itself: 0.6-8.4 % of the step over
+    # ten runs here, but the aggregator shares the 2 cores and one CI run
+    # of the same workload elsewhere was slowed by 18 % (test_correction).
+    # 25 % still fails a scale that is off by a third (the raw error is
+    # 62-74 %).
+    assert corr_err < 0.25, (base, raw, corrected, cal)
 
 
 def test_calibrate_says_which_run_failed_and_where_its_log_is(tmp_path):

