@@ -1,6 +1,7 @@
 #include "aggregator/aggregator.h"
 
 #include <algorithm>
+#include <string_view>
 #include <map>
 
 #include "aggregator/subtasks.h"
@@ -58,7 +59,10 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
     if (!slot) slot = std::make_unique<ProcessTimeline>(*hello);
     else slot->Identify(*hello);
     slot->Touch(now_ns);
-    if (slot->is_controller() && controller_session_ == 0) controller_session_ = hello->session;
+    if (slot->claims_controller() && controller_session_ == 0) {
+      controller_session_ = hello->session;
+      slot->set_controller();
+    }
     wire::Control window;  // tell the newcomer where the run stands
     window.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
     window.step = window_step_;
@@ -242,7 +246,11 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
       any_late = any_late || slice.late;
       profile.processes.push_back(std::move(slice));
     }
-    if (config_.correction.enabled) CorrectStep(&profile);
+    if (config_.correction.enabled) {
+      profile.corrected = true;
+      profile.correction_scale = config_.correction.scale;
+      CorrectStep(&profile);
+    }
     for (ProcessSlice& slice : profile.processes) {
       std::sort(slice.spans.begin(), slice.spans.end(), [](const Span& a, const Span& b) {
         if (a.tid != b.tid) return a.tid < b.tid;
@@ -257,17 +265,6 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
     profile.not_profiled = NotProfiled();
     profile.clock_warn_bound_ns = config_.clock.warn_bound_us * 1000;
-    if (config_.correction.enabled) {
-      profile.corrected = true;
-      profile.correction_scale = config_.correction.scale;
-      profile.corrected_end_ns = s.end_ns;
-      for (const ProcessSlice& slice : profile.processes) {
-        if (!slice.process->is_controller() || !slice.corrector) continue;
-        for (const Span& span : slice.spans) {
-          if (span.step == s.number) profile.corrected_end_ns = span.end_ns;
-        }
-      }
-    }
     CheckCausality(&profile);
     // On the whole step, before sub-task filtering drops what lies outside.
     profile.analysis = std::make_shared<const StepAnalysis>(AnalyzeStep(profile, config_.subtasks));
@@ -288,34 +285,40 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
 
 namespace {
 
-// How far past a controller window's end a worker's work may seem to end
-// and still be what the window waited for: the clock's stated error bound,
-// at least 100 us and at most 10 ms.
-int64_t WaitSlackNs(const ProcessTimeline& p) {
-  return std::clamp<int64_t>(p.clock().estimate().bound_ns, 100000, 10000000);
+// The controller's "ray.got" marks (session.py _install_call_marks): a
+// call's key -> when the controller got its result.
+std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller) {
+  std::map<uint64_t, int64_t> got;
+  for (const Instant& i : controller.instants) {
+    if (i.has_payload && std::string_view(controller.process->String(i.name)) == "ray.got") {
+      got.emplace(i.payload, i.ts_ns);
+    }
+  }
+  return got;
 }
 
 }  // namespace
 
 void Aggregator::CorrectStep(StepProfile* profile) {
+  profile->corrected_end_ns = profile->end_ns;  // until the controller's step range says otherwise
   // The controller's sub-task windows (raw), nested ones left out: each
-  // waits on the workers busy in it (correction.h, waits).
+  // waits on the Ray calls whose results it got (correction.h, waits).
   std::vector<WaitWindow> windows;
   for (const Occurrence& o : SubtaskOccurrences(*profile, config_.subtasks)) {
     if (windows.empty() || o.begin_ns >= windows.back().end_ns) windows.push_back({o.begin_ns, o.end_ns, o.end_tid});
   }
-  // Workers first, each on its own; what each did last in every window is
-  // taken from its raw times before they move.
-  std::vector<std::pair<ProcessSlice*, std::vector<LastWork>>> workers;
   ProcessSlice* controller = nullptr;
   for (ProcessSlice& slice : profile->processes) {
-    // The controller whose steps these are; another process that calls
-    // itself one (a child that inherited the role) is corrected as a worker.
-    if (slice.process->hello().session == controller_session_ && controller == nullptr) {
-      controller = &slice;
-      continue;
-    }
-    workers.emplace_back(&slice, LastWorkIn(slice.spans, slice.gpu, windows, WaitSlackNs(*slice.process)));
+    if (slice.process->is_controller()) controller = &slice;
+  }
+  const std::map<uint64_t, size_t> awaited =
+      controller != nullptr ? AwaitedIn(RayGot(*controller), windows) : std::map<uint64_t, size_t>{};
+  // Workers first, each on its own; what each did last of what a window
+  // awaited is taken from its raw times before they move.
+  std::vector<std::pair<ProcessSlice*, std::vector<LastWork>>> workers;
+  for (ProcessSlice& slice : profile->processes) {
+    if (&slice == controller) continue;
+    workers.emplace_back(&slice, LastWorkIn(slice.spans, awaited, windows));
     Correct(*profile, {}, &slice);
   }
   if (controller == nullptr) return;
@@ -327,6 +330,27 @@ void Aggregator::CorrectStep(StepProfile* profile) {
     if (shrink > 0) waits[windows[w].tid].push_back({windows[w].end_ns, 0, 0, shrink * 1000});
   }
   Correct(*profile, waits, controller);
+
+  // The step ends where the controller's step range now ends. Every process
+  // moved by its own overhead, so what another paid less of may now lie past
+  // that end: it is held to the step, as cutting held the raw times (and a
+  // range cut at the step's end ends with it).
+  for (const Span& span : controller->spans) {
+    if (span.step == profile->step) profile->corrected_end_ns = span.end_ns;
+  }
+  const int64_t end = profile->corrected_end_ns;
+  for (ProcessSlice& slice : profile->processes) {
+    for (Span& span : slice.spans) {
+      if (span.clipped_end) span.end_ns = end;
+      span.begin_ns = std::min(span.begin_ns, end);
+      span.end_ns = std::clamp(span.end_ns, span.begin_ns, end);
+    }
+    for (Instant& i : slice.instants) i.ts_ns = std::min(i.ts_ns, end);
+    for (GpuRecord& g : slice.gpu) {
+      g.start_ns = std::min(g.start_ns, end);
+      g.end_ns = std::clamp(g.end_ns, g.start_ns, end);
+    }
+  }
 }
 
 void Aggregator::Correct(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits,
@@ -383,10 +407,9 @@ void Aggregator::CheckCausality(StepProfile* profile) {
         last_submit[i.tid] = i.ts_ns;
       } else if (name == "ray.task" && i.has_payload && last_submit.count(i.tid) != 0) {
         submitted.emplace(i.payload, last_submit[i.tid]);
-      } else if (name == "ray.got" && i.has_payload) {
-        got.emplace(i.payload, i.ts_ns);
       }
     }
+    got.merge(RayGot(slice));
   }
   StepProfile::Causality& c = profile->causality;
   for (const ProcessSlice& slice : profile->processes) {

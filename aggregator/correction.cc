@@ -81,37 +81,27 @@ int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
   return n == 0 ? 0 : th.cum_ps[n - 1] / 1000;
 }
 
-std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::vector<GpuRecord>& gpu,
-                                 const std::vector<WaitWindow>& windows, int64_t slack_ns) {
-  std::vector<LastWork> last(windows.size());
-  if (windows.empty()) return last;
-  // Each item updates the windows it overlaps: windows are sorted and
-  // disjoint, so a binary search finds the first and a walk the rest.
-  auto offer = [&](int64_t begin, int64_t end, int64_t tid, int64_t anchor, bool anchor_is_end) {
-    auto it = std::upper_bound(windows.begin(), windows.end(), begin,
+std::map<uint64_t, size_t> AwaitedIn(const std::map<uint64_t, int64_t>& got, const std::vector<WaitWindow>& windows) {
+  std::map<uint64_t, size_t> out;
+  for (const auto& [key, ts] : got) {
+    // The first window ending after ts; it holds ts if it began before.
+    auto it = std::upper_bound(windows.begin(), windows.end(), ts,
                                [](int64_t t, const WaitWindow& w) { return t < w.end_ns; });
-    for (; it != windows.end() && it->begin_ns < end; ++it) {
-      if (end > it->end_ns + slack_ns) continue;  // still running when the window ended
-      LastWork& l = last[static_cast<size_t>(it - windows.begin())];
-      const int64_t e = std::min(end, it->end_ns);
-      if (e > l.end_ns) l = {e, tid, anchor_is_end ? e : anchor};
-    }
-  };
-  std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, start)
-  for (const GpuRecord& g : gpu) {
-    if (g.tid != 0 && g.correlation != 0) launch.emplace(g.correlation, std::make_pair(g.tid, g.start_ns));
+    if (it != windows.end() && it->begin_ns <= ts) out.emplace(key, static_cast<size_t>(it - windows.begin()));
   }
+  return out;
+}
+
+std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::map<uint64_t, size_t>& awaited,
+                                 const std::vector<WaitWindow>& windows) {
+  std::vector<LastWork> last(windows.size());
   for (const Span& s : spans) {
-    if (s.step < 0) offer(s.begin_ns, s.end_ns, s.end_tid, 0, true);
-  }
-  for (const GpuRecord& g : gpu) {
-    if (g.tid != 0) {
-      offer(g.start_ns, g.end_ns, g.tid, 0, true);
-    } else if (auto it = launch.find(g.correlation); g.correlation != 0 && it != launch.end()) {
-      offer(g.start_ns, g.end_ns, it->second.first, it->second.second, false);
-    } else {
-      offer(g.start_ns, g.end_ns, 0, 0, false);  // no launch known: does not move
-    }
+    if (!s.has_payload || s.step >= 0) continue;
+    auto it = awaited.find(s.payload);
+    if (it == awaited.end()) continue;
+    const int64_t end = std::min(s.end_ns, windows[it->second].end_ns);
+    LastWork& l = last[it->second];
+    if (end > l.end_ns) l = {end, s.end_tid};
   }
   return last;
 }
@@ -122,7 +112,7 @@ int64_t WaitShrinkNs(const std::vector<std::pair<const Corrector*, LastWork>>& w
     if (l.end_ns == INT64_MIN) continue;
     // Only what its thread paid inside the window delays this window's end
     // (earlier windows got their own marks).
-    const int64_t removed = c == nullptr ? 0 : std::max<int64_t>(0, c->RemovedNs(l.tid, window_begin_ns, l.anchor_ns));
+    const int64_t removed = c == nullptr ? 0 : std::max<int64_t>(0, c->RemovedNs(l.tid, window_begin_ns, l.end_ns));
     raw = std::max(raw, l.end_ns);
     corrected = std::max(corrected, l.end_ns - removed);
   }

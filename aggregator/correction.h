@@ -10,12 +10,14 @@
 // thread's total. Costs come from each process's Hello (wire.h
 // Hello::costs), times `correction.scale`.
 //
-// Across processes (waits): a controller's sub-task window ends when the
-// last worker busy in it is done (verl: dispatch, ray.get, then on). Once
-// the workers are corrected that worker finishes earlier, and so does the
-// window: the controller's thread gets a wait mark at the window's end
-// costing the difference, so the window and everything after it on that
-// thread move earlier too.
+// Across processes (waits): a controller's sub-task window that waits on
+// Ray actor calls (verl: dispatch, ray.get, then on) ends when the last of
+// them is done. Once the workers are corrected that call finishes earlier,
+// and so does the window: the controller's thread gets a wait mark at the
+// window's end costing the difference, so the window and everything after
+// it on that thread move earlier too. Only calls the controller got in the
+// window count (their keys link the two sides); a worker busy on its own is
+// not waited for.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,6 @@
 #include <vector>
 
 #include "aggregator/timeline.h"
-#include "native/gpu_record.h"
 
 namespace rlscope {
 
@@ -86,26 +87,26 @@ struct WaitWindow {
   int64_t tid = 0;
 };
 
-// What a worker did last in a window, before correction: when it ended
-// (clipped to the window) and the thread and time whose shift moves that
-// end (a kernel moves with its launch).
+// What a worker did last, of what a window waited for, before correction:
+// when it ended (clipped to the window) and on which thread.
 struct LastWork {
-  int64_t end_ns = INT64_MIN;  // INT64_MIN: nothing in the window
+  int64_t end_ns = INT64_MIN;  // INT64_MIN: nothing awaited in the window
   int64_t tid = 0;
-  int64_t anchor_ns = 0;
 };
 
-// Per window (sorted, disjoint), a worker's last work in it, from its raw
-// spans (step ranges aside) and GPU records. Only work that ended by the
-// window's end (up to `slack_ns`, the clocks' error) was waited for; a
-// range still running then (a background thread, a range around many
-// calls) was not.
-std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::vector<GpuRecord>& gpu,
-                                 const std::vector<WaitWindow>& windows, int64_t slack_ns);
+// Which window (index into sorted, disjoint `windows`) got each awaited
+// call's result: `got` maps a call's key to when the controller got it
+// (its "ray.got" mark, session.py), raw.
+std::map<uint64_t, size_t> AwaitedIn(const std::map<uint64_t, int64_t>& got, const std::vector<WaitWindow>& windows);
 
-// How much earlier the last worker finishes in [window_begin, ...] once
-// each is corrected: max raw end minus max corrected end, never negative.
-// `workers`: each worker's corrector and its last work in this window.
+// Per window, a worker's last awaited work: its spans whose payload is an
+// awaited call's key (the Ray method wrapper's range, ray_worker.py), raw.
+std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::map<uint64_t, size_t>& awaited,
+                                 const std::vector<WaitWindow>& windows);
+
+// How much earlier the last awaited work finishes in [window_begin, ...]
+// once each worker is corrected: max raw end minus max corrected end, never
+// negative. `workers`: each worker's corrector and its last work there.
 int64_t WaitShrinkNs(const std::vector<std::pair<const Corrector*, LastWork>>& workers, int64_t window_begin_ns);
 
 }  // namespace rlscope

@@ -102,7 +102,12 @@ class ProcessTimeline {
 
   const wire::Hello& hello() const { return hello_; }
   const wire::Identity& identity() const { return hello_.identity; }
-  bool is_controller() const { return hello_.identity.role == "controller"; }
+  // The role a process claims, and whether the aggregator took it as the
+  // run's controller: the first to claim it (a child that inherited
+  // RLSCOPE_ROLE=controller is not), whose steps every process is cut to.
+  bool claims_controller() const { return hello_.identity.role == "controller"; }
+  bool is_controller() const { return controller_; }
+  void set_controller() { controller_ = true; }
   const char* String(uint32_t id) const;  // "" for 0 or unknown
   std::string ThreadName(int64_t tid) const;
   std::string CategoryName(uint32_t domain, uint32_t category) const;
@@ -148,6 +153,7 @@ class ProcessTimeline {
   int64_t last_seen_ns_ = 0;
   ClockFit clock_;
   bool said_bye_ = false;
+  bool controller_ = false;
 };
 
 }  // namespace rlscope

@@ -363,8 +363,8 @@ def correction_section(args):
     workloads = [
         ("python nvtx.push_range/pop_range", dense + ["--style", "push"]),
         ("python nvtx.annotate(color=...)", dense + ["--style", "annotate"]),
-        ("controller waiting on an annotated worker process",
-         [sys.executable, os.path.join(apps, "wait_pair.py"), "--steps", "10", "--ranges", "100000"]),
+        ("Ray driver waiting on an annotated actor",
+         [sys.executable, os.path.join(apps, "ray_wait_app.py"), "--steps", "10", "--ranges", "100000"]),
     ]
 
     def med(runs):  # the median step over every run's steps but the first (start-up)

@@ -98,7 +98,7 @@ def test_calibrated_scale_brings_a_new_profiled_run_to_the_uninstrumented_time(t
     base = plain()
     scale = round(cal["scale"], 3)  # as printed for the config
     config = json.dumps({"buffers": {"per_thread_kb": 32768}, "correction": {"scale": scale}})
-    agg = aggregator_factory(config=BUFFERS + f"correction: {{scale: {scale}}}\n")
+    agg = aggregator_factory(config=BUFFERS + f"correction: {{scale: {scale}}}\n", nice=True)
     subprocess.run(cmd, env=agg.env(role="controller", config=config), check=True, timeout=120,
                    stdout=subprocess.DEVNULL)
     agg.wait(timeout=60)

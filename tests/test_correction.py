@@ -40,7 +40,7 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
     # Uninstrumented before and after the profiled run, so machine drift
     # shows up as spread between the two.
     plain = _uninstrumented(tmp_path, "a")
-    agg = aggregator_factory(config="buffers: {per_thread_kb: 32768}\n")
+    agg = aggregator_factory(config="buffers: {per_thread_kb: 32768}\n", nice=True)
     report = tmp_path / "profiled.json"
     subprocess.run([sys.executable, str(APP), "--steps", str(STEPS), "--ranges", str(RANGES),
                     "--report", str(report)],
@@ -95,60 +95,77 @@ def test_corrected_step_time_lands_near_the_uninstrumented_one(aggregator_factor
     assert f"{RANGES - 256} shorter sub-task occurrences are not listed" in page
 
 
-@pytest.mark.parametrize("inherit", [False, True], ids=["worker", "child-inherits-controller-role"])
-def test_a_controller_waiting_on_a_worker_is_corrected_for_the_workers_overhead(aggregator_factory, tmp_path,
-                                                                               inherit):
-    """The worker (a second process, rank 0) carries the dense annotations;
-    the controller only waits for it inside its sub-task "gen". Correcting
-    each thread alone would leave the controller's step inflated; its window
-    ends as much earlier as the worker does once corrected. A child that
-    inherited RLSCOPE_ROLE=controller is corrected as a worker."""
-    app = ROOT / "tests/apps/wait_pair.py"
-    steps, ranges = 4, 50_000
+def test_a_controller_waiting_on_a_ray_actor_is_corrected_for_the_actors_overhead(aggregator_factory, tmp_path):
+    """The actor (rank 0) carries the dense annotations; the driver only
+    waits for it (ray.get) inside its sub-task "gen". Correcting each thread
+    alone would leave the driver's step inflated; its window ends as much
+    earlier as the awaited call does once the actor is corrected."""
+    app = ROOT / "tests/apps/ray_wait_app.py"
+    steps, ranges = 4, 100_000
 
     def run(env, tag):
         report = tmp_path / f"{tag}.json"
         subprocess.run([sys.executable, str(app), "--steps", str(steps), "--ranges", str(ranges), "--report",
-                        str(report)] + (["--inherit-role"] if inherit else []),
-                       env=env, check=True, timeout=120, stdout=subprocess.DEVNULL)
-        return json.loads(report.read_text())["steps_ms"][1:]  # step 1 starts the worker
+                        str(report)], env=env, check=True, timeout=180, stdout=subprocess.DEVNULL)
+        return json.loads(report.read_text())["steps_ms"][1:]  # step 1 warms up
 
-    plain_env = clean_env()
-    plain = run(plain_env, "plain_a")
-    agg = aggregator_factory(config="buffers: {per_thread_kb: 32768}\n")
-    run(agg.env(role="controller", config='{"buffers": {"per_thread_kb": 32768}}'), "profiled")
+    plain = run(clean_env("RAY_ADDRESS", "RANK"), "plain_a")
+    agg = aggregator_factory(config="buffers: {per_thread_kb: 32768}\n", nice=True)
+    run(dict(agg.env(role="controller", config='{"buffers": {"per_thread_kb": 32768}}'), RAY_ADDRESS=""),
+        "profiled")
     agg.wait(timeout=60)
-    plain += run(plain_env, "plain_b")
+    plain += run(clean_env("RAY_ADDRESS", "RANK"), "plain_b")
 
     raw, corrected = [], []
     for n in range(2, steps + 1):
         summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
-        assert len(summary["processes"]) == 2
-        # The worker is the one with the annotations (its role may be "controller" too).
-        by_events = sorted(summary["processes"], key=lambda p: p["overhead"]["events"])
-        procs = {"controller": by_events[0], "worker": by_events[1]}
-        assert procs["worker"]["role"] == ("controller" if inherit else "worker")
-        worker, controller = procs["worker"]["overhead"], procs["controller"]["overhead"]
-        assert worker["events"] >= 2 * ranges and worker["waits_ms"] == 0
-        # The controller recorded a handful of events; nearly all it lost
-        # was waiting on the worker's overhead, all of which was in "gen".
-        assert controller["events"] < 20
-        assert controller["waits_ms"] == pytest.approx(worker["subtracted_ms"], rel=0.02)
-        assert summary["correction"]["subtracted_ms"] >= controller["waits_ms"]
+        (controller,) = [p for p in summary["processes"] if "ray_wait_app.py" in p["label"]]
+        (actor,) = [p for p in summary["processes"] if p["rank"] == 0]
+        assert actor["overhead"]["events"] >= 2 * ranges and actor["overhead"]["waits_ms"] == 0
+        # The driver recorded a handful of events; nearly all it lost was
+        # waiting on the actor's overhead, paid inside the awaited call.
+        assert controller["overhead"]["events"] < 20
+        assert controller["overhead"]["waits_ms"] == pytest.approx(actor["overhead"]["subtracted_ms"], rel=0.05)
+        assert summary["correction"]["subtracted_ms"] >= controller["overhead"]["waits_ms"]
         raw.append(summary["duration_ms"])
         corrected.append(summary["correction"]["duration_ms"])
-        # The corrected "gen" still holds the worker's corrected "generate".
+        # The corrected "gen" still holds the actor's corrected "generate".
         trace = Trace(agg.out / f"step_{n}" / "trace.json")
-        (gen,) = trace.slices(procs["controller"]["pid"], "gen")
-        (generate,) = trace.slices(procs["worker"]["pid"], "generate")
+        (gen,) = trace.slices(controller["pid"], "gen")
+        (generate,) = trace.slices(actor["pid"], "generate")
         assert float(gen["dur"]) >= float(generate["dur"])
-        assert float(gen["args"]["raw_dur"]) - float(gen["dur"]) > 0.5 * (float(generate["args"]["raw_dur"])
-                                                                          - float(generate["dur"]))
     raw_err, corr_err = _errors(plain, raw, corrected)
     assert raw_err > 0.3
-    # Tolerance as above (the same per-event costs, now over two processes);
-    # without the waits the error is the raw one, 65-79 %.
+    # Tolerance as above; Ray adds costs of its own around the call (its
+    # method wrapper is not calibrated) and runs four more processes on the
+    # 2 cores: over four runs this landed 0.3-13 % off. Without the waits
+    # the error is the raw one, 70-90 %.
     assert corr_err < 0.25, (plain, raw, corrected)
+
+
+def test_a_child_that_inherits_the_controller_role_is_corrected_as_a_worker(aggregator_factory, tmp_path):
+    """A child of the profiled controller inherits RLSCOPE_ROLE=controller
+    (tests/apps/wait_pair.py). The aggregator keeps the first controller as
+    the one whose steps and sub-tasks count, and corrects the child as a
+    worker; nothing links the child's work to the controller's wait (no Ray
+    call), so the controller's step keeps it."""
+    agg = aggregator_factory(config="buffers: {per_thread_kb: 32768}\n")
+    subprocess.run([sys.executable, str(ROOT / "tests/apps/wait_pair.py"), "--steps", "3", "--ranges", "20000"],
+                   env=agg.env(role="controller", config='{"buffers": {"per_thread_kb": 32768}}'),
+                   check=True, timeout=120, stdout=subprocess.DEVNULL)
+    agg.wait(timeout=60)
+    for n in (2, 3):
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        assert [p["role"] for p in summary["processes"]] == ["controller", "controller"]
+        controller, child = sorted(summary["processes"], key=lambda p: p["overhead"]["events"])
+        assert child["overhead"]["events"] >= 2 * 20000 and child["overhead"]["subtracted_ms"] > 0
+        assert controller["overhead"]["waits_ms"] == child["overhead"]["waits_ms"] == 0
+        # The step and its sub-tasks are the real controller's.
+        assert summary["correction"]["subtracted_ms"] == pytest.approx(controller["overhead"]["subtracted_ms"],
+                                                                       abs=1e-3)
+        assert [g["subtask"] for g in summary["critical_path"]["segments"]] == ["gen", "adv"]
+        trace = Trace(agg.out / f"step_{n}" / "trace.json")
+        assert trace.slices(controller["pid"], "step") and not trace.slices(child["pid"], "step")
 
 
 def test_an_nvtx_package_of_another_shape_never_fails_the_import(aggregator_factory, tmp_path):

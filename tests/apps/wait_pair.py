@@ -1,21 +1,18 @@
-"""A controller that waits on a worker process, as verl's waits on its Ray
-actors, with the dense annotations on the worker's side.
+"""A controller that waits on a child process over pipes, the child
+carrying dense annotations and inheriting the controller's environment (so
+it claims RLSCOPE_ROLE=controller too, as a child of a profiled driver does).
 
-    python wait_pair.py --steps N --ranges R [--report FILE] [--inherit-role]
+    python wait_pair.py --steps N --ranges R [--report FILE]
 
 This process is the controller: it starts the worker (this file, --worker)
 over pipes, and each step (rlscope_ray.step) sends it "go" inside a range
 "gen" and waits for its reply; then runs a short "adv" of its own. The
 worker answers each "go" with R iterations of a small Python function, each
-in an `nvtx` push/pop range, inside a range "generate". Under the profiler
-(RLSCOPE_* in the environment) the worker reports as rank 0, or, with
---inherit-role, with the environment as it is (a child that calls itself a
-controller too). The controller times its own steps and writes them to
---report as JSON.
+in an `nvtx` push/pop range, inside a range "generate". The controller
+times its own steps and writes them to --report as JSON.
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -50,15 +47,11 @@ def main() -> None:
     ap.add_argument("--ranges", type=int, default=50000)
     ap.add_argument("--report")
     ap.add_argument("--worker", action="store_true")
-    ap.add_argument("--inherit-role", action="store_true")
     args = ap.parse_args()
     if args.worker:
         worker(args.ranges)
         return
-    env = dict(os.environ)
-    if "RLSCOPE_AGGREGATOR" in env and not args.inherit_role:
-        env.update(RLSCOPE_ROLE="worker", RLSCOPE_RANK="0")
-    child = subprocess.Popen([sys.executable, __file__, "--worker", "--ranges", str(args.ranges)], env=env,
+    child = subprocess.Popen([sys.executable, __file__, "--worker", "--ranges", str(args.ranges)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
     steps_ms = []

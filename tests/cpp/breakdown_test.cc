@@ -9,7 +9,6 @@
 #include "aggregator/breakdown.h"
 #include "aggregator/correction.h"
 #include "native/event.h"
-#include "native/gpu_record.h"
 
 namespace rlscope {
 namespace {
@@ -91,46 +90,44 @@ TEST(Correction, EntryPointCostsApplyToOpeningEventsAndScale) {
   EXPECT_DOUBLE_EQ(model.costs_ns().at("py_nvtx_push"), 150.0);
 }
 
-TEST(Correction, LastWorkInEachWindowFollowsItsThreadOrItsLaunch) {
-  // Windows [100,200) and [300,400). Worker thread 7: range A [110,190),
-  // range B [310,450) running past the second window's end (by 50); an API call
-  // [120,125) launching a kernel [150,195) (correlation 5).
+TEST(Correction, OnlyAwaitedCallsAreWaitedFor) {
+  // Windows [100,200) and [300,400). The controller got call 11 at 195 and
+  // call 12 at 390; call 13 at 250, between windows.
   const std::vector<WaitWindow> windows = {{100, 200, 1}, {300, 400, 1}};
-  std::vector<Span> spans(2);
-  spans[0].begin_ns = 110, spans[0].end_ns = 190, spans[0].tid = spans[0].end_tid = 7;
-  spans[1].begin_ns = 310, spans[1].end_ns = 450, spans[1].tid = spans[1].end_tid = 7;
-  std::vector<GpuRecord> gpu(2);
-  gpu[0].start_ns = 120, gpu[0].end_ns = 125, gpu[0].tid = 7, gpu[0].correlation = 5;
-  gpu[0].kind = static_cast<uint8_t>(GpuKind::kRuntimeApi);
-  gpu[1].start_ns = 150, gpu[1].end_ns = 195, gpu[1].correlation = 5;
-  gpu[1].kind = static_cast<uint8_t>(GpuKind::kKernel);
-  const auto last = LastWorkIn(spans, gpu, windows, 60);
+  const auto awaited = AwaitedIn({{11, 195}, {12, 390}, {13, 250}}, windows);
+  ASSERT_EQ(awaited.size(), 2u);
+  EXPECT_EQ(awaited.at(11), 0u);
+  EXPECT_EQ(awaited.at(12), 1u);
+  // Worker thread 7 ran call 11 [110,190) and call 12 [310,395); thread 8
+  // ran an unrelated range [120,199) (busy on its own, ended later) and a
+  // range with a payload nobody awaited.
+  auto span = [](int64_t b, int64_t e, int64_t tid, uint64_t payload, bool has_payload) {
+    Span s;
+    s.begin_ns = b, s.end_ns = e, s.tid = s.end_tid = tid, s.payload = payload, s.has_payload = has_payload;
+    return s;
+  };
+  const std::vector<Span> spans = {span(110, 190, 7, 11, true), span(310, 395, 7, 12, true),
+                                   span(120, 199, 8, 0, false), span(130, 198, 8, 99, true)};
+  const auto last = LastWorkIn(spans, awaited, windows);
   ASSERT_EQ(last.size(), 2u);
-  EXPECT_EQ(last[0].end_ns, 195);  // the kernel ended last; it moves with its launch
+  EXPECT_EQ(last[0].end_ns, 190);
   EXPECT_EQ(last[0].tid, 7);
-  EXPECT_EQ(last[0].anchor_ns, 120);
-  EXPECT_EQ(last[1].end_ns, 400);  // B ended within the slack: clipped to the window
-  EXPECT_EQ(last[1].anchor_ns, 400);
-  EXPECT_EQ(LastWorkIn({}, {}, windows, 60)[0].end_ns, INT64_MIN);
-  // With less slack, B was still running when the window ended: not waited for.
-  EXPECT_EQ(LastWorkIn(spans, gpu, windows, 10)[1].end_ns, INT64_MIN);
-  // A range around both windows was waited for by neither.
-  std::vector<Span> wrapping(1);
-  wrapping[0].begin_ns = 50, wrapping[0].end_ns = 500, wrapping[0].tid = wrapping[0].end_tid = 9;
-  EXPECT_EQ(LastWorkIn(wrapping, {}, windows, 60)[0].end_ns, INT64_MIN);
+  EXPECT_EQ(last[1].end_ns, 395);
+  EXPECT_EQ(LastWorkIn(spans, {}, windows)[0].end_ns, INT64_MIN);  // no calls awaited: no waits
 
-  // Thread 7 paid 10 ns at 115, 130, 320 and 350.
+  // Thread 7 paid 10 ns at 115, 130, 320 and 350; thread 8 at 150.
   const auto push = static_cast<uint8_t>(EventKind::kRangePush);
   const CostModel model({{"push", 10}}, 1.0);
   std::map<int64_t, std::vector<CostMark>> marks;
   marks[7] = {{115, push, 0}, {130, push, 0}, {320, push, 0}, {350, push, 0}};
+  marks[8] = {{150, push, 0}};
   const Corrector worker(marks, model, 50);
-  // The kernel was launched after one of them (in the window): 10 ns.
-  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}}, 100), 10);
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}}, 100), 20);  // what thread 7 paid in the window
   EXPECT_EQ(WaitShrinkNs({{&worker, last[1]}}, 300), 20);
-  // Another worker ends at 190 with no overhead: the window can end only 5 ns earlier.
-  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}, {nullptr, LastWork{190, 8, 190}}}, 100), 5);
-  EXPECT_EQ(WaitShrinkNs({{nullptr, LastWork{}}}, 100), 0);  // nobody worked in it
+  // Another worker's awaited call ends at 185 with no overhead: the corrected
+  // ends are 170 and 185, so the window ends only 5 ns earlier.
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}, {nullptr, LastWork{185, 9}}}, 100), 5);
+  EXPECT_EQ(WaitShrinkNs({{nullptr, LastWork{}}}, 100), 0);  // nothing awaited
 }
 
 TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
