@@ -138,7 +138,7 @@ def test_a_controller_waiting_on_a_ray_actor_is_corrected_for_the_actors_overhea
     assert raw_err > 0.3
     # Tolerance as above; Ray adds costs of its own around the call (its
     # method wrapper is not calibrated) and runs four more processes on the
-    # 2 cores: over four runs this landed 0.3-13 % off. Without the waits
+    # 2 cores: over three runs this landed 0.3-13 % off. Without the waits
     # the error is the raw one, 70-90 %.
     assert corr_err < 0.25, (plain, raw, corrected)
 
