@@ -355,14 +355,19 @@ void Aggregator::CorrectStep(StepProfile* profile) {
 
 void Aggregator::Correct(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits,
                          ProcessSlice* slice) {
-  // Marks are cut on the process's clock like the spans, then moved onto the
-  // aggregator's, where the step begins; waits are on the aggregator's already.
+  // Marks are cut on the process's clock like the spans (a nanosecond wider:
+  // the clock fit's rounding), moved onto the aggregator's, where the step
+  // begins, and held to [begin, end] there, as the spans were; waits are on
+  // the aggregator's clock already.
   const ProcessTimeline& p = *slice->process;
   const ClockFit& clock = p.clock();
   std::map<int64_t, std::vector<CostMark>> marks;
-  p.CutCosts(clock.FromAggregator(step.begin_ns), clock.FromAggregator(step.end_ns), &marks);
+  p.CutCosts(clock.FromAggregator(step.begin_ns) - 1, clock.FromAggregator(step.end_ns) + 1, &marks);
   for (auto& [tid, list] : marks) {
     for (CostMark& m : list) m.ts_ns = clock.ToAggregator(m.ts_ns);
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const CostMark& m) { return m.ts_ns < step.begin_ns || m.ts_ns > step.end_ns; }),
+               list.end());
   }
   for (const auto& [tid, list] : waits) marks[tid].insert(marks[tid].end(), list.begin(), list.end());
   slice->costs = CostModel(p.hello().costs, config_.correction.scale);

@@ -184,7 +184,7 @@ void ProcessTimeline::CutCosts(int64_t begin_ns, int64_t end_ns,
   for (const auto& [tid, marks] : cost_marks_) {
     std::vector<CostMark>* dst = nullptr;
     for (const CostMark& m : marks) {
-      if (m.ts_ns < begin_ns || m.ts_ns >= end_ns) continue;
+      if (m.ts_ns < begin_ns || m.ts_ns > end_ns) continue;
       if (dst == nullptr) dst = &(*out)[tid];
       dst->push_back(m);
     }

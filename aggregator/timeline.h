@@ -94,7 +94,8 @@ class ProcessTimeline {
   // overlapping [begin, end); device-side ones (kernels, copies, sets) whose
   // launching API call began in it, or, launch unknown, that overlap it.
   void CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecord>* out) const;
-  // Every recorded event in [begin, end), per thread, in recording order.
+  // Every recorded event in [begin, end], per thread, in recording order
+  // (the step's closing event paid its cost inside the step).
   void CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const;
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.

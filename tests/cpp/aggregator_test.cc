@@ -62,6 +62,11 @@ class FakeCollector {
 
   wire::Hello Hello() const { return hello_; }
   uint64_t session() const { return hello_.session; }
+  // Calibrated ns per event, as the Hello carries them (wire.h Hello::costs).
+  FakeCollector& Costs(std::map<std::string, double> costs) {
+    hello_.costs = std::move(costs);
+    return *this;
+  }
 
   FakeCollector& Push(int64_t tid, int64_t ts, const std::string& name,
                       std::optional<uint64_t> payload = std::nullopt, uint32_t domain = 0) {
@@ -1464,6 +1469,160 @@ TEST_F(AggregatorTest, RepeatedHelloKeepsTheTimeline) {
   ASSERT_EQ(agg_->processes().size(), 1u);
   EXPECT_EQ(agg_->processes().at(2)->buffered_spans(), 1u);
   EXPECT_EQ(agg_->processes().at(2)->watermark_ns(), 1000);
+}
+
+// ------------------------------------------------ overhead correction of steps
+
+// Whole steps corrected through the Aggregator (CorrectStep): constructed
+// timelines with known costs, every expected time worked out by hand.
+class CorrectStepTest : public AggregatorTest {
+ protected:
+  // One controller thread (tid 1): step 1 over [1000, 5000] holding a range
+  // "a" [2000, 3000] and a mark at 4000; push 100, pop 50, mark 10 ns.
+  const StepProfile& RunSimpleStep(const std::string& config_yaml = "") {
+    Init(ConfigFrom(config_yaml));
+    FakeCollector ctl(1, "controller", -1, 100);
+    ctl.Costs({{"push", 100}, {"pop", 50}, {"mark", 10}});
+    Connect(ctl);
+    ctl.Push(1, 1000, "step", 1).Push(1, 2000, "a").Pop(1, 3000).Mark(1, 4000, "m").Pop(1, 5000);
+    Send(ctl.Flush(6000));
+    Send(ctl.Bye());
+    agg_->Tick(0);
+    EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+    return exporter_.Step(1);
+  }
+};
+
+TEST_F(CorrectStepTest, EveryEventAfterTheBeginCostsItsThreadIncludingTheStepsOwnEnd) {
+  const StepProfile& step = RunSimpleStep();
+  ASSERT_TRUE(step.corrected);
+  const ProcessSlice* c = FindSlice(step, 1);
+  ASSERT_NE(c, nullptr);
+  // The step's own push paid before its begin; after it: a's push (100) and
+  // pop (50), the mark (10), and the step's pop (50).
+  EXPECT_EQ(c->corrector->total_ns(), 210);
+  EXPECT_EQ(c->corrector->events(), 4u);
+  EXPECT_EQ(step.corrected_end_ns, 5000 - 210);
+  const Span* a = FindSpan(c, "a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->begin_ns, 2000 - 100);
+  EXPECT_EQ(a->end_ns, 3000 - 150);
+  EXPECT_EQ(a->raw_begin_ns, 2000);
+  EXPECT_EQ(a->raw_end_ns, 3000);
+  ASSERT_EQ(c->instants.size(), 1u);
+  EXPECT_EQ(c->instants[0].ts_ns, 4000 - 160);
+  const Span* s = FindSpan(c, "step");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->begin_ns, 1000);
+  EXPECT_EQ(s->end_ns, 5000 - 210);
+}
+
+TEST_F(CorrectStepTest, ScaleMultipliesEveryCost) {
+  const StepProfile& step = RunSimpleStep("correction: {scale: 2.5}\n");
+  EXPECT_EQ(step.corrected_end_ns, 5000 - 525);
+  EXPECT_EQ(FindSlice(step, 1)->corrector->total_ns(), 525);
+}
+
+TEST_F(CorrectStepTest, CorrectionOffLeavesEveryTimeAsRecorded) {
+  const StepProfile& step = RunSimpleStep("correction: {enabled: false}\n");
+  EXPECT_FALSE(step.corrected);
+  const ProcessSlice* c = FindSlice(step, 1);
+  EXPECT_EQ(c->corrector, nullptr);
+  const Span* a = FindSpan(c, "a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->begin_ns, 2000);
+  EXPECT_EQ(a->end_ns, 3000);
+  EXPECT_EQ(c->instants[0].ts_ns, 4000);
+}
+
+// The controller's sub-task "gen" [2000, 9000] got the result of Ray call 77
+// (its "ray.got" mark at 8000). Worker A ran that call as "generate" [3000,
+// 7000] with a nested "op"; worker B was busy on its own meanwhile. A's
+// overhead in the window (600 ns) delayed the controller's wait; B's did not.
+TEST_F(CorrectStepTest, TheControllerWaitsAsMuchLessAsTheCallItAwaitedWhenItsWorkerIsCorrected) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector a(2, "worker", 0, 200);
+  FakeCollector b(3, "worker", 1, 300);
+  ctl.Costs({{"push", 100}, {"pop", 50}, {"mark", 10}});
+  a.Costs({{"push", 200}, {"pop", 100}});
+  b.Costs({{"push", 1000}, {"pop", 1000}});
+  for (auto* c : {&ctl, &a, &b}) Connect(*c);
+  ctl.Push(1, 1000, "step", 1).Push(1, 2000, "gen").Mark(1, 8000, "ray.got", 77).Pop(1, 9000).Pop(1, 10000);
+  a.Push(7, 3000, "generate", 77).Push(7, 4000, "op").Pop(7, 5000).Pop(7, 7000);
+  b.Push(9, 3000, "own").Pop(9, 8500);
+  for (auto* c : {&ctl, &a, &b}) {
+    Send(c->Flush(20000));
+    Send(c->Bye());
+  }
+  agg_->Tick(0);
+  const StepProfile& step = exporter_.Step(1);
+  const ProcessSlice* c = FindSlice(step, 1);
+  const ProcessSlice* wa = FindSlice(step, 2);
+  const ProcessSlice* wb = FindSlice(step, 3);
+  ASSERT_TRUE(c && wa && wb);
+  // Workers on their own.
+  EXPECT_EQ(wa->corrector->total_ns(), 600);
+  EXPECT_EQ(wa->corrector->waits_ns(), 0);
+  const Span* generate = FindSpan(wa, "generate");
+  ASSERT_NE(generate, nullptr);
+  EXPECT_EQ(generate->begin_ns, 3000 - 200);
+  EXPECT_EQ(generate->end_ns, 7000 - 600);
+  const Span* own = FindSpan(wb, "own");
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ(own->end_ns, 8500 - 2000);
+  // The controller: its own 210 ns, and a wait mark of 600 ns at gen's end.
+  EXPECT_EQ(c->corrector->waits_ns(), 600);
+  EXPECT_EQ(c->corrector->total_ns(), 810);
+  EXPECT_EQ(c->corrector->events(), 4u);  // the wait mark is not an event
+  const Span* gen = FindSpan(c, "gen");
+  ASSERT_NE(gen, nullptr);
+  EXPECT_EQ(gen->begin_ns, 2000 - 100);
+  EXPECT_EQ(gen->end_ns, 9000 - 760);
+  EXPECT_GE(gen->end_ns, generate->end_ns);  // the wait still holds its call
+  EXPECT_EQ(step.corrected_end_ns, 10000 - 810);
+}
+
+TEST_F(CorrectStepTest, AWorkerRangeOpenAtTheStepsEndEndsWithTheCorrectedStep) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector w(2, "worker", 0, 200);
+  ctl.Costs({{"push", 100}, {"pop", 100}});
+  Connect(ctl);
+  Connect(w);
+  ctl.Push(1, 1000, "step", 1).Push(1, 2000, "x").Pop(1, 3000).Pop(1, 5000);
+  w.Push(4, 4000, "still_running");
+  Send(ctl.Flush(9000));
+  Send(ctl.Bye());
+  Send(w.Flush(9000));
+  agg_->Tick(0);
+  const StepProfile& step = exporter_.Step(1);
+  EXPECT_EQ(step.corrected_end_ns, 5000 - 300);
+  const Span* open = FindSpan(FindSlice(step, 2), "still_running");
+  ASSERT_NE(open, nullptr);
+  EXPECT_TRUE(open->clipped_end);
+  EXPECT_EQ(open->begin_ns, 4000);  // the worker paid nothing
+  EXPECT_EQ(open->end_ns, 5000 - 300);
+}
+
+TEST_F(CorrectStepTest, ASecondControllerIsCorrectedAsAWorkerAndDoesNotMoveTheStep) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector child(5, "controller", -1, 500);
+  ctl.Costs({{"push", 100}, {"pop", 100}});
+  child.Costs({{"push", 1000}, {"pop", 1000}});
+  Connect(ctl);
+  Connect(child);
+  ctl.Push(1, 1000, "step", 1).Pop(1, 5000);
+  child.Push(6, 2000, "generate").Pop(6, 3000);
+  for (auto* c : {&ctl, &child}) {
+    Send(c->Flush(9000));
+    Send(c->Bye());
+  }
+  agg_->Tick(0);
+  const StepProfile& step = exporter_.Step(1);
+  EXPECT_EQ(step.corrected_end_ns, 5000 - 100);
+  const ProcessSlice* ch = FindSlice(step, 5);
+  ASSERT_NE(ch, nullptr);
+  EXPECT_EQ(ch->corrector->total_ns(), 2000);
+  EXPECT_EQ(FindSpan(ch, "generate")->end_ns, 3000 - 2000);
 }
 
 }  // namespace
