@@ -217,6 +217,11 @@ void rlscope_report_expected(const char* const* records, uint64_t n) {
   }
 }
 
+int64_t rlscope_test_clock_ns(void) {
+  Collector* c = Collector::Instance();
+  return c != nullptr ? c->TestClockNs() : -1;
+}
+
 void rlscope_collector_stats(rlscope_stats_t* out) {
   if (out == nullptr) return;
   *out = rlscope_stats_t{};

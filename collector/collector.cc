@@ -126,6 +126,16 @@ Collector* Collector::Start() {
   [] {
     try {
       if (!Env("RLSCOPE_DISABLE").empty()) return;
+      // The profiler's environment belongs to the process it was set up for
+      // (by the user, rlscope_ray.init, or the Ray plugin, which clears
+      // RLSCOPE_OWNER_PID for each profiled worker): the first collector
+      // claims it below. A process that merely inherited it (a child of a
+      // profiled process, Ray's own helper processes) is not profiled and
+      // takes no role. Not counted anywhere: it never was a profiled process.
+      if (const std::string owner = Env("RLSCOPE_OWNER_PID");
+          !owner.empty() && owner != std::to_string(getpid())) {
+        return;
+      }
       ConfigResult cr = LoadConfigFromEnvValue(Env("RLSCOPE_CONFIG"));
       if (!cr.ok()) {
         for (const auto& e : cr.errors) std::fprintf(stderr, "rlscope: %s\n", e.c_str());
@@ -136,6 +146,7 @@ Collector* Collector::Start() {
       std::string endpoint = Env("RLSCOPE_AGGREGATOR");
       if (endpoint.empty() && cr.config.aggregator != "auto") endpoint = cr.config.aggregator;
       if (endpoint.empty() || endpoint == "auto") return;  // nobody to send to: off
+      std::unique_ptr<TestClock> test_clock = TestClock::FromEnvironment();
 
       wire::Identity id;
       char host[256] = {0};
@@ -170,7 +181,10 @@ Collector* Collector::Start() {
                                        ? "pending: starts when CUDA initialises with CUDA_INJECTION64_PATH set"
                                        : "unavailable: no NVIDIA driver on this host";
       }
-      auto* c = new Collector(std::move(cr.config), endpoint, std::move(id));
+      // Claimed (children inherit this; Python's os.environ is updated by
+      // rlscope_ray). Before any thread of ours exists.
+      setenv("RLSCOPE_OWNER_PID", std::to_string(getpid()).c_str(), 1);
+      auto* c = new Collector(std::move(cr.config), endpoint, std::move(id), std::move(test_clock));
       PinSelf();
       instance_.store(c, std::memory_order_release);
       std::atexit(ShutdownAtExit);
@@ -188,16 +202,20 @@ Collector* Collector::Start() {
   return Instance();
 }
 
-Collector::Collector(Config config, std::string endpoint, wire::Identity identity)
+Collector::Collector(Config config, std::string endpoint, wire::Identity identity,
+                     std::unique_ptr<TestClock> test_clock)
     : config_(std::move(config)),
+      test_clock_(std::move(test_clock)),
       endpoint_(std::move(endpoint)),
       session_([] {
         std::random_device rd;
         return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
                static_cast<uint64_t>(MonotonicNs()) ^ static_cast<uint64_t>(getpid());
       }()),
-      clock_source_(Env("RLSCOPE_CLOCK") != "monotonic" && TscIsInvariant() ? ClockSource::kTsc
-                                                                             : ClockSource::kMonotonic),
+      // Test costs add ns to the raw stamp: ticks must be ns.
+      clock_source_(test_clock_ == nullptr && Env("RLSCOPE_CLOCK") != "monotonic" && TscIsInvariant()
+                        ? ClockSource::kTsc
+                        : ClockSource::kMonotonic),
       owner_pid_(getpid()),
       start_ns_(MonotonicNs()),
       // The controller owns the steps: `ranks` selects workers only.
@@ -213,6 +231,7 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       identity_(std::move(identity)),
       converter_(clock_source_) {
+  if (test_clock_ != nullptr) costs_ = test_clock_->costs();
   if (!config_.ranks.all && identity_.rank < 0 && identity_.role != "controller") {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
@@ -453,7 +472,7 @@ void Collector::Stats(rlscope_stats_t* out) {
 
 void Collector::FlushLoop() {
   // Before the first Hello, which carries the costs (overhead correction).
-  if (selected_ && config_.correction.enabled) Calibrate();
+  if (selected_ && config_.correction.enabled && test_clock_ == nullptr) Calibrate();
   void* ctx = zmq_ctx_new();
   void* sock = ctx != nullptr ? zmq_socket(ctx, ZMQ_DEALER) : nullptr;
   if (sock != nullptr) {
@@ -600,12 +619,14 @@ void Collector::SetLabel(const std::string& key, const std::string& value) {
 }
 
 void Collector::SetCost(const std::string& key, double ns) {
+  if (test_clock_ != nullptr) return;
   std::lock_guard<std::mutex> lock(meta_mu_);
   costs_[key] = ns;
   ++hello_gen_;
 }
 
 std::map<std::string, double> Collector::Calibrate() {
+  if (test_clock_ != nullptr) return test_clock_->costs();
   constexpr int kEvents = 2048, kRounds = 7;
   ThreadBuffer scratch(0, kEvents);
   ThreadState state(&strings_);
@@ -703,7 +724,9 @@ void Collector::DrainAndSend(void* socket) {
   // Every event stamped before `watermark` is drained below, except one whose
   // thread read the clock but had not yet published it (a preemption between
   // the two): allow 5 ms for that. (The flush barrier's ack is the other path.)
-  const int64_t watermark = converter_.ToNs(ReadTicks(clock_source_)) - 5000000;
+  // (Under test costs, events are stamped ahead by the test clock: so is it.)
+  const int64_t watermark =
+      converter_.ToNs(ReadTicks(clock_source_)) + std::max<int64_t>(0, TestClockNs()) - 5000000;
 
   struct Plan {
     ThreadEntry* entry;

@@ -26,6 +26,7 @@
 #include "native/thread_buffer.h"
 #include "native/wire.h"
 #include "collector/rlscope_collector.h"
+#include "collector/test_clock.h"
 
 namespace rlscope {
 
@@ -124,6 +125,9 @@ class Collector {
               uint64_t value, uint8_t flags) {
     EventRecord r;
     r.ts = ReadTicks(clock_source_);
+    // Test-only virtual costs (test_clock.h; the clock source is then
+    // monotonic, so ticks are ns). Constant after start: a predicted branch.
+    if (__builtin_expect(test_clock_ != nullptr, 0)) r.ts += test_clock_->Advance(static_cast<uint8_t>(kind), flags);
     r.value = value;
     r.name = name;
     r.category = category;
@@ -175,6 +179,7 @@ class Collector {
   void SetLabel(const std::string& key, const std::string& value);
   // Sets a calibrated cost (ns per event; keys in wire.h Hello::costs); the
   // flush thread re-sends Hello. Used by rlscope_ray's Python calibration.
+  // Ignored under test costs (test_clock.h), which are fixed.
   void SetCost(const std::string& key, double ns);
   double Cost(const std::string& key) {  // -1 when unknown
     std::lock_guard<std::mutex> lock(meta_mu_);
@@ -185,8 +190,11 @@ class Collector {
   // on the calling thread: back to back through the recording code an NVTX
   // handler runs, into a scratch buffer that is never shipped; best of
   // several rounds, minus an empty loop. About a millisecond. Sets the
-  // "push", "pop", "start", "end", "mark" costs and returns them.
+  // "push", "pop", "start", "end", "mark" costs and returns them. Under test
+  // costs (test_clock.h) it measures nothing and returns those.
   std::map<std::string, double> Calibrate();
+  // The test clock (test_clock.h): ns it advanced so far; -1 without one.
+  int64_t TestClockNs() const { return test_clock_ != nullptr ? test_clock_->Now() : -1; }
   // Queues the controller's list of processes that should connect.
   void ReportExpected(std::vector<std::map<std::string, std::string>> processes);
 
@@ -206,7 +214,7 @@ class Collector {
   bool selected() const { return selected_; }
 
  private:
-  Collector(Config config, std::string endpoint, wire::Identity identity);
+  Collector(Config config, std::string endpoint, wire::Identity identity, std::unique_ptr<TestClock> test_clock);
   ThreadState* RegisterThread();
   void FlushLoop();
   void DrainAndSend(void* socket);
@@ -243,6 +251,7 @@ class Collector {
   static thread_local bool tls_exiting_;  // set by the thread-exit hook: never re-register
 
   const Config config_;
+  const std::unique_ptr<TestClock> test_clock_;  // test-only virtual costs; nullptr in production
   StringTable strings_;  // before the ids interned into it at construction
   const std::string endpoint_;
   const uint64_t session_;

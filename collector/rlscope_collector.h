@@ -69,6 +69,11 @@ RLSCOPE_API double rlscope_cost(const char* key);
  * node_id, pid). Replaces the previous list. */
 RLSCOPE_API void rlscope_report_expected(const char* const* records, uint64_t n);
 
+/* Test only (collector/test_clock.h): ns the test clock of
+ * RLSCOPE_TEST_COSTS advanced so far; -1 when no collector runs or it has no
+ * test costs. */
+RLSCOPE_API int64_t rlscope_test_clock_ns(void);
+
 typedef struct rlscope_stats {
   uint64_t events;          /* recorded into buffers */
   uint64_t dropped;         /* dropped: buffers full, or batches not sendable */

@@ -88,6 +88,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),
         "A calibrated cost, ns per event; -1 when unknown.");
   m.def("calibrate", &rlscope_calibrate, "Re-measure the collector's own per-event costs; 1 if running.");
+  m.def("test_clock_ns", &rlscope_test_clock_ns,
+        "Test only: ns the RLSCOPE_TEST_COSTS clock advanced so far; -1 without test costs.");
   // The breakdown engine (aggregator/breakdown.h): pure functions on
   // (begin, end) pairs, ns, end exclusive. The GIL is released: a sweep over
   // a big trace may take a while.

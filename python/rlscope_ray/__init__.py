@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
-from . import _native
+from . import _native, settings
 
 __all__ = [
     "aggregator_path",
@@ -66,6 +66,11 @@ def start_collector() -> bool:
     """
     global _calibrated
     running = bool(_native.init())
+    if running:
+        # The collector claimed the profiler's environment for this process
+        # (C setenv); Python's copy too, for children started with
+        # env=dict(os.environ): they inherit it and are not profiled.
+        os.environ[settings.OWNER_PID] = str(os.getpid())
     if running and not os.environ.get("NVTX_INJECTION64_PATH"):
         # NVTX reads this at each library's first NVTX call: from now on the
         # `nvtx` package and torch.cuda.nvtx report into this same collector.

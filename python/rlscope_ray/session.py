@@ -94,6 +94,10 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
             env_vars[settings.JOB_DEFAULTS] = json.dumps(job_env["rlscope"], sort_keys=True)
         job_env["env_vars"] = env_vars
 
+        # This driver is the profiled process, whatever it inherited: Ray's
+        # processes started from here inherit the claim and are not profiled
+        # (the plugin clears it for each profiled worker).
+        os.environ[settings.OWNER_PID] = str(os.getpid())
         if address is None:
             _register_plugin_for_local_cluster()
             session.started_ray = True

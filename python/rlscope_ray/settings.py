@@ -27,6 +27,11 @@ JOB_DEFAULTS = "RLSCOPE_JOB_DEFAULTS"
 #: disabled), so a driver can tell whether a node has the plugin registered.
 PLUGIN_MARKER = "RLSCOPE_PLUGIN_VERSION"
 PLUGIN_VERSION = "1"
+#: The process the profiler's environment was set up for (collector/collector.cc,
+#: Collector::Start): its collector sets it to its pid, so that a process that
+#: merely inherited the environment (a child, Ray's helper processes) is not
+#: profiled. Empty: not claimed yet, as the plugin leaves it for each worker.
+OWNER_PID = "RLSCOPE_OWNER_PID"
 WHERE = "runtime_env['rlscope']"
 
 _LOCATION = re.compile(r"^[^:]*(?::\d+:\d+)?: ")
@@ -112,6 +117,9 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
         # unless capture_range is cudaProfilerApi (and, later, GPU tracing).
         "CUDA_INJECTION64_PATH": collector_path(),
         PLUGIN_MARKER: PLUGIN_VERSION,
+        # The worker inherits the raylet's environment, which may carry the
+        # driver's claim: this worker's own collector claims it anew.
+        OWNER_PID: "",
     }
     if "rank" in merged:
         env["RLSCOPE_RANK"] = str(merged["rank"])

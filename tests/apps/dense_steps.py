@@ -10,6 +10,9 @@ the push/pop pair start-up calibration times). The program times its
 own steps (perf_counter) and writes them to --report as JSON. Run it once
 without the collector (the uninstrumented time) and once under it: overhead
 correction should bring the profile's step time back to the former.
+Under test costs (RLSCOPE_TEST_COSTS, collector/test_clock.h) the report
+also holds, per step, the test clock just after the step began and just
+after it ended (`test_clock_ns`): what the profiler's virtual costs added.
 """
 import argparse
 import json
@@ -17,6 +20,7 @@ import time
 
 import nvtx
 import rlscope_ray
+from rlscope_ray import _native
 
 
 def work(x: int) -> int:
@@ -33,10 +37,11 @@ def main() -> None:
     ap.add_argument("--report")
     args = ap.parse_args()
     x = 1
-    steps_ms = []
+    steps_ms, clock = [], []
     for s in range(1, args.steps + 1):
         t0 = time.perf_counter()
         with rlscope_ray.step(s):
+            g0 = _native.test_clock_ns()
             if args.style == "push":
                 for _ in range(args.ranges):
                     nvtx.push_range("op")
@@ -46,10 +51,11 @@ def main() -> None:
                 for _ in range(args.ranges):
                     with nvtx.annotate("op", color="green"):
                         x = work(x)
+        clock.append([g0, _native.test_clock_ns()])
         steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
         with open(args.report, "w") as f:
-            json.dump({"steps_ms": steps_ms, "x": x}, f)
+            json.dump({"steps_ms": steps_ms, "x": x, "test_clock_ns": clock}, f)
     print(json.dumps(steps_ms))
 
 

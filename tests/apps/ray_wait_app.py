@@ -10,7 +10,10 @@ in the environment (as `rlscope-ray calibrate` and the tests set it) the
 driver joins that aggregator through rlscope_ray.init(aggregator=...),
 with the config in RLSCOPE_CONFIG (JSON), and the actor is profiled as
 rank 0; without it, this is plain Ray. The driver times its own steps and
-writes them to --report as JSON.
+writes them to --report as JSON, with the test clock around each step
+under test costs (as tests/apps/dense_steps.py). --pad-ms N: the driver
+sleeps N ms inside "gen" before the call and after its result (keeps the
+actor's work well inside the window whatever the clocks' alignment error).
 """
 import argparse
 import json
@@ -21,6 +24,7 @@ import nvtx
 import ray
 
 import rlscope_ray
+from rlscope_ray import _native
 
 
 @ray.remote(num_cpus=0)
@@ -40,6 +44,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--ranges", type=int, default=50000)
     ap.add_argument("--report")
+    ap.add_argument("--pad-ms", type=float, default=0.0)
     args = ap.parse_args()
     profiled = "RLSCOPE_AGGREGATOR" in os.environ
     ray_args = dict(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -51,16 +56,20 @@ def main() -> None:
         ray.init(**ray_args)
         actor = Generator.remote()
     ray.get(actor.generate.remote(10))  # the actor is up (and calibrated, when profiled)
-    steps_ms = []
+    steps_ms, clock = [], []
     for s in range(1, args.steps + 1):
         t0 = time.perf_counter()
         with rlscope_ray.step(s):
+            g0 = _native.test_clock_ns()
             with rlscope_ray.range("gen"):
+                time.sleep(args.pad_ms / 1e3)
                 ray.get(actor.generate.remote(args.ranges))
+                time.sleep(args.pad_ms / 1e3)
+        clock.append([g0, _native.test_clock_ns()])
         steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
         with open(args.report, "w") as f:
-            json.dump({"steps_ms": steps_ms}, f)
+            json.dump({"steps_ms": steps_ms, "test_clock_ns": clock}, f)
     print(json.dumps(steps_ms))
     if profiled:
         rlscope_ray.shutdown()

@@ -2,23 +2,29 @@
 carrying dense annotations and inheriting the controller's environment (so
 it claims RLSCOPE_ROLE=controller too, as a child of a profiled driver does).
 
-    python wait_pair.py --steps N --ranges R [--report FILE]
+    python wait_pair.py --steps N --ranges R [--report FILE] [--profile-child]
 
 This process is the controller: it starts the worker (this file, --worker)
 over pipes, and each step (rlscope_ray.step) sends it "go" inside a range
 "gen" and waits for its reply; then runs a short "adv" of its own. The
 worker answers each "go" with R iterations of a small Python function, each
 in an `nvtx` push/pop range, inside a range "generate". The controller
-times its own steps and writes them to --report as JSON.
+times its own steps and writes them to --report as JSON, with the test
+clock around each step under test costs (as tests/apps/dense_steps.py).
+The child inherits this process's claim on the profiler's environment and is
+not profiled; --profile-child clears the claim (RLSCOPE_OWNER_PID=) so that
+it is, still saying RLSCOPE_ROLE=controller.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 
 import nvtx
 import rlscope_ray
+from rlscope_ray import _native
 
 
 def work(x: int) -> int:
@@ -47,18 +53,21 @@ def main() -> None:
     ap.add_argument("--ranges", type=int, default=50000)
     ap.add_argument("--report")
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--profile-child", action="store_true")
     args = ap.parse_args()
     if args.worker:
         worker(args.ranges)
         return
+    env = dict(os.environ, RLSCOPE_OWNER_PID="") if args.profile_child else None
     child = subprocess.Popen([sys.executable, __file__, "--worker", "--ranges", str(args.ranges)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert child.stdout.readline().strip() == "ready"
-    steps_ms = []
+    steps_ms, clock = [], []
     x = 1
     for s in range(1, args.steps + 1):
         t0 = time.perf_counter()
         with rlscope_ray.step(s):
+            g0 = _native.test_clock_ns()
             with rlscope_ray.range("gen"):
                 child.stdin.write("go\n")
                 child.stdin.flush()
@@ -67,12 +76,13 @@ def main() -> None:
             with rlscope_ray.range("adv"):
                 for _ in range(2000):
                     x = work(x)
+        clock.append([g0, _native.test_clock_ns()])
         steps_ms.append((time.perf_counter() - t0) * 1e3)
     child.stdin.close()
     child.wait(timeout=30)
     if args.report:
         with open(args.report, "w") as f:
-            json.dump({"steps_ms": steps_ms}, f)
+            json.dump({"steps_ms": steps_ms, "test_clock_ns": clock}, f)
     print(json.dumps(steps_ms))
 
 

@@ -1,0 +1,85 @@
+#include "collector/test_clock.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace rlscope {
+
+namespace {
+
+// Which costs charge which events (the keys of Hello::costs, wire.h).
+struct Key {
+  const char* name;
+  EventKind kind;
+  bool nvtx_ex;  // the caller-side cost of an *Ex opening event
+};
+constexpr Key kKeys[] = {
+    {"push", EventKind::kRangePush, false},        {"pop", EventKind::kRangePop, false},
+    {"start", EventKind::kRangeStart, false},      {"end", EventKind::kRangeEnd, false},
+    {"mark", EventKind::kMark, false},             {"py_nvtx_push", EventKind::kRangePush, true},
+    {"py_nvtx_start", EventKind::kRangeStart, true}, {"py_nvtx_mark", EventKind::kMark, true},
+};
+
+std::runtime_error Bad(const std::string& what) {
+  return std::runtime_error("RLSCOPE_TEST_COSTS: " + what);
+}
+
+}  // namespace
+
+std::unique_ptr<TestClock> TestClock::FromEnvironment() {
+  const char* spec = std::getenv("RLSCOPE_TEST_COSTS");
+  if (spec == nullptr || *spec == '\0') return nullptr;
+  std::unique_ptr<TestClock> clock(new TestClock());
+  const std::string text = spec;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) throw Bad("'" + item + "' is not key=ns");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const Key* k = nullptr;
+    for (const Key& candidate : kKeys) {
+      if (key == candidate.name) k = &candidate;
+    }
+    if (k == nullptr) throw Bad("unknown key '" + key + "'");
+    char* stop = nullptr;
+    const long long ns = std::strtoll(value.c_str(), &stop, 10);
+    if (value.empty() || *stop != '\0' || ns < 0 || ns > 1000000000) {
+      throw Bad("'" + item + "': the cost is an integer number of ns in [0, 1e9]");
+    }
+    const int kind = static_cast<int>(k->kind);
+    (k->nvtx_ex ? clock->nvtx_ex_ns_ : clock->own_ns_)[kind] = ns;
+    clock->costs_[key] = static_cast<double>(ns);
+  }
+  if (const char* path = std::getenv("RLSCOPE_TEST_CLOCK"); path != nullptr && *path != '\0') {
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, sizeof(int64_t)) != 0) {
+      const std::string why = std::strerror(errno);
+      if (fd >= 0) close(fd);
+      throw std::runtime_error(std::string("RLSCOPE_TEST_CLOCK=") + path + ": " + why);
+    }
+    void* m = mmap(nullptr, sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) throw std::runtime_error(std::string("RLSCOPE_TEST_CLOCK=") + path + ": mmap failed");
+    static_assert(std::atomic<int64_t>::is_always_lock_free, "a shared clock needs a lock-free atomic");
+    clock->mapping_ = m;
+    clock->clock_ = static_cast<std::atomic<int64_t>*>(m);
+  }
+  return clock;
+}
+
+TestClock::~TestClock() {
+  if (mapping_ != nullptr) munmap(mapping_, sizeof(int64_t));
+}
+
+}  // namespace rlscope

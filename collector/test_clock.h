@@ -1,0 +1,66 @@
+// Test-only virtual event costs: overhead correction made exactly testable.
+//
+// With RLSCOPE_TEST_COSTS="push=2000,pop=1000,py_nvtx_push=5000,..." (keys as
+// in Hello::costs, wire.h; ns per event) every recorded event costs its
+// process a known, virtual amount instead of a measured one: the collector
+// adds it to a virtual clock and stamps the event at real time plus that
+// clock, as if the recording had really taken that long, and advertises
+// exactly these costs in its Hello (start-up calibration is off). The rule is
+// the correction model's (aggregator/correction.h): the cost is spent just
+// before the event's timestamp; an event's own cost by kind, plus, for an
+// opening event that came in through an NVTX *Ex entry point, the `nvtx`
+// package's caller-side cost of the pair. It is written here on its own, not
+// shared with the aggregator, so that an end-to-end test compares two
+// independent computations.
+//
+// RLSCOPE_TEST_CLOCK names a file holding the virtual clock (8 bytes,
+// created when missing) that every process of a test shares: an event in one
+// process then delays everything after it in all of them, as a real cost
+// paid by a worker delays the controller waiting on it. Without it the clock
+// is the process's own. Tests read the clock (rlscope_test_clock_ns) around
+// a step: the corrected step must equal the raw one minus what the clock
+// advanced in between, to the nanosecond before rounding.
+//
+// Never set in production: the timestamps are shifted on purpose.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "native/event.h"
+
+namespace rlscope {
+
+class TestClock {
+ public:
+  // From RLSCOPE_TEST_COSTS and RLSCOPE_TEST_CLOCK: nullptr when the costs
+  // are unset; throws std::runtime_error naming the bad part of either.
+  static std::unique_ptr<TestClock> FromEnvironment();
+  ~TestClock();
+
+  // Any thread: advances the clock by what an event of `kind` with `flags`
+  // costs and returns the clock after it (ns, added to the event's time).
+  int64_t Advance(uint8_t kind, uint8_t flags) {
+    const int64_t cost = kind < kKinds ? own_ns_[kind] + ((flags & kFlagViaNvtxEx) != 0 ? nvtx_ex_ns_[kind] : 0) : 0;
+    // Relaxed: the clock only has to add up; each event's stamp is its own.
+    return clock_->fetch_add(cost, std::memory_order_relaxed) + cost;
+  }
+  int64_t Now() const { return clock_->load(std::memory_order_relaxed); }
+  // The advertised costs (the Hello's), ns per event.
+  const std::map<std::string, double>& costs() const { return costs_; }
+
+ private:
+  TestClock() = default;
+  static constexpr int kKinds = 6;  // EventKind values 1..5
+  int64_t own_ns_[kKinds] = {};
+  int64_t nvtx_ex_ns_[kKinds] = {};
+  std::map<std::string, double> costs_;
+  std::atomic<int64_t> local_{0};
+  std::atomic<int64_t>* clock_ = &local_;  // local_, or the shared file's mapping
+  void* mapping_ = nullptr;
+};
+
+}  // namespace rlscope
