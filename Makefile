@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 BUILD_DIR := build/py
 JOBS ?= 2
 
-.PHONY: all deps venv build test test-cpp test-py demo bench clean
+.PHONY: all deps venv build test test-cpp test-py demo bench clean gpu-bundle
 
 all: build
 
@@ -42,6 +42,11 @@ demo: build
 
 bench: build
 	$(PY) bench/run_bench.py --build-dir $(BUILD_DIR)
+
+# build/gpu-bundle: what tests/gpu/run_gpu_checks.sh runs on a GPU machine
+# with no build step there (scripts/build_gpu_bundle.sh).
+gpu-bundle: deps
+	JOBS=$(JOBS) scripts/build_gpu_bundle.sh
 
 clean:
 	rm -rf build $(VENV) demo_out

@@ -4,8 +4,9 @@
 # expected in its standard place; it is not a Debian package here.
 set -euo pipefail
 # chromium + fonts-dejavu-core: headless rendering of the HTML report in tests/test_report.py.
+# patchelf: RUNPATHs in the GPU check bundle (scripts/build_gpu_bundle.sh).
 packages=(build-essential cmake ninja-build pkg-config libzmq3-dev cppzmq-dev
-          libmsgpack-cxx-dev libyaml-cpp-dev libgtest-dev chromium fonts-dejavu-core)
+          libmsgpack-cxx-dev libyaml-cpp-dev libgtest-dev chromium fonts-dejavu-core patchelf)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -554,8 +554,10 @@ TEST(ConvertActivityBuffer, EmptyBufferIsNothing) {
 }
 
 // Conversion throughput over a 1 MiB buffer of kernel records, reported as a
-// one-line JSON (and a test property). Not a pass/fail check.
-TEST(ConvertActivityBuffer, ThroughputOfAMegabyteOfKernels) {
+// one-line JSON (and a test property). A timing, so DISABLED_: the suite never
+// runs it; `make bench` (bench/run_bench.py, gpu_conversion) runs it with
+// --gtest_also_run_disabled_tests. Its expectation checks only the count.
+TEST(ConvertActivityBuffer, DISABLED_ThroughputOfAMegabyteOfKernels) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
   static const char* const kNames[] = {"gemm", "softmax", "layernorm", "elementwise"};
