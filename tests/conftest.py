@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
@@ -41,10 +41,12 @@ def rlscope():
 class Aggregator:
     """A real `rlscope-ray aggregator` daemon on a free loopback port."""
 
-    def __init__(self, tmp: Path, config: Optional[str], grace_ms: int, exit_when_done: bool, nice: bool = False):
+    def __init__(self, tmp: Path, config: Optional[str], grace_ms: int, exit_when_done: bool, nice: bool = False,
+                 prefix: Sequence[str] = ()):
         self.out = tmp / "out"
         ep_file = tmp / "endpoint"
-        cmd = [sys.executable, "-m", "rlscope_ray.cli", "aggregator", "--listen", "tcp://127.0.0.1:*",
+        # prefix: a command to run it under, e.g. unshare into a time namespace.
+        cmd = [*prefix, sys.executable, "-m", "rlscope_ray.cli", "aggregator", "--listen", "tcp://127.0.0.1:*",
                "--out", str(self.out), "--endpoint-file", str(ep_file), "--grace-ms", str(grace_ms)]
         if config is not None:
             cfg = tmp / "aggregator.yaml"
@@ -57,7 +59,7 @@ class Aggregator:
         # own, so that on 2 cores it does not slow down what it profiles.
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      preexec_fn=(lambda: os.nice(19)) if nice else None)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a hang guard, not a timing
         while not ep_file.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("aggregator did not start:\n" + self.log.read_text())
@@ -101,8 +103,9 @@ class Aggregator:
 def aggregator_factory(tmp_path):
     started: List[Aggregator] = []
 
-    def make(config: Optional[str] = None, grace_ms: int = 3000, exit_when_done: bool = True, nice: bool = False):
-        agg = Aggregator(tmp_path, config, grace_ms, exit_when_done, nice)
+    def make(config: Optional[str] = None, grace_ms: int = 3000, exit_when_done: bool = True, nice: bool = False,
+             prefix: Sequence[str] = ()):
+        agg = Aggregator(tmp_path, config, grace_ms, exit_when_done, nice, prefix)
         started.append(agg)
         return agg
 

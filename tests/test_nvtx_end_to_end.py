@@ -14,33 +14,42 @@ import pytest
 from conftest import ROOT, Trace
 
 
-def _run_pair(build_dir, agg, tmp_path, steps=3, step_ms=40.0):
+def _run_pair(build_dir, agg, tmp_path, steps=3, step_ms=200.0):
     """A Python `nvtx` worker (rank 1) runs while a C++ controller runs steps."""
     worker_report = tmp_path / "worker.json"
     ready = tmp_path / "worker.ready"
+    stop = tmp_path / "worker.stop"
     worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"), "--duration", "2.5",
+        [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"), "--duration", "120", "--stop-file", str(stop),
          "--report", str(worker_report), "--ready", str(ready)],
         env=agg.env(role="worker", rank=1))
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a hang guard
     while not ready.exists():
         assert worker.poll() is None, "worker exited early"
         assert time.monotonic() < deadline, "worker never started"
         time.sleep(0.02)
     app_report = tmp_path / "app.json"
     subprocess.run([str(build_dir / "tests/apps/nvtx_app"), "--steps", str(steps), "--step-ms", str(step_ms),
-                    "--report", str(app_report)], env=agg.env(role="controller"), check=True, timeout=60)
-    assert worker.wait(timeout=30) == 0
-    log = agg.wait(timeout=30)
+                    "--report", str(app_report)], env=agg.env(role="controller"), check=True, timeout=120)
+    stop.touch()
+    assert worker.wait(timeout=60) == 0
+    log = agg.wait(timeout=60)
     return json.loads(app_report.read_text()), json.loads(worker_report.read_text()), log
 
 
-def _close(measured_us: float, traced_us: float) -> bool:
-    # The program times around its own NVTX calls, so the traced range lies
-    # inside what it measured (up to clock conversion, 50 us), and is shorter
-    # only by the NVTX calls and clock reads, plus any preemption between
-    # them on a loaded 2-core machine: allow 10 % + 1 ms that way.
-    return measured_us - (0.10 * measured_us + 1000) <= traced_us <= measured_us + 50
+def _ns(us) -> int:
+    return round(float(us) * 1000)
+
+
+def _where_it_happened(measured: dict, begin_ns: int, end_ns: int, slack_ns: int) -> bool:
+    """The traced range began and ended between the program's own clock
+    readings just before and just after its NVTX calls (give or take the
+    clock's stated bound and the TSC conversion): exact at any load."""
+    return (measured["begin_ns"] - slack_ns <= begin_ns <= measured["begin_hi_ns"] + slack_ns
+            and measured["end_lo_ns"] - slack_ns <= end_ns <= measured["end_ns"] + slack_ns)
+
+
+TSC_SLACK_NS = 20_000  # ticks to ns (native/clock.h): well under a microsecond, allowed generously
 
 
 def test_cpp_and_python_programs_merge_into_step_traces(build_dir, aggregator_factory, tmp_path):
@@ -79,16 +88,20 @@ def test_cpp_and_python_programs_merge_into_step_traces(build_dir, aggregator_fa
     (mark,) = trace.instants(ctrl, "checkpoint")
     assert mark["args"]["payload"] == 200 and s0 <= float(mark["ts"]) <= s1
 
-    measured = {(r["name"]): r["us"] for r in app["ranges"] if r["step"] == 2}
-    traced = {"step": float(step["dur"]), "outer": float(outer["dur"]), "inner": float(inner["dur"]),
-              "cpp_scoped": float(scoped["dur"]), "helper_work": float(helper_work["dur"]),
-              "handoff": handoff["dur"]}
-    for name, us in traced.items():
-        assert _close(measured[name], us), (name, measured[name], us)
+    summary = json.loads((agg.out / "step_2" / "summary.json").read_text())
+    procs = {p["role"]: p for p in summary["processes"]}
+    measured = {r["name"]: r for r in app["ranges"] if r["step"] == 2}
+    traced = {name: (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
+              for name, e in (("step", step), ("outer", outer), ("inner", inner), ("cpp_scoped", scoped),
+                              ("helper_work", helper_work))}
+    traced["handoff"] = (_ns(handoff["b"]["ts"]), _ns(handoff["e"]["ts"]))
+    slack = procs["controller"]["clock"]["bound_ns"] + TSC_SLACK_NS
+    for name, (b, e) in traced.items():
+        assert _where_it_happened(measured[name], b, e, slack), (name, measured[name], b, e, slack)
 
     # The Python worker: its ranges during step 2, cut to the step.
     iters = trace.slices(wrk, "py_iter")
-    assert len(iters) >= 3
+    assert len(iters) >= 1
     for e in trace.slices(wrk) + [x for x in trace.events if x["pid"] == wrk and x["ph"] in "bei"]:
         assert s0 - 0.001 <= float(e["ts"]) <= s1 + 0.001
         assert float(e["ts"]) + float(e.get("dur", 0)) <= s1 + 0.001
@@ -99,26 +112,23 @@ def test_cpp_and_python_programs_merge_into_step_traces(build_dir, aggregator_fa
     closed = [a for a in asyncs if not a["b"]["args"].get("open")]
     assert closed and all(a["b"]["args"]["end_tid"] != a["b"]["tid"] for a in closed)
     assert trace.instants(wrk, "py_mark")
-    # Unclipped worker ranges match what the worker measured (same clock).
-    by_begin = {(r["name"], r["begin_ns"] // 1000): r["us"] for r in worker["ranges"]}
+    # Unclipped worker ranges are where the worker measured them (same clock).
+    own = [r for r in worker["ranges"] if r["name"] == "py_annotated"]
+    slack = procs["worker"]["clock"]["bound_ns"] + TSC_SLACK_NS
     checked = 0
     for a in annotated:
         if a["args"].get("clipped_begin") or a["args"].get("clipped_end"):
             continue
-        begin_us = int(float(a["ts"]))
-        match = [us for (n, b), us in by_begin.items() if n == "py_annotated" and abs(b - begin_us) <= 200]
-        assert len(match) == 1, (a, begin_us)
-        assert _close(match[0], float(a["dur"])), (match[0], a["dur"])
+        b, e = _ns(a["ts"]), _ns(a["ts"]) + _ns(a["dur"])
+        assert len([r for r in own if _where_it_happened(r, b, e, slack)]) == 1, (a, slack)
         checked += 1
-    assert checked >= 2
+    assert checked >= 1
     # A range that straddles the step start is clipped to it, not lost.
     first_iter = min(iters, key=lambda e: float(e["ts"]))
     if first_iter["args"].get("clipped_begin"):
-        assert abs(float(first_iter["ts"]) - s0) < 0.002
+        assert _ns(first_iter["ts"]) == _ns(step["ts"])
 
-    summary = json.loads((agg.out / "step_2" / "summary.json").read_text())
     assert summary["reason"] == "complete" and summary["late_processes"] == []
-    procs = {p["role"]: p for p in summary["processes"]}
     assert procs["controller"]["spans"] == 6 and procs["controller"]["instants"] == 1
     assert procs["worker"]["rank"] == 1 and procs["worker"]["dropped_total"] == 0
 
@@ -132,7 +142,8 @@ def test_only_selected_steps_are_written(build_dir, aggregator_factory, tmp_path
     assert json.loads((agg.out / "run.json").read_text())["steps_seen"] == 3
 
 
-def test_program_without_aggregator_finishes_on_time(build_dir, tmp_path, rlscope):
+@pytest.mark.parametrize("exit_timeout_ms", [0, 500])
+def test_program_without_aggregator_finishes(build_dir, tmp_path, rlscope, exit_timeout_ms):
     import socket
 
     s = socket.socket()
@@ -140,14 +151,13 @@ def test_program_without_aggregator_finishes_on_time(build_dir, tmp_path, rlscop
     port = s.getsockname()[1]
     s.close()  # nothing listens there
     env = {"PATH": "/usr/bin:/bin", "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{port}", "RLSCOPE_ROLE": "controller",
-           "RLSCOPE_CONFIG": "{flush: {exit_timeout_ms: 500}}", "NVTX_INJECTION64_PATH": rlscope.collector_path()}
-    t0 = time.monotonic()
+           "RLSCOPE_CONFIG": f"{{flush: {{exit_timeout_ms: {exit_timeout_ms}}}}}",
+           "NVTX_INJECTION64_PATH": rlscope.collector_path()}
+    # What it costs at exit (at most the exit timeout) is timed by `make
+    # bench` (section "exit"); here the timeout is a hang guard.
     r = subprocess.run([str(build_dir / "tests/apps/nvtx_app"), "--steps", "5", "--step-ms", "20"], env=env,
-                       timeout=30)
-    elapsed = time.monotonic() - t0
+                       timeout=120)
     assert r.returncode == 0
-    # 5 steps of ~21 ms of work, plus at most the 0.5 s exit timeout.
-    assert elapsed < 0.11 + 0.5 + 1.0, elapsed
 
 
 def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
@@ -155,16 +165,19 @@ def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
     script = (
         "import rlscope_ray, time\n"
         "assert rlscope_ray.enabled()\n"
+        "gen = {}\n"
         "for n in (10, 11):\n"
         "    with rlscope_ray.step(n):\n"
+        "        t0 = time.monotonic_ns()\n"
         "        with rlscope_ray.range('gen'):\n"
         "            time.sleep(0.01)\n"
+        "        gen[n] = time.monotonic_ns() - t0\n"
         "        rlscope_ray.mark('after_gen')\n"
         "        @rlscope_ray.range('update_actor')\n"
         "        def update():\n"
         "            time.sleep(0.005)\n"
         "        update()\n"
-        "print(rlscope_ray.stats())\n")
+        "print(gen[11])\n")
     env = agg.env(role="controller", inject=False)
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -176,7 +189,10 @@ def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
     assert step["args"]["payload"] == 11
     (gen,) = trace.slices(ctrl, "gen")
     (upd,) = trace.slices(ctrl, "update_actor")
-    assert 10000 * 0.9 <= float(gen["dur"]) <= 10000 * 3
+    # It slept 10 ms inside; the program's own reading around it bounds it
+    # from above (give or take the clock's bound).
+    bound_us = json.loads((agg.out / "step_11" / "summary.json").read_text())["processes"][0]["clock"]["bound_ns"] / 1000
+    assert 10000 - 20 <= float(gen["dur"]) <= int(r.stdout.split()[-1]) / 1000 + bound_us + 20
     assert float(gen["ts"]) + float(gen["dur"]) <= float(upd["ts"])
     assert len(trace.instants(ctrl, "after_gen")) == 1
 

@@ -10,6 +10,10 @@
 // "app_domain" with a registered string, a mark "checkpoint" with payload, a
 // start/end range "handoff" started here and ended on a helper thread, and a
 // helper thread named "helper" (nvtxNameOsThreadA) running push/pop "helper_work".
+// For each range the report brackets its begin and its end between the
+// program's own CLOCK_MONOTONIC readings just before and just after the NVTX
+// call (begin_ns..begin_hi_ns, end_lo_ns..end_ns): the recorded times lie
+// inside, however long a preemption between a reading and the call.
 #include <nvtx3/nvtx3.hpp>
 
 #include <sys/syscall.h>
@@ -29,16 +33,18 @@ struct AppDomain {
   static constexpr char const* name{"app_domain"};
 };
 
+// CLOCK_MONOTONIC ns (steady_clock on Linux), the collector's clock.
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 struct Measured {
   std::string name;
   std::string thread;
   int64_t step;
-  double us;
+  int64_t begin_ns, begin_hi_ns, end_lo_ns, end_ns;
 };
-
-double Us(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double, std::micro>(b - a).count();
-}
 
 void Spin(double ms) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
@@ -57,36 +63,43 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--step-ms") && i + 1 < argc) step_ms = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--report") && i + 1 < argc) report = argv[++i];
   }
-  using clock = std::chrono::steady_clock;
   const int main_tid = static_cast<int>(syscall(SYS_gettid));
   nvtxNameOsThreadA(main_tid, "app-main");
   std::vector<Measured> measured;
   static nvtx3::registered_string_in<AppDomain> scoped_name{"cpp_scoped"};
 
   for (int step = 1; step <= steps; ++step) {
-    const auto s0 = clock::now();
+    Measured st{"step", "app-main", step, NowNs(), 0, 0, 0};
     nvtxRangePushA("step");
+    st.begin_hi_ns = NowNs();
     {
-      const auto o0 = clock::now();
+      Measured outer{"outer", "app-main", step, NowNs(), 0, 0, 0};
       nvtxRangePushA("outer");
-      const auto i0 = clock::now();
+      outer.begin_hi_ns = NowNs();
+      Measured inner{"inner", "app-main", step, NowNs(), 0, 0, 0};
       nvtxRangePushA("inner");
+      inner.begin_hi_ns = NowNs();
       Spin(step_ms * 0.2);
+      inner.end_lo_ns = NowNs();
       nvtxRangePop();
-      const auto i1 = clock::now();
+      inner.end_ns = NowNs();
       Spin(step_ms * 0.1);
+      outer.end_lo_ns = NowNs();
       nvtxRangePop();
-      const auto o1 = clock::now();
-      measured.push_back({"outer", "app-main", step, Us(o0, o1)});
-      measured.push_back({"inner", "app-main", step, Us(i0, i1)});
+      outer.end_ns = NowNs();
+      measured.push_back(outer);
+      measured.push_back(inner);
     }
     {
-      const auto c0 = clock::now();
+      Measured scoped{"cpp_scoped", "app-main", step, NowNs(), 0, 0, 0};
       {
         nvtx3::scoped_range_in<AppDomain> r{scoped_name};
+        scoped.begin_hi_ns = NowNs();
         Spin(step_ms * 0.1);
+        scoped.end_lo_ns = NowNs();
       }
-      measured.push_back({"cpp_scoped", "app-main", step, Us(c0, clock::now())});
+      scoped.end_ns = NowNs();
+      measured.push_back(scoped);
     }
     nvtxEventAttributes_t mark{};
     mark.version = NVTX_VERSION;
@@ -97,24 +110,30 @@ int main(int argc, char** argv) {
     mark.payload.llValue = step * 100;
     nvtxMarkEx(&mark);
 
-    const auto h0 = clock::now();
-    nvtxRangeId_t handoff = nvtxRangeStartA("handoff");
-    clock::time_point h1;
+    Measured handoff{"handoff", "app-main", step, NowNs(), 0, 0, 0};
+    nvtxRangeId_t handoff_id = nvtxRangeStartA("handoff");
+    handoff.begin_hi_ns = NowNs();
     std::thread helper([&] {
       nvtxNameOsThreadA(static_cast<uint32_t>(syscall(SYS_gettid)), "helper");
-      const auto w0 = clock::now();
+      Measured work{"helper_work", "helper", step, NowNs(), 0, 0, 0};
       nvtxRangePushA("helper_work");
+      work.begin_hi_ns = NowNs();
       Spin(step_ms * 0.2);
+      work.end_lo_ns = NowNs();
       nvtxRangePop();
-      measured.push_back({"helper_work", "helper", step, Us(w0, clock::now())});
-      nvtxRangeEnd(handoff);
-      h1 = clock::now();
+      work.end_ns = NowNs();
+      measured.push_back(work);
+      handoff.end_lo_ns = NowNs();
+      nvtxRangeEnd(handoff_id);
+      handoff.end_ns = NowNs();
     });
     helper.join();
-    measured.push_back({"handoff", "app-main", step, Us(h0, h1)});
+    measured.push_back(handoff);
     Spin(step_ms * 0.3);
+    st.end_lo_ns = NowNs();
     nvtxRangePop();  // step
-    measured.push_back({"step", "app-main", step, Us(s0, clock::now())});
+    st.end_ns = NowNs();
+    measured.push_back(st);
     Spin(step_ms * 0.1);  // a gap between steps
   }
 
@@ -122,8 +141,10 @@ int main(int argc, char** argv) {
     std::ofstream out(report);
     out << "{\"pid\": " << getpid() << ", \"main_tid\": " << main_tid << ", \"ranges\": [";
     for (size_t i = 0; i < measured.size(); ++i) {
-      out << (i ? ",\n" : "\n") << "{\"name\": \"" << measured[i].name << "\", \"thread\": \""
-          << measured[i].thread << "\", \"step\": " << measured[i].step << ", \"us\": " << measured[i].us << "}";
+      const Measured& m = measured[i];
+      out << (i ? ",\n" : "\n") << "{\"name\": \"" << m.name << "\", \"thread\": \"" << m.thread
+          << "\", \"step\": " << m.step << ", \"begin_ns\": " << m.begin_ns << ", \"begin_hi_ns\": "
+          << m.begin_hi_ns << ", \"end_lo_ns\": " << m.end_lo_ns << ", \"end_ns\": " << m.end_ns << "}";
     }
     out << "]}\n";
   }

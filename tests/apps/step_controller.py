@@ -4,10 +4,17 @@ pauses between steps. Knows nothing of rlscope except, with --api-window N,
 rlscope_ray.start()/stop() around step N (the `api` trigger).
 
     step_controller.py --steps 5 --step-ms 300 --gap-ms 100 [--subtasks gen,update_actor,update_actor]
-                       [--prep-before 3] [--trigger-range 2] [--api-window 4] --report FILE
+                       [--prep-before 3] [--trigger-range 2] [--api-window 4]
+                       [--wait-before STEP FILE] --report FILE
+
+The report brackets each step's begin and end between its own
+CLOCK_MONOTONIC readings just before and just after the NVTX call
+(begin_ns..begin_hi_ns, end_lo_ns..end_ns). --wait-before STEP FILE: before
+step STEP begins, wait until FILE exists (a test's handshake with a worker).
 """
 import argparse
 import json
+import os
 import time
 
 import nvtx
@@ -29,6 +36,7 @@ def main() -> None:
     ap.add_argument("--trigger-range", type=int, default=0,
                     help="wrap this step's sub-tasks in a range named 'capture' (nvtx:capture trigger)")
     ap.add_argument("--api-window", type=int, default=0, help="rlscope_ray.start()/stop() around this step")
+    ap.add_argument("--wait-before", nargs=2, metavar=("STEP", "FILE"))
     ap.add_argument("--report", required=True)
     args = ap.parse_args()
     subtasks = [s for s in args.subtasks.split(",") if s]
@@ -41,8 +49,14 @@ def main() -> None:
         if prep:
             nvtx.push_range("prep")
             spin(5)
+        if args.wait_before and int(args.wait_before[0]) == n:
+            deadline = time.monotonic() + 60  # a hang guard
+            while not os.path.exists(args.wait_before[1]):
+                assert time.monotonic() < deadline, f"{args.wait_before[1]} never appeared"
+                time.sleep(0.005)
         t0 = time.monotonic_ns()
         nvtx.push_range("step")
+        t1 = time.monotonic_ns()
         if prep:
             spin(5)
             nvtx.pop_range()  # closes "prep" inside the step: it straddles the step's begin
@@ -54,8 +68,9 @@ def main() -> None:
                 spin(args.step_ms / max(1, len(subtasks)) * 0.9)
         if args.trigger_range == n:
             nvtx.pop_range()
+        t2 = time.monotonic_ns()
         nvtx.pop_range()
-        steps.append({"step": n, "begin_ns": t0, "end_ns": time.monotonic_ns()})
+        steps.append({"step": n, "begin_ns": t0, "begin_hi_ns": t1, "end_lo_ns": t2, "end_ns": time.monotonic_ns()})
         if args.api_window == n:
             rlscope_ray.stop()
         with nvtx.annotate("between_steps"):
