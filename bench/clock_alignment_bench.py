@@ -3,6 +3,10 @@
     python bench/clock_alignment_bench.py --build-dir build/py [--load]
 prints one JSON line per namespace: injected offset, estimated offset, error,
 stated bound. --load keeps both cores busy meanwhile.
+
+As tests/test_clock.py: a namespace's offset is taken from the host's clock
+and must not put the clock below zero, so the aggregator and the controller
+run at +BASE_S and the workers at BASE_S + each offset (any uptime works).
 """
 import argparse
 import json
@@ -13,7 +17,12 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OFFSETS_S = (-500, 0, 1234)
+OFFSETS_S = (-500, 0, 1234)  # each worker's clock minus the aggregator's
+BASE_S = 1000
+
+
+def unshare(offset_s):
+    return ["unshare", "--fork", "--kill-child=SIGTERM", "--time", "--monotonic", str(offset_s)]
 
 
 def main() -> None:
@@ -27,7 +36,7 @@ def main() -> None:
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)] if args.load else []
     try:
         ep_file = os.path.join(tmp, "endpoint")
-        agg = subprocess.Popen([rlscope_ray.aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out",
+        agg = subprocess.Popen(unshare(BASE_S) + [rlscope_ray.aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out",
                                 os.path.join(tmp, "out"), "--endpoint-file", ep_file, "--exit-when-done"],
                                stdout=subprocess.DEVNULL)
         while not os.path.exists(ep_file):
@@ -37,12 +46,12 @@ def main() -> None:
         workers = []
         for rank, offset in enumerate(OFFSETS_S):
             workers.append(subprocess.Popen(
-                ["unshare", "--fork", "--time", "--monotonic", str(offset), sys.executable,
+                unshare(BASE_S + offset) + [sys.executable,
                  os.path.join(ROOT, "tests", "apps", "nvtx_worker.py"), "--duration", "3.5",
                  "--report", os.path.join(tmp, f"w{rank}.json")],
                 env=dict(env, RLSCOPE_ROLE="worker", RLSCOPE_RANK=str(rank))))
         time.sleep(2.5)  # bursts at connect, +1 s, +2 s
-        subprocess.run([os.path.join(args.build_dir, "tests", "apps", "nvtx_app"), "--steps", "1"],
+        subprocess.run(unshare(BASE_S) + [os.path.join(args.build_dir, "tests", "apps", "nvtx_app"), "--steps", "1"],
                        env=dict(env, RLSCOPE_ROLE="controller"), check=True)
         for w in workers:
             w.wait()

@@ -12,7 +12,8 @@ Sections (each a function that runs its programs and prints one table):
   correction_section  dense-annotation workloads uninstrumented vs profiled:
                       raw inflation and corrected error (start-up and A/B
                       calibration) beside RL-Scope's 16.8 % worst case.
-  (and gpu_conversion, ray_startup, demo, window, alignment; see SECTIONS)
+  (and gpu_conversion, ray_startup, demo, window, alignment, window_latency,
+  exit; see SECTIONS)
 
 Stdlib only, but for the correction section (the installed rlscope_ray). NVTX reads NVTX_INJECTION64_PATH once per process, so every
 configuration runs as its own process.
@@ -25,6 +26,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 
 EVENT_RECORD_BYTES = 32  # sizeof(rlscope::EventRecord), native/event.h
 COLLECTOR_RING_KB = 65536  # per-thread ring for the "recording" configuration
@@ -356,6 +358,86 @@ def alignment_section(args):
                  "bound >= error"], rows)
 
 
+def spread(values, digits=1):
+    """min / median / max of a list, as one cell."""
+    v = sorted(values)
+    return f"{v[0]:.{digits}f} / {statistics.median(v):.{digits}f} / {v[-1]:.{digits}f}"
+
+
+def window_latency_section(args):
+    """How long a worker's collector takes to arm after the controller's step
+    edge and to disarm after the selected step (the capture windows'
+    broadcast), idle and with both cores busy (bench/window_bench.py)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "window_bench.py")
+    rows = []
+    for load in (False, True):
+        lines = []
+        for _ in range(args.runs):
+            cmd = [sys.executable, script] + (["--load"] if load else [])
+            proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=args.timeout_s)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+            lines += [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+        opened = [r["open_latency_us"] / 1000 for r in lines if r["open_latency_us"] is not None]
+        closed = [r["close_latency_us"] / 1000 for r in lines if r["close_latency_us"] is not None]
+        armed = sum(1 for r in lines if r["armed_when_step_began"])
+        rows.append(["both cores busy" if load else "idle", str(len(lines)),
+                     spread(opened, 2) if opened else "n/a", spread(closed, 2) if closed else "n/a",
+                     f"{armed} of {len(lines)}", "step before: 150 ms; slack 20 ms"])
+    print_table("Capture windows on a worker, ms after the controller's step edge (min / median / max over %d "
+                "runs x 3 selected steps)" % args.runs,
+                ["machine", "windows", "armed after step s-1 began", "disarmed after step s ended",
+                 "armed when step s began", "budget"], rows)
+
+
+def exit_section(args):
+    """What a process pays at exit when its aggregator is unreachable (the
+    collector lingers up to flush.exit_timeout_ms), beside no profiler and a
+    live aggregator: nvtx_app, 5 steps of 20 ms, wall seconds."""
+    import tempfile
+
+    app = [os.path.join(args.build_dir, "tests", "apps", "nvtx_app"), "--steps", "5", "--step-ms", "20"]
+    collector = os.path.join(args.build_dir, "collector", "librlscope_collector.so")
+    rows = []
+
+    def timed(env):
+        t0 = time.perf_counter()
+        subprocess.run(app, env=env, check=True, timeout=args.timeout_s, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - t0
+
+    with tempfile.TemporaryDirectory(prefix="rlscope_exit_bench_") as work:
+        ep_file = os.path.join(work, "endpoint")
+        agg = subprocess.Popen([os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator"), "--listen",
+                                "tcp://127.0.0.1:*", "--out", os.path.join(work, "out"), "--endpoint-file", ep_file],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while not os.path.exists(ep_file):
+                time.sleep(0.02)
+            live = open(ep_file).read().strip()
+            modes = [("no profiler", {}, "-"),
+                     ("live aggregator", {"RLSCOPE_AGGREGATOR": live}, "-"),
+                     ("unreachable aggregator, exit_timeout_ms 500",
+                      {"RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                       "RLSCOPE_CONFIG": "{flush: {exit_timeout_ms: 500}}"}, "at most +0.5 s"),
+                     ("unreachable aggregator, exit_timeout_ms 0",
+                      {"RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                       "RLSCOPE_CONFIG": "{flush: {exit_timeout_ms: 0}}"}, "about +0 s")]
+            times = {name: [] for name, _, _ in modes}
+            for _ in range(args.runs):  # interleaved, so drift hits every mode alike
+                for name, extra, _ in modes:
+                    env = clean_env()
+                    if extra:
+                        env.update(extra, RLSCOPE_ROLE="worker", NVTX_INJECTION64_PATH=collector)
+                    times[name].append(timed(env))
+        finally:
+            agg.terminate()
+            agg.wait(timeout=30)
+    for name, _, target in modes:
+        rows.append([name, spread(times[name], 3), target])
+    print_table("Exit: nvtx_app, 5 steps of 20 ms, wall s (min / median / max of %d interleaved runs)" % args.runs,
+                ["aggregator", "wall s", "expected"], rows)
+
+
 def correction_section(args):
     """Overhead correction on dense annotations (100k `nvtx` ranges per step, in
     the process that steps or in a worker it waits on):
@@ -393,16 +475,22 @@ def correction_section(args):
                     job()
         base = med(plain)
         raw = med([r.raw for r in startup])
-        err = lambda runs: 100 * (med([r.corrected for r in runs]) / base - 1)  # noqa: E731
+
+        def err(runs):
+            """The median corrected error, and its range over the runs."""
+            per_run = sorted(100 * (med([r.corrected]) / base - 1) for r in runs)
+            return "%+.1f %% (%+.1f to %+.1f)" % (100 * (med([r.corrected for r in runs]) / base - 1),
+                                                   per_run[0], per_run[-1])
+
         # The noise floor: two uninstrumented halves against each other, and
         # the two profiled sets' raw steps (the scale does not change the run).
         a_a = 100 * abs(med(plain[0::2]) / med(plain[1::2]) - 1)
         p_p = 100 * abs(raw / med([r.raw for r in ab]) - 1)
         rows.append([label, fmt(base, 1), fmt(raw, 1), "%+.1f %%" % (100 * (raw / base - 1)),
-                     "%+.1f %%" % err(startup), fmt(scale, 3), "%+.1f %%" % err(ab), "%.1f %%" % a_a,
+                     err(startup), fmt(scale, 3), err(ab), "%.1f %%" % a_a,
                      "%.1f %%" % p_p, "16.8 %"])
     print_table("Overhead correction, 10 steps x 100k ranges (held-out runs: median of steps 2-10 of %d runs "
-                "each; target |error| < 3 %%)" % args.runs,
+                "each, and the range of the runs' own medians; target |error| < 3 %%)" % args.runs,
                 ["workload", "uninstrumented ms/step", "raw ms/step", "raw inflation",
                  "corrected, start-up calibration", "A/B scale", "corrected, A/B scale",
                  "noise: uninstr. vs uninstr.", "noise: profiled vs profiled", "RL-Scope worst (published)"],
@@ -417,6 +505,8 @@ SECTIONS = {
     "demo": demo_section,
     "window": window_section,
     "alignment": alignment_section,
+    "window_latency": window_latency_section,
+    "exit": exit_section,
     "correction": correction_section,
 }
 
