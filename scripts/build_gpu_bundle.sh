@@ -7,7 +7,7 @@
 #   scripts/build_gpu_bundle.sh        (make gpu-bundle: the same after deps)
 #
 # Bundle layout (no symbolic links; copy or move the folder anywhere):
-#   run_gpu_checks.sh check_gpu_trace.py torch_activity.py   from tests/gpu
+#   run_gpu_checks.sh system_libs.sh check_gpu_trace.py torch_activity.py   from tests/gpu
 #   bin/  rlscope-ray-aggregator collector_test gpu_activity_test nvtx_app
 #         profiler_range gpu_activity (the last two built by nvcc)
 #   lib/  librlscope_collector.so, libcupti (the toolkit's; the checks point
@@ -47,16 +47,8 @@ for tool in cmake patchelf strip ldd; do
 done
 [[ -x $NVCC ]] || die "nvcc not found on PATH or in /usr/local/cuda/bin; set NVCC"
 
-# Libraries every target machine has: glibc's own, the C++ runtime, the vDSO
-# and the driver's libcuda. Everything else a bundled file needs is bundled.
-is_system_lib() {
-  case $1 in
-    linux-vdso.so.* | ld-linux*.so.* | libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | \
-    librt.so.* | libutil.so.* | libresolv.so.* | libanl.so.* | libmvec.so.* | \
-    libstdc++.so.* | libgcc_s.so.* | libcuda.so.* | libnvidia-*.so.*) return 0 ;;
-  esac
-  return 1
-}
+# is_system_lib: what the bundle leaves out (one list, shared with the check).
+source tests/gpu/system_libs.sh
 
 mkdir -p "$BUILD"
 GEN=()
@@ -123,7 +115,8 @@ for f in "$STAGE"/bin/* "$STAGE"/lib/*; do
   fi
 done
 
-cp tests/gpu/run_gpu_checks.sh tests/gpu/check_gpu_trace.py tests/gpu/torch_activity.py "$STAGE/"
+cp tests/gpu/run_gpu_checks.sh tests/gpu/system_libs.sh tests/gpu/check_gpu_trace.py tests/gpu/torch_activity.py \
+  "$STAGE/"
 {
   echo "commit: $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
   echo "cuda: $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"

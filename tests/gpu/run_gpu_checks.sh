@@ -88,16 +88,8 @@ echo "INFO: bundle $BUNDLE ($(tr '\n' ' ' <"$BUNDLE/BUNDLE_INFO" 2>/dev/null | s
 # ---------------------------------------------------------------------------
 # No GPU needed.
 
-# Libraries any machine of this kind has (glibc's own, the C++ runtime, the
-# vDSO); every other one must come from the bundle.
-is_system_lib() {
-  case $1 in
-    linux-vdso.so.* | ld-linux*.so.* | libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | \
-    librt.so.* | libutil.so.* | libresolv.so.* | libanl.so.* | libmvec.so.* | \
-    libstdc++.so.* | libgcc_s.so.* | libcuda.so.* | libnvidia-*.so.*) return 0 ;;
-  esac
-  return 1
-}
+# is_system_lib: what the bundle leaves out and may come from the system.
+source "$BUNDLE/system_libs.sh"
 resolve_problems=()
 nfiles=0
 bundle_real=$(realpath "$BUNDLE")
