@@ -127,8 +127,8 @@ def test_calibrate_says_which_run_failed_and_where_its_log_is(tmp_path):
 def test_a_kept_directory_reused_holds_only_the_new_runs(tmp_path):
     keep = tmp_path / "keep"
     for steps, want in ((5, "steps 2-5"), (3, "steps 2-3")):
-        r = subprocess.run(CLI + ["calibrate", "--runs", "1", "--keep", str(keep), "--", sys.executable, str(APP),
-                                  "--steps", str(steps), "--ranges", "3000"],
+        r = subprocess.run(CLI + ["calibrate", "--runs", "1", "--keep", str(keep), "--", sys.executable,
+                                  str(ROOT / "tests/apps/fixed_steps.py"), "--steps", str(steps)],
                            env=clean_env(), capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert want in r.stdout, r.stdout
