@@ -1,8 +1,9 @@
 #include "aggregator/aggregator.h"
 
 #include <algorithm>
-#include <string_view>
 #include <map>
+#include <set>
+#include <string_view>
 
 #include "aggregator/subtasks.h"
 
@@ -285,6 +286,23 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
 
 namespace {
 
+// The controller's "ray.submit" marks, each named by the "ray.task" mark
+// that follows it on its thread (session.py _install_call_marks): a call's
+// key -> when and on which thread the controller submitted it.
+std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& controller) {
+  std::map<uint64_t, std::pair<int64_t, int64_t>> submitted;
+  std::map<int64_t, int64_t> last_submit;  // tid -> ts
+  for (const Instant& i : controller.instants) {
+    const std::string_view name = controller.process->String(i.name);
+    if (name == "ray.submit") {
+      last_submit[i.tid] = i.ts_ns;
+    } else if (name == "ray.task" && i.has_payload && last_submit.count(i.tid) != 0) {
+      submitted.emplace(i.payload, std::make_pair(last_submit[i.tid], i.tid));
+    }
+  }
+  return submitted;
+}
+
 // The controller's "ray.got" marks (session.py _install_call_marks): a
 // call's key -> when the controller got its result.
 std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller) {
@@ -313,23 +331,81 @@ void Aggregator::CorrectStep(StepProfile* profile) {
   }
   const std::map<uint64_t, size_t> awaited =
       controller != nullptr ? AwaitedIn(RayGot(*controller), windows) : std::map<uint64_t, size_t>{};
-  // Workers first, each on its own; what each did last of what a window
-  // awaited is taken from its raw times before they move.
-  std::vector<std::pair<ProcessSlice*, std::vector<LastWork>>> workers;
+  // Workers' costs first, each on its own; what each did last of what a
+  // window awaited is taken from its raw times.
+  struct Worker {
+    ProcessSlice* slice;
+    std::shared_ptr<Corrector> corrector;
+    std::vector<LastWork> last;  // per window
+  };
+  std::vector<Worker> workers;
   for (ProcessSlice& slice : profile->processes) {
     if (&slice == controller) continue;
-    workers.emplace_back(&slice, LastWorkIn(slice.spans, awaited, windows));
-    Correct(*profile, {}, &slice);
+    workers.push_back({&slice, MakeCorrector(*profile, {}, &slice), LastWorkIn(slice.spans, awaited, windows)});
   }
-  if (controller == nullptr) return;
+  // The calls the controller submitted, in submit order: each worker's
+  // execution of one is re-anchored at the controller's shift at its submit
+  // (correction.h, calls), once the waits before that submit are known.
+  struct Call {
+    int64_t submit_ns, submit_tid;
+    Corrector* worker;
+    const Span* span;
+  };
+  std::vector<Call> calls;
+  std::set<uint64_t> anchored;
+  if (controller != nullptr) {
+    const std::map<uint64_t, std::pair<int64_t, int64_t>> submits = RaySubmits(*controller);
+    for (Worker& w : workers) {
+      for (const Span& span : w.slice->spans) {
+        auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload)
+                                                                            : submits.end();
+        if (it != submits.end()) calls.push_back({it->second.first, it->second.second, w.corrector.get(), &span});
+      }
+    }
+    std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+  }
+  // The controller: its own costs, and, window by window, the waits that
+  // the workers' corrected ends shrink.
   std::map<int64_t, std::vector<CostMark>> waits;
-  for (size_t w = 0; w < windows.size(); ++w) {
-    std::vector<std::pair<const Corrector*, LastWork>> last;
-    for (const auto& [slice, per_window] : workers) last.emplace_back(slice->corrector.get(), per_window[w]);
-    const int64_t shrink = std::min(WaitShrinkNs(last, windows[w].begin_ns), windows[w].end_ns - windows[w].begin_ns);
-    if (shrink > 0) waits[windows[w].tid].push_back({windows[w].end_ns, 0, 0, shrink * 1000});
+  std::shared_ptr<Corrector> own;
+  auto controller_shift = [&](int64_t tid, int64_t t) {
+    int64_t ns = own->ShiftNs(tid, t);
+    for (const CostMark& m : waits[tid]) ns += m.ts_ns <= t ? m.wait_ps / 1000 : 0;
+    return ns;
+  };
+  size_t next_call = 0;
+  auto anchor_calls_submitted_by = [&](int64_t t) {
+    for (; next_call < calls.size() && calls[next_call].submit_ns <= t; ++next_call) {
+      const Call& c = calls[next_call];
+      if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, controller_shift(c.submit_tid, c.submit_ns))) {
+        anchored.insert(c.span->payload);
+      }
+    }
+  };
+  if (controller != nullptr) {
+    own = MakeCorrector(*profile, {}, controller);
+    for (size_t w = 0; w < windows.size(); ++w) {
+      anchor_calls_submitted_by(windows[w].end_ns);
+      std::vector<AwaitedWork> work;
+      for (const Worker& worker : workers) {
+        const LastWork& l = worker.last[w];
+        work.push_back({worker.corrector.get(), l, anchored.count(l.key) != 0});
+      }
+      const int64_t tid = windows[w].tid;
+      const int64_t shrink = std::min(WaitShrinkNs(work, windows[w].begin_ns,
+                                                   [&](int64_t t) { return controller_shift(tid, t); }),
+                                      windows[w].end_ns - windows[w].begin_ns);
+      // The wait ends when the last awaited work does: from there on the
+      // controller's thread (its "ray.got" marks, the window's end) moves.
+      int64_t last_end = windows[w].begin_ns;
+      for (const AwaitedWork& a : work) last_end = std::max(last_end, a.last.end_ns);
+      if (shrink > 0) waits[tid].push_back({last_end, 0, 0, shrink * 1000});
+    }
+    anchor_calls_submitted_by(INT64_MAX);
+    ApplyCorrection(MakeCorrector(*profile, waits, controller), controller);
   }
-  Correct(*profile, waits, controller);
+  for (Worker& w : workers) ApplyCorrection(w.corrector, w.slice);
+  if (controller == nullptr) return;
 
   // The step ends where the controller's step range now ends. Every process
   // moved by its own overhead, so what another paid less of may now lie past
@@ -353,8 +429,9 @@ void Aggregator::CorrectStep(StepProfile* profile) {
   }
 }
 
-void Aggregator::Correct(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits,
-                         ProcessSlice* slice) {
+std::shared_ptr<Corrector> Aggregator::MakeCorrector(const StepProfile& step,
+                                                     const std::map<int64_t, std::vector<CostMark>>& waits,
+                                                     ProcessSlice* slice) const {
   // Marks are cut on the process's clock like the spans (a nanosecond wider:
   // the clock fit's rounding), moved onto the aggregator's, where the step
   // begins, and held to [begin, end] there, as the spans were; waits are on
@@ -371,7 +448,10 @@ void Aggregator::Correct(const StepProfile& step, const std::map<int64_t, std::v
   }
   for (const auto& [tid, list] : waits) marks[tid].insert(marks[tid].end(), list.begin(), list.end());
   slice->costs = CostModel(p.hello().costs, config_.correction.scale);
-  auto corrector = std::make_shared<Corrector>(marks, slice->costs, step.begin_ns);
+  return std::make_shared<Corrector>(marks, slice->costs, step.begin_ns);
+}
+
+void Aggregator::ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* slice) {
   const Corrector& c = *corrector;
   for (Span& span : slice->spans) {
     span.begin_ns = c.Correct(span.tid, span.begin_ns);
@@ -405,15 +485,7 @@ void Aggregator::CheckCausality(StepProfile* profile) {
   std::map<uint64_t, int64_t> submitted, got;
   for (const ProcessSlice& slice : profile->processes) {
     if (!slice.process->is_controller()) continue;
-    std::map<int64_t, int64_t> last_submit;  // tid -> ts
-    for (const Instant& i : slice.instants) {
-      const std::string name = slice.process->String(i.name);
-      if (name == "ray.submit") {
-        last_submit[i.tid] = i.ts_ns;
-      } else if (name == "ray.task" && i.has_payload && last_submit.count(i.tid) != 0) {
-        submitted.emplace(i.payload, last_submit[i.tid]);
-      }
-    }
+    for (const auto& [key, at] : RaySubmits(slice)) submitted.emplace(key, at.first);
     got.merge(RayGot(slice));
   }
   StepProfile::Causality& c = profile->causality;

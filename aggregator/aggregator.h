@@ -97,11 +97,16 @@ class Aggregator {
   // Counts worker executions that the aligned clocks put outside the
   // controller's call (exporter.h StepProfile::Causality).
   static void CheckCausality(StepProfile* profile);
-  // Overhead correction of a cut step (correction.h): workers first, then
-  // the controller with its waits on them. Correct does one process's slice,
-  // its own recorded events plus `waits` (aggregator clock).
+  // Overhead correction of a cut step (correction.h): the workers' costs
+  // first, then the controller with its waits on them, then the workers with
+  // their calls re-anchored at the controller's corrected submits.
+  // MakeCorrector: one process's shifts from its own recorded events plus
+  // `waits` (aggregator clock); ApplyCorrection moves its slice's times.
   void CorrectStep(StepProfile* profile);
-  void Correct(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits, ProcessSlice* slice);
+  std::shared_ptr<Corrector> MakeCorrector(const StepProfile& step,
+                                           const std::map<int64_t, std::vector<CostMark>>& waits,
+                                           ProcessSlice* slice) const;
+  static void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* slice);
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;

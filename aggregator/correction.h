@@ -13,14 +13,25 @@
 // Across processes (waits): a controller's sub-task window that waits on
 // Ray actor calls (verl: dispatch, ray.get, then on) ends when the last of
 // them is done. Once the workers are corrected that call finishes earlier,
-// and so does the window: the controller's thread gets a wait mark at the
-// window's end costing the difference, so the window and everything after
-// it on that thread move earlier too. Only calls the controller got in the
+// and so does the window: the controller's thread gets a wait mark where
+// the last awaited work ended, costing the difference, so its "ray.got"
+// marks, the window's end and everything after on that thread move earlier
+// too. Only calls the controller got in the
 // window count (their keys link the two sides); a worker busy on its own is
 // not waited for.
+//
+// And the other way (calls): a worker that waited idle for a call starts
+// it when the call arrives, so its overhead from before the wait does not
+// make the call start earlier; the controller's overhead before the submit
+// does. At the begin of each call it executed (its method range, keyed like
+// the controller's submit), the worker's thread is re-anchored: its shift
+// there becomes the controller's shift at the submit, or less when the
+// thread was busy until just before (it cannot start before it was free).
+// So a corrected call never starts before its corrected submit.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -53,16 +64,26 @@ class Corrector {
   // `marks`: per thread, the events recorded in the step (aggregator clock),
   // in recording order; `begin_ns` anchors the step (no shift before it).
   Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model, int64_t begin_ns);
-  // Time removed from thread `tid` up to and including `t`.
+  // How much earlier a time `t` on thread `tid` moves: what the thread paid
+  // since the step's begin up to and including `t`, or since its last
+  // re-anchoring at or before `t` plus the shift set there.
   int64_t ShiftNs(int64_t tid, int64_t t) const;
   int64_t Correct(int64_t tid, int64_t t) const { return t - ShiftNs(tid, t); }
+  // From `begin_ns` on (events at it included), thread `tid` shifts by
+  // `caller_shift_ns` plus what it pays from there, or less: never so much
+  // that the call would start before the thread's previous event
+  // (corrected). A worker's call execution (correction.h, calls). Calls on
+  // one thread in time order.
+  // Returns false, doing nothing, for a call not after the thread's last.
+  bool Reanchor(int64_t tid, int64_t begin_ns, int64_t caller_shift_ns);
   // Summed over threads: the time removed in the whole step, and the part
   // of it that was waiting on other processes' overhead (wait marks).
   int64_t total_ns() const { return total_ns_; }
   int64_t waits_ns() const { return waits_ns_; }
-  // The time removed on `tid` in [from, to].
+  // What thread `tid` paid in [from, to] (its own events and wait marks;
+  // re-anchoring moves times, it costs nothing).
   int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const {
-    return ShiftNs(tid, to) - ShiftNs(tid, from - 1);
+    return CostPs(tid, to) / 1000 - CostPs(tid, from - 1) / 1000;
   }
   uint64_t events() const { return events_; }
   const std::vector<int64_t>& tids() const { return tids_; }
@@ -71,7 +92,15 @@ class Corrector {
   struct Thread {
     std::vector<int64_t> ts;     // sorted event times
     std::vector<int64_t> cum_ps; // cost of events [0, i], picoseconds
+    // Re-anchorings, in time order: from `ts` on, the shift is `base_ps`
+    // plus what was paid at or after `ts`.
+    std::vector<std::pair<int64_t, int64_t>> anchors;  // (ts, base_ps)
   };
+  // What `tid` paid in (step begin, t], picoseconds; `before`: in (.., t).
+  int64_t CostPs(int64_t tid, int64_t t) const;
+  static int64_t CostPs(const Thread& th, int64_t t, bool before);
+  int64_t ShiftPs(const Thread& th, int64_t t) const;
+  int64_t begin_ns_ = 0;
   std::map<int64_t, Thread> threads_;
   std::vector<int64_t> tids_;
   int64_t total_ns_ = 0;
@@ -80,7 +109,8 @@ class Corrector {
 };
 
 // A controller window that waits on workers: raw times, aggregator clock;
-// `tid` is the thread that closed it (where its wait mark goes).
+// `tid` is the thread that closed it (where its wait mark goes, at the
+// latest end of its awaited work).
 struct WaitWindow {
   int64_t begin_ns = 0;
   int64_t end_ns = 0;
@@ -88,10 +118,11 @@ struct WaitWindow {
 };
 
 // What a worker did last, of what a window waited for, before correction:
-// when it ended (clipped to the window) and on which thread.
+// when it ended (clipped to the window), on which thread, for which call.
 struct LastWork {
   int64_t end_ns = INT64_MIN;  // INT64_MIN: nothing awaited in the window
   int64_t tid = 0;
+  uint64_t key = 0;
 };
 
 // Which window (index into sorted, disjoint `windows`) got each awaited
@@ -104,9 +135,24 @@ std::map<uint64_t, size_t> AwaitedIn(const std::map<uint64_t, int64_t>& got, con
 std::vector<LastWork> LastWorkIn(const std::vector<Span>& spans, const std::map<uint64_t, size_t>& awaited,
                                  const std::vector<WaitWindow>& windows);
 
-// How much earlier the last awaited work finishes in [window_begin, ...]
-// once each worker is corrected: max raw end minus max corrected end, never
-// negative. `workers`: each worker's corrector and its last work there.
-int64_t WaitShrinkNs(const std::vector<std::pair<const Corrector*, LastWork>>& workers, int64_t window_begin_ns);
+// A worker's last awaited work in a window; `anchored`: its call was
+// re-anchored at the controller's submit (Corrector::Reanchor).
+struct AwaitedWork {
+  const Corrector* worker = nullptr;  // nullptr: the worker paid nothing
+  LastWork last;
+  bool anchored = false;
+};
+
+// How much longer the controller waited in a window than its own
+// correction explains: its corrected time when the last awaited work ended
+// (raw T, T - controller_shift_ns(T)) minus the latest corrected end of the
+// awaited work, never negative. A re-anchored call's work ends at
+// L - its thread's shift there; any other is taken to have begun the window
+// in step with the controller: L - (controller_shift_ns(window begin) +
+// what its thread paid in the window). `controller_shift_ns(t)`: the
+// controller's shift at raw t on the window's thread, with the waits of
+// earlier windows.
+int64_t WaitShrinkNs(const std::vector<AwaitedWork>& work, int64_t window_begin_ns,
+                     const std::function<int64_t(int64_t)>& controller_shift_ns);
 
 }  // namespace rlscope

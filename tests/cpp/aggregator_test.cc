@@ -1582,6 +1582,68 @@ TEST_F(CorrectStepTest, TheControllerWaitsAsMuchLessAsTheCallItAwaitedWhenItsWor
   EXPECT_EQ(step.corrected_end_ns, 10000 - 810);
 }
 
+// The same with the controller's submit marks (ray.submit, then ray.task
+// naming call 77): the worker, busy on its own earlier in the step ("prep",
+// 3000 ns of overhead), then idle, starts the call when the call arrives:
+// shifted by what the controller had paid by its submit (110 ns), not by
+// its own past. The wait ends where the call's work did (12000).
+TEST_F(CorrectStepTest, ACallStartsAfterItsSubmitOnceBothAreCorrected) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector a(2, "worker", 0, 200);
+  ctl.Costs({{"push", 100}, {"pop", 50}, {"mark", 10}});
+  a.Costs({{"push", 2000}, {"pop", 1000}});
+  Connect(ctl);
+  Connect(a);
+  ctl.Push(1, 1000, "step", 1).Push(1, 2000, "gen").Mark(1, 2500, "ray.submit", 0).Mark(1, 2600, "ray.task", 77);
+  ctl.Mark(1, 13000, "ray.got", 77).Pop(1, 14000).Pop(1, 15000);
+  a.Push(7, 3100, "prep").Pop(7, 4200);
+  a.Push(7, 5000, "generate", 77).Push(7, 8000, "op").Pop(7, 9500).Pop(7, 12000);
+  for (auto* c : {&ctl, &a}) {
+    Send(c->Flush(20000));
+    Send(c->Bye());
+  }
+  agg_->Tick(0);
+  const StepProfile& step = exporter_.Step(1);
+  const ProcessSlice* c = FindSlice(step, 1);
+  const ProcessSlice* w = FindSlice(step, 2);
+  ASSERT_TRUE(c && w);
+  const Span* prep = FindSpan(w, "prep");
+  const Span* generate = FindSpan(w, "generate");
+  const Span* op = FindSpan(w, "op");
+  ASSERT_TRUE(prep && generate && op);
+  EXPECT_EQ(prep->begin_ns, 3100 - 2000);
+  EXPECT_EQ(prep->end_ns, 4200 - 3000);
+  EXPECT_EQ(generate->begin_ns, 5000 - 110 - 2000);  // its own push, on top of the submit's shift
+  EXPECT_EQ(op->begin_ns, 8000 - 110 - 4000);
+  EXPECT_EQ(op->end_ns, 9500 - 110 - 5000);
+  EXPECT_EQ(generate->end_ns, 12000 - 110 - 6000);
+  EXPECT_EQ(w->corrector->total_ns(), 9000);  // what it paid; moving the call costs nothing
+  // The controller: 120 ns paid by 12000, so its own correction puts the
+  // call's end at 11880; the call really ends at 5890: it waited 5990 more.
+  EXPECT_EQ(c->corrector->waits_ns(), 5990);
+  EXPECT_EQ(c->corrector->total_ns(), 230 + 5990);
+  const Instant* submit = nullptr;
+  const Instant* got = nullptr;
+  for (const Instant& i : c->instants) {
+    const std::string name = c->process->String(i.name);
+    if (name == "ray.submit") submit = &i;
+    if (name == "ray.got") got = &i;
+  }
+  ASSERT_TRUE(submit && got);
+  EXPECT_EQ(submit->ts_ns, 2500 - 110);
+  EXPECT_EQ(got->ts_ns, 13000 - 120 - 5990 - 10);
+  const Span* gen = FindSpan(c, "gen");
+  ASSERT_NE(gen, nullptr);
+  EXPECT_EQ(gen->end_ns, 14000 - 6170);
+  EXPECT_EQ(step.corrected_end_ns, 15000 - 6220);
+  // Causal: submit <= the call's begin, its end <= got <= the window's end.
+  EXPECT_LE(submit->ts_ns, generate->begin_ns);
+  EXPECT_LE(generate->end_ns, got->ts_ns);
+  EXPECT_LE(got->ts_ns, gen->end_ns);
+  EXPECT_EQ(step.causality.checked, 1);
+  EXPECT_EQ(step.causality.violations, 0);
+}
+
 TEST_F(CorrectStepTest, AWorkerRangeOpenAtTheStepsEndEndsWithTheCorrectedStep) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector w(2, "worker", 0, 200);

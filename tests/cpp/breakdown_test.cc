@@ -122,12 +122,53 @@ TEST(Correction, OnlyAwaitedCallsAreWaitedFor) {
   marks[7] = {{115, push, 0}, {130, push, 0}, {320, push, 0}, {350, push, 0}};
   marks[8] = {{150, push, 0}};
   const Corrector worker(marks, model, 50);
-  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}}, 100), 20);  // what thread 7 paid in the window
-  EXPECT_EQ(WaitShrinkNs({{&worker, last[1]}}, 300), 20);
+  const auto none = [](int64_t) { return int64_t{0}; };  // a controller that paid nothing
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}}, 100, none), 20);  // what thread 7 paid in the window
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[1]}}, 300, none), 20);
   // Another worker's awaited call ends at 185 with no overhead: the corrected
   // ends are 170 and 185, so the window ends only 5 ns earlier.
-  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}, {nullptr, LastWork{185, 9}}}, 100), 5);
-  EXPECT_EQ(WaitShrinkNs({{nullptr, LastWork{}}}, 100), 0);  // nothing awaited
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}, {nullptr, LastWork{185, 9}}}, 100, none), 5);
+  EXPECT_EQ(WaitShrinkNs({{nullptr, LastWork{}}}, 100, none), 0);  // nothing awaited
+  // The controller paid 3 ns before the window and 4 ns more in it: the
+  // worker's (taken to start in step with it) then ends 3 + 20 ns earlier,
+  // of which the controller's own correction already took 7.
+  EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}}, 100, [](int64_t t) { return t < 150 ? int64_t{3} : 7; }), 16);
+}
+
+TEST(Correction, ACallStartsWhenItsSubmitArrivesNotEarlierForTheWorkersOwnPast) {
+  // Worker thread 7: its own range [100, 200] (push 40, pop 40), idle, then
+  // a call [500, 700] (push 40 at 500, pop 40 at 700). The controller had
+  // paid 15 ns when it submitted the call.
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+  const CostModel model({{"push", 40}, {"pop", 40}}, 1.0);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[7] = {{100, push, 0}, {200, pop, 0}, {500, push, 0}, {700, pop, 0}};
+  Corrector own(marks, model, 50);
+  EXPECT_EQ(own.Correct(7, 500), 500 - 120);  // on its own: its past shifts the call
+  Corrector w(marks, model, 50);
+  ASSERT_TRUE(w.Reanchor(7, 500, 15));
+  EXPECT_EQ(w.Correct(7, 200), 200 - 80);      // before the call: as before
+  EXPECT_EQ(w.Correct(7, 500), 500 - 15 - 40);  // the submit's shift, and its own push
+  EXPECT_EQ(w.Correct(7, 700), 700 - 15 - 80);
+  EXPECT_EQ(w.RemovedNs(7, 0, 1000), 160);  // what it paid: re-anchoring costs nothing
+  EXPECT_FALSE(w.Reanchor(7, 400, 0));      // calls in time order only
+  // A thread busy until just before the call cannot start it before it was
+  // free: after its range ending at 450 (corrected 370), the call (its push
+  // paid in between) begins at 370 at the earliest, whatever the controller
+  // paid.
+  marks[7] = {{100, push, 0}, {450, pop, 0}, {500, push, 0}, {700, pop, 0}};
+  Corrector busy(marks, model, 50);
+  ASSERT_TRUE(busy.Reanchor(7, 500, 1000));
+  EXPECT_EQ(busy.Correct(7, 450), 370);
+  EXPECT_EQ(busy.Correct(7, 500), 370);
+
+  // The controller's window [450, 800]: it submitted at 480 (shift 15) and
+  // paid 5 ns more while it waited (shift 20 from 600 on). The call's work
+  // ends at 700, corrected 605; the controller's own correction puts 700 at
+  // 680: the window ends 75 ns earlier on top.
+  const LastWork last{700, 7, 42};
+  const auto controller = [](int64_t t) { return t < 600 ? int64_t{15} : 20; };
+  EXPECT_EQ(WaitShrinkNs({{&w, last, true}}, 450, controller), 700 - 20 - (700 - 95));
 }
 
 TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
