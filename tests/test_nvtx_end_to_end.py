@@ -178,7 +178,10 @@ def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
         "            time.sleep(0.005)\n"
         "        update()\n"
         "print(gen[11])\n")
-    env = agg.env(role="controller", inject=False)
+    # Buffers for rlscope_ray's start-up calibration burst (about 39k events
+    # recorded while armed): at the default 1 MB a flush thread starved by a
+    # busy machine drops part of it, and with it, maybe, a step's begin.
+    env = agg.env(role="controller", inject=False, config="{buffers: {per_thread_kb: 8192}}")
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     log = agg.wait()
