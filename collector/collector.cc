@@ -496,6 +496,9 @@ void Collector::FlushLoop() {
   zmq_pollitem_t* first_item = wake_fd_ >= 0 ? &items[0] : &items[1];
   int64_t next_flush_ns = MonotonicNs();
   bool was_armed = armed();
+  // Hello before the first probe burst (up to probes_per_burst round trips):
+  // the aggregator waits for a process's data only once it knows it.
+  SendControl(sock);
   while (true) {
     uint64_t ticket;
     bool stop;

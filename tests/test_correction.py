@@ -199,15 +199,21 @@ def test_a_child_profiled_with_the_inherited_controller_role_is_corrected_as_a_w
     report, run = _wait_pair(agg, tmp_path, "--profile-child")
     assert [p["role"] for p in run["processes"]] == ["controller", "controller"]
     controller, child = sorted(run["processes"], key=lambda p: p["events_received"])
+    child_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + \
+        2000 * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"])
+    with_child = 0
     for n, (raw, corrected, summary) in steps_of(agg, controller["pid"], (1, 2, 3)).items():
         procs = {p["pid"]: p for p in summary["processes"]}
-        child_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + \
-            2000 * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"])
-        assert procs[child["pid"]]["overhead"]["subtracted_ms"] == pytest.approx(child_cost / 1e6, abs=1e-6)
         assert procs[controller["pid"]]["overhead"]["waits_ms"] == 0
         assert abs(corrected - (raw - (added(report, n) - child_cost))) <= TOLERANCE_NS, (n, raw, corrected)
-        trace = Trace(agg.out / f"step_{n}" / "trace.json")
-        assert trace.slices(controller["pid"], "step") and not trace.slices(child["pid"], "step")
+        # The child connects on its own schedule: a step cut before its Hello
+        # came in lacks it (its events then count as late in run.json).
+        if child["pid"] in procs:
+            with_child += 1
+            assert procs[child["pid"]]["overhead"]["subtracted_ms"] == pytest.approx(child_cost / 1e6, abs=1e-6)
+            trace = Trace(agg.out / f"step_{n}" / "trace.json")
+            assert trace.slices(controller["pid"], "step") and not trace.slices(child["pid"], "step")
+    assert with_child >= 1
 
 
 def test_bad_test_costs_are_refused_and_the_program_runs_unprofiled(aggregator_factory, tmp_path):
