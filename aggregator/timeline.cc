@@ -2,12 +2,15 @@
 
 #include <algorithm>
 
+#include "native/names.h"
+#include "native/steps.h"
+
 namespace rlscope {
 
 void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   for (const auto& [id, s] : batch.strings) {
-    if (s == "step") step_name_id_ = id;
-    if (s == "rlscope.calibration") calibration_name_ = id;
+    if (s == names::kStep) step_name_id_ = id;
+    if (s == names::kCalibration) calibration_name_ = id;
     strings_[id] = s;
   }
   for (const auto& [tid, name] : batch.thread_names) thread_names_[tid] = name;
@@ -121,8 +124,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
 
 void ProcessTimeline::Open(Span& span, bool has_payload, StepEdges* edges) {
   if (edges == nullptr || !is_controller() || step_name_id_ == 0 || span.name != step_name_id_) return;
-  const bool numbered = has_payload && static_cast<int64_t>(span.payload) >= 0;
-  span.step = numbered ? static_cast<int64_t>(span.payload) : next_auto_step_;
+  span.step = steps::Number(has_payload, span.payload, next_auto_step_);
   next_auto_step_ = span.step + 1;
   edges->begun.push_back({span.step, span.begin_ns, 0});
 }

@@ -2,6 +2,7 @@
 #include "collector/rlscope_collector.h"
 
 #include "collector/collector.h"
+#include "native/names.h"
 
 using rlscope::Collector;
 using rlscope::EventKind;
@@ -127,7 +128,7 @@ void rlscope_step_begin(int64_t step) {
   Collector* c;
   ThreadState* ts;
   if (Enter(&c, &ts, /*step_call=*/true)) {
-    c->RangePush(ts, ts->names.Lookup("step"), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload);
+    c->RangePush(ts, ts->names.Lookup(rlscope::names::kStep), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload);
   }
 }
 

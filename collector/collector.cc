@@ -14,6 +14,9 @@
 
 #include <zmq.h>
 
+#include "native/names.h"
+#include "native/steps.h"
+
 namespace rlscope {
 
 std::atomic<Collector*> Collector::instance_{nullptr};
@@ -69,7 +72,7 @@ std::string ProcessName() {
 }
 
 int64_t ParseRank() {
-  for (const char* name : {"RLSCOPE_RANK", "RANK"}) {
+  for (const char* name : {names::kEnvRank, "RANK"}) {
     const std::string v = Env(name);
     if (v.empty()) continue;
     char* end = nullptr;
@@ -125,27 +128,27 @@ Collector* Collector::Start() {
   if (Instance() != nullptr || failed) return Instance();
   [] {
     try {
-      if (!Env("RLSCOPE_DISABLE").empty()) return;
+      if (!Env(names::kEnvDisable).empty()) return;
       // The profiler's environment belongs to the process it was set up for
       // (by the user, rlscope_ray.init, or the Ray plugin, which clears
       // RLSCOPE_OWNER_PID for each profiled worker): the first collector
       // claims it below. A process that merely inherited it (a child of a
       // profiled process, Ray's own helper processes) is not profiled and
       // takes no role. Not counted anywhere: it never was a profiled process.
-      if (const std::string owner = Env("RLSCOPE_OWNER_PID");
+      if (const std::string owner = Env(names::kEnvOwnerPid);
           !owner.empty() && owner != std::to_string(getpid())) {
         return;
       }
-      ConfigResult cr = LoadConfigFromEnvValue(Env("RLSCOPE_CONFIG"));
+      const std::string config_value = Env(names::kEnvConfig);
+      ConfigResult cr = LoadConfigFromEnvValue(config_value);
       if (!cr.ok()) {
         for (const auto& e : cr.errors) std::fprintf(stderr, "rlscope: %s\n", e.c_str());
         std::fprintf(stderr, "rlscope: invalid RLSCOPE_CONFIG; profiling is off in this process\n");
         failed = true;
         return;
       }
-      std::string endpoint = Env("RLSCOPE_AGGREGATOR");
-      if (endpoint.empty() && cr.config.aggregator != "auto") endpoint = cr.config.aggregator;
-      if (endpoint.empty() || endpoint == "auto") return;  // nobody to send to: off
+      const std::string endpoint = ResolveEndpoint({Env(names::kEnvAggregator)}, cr.config);
+      if (endpoint.empty()) return;  // nobody to send to: off
       std::unique_ptr<TestClock> test_clock = TestClock::FromEnvironment();
 
       wire::Identity id;
@@ -154,16 +157,16 @@ Collector* Collector::Start() {
       id.host = host;
       id.pid = getpid();
       id.rank = ParseRank();
-      id.role = Env("RLSCOPE_ROLE").empty() ? "worker" : Env("RLSCOPE_ROLE");
-      if (id.role != "worker" && id.role != "controller") {
-        std::fprintf(stderr, "rlscope: RLSCOPE_ROLE=%s is not 'controller' or 'worker'; using worker\n",
-                     id.role.c_str());
-        id.role = "worker";
+      id.role = Env(names::kEnvRole).empty() ? names::kWorker : Env(names::kEnvRole);
+      if (id.role != names::kWorker && id.role != names::kController) {
+        std::fprintf(stderr, "rlscope: %s=%s is not '%s' or '%s'; using %s\n", names::kEnvRole, id.role.c_str(),
+                     names::kController, names::kWorker, names::kWorker);
+        id.role = names::kWorker;
       }
       id.name = ProcessName();
       for (char** e = environ; *e != nullptr; ++e) {
         const std::string kv = *e;
-        static const std::string kPrefix = "RLSCOPE_LABEL_";
+        static const std::string kPrefix = names::kEnvLabelPrefix;
         const size_t eq = kv.find('=');
         if (kv.rfind(kPrefix, 0) == 0 && eq != std::string::npos) {
           std::string key = kv.substr(kPrefix.size(), eq - kPrefix.size());
@@ -183,8 +186,9 @@ Collector* Collector::Start() {
       }
       // Claimed (children inherit this; Python's os.environ is updated by
       // rlscope_ray). Before any thread of ours exists.
-      setenv("RLSCOPE_OWNER_PID", std::to_string(getpid()).c_str(), 1);
-      auto* c = new Collector(std::move(cr.config), endpoint, std::move(id), std::move(test_clock));
+      setenv(names::kEnvOwnerPid, std::to_string(getpid()).c_str(), 1);
+      auto* c = new Collector(std::move(cr.config), !config_value.empty(), endpoint, std::move(id),
+                              std::move(test_clock));
       PinSelf();
       instance_.store(c, std::memory_order_release);
       std::atexit(ShutdownAtExit);
@@ -202,7 +206,7 @@ Collector* Collector::Start() {
   return Instance();
 }
 
-Collector::Collector(Config config, std::string endpoint, wire::Identity identity,
+Collector::Collector(Config config, bool own_config, std::string endpoint, wire::Identity identity,
                      std::unique_ptr<TestClock> test_clock)
     : config_(std::move(config)),
       test_clock_(std::move(test_clock)),
@@ -213,26 +217,26 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
                static_cast<uint64_t>(MonotonicNs()) ^ static_cast<uint64_t>(getpid());
       }()),
       // Test costs add ns to the raw stamp: ticks must be ns.
-      clock_source_(test_clock_ == nullptr && Env("RLSCOPE_CLOCK") != "monotonic" && TscIsInvariant()
+      clock_source_(test_clock_ == nullptr && Env(names::kEnvClock) != "monotonic" && TscIsInvariant()
                         ? ClockSource::kTsc
                         : ClockSource::kMonotonic),
       owner_pid_(getpid()),
       start_ns_(MonotonicNs()),
-      // The controller owns the steps: `ranks` selects workers only.
-      selected_(identity.role == "controller" ? config_.controller
-                                              : config_.ranks.Contains(identity.rank < 0 ? 0 : identity.rank)),
-      is_controller_(identity.role == "controller"),
+      own_config_(own_config),
+      selected_(SelectsProcess(config_, identity.role == names::kController, identity.rank)),
+      is_controller_(identity.role == names::kController),
       trigger_(ParseTrigger(config_.capture_range)),
       // A controller always records its "step" ranges: they number the steps,
       // whatever opens its captures.
       watching_(is_controller_ || trigger_ == Trigger::kNvtxRange),
-      step_name_id_(strings_.Intern("step")),
+      step_name_id_(strings_.Intern(names::kStep)),
       trigger_name_id_(trigger_ == Trigger::kNvtxRange ? strings_.Intern(config_.capture_range.substr(5)) : 0),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      steps_(config_.steps),
       identity_(std::move(identity)),
       converter_(clock_source_) {
   if (test_clock_ != nullptr) costs_ = test_clock_->costs();
-  if (!config_.ranks.all && identity_.rank < 0 && identity_.role != "controller") {
+  if (!config_.ranks.all && identity_.rank < 0 && !is_controller_) {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
                  "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
@@ -242,7 +246,8 @@ Collector::Collector(Config config, std::string endpoint, wire::Identity identit
   // the end of the step before it (here: before step 1, if selected). A
   // controller follows its own steps, a worker the aggregator's broadcasts.
   // The other triggers start closed.
-  window_open_.store(trigger_ == Trigger::kController && config_.steps.Contains(1), std::memory_order_relaxed);
+  window_open_.store(trigger_ == Trigger::kController && steps::ControllerArmedBefore(steps_, 1),
+                     std::memory_order_relaxed);
   converter_.Sample();
   UpdateArmed();
   flush_thread_ = std::thread([this] { FlushLoop(); });
@@ -252,7 +257,7 @@ void Collector::UpdateArmed() {
   std::lock_guard<std::mutex> lock(arm_mu_);
   const bool open = trigger_ == Trigger::kController ? window_open_.load(std::memory_order_relaxed)
                                                      : capture_active_.load(std::memory_order_relaxed);
-  const bool armed = selected_ && open && !shut_down_.load(std::memory_order_relaxed);
+  const bool armed = selected() && open && !shut_down_.load(std::memory_order_relaxed);
   const bool was = armed_.load(std::memory_order_relaxed);
   armed_.store(armed, std::memory_order_relaxed);
   if (armed == was) return;
@@ -300,10 +305,10 @@ bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint6
                             uint64_t range_id) {
   if (name == 0) return false;
   if (is_controller_ && name == step_name_id_) {
-    // Step numbering as the aggregator does it: the payload, else 1, 2, 3...
-    // (A start/end range's value carries its id, so only push/pop payloads count.)
-    const int64_t n = !async && (flags & kFlagHasPayload) != 0 ? static_cast<int64_t>(payload)
-                                                               : next_step_.load(std::memory_order_relaxed);
+    // Numbered as the aggregator numbers it (steps.h). A start/end range's
+    // value carries its id, so only push/pop payloads count.
+    const int64_t n = steps::Number(!async && (flags & kFlagHasPayload) != 0, payload,
+                                    next_step_.load(std::memory_order_relaxed));
     next_step_.store(n + 1, std::memory_order_relaxed);
     if (async) {
       step_range_id_.store(range_id, std::memory_order_relaxed);
@@ -311,7 +316,7 @@ bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint6
       ts->step_depth = ts->depth;
     }
     if (trigger_ == Trigger::kController) {
-      window_open_.store(config_.steps.Contains(n), std::memory_order_relaxed);
+      window_open_.store(StepArmedDuring(n), std::memory_order_relaxed);
       UpdateArmed();
     }
     Wake();  // ship the step edge now: workers' windows follow it
@@ -353,8 +358,7 @@ bool Collector::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
     if (trigger_ == Trigger::kController) {
       // Armed from the end of the step before a selected one, as workers are
       // (aggregator.h): a range opened just before that step begins is kept.
-      window_open_.store(config_.steps.Contains(next_step_.load(std::memory_order_relaxed)),
-                         std::memory_order_relaxed);
+      window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
       UpdateArmed();
     }
     Wake();
@@ -385,6 +389,47 @@ void Collector::ApplyControl(const wire::Control& control) {
     }
   }
   if (control.flush > pending_ack_) pending_ack_ = control.flush;
+  if (!control.run_config.empty() && control.run_config != run_config_) AdoptRunConfig(control.run_config);
+}
+
+void Collector::AdoptRunConfig(const std::string& yaml) {
+  run_config_ = yaml;
+  const ConfigResult run = ParseConfig(yaml, "the run's config");
+  if (!run.ok()) {  // the aggregator's own output: never expected
+    std::fprintf(stderr, "rlscope: ignoring a run config the aggregator sent: %s\n", run.errors[0].c_str());
+    return;
+  }
+  if (const auto diff = RunKeyDifferences(config_, run.config); own_config_ && !diff.empty()) {
+    std::string list;
+    for (const std::string& d : diff) list += (list.empty() ? "" : "; ") + d;
+    std::fprintf(stderr, "rlscope: pid %d: this process's %s disagrees with the run's config (%s): using the run's\n",
+                 static_cast<int>(getpid()), names::kEnvConfig, list.c_str());
+  }
+  const bool selected = SelectsProcess(run.config, is_controller_, identity_.rank);
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    steps_ = run.config.steps;
+  }
+  if (is_controller_ && trigger_ == Trigger::kController && next_step_.load(std::memory_order_relaxed) == 1 &&
+      step_range_id_.load(std::memory_order_relaxed) == 0) {
+    // No step yet (a step under way keeps its window; the next edge follows the run's steps).
+    window_open_.store(StepArmedBefore(1), std::memory_order_relaxed);
+  }
+  if (selected_.exchange(selected, std::memory_order_relaxed) != selected) {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    ++hello_gen_;  // the aggregator learns it from the next Hello
+  }
+  UpdateArmed();
+}
+
+bool Collector::StepArmedDuring(int64_t n) const {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  return steps::ControllerArmedDuring(steps_, n);
+}
+
+bool Collector::StepArmedBefore(int64_t n) const {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  return steps::ControllerArmedBefore(steps_, n);
 }
 
 ThreadState* Collector::RegisterThread() {
@@ -634,7 +679,7 @@ std::map<std::string, double> Collector::Calibrate() {
   ThreadBuffer scratch(0, kEvents);
   ThreadState state(&strings_);
   state.buffer = &scratch;
-  static const char kName[] = "rlscope.calibration";
+  const char* const kName = names::kCalibration;
   auto drain = [&] { scratch.Drain([](const EventRecord*, size_t) {}); };
   // ns per iteration of `body`, best of kRounds.
   auto best_ns = [&](auto&& body) {
@@ -702,7 +747,9 @@ void Collector::SendControl(void* socket) {
       hello.identity = identity_;
       hello.clock = "monotonic";
       hello.start_ns = start_ns_;
-      hello.selected = selected_;
+      hello.selected = selected();
+      // A controller's own config is the run's (config.h): the aggregator adopts it.
+      if (is_controller_ && own_config_) hello.config = ConfigToYaml(config_);
       hello.costs = costs_;
       hello_msg = wire::Encode(hello);
     }

@@ -209,12 +209,19 @@ class Collector {
   // final drain, so CUPTI's buffered records make it into the batches.
   void SetGpuFlushHook(void (*hook)());
 
+  // This process's own config. Its run keys (config.h) are the run's only
+  // once the aggregator sent the run's config: use selected() and the steps
+  // below, never config().steps/ranks.
   const Config& config() const { return config_; }
-  // This rank/role is profiled under its config (an unselected one never arms).
-  bool selected() const { return selected_; }
+  // This rank/role is profiled under the run's config (an unselected one
+  // never arms); its own config's until the aggregator sends the run's.
+  bool selected() const { return selected_.load(std::memory_order_relaxed); }
 
  private:
-  Collector(Config config, std::string endpoint, wire::Identity identity, std::unique_ptr<TestClock> test_clock);
+  // `own_config`: RLSCOPE_CONFIG was set (its run keys are the user's choice,
+  // so a run that decides otherwise says so).
+  Collector(Config config, bool own_config, std::string endpoint, wire::Identity identity,
+            std::unique_ptr<TestClock> test_clock);
   ThreadState* RegisterThread();
   void FlushLoop();
   void DrainAndSend(void* socket);
@@ -235,6 +242,12 @@ class Collector {
   // the controller's step edges, which workers wait for.
   void Wake();
   void ApplyControl(const wire::Control& control);
+  // Adopts the run keys of the run's config (Control.run_config): the steps
+  // that arm a controller, whether this process is selected. Flush thread.
+  void AdoptRunConfig(const std::string& yaml);
+  // Whether the controller records step `n` / before step `n` (steps.h).
+  bool StepArmedDuring(int64_t n) const;
+  bool StepArmedBefore(int64_t n) const;
 
   struct ThreadEntry {
     std::unique_ptr<ThreadBuffer> buffer;
@@ -258,7 +271,8 @@ class Collector {
   const ClockSource clock_source_;
   const int owner_pid_;
   const int64_t start_ns_;
-  const bool selected_;  // rank and role are profiled under this config
+  const bool own_config_;  // RLSCOPE_CONFIG was given
+  std::atomic<bool> selected_;  // rank and role are profiled under the run's config (selected())
   const bool is_controller_;
   const Trigger trigger_;
   const bool watching_;
@@ -267,7 +281,9 @@ class Collector {
   const int wake_fd_;               // eventfd; -1 when unavailable (then polls on the interval)
 
   mutable std::mutex arm_mu_;  // serialises UpdateArmed: the last edge wins, never a stale one;
-                       // guards armed_intervals_
+                       // guards armed_intervals_, steps_
+  IntSelection steps_;         // the run's `steps` (own config's until the run's arrives)
+  std::string run_config_;     // the last run config adopted (flush thread)
   // Armed periods [begin, end] (end INT64_MAX while armed), newest last;
   // bounded: the oldest are forgotten.
   std::vector<std::pair<int64_t, int64_t>> armed_intervals_;

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "native/names.h"
+
 namespace rlscope {
 
 namespace {
@@ -28,13 +30,13 @@ constexpr Key kKeys[] = {
 };
 
 std::runtime_error Bad(const std::string& what) {
-  return std::runtime_error("RLSCOPE_TEST_COSTS: " + what);
+  return std::runtime_error(std::string(names::kEnvTestCosts) + ": " + what);
 }
 
 }  // namespace
 
 std::unique_ptr<TestClock> TestClock::FromEnvironment() {
-  const char* spec = std::getenv("RLSCOPE_TEST_COSTS");
+  const char* spec = std::getenv(names::kEnvTestCosts);
   if (spec == nullptr || *spec == '\0') return nullptr;
   std::unique_ptr<TestClock> clock(new TestClock());
   const std::string text = spec;
@@ -61,16 +63,16 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
     (k->nvtx_ex ? clock->nvtx_ex_ns_ : clock->own_ns_)[kind] = ns;
     clock->costs_[key] = static_cast<double>(ns);
   }
-  if (const char* path = std::getenv("RLSCOPE_TEST_CLOCK"); path != nullptr && *path != '\0') {
+  if (const char* path = std::getenv(names::kEnvTestClock); path != nullptr && *path != '\0') {
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, sizeof(int64_t)) != 0) {
       const std::string why = std::strerror(errno);
       if (fd >= 0) close(fd);
-      throw std::runtime_error(std::string("RLSCOPE_TEST_CLOCK=") + path + ": " + why);
+      throw std::runtime_error(std::string(names::kEnvTestClock) + "=" + path + ": " + why);
     }
     void* m = mmap(nullptr, sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (m == MAP_FAILED) throw std::runtime_error(std::string("RLSCOPE_TEST_CLOCK=") + path + ": mmap failed");
+    if (m == MAP_FAILED) throw std::runtime_error(std::string(names::kEnvTestClock) + "=" + path + ": mmap failed");
     static_assert(std::atomic<int64_t>::is_always_lock_free, "a shared clock needs a lock-free atomic");
     clock->mapping_ = m;
     clock->clock_ = static_cast<std::atomic<int64_t>*>(m);

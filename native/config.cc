@@ -19,7 +19,14 @@ struct KeySpec {
   // Returns "" when `node` is valid (and stores it), else the error text.
   std::function<std::string(const YAML::Node& node, Config& c)> parse;
   std::function<YAML::Node(const Config& c)> dump;
+  // A run key: decided once per run (config.h AdoptRunKeys), not per process.
+  bool run = false;
 };
+
+KeySpec Run(KeySpec spec) {
+  spec.run = true;
+  return spec;
+}
 
 template <typename T>
 using Field = std::function<T&(Config&)>;
@@ -200,16 +207,16 @@ const std::vector<KeySpec>& KeySpecs() {
              [](Config& c) -> std::string& { return c.aggregator; }),
       String("output_dir", "run directory the aggregator writes step profiles into",
              [](Config& c) -> std::string& { return c.output_dir; }),
-      Selection("ranks", "ranks to profile: all, or a list like [0, 1]",
-                [](Config& c) -> IntSelection& { return c.ranks; }),
-      Selection("steps", "training steps to write: all, a list like [2, 3, 5], or a range like \"2-5\"",
-                [](Config& c) -> IntSelection& { return c.steps; }),
-      StringList("subtasks", "only these sub-task ranges (e.g. [gen, update_actor]); empty = everything",
-                 [](Config& c) -> std::vector<std::string>& { return c.subtasks; }),
-      Bool("discrete", "one capture (and file) per sub-task occurrence",
-           [](Config& c) -> bool& { return c.discrete; }),
-      Bool("controller", "profile the driver/controller process too",
-           [](Config& c) -> bool& { return c.controller; }),
+      Run(Selection("ranks", "ranks to profile: all, or a list like [0, 1]",
+                [](Config& c) -> IntSelection& { return c.ranks; })),
+      Run(Selection("steps", "training steps to write: all, a list like [2, 3, 5], or a range like \"2-5\"",
+                [](Config& c) -> IntSelection& { return c.steps; })),
+      Run(StringList("subtasks", "only these sub-task ranges (e.g. [gen, update_actor]); empty = everything",
+                 [](Config& c) -> std::vector<std::string>& { return c.subtasks; })),
+      Run(Bool("discrete", "one capture (and file) per sub-task occurrence",
+           [](Config& c) -> bool& { return c.discrete; })),
+      Run(Bool("controller", "profile the driver/controller process too",
+           [](Config& c) -> bool& { return c.controller; })),
       Enum("capture_range", "what opens and closes a capture",
            {"controller", "cudaProfilerApi", "api"}, true,
            [](Config& c) -> std::string& { return c.capture_range; }),
@@ -241,10 +248,10 @@ const std::vector<KeySpec>& KeySpecs() {
           [](Config& c) -> int64_t& { return c.clock.probes_per_burst; }),
       Int("clock.warn_bound_us", "warn in the summaries when a clock's error bound exceeds this", 0, 60000000,
           [](Config& c) -> int64_t& { return c.clock.warn_bound_us; }),
-      Bool("correction.enabled", "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
-           [](Config& c) -> bool& { return c.correction.enabled; }),
-      Double("correction.scale", "multiplies the calibrated per-event costs; `rlscope-ray calibrate` measures it on your workload",
-             0.0, 100.0, [](Config& c) -> double& { return c.correction.scale; }),
+      Run(Bool("correction.enabled", "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
+           [](Config& c) -> bool& { return c.correction.enabled; })),
+      Run(Double("correction.scale", "multiplies the calibrated per-event costs; `rlscope-ray calibrate` measures it on your workload",
+             0.0, 100.0, [](Config& c) -> double& { return c.correction.scale; })),
   };
   return specs;
 }
@@ -383,6 +390,39 @@ std::string ConfigKeyHelp() {
     out += std::string(s.path) + ": " + e.c_str() + "  # " + s.help + "\n";
   }
   return out;
+}
+
+void AdoptRunKeys(const Config& run, Config* into) {
+  for (const auto& s : KeySpecs()) {
+    if (s.run) s.parse(s.dump(run), *into);  // a dumped value always parses
+  }
+}
+
+std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs) {
+  auto flow = [](const YAML::Node& n) {
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    return std::string(e.c_str());
+  };
+  std::vector<std::string> out;
+  for (const auto& s : KeySpecs()) {
+    if (!s.run) continue;
+    const std::string a = flow(s.dump(ours)), b = flow(s.dump(theirs));
+    if (a != b) out.push_back(std::string(s.path) + ": " + a + " vs " + b);
+  }
+  return out;
+}
+
+bool SelectsProcess(const Config& config, bool is_controller, int64_t rank) {
+  // The controller owns the steps: `ranks` selects workers only.
+  return is_controller ? config.controller : config.ranks.Contains(rank < 0 ? 0 : rank);
+}
+
+std::string ResolveEndpoint(const std::vector<std::string>& explicit_values, const Config& config) {
+  for (const std::string& v : explicit_values) {
+    if (!v.empty() && v != "auto") return v;  // "auto": whatever comes next
+  }
+  return config.aggregator == "auto" ? std::string() : config.aggregator;
 }
 
 }  // namespace rlscope

@@ -84,4 +84,28 @@ std::string ConfigToYaml(const Config& config);
 // One line per key: "  key: default  # help". For `rlscope-ray check --keys`.
 std::string ConfigKeyHelp();
 
+// ---- One config per run.
+// The run keys (ranks, steps, subtasks, discrete, controller, correction.*)
+// are decided once per run, by the run's config: the controller's (the
+// driver's, under rlscope_ray.init, which hands the same config to the
+// aggregator and every actor), else the aggregator's own --config when the
+// controller was given none. The aggregator sends it to every collector, which
+// adopts its run keys (Control.run_config); the other keys stay per process.
+
+// Copies the run keys of `run` into `into`.
+void AdoptRunKeys(const Config& run, Config* into);
+// The run keys on which `ours` and `theirs` differ, one "key: ours vs theirs"
+// each ("steps: all vs [2, 4]"); empty when they agree.
+std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs);
+// Whether a process is profiled under `config`: a controller when
+// `controller` is on, a worker when `ranks` holds its rank (unknown = 0).
+bool SelectsProcess(const Config& config, bool is_controller, int64_t rank);
+
+// The aggregator's endpoint, the one rule everywhere (collector, Ray plugin,
+// rlscope_ray.init): the first explicit value that is set and not "auto" (RLSCOPE_AGGREGATOR in
+// a process's environment; the actor's 'aggregator' key, then the job's;
+// init's aggregator= argument), else the config's `aggregator` unless it is
+// "auto". "" = none (a process is then not profiled; init starts its own).
+std::string ResolveEndpoint(const std::vector<std::string>& explicit_values, const Config& config);
+
 }  // namespace rlscope

@@ -164,6 +164,7 @@ bool DecodeHello(Ctx& c, const object& body, Hello* h) {
       h->costs[k] = ns;
     }
   }
+  if ((o = Find(body, "config")) != nullptr && !GetStr(c, *o, "hello.config", &h->config)) return false;
   return true;
 }
 
@@ -374,6 +375,9 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
   if ((o = Find(body, "probe_t1")) != nullptr && !GetInt(c, *o, "control.probe_t1", &ctl->probe_t1)) return false;
   if ((o = Find(body, "probe_t2")) != nullptr && !GetInt(c, *o, "control.probe_t2", &ctl->probe_t2)) return false;
   if ((o = Find(body, "probe_t3")) != nullptr && !GetInt(c, *o, "control.probe_t3", &ctl->probe_t3)) return false;
+  if ((o = Find(body, "run_config")) != nullptr && !GetStr(c, *o, "control.run_config", &ctl->run_config)) {
+    return false;
+  }
   return true;
 }
 
@@ -493,7 +497,7 @@ std::string Encode(const Message& message) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   if (const auto* h = std::get_if<Hello>(&message)) {
-    PackHeader(pk, MessageType::kHello, 11);
+    PackHeader(pk, MessageType::kHello, h->config.empty() ? 11 : 12);
     PackKey(pk, "session");
     pk.pack_uint64(h->session);
     PackKey(pk, "host");
@@ -523,6 +527,10 @@ std::string Encode(const Message& message) {
     for (const auto& [k, ns] : h->costs) {
       PackString(pk, k);
       pk.pack_double(ns);
+    }
+    if (!h->config.empty()) {
+      PackKey(pk, "config");
+      PackString(pk, h->config);
     }
     return std::string(buf.data(), buf.size());
   }
@@ -566,7 +574,7 @@ std::string Encode(const Message& message) {
     return std::string(buf.data(), buf.size());
   }
   if (const auto* ctl = std::get_if<Control>(&message)) {
-    PackHeader(pk, MessageType::kControl, 6);
+    PackHeader(pk, MessageType::kControl, ctl->run_config.empty() ? 6 : 7);
     PackKey(pk, "window");
     pk.pack_uint8(static_cast<uint8_t>(ctl->window));
     PackKey(pk, "step");
@@ -579,6 +587,10 @@ std::string Encode(const Message& message) {
     pk.pack_int64(ctl->probe_t2);
     PackKey(pk, "probe_t3");
     pk.pack_int64(ctl->probe_t3);
+    if (!ctl->run_config.empty()) {
+      PackKey(pk, "run_config");
+      PackString(pk, ctl->run_config);
+    }
     return std::string(buf.data(), buf.size());
   }
   const auto& bye = std::get<Bye>(message);

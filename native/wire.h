@@ -57,6 +57,9 @@ struct Hello {
   // "py_nvtx_push"/"py_nvtx_start" (a push/pop or start/end pair of the `nvtx`
   // package, events with kFlagViaNvtxEx), "py_nvtx_mark".
   std::map<std::string, double> costs;
+  // A controller's config (optional key; resolved YAML, every key), sent when
+  // it was given one (RLSCOPE_CONFIG): the run's config (config.h). "" = none.
+  std::string config;
 };
 
 // One decoded event; `ts_ns` is on the collector's clock.
@@ -133,6 +136,10 @@ struct Control {
   // A clock probe answered: t1 as the collector sent it, t2/t3 when the
   // aggregator received it and answered (its clock). All 0 = none.
   int64_t probe_t1 = 0, probe_t2 = 0, probe_t3 = 0;
+  // The run's config (resolved YAML), whose run keys the collector adopts
+  // (config.h AdoptRunKeys); sent to each collector once the run's config is
+  // known, and again when it changes. "" = unchanged.
+  std::string run_config;
   bool operator==(const Control&) const = default;
 };
 

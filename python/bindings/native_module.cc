@@ -13,6 +13,7 @@
 #include "aggregator/breakdown.h"
 #include "collector/rlscope_collector.h"
 #include "native/config.h"
+#include "native/names.h"
 
 namespace py = pybind11;
 
@@ -83,6 +84,18 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("text"), py::arg("source"),
       "Validate a YAML/JSON config: (resolved_yaml, errors); errors name source:line:col and key.");
+  m.def(
+      "resolve_endpoint",
+      [](const std::vector<std::string>& explicit_values, const std::string& config_aggregator) {
+        rlscope::Config c;
+        c.aggregator = config_aggregator.empty() ? "auto" : config_aggregator;
+        return rlscope::ResolveEndpoint(explicit_values, c);
+      },
+      py::arg("explicit_values"), py::arg("config_aggregator"),
+      "The aggregator endpoint by the one rule (native/config.h ResolveEndpoint); \"\" = none.");
+  // Names that cross languages (native/names.h): rlscope_ray._native.names.STEP, ...
+  py::module_ names = m.def_submodule("names", "Names shared with the C++ side (native/names.h).");
+  for (const auto& [key, value] : rlscope::names::kAll) names.attr(key) = value;
   m.def("set_cost", [](const std::string& k, double ns) { rlscope_set_cost(k.c_str(), ns); },
         py::arg("key"), py::arg("ns"), "Set one calibrated cost, ns per event (overhead correction).");
   m.def("cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),

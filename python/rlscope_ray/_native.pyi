@@ -21,6 +21,32 @@ def range_start_id(name_id: int) -> int: ...
 def mark_id(name_id: int) -> None: ...
 def range_push_payload(name_id: int, payload: int) -> None: ...
 def mark_payload(name_id: int, payload: int) -> None: ...
+def resolve_endpoint(explicit_values: list[str], config_aggregator: str) -> str: ...
+class names:
+    STEP: str
+    RAY_SUBMIT: str
+    RAY_TASK: str
+    RAY_GOT: str
+    CALIBRATION: str
+    CONTROLLER: str
+    WORKER: str
+    ENV_AGGREGATOR: str
+    ENV_CONFIG: str
+    ENV_ROLE: str
+    ENV_RANK: str
+    ENV_OWNER_PID: str
+    ENV_DISABLE: str
+    ENV_LABEL_PREFIX: str
+    ENV_CLOCK: str
+    ENV_TEST_COSTS: str
+    ENV_TEST_CLOCK: str
+    CAT_KERNEL: str
+    CAT_MEMCPY: str
+    CAT_MEMSET: str
+    CAT_CUDA_API: str
+    CAT_CUDA_SYNC: str
+    CAT_CUPTI_OVERHEAD: str
+    CAT_LAUNCH: str
 def set_cost(key: str, ns: float) -> None: ...
 def cost(key: str) -> float: ...
 def calibrate() -> int: ...

@@ -29,8 +29,9 @@ Interval = Tuple[int, int]
 NAIVE_SAMPLE_NS: int = _native.NAIVE_SAMPLE_NS
 
 # Trace categories (aggregator/chrome_trace.cc) that are not CPU work.
-_GPU_CATS = {"gpu", "gpu_memcpy", "gpu_memset"}
-_NOT_CPU_CATS = _GPU_CATS | {"cuda_api", "cuda_sync", "cupti_overhead", "launch"}
+_names = _native.names
+_GPU_CATS = {_names.CAT_KERNEL, _names.CAT_MEMCPY, _names.CAT_MEMSET}
+_NOT_CPU_CATS = _GPU_CATS | {_names.CAT_CUDA_API, _names.CAT_CUDA_SYNC, _names.CAT_CUPTI_OVERHEAD, _names.CAT_LAUNCH}
 
 
 @dataclass
@@ -117,9 +118,9 @@ def trace_intervals(trace_path: str) -> Dict[int, ProcessIntervals]:
             iv = (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
             if cat in _GPU_CATS:
                 proc(pid).gpu.append(iv)
-            elif cat == "cuda_sync":
+            elif cat == _names.CAT_CUDA_SYNC:
                 proc(pid).waits.append(iv)
-            elif cat not in _NOT_CPU_CATS and not (e.get("name") == "step" and "payload" in (e.get("args") or {})):
+            elif cat not in _NOT_CPU_CATS and not (e.get("name") == _names.STEP and "payload" in (e.get("args") or {})):
                 proc(pid).cpu.append(iv)
         elif ph in ("b", "e") and cat not in _NOT_CPU_CATS:  # start/end ranges, possibly across threads
             key = (pid, cat, e.get("id"))

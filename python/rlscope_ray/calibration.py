@@ -28,7 +28,7 @@ from typing import Callable, Dict
 
 from . import _native
 
-CALIBRATION_NAME = "rlscope.calibration"
+CALIBRATION_NAME = _native.names.CALIBRATION
 _PAIRS = 1500
 _ROUNDS = 5
 

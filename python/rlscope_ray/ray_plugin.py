@@ -55,5 +55,5 @@ class RLScopePlugin(RuntimeEnvPlugin):
             env[CHAINED_HOOK_VAR] = hook  # the user's worker setup hook still runs, first
         env[SETUP_HOOK_VAR] = BOOTSTRAP
         env_vars.update(env)
-        logger.info("rlscope: profiling with rank=%s role=%s aggregator=%s", env.get("RLSCOPE_RANK"),
-                    env["RLSCOPE_ROLE"], env["RLSCOPE_AGGREGATOR"])
+        logger.info("rlscope: profiling with rank=%s role=%s aggregator=%s", env.get(settings.RANK),
+                    env[settings.ROLE], env[settings.AGGREGATOR])

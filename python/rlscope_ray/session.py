@@ -77,16 +77,16 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         if ray.is_initialized():
             raise RuntimeError("rlscope_ray.init() starts or joins Ray itself: call it instead of ray.init() "
                                "(or call ray.shutdown() first)")
-        cfg = _load_config(config)
+        job_env = dict(runtime_env or {})
+        # The run's config, made once here: the driver (the controller), the
+        # aggregator and every actor get this one (README "One config per run").
+        cfg = settings.run_config(_load_config(config), job_env.get("rlscope"))
         out = os.path.abspath(output_dir or cfg.get("output_dir") or "rlscope_out")
-        endpoint = aggregator or (cfg.get("aggregator") if cfg.get("aggregator") not in (None, "auto") else None)
+        endpoint = settings.endpoint([aggregator], cfg)
         session = Session(endpoint=endpoint or "", output_dir=out, config=cfg)
         if not endpoint:
             _start_aggregator(session)
 
-        job_env = dict(runtime_env or {})
-        if "rlscope" in job_env:
-            settings.check_value(job_env["rlscope"])
         env_vars = dict(job_env.get("env_vars") or {})
         env_vars[settings.JOB_AGGREGATOR] = session.endpoint
         env_vars[settings.JOB_CONFIG] = json.dumps(cfg, sort_keys=True)
@@ -118,12 +118,12 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
 
         ctx = ray.get_runtime_context()
         os.environ.update({
-            "RLSCOPE_AGGREGATOR": session.endpoint,
-            "RLSCOPE_ROLE": "controller",
-            "RLSCOPE_CONFIG": json.dumps(cfg, sort_keys=True),
-            "RLSCOPE_LABEL_NODE_ID": ctx.get_node_id(),
-            "RLSCOPE_LABEL_NODE_IP": ray.util.get_node_ip_address(),
-            "RLSCOPE_LABEL_JOB_ID": ctx.get_job_id(),
+            settings.AGGREGATOR: session.endpoint,
+            settings.ROLE: _native.names.CONTROLLER,
+            settings.CONFIG: json.dumps(cfg, sort_keys=True),
+            _native.names.ENV_LABEL_PREFIX + "NODE_ID": ctx.get_node_id(),
+            _native.names.ENV_LABEL_PREFIX + "NODE_IP": ray.util.get_node_ip_address(),
+            _native.names.ENV_LABEL_PREFIX + "JOB_ID": ctx.get_job_id(),
         })
         from . import start_collector
 
@@ -325,7 +325,8 @@ def _install_call_marks() -> None:
 
     from .ray_worker import task_key
 
-    submit, task, got = (_native.intern(n) for n in ("ray.submit", "ray.task", "ray.got"))
+    names = _native.names
+    submit, task, got = (_native.intern(n) for n in (names.RAY_SUBMIT, names.RAY_TASK, names.RAY_GOT))
     original_remote = ray.actor.ActorMethod._remote
 
     @functools.wraps(original_remote)

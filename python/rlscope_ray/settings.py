@@ -17,8 +17,14 @@ from typing import Any, Dict, Mapping, Optional
 
 from . import _native
 
+_names = _native.names
 #: Keys of the "rlscope" value that are not config keys.
 PLUGIN_KEYS = ("enabled", "config", "rank", "role", "aggregator")
+#: Environment variables the collector reads (names spelled once, native/names.h).
+AGGREGATOR = _names.ENV_AGGREGATOR
+CONFIG = _names.ENV_CONFIG
+ROLE = _names.ENV_ROLE
+RANK = _names.ENV_RANK
 #: Set by rlscope_ray.init() in the job's env_vars (they reach every worker).
 JOB_AGGREGATOR = "RLSCOPE_JOB_AGGREGATOR"
 JOB_CONFIG = "RLSCOPE_JOB_CONFIG"
@@ -31,7 +37,7 @@ PLUGIN_VERSION = "1"
 #: Collector::Start): its collector sets it to its pid, so that a process that
 #: merely inherited the environment (a child, Ray's helper processes) is not
 #: profiled. Empty: not claimed yet, as the plugin leaves it for each worker.
-OWNER_PID = "RLSCOPE_OWNER_PID"
+OWNER_PID = _names.ENV_OWNER_PID
 WHERE = "runtime_env['rlscope']"
 
 _LOCATION = re.compile(r"^[^:]*(?::\d+:\d+)?: ")
@@ -42,14 +48,17 @@ class RLScopeConfigError(ValueError):
 
 
 def check_config_text(text: str, source: str) -> Dict[str, Any]:
-    """Validates YAML/JSON config text natively; returns it as a dict.
+    """Validates YAML/JSON config text natively; returns the keys it sets.
 
     Errors name ``source:line:col`` and the key, as `rlscope-ray check` does.
+    Only the native parser reads the user's text: what is returned is read
+    back from its resolved output, the keys the text set and nothing else
+    (so that a merge with other layers keeps their values).
     """
     resolved, errors = _native.check_config(text, source)
     if errors:
         raise RLScopeConfigError("\n".join(errors))
-    return _parse_yaml(resolved) or {}
+    return _set_keys(_parse_yaml(resolved) or {}, _parse_yaml(text) or {})
 
 
 def load_config_file(path: str) -> Dict[str, Any]:
@@ -58,8 +67,15 @@ def load_config_file(path: str) -> Dict[str, Any]:
             text = f.read()
     except OSError as e:
         raise RLScopeConfigError(f"{path}: cannot read the config file ({e.strerror})") from None
-    check_config_text(text, path)  # errors with line numbers
-    return _parse_yaml(text) or {}
+    return check_config_text(text, path)  # errors with line numbers
+
+
+def endpoint(explicit: "list[Optional[str]]", config: Mapping[str, Any]) -> Optional[str]:
+    """The aggregator endpoint by the one rule (native/config.h ResolveEndpoint):
+    the first explicit value that is set and not "auto", else the config's
+    ``aggregator`` unless "auto"; None when there is none."""
+    found = _native.resolve_endpoint([v or "" for v in explicit], str(config.get("aggregator") or "auto"))
+    return found or None
 
 
 def check_value(value: Any) -> Dict[str, Any]:
@@ -74,8 +90,9 @@ def check_value(value: Any) -> Dict[str, Any]:
         rank = value["rank"]
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise RLScopeConfigError(f"{WHERE}['rank'] must be an integer >= 0, got {rank!r}")
-    if "role" in value and value["role"] not in ("worker", "controller"):
-        raise RLScopeConfigError(f"{WHERE}['role'] must be 'worker' or 'controller', got {value['role']!r}")
+    if "role" in value and value["role"] not in (_names.WORKER, _names.CONTROLLER):
+        raise RLScopeConfigError(
+            f"{WHERE}['role'] must be '{_names.WORKER}' or '{_names.CONTROLLER}', got {value['role']!r}")
     for key in ("config", "aggregator"):
         if key in value and not (isinstance(value[key], str) and value[key]):
             raise RLScopeConfigError(f"{WHERE}['{key}'] must be a non-empty string, got {value[key]!r}")
@@ -101,17 +118,17 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
         config = deep_merge(config, load_config_file(merged["config"]))
     config = deep_merge(config, {k: v for k, v in merged.items() if k not in PLUGIN_KEYS})
     _check_inline(config)
-    aggregator = merged.get("aggregator") or job_env.get(JOB_AGGREGATOR) or config.get("aggregator")
-    if not aggregator or aggregator == "auto":
+    aggregator = endpoint([merged.get("aggregator"), job_env.get(JOB_AGGREGATOR)], config)
+    if aggregator is None:
         raise RLScopeConfigError(
             f"{WHERE}: no aggregator to send to: call rlscope_ray.init() in the driver, "
             "or set 'aggregator': 'tcp://host:port'")
     from . import collector_path
 
     env = {
-        "RLSCOPE_AGGREGATOR": aggregator,
-        "RLSCOPE_CONFIG": json.dumps(config, sort_keys=True),
-        "RLSCOPE_ROLE": merged.get("role", "worker"),
+        AGGREGATOR: aggregator,
+        CONFIG: json.dumps(config, sort_keys=True),
+        ROLE: merged.get("role", _names.WORKER),
         "NVTX_INJECTION64_PATH": collector_path(),
         # Loaded by the CUDA driver at its init (never earlier); it does nothing
         # unless capture_range is cudaProfilerApi (and, later, GPU tracing).
@@ -122,7 +139,7 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
         OWNER_PID: "",
     }
     if "rank" in merged:
-        env["RLSCOPE_RANK"] = str(merged["rank"])
+        env[RANK] = str(merged["rank"])
     return env
 
 
@@ -131,6 +148,30 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> Dict[str, An
     out = dict(base)
     for k, v in over.items():
         out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def run_config(config: Mapping[str, Any], job_value: Any) -> Dict[str, Any]:
+    """The run's config (README "One config per run"): init's ``config`` with
+    the config file and keys of the job's "rlscope" value over it, as every
+    actor's collector gets them (resolve); the driver (the controller) and the
+    aggregator use the same."""
+    value = check_value(job_value)
+    out = dict(config)
+    if value.get("config"):
+        out = deep_merge(out, load_config_file(value["config"]))
+    return deep_merge(out, {k: v for k, v in value.items() if k not in PLUGIN_KEYS})
+
+
+def _set_keys(resolved: Mapping[str, Any], given: Any) -> Dict[str, Any]:
+    """``resolved`` restricted to the keys present in ``given``."""
+    if not isinstance(given, dict):
+        return {}
+    out: Dict[str, Any] = {}
+    for k, v in given.items():
+        if k not in resolved:
+            continue
+        out[k] = _set_keys(resolved[k], v) if isinstance(v, dict) and isinstance(resolved[k], dict) else resolved[k]
     return out
 
 

@@ -1,0 +1,75 @@
+// Names that cross languages or processes, spelled once. C++ uses these
+// constants; Python reads the same strings from rlscope_ray._native.names
+// (python/bindings/native_module.cc exports kAll under the names given there).
+// Changing one changes the wire contract with traces written before: add,
+// never rename.
+#pragma once
+
+#include <utility>
+
+namespace rlscope::names {
+
+// Ranges and marks the profiler itself gives meaning to.
+inline constexpr char kStep[] = "step";              // a controller's training step
+inline constexpr char kRaySubmit[] = "ray.submit";   // controller, just before an actor call
+inline constexpr char kRayTask[] = "ray.task";       // controller, the call's task key (payload)
+inline constexpr char kRayGot[] = "ray.got";         // controller, the call's result is in (payload: key)
+// Events of in-process calibration (collector.cc, rlscope_ray/calibration.py):
+// recorded and shipped to measure costs, left out of every step.
+inline constexpr char kCalibration[] = "rlscope.calibration";
+
+// Roles (RLSCOPE_ROLE, Hello identity.role).
+inline constexpr char kController[] = "controller";
+inline constexpr char kWorker[] = "worker";
+
+// Environment variables read by the collector.
+inline constexpr char kEnvAggregator[] = "RLSCOPE_AGGREGATOR";  // endpoint (rule: config.h ResolveEndpoint)
+inline constexpr char kEnvConfig[] = "RLSCOPE_CONFIG";          // path, or inline YAML/JSON
+inline constexpr char kEnvRole[] = "RLSCOPE_ROLE";
+inline constexpr char kEnvRank[] = "RLSCOPE_RANK";
+inline constexpr char kEnvOwnerPid[] = "RLSCOPE_OWNER_PID";     // the process the environment is for
+inline constexpr char kEnvDisable[] = "RLSCOPE_DISABLE";
+inline constexpr char kEnvLabelPrefix[] = "RLSCOPE_LABEL_";     // RLSCOPE_LABEL_<KEY>=value
+inline constexpr char kEnvClock[] = "RLSCOPE_CLOCK";            // "monotonic": no TSC
+inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";   // test_clock.h
+inline constexpr char kEnvTestClock[] = "RLSCOPE_TEST_CLOCK";
+
+// Chrome trace categories ("cat") of what the aggregator writes besides
+// NVTX ranges (whose category is their domain's name).
+inline constexpr char kCatKernel[] = "gpu";
+inline constexpr char kCatMemcpy[] = "gpu_memcpy";
+inline constexpr char kCatMemset[] = "gpu_memset";
+inline constexpr char kCatCudaApi[] = "cuda_api";
+inline constexpr char kCatCudaSync[] = "cuda_sync";
+inline constexpr char kCatCuptiOverhead[] = "cupti_overhead";
+inline constexpr char kCatLaunch[] = "launch";  // launch -> kernel flow arrows
+
+// Every name above, as Python sees it (rlscope_ray._native.names.<NAME>).
+inline constexpr std::pair<const char*, const char*> kAll[] = {
+    {"STEP", kStep},
+    {"RAY_SUBMIT", kRaySubmit},
+    {"RAY_TASK", kRayTask},
+    {"RAY_GOT", kRayGot},
+    {"CALIBRATION", kCalibration},
+    {"CONTROLLER", kController},
+    {"WORKER", kWorker},
+    {"ENV_AGGREGATOR", kEnvAggregator},
+    {"ENV_CONFIG", kEnvConfig},
+    {"ENV_ROLE", kEnvRole},
+    {"ENV_RANK", kEnvRank},
+    {"ENV_OWNER_PID", kEnvOwnerPid},
+    {"ENV_DISABLE", kEnvDisable},
+    {"ENV_LABEL_PREFIX", kEnvLabelPrefix},
+    {"ENV_CLOCK", kEnvClock},
+    {"ENV_TEST_COSTS", kEnvTestCosts},
+    {"ENV_TEST_CLOCK", kEnvTestClock},
+    {"CAT_KERNEL", kCatKernel},
+    {"CAT_MEMCPY", kCatMemcpy},
+    {"CAT_MEMSET", kCatMemset},
+    {"CAT_CUDA_API", kCatCudaApi},
+    {"CAT_CUDA_SYNC", kCatCudaSync},
+    {"CAT_CUPTI_OVERHEAD", kCatCuptiOverhead},
+    {"CAT_LAUNCH", kCatLaunch},
+};
+
+}  // namespace rlscope::names
