@@ -31,18 +31,15 @@ def main() -> None:
     ap.add_argument("--load", action="store_true")
     args = ap.parse_args()
     import rlscope_ray
+    from rlscope_ray.aggregator_process import start_aggregator
 
     tmp = tempfile.mkdtemp(prefix="rlscope_clock_bench_")
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)] if args.load else []
     try:
-        ep_file = os.path.join(tmp, "endpoint")
-        agg = subprocess.Popen(unshare(BASE_S) + [rlscope_ray.aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out",
-                                os.path.join(tmp, "out"), "--endpoint-file", ep_file, "--exit-when-done"],
-                               stdout=subprocess.DEVNULL)
-        while not os.path.exists(ep_file):
-            time.sleep(0.02)
+        agg = start_aggregator(os.path.join(tmp, "out"), command=unshare(BASE_S) + [rlscope_ray.aggregator_path()],
+                               args=["--exit-when-done"], work_dir=tmp)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
-        env.update(RLSCOPE_AGGREGATOR=open(ep_file).read().strip(), NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
+        env.update(RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
         workers = []
         for rank, offset in enumerate(OFFSETS_S):
             workers.append(subprocess.Popen(
@@ -55,7 +52,7 @@ def main() -> None:
                        env=dict(env, RLSCOPE_ROLE="controller"), check=True)
         for w in workers:
             w.wait()
-        agg.wait(timeout=60)
+        agg.proc.wait(timeout=60)
         with open(os.path.join(tmp, "out", "run.json")) as f:
             run = json.load(f)
     finally:

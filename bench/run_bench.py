@@ -15,7 +15,7 @@ Sections (each a function that runs its programs and prints one table):
   (and gpu_conversion, ray_startup, demo, window, alignment, window_latency,
   exit; see SECTIONS)
 
-Stdlib only, but for the correction section (the installed rlscope_ray). NVTX reads NVTX_INJECTION64_PATH once per process, so every
+Stdlib only, but for the correction and exit sections (the installed rlscope_ray). NVTX reads NVTX_INJECTION64_PATH once per process, so every
 configuration runs as its own process.
 """
 
@@ -396,6 +396,8 @@ def exit_section(args):
     live aggregator: nvtx_app, 5 steps of 20 ms, wall seconds."""
     import tempfile
 
+    from rlscope_ray.aggregator_process import start_aggregator
+
     app = [os.path.join(args.build_dir, "tests", "apps", "nvtx_app"), "--steps", "5", "--step-ms", "20"]
     collector = os.path.join(args.build_dir, "collector", "librlscope_collector.so")
     rows = []
@@ -406,14 +408,9 @@ def exit_section(args):
         return time.perf_counter() - t0
 
     with tempfile.TemporaryDirectory(prefix="rlscope_exit_bench_") as work:
-        ep_file = os.path.join(work, "endpoint")
-        agg = subprocess.Popen([os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator"), "--listen",
-                                "tcp://127.0.0.1:*", "--out", os.path.join(work, "out"), "--endpoint-file", ep_file],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            while not os.path.exists(ep_file):
-                time.sleep(0.02)
-            live = open(ep_file).read().strip()
+        with start_aggregator(os.path.join(work, "out"), work_dir=work,
+                              command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]) as agg:
+            live = agg.endpoint
             modes = [("no profiler", {}, "-"),
                      ("live aggregator", {"RLSCOPE_AGGREGATOR": live}, "-"),
                      ("unreachable aggregator, exit_timeout_ms 500",
@@ -429,9 +426,6 @@ def exit_section(args):
                     if extra:
                         env.update(extra, RLSCOPE_ROLE="worker", NVTX_INJECTION64_PATH=collector)
                     times[name].append(timed(env))
-        finally:
-            agg.terminate()
-            agg.wait(timeout=30)
     for name, _, target in modes:
         rows.append([name, spread(times[name], 3), target])
     print_table("Exit: nvtx_app, 5 steps of 20 ms, wall s (min / median / max of %d interleaved runs)" % args.runs,

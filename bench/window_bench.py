@@ -45,21 +45,18 @@ def main() -> None:
     ap.add_argument("--load", action="store_true")
     args = ap.parse_args()
     import rlscope_ray
+    from rlscope_ray.aggregator_process import start_aggregator
 
     tmp = tempfile.mkdtemp(prefix="rlscope_window_bench_")
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)] if args.load else []
     config = "{steps: [%s]}" % ", ".join(map(str, SELECTED))
     try:
-        ep_file, cfg = os.path.join(tmp, "endpoint"), os.path.join(tmp, "config.yaml")
+        cfg = os.path.join(tmp, "config.yaml")
         with open(cfg, "w") as f:
             f.write(config + "\n")  # the aggregator broadcasts the windows of its own config
-        agg = subprocess.Popen([rlscope_ray.aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out",
-                                os.path.join(tmp, "out"), "--endpoint-file", ep_file, "--config", cfg,
-                                "--exit-when-done"], stdout=subprocess.DEVNULL)
-        while not os.path.exists(ep_file):
-            time.sleep(0.02)
+        agg = start_aggregator(os.path.join(tmp, "out"), config=cfg, args=["--exit-when-done"], work_dir=tmp)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
-        env.update(RLSCOPE_AGGREGATOR=open(ep_file).read().strip(), NVTX_INJECTION64_PATH=rlscope_ray.collector_path(),
+        env.update(RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path(),
                    RLSCOPE_CONFIG=config)
         stop, changes = os.path.join(tmp, "stop"), os.path.join(tmp, "changes.json")
         worker = subprocess.Popen([sys.executable, "-c", WORKER, stop, changes],
@@ -71,7 +68,7 @@ def main() -> None:
                        env=dict(env, RLSCOPE_ROLE="controller"), check=True)
         open(stop, "w").close()
         worker.wait(timeout=60)
-        agg.wait(timeout=60)
+        agg.proc.wait(timeout=60)
         with open(report) as f:
             steps = {s["step"]: s for s in json.load(f)["steps"]}
         with open(changes) as f:

@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -43,28 +40,23 @@ class Aggregator:
 
     def __init__(self, tmp: Path, config: Optional[str], grace_ms: int, exit_when_done: bool, nice: bool = False,
                  prefix: Sequence[str] = ()):
+        from rlscope_ray.aggregator_process import start_aggregator
+
         self.out = tmp / "out"
-        ep_file = tmp / "endpoint"
-        # prefix: a command to run it under, e.g. unshare into a time namespace.
-        cmd = [*prefix, sys.executable, "-m", "rlscope_ray.cli", "aggregator", "--listen", "tcp://127.0.0.1:*",
-               "--out", str(self.out), "--endpoint-file", str(ep_file), "--grace-ms", str(grace_ms)]
+        self.log = tmp / "aggregator.log"
+        cfg = None
         if config is not None:
             cfg = tmp / "aggregator.yaml"
             cfg.write_text(config)
-            cmd += ["--config", str(cfg)]
-        if exit_when_done:
-            cmd.append("--exit-when-done")
-        self.log = tmp / "aggregator.log"
+        # prefix: a command to run it under, e.g. unshare into a time namespace.
         # nice: at the lowest priority, as `rlscope-ray calibrate` runs its
         # own, so that on 2 cores it does not slow down what it profiles.
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
-                                     preexec_fn=(lambda: os.nice(19)) if nice else None)
-        deadline = time.monotonic() + 60  # a hang guard, not a timing
-        while not ep_file.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("aggregator did not start:\n" + self.log.read_text())
-            time.sleep(0.02)
-        self.endpoint = ep_file.read_text().strip()
+        self._agg = start_aggregator(
+            self.out, config=cfg, command=[*prefix, sys.executable, "-m", "rlscope_ray.cli", "aggregator"],
+            args=["--grace-ms", str(grace_ms)] + (["--exit-when-done"] if exit_when_done else []),
+            log=self.log, nice=nice, work_dir=tmp, deadline_s=60)  # a hang guard, not a timing
+        self.proc = self._agg.proc
+        self.endpoint = self._agg.endpoint
 
     def env(self, role: str = "worker", rank: Optional[int] = None, config: Optional[str] = None,
             inject: bool = True) -> Dict[str, str]:
@@ -85,17 +77,11 @@ class Aggregator:
         return env
 
     def wait(self, timeout: float = 30) -> str:
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=10)
+        self._agg.stop(timeout, term_timeout=10)
         return self.log.read_text()
 
     def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=20)
+        self._agg.stop(0, term_timeout=20)
         return self.log.read_text()
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from conftest import clean_env
+
 
 def _cli(*args, **kw):
     return subprocess.run([sys.executable, "-m", "rlscope_ray.cli", *args], capture_output=True, text=True,
@@ -51,20 +53,15 @@ def test_aggregator_started_with_exit_with_parent_finishes_when_its_parent_dies(
     import signal
     import time
 
-    import rlscope_ray
-
     parent_code = (
-        "import subprocess, sys, time\n"
-        f"p = subprocess.Popen([{rlscope_ray.aggregator_path()!r}, '--listen', 'tcp://127.0.0.1:*', '--out', "
-        f"{str(tmp_path / 'out')!r}, '--endpoint-file', {str(tmp_path / 'ep')!r}, '--exit-with-parent'])\n"
-        "print(p.pid, flush=True)\n"
+        "import time\n"
+        "from rlscope_ray.aggregator_process import start_aggregator\n"
+        f"agg = start_aggregator({str(tmp_path / 'out')!r}, args=['--exit-with-parent'], work_dir={str(tmp_path)!r})\n"
+        "print(agg.proc.pid, flush=True)\n"
         "time.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
-    aggregator_pid = int(parent.stdout.readline())
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "ep").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True,
+                              env=clean_env())  # no collector in the parent
+    aggregator_pid = int(parent.stdout.readline())  # once it listens
     parent.send_signal(signal.SIGKILL)  # the driver dies without shutting anything down
     parent.wait()
 

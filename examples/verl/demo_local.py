@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,20 +34,16 @@ def main() -> int:
 
     # The collector reads its environment when rlscope_ray is imported.
     import rlscope_ray.cli  # noqa: F401  (no collector starts: RLSCOPE_AGGREGATOR unset)
-    from rlscope_ray import aggregator_path, collector_path
+    from rlscope_ray import collector_path
+    from rlscope_ray.aggregator_process import AggregatorStartError, start_aggregator
 
     out = Path(args.out).resolve()
-    tmp = Path(tempfile.mkdtemp(prefix="rlscope_demo_"))
-    endpoint_file = tmp / "endpoint"
-    agg = subprocess.Popen([aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out", str(out),
-                            "--config", args.config, "--endpoint-file", str(endpoint_file), "--exit-when-done"],
-                           stdout=open(tmp / "aggregator.log", "w"), stderr=subprocess.STDOUT)
-    while not endpoint_file.exists():
-        if agg.poll() is not None:
-            print((tmp / "aggregator.log").read_text(), file=sys.stderr)
-            return 1
-        time.sleep(0.02)
-    endpoint = endpoint_file.read_text().strip()
+    try:
+        agg = start_aggregator(out, config=args.config, args=["--exit-when-done"])
+    except AggregatorStartError as e:
+        print(f"rlscope-ray demo: {e}", file=sys.stderr)
+        return 1
+    endpoint = agg.endpoint
 
     def env(role: str, rank: int | None) -> dict:
         e = dict(os.environ, RLSCOPE_AGGREGATOR=endpoint, RLSCOPE_ROLE=role, RLSCOPE_CONFIG=args.config,
@@ -83,11 +78,7 @@ def main() -> int:
         w.stdin.flush()
         w.wait(timeout=30)
     rlscope_ray.shutdown_collector()
-    try:
-        agg.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        agg.terminate()  # writes what is pending, then exits
-        agg.wait(timeout=30)
+    agg.stop(timeout=30)  # it exits once the steps are written
     print(f"rlscope-ray demo: {args.steps} steps in {time.monotonic() - t0:.2f} s; profiles in {out}")
     print_summary(out)
     return 0

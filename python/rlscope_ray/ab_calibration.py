@@ -30,11 +30,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from . import aggregator_path, collector_path, settings
+from . import collector_path, settings
+from .aggregator_process import AggregatorStartError, start_aggregator
 
 SCALE_MAX = 100.0  # the config's range for correction.scale
 
@@ -168,42 +168,27 @@ class Runner:
         if not isinstance(corr, dict):
             raise CalibrationError("the config's `correction` must be a mapping")
         corr["enabled"], corr["scale"] = True, scale
-        cfg_path = os.path.join(self.work, "config.json")
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
-        ep_file = os.path.join(self.work, "endpoint")
-        if os.path.exists(ep_file):
-            os.unlink(ep_file)
         agg_log = out + ".aggregator.log"
         shutil.rmtree(out, ignore_errors=True)  # a --keep directory used before
         # At the lowest priority: on a small machine the aggregator's trace
         # writing otherwise competes with the command and makes the profiled
         # runs' step times vary by several percent (they vary by about 1 %).
-        with open(agg_log, "w") as log:
-            agg = subprocess.Popen([aggregator_path(), "--listen", "tcp://127.0.0.1:*", "--out", out, "--config",
-                                    cfg_path, "--endpoint-file", ep_file, "--exit-when-done", "--exit-with-parent"],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=lambda: os.nice(19))
         try:
-            deadline = time.monotonic() + 30
-            while not os.path.exists(ep_file):
-                if agg.poll() is not None or time.monotonic() > deadline:
-                    raise CalibrationError(f"the aggregator did not start; its log is {agg_log}:\n" + _tail(agg_log))
-                time.sleep(0.02)
-            with open(ep_file) as f:
-                endpoint = f.read().strip()
+            agg = start_aggregator(out, config=cfg, args=["--exit-when-done", "--exit-with-parent"], log=agg_log,
+                                   nice=True, work_dir=self.work)
+        except AggregatorStartError as e:
+            raise CalibrationError(str(e)) from None
+        try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
-            env.update(RLSCOPE_AGGREGATOR=endpoint, RLSCOPE_ROLE="controller", RLSCOPE_CONFIG=json.dumps(cfg),
+            env.update(RLSCOPE_AGGREGATOR=agg.endpoint, RLSCOPE_ROLE="controller", RLSCOPE_CONFIG=json.dumps(cfg),
                        NVTX_INJECTION64_PATH=collector_path())
             steps = self._run(env, "profiled")
             try:
-                agg.wait(timeout=120)
+                agg.proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 raise CalibrationError(f"the aggregator did not finish within 120 s; its log is {agg_log}") from None
         finally:
-            if agg.poll() is None:
-                agg.kill()
-                agg.wait()
+            agg.stop(term_timeout=0)  # killed if still running
         run = ProfiledRun(steps)
         for name in os.listdir(out) if os.path.isdir(out) else []:
             if not name.startswith("step_"):

@@ -15,14 +15,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from . import _native, settings
+from .aggregator_process import AggregatorProcess, AggregatorStartError, start_aggregator
 from .ray_plugin import PLUGIN_SPEC
 
 
@@ -40,6 +39,7 @@ class Session:
     _wake: threading.Event = field(default_factory=threading.Event)
     _expected_lock: threading.Lock = field(default_factory=threading.Lock)
     _expected_sent: Optional[List[Dict[str, str]]] = None
+    _aggregator: Optional[AggregatorProcess] = None
 
 
 _session: Optional[Session] = None
@@ -186,45 +186,23 @@ def _load_config(config: Union[str, Dict[str, Any], None]) -> Dict[str, Any]:
 
 
 def _start_aggregator(session: Session) -> None:
-    from . import aggregator_path
-
     import ray
 
     os.makedirs(session.output_dir, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="rlscope_session_")
-    cfg_path = os.path.join(work, "config.json")
-    with open(cfg_path, "w") as f:
-        json.dump(session.config, f)
-    endpoint_file = os.path.join(work, "endpoint")
-    session.aggregator_log = os.path.join(session.output_dir, "aggregator.log")
-    session.aggregator = subprocess.Popen(
-        [aggregator_path(), "--listen", "tcp://0.0.0.0:*", "--out", session.output_dir, "--config", cfg_path,
-         "--endpoint-file", endpoint_file, "--exit-when-done", "--exit-with-parent"],
-        stdout=open(session.aggregator_log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not os.path.exists(endpoint_file):
-        if session.aggregator.poll() is not None or time.monotonic() > deadline:
-            with open(session.aggregator_log) as f:
-                raise RuntimeError(f"rlscope: the aggregator did not start:\n{f.read()}")
-        time.sleep(0.02)
-    with open(endpoint_file) as f:
-        bound = f.read().strip()  # tcp://0.0.0.0:PORT
-    port = bound.rsplit(":", 1)[1]
-    session.endpoint = f"tcp://{ray.util.get_node_ip_address()}:{port}"
+    try:
+        agg = start_aggregator(session.output_dir, config=session.config, listen="tcp://0.0.0.0:*",
+                               args=["--exit-when-done", "--exit-with-parent"],
+                               log=os.path.join(session.output_dir, "aggregator.log"),
+                               connect_host=ray.util.get_node_ip_address())
+    except AggregatorStartError as e:
+        raise AggregatorStartError(f"rlscope: {e}") from None
+    session._aggregator = agg
+    session.aggregator, session.aggregator_log, session.endpoint = agg.proc, agg.log_path, agg.endpoint
 
 
 def _stop_aggregator(session: Session, timeout: float) -> None:
-    proc = session.aggregator
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # writes what is pending, then exits
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    if session._aggregator is not None:
+        session._aggregator.stop(timeout)
 
 
 def _register_plugin_for_local_cluster() -> None:

@@ -116,7 +116,8 @@ else
 fi
 
 # start_aggregator DIR: a fresh aggregator writing DIR/out; sets AGG_PID and
-# returns 1 if it exited or wrote no endpoint file within 10 s.
+# returns 1 if it exited or wrote no endpoint file within 10 s. The shell twin
+# of rlscope_ray.aggregator_process: the bundle ships no Python package.
 start_aggregator() {
   local dir=$1
   mkdir -p "$dir"

@@ -1,0 +1,148 @@
+"""Start an aggregator daemon as a child process and wait until it listens.
+
+The one way the package, its examples, benchmarks and tests launch one::
+
+    with start_aggregator("out", config={"steps": [2, 3]}, args=["--exit-when-done"]) as agg:
+        env["RLSCOPE_AGGREGATOR"] = agg.endpoint
+        ...
+        agg.stop(timeout=60)  # it exits by itself once the controller said bye
+
+Contract: start_aggregator() returns only once the daemon has written its
+endpoint file, i.e. it accepts connections at `endpoint`. If the daemon exits
+first, or writes nothing within `deadline_s`, it is killed and
+AggregatorStartError is raised with the end of its output in the message.
+Its stdout and stderr go to one log file (or to a pipe). stop() is safe to call
+more than once and on a daemon that has exited.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class AggregatorStartError(RuntimeError):
+    """The aggregator exited, or wrote no endpoint file before the deadline."""
+
+
+class AggregatorProcess:
+    """A running aggregator: `endpoint` to connect to, `proc`, `log_path`
+    (None when its output goes to the pipe `proc.stdout`)."""
+
+    def __init__(self, endpoint: str, proc: subprocess.Popen, log_path: Optional[str], work_dir: str):
+        self.endpoint = endpoint
+        self.proc = proc
+        self.log_path = log_path
+        self.work_dir = work_dir  # holds the endpoint file (and a config given as a dict)
+
+    def stop(self, timeout: float = 0.0, term_timeout: float = 30.0) -> Optional[int]:
+        """Waits `timeout` s for it to exit by itself, then SIGTERM (it writes
+        what is pending, then exits), `term_timeout` s more, then SIGKILL.
+        Returns its exit status."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=term_timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        return self.proc.returncode
+
+    def output(self, lines: int = 50) -> str:
+        """The last `lines` lines of its log (or of its pipe, once it has exited)."""
+        if self.log_path is not None:
+            try:
+                with open(self.log_path, errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                return ""
+        elif self.proc.stdout is not None and self.proc.poll() is not None:
+            text = self.proc.stdout.read()
+            text = text.decode(errors="replace") if isinstance(text, bytes) else text
+        else:
+            return ""
+        return "".join(text.splitlines(keepends=True)[-lines:])
+
+    def __enter__(self) -> "AggregatorProcess":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], None] = None,
+                     listen: str = "tcp://127.0.0.1:*", args: Sequence[str] = (),
+                     command: Optional[Sequence[str]] = None, log: Union[PathLike, int, None] = None,
+                     env: Optional[Mapping[str, str]] = None, nice: bool = False,
+                     connect_host: Optional[str] = None, work_dir: Optional[PathLike] = None,
+                     deadline_s: float = 30.0) -> AggregatorProcess:
+    """Launch `command --listen LISTEN --out OUT [--config C] --endpoint-file F ARGS`.
+
+    out: its output directory. config: a config file, or a dict written as
+        JSON into work_dir. args: more options (--exit-when-done,
+        --exit-with-parent, --grace-ms N, ...).
+    command: what to run before the options; default the package's daemon
+        (rlscope_ray.aggregator_path()); a prefix such as `unshare ...` or
+        `python -m rlscope_ray.cli aggregator` goes here.
+    log: the file for its stdout and stderr (default work_dir/aggregator.log),
+        or subprocess.PIPE for the caller to read proc.stdout.
+    nice: run at the lowest CPU priority (so it does not slow down what it
+        profiles on a small machine).
+    connect_host: the address others connect to when it binds 0.0.0.0 (the
+        endpoint file then says tcp://0.0.0.0:PORT).
+    work_dir: where the endpoint file goes; default a new temporary directory.
+    """
+    if command is None:
+        from . import aggregator_path
+
+        command = [aggregator_path()]
+    work = os.fspath(work_dir) if work_dir is not None else tempfile.mkdtemp(prefix="rlscope_aggregator_")
+    os.makedirs(work, exist_ok=True)
+    endpoint_file = os.path.join(work, "endpoint")
+    if os.path.exists(endpoint_file):
+        os.unlink(endpoint_file)  # a previous aggregator's
+    cmd = [*command, "--listen", listen, "--out", os.fspath(out)]
+    if isinstance(config, dict):
+        cfg_path = os.path.join(work, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(config, f)
+        cmd += ["--config", cfg_path]
+    elif config is not None:
+        cmd += ["--config", os.fspath(config)]
+    cmd += ["--endpoint-file", endpoint_file, *args]
+
+    log_path = None if isinstance(log, int) else os.fspath(log or os.path.join(work, "aggregator.log"))
+    stdout = log if isinstance(log, int) else open(log_path, "w")
+    try:
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=None if env is None else dict(env),
+                                preexec_fn=(lambda: os.nice(19)) if nice else None)
+    finally:
+        if not isinstance(stdout, int):
+            stdout.close()  # the child has its own copy
+    agg = AggregatorProcess("", proc, log_path, work)
+    deadline = time.monotonic() + deadline_s
+    while not os.path.exists(endpoint_file):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = (f"it exited with status {proc.returncode}" if proc.poll() is not None
+                   else f"it wrote no endpoint file within {deadline_s:g} s")
+            agg.stop(term_timeout=5)
+            where = f"; its log is {log_path}" if log_path else ""
+            raise AggregatorStartError(f"the aggregator did not start ({why}){where}:\n{agg.output()}")
+        time.sleep(0.02)
+    with open(endpoint_file) as f:
+        agg.endpoint = f.read().strip()
+    if connect_host:
+        host, port = agg.endpoint.rsplit(":", 1)
+        if host.endswith("//0.0.0.0"):
+            agg.endpoint = f"tcp://{connect_host}:{port}"
+    return agg
