@@ -5,6 +5,7 @@
 #include <set>
 #include <string_view>
 
+#include "aggregator/breakdown.h"
 #include "aggregator/subtasks.h"
 
 namespace rlscope {

@@ -95,7 +95,7 @@ class Aggregator {
   // `subtasks` / `discrete`: cuts the step to its sub-task occurrences.
   void ApplySubtasks(StepProfile* profile);
   // Counts worker executions that the aligned clocks put outside the
-  // controller's call (exporter.h StepProfile::Causality).
+  // controller's call (step_profile.h StepProfile::Causality).
   static void CheckCausality(StepProfile* profile);
   // Overhead correction of a cut step (correction.h): the workers' costs
   // first, then the controller with its waits on them, then the workers with

@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "aggregator/correction.h"
-#include "aggregator/exporter.h"
+#include "aggregator/step_profile.h"
 
 namespace rlscope {
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "aggregator/breakdown.h"
 #include "aggregator/json_writer.h"
 
 namespace rlscope {

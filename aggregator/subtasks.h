@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "aggregator/exporter.h"
+#include "aggregator/step_profile.h"
 
 namespace rlscope {
 
