@@ -91,22 +91,12 @@ class Aggregator {
   // The process has sent everything of the step: said bye, answered its
   // flush barrier, or flushed past its end.
   static bool CaughtUp(const ProcessTimeline& p, const PendingStep& step);
+  // Cuts, analyses and exports the step if `steps:` selects it (else counts
+  // it skipped), then forgets what no later step can hold.
   void Emit(const PendingStep& step, bool forced);
-  // `subtasks` / `discrete`: cuts the step to its sub-task occurrences.
-  void ApplySubtasks(StepProfile* profile);
-  // Counts worker executions that the aligned clocks put outside the
-  // controller's call (step_profile.h StepProfile::Causality).
-  static void CheckCausality(StepProfile* profile);
-  // Overhead correction of a cut step (correction.h): the workers' costs
-  // first, then the controller with its waits on them, then the workers with
-  // their calls re-anchored at the controller's corrected submits.
-  // MakeCorrector: one process's shifts from its own recorded events plus
-  // `waits` (aggregator clock); ApplyCorrection moves its slice's times.
-  void CorrectStep(StepProfile* profile);
-  std::shared_ptr<Corrector> MakeCorrector(const StepProfile& step,
-                                           const std::map<int64_t, std::vector<CostMark>>& waits,
-                                           ProcessSlice* slice) const;
-  static void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* slice);
+  // A cut step's overhead correction (config `correction`), event order,
+  // clock and causality checks and breakdown, before sub-task selection.
+  void Analyze(StepProfile* profile) const;
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;
