@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <variant>
 
 #include "aggregator/breakdown.h"
 #include "aggregator/correction.h"
@@ -52,97 +53,127 @@ void Aggregator::SetWindow(bool open, int64_t step) {
   Send(0, c);
 }
 
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+}  // namespace
+
 void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
   ++stats_.messages;
-  if (const auto* hello = std::get_if<wire::Hello>(&message)) {
-    auto& slot = processes_[hello->session];
-    // A repeated hello updates the identity (labels learnt later, or the
-    // real identity of a process first seen through a batch).
-    if (!slot) slot = std::make_unique<ProcessTimeline>(*hello);
-    else slot->Identify(*hello);
-    slot->Touch(now_ns);
-    if (slot->claims_controller() && controller_session_ == 0) {
-      controller_session_ = hello->session;
-      slot->set_controller();
+  std::visit(Overloaded{
+                 [&](const wire::Hello& m) { OnHello(m, now_ns); },
+                 [&](const wire::Batch& m) { OnBatch(m, now_ns); },
+                 [&](const wire::Probe& m) { OnProbe(m, now_ns); },
+                 [&](const wire::Expected& m) { OnExpected(m); },
+                 [&](const wire::Bye& m) { OnBye(m); },
+                 [](const wire::Control&) {},  // ours, not a collector's
+             },
+             message);
+}
+
+void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
+  auto& slot = processes_[hello.session];
+  // A repeated hello updates the identity (labels learnt later, or the
+  // real identity of a process first seen through a batch).
+  if (!slot) slot = std::make_unique<ProcessTimeline>(hello);
+  else slot->Identify(hello);
+  slot->Touch(now_ns);
+  if (slot->claims_controller() && controller_session_ == 0) {
+    controller_session_ = hello.session;
+    slot->set_controller();
+  }
+  wire::Control window;  // tell the newcomer where the run stands
+  window.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
+  window.step = window_step_;
+  Send(hello.session, window);
+  exporter_->ExportRun(MakeRunInfo(false));
+}
+
+ProcessTimeline& Aggregator::SenderOf(const wire::Batch& batch) {
+  auto it = processes_.find(batch.session);
+  if (it == processes_.end()) {
+    // A batch before (or without) its hello: the hello was dropped. Keep the
+    // data under an anonymous identity rather than lose it.
+    wire::Hello anon;
+    anon.session = batch.session;
+    anon.identity.host = "unknown";
+    anon.identity.role = "worker";
+    anon.identity.name = "unidentified";
+    it = processes_.emplace(batch.session, std::make_unique<ProcessTimeline>(anon)).first;
+  }
+  return *it->second;
+}
+
+void Aggregator::CountEvents(const wire::Batch& batch, const ClockFit& clock) {
+  for (const auto& block : batch.threads) {
+    stats_.events += block.events.size();
+    if (!block.events.empty() && clock.ToAggregator(block.events.front().ts_ns) < last_cut_end_ns_) {
+      ++stats_.late_batches;
+      for (const auto& e : block.events) stats_.late_events += clock.ToAggregator(e.ts_ns) < last_cut_end_ns_ ? 1 : 0;
     }
-    wire::Control window;  // tell the newcomer where the run stands
-    window.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
-    window.step = window_step_;
-    Send(hello->session, window);
+  }
+}
+
+void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
+  ProcessTimeline& sender = SenderOf(batch);
+  sender.Touch(now_ns);
+  StepEdges edges;
+  sender.Add(batch, batch.session == controller_session_ ? &edges : nullptr);
+  const ClockFit& clock = sender.clock();
+  CountEvents(batch, clock);
+  // Steps live on the aggregator's clock from here on.
+  for (std::vector<StepSpan>* list : {&edges.begun, &edges.closed}) {
+    for (StepSpan& s : *list) {
+      s.begin_ns = clock.ToAggregator(s.begin_ns);
+      if (s.end_ns != 0) s.end_ns = clock.ToAggregator(s.end_ns);
+    }
+  }
+  // Workers are armed a step ahead: from the beginning of the step before a
+  // selected one. The broadcast takes a millisecond or more to reach them,
+  // and a controller often starts the next step's first call at once.
+  for (const StepSpan& s : edges.begun) {
+    SetWindow(config_.steps.Contains(s.number) || config_.steps.Contains(s.number + 1), s.number);
+  }
+  for (const StepSpan& s : edges.closed) {
+    ++stats_.steps_seen;
+    PendingStep step{s, now_ns, 0};
+    if (config_.steps.Contains(s.number)) {
+      // Flush barrier: every collector flushes now and acknowledges.
+      step.barrier = ++barrier_token_;
+      wire::Control flush;
+      flush.step = s.number;
+      flush.flush = step.barrier;
+      Send(0, flush);
+    }
+    pending_.push_back(step);
+    SetWindow(config_.steps.Contains(s.number + 1), s.number + 1);
+  }
+}
+
+void Aggregator::OnProbe(const wire::Probe& probe, int64_t now_ns) {
+  // Answered at once, stamped with the time the frame was read: the
+  // daemon sends it right after this call returns.
+  wire::Control reply;
+  reply.probe_t1 = probe.t1;
+  reply.probe_t2 = now_ns;
+  reply.probe_t3 = now_ns;
+  Send(probe.session, reply);
+}
+
+void Aggregator::OnExpected(const wire::Expected& expected) {
+  if (controller_session_ == 0 || expected.session == controller_session_) {
+    expected_ = expected.processes;
     exporter_->ExportRun(MakeRunInfo(false));
-    return;
   }
-  if (const auto* batch = std::get_if<wire::Batch>(&message)) {
-    auto it = processes_.find(batch->session);
-    if (it == processes_.end()) {
-      // A batch before (or without) its hello: the hello was dropped. Keep the
-      // data under an anonymous identity rather than lose it.
-      wire::Hello anon;
-      anon.session = batch->session;
-      anon.identity.host = "unknown";
-      anon.identity.role = "worker";
-      anon.identity.name = "unidentified";
-      it = processes_.emplace(batch->session, std::make_unique<ProcessTimeline>(anon)).first;
-    }
-    it->second->Touch(now_ns);
-    StepEdges edges;
-    it->second->Add(*batch, batch->session == controller_session_ ? &edges : nullptr);
-    const ClockFit& clock = it->second->clock();
-    for (const auto& block : batch->threads) {
-      stats_.events += block.events.size();
-      if (!block.events.empty() && clock.ToAggregator(block.events.front().ts_ns) < last_cut_end_ns_) {
-        ++stats_.late_batches;
-        for (const auto& e : block.events) stats_.late_events += clock.ToAggregator(e.ts_ns) < last_cut_end_ns_ ? 1 : 0;
-      }
-    }
-    // Steps live on the aggregator's clock from here on.
-    for (std::vector<StepSpan>* list : {&edges.begun, &edges.closed}) {
-      for (StepSpan& s : *list) {
-        s.begin_ns = clock.ToAggregator(s.begin_ns);
-        if (s.end_ns != 0) s.end_ns = clock.ToAggregator(s.end_ns);
-      }
-    }
-    // Workers are armed a step ahead: from the beginning of the step before a
-    // selected one. The broadcast takes a millisecond or more to reach them,
-    // and a controller often starts the next step's first call at once.
-    for (const StepSpan& s : edges.begun) {
-      SetWindow(config_.steps.Contains(s.number) || config_.steps.Contains(s.number + 1), s.number);
-    }
-    for (const StepSpan& s : edges.closed) {
-      ++stats_.steps_seen;
-      PendingStep step{s, now_ns, 0};
-      if (config_.steps.Contains(s.number)) {
-        // Flush barrier: every collector flushes now and acknowledges.
-        step.barrier = ++barrier_token_;
-        wire::Control flush;
-        flush.step = s.number;
-        flush.flush = step.barrier;
-        Send(0, flush);
-      }
-      pending_.push_back(step);
-      SetWindow(config_.steps.Contains(s.number + 1), s.number + 1);
-    }
-    return;
-  }
-  if (std::holds_alternative<wire::Control>(message)) return;  // ours, not a collector's
-  if (const auto* probe = std::get_if<wire::Probe>(&message)) {
-    // Answered at once, stamped with the time the frame was read: the
-    // daemon sends it right after this call returns.
-    wire::Control reply;
-    reply.probe_t1 = probe->t1;
-    reply.probe_t2 = now_ns;
-    reply.probe_t3 = now_ns;
-    Send(probe->session, reply);
-    return;
-  }
-  if (const auto* ex = std::get_if<wire::Expected>(&message)) {
-    if (controller_session_ == 0 || ex->session == controller_session_) {
-      expected_ = ex->processes;
-      exporter_->ExportRun(MakeRunInfo(false));
-    }
-    return;
-  }
-  const auto& bye = std::get<wire::Bye>(message);
+}
+
+void Aggregator::OnBye(const wire::Bye& bye) {
   if (auto it = processes_.find(bye.session); it != processes_.end()) it->second->Bye(bye);
 }
 

@@ -80,6 +80,17 @@ class Aggregator {
     int64_t closed_at_ns;  // aggregator time when the step's end arrived
     uint64_t barrier = 0;  // flush barrier token sent at its end (selected steps)
   };
+  // One handler per collector message type (OnMessage dispatches).
+  void OnHello(const wire::Hello& hello, int64_t now_ns);
+  void OnBatch(const wire::Batch& batch, int64_t now_ns);
+  void OnProbe(const wire::Probe& probe, int64_t now_ns);
+  void OnExpected(const wire::Expected& expected);
+  void OnBye(const wire::Bye& bye);
+  // The batch's process; one filed under a placeholder identity when its
+  // hello has not arrived (ProcessTimeline::Identify replaces it).
+  ProcessTimeline& SenderOf(const wire::Batch& batch);
+  // Counts the batch's events, and those older than the last written step's end.
+  void CountEvents(const wire::Batch& batch, const ClockFit& clock);
   // Capture windows for workers: open while a selected step runs and while
   // the step before it runs (before step 1 if selected), so neither the
   // broadcast's latency nor a range opened just before the step loses
