@@ -167,60 +167,60 @@ bool DecodeHello(Ctx& c, const object& body, Hello* h) {
   return true;
 }
 
-// The optional sections of a batch: each decodes the array `o` into `b`.
-bool DecodeStrings(Ctx& c, const object& o, Batch* b) {
+// Walks array `o` (named `name` in errors), whose elements are arrays of
+// `n` items (`shape` says which), handing each one's items to `each`.
+template <typename F>
+bool ForEachTuple(Ctx& c, const object& o, const std::string& name, uint32_t n, const char* shape, F each) {
   const object_array* arr;
-  if (!GetArray(c, o, "batch.strings", &arr)) return false;
+  if (!GetArray(c, o, name, &arr)) return false;
   for (uint32_t i = 0; i < arr->size; ++i) {
-    const std::string where = "batch.strings[" + std::to_string(i) + "]";
-    const object_array* pair;
-    if (!GetArray(c, arr->ptr[i], where, &pair)) return false;
-    if (pair->size != 2) return c.Fail(where, "expected [id, string]");
-    uint64_t id;
-    std::string s;
-    if (!GetUint(c, pair->ptr[0], where, &id) || !GetStr(c, pair->ptr[1], where, &s)) return false;
-    if (id == 0 || id > UINT32_MAX) return c.Fail(where, "string id out of range");
-    b->strings.emplace_back(static_cast<uint32_t>(id), std::move(s));
+    const std::string where = name + "[" + std::to_string(i) + "]";
+    const object_array* tuple;
+    if (!GetArray(c, arr->ptr[i], where, &tuple)) return false;
+    if (tuple->size != n) return c.Fail(where, shape);
+    if (!each(tuple->ptr, where)) return false;
   }
   return true;
+}
+
+// The optional sections of a batch: each decodes the array `o` into `b`.
+bool DecodeStrings(Ctx& c, const object& o, Batch* b) {
+  auto each = [&](const object* f, const std::string& where) {
+    uint64_t id;
+    std::string s;
+    if (!GetUint(c, f[0], where, &id) || !GetStr(c, f[1], where, &s)) return false;
+    if (id == 0 || id > UINT32_MAX) return c.Fail(where, "string id out of range");
+    b->strings.emplace_back(static_cast<uint32_t>(id), std::move(s));
+    return true;
+  };
+  return ForEachTuple(c, o, "batch.strings", 2, "expected [id, string]", each);
 }
 
 bool DecodeThreadNames(Ctx& c, const object& o, Batch* b) {
-  const object_array* arr;
-  if (!GetArray(c, o, "batch.thread_names", &arr)) return false;
-  for (uint32_t i = 0; i < arr->size; ++i) {
-    const std::string where = "batch.thread_names[" + std::to_string(i) + "]";
-    const object_array* pair;
-    if (!GetArray(c, arr->ptr[i], where, &pair)) return false;
-    if (pair->size != 2) return c.Fail(where, "expected [tid, name]");
+  auto each = [&](const object* f, const std::string& where) {
     int64_t tid;
     std::string s;
-    if (!GetInt(c, pair->ptr[0], where, &tid) || !GetStr(c, pair->ptr[1], where, &s)) return false;
+    if (!GetInt(c, f[0], where, &tid) || !GetStr(c, f[1], where, &s)) return false;
     b->thread_names.emplace_back(tid, std::move(s));
-  }
-  return true;
+    return true;
+  };
+  return ForEachTuple(c, o, "batch.thread_names", 2, "expected [tid, name]", each);
 }
 
 bool DecodeCategories(Ctx& c, const object& o, Batch* b) {
-  const object_array* arr;
-  if (!GetArray(c, o, "batch.categories", &arr)) return false;
-  for (uint32_t i = 0; i < arr->size; ++i) {
-    const std::string where = "batch.categories[" + std::to_string(i) + "]";
-    const object_array* triple;
-    if (!GetArray(c, arr->ptr[i], where, &triple)) return false;
-    if (triple->size != 3) return c.Fail(where, "expected [domain, category, name]");
+  auto each = [&](const object* f, const std::string& where) {
     uint64_t domain, category;
     CategoryName cn;
-    if (!GetUintAtMost(c, triple->ptr[0], where, UINT32_MAX, &domain) ||
-        !GetUintAtMost(c, triple->ptr[1], where, UINT32_MAX, &category) ||
-        !GetStr(c, triple->ptr[2], where, &cn.name)) {
+    if (!GetUintAtMost(c, f[0], where, UINT32_MAX, &domain) || !GetUintAtMost(c, f[1], where, UINT32_MAX, &category) ||
+        !GetStr(c, f[2], where, &cn.name)) {
       return false;
     }
     cn.domain = static_cast<uint32_t>(domain);
     cn.category = static_cast<uint32_t>(category);
     b->categories.push_back(std::move(cn));
-  }
-  return true;
+    return true;
+  };
+  return ForEachTuple(c, o, "batch.categories", 3, "expected [domain, category, name]", each);
 }
 
 // One GPU record: kFieldsPerGpuRecord fields from `f`.
