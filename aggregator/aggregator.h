@@ -80,6 +80,17 @@ class Aggregator {
     int64_t closed_at_ns;  // aggregator time when the step's end arrived
     uint64_t barrier = 0;  // flush barrier token sent at its end (selected steps)
   };
+  // One handler per collector message type (OnMessage dispatches).
+  void OnHello(const wire::Hello& hello, int64_t now_ns);
+  void OnBatch(const wire::Batch& batch, int64_t now_ns);
+  void OnProbe(const wire::Probe& probe, int64_t now_ns);
+  void OnExpected(const wire::Expected& expected);
+  void OnBye(const wire::Bye& bye);
+  // The batch's process; one filed under a placeholder identity when its
+  // hello has not arrived (ProcessTimeline::Identify replaces it).
+  ProcessTimeline& SenderOf(const wire::Batch& batch);
+  // Counts the batch's events, and those older than the last written step's end.
+  void CountEvents(const wire::Batch& batch, const ClockFit& clock);
   // Capture windows for workers: open while a selected step runs and while
   // the step before it runs (before step 1 if selected), so neither the
   // broadcast's latency nor a range opened just before the step loses
@@ -91,22 +102,12 @@ class Aggregator {
   // The process has sent everything of the step: said bye, answered its
   // flush barrier, or flushed past its end.
   static bool CaughtUp(const ProcessTimeline& p, const PendingStep& step);
+  // Cuts, analyses and exports the step if `steps:` selects it (else counts
+  // it skipped), then forgets what no later step can hold.
   void Emit(const PendingStep& step, bool forced);
-  // `subtasks` / `discrete`: cuts the step to its sub-task occurrences.
-  void ApplySubtasks(StepProfile* profile);
-  // Counts worker executions that the aligned clocks put outside the
-  // controller's call (exporter.h StepProfile::Causality).
-  static void CheckCausality(StepProfile* profile);
-  // Overhead correction of a cut step (correction.h): the workers' costs
-  // first, then the controller with its waits on them, then the workers with
-  // their calls re-anchored at the controller's corrected submits.
-  // MakeCorrector: one process's shifts from its own recorded events plus
-  // `waits` (aggregator clock); ApplyCorrection moves its slice's times.
-  void CorrectStep(StepProfile* profile);
-  std::shared_ptr<Corrector> MakeCorrector(const StepProfile& step,
-                                           const std::map<int64_t, std::vector<CostMark>>& waits,
-                                           ProcessSlice* slice) const;
-  static void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* slice);
+  // A cut step's overhead correction (config `correction`), event order,
+  // clock and causality checks and breakdown, before sub-task selection.
+  void Analyze(StepProfile* profile) const;
   RunInfo MakeRunInfo(bool final) const;
 
   const Config config_;

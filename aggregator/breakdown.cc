@@ -6,7 +6,7 @@
 #include <unordered_set>
 
 #include "aggregator/correction.h"
-#include "aggregator/exporter.h"
+#include "aggregator/step_profile.h"
 
 namespace rlscope {
 
@@ -121,52 +121,54 @@ struct Window {
   const Span* span = nullptr;
 };
 
-}  // namespace
+// Per process: CPU busy (minus sync waits) and GPU busy intervals. Sorted
+// and disjoint (UnionClipped to the step), so Overlapping() can cut a window
+// out of them.
+struct Busy {
+  std::vector<Interval> cpu, gpu;
+};
 
-StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks) {
-  StepAnalysis a;
-  const int64_t step_begin = profile.begin_ns;
-  const int64_t step_end = profile.corrected_end_ns > 0 ? profile.corrected_end_ns : profile.end_ns;
-  a.step_ns = step_end - step_begin;
+// Worker busy time per sub-task name: name -> process index -> ns.
+using PerRank = std::map<std::string, std::map<int, int64_t>>;
 
-  // The controller's sub-task windows, in time order.
-  const ProcessSlice* controller = nullptr;
-  for (const ProcessSlice& s : profile.processes) {
-    if (s.process->is_controller()) controller = &s;
-  }
+// The controller's sub-task windows, in time order, numbered per name.
+std::vector<Window> SubtaskWindows(const StepProfile& profile, const ProcessSlice* controller,
+                                   const std::vector<std::string>& subtasks) {
   std::vector<Window> windows;
-  if (controller != nullptr) {
-    const Span* step_span = nullptr;
-    for (const Span& s : controller->spans) {
-      if (s.step == profile.step) step_span = &s;
-    }
-    const std::set<std::string> wanted(subtasks.begin(), subtasks.end());
-    for (const Span& s : controller->spans) {
-      if (s.step >= 0) continue;
-      const std::string name = controller->process->String(s.name);
-      const bool take = !wanted.empty() ? wanted.count(name) != 0
-                                        : step_span != nullptr && s.tid == step_span->tid &&
-                                              s.domain == step_span->domain && s.depth == step_span->depth + 1;
-      if (take && !name.empty()) windows.push_back({name, 0, s.begin_ns, s.end_ns, s.raw_begin_ns, s.raw_end_ns, &s});
-    }
-    std::sort(windows.begin(), windows.end(), [](const Window& x, const Window& y) { return x.begin < y.begin; });
-    std::map<std::string, int> seen;
-    for (Window& w : windows) w.occurrence = ++seen[w.name];
+  if (controller == nullptr) return windows;
+  const Span* step_span = nullptr;
+  for (const Span& s : controller->spans) {
+    if (s.step == profile.step) step_span = &s;
   }
+  const std::set<std::string> wanted(subtasks.begin(), subtasks.end());
+  for (const Span& s : controller->spans) {
+    if (s.step >= 0) continue;
+    const std::string name = controller->process->String(s.name);
+    const bool take = !wanted.empty() ? wanted.count(name) != 0
+                                      : step_span != nullptr && s.tid == step_span->tid &&
+                                            s.domain == step_span->domain && s.depth == step_span->depth + 1;
+    if (take && !name.empty()) windows.push_back({name, 0, s.begin_ns, s.end_ns, s.raw_begin_ns, s.raw_end_ns, &s});
+  }
+  std::sort(windows.begin(), windows.end(), [](const Window& x, const Window& y) { return x.begin < y.begin; });
+  std::map<std::string, int> seen;
+  for (Window& w : windows) w.occurrence = ++seen[w.name];
+  return windows;
+}
 
-  // Per process: CPU busy (minus sync waits) and GPU busy intervals.
-  // Sorted and disjoint (UnionClipped to the step), so Overlapping() can
-  // cut a window out of them.
-  struct Busy {
-    std::vector<Interval> cpu, gpu;
-  };
-  std::unordered_set<const Span*> window_spans;
-  for (const Window& w : windows) window_spans.insert(w.span);
-  std::vector<std::string> names;  // sub-task names, in order of first occurrence
+// Sub-task names, in order of first occurrence.
+std::vector<std::string> NamesInOrder(const std::vector<Window>& windows) {
+  std::vector<std::string> names;
   std::set<std::string> named;
   for (const Window& w : windows) {
     if (named.insert(w.name).second) names.push_back(w.name);
   }
+  return names;
+}
+
+std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* controller,
+                                const std::vector<Window>& windows, int64_t step_begin, int64_t step_end) {
+  std::unordered_set<const Span*> window_spans;
+  for (const Window& w : windows) window_spans.insert(w.span);
   std::vector<Busy> busy(profile.processes.size());
   for (size_t p = 0; p < profile.processes.size(); ++p) {
     const ProcessSlice& s = profile.processes[p];
@@ -183,32 +185,39 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
     busy[p].cpu = Subtract(UnionClipped(cpu, step_begin, step_end), UnionClipped(waits, step_begin, step_end));
     busy[p].gpu = UnionClipped(busy[p].gpu, step_begin, step_end);
   }
-  auto overlap_in = [&](size_t p, int64_t lo, int64_t hi) {
-    return ResourceOverlap(Overlapping(busy[p].cpu, lo, hi), Overlapping(busy[p].gpu, lo, hi), lo, hi);
-  };
+  return busy;
+}
 
-  auto removed = [](const ProcessSlice& s, int64_t raw_from, int64_t raw_to) {
-    if (!s.corrector) return int64_t{0};
-    int64_t n = 0;
-    for (int64_t tid : s.corrector->tids()) n += s.corrector->RemovedNs(tid, raw_from, raw_to);
-    return n;
-  };
+Overlap OverlapIn(const Busy& busy, int64_t lo, int64_t hi) {
+  return ResourceOverlap(Overlapping(busy.cpu, lo, hi), Overlapping(busy.gpu, lo, hi), lo, hi);
+}
 
-  // Rows: the whole step, then each sub-task name (its occurrences summed).
+// Profiler time removed from the process in raw [from, to].
+int64_t RemovedNs(const ProcessSlice& s, int64_t raw_from, int64_t raw_to) {
+  if (!s.corrector) return 0;
+  int64_t n = 0;
+  for (int64_t tid : s.corrector->tids()) n += s.corrector->RemovedNs(tid, raw_from, raw_to);
+  return n;
+}
+
+// Rows: the whole step, then each sub-task name (its occurrences summed),
+// each per process.
+std::vector<BreakdownRow> Rows(const StepProfile& profile, const std::vector<Busy>& busy,
+                               const std::vector<Window>& windows, const std::vector<std::string>& names,
+                               int64_t step_begin, int64_t step_end) {
+  std::vector<BreakdownRow> rows;
   for (size_t p = 0; p < profile.processes.size(); ++p) {
-    const ProcessSlice& s = profile.processes[p];
     BreakdownRow row;
     row.subtask = "step";
     row.occurrences = 1;
     row.process = static_cast<int>(p);
-    row.window_ns = a.step_ns;
+    row.window_ns = step_end - step_begin;
     row.overlap = ResourceOverlap(busy[p].cpu, busy[p].gpu, step_begin, step_end);
-    row.overhead_ns = removed(s, profile.begin_ns, profile.end_ns);
-    a.rows.push_back(row);
+    row.overhead_ns = RemovedNs(profile.processes[p], profile.begin_ns, profile.end_ns);
+    rows.push_back(row);
   }
   for (const std::string& name : names) {
     for (size_t p = 0; p < profile.processes.size(); ++p) {
-      const ProcessSlice& s = profile.processes[p];
       BreakdownRow row;
       row.subtask = name;
       row.process = static_cast<int>(p);
@@ -216,34 +225,35 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
         if (w.name != name) continue;
         ++row.occurrences;
         row.window_ns += w.end - w.begin;
-        const Overlap o = overlap_in(p, w.begin, w.end);
+        const Overlap o = OverlapIn(busy[p], w.begin, w.end);
         row.overlap.cpu_only += o.cpu_only;
         row.overlap.gpu_only += o.gpu_only;
         row.overlap.cpu_gpu += o.cpu_gpu;
         row.overlap.idle += o.idle;
-        row.overhead_ns += removed(s, w.raw_begin, w.raw_end);
+        row.overhead_ns += RemovedNs(profile.processes[p], w.raw_begin, w.raw_end);
       }
-      a.rows.push_back(row);
+      rows.push_back(row);
     }
   }
+  return rows;
+}
 
-  // Critical path and stragglers: each worker's busy time in a window.
-  std::map<std::string, std::map<int, int64_t>> per_rank;  // name -> slice -> ns
-  int64_t covered = 0;
-  int64_t last_end = step_begin;
+// One segment per window: each worker's busy time in it, the one whose busy
+// time ended last, and the median; adds each worker's time to `per_rank`.
+std::vector<CriticalSegment> CriticalPath(const StepProfile& profile, const ProcessSlice* controller,
+                                          const std::vector<Busy>& busy, const std::vector<Window>& windows,
+                                          int64_t step_begin, PerRank* per_rank) {
+  std::vector<CriticalSegment> path;
   for (const Window& w : windows) {
     CriticalSegment seg;
     seg.subtask = w.name;
     seg.occurrence = w.occurrence;
     seg.begin_ns = w.begin - step_begin;
     seg.duration_ns = w.end - w.begin;
-    covered += std::max<int64_t>(0, w.end - std::max(w.begin, last_end));
-    last_end = std::max(last_end, w.end);
     std::vector<int64_t> durations;
     int64_t latest = INT64_MIN;
     for (size_t p = 0; p < profile.processes.size(); ++p) {
-      const ProcessSlice& s = profile.processes[p];
-      if (&s == controller) continue;
+      if (&profile.processes[p] == controller) continue;
       // Its work in the window: whatever it was busy with (CPU or GPU)
       // while the controller waited; its Ray methods rarely carry the
       // controller's sub-task names (generate_sequences under "gen").
@@ -256,28 +266,48 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
       const int64_t end = merged.back().end;
       const int64_t ns = TotalLength(merged);
       durations.push_back(ns);
-      per_rank[w.name][static_cast<int>(p)] += ns;
+      (*per_rank)[w.name][static_cast<int>(p)] += ns;
       // Ties (both busy up to the window's end) go to the longer busy time.
       if (end > latest || (end == latest && ns > seg.critical_ns)) {
         latest = end, seg.critical = static_cast<int>(p), seg.critical_ns = ns;
       }
     }
     seg.median_ns = Median(durations);
-    a.critical_path.push_back(seg);
+    path.push_back(seg);
   }
-  a.controller_ns = std::max<int64_t>(0, a.step_ns - covered);
-  if (a.critical_path.size() > kMaxCriticalSegments) {
-    // Keep the longest segments (they make the path), in time order.
-    std::stable_sort(a.critical_path.begin(), a.critical_path.end(),
-                     [](const CriticalSegment& x, const CriticalSegment& y) { return x.duration_ns > y.duration_ns; });
-    a.segments_omitted = static_cast<int64_t>(a.critical_path.size() - kMaxCriticalSegments);
-    a.critical_path.resize(kMaxCriticalSegments);
-    std::stable_sort(a.critical_path.begin(), a.critical_path.end(),
-                     [](const CriticalSegment& x, const CriticalSegment& y) { return x.begin_ns < y.begin_ns; });
+  return path;
+}
+
+// Step time inside some window (windows in time order, may nest or overlap).
+int64_t CoveredNs(const std::vector<Window>& windows, int64_t step_begin) {
+  int64_t covered = 0;
+  int64_t last_end = step_begin;
+  for (const Window& w : windows) {
+    covered += std::max<int64_t>(0, w.end - std::max(w.begin, last_end));
+    last_end = std::max(last_end, w.end);
   }
+  return covered;
+}
+
+// Keeps the longest kMaxCriticalSegments segments (they make the path), in
+// time order, and counts the rest.
+void KeepLongestSegments(StepAnalysis* a) {
+  if (a->critical_path.size() <= kMaxCriticalSegments) return;
+  std::stable_sort(a->critical_path.begin(), a->critical_path.end(),
+                   [](const CriticalSegment& x, const CriticalSegment& y) { return x.duration_ns > y.duration_ns; });
+  a->segments_omitted = static_cast<int64_t>(a->critical_path.size() - kMaxCriticalSegments);
+  a->critical_path.resize(kMaxCriticalSegments);
+  std::stable_sort(a->critical_path.begin(), a->critical_path.end(),
+                   [](const CriticalSegment& x, const CriticalSegment& y) { return x.begin_ns < y.begin_ns; });
+}
+
+// Sub-tasks that two or more workers were busy in: slowest, median, fastest.
+std::vector<Straggler> Stragglers(const std::vector<std::string>& names, const PerRank& per_rank) {
+  std::vector<Straggler> out;
   for (const std::string& name : names) {
-    const auto& ranks = per_rank[name];
-    if (ranks.size() < 2) continue;
+    const auto it = per_rank.find(name);
+    if (it == per_rank.end() || it->second.size() < 2) continue;
+    const std::map<int, int64_t>& ranks = it->second;
     Straggler st;
     st.subtask = name;
     st.ranks = static_cast<int>(ranks.size());
@@ -289,18 +319,47 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
       st.fastest_ns = std::min(st.fastest_ns, ns);
     }
     st.median_ns = Median(v);
-    a.stragglers.push_back(st);
+    out.push_back(st);
   }
+  return out;
+}
 
-  for (size_t p = 0; p < profile.processes.size(); ++p) {
+std::vector<GpuUtilization> GpuUtilizations(const std::vector<Busy>& busy, int64_t step_begin, int64_t step_end) {
+  const int64_t step_ns = step_end - step_begin;
+  std::vector<GpuUtilization> out;
+  for (size_t p = 0; p < busy.size(); ++p) {
     if (busy[p].gpu.empty()) continue;
     GpuUtilization u;
     u.process = static_cast<int>(p);
     u.busy_ns = TotalLength(busy[p].gpu);
-    u.busy_fraction = a.step_ns > 0 ? static_cast<double>(u.busy_ns) / a.step_ns : 0;
+    u.busy_fraction = step_ns > 0 ? static_cast<double>(u.busy_ns) / step_ns : 0;
     u.naive_fraction = NaiveUtilization(busy[p].gpu, step_begin, step_end, kNaiveSampleNs);
-    a.gpu.push_back(u);
+    out.push_back(u);
   }
+  return out;
+}
+
+}  // namespace
+
+StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks) {
+  StepAnalysis a;
+  const int64_t step_begin = profile.begin_ns;
+  const int64_t step_end = profile.corrected_end_ns > 0 ? profile.corrected_end_ns : profile.end_ns;
+  a.step_ns = step_end - step_begin;
+  const ProcessSlice* controller = nullptr;
+  for (const ProcessSlice& s : profile.processes) {
+    if (s.process->is_controller()) controller = &s;
+  }
+  const std::vector<Window> windows = SubtaskWindows(profile, controller, subtasks);
+  const std::vector<std::string> names = NamesInOrder(windows);
+  const std::vector<Busy> busy = BusyIntervals(profile, controller, windows, step_begin, step_end);
+  a.rows = Rows(profile, busy, windows, names, step_begin, step_end);
+  PerRank per_rank;
+  a.critical_path = CriticalPath(profile, controller, busy, windows, step_begin, &per_rank);
+  a.controller_ns = std::max<int64_t>(0, a.step_ns - CoveredNs(windows, step_begin));
+  KeepLongestSegments(&a);
+  a.stragglers = Stragglers(names, per_rank);
+  a.gpu = GpuUtilizations(busy, step_begin, step_end);
   return a;
 }
 

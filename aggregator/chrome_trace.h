@@ -1,8 +1,8 @@
 // Chrome Trace Event JSON exporter (loads in Perfetto UI and chrome://tracing).
 //
 // Writes <out>/step_<N>/trace.json and summary.json per step, and
-// <out>/run.json for the run; each file is written to a temporary name and
-// renamed, so a reader never sees half a file.
+// <out>/run.json for the run (summary_json.h); each file is written to a
+// temporary name and renamed, so a reader never sees half a file.
 //
 // Tracks: one process per collector, labelled "host / name (role, rank R) /
 // pid P", controller first then by rank; one thread track per recording
@@ -23,8 +23,6 @@ class ChromeTraceExporter : public StepExporter {
   bool ExportStep(const StepProfile& step) noexcept override;
   bool ExportRun(const RunInfo& run) noexcept override;
 
-  // The label a process's track gets; also used in summaries.
-  static std::string ProcessLabel(const ProcessTimeline& p);
   const std::string& last_error() const { return last_error_; }
 
  private:
@@ -39,7 +37,5 @@ class ChromeTraceExporter : public StepExporter {
 // Serialises a step as Chrome trace JSON (exposed for tests and benchmarks).
 std::string StepTraceJson(const StepProfile& step,
                           const std::map<uint64_t, int64_t>& trace_pids);
-// The step's summary.json content.
-std::string StepSummaryJson(const StepProfile& step);
 
 }  // namespace rlscope

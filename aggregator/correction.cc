@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <set>
 
+#include "aggregator/ray_calls.h"
+#include "aggregator/step_profile.h"
+#include "aggregator/subtasks.h"
 #include "native/event.h"
 
 namespace rlscope {
@@ -161,6 +166,186 @@ int64_t WaitShrinkNs(const std::vector<AwaitedWork>& work, int64_t window_begin_
     corrected = std::max(corrected, l.end_ns - shift);
   }
   return raw == INT64_MIN ? 0 : std::max<int64_t>(0, raw - controller_shift_ns(raw) - corrected);
+}
+
+// ---- whole steps ----
+
+namespace {
+
+// One process's shifts from its own recorded events plus `waits`
+// (aggregator clock); sets the slice's costs.
+std::shared_ptr<Corrector> MakeCorrector(const StepProfile& step,
+                                         const std::map<int64_t, std::vector<CostMark>>& waits, double scale,
+                                         ProcessSlice* slice) {
+  // Marks are cut on the process's clock like the spans (a nanosecond wider:
+  // the clock fit's rounding), moved onto the aggregator's, where the step
+  // begins, and held to [begin, end] there, as the spans were; waits are on
+  // the aggregator's clock already.
+  const ProcessTimeline& p = *slice->process;
+  const ClockFit& clock = p.clock();
+  std::map<int64_t, std::vector<CostMark>> marks;
+  p.CutCosts(clock.FromAggregator(step.begin_ns) - 1, clock.FromAggregator(step.end_ns) + 1, &marks);
+  for (auto& [tid, list] : marks) {
+    for (CostMark& m : list) m.ts_ns = clock.ToAggregator(m.ts_ns);
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const CostMark& m) { return m.ts_ns < step.begin_ns || m.ts_ns > step.end_ns; }),
+               list.end());
+  }
+  for (const auto& [tid, list] : waits) marks[tid].insert(marks[tid].end(), list.begin(), list.end());
+  slice->costs = CostModel(p.hello().costs, scale);
+  return std::make_shared<Corrector>(marks, slice->costs, step.begin_ns);
+}
+
+// Moves the slice's times by `corrector`, which the slice then keeps.
+void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* slice) {
+  const Corrector& c = *corrector;
+  for (Span& span : slice->spans) {
+    span.begin_ns = c.Correct(span.tid, span.begin_ns);
+    span.end_ns = std::max(span.begin_ns, c.Correct(span.end_tid, span.end_ns));
+  }
+  for (Instant& i : slice->instants) i.ts_ns = c.Correct(i.tid, i.ts_ns);
+  // CPU-side GPU records shift with their thread; device-side ones with the
+  // thread that launched them (by correlation), at its launch.
+  std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, raw start)
+  for (const GpuRecord& g : slice->gpu) {
+    if (g.tid != 0 && g.correlation != 0) launch.emplace(g.correlation, std::make_pair(g.tid, g.start_ns));
+  }
+  for (GpuRecord& g : slice->gpu) {
+    int64_t shift = 0;
+    if (g.tid != 0) {
+      shift = c.ShiftNs(g.tid, g.start_ns);
+      g.end_ns -= c.ShiftNs(g.tid, g.end_ns) - shift;
+    } else if (auto it = launch.find(g.correlation); g.correlation != 0 && it != launch.end()) {
+      shift = c.ShiftNs(it->second.first, it->second.second);
+    }
+    g.start_ns -= shift;
+    g.end_ns -= shift;
+    if (g.end_ns < g.start_ns) g.end_ns = g.start_ns;
+  }
+  slice->corrector = std::move(corrector);
+}
+
+// The controller's sub-task windows (raw), nested ones left out: each
+// waits on the Ray calls whose results it got (correction.h, waits).
+std::vector<WaitWindow> WaitWindows(const StepProfile& step, const std::vector<std::string>& subtasks) {
+  std::vector<WaitWindow> windows;
+  for (const Occurrence& o : SubtaskOccurrences(step, subtasks)) {
+    if (windows.empty() || o.begin_ns >= windows.back().end_ns) windows.push_back({o.begin_ns, o.end_ns, o.end_tid});
+  }
+  return windows;
+}
+
+// The step ends where the controller's step range now ends (`end`). Every
+// process moved by its own overhead, so what another paid less of may now
+// lie past that end: it is held to the step, as cutting held the raw times
+// (and a range cut at the step's end ends with it).
+void HoldToEnd(StepProfile* step, int64_t end) {
+  for (ProcessSlice& slice : step->processes) {
+    for (Span& span : slice.spans) {
+      if (span.clipped_end) span.end_ns = end;
+      span.begin_ns = std::min(span.begin_ns, end);
+      span.end_ns = std::clamp(span.end_ns, span.begin_ns, end);
+    }
+    for (Instant& i : slice.instants) i.ts_ns = std::min(i.ts_ns, end);
+    for (GpuRecord& g : slice.gpu) {
+      g.start_ns = std::min(g.start_ns, end);
+      g.end_ns = std::clamp(g.end_ns, g.start_ns, end);
+    }
+  }
+}
+
+}  // namespace
+
+void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale) {
+  step->corrected = true;
+  step->correction_scale = scale;
+  step->corrected_end_ns = step->end_ns;  // until the controller's step range says otherwise
+  const std::vector<WaitWindow> windows = WaitWindows(*step, subtasks);
+  ProcessSlice* controller = nullptr;
+  for (ProcessSlice& slice : step->processes) {
+    if (slice.process->is_controller()) controller = &slice;
+  }
+  const std::map<uint64_t, size_t> awaited =
+      controller != nullptr ? AwaitedIn(RayGot(*controller), windows) : std::map<uint64_t, size_t>{};
+  // Workers' costs first, each on its own; what each did last of what a
+  // window awaited is taken from its raw times.
+  struct Worker {
+    ProcessSlice* slice;
+    std::shared_ptr<Corrector> corrector;
+    std::vector<LastWork> last;  // per window
+  };
+  std::vector<Worker> workers;
+  for (ProcessSlice& slice : step->processes) {
+    if (&slice == controller) continue;
+    workers.push_back({&slice, MakeCorrector(*step, {}, scale, &slice), LastWorkIn(slice.spans, awaited, windows)});
+  }
+  // The calls the controller submitted, in submit order: each worker's
+  // execution of one is re-anchored at the controller's shift at its submit
+  // (correction.h, calls), once the waits before that submit are known.
+  struct Call {
+    int64_t submit_ns, submit_tid;
+    Corrector* worker;
+    const Span* span;
+  };
+  std::vector<Call> calls;
+  std::set<uint64_t> anchored;
+  if (controller != nullptr) {
+    const std::map<uint64_t, std::pair<int64_t, int64_t>> submits = RaySubmits(*controller);
+    for (Worker& w : workers) {
+      for (const Span& span : w.slice->spans) {
+        auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload)
+                                                                            : submits.end();
+        if (it != submits.end()) calls.push_back({it->second.first, it->second.second, w.corrector.get(), &span});
+      }
+    }
+    std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+  }
+  // The controller: its own costs, and, window by window, the waits that
+  // the workers' corrected ends shrink.
+  std::map<int64_t, std::vector<CostMark>> waits;
+  std::shared_ptr<Corrector> own;
+  auto controller_shift = [&](int64_t tid, int64_t t) {
+    int64_t ns = own->ShiftNs(tid, t);
+    for (const CostMark& m : waits[tid]) ns += m.ts_ns <= t ? m.wait_ps / 1000 : 0;
+    return ns;
+  };
+  size_t next_call = 0;
+  auto anchor_calls_submitted_by = [&](int64_t t) {
+    for (; next_call < calls.size() && calls[next_call].submit_ns <= t; ++next_call) {
+      const Call& c = calls[next_call];
+      if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, controller_shift(c.submit_tid, c.submit_ns))) {
+        anchored.insert(c.span->payload);
+      }
+    }
+  };
+  if (controller != nullptr) {
+    own = MakeCorrector(*step, {}, scale, controller);
+    for (size_t w = 0; w < windows.size(); ++w) {
+      anchor_calls_submitted_by(windows[w].end_ns);
+      std::vector<AwaitedWork> work;
+      for (const Worker& worker : workers) {
+        const LastWork& l = worker.last[w];
+        work.push_back({worker.corrector.get(), l, anchored.count(l.key) != 0});
+      }
+      const int64_t tid = windows[w].tid;
+      const int64_t shrink = std::min(WaitShrinkNs(work, windows[w].begin_ns,
+                                                   [&](int64_t t) { return controller_shift(tid, t); }),
+                                      windows[w].end_ns - windows[w].begin_ns);
+      // The wait ends when the last awaited work does: from there on the
+      // controller's thread (its "ray.got" marks, the window's end) moves.
+      int64_t last_end = windows[w].begin_ns;
+      for (const AwaitedWork& a : work) last_end = std::max(last_end, a.last.end_ns);
+      if (shrink > 0) waits[tid].push_back({last_end, 0, 0, shrink * 1000});
+    }
+    anchor_calls_submitted_by(INT64_MAX);
+    ApplyCorrection(MakeCorrector(*step, waits, scale, controller), controller);
+  }
+  for (Worker& w : workers) ApplyCorrection(w.corrector, w.slice);
+  if (controller == nullptr) return;
+  for (const Span& span : controller->spans) {
+    if (span.step == step->step) step->corrected_end_ns = span.end_ns;
+  }
+  HoldToEnd(step, step->corrected_end_ns);
 }
 
 }  // namespace rlscope

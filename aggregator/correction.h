@@ -41,6 +41,8 @@
 
 namespace rlscope {
 
+struct StepProfile;  // step_profile.h
+
 // What one event of a process costs, by kind and entry point.
 class CostModel {
  public:
@@ -154,5 +156,14 @@ struct AwaitedWork {
 // earlier windows.
 int64_t WaitShrinkNs(const std::vector<AwaitedWork>& work, int64_t window_begin_ns,
                      const std::function<int64_t(int64_t)>& controller_shift_ns);
+
+// Overhead correction of a cut step: the workers' costs first, then the
+// controller with its waits on them (its windows: the occurrences of
+// `subtasks`, subtasks.h), then the workers with their calls re-anchored at
+// the controller's corrected submits. Costs are each process's Hello costs
+// times `scale`. Every slice gets its corrector and costs, the step
+// `corrected`, `correction_scale` and `corrected_end_ns` (the controller's
+// step range's corrected end), and every time is held to that end.
+void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale);
 
 }  // namespace rlscope

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,14 +58,16 @@ int Check(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "check") == 0) return Check(argc, argv);
+struct Options {
   std::string listen, out, config_path, endpoint_file;
   long grace_ms = -1;
   bool exit_when_done = false;
   bool exit_with_parent = false;
+};
+
+// Fills `o` from the command line; returns an exit code when main should
+// stop now (bad usage, --help).
+std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string* dst) {
@@ -73,49 +76,60 @@ int main(int argc, char** argv) {
       return true;
     };
     std::string v;
-    if (a == "--listen") { if (!value(&listen)) return Usage(); }
-    else if (a == "--out") { if (!value(&out)) return Usage(); }
-    else if (a == "--config") { if (!value(&config_path)) return Usage(); }
-    else if (a == "--endpoint-file") { if (!value(&endpoint_file)) return Usage(); }
-    else if (a == "--grace-ms") { if (!value(&v)) return Usage(); grace_ms = std::stol(v); }
-    else if (a == "--exit-when-done") exit_when_done = true;
-    else if (a == "--exit-with-parent") exit_with_parent = true;
+    if (a == "--listen") { if (!value(&o->listen)) return Usage(); }
+    else if (a == "--out") { if (!value(&o->out)) return Usage(); }
+    else if (a == "--config") { if (!value(&o->config_path)) return Usage(); }
+    else if (a == "--endpoint-file") { if (!value(&o->endpoint_file)) return Usage(); }
+    else if (a == "--grace-ms") { if (!value(&v)) return Usage(); o->grace_ms = std::stol(v); }
+    else if (a == "--exit-when-done") o->exit_when_done = true;
+    else if (a == "--exit-with-parent") o->exit_with_parent = true;
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::fprintf(stderr, "rlscope-ray aggregator: unknown argument '%s'\n", a.c_str()); return Usage(); }
   }
-  if (listen.empty()) return Usage();
+  if (o->listen.empty()) return Usage();
+  return std::nullopt;
+}
 
-  rlscope::Config config;
-  if (!config_path.empty()) {
-    rlscope::ConfigResult r = rlscope::LoadConfigFile(config_path);
+// The config file's settings, overridden by --out and --grace-ms; false
+// (errors printed) for a bad file.
+bool LoadConfig(const Options& o, rlscope::Config* config) {
+  if (!o.config_path.empty()) {
+    rlscope::ConfigResult r = rlscope::LoadConfigFile(o.config_path);
     if (!r.ok()) {
       for (const auto& e : r.errors) std::fprintf(stderr, "%s\n", e.c_str());
-      return 2;
+      return false;
     }
-    config = r.config;
+    *config = r.config;
   }
-  if (!out.empty()) config.output_dir = out;
-  if (grace_ms >= 0) config.flush.step_grace_ms = grace_ms;
+  if (!o.out.empty()) config->output_dir = o.out;
+  if (o.grace_ms >= 0) config->flush.step_grace_ms = o.grace_ms;
+  return true;
+}
 
-  void* ctx = zmq_ctx_new();
+// The ROUTER socket bound to --listen, its endpoint written to
+// --endpoint-file and announced; nullptr (error printed) if it cannot bind.
+void* Listen(void* ctx, const Options& o, const rlscope::Config& config) {
   void* sock = zmq_socket(ctx, ZMQ_ROUTER);
   const int hwm = 100000;
   zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-  if (zmq_bind(sock, listen.c_str()) != 0) {
-    std::fprintf(stderr, "rlscope-ray aggregator: cannot listen on '%s': %s\n", listen.c_str(),
+  if (zmq_bind(sock, o.listen.c_str()) != 0) {
+    std::fprintf(stderr, "rlscope-ray aggregator: cannot listen on '%s': %s\n", o.listen.c_str(),
                  zmq_strerror(zmq_errno()));
-    return 2;
+    return nullptr;
   }
   char bound[256] = {0};
   size_t bound_len = sizeof(bound);
   zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, bound, &bound_len);
-  if (!endpoint_file.empty()) {
-    std::ofstream(endpoint_file + ".tmp") << bound << "\n";
-    std::rename((endpoint_file + ".tmp").c_str(), endpoint_file.c_str());
+  if (!o.endpoint_file.empty()) {
+    std::ofstream(o.endpoint_file + ".tmp") << bound << "\n";
+    std::rename((o.endpoint_file + ".tmp").c_str(), o.endpoint_file.c_str());
   }
   std::printf("rlscope-ray aggregator: listening on %s, writing %s\n", bound, config.output_dir.c_str());
   std::fflush(stdout);
+  return sock;
+}
 
+void StopOnSignals(bool exit_with_parent) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   if (exit_with_parent) {
@@ -126,64 +140,67 @@ int main(int argc, char** argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) g_stop = 1;
   }
+}
 
-  rlscope::ChromeTraceExporter exporter(config.output_dir);
-  rlscope::Aggregator agg(config, &exporter);
-  exporter.ExportRun({});
-  size_t reported = 0;
-  zmq_msg_t part;
-  zmq_msg_init(&part);
-  std::map<uint64_t, std::string> routes;  // session -> ROUTER routing id of its collector
-  auto send_outgoing = [&] {
-    for (const rlscope::Outgoing& o : agg.TakeOutgoing()) {
-      for (const auto& [session, rid] : routes) {
+// The socket side of the Aggregator: frames in, Outgoing messages routed
+// back to the collectors they are for. One thread.
+class Server {
+ public:
+  Server(void* sock, rlscope::Aggregator* agg) : sock_(sock), agg_(agg) { zmq_msg_init(&part_); }
+  ~Server() { zmq_msg_close(&part_); }
+
+  // Feeds what is queued to the aggregator (bounded, so Tick runs
+  // regularly under load), answering after each message.
+  void Drain() {
+    for (int n = 0; n < 10000; ++n) {
+      if (zmq_msg_recv(&part_, sock_, ZMQ_DONTWAIT) < 0) break;  // routing id frame
+      const std::string rid(static_cast<const char*>(zmq_msg_data(&part_)), zmq_msg_size(&part_));
+      int more = 0;
+      size_t more_len = sizeof(more);
+      zmq_getsockopt(sock_, ZMQ_RCVMORE, &more, &more_len);
+      while (more) {
+        zmq_msg_recv(&part_, sock_, 0);
+        const uint64_t session = agg_->OnFrame(static_cast<const char*>(zmq_msg_data(&part_)),
+                                               zmq_msg_size(&part_), rlscope::MonotonicNs());
+        if (session != 0) routes_[session] = rid;
+        zmq_getsockopt(sock_, ZMQ_RCVMORE, &more, &more_len);
+      }
+      SendOutgoing();
+    }
+  }
+
+  void SendOutgoing() {
+    for (const rlscope::Outgoing& o : agg_->TakeOutgoing()) {
+      for (const auto& [session, rid] : routes_) {
         if (o.session != 0 && o.session != session) continue;
         // Never blocks: a peer that cannot take it now misses this message.
-        if (zmq_send(sock, rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
-          zmq_send(sock, o.bytes.data(), o.bytes.size(), ZMQ_DONTWAIT);
+        if (zmq_send(sock_, rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+          zmq_send(sock_, o.bytes.data(), o.bytes.size(), ZMQ_DONTWAIT);
         }
       }
     }
-  };
-  while (!g_stop) {
-    zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
-    zmq_poll(&item, 1, 50);
-    // Drain what is queued (bounded, so Tick runs regularly under load).
-    for (int n = 0; n < 10000; ++n) {
-      if (zmq_msg_recv(&part, sock, ZMQ_DONTWAIT) < 0) break;  // routing id frame
-      const std::string rid(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
-      int more = 0;
-      size_t more_len = sizeof(more);
-      zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
-      while (more) {
-        zmq_msg_recv(&part, sock, 0);
-        const uint64_t session = agg.OnFrame(static_cast<const char*>(zmq_msg_data(&part)),
-                                             zmq_msg_size(&part), rlscope::MonotonicNs());
-        if (session != 0) routes[session] = rid;
-        zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &more_len);
-      }
-      send_outgoing();
-    }
-    const int64_t now = rlscope::MonotonicNs();
-    agg.Tick(now);
-    send_outgoing();
-    const auto written = agg.steps_written();
-    for (; reported < written.size(); ++reported) {
-      std::printf("rlscope-ray aggregator: step %lld written to %s/step_%lld/trace.json\n",
-                  static_cast<long long>(written[reported]), config.output_dir.c_str(),
-                  static_cast<long long>(written[reported]));
-      std::fflush(stdout);
-    }
-    if (exit_when_done && agg.RunComplete()) break;
   }
-  zmq_msg_close(&part);
-  agg.Finish(rlscope::MonotonicNs());
+
+ private:
+  void* sock_;
+  rlscope::Aggregator* agg_;
+  zmq_msg_t part_;
+  std::map<uint64_t, std::string> routes_;  // session -> ROUTER routing id of its collector
+};
+
+// Announces the steps written since the last call (`*reported` of them
+// announced so far).
+void ReportWritten(const rlscope::Aggregator& agg, const std::string& out_dir, size_t* reported) {
   const auto written = agg.steps_written();
-  for (; reported < written.size(); ++reported) {
+  for (; *reported < written.size(); ++*reported) {
     std::printf("rlscope-ray aggregator: step %lld written to %s/step_%lld/trace.json\n",
-                static_cast<long long>(written[reported]), config.output_dir.c_str(),
-                static_cast<long long>(written[reported]));
+                static_cast<long long>(written[*reported]), out_dir.c_str(),
+                static_cast<long long>(written[*reported]));
+    std::fflush(stdout);
   }
+}
+
+void ReportDone(const rlscope::Aggregator& agg, const rlscope::ChromeTraceExporter& exporter) {
   const auto& st = agg.stats();
   std::printf("rlscope-ray aggregator: done: %zu processes, %llu events, %llu steps seen, %llu written, "
               "%llu bad frames%s%s\n",
@@ -196,6 +213,41 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rlscope-ray aggregator: write error: %s\n", exporter.last_error().c_str());
   }
   std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "check") == 0) return Check(argc, argv);
+  Options options;
+  if (const std::optional<int> rc = ParseArgs(argc, argv, &options)) return *rc;
+  rlscope::Config config;
+  if (!LoadConfig(options, &config)) return 2;
+
+  void* ctx = zmq_ctx_new();
+  void* sock = Listen(ctx, options, config);
+  if (sock == nullptr) return 2;
+  StopOnSignals(options.exit_with_parent);
+
+  rlscope::ChromeTraceExporter exporter(config.output_dir);
+  rlscope::Aggregator agg(config, &exporter);
+  exporter.ExportRun({});
+  size_t reported = 0;
+  {
+    Server server(sock, &agg);
+    while (!g_stop) {
+      zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
+      zmq_poll(&item, 1, 50);
+      server.Drain();
+      agg.Tick(rlscope::MonotonicNs());
+      server.SendOutgoing();
+      ReportWritten(agg, config.output_dir, &reported);
+      if (options.exit_when_done && agg.RunComplete()) break;
+    }
+  }
+  agg.Finish(rlscope::MonotonicNs());
+  ReportWritten(agg, config.output_dir, &reported);
+  ReportDone(agg, exporter);
   zmq_close(sock);
   zmq_ctx_term(ctx);
   return 0;

@@ -1,81 +1,13 @@
-// What an exporter is handed, and the one interface every exporter shares
-// (Chrome JSON now; Perfetto protobuf later). Export is never called
-// concurrently; no method throws.
+// The one interface every exporter shares (Chrome JSON now; Perfetto
+// protobuf later); what it is handed is in step_profile.h. Export is never
+// called concurrently; no method throws.
 #pragma once
 
 #include <chrono>
-#include <cstdint>
-#include <map>
-#include <memory>
-#include <string>
-#include <vector>
 
-#include "aggregator/breakdown.h"
-#include "aggregator/correction.h"
-#include "aggregator/timeline.h"
+#include "aggregator/step_profile.h"
 
 namespace rlscope {
-
-// One process's part of a step.
-struct ProcessSlice {
-  const ProcessTimeline* process = nullptr;
-  std::vector<Span> spans;        // clipped to the step, sorted (tid, begin, -end)
-  std::vector<Instant> instants;  // inside the step, sorted by time
-  std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
-  bool late = false;              // had not flushed past the step end in time
-  // Overhead correction (correction.h); null when off. Times above are corrected.
-  std::shared_ptr<const Corrector> corrector;
-  CostModel costs;
-};
-
-// A process that should have connected but did not (identity strings as the
-// controller reported them: actor_id, class_name, name, node_id, pid).
-using ExpectedProcess = std::map<std::string, std::string>;
-
-struct StepProfile {
-  int64_t step = 0;
-  int64_t begin_ns = 0;           // of the step, or of the capture
-  int64_t end_ns = 0;
-  std::string capture;            // discrete mode: the sub-task capture ("gen", "gen_2"); "" = the step
-  std::vector<std::string> captures;  // on the step's own profile: its discrete captures
-  bool summary_only = false;      // the step's profile in discrete mode: no trace of its own
-  std::string reason;  // "complete" or "grace_timeout" or "final"
-  std::vector<ProcessSlice> processes;
-  std::vector<ExpectedProcess> not_profiled;
-  int64_t clock_warn_bound_ns = 100000;  // config clock.warn_bound_us
-  // Overhead correction: end_ns stays the raw step end; corrected_end_ns is
-  // the controller's step end after correction (0 = not corrected).
-  bool corrected = false;
-  double correction_scale = 1.0;
-  int64_t corrected_end_ns = 0;
-  std::shared_ptr<const StepAnalysis> analysis;  // breakdown.h; null = none
-  // Clock causality (Ray): worker executions of the controller's calls that
-  // start before the call was submitted or end after its result was got.
-  struct Causality {
-    int64_t checked = 0;
-    int64_t violations = 0;
-    int64_t max_violation_ns = 0;
-  } causality;
-};
-
-struct ProcessInfo {
-  uint64_t session = 0;
-  const ProcessTimeline* process = nullptr;
-};
-
-// The run as a whole, for run.json.
-struct RunInfo {
-  std::string config_yaml;
-  std::vector<ProcessInfo> processes;
-  std::vector<int64_t> steps_written;
-  std::vector<ExpectedProcess> expected;
-  std::vector<ExpectedProcess> not_profiled;
-  uint64_t steps_seen = 0;
-  uint64_t decode_errors = 0;
-  uint64_t late_events = 0;  // arrived after the step they belong to was written
-  std::string last_decode_error;
-  bool final = false;
-};
 
 class StepExporter {
  public:

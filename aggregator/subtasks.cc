@@ -125,4 +125,31 @@ Intervals OwnSubtaskIntervals(const ProcessSlice& slice, const std::vector<std::
   return out;
 }
 
+std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std::string>& subtasks, bool discrete) {
+  std::vector<StepProfile> captures;
+  if (!discrete && subtasks.empty()) return captures;
+  const std::vector<Occurrence> occurrences = SubtaskOccurrences(*step, subtasks);
+  if (discrete) {
+    for (const Occurrence& o : occurrences) {
+      StepProfile capture = *step;
+      capture.capture = o.capture;
+      capture.begin_ns = o.begin_ns;
+      capture.end_ns = o.end_ns;
+      for (ProcessSlice& slice : capture.processes) RestrictToIntervals(&slice, {{o.begin_ns, o.end_ns}});
+      captures.push_back(std::move(capture));
+      step->captures.push_back(o.capture);
+    }
+    step->summary_only = true;
+    return captures;
+  }
+  Intervals controller;
+  for (const Occurrence& o : occurrences) controller.emplace_back(o.begin_ns, o.end_ns);
+  for (ProcessSlice& slice : step->processes) {
+    Intervals keep = controller;
+    for (const auto& iv : OwnSubtaskIntervals(slice, subtasks)) keep.push_back(iv);
+    RestrictToIntervals(&slice, MergeIntervals(std::move(keep)));
+  }
+  return captures;
+}
+
 }  // namespace rlscope

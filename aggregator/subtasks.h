@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "aggregator/exporter.h"
+#include "aggregator/step_profile.h"
 
 namespace rlscope {
 
@@ -39,5 +39,11 @@ void RestrictToIntervals(ProcessSlice* slice, const Intervals& merged);
 
 // The intervals of this process's own ranges named in `names`.
 Intervals OwnSubtaskIntervals(const ProcessSlice& slice, const std::vector<std::string>& names);
+
+// Applies `subtasks` / `discrete` (above) to a cut step; with neither,
+// leaves it whole. Discrete: returns the captures, in time order, for the
+// caller to export before the step, and leaves the step a summary of them
+// (`captures`, `summary_only`).
+std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std::string>& subtasks, bool discrete);
 
 }  // namespace rlscope

@@ -250,4 +250,27 @@ std::string ProcessTimeline::CategoryName(uint32_t domain, uint32_t category) co
   return it == categories_.end() ? std::string() : it->second;
 }
 
+std::string ProcessLabel(const ProcessTimeline& p) {
+  const wire::Identity& id = p.identity();
+  auto label_of = [&](const char* key) {
+    auto it = id.labels.find(key);
+    return it == id.labels.end() ? std::string() : it->second;
+  };
+  const std::string node_ip = label_of("node_ip");
+  if (node_ip.empty()) {  // not a Ray process: host / name (role, rank R) / pid P
+    std::string label = id.host + " / " + id.name + " (" + id.role;
+    if (id.rank >= 0) label += ", rank " + std::to_string(id.rank);
+    return label + ") / pid " + std::to_string(id.pid);
+  }
+  // A Ray process: node 10.0.0.2 [node id prefix] / Learner (rank 0) / pid 4242
+  std::string label = "node " + node_ip;
+  const std::string node_id = label_of("node_id");
+  if (!node_id.empty()) label += " [" + node_id.substr(0, 8) + "]";
+  const std::string actor_class = label_of("actor_class");
+  label += " / " + (actor_class.empty() ? id.name : actor_class);
+  if (id.role == "controller") label += " (controller)";
+  else if (id.rank >= 0) label += " (rank " + std::to_string(id.rank) + ")";
+  return label + " / pid " + std::to_string(id.pid);
+}
+
 }  // namespace rlscope

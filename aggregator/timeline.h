@@ -157,4 +157,9 @@ class ProcessTimeline {
   bool controller_ = false;
 };
 
+// The label a process's track gets in traces, also used in summaries: "host /
+// name (role, rank R) / pid P", or for a Ray process "node IP [node id
+// prefix] / actor class (rank R) / pid P".
+std::string ProcessLabel(const ProcessTimeline& p);
+
 }  // namespace rlscope

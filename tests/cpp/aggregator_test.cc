@@ -26,6 +26,7 @@
 #include "aggregator/clock_fit.h"
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
+#include "aggregator/summary_json.h"
 #include "aggregator/timeline.h"
 #include "native/config.h"
 #include "native/event.h"
@@ -1054,7 +1055,7 @@ TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {
   ASSERT_EQ(agg_->processes().size(), 1u);
   const ProcessTimeline& p = *agg_->processes().begin()->second;
   EXPECT_EQ(p.identity().labels.at("actor_id"), "a1");
-  EXPECT_EQ(ChromeTraceExporter::ProcessLabel(p), "node 10.0.0.2 [01234567] / Learner (rank 0) / pid 200");
+  EXPECT_EQ(ProcessLabel(p), "node 10.0.0.2 [01234567] / Learner (rank 0) / pid 200");
 }
 
 TEST_F(AggregatorTest, ExpectedProcessesThatNeverConnectAreNotProfiled) {
@@ -1228,9 +1229,9 @@ TEST_F(AggregatorTest, MultiProcessStepHasOneSlicePerProcessAndLabelledTracks) {
   EXPECT_EQ(SpanNames(FindSlice(p, 2)), (std::vector<std::string>{"w1_fwd"}));
   EXPECT_EQ(SpanNames(FindSlice(p, 3)), (std::vector<std::string>{"w0_fwd"}));
 
-  EXPECT_EQ(ChromeTraceExporter::ProcessLabel(*agg_->processes().at(2)),
+  EXPECT_EQ(ProcessLabel(*agg_->processes().at(2)),
             "node1 / train (worker, rank 1) / pid 200");
-  EXPECT_EQ(ChromeTraceExporter::ProcessLabel(*agg_->processes().at(1)),
+  EXPECT_EQ(ProcessLabel(*agg_->processes().at(1)),
             "head / driver (controller) / pid 100");
 
   const std::map<uint64_t, int64_t> trace_pids = {{1, 100}, {2, 200}, {3, 300}};

@@ -1,0 +1,57 @@
+#include "aggregator/ray_calls.h"
+
+#include <algorithm>
+#include <string_view>
+
+namespace rlscope {
+
+std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& controller) {
+  std::map<uint64_t, std::pair<int64_t, int64_t>> submitted;
+  std::map<int64_t, int64_t> last_submit;  // tid -> ts
+  for (const Instant& i : controller.instants) {
+    const std::string_view name = controller.process->String(i.name);
+    if (name == "ray.submit") {
+      last_submit[i.tid] = i.ts_ns;
+    } else if (name == "ray.task" && i.has_payload && last_submit.count(i.tid) != 0) {
+      submitted.emplace(i.payload, std::make_pair(last_submit[i.tid], i.tid));
+    }
+  }
+  return submitted;
+}
+
+std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller) {
+  std::map<uint64_t, int64_t> got;
+  for (const Instant& i : controller.instants) {
+    if (i.has_payload && std::string_view(controller.process->String(i.name)) == "ray.got") {
+      got.emplace(i.payload, i.ts_ns);
+    }
+  }
+  return got;
+}
+
+void CheckCausality(StepProfile* step) {
+  std::map<uint64_t, int64_t> submitted, got;
+  for (const ProcessSlice& slice : step->processes) {
+    if (!slice.process->is_controller()) continue;
+    for (const auto& [key, at] : RaySubmits(slice)) submitted.emplace(key, at.first);
+    got.merge(RayGot(slice));
+  }
+  StepProfile::Causality& c = step->causality;
+  for (const ProcessSlice& slice : step->processes) {
+    if (slice.process->is_controller()) continue;
+    for (const Span& s : slice.spans) {
+      if (!s.has_payload || s.clipped_begin || s.clipped_end) continue;
+      auto sub = submitted.find(s.payload);
+      if (sub == submitted.end()) continue;
+      ++c.checked;
+      int64_t violation = std::max<int64_t>(0, sub->second - s.begin_ns);
+      if (auto g = got.find(s.payload); g != got.end()) violation = std::max(violation, s.end_ns - g->second);
+      if (violation > 0) {
+        ++c.violations;
+        c.max_violation_ns = std::max(c.max_violation_ns, violation);
+      }
+    }
+  }
+}
+
+}  // namespace rlscope

@@ -1,0 +1,30 @@
+// Ray calls across processes, as the controller's marks record them
+// (session.py _install_call_marks): "ray.submit" just before a call,
+// "ray.task" naming its task right after (same thread), "ray.got" once its
+// result is in. A worker's method range carries the same key as payload
+// (ray_worker.py). Pure functions over a cut step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "aggregator/step_profile.h"
+
+namespace rlscope {
+
+// The controller's "ray.submit" marks, each named by the "ray.task" mark
+// that follows it on its thread: a call's key -> when and on which thread
+// the controller submitted it.
+std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& controller);
+
+// The controller's "ray.got" marks: a call's key -> when the controller got
+// its result.
+std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller);
+
+// Counts worker executions that the aligned clocks put outside the
+// controller's call (StepProfile::Causality): starting before the submit or
+// ending after the result was got. Clipped spans are not checked.
+void CheckCausality(StepProfile* step);
+
+}  // namespace rlscope

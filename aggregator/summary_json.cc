@@ -1,0 +1,261 @@
+#include "aggregator/summary_json.h"
+
+#include <cstdio>
+
+#include "aggregator/breakdown.h"
+#include "aggregator/json_writer.h"
+
+namespace rlscope {
+namespace {
+
+std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+void WriteIdentity(JsonWriter& w, const ProcessTimeline& p) {
+  const wire::Identity& id = p.identity();
+  w.Key("session").String(Hex(p.hello().session));
+  w.Key("label").String(ProcessLabel(p));
+  w.Key("host").String(id.host);
+  w.Key("pid").Int(id.pid);
+  w.Key("rank");
+  if (id.rank >= 0) w.Int(id.rank); else w.Null();
+  w.Key("role").String(id.role);
+  w.Key("name").String(id.name);
+  w.Key("selected").Bool(p.hello().selected);
+  w.Key("labels").BeginObject();
+  for (const auto& [k, v] : id.labels) w.Key(k).String(v);
+  w.EndObject();
+}
+
+// The process's clock against the aggregator's (clock_fit.h).
+void WriteClock(JsonWriter& w, const ProcessTimeline& p) {
+  const ClockEstimate& e = p.clock().estimate();
+  w.Key("clock").BeginObject();
+  w.Key("aligned").Bool(e.valid);
+  w.Key("offset_ns").Int(e.offset_ns);
+  w.Key("drift_ppm").Double(e.drift * 1e6);
+  w.Key("bound_ns");
+  if (e.bound_ns >= 0) w.Int(e.bound_ns); else w.Null();
+  w.Key("probes").Int(e.probes);
+  w.Key("bursts").Int(e.bursts);
+  w.EndObject();
+}
+
+void WriteExpected(JsonWriter& w, const std::vector<ExpectedProcess>& list) {
+  w.BeginArray();
+  for (const ExpectedProcess& e : list) {
+    w.BeginObject();
+    for (const auto& [k, v] : e) w.Key(k).String(v);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// Who a process index of the step is, as the summary's rows name it.
+void WhoKeys(JsonWriter& w, const StepProfile& step, int index, const char* rank_key, const char* process_key) {
+  if (index < 0 || index >= static_cast<int>(step.processes.size())) {
+    w.Key(rank_key).Null().Key(process_key).Null();
+    return;
+  }
+  const ProcessTimeline& p = *step.processes[index].process;
+  w.Key(rank_key);
+  if (p.identity().rank >= 0) w.Int(p.identity().rank); else w.Null();
+  w.Key(process_key).String(ProcessLabel(p));
+}
+
+// docs/summary_format.md: breakdown, gpu_utilization, critical_path, stragglers.
+void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a) {
+  w.Key("breakdown").BeginArray();
+  for (const BreakdownRow& r : a.rows) {
+    const ProcessTimeline& p = *step.processes[r.process].process;
+    w.Newline().BeginObject();
+    w.Key("subtask").String(r.subtask).Key("occurrences").Int(r.occurrences);
+    WhoKeys(w, step, r.process, "rank", "process");
+    w.Key("session").String(Hex(p.hello().session)).Key("role").String(p.identity().role);
+    w.Key("window_ms").Double(Ms(r.window_ns));
+    w.Key("cpu_only_ms").Double(Ms(r.overlap.cpu_only));
+    w.Key("gpu_only_ms").Double(Ms(r.overlap.gpu_only));
+    w.Key("cpu_gpu_ms").Double(Ms(r.overlap.cpu_gpu));
+    w.Key("idle_ms").Double(Ms(r.overlap.idle));
+    w.Key("overhead_ms").Double(Ms(r.overhead_ns));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("gpu_utilization").BeginArray();
+  for (const GpuUtilization& u : a.gpu) {
+    w.Newline().BeginObject();
+    WhoKeys(w, step, u.process, "rank", "process");
+    w.Key("session").String(Hex(step.processes[u.process].process->hello().session));
+    w.Key("gpu_busy_ms").Double(Ms(u.busy_ns));
+    w.Key("gpu_busy_pct").Double(100.0 * u.busy_fraction);
+    w.Key("naive_util_pct").Double(100.0 * u.naive_fraction);
+    w.Key("sample_ms").Double(Ms(kNaiveSampleNs));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("critical_path").BeginObject();
+  w.Key("step_ms").Double(Ms(a.step_ns));
+  w.Key("controller_ms").Double(Ms(a.controller_ns));
+  w.Key("segments_omitted").Int(a.segments_omitted);
+  w.Key("segments").BeginArray();
+  for (const CriticalSegment& c : a.critical_path) {
+    w.Newline().BeginObject();
+    w.Key("subtask").String(c.subtask).Key("occurrence").Int(c.occurrence);
+    w.Key("begin_ms").Double(Ms(c.begin_ns)).Key("duration_ms").Double(Ms(c.duration_ns));
+    WhoKeys(w, step, c.critical, "critical_rank", "critical_process");
+    w.Key("critical_ms").Double(Ms(c.critical_ns)).Key("median_ms").Double(Ms(c.median_ns));
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  w.Key("stragglers").BeginArray();
+  for (const Straggler& s : a.stragglers) {
+    w.Newline().BeginObject();
+    w.Key("subtask").String(s.subtask).Key("ranks").Int(s.ranks);
+    WhoKeys(w, step, s.slowest, "slowest_rank", "slowest_process");
+    w.Key("slowest_ms").Double(Ms(s.slowest_ns)).Key("median_ms").Double(Ms(s.median_ns));
+    w.Key("fastest_ms").Double(Ms(s.fastest_ns));
+    w.Key("ratio").Double(s.median_ns > 0 ? static_cast<double>(s.slowest_ns) / s.median_ns : 0.0);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+}  // namespace
+
+std::string StepSummaryJson(const StepProfile& step) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("step").Int(step.step);
+  w.Key("begin_ns").Int(step.begin_ns);
+  w.Key("end_ns").Int(step.end_ns);
+  w.Key("duration_ms").Double(Ms(step.end_ns - step.begin_ns));
+  w.Key("reason").String(step.reason);
+  if (!step.capture.empty()) w.Key("capture").String(step.capture);
+  if (step.summary_only) {
+    w.Key("captures").BeginArray();
+    for (const auto& c : step.captures) w.String(c);
+    w.EndArray();
+  }
+  uint64_t spans = 0, instants = 0, dropped = 0;
+  w.Key("processes").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    const ProcessTimeline& p = *slice.process;
+    w.Newline().BeginObject();
+    WriteIdentity(w, p);
+    w.Key("spans").Uint(slice.spans.size());
+    w.Key("instants").Uint(slice.instants.size());
+    w.Key("gpu_records").Uint(slice.gpu.size());
+    w.Key("events_received_total").Uint(p.events_received());
+    w.Key("dropped_total").Uint(p.dropped());
+    w.Key("unmatched_total").Uint(p.unmatched());
+    w.Key("late").Bool(slice.late);
+    WriteClock(w, p);
+    if (slice.corrector) {
+      w.Key("overhead").BeginObject();
+      w.Key("events").Uint(slice.corrector->events());
+      w.Key("subtracted_ms").Double(Ms(slice.corrector->total_ns()));
+      w.Key("waits_ms").Double(Ms(slice.corrector->waits_ns()));
+      w.Key("costs_ns").BeginObject();
+      for (const auto& [k, ns] : slice.costs.costs_ns()) w.Key(k).Double(ns);
+      w.EndObject();
+      w.EndObject();
+    }
+    w.EndObject();
+    spans += slice.spans.size();
+    instants += slice.instants.size();
+    dropped += p.dropped();
+  }
+  w.EndArray();
+  w.Key("late_processes").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.late) w.String(ProcessLabel(*slice.process));
+  }
+  w.EndArray();
+  // Clocks whose stated error bound is above clock.warn_bound_us: their
+  // events may sit off by up to that much against the others.
+  w.Key("causality").BeginObject();
+  w.Key("checked").Int(step.causality.checked);
+  w.Key("violations").Int(step.causality.violations);
+  w.Key("max_violation_ns").Int(step.causality.max_violation_ns);
+  w.EndObject();
+  w.Key("clock_warnings").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    const ClockEstimate& e = slice.process->clock().estimate();
+    if (e.valid && e.bound_ns > step.clock_warn_bound_ns) {
+      w.String(ProcessLabel(*slice.process) + ": clock error bound " +
+               std::to_string(e.bound_ns / 1000) + " us exceeds " +
+               std::to_string(step.clock_warn_bound_ns / 1000) + " us");
+    }
+  }
+  w.EndArray();
+  // Asked to be profiled (by the controller) but never connected, e.g. a Ray
+  // node started without the rlscope plugin registered.
+  w.Key("not_profiled");
+  WriteExpected(w, step.not_profiled);
+  w.Key("correction").BeginObject();
+  w.Key("enabled").Bool(step.corrected);
+  w.Key("scale").Double(step.correction_scale);
+  if (step.corrected) {
+    w.Key("duration_ms").Double(Ms(step.corrected_end_ns - step.begin_ns));
+    w.Key("subtracted_ms").Double(Ms(step.end_ns - step.corrected_end_ns));
+  }
+  w.EndObject();
+  if (step.analysis) WriteAnalysis(w, step, *step.analysis);
+  w.Key("totals").BeginObject();
+  w.Key("processes").Uint(step.processes.size());
+  w.Key("spans").Uint(spans);
+  w.Key("instants").Uint(instants);
+  w.Key("dropped").Uint(dropped);
+  w.EndObject();
+  w.EndObject();
+  out.push_back('\n');
+  return out;
+}
+
+std::string RunJson(const RunInfo& run) {
+  std::string out;
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("format").String("rlscope-ray run v1");
+  w.Key("final").Bool(run.final);
+  w.Key("config_yaml").String(run.config_yaml);
+  w.Key("processes").BeginArray();
+  for (const ProcessInfo& pi : run.processes) {
+    const ProcessTimeline& p = *pi.process;
+    w.Newline().BeginObject();
+    WriteIdentity(w, p);
+    w.Key("events_received").Uint(p.events_received());
+    w.Key("dropped").Uint(p.dropped());
+    w.Key("unmatched").Uint(p.unmatched());
+    w.Key("said_bye").Bool(p.said_bye());
+    WriteClock(w, p);
+    w.Key("threads").BeginObject();
+    for (const auto& [tid, name] : p.thread_names()) w.Key(std::to_string(tid)).String(name);
+    w.EndObject();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("steps_written").BeginArray();
+  for (int64_t s : run.steps_written) w.Int(s);
+  w.EndArray();
+  w.Key("expected");
+  WriteExpected(w, run.expected);
+  w.Key("not_profiled");
+  WriteExpected(w, run.not_profiled);
+  w.Key("steps_seen").Uint(run.steps_seen);
+  w.Key("late_events").Uint(run.late_events);
+  w.Key("decode_errors").Uint(run.decode_errors);
+  w.Key("last_decode_error").String(run.last_decode_error);
+  w.EndObject();
+  out.push_back('\n');
+  return out;
+}
+
+}  // namespace rlscope
