@@ -8,11 +8,22 @@
 #include "aggregator/correction.h"
 #include "aggregator/ray_calls.h"
 #include "aggregator/subtasks.h"
+#include "native/steps.h"
 
 namespace rlscope {
 
-Aggregator::Aggregator(Config config, StepExporter* exporter)
-    : config_(std::move(config)), exporter_(exporter), window_open_(config_.steps.Contains(1)) {}
+Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config_file)
+    : config_(std::move(config)),
+      config_file_(std::move(config_file)),
+      config_source_(config_file_.empty() ? "defaults" : "aggregator"),
+      exporter_(exporter),
+      window_open_(steps::WorkersArmedBefore(config_.steps, 1)) {}
+
+std::vector<std::string> Aggregator::TakeNotes() {
+  std::vector<std::string> out;
+  out.swap(notes_);
+  return out;
+}
 
 uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns) {
   wire::DecodeResult r = wire::Decode(data, size);
@@ -87,12 +98,46 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   if (slot->claims_controller() && controller_session_ == 0) {
     controller_session_ = hello.session;
     slot->set_controller();
+    DecideRunConfig(hello);  // tells every collector connected so far
   }
-  wire::Control window;  // tell the newcomer where the run stands
-  window.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
-  window.step = window_step_;
-  Send(hello.session, window);
+  wire::Control where;  // tell the newcomer where the run stands
+  where.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
+  where.step = window_step_;
+  where.run_config = run_config_yaml_;
+  Send(hello.session, where);
   exporter_->ExportRun(MakeRunInfo(false));
+}
+
+void Aggregator::DecideRunConfig(const wire::Hello& controller) {
+  if (!controller.config.empty()) {
+    const ConfigResult theirs = ParseConfig(controller.config, "the controller's config");
+    if (!theirs.ok()) {  // a collector's own output: never expected
+      notes_.push_back("the controller's config cannot be read (" + theirs.errors[0] + "): using " +
+                       (config_file_.empty() ? "the defaults" : "--config " + config_file_));
+    } else {
+      std::string diff;
+      for (const std::string& d : RunKeyDifferences(config_, theirs.config)) diff += (diff.empty() ? "" : "; ") + d;
+      if (!config_file_.empty() && !diff.empty()) {
+        notes_.push_back("the controller's config (pid " + std::to_string(controller.identity.pid) +
+                         ") disagrees with --config " + config_file_ + " (" + diff + "): using the controller's");
+      }
+      AdoptRunKeys(theirs.config, &config_);
+      config_source_ = "controller";
+    }
+  }
+  all_notes_.insert(all_notes_.end(), notes_.begin(), notes_.end());
+  run_config_yaml_ = ConfigToYaml(config_);
+  wire::Control all;
+  all.run_config = run_config_yaml_;
+  Send(0, all);
+  // Before the first step the window follows the run's steps (a step under
+  // way keeps its own: the next edge follows them).
+  if (stats_.steps_seen == 0 && pending_.empty()) SetWindow(steps::WorkersArmedBefore(config_.steps, 1), 1);
+}
+
+bool Aggregator::Selected(const ProcessTimeline& p) const {
+  if (run_config_yaml_.empty()) return p.hello().selected;
+  return SelectsProcess(config_, p.claims_controller(), p.identity().rank);
 }
 
 ProcessTimeline& Aggregator::SenderOf(const wire::Batch& batch) {
@@ -137,9 +182,7 @@ void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
   // Workers are armed a step ahead: from the beginning of the step before a
   // selected one. The broadcast takes a millisecond or more to reach them,
   // and a controller often starts the next step's first call at once.
-  for (const StepSpan& s : edges.begun) {
-    SetWindow(config_.steps.Contains(s.number) || config_.steps.Contains(s.number + 1), s.number);
-  }
+  for (const StepSpan& s : edges.begun) SetWindow(steps::WorkersArmedDuring(config_.steps, s.number), s.number);
   for (const StepSpan& s : edges.closed) {
     ++stats_.steps_seen;
     PendingStep step{s, now_ns, 0};
@@ -152,7 +195,7 @@ void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
       Send(0, flush);
     }
     pending_.push_back(step);
-    SetWindow(config_.steps.Contains(s.number + 1), s.number + 1);
+    SetWindow(steps::WorkersArmedBefore(config_.steps, s.number + 1), s.number + 1);
   }
 }
 
@@ -187,7 +230,7 @@ bool Aggregator::CaughtUp(const ProcessTimeline& p, const PendingStep& step) {
 bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
   if (now_ns - step.closed_at_ns >= config_.flush.step_grace_ms * 1000000) return true;
   for (const auto& [session, p] : processes_) {
-    if (!p->hello().selected) continue;
+    if (!Selected(*p)) continue;
     if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye
     if (!CaughtUp(*p, step)) return false;
   }
@@ -296,7 +339,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     profile.end_ns = s.end_ns;
     bool any_late = false;
     for (const auto& [session, p] : processes_) {
-      if (!p->hello().selected) continue;  // connected, but its rank is not profiled
+      if (!Selected(*p)) continue;  // connected, but its rank is not profiled
       ProcessSlice slice = CutProcess(*p, s);
       slice.late = !CaughtUp(*p, step);
       any_late = any_late || slice.late;
@@ -335,6 +378,8 @@ void Aggregator::Analyze(StepProfile* profile) const {
 RunInfo Aggregator::MakeRunInfo(bool final) const {
   RunInfo run;
   run.config_yaml = ConfigToYaml(config_);
+  run.config_source = config_source_;
+  run.config_notes = all_notes_;
   for (const auto& [session, p] : processes_) run.processes.push_back({session, p.get()});
   run.steps_written = steps_written_;
   run.expected = expected_;

@@ -48,7 +48,10 @@ struct AggregatorStats {
 
 class Aggregator {
  public:
-  Aggregator(Config config, StepExporter* exporter);
+  // `config`: the aggregator's own (--config, else defaults); `config_file`
+  // names it when the user gave one ("" = defaults). The run's config
+  // (config.h) replaces its run keys when the controller brings its own.
+  Aggregator(Config config, StepExporter* exporter, std::string config_file = "");
 
   // Decodes and applies one frame; a bad frame is counted, not fatal.
   // Returns the sender's session (0 for a bad frame), so the daemon can
@@ -73,6 +76,11 @@ class Aggregator {
   // True once the controller said bye (its steps are all known).
   bool ControllerDone() const;
   std::vector<int64_t> steps_written() const { return steps_written_; }
+  // The run's config as it stands (its run keys are the run's once the
+  // controller said hello), and one line per decision about it since the
+  // last call (a disagreement between sources), for the daemon's log.
+  const Config& config() const { return config_; }
+  std::vector<std::string> TakeNotes();
 
  private:
   struct PendingStep {
@@ -86,16 +94,22 @@ class Aggregator {
   void OnProbe(const wire::Probe& probe, int64_t now_ns);
   void OnExpected(const wire::Expected& expected);
   void OnBye(const wire::Bye& bye);
+  // The controller's first Hello decides the run's config: its own when it
+  // was given one, else this aggregator's; then every collector is told.
+  void DecideRunConfig(const wire::Hello& controller);
+  // Whether a process is profiled: by the run's config once it is decided,
+  // by the process's own word (Hello.selected) before.
+  bool Selected(const ProcessTimeline& p) const;
   // The batch's process; one filed under a placeholder identity when its
   // hello has not arrived (ProcessTimeline::Identify replaces it).
   ProcessTimeline& SenderOf(const wire::Batch& batch);
   // Counts the batch's events, and those older than the last written step's end.
   void CountEvents(const wire::Batch& batch, const ClockFit& clock);
-  // Capture windows for workers: open while a selected step runs and while
-  // the step before it runs (before step 1 if selected), so neither the
-  // broadcast's latency nor a range opened just before the step loses
-  // anything (the cut is exact anyway); sent on change and to each collector
-  // that says hello.
+  // Capture windows for workers (native/steps.h): open while a selected step
+  // runs and while the step before it runs (before step 1 if selected), so
+  // neither the broadcast's latency nor a range opened just before the step
+  // loses anything (the cut is exact anyway); sent on change and to each
+  // collector that says hello.
   void SetWindow(bool open, int64_t step);
   void Send(uint64_t session, const wire::Control& control);
   bool Ready(const PendingStep& step, int64_t now_ns) const;
@@ -110,7 +124,11 @@ class Aggregator {
   void Analyze(StepProfile* profile) const;
   RunInfo MakeRunInfo(bool final) const;
 
-  const Config config_;
+  Config config_;                    // the run's config (run keys decided at the controller's Hello)
+  const std::string config_file_;    // --config FILE, "" when none was given
+  std::string config_source_;        // run.json config_source: controller, aggregator or defaults
+  std::string run_config_yaml_;      // sent to collectors; "" until decided
+  std::vector<std::string> notes_, all_notes_;  // TakeNotes(); run.json config_notes
   StepExporter* exporter_;
   std::map<uint64_t, std::unique_ptr<ProcessTimeline>> processes_;  // by session
   uint64_t controller_session_ = 0;  // the first controller to connect

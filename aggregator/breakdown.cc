@@ -7,6 +7,7 @@
 
 #include "aggregator/correction.h"
 #include "aggregator/step_profile.h"
+#include "native/names.h"
 
 namespace rlscope {
 
@@ -208,7 +209,7 @@ std::vector<BreakdownRow> Rows(const StepProfile& profile, const std::vector<Bus
   std::vector<BreakdownRow> rows;
   for (size_t p = 0; p < profile.processes.size(); ++p) {
     BreakdownRow row;
-    row.subtask = "step";
+    row.subtask = names::kStep;
     row.occurrences = 1;
     row.process = static_cast<int>(p);
     row.window_ns = step_end - step_begin;

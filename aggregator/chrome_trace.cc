@@ -11,6 +11,7 @@
 
 #include "aggregator/json_writer.h"
 #include "aggregator/summary_json.h"
+#include "native/names.h"
 
 namespace rlscope {
 namespace {
@@ -97,15 +98,15 @@ void WriteGpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, std::set<in
   for (const GpuRecord& g : slice.gpu) {
     const auto kind = static_cast<GpuKind>(g.kind);
     std::string name = p.String(g.name);
-    const char* cat = "gpu";
+    const char* cat = names::kCatKernel;
     switch (kind) {
-      case GpuKind::kKernel: cat = "gpu"; break;
-      case GpuKind::kMemcpy: cat = "gpu_memcpy"; name = std::string("Memcpy ") + MemcpyKindName(g.subkind); break;
-      case GpuKind::kMemset: cat = "gpu_memset"; name = "Memset"; break;
+      case GpuKind::kKernel: cat = names::kCatKernel; break;
+      case GpuKind::kMemcpy: cat = names::kCatMemcpy; name = std::string("Memcpy ") + MemcpyKindName(g.subkind); break;
+      case GpuKind::kMemset: cat = names::kCatMemset; name = "Memset"; break;
       case GpuKind::kRuntimeApi:
-      case GpuKind::kDriverApi: cat = "cuda_api"; break;
-      case GpuKind::kSync: cat = "cuda_sync"; name = std::string("Sync: ") + SyncTypeName(g.subkind); break;
-      case GpuKind::kOverhead: cat = "cupti_overhead"; break;
+      case GpuKind::kDriverApi: cat = names::kCatCudaApi; break;
+      case GpuKind::kSync: cat = names::kCatCudaSync; name = std::string("Sync: ") + SyncTypeName(g.subkind); break;
+      case GpuKind::kOverhead: cat = names::kCatCuptiOverhead; break;
     }
     if (name.empty()) name = "(unnamed)";
     const int64_t tid = OnDevice(g) ? StreamTrack(g) : (g.tid != 0 ? g.tid : 0);
@@ -133,11 +134,11 @@ void WriteGpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, std::set<in
       auto it = launch.find(g.correlation);
       if (it != launch.end() && it->second->tid != 0) {
         const std::string id = std::to_string(pid) + "." + std::to_string(g.correlation);
-        w.Newline().BeginObject().Key("ph").String("s").Key("name").String("launch").Key("cat").String("launch");
+        w.Newline().BeginObject().Key("ph").String("s").Key("name").String("launch").Key("cat").String(names::kCatLaunch);
         w.Key("id").String(id).Key("pid").Int(pid).Key("tid").Int(it->second->tid);
         w.Key("ts").Micros(it->second->start_ns).EndObject();
         w.Newline().BeginObject().Key("ph").String("f").Key("bp").String("e").Key("name").String("launch");
-        w.Key("cat").String("launch").Key("id").String(id).Key("pid").Int(pid).Key("tid").Int(tid);
+        w.Key("cat").String(names::kCatLaunch).Key("id").String(id).Key("pid").Int(pid).Key("tid").Int(tid);
         w.Key("ts").Micros(g.start_ns).EndObject();
       }
     }

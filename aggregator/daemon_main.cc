@@ -200,6 +200,13 @@ void ReportWritten(const rlscope::Aggregator& agg, const std::string& out_dir, s
   }
 }
 
+// Each decision about the run's config that deserves a line (a disagreement
+// between the controller's config and --config).
+void ReportNotes(rlscope::Aggregator& agg) {
+  for (const std::string& note : agg.TakeNotes()) std::printf("rlscope-ray aggregator: %s\n", note.c_str());
+  std::fflush(stdout);
+}
+
 void ReportDone(const rlscope::Aggregator& agg, const rlscope::ChromeTraceExporter& exporter) {
   const auto& st = agg.stats();
   std::printf("rlscope-ray aggregator: done: %zu processes, %llu events, %llu steps seen, %llu written, "
@@ -230,7 +237,7 @@ int main(int argc, char** argv) {
   StopOnSignals(options.exit_with_parent);
 
   rlscope::ChromeTraceExporter exporter(config.output_dir);
-  rlscope::Aggregator agg(config, &exporter);
+  rlscope::Aggregator agg(config, &exporter, options.config_path);
   exporter.ExportRun({});
   size_t reported = 0;
   {
@@ -241,6 +248,7 @@ int main(int argc, char** argv) {
       server.Drain();
       agg.Tick(rlscope::MonotonicNs());
       server.SendOutgoing();
+      ReportNotes(agg);
       ReportWritten(agg, config.output_dir, &reported);
       if (options.exit_when_done && agg.RunComplete()) break;
     }

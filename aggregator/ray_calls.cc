@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string_view>
 
+#include "native/names.h"
+
 namespace rlscope {
 
 std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& controller) {
@@ -10,9 +12,9 @@ std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& c
   std::map<int64_t, int64_t> last_submit;  // tid -> ts
   for (const Instant& i : controller.instants) {
     const std::string_view name = controller.process->String(i.name);
-    if (name == "ray.submit") {
+    if (name == names::kRaySubmit) {
       last_submit[i.tid] = i.ts_ns;
-    } else if (name == "ray.task" && i.has_payload && last_submit.count(i.tid) != 0) {
+    } else if (name == names::kRayTask && i.has_payload && last_submit.count(i.tid) != 0) {
       submitted.emplace(i.payload, std::make_pair(last_submit[i.tid], i.tid));
     }
   }
@@ -22,7 +24,7 @@ std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& c
 std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller) {
   std::map<uint64_t, int64_t> got;
   for (const Instant& i : controller.instants) {
-    if (i.has_payload && std::string_view(controller.process->String(i.name)) == "ray.got") {
+    if (i.has_payload && std::string_view(controller.process->String(i.name)) == names::kRayGot) {
       got.emplace(i.payload, i.ts_ns);
     }
   }

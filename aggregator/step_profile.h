@@ -65,7 +65,9 @@ struct ProcessInfo {
 
 // The run as a whole, for run.json.
 struct RunInfo {
-  std::string config_yaml;
+  std::string config_yaml;     // the run's config (config.h "One config per run")
+  std::string config_source;   // where its run keys came from: controller, aggregator, defaults
+  std::vector<std::string> config_notes;  // disagreements between sources, as logged
   std::vector<ProcessInfo> processes;
   std::vector<int64_t> steps_written;
   std::vector<ExpectedProcess> expected;

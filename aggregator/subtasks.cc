@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "native/names.h"
+
 namespace rlscope {
 namespace {
 
@@ -23,10 +25,10 @@ std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::v
     // The step's own range on the controller: children are one level below it.
     const Span* step_span = nullptr;
     for (const Span& s : slice.spans) {
-      if (std::string(p.String(s.name)) == "step" && !s.async) step_span = &s;
+      if (std::string(p.String(s.name)) == names::kStep && !s.async) step_span = &s;
     }
     for (const Span& s : slice.spans) {
-      if (std::string(p.String(s.name)) == "step") continue;
+      if (std::string(p.String(s.name)) == names::kStep) continue;
       const bool match = names.empty()
                              ? step_span != nullptr && !s.async && s.tid == step_span->tid &&
                                    s.depth == step_span->depth + 1

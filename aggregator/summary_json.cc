@@ -226,6 +226,10 @@ std::string RunJson(const RunInfo& run) {
   w.Key("format").String("rlscope-ray run v1");
   w.Key("final").Bool(run.final);
   w.Key("config_yaml").String(run.config_yaml);
+  w.Key("config_source").String(run.config_source);
+  w.Key("config_notes").BeginArray();
+  for (const std::string& note : run.config_notes) w.String(note);
+  w.EndArray();
   w.Key("processes").BeginArray();
   for (const ProcessInfo& pi : run.processes) {
     const ProcessTimeline& p = *pi.process;

@@ -33,10 +33,11 @@ class Worker:
         self.armed = tmp_path / f"worker{rank}.armed"
         self.report = tmp_path / f"worker{rank}.json"
         self.stop_file = tmp_path / f"worker{rank}.stop"
+        self.stderr = tmp_path / f"worker{rank}.err"
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"), "--duration", "120", "--stop-file",
              str(self.stop_file), "--armed-file", str(self.armed), "--report", str(self.report), "--ready",
-             str(self.ready)], env=agg.env(role="worker", rank=rank, config=config))
+             str(self.ready)], env=agg.env(role="worker", rank=rank, config=config), stderr=open(self.stderr, "w"))
         deadline = time.monotonic() + 60  # a hang guard
         while not self.ready.exists():
             assert self.proc.poll() is None and time.monotonic() < deadline
@@ -96,6 +97,66 @@ def test_workers_record_only_in_the_windows_of_selected_steps(aggregator_factory
     (step,) = trace.slices(trace.pid_of("(controller)"), "step")
     for e in traced.values():
         assert _ns(step["ts"]) <= _ns(e["ts"]) and _ns(e["ts"]) + _ns(e["dur"]) <= _ns(step["ts"]) + _ns(step["dur"])
+
+
+def _summary(agg, n):
+    return json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+
+
+def test_the_programs_own_selection_is_the_runs(aggregator_factory, tmp_path):
+    """README's by-hand recipe: an aggregator with no --config, and the
+    selection in the programs' RLSCOPE_CONFIG. The aggregator takes the
+    controller's config as the run's: exactly steps 2 and 4 are written (it
+    used to write every step, knowing only its own config), with rank 0 and
+    without rank 1, which records nothing."""
+    config = "{steps: [2, 4], ranks: [0]}"
+    agg = aggregator_factory()
+    rank0, rank1 = Worker(agg, tmp_path, config, rank=0), Worker(agg, tmp_path, config, rank=1)
+    _controller(agg, tmp_path, "--steps", "5", "--step-ms", "150", "--gap-ms", "50",
+                "--wait-before", "2", str(rank0.armed), config=config)
+    rank0.stop()
+    rank1.stop()
+    log = agg.wait()
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_2", "step_4"], log
+    for n in (2, 4):
+        assert sorted((p["role"], p["rank"]) for p in _summary(agg, n)["processes"]) == \
+            [("controller", None), ("worker", 0)]
+    run = _run_json(agg)
+    workers = {p["rank"]: p for p in run["processes"] if p["role"] == "worker"}
+    assert workers[0]["selected"] and workers[0]["events_received"] > 0
+    assert not workers[1]["selected"] and workers[1]["events_received"] == 0
+    assert "steps: [2, 4]" in run["config_yaml"] and run["config_source"] == "controller"
+    assert "disagree" not in log and "disagree" not in rank0.stderr.read_text()
+
+
+def test_aggregator_and_controller_disagree_the_run_says_so_once_and_uses_the_controllers(aggregator_factory,
+                                                                                           tmp_path):
+    agg = aggregator_factory(config="steps: [3]\n")
+    _controller(agg, tmp_path, "--steps", "4", "--step-ms", "30", "--gap-ms", "20", config="{steps: [2, 4]}")
+    log = agg.wait()
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_2", "step_4"], log
+    lines = [line for line in log.splitlines() if "disagree" in line]
+    assert len(lines) == 1, log
+    assert "steps: [3] vs [2, 4]" in lines[0] and "using the controller's" in lines[0], lines[0]
+    run = _run_json(agg)
+    assert run["config_source"] == "controller" and run["config_notes"] == [lines[0].split(": ", 1)[1]]
+
+
+def test_a_worker_takes_the_runs_selection_over_its_own_and_says_so(aggregator_factory, tmp_path):
+    """A worker whose own config leaves its rank out is profiled all the same
+    when the run's config (the controller's) selects it, and says why."""
+    agg = aggregator_factory()
+    worker = Worker(agg, tmp_path, "{ranks: [1]}", rank=0)
+    _controller(agg, tmp_path, "--steps", "3", "--step-ms", "150", "--gap-ms", "50",
+                "--wait-before", "2", str(worker.armed), config="{steps: [2], ranks: [0]}")
+    own = worker.stop()
+    agg.wait()
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_2"]
+    (w,) = [p for p in _summary(agg, 2)["processes"] if p["role"] == "worker"]
+    assert w["rank"] == 0 and w["spans"] > 0, w
+    assert own["iterations"] > 0
+    lines = [line for line in worker.stderr.read_text().splitlines() if "disagrees" in line]
+    assert len(lines) == 1 and "ranks: [1] vs [0]" in lines[0] and "using the run's" in lines[0], lines
 
 
 def test_range_opened_just_before_a_selected_step_is_clipped_not_lost(aggregator_factory, tmp_path):

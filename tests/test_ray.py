@@ -130,3 +130,20 @@ def test_node_with_a_shifted_clock_still_nests_worker_spans_in_the_controllers_c
         (method,) = trace.slices(trace.pid_of(f"Learner (rank {rank})"), "update_actor")
         assert float(call["ts"]) <= float(method["ts"])
         assert float(method["ts"]) + float(method["dur"]) <= float(call["ts"]) + float(call["dur"])
+
+
+def test_selection_given_to_init_is_the_runs_with_an_aggregator_started_by_hand(aggregator_factory, tmp_path):
+    """rlscope_ray.init(config, aggregator=...) joining an aggregator that was
+    started without a config: the steps and ranks in `config` are the run's,
+    for the aggregator too (it used to write every step)."""
+    agg = aggregator_factory()
+    env = dict(agg.env(role="controller", config=json.dumps({"steps": [2, 4], "ranks": [0]})), RAY_ADDRESS="")
+    r = subprocess.run([sys.executable, str(ROOT / "tests/apps/ray_wait_app.py"), "--steps", "5", "--ranges", "200"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = agg.wait(timeout=60)
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_2", "step_4"], log
+    for n in (2, 4):
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        assert sorted((p["role"], p["rank"]) for p in summary["processes"]) == [("controller", None), ("worker", 0)]
+    assert "disagree" not in log

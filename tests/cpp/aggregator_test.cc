@@ -1030,19 +1030,80 @@ TEST_F(AggregatorTest, RunCompleteDoesNotWaitForLiveWorkersOnceStepsAreWritten) 
 }
 
 TEST_F(AggregatorTest, UnselectedProcessesAreLeftOutAndDoNotHoldStepsBack) {
+  // The run's config (the controller's) selects rank 0: rank 3 is left out
+  // whatever it says of itself, and a process's own word counts only before
+  // the run's config is decided.
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector idle(2, "worker", 3, 200);
-  Connect(ctl);
-  wire::Hello h = idle.Hello();
-  h.selected = false;
-  Send(h);
+  FakeCollector early(3, "worker", 0, 300);
+  wire::Hello unselected = early.Hello();
+  unselected.selected = false;  // its own config leaves it out; the run's selects it
+  Send(unselected);
+  wire::Hello c = ctl.Hello();
+  c.config = ConfigToYaml(ConfigFrom("ranks: [0]\n"));
+  Send(c);
+  Connect(idle);  // says selected (its own config): the run's says no
   ctl.Push(1, 1000, "step").Pop(1, 2000);
   Send(ctl.Flush(2500));
+  Send(early.Flush(2500));
   agg_->Tick(0);  // the unselected worker never flushed past the step: no wait
   ASSERT_EQ(exporter_.steps.size(), 1u);
-  ASSERT_EQ(exporter_.steps[0].processes.size(), 1u);
-  EXPECT_TRUE(exporter_.steps[0].processes[0].process->is_controller());
+  std::vector<uint64_t> in_step;
+  for (const ProcessSlice& slice : exporter_.steps[0].processes) in_step.push_back(slice.process->hello().session);
+  EXPECT_THAT(in_step, ::testing::UnorderedElementsAre(1u, 3u));
   EXPECT_EQ(exporter_.steps[0].reason, "complete");
+}
+
+// The run's config (config.h "One config per run"): decided at the
+// controller's first Hello, sent to every collector, disagreements noted.
+std::vector<std::pair<uint64_t, std::string>> RunConfigsSent(Aggregator* agg) {
+  std::vector<std::pair<uint64_t, std::string>> out;  // (session, run_config) of each that carries one
+  for (const Outgoing& o : agg->TakeOutgoing()) {
+    const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+    if (!c.run_config.empty()) out.emplace_back(o.session, c.run_config);
+  }
+  return out;
+}
+
+TEST_F(AggregatorTest, TheControllersConfigIsTheRunsAndTheAggregatorSaysWhenItsOwnDisagrees) {
+  agg_ = std::make_unique<Aggregator>(ConfigFrom("steps: [3]\nranks: [1]\nflush: {step_grace_ms: 7}\n"), &exporter_,
+                                      "agg.yaml");
+  FakeCollector worker(2, "worker", 0, 200), ctl(1, "controller", -1, 100);
+  Connect(worker);
+  EXPECT_THAT(RunConfigsSent(agg_.get()), IsEmpty());  // not decided before the controller
+  wire::Hello c = ctl.Hello();
+  c.config = ConfigToYaml(ConfigFrom("steps: [2, 4]\n"));
+  Send(c);
+  const std::string run = ConfigToYaml(agg_->config());
+  // Everyone connected so far, then the controller's own answer.
+  EXPECT_EQ(RunConfigsSent(agg_.get()),
+            (std::vector<std::pair<uint64_t, std::string>>{{0, run}, {1, run}}));
+  EXPECT_EQ(agg_->config().steps.ToString(), "[2, 4]");
+  EXPECT_EQ(agg_->config().ranks.ToString(), "all");         // a run key: the controller's
+  EXPECT_EQ(agg_->config().flush.step_grace_ms, 7);          // not a run key: the aggregator's own
+  const std::vector<std::string> notes = agg_->TakeNotes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "the controller's config (pid 100) disagrees with --config agg.yaml "
+                      "(ranks: [1] vs all; steps: [3] vs [2, 4]): using the controller's");
+  EXPECT_THAT(agg_->TakeNotes(), IsEmpty());
+  FakeCollector late(3, "worker", 1, 300);
+  Connect(late);  // a newcomer gets it with its window
+  EXPECT_EQ(RunConfigsSent(agg_.get()), (std::vector<std::pair<uint64_t, std::string>>{{3, run}}));
+  ctl.Push(1, 1000, "step").Pop(1, 2000).Push(1, 3000, "step").Pop(1, 4000);
+  Send(ctl.Flush(4500));
+  agg_->Tick(1000 * kMs);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  EXPECT_EQ(exporter_.steps[0].step, 2);
+}
+
+TEST_F(AggregatorTest, AControllerWithoutAConfigGetsTheAggregatorsWithoutANote) {
+  Init(ConfigFrom("steps: [3]\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);  // Hello.config empty: RLSCOPE_CONFIG was not set
+  const auto sent = RunConfigsSent(agg_.get());
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(ParseConfig(sent[1].second, "sent").config.steps.ToString(), "[3]");
+  EXPECT_THAT(agg_->TakeNotes(), IsEmpty());
 }
 
 TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {

@@ -20,6 +20,7 @@
 #include "native/clock.h"
 #include "native/config.h"
 #include "native/event.h"
+#include "native/steps.h"
 #include "native/string_table.h"
 #include "native/thread_buffer.h"
 #include "native/wire.h"
@@ -1113,6 +1114,71 @@ TEST(ConfigTest, KeyHelpListsEveryKey) {
                           "correction.enabled: true"}) {
     EXPECT_THAT(help, HasSubstr(key));
   }
+}
+
+// ------------------------------------------------------- one config per run
+
+TEST(RunConfigTest, AdoptRunKeysTakesTheSelectionAndKeepsTheProcesssOwnKeys) {
+  const ConfigResult run = ParseConfig("steps: \"2-4\"\nranks: [0]\nsubtasks: [gen]\ndiscrete: true\n"
+                                       "controller: false\ncorrection: {enabled: false, scale: 1.5}\n"
+                                       "buffers: {per_thread_kb: 64}\n", "run.yaml");
+  const ConfigResult own = ParseConfig("steps: [9]\nbuffers: {per_thread_kb: 4096}\ncapture_range: api\n", "own.yaml");
+  ASSERT_TRUE(run.ok() && own.ok());
+  Config c = own.config;
+  AdoptRunKeys(run.config, &c);
+  EXPECT_EQ(c.steps.ToString(), "[2, 3, 4]");
+  EXPECT_EQ(c.ranks.ToString(), "[0]");
+  EXPECT_EQ(c.subtasks, std::vector<std::string>{"gen"});
+  EXPECT_TRUE(c.discrete);
+  EXPECT_FALSE(c.controller);
+  EXPECT_FALSE(c.correction.enabled);
+  EXPECT_EQ(c.correction.scale, 1.5);
+  EXPECT_EQ(c.buffers.per_thread_kb, 4096);  // the process's own
+  EXPECT_EQ(c.capture_range, "api");
+  EXPECT_THAT(RunKeyDifferences(c, run.config), ::testing::IsEmpty());
+  EXPECT_THAT(RunKeyDifferences(own.config, run.config),
+              ::testing::ElementsAre("ranks: all vs [0]", "steps: [9] vs [2, 3, 4]", "subtasks: [] vs [gen]",
+                                     "discrete: false vs true", "controller: true vs false",
+                                     "correction.enabled: true vs false", "correction.scale: 1 vs 1.5"));
+}
+
+TEST(RunConfigTest, SelectsProcessByRoleAndRank) {
+  Config c = ParseConfig("ranks: [1]\ncontroller: false\n", "c.yaml").config;
+  EXPECT_FALSE(SelectsProcess(c, true, -1));
+  EXPECT_TRUE(SelectsProcess(c, false, 1));
+  EXPECT_FALSE(SelectsProcess(c, false, 0));
+  EXPECT_FALSE(SelectsProcess(c, false, -1));  // unknown rank counts as 0
+  EXPECT_TRUE(SelectsProcess(Config(), false, -1));
+}
+
+TEST(RunConfigTest, EndpointRuleFirstExplicitThenTheConfigsUnlessAuto) {
+  Config c;
+  EXPECT_EQ(ResolveEndpoint({}, c), "");
+  EXPECT_EQ(ResolveEndpoint({"", "auto"}, c), "");
+  c.aggregator = "tcp://cfg:1";
+  EXPECT_EQ(ResolveEndpoint({"", "auto"}, c), "tcp://cfg:1");
+  EXPECT_EQ(ResolveEndpoint({"", "tcp://job:2", "tcp://later:3"}, c), "tcp://job:2");
+  EXPECT_EQ(ResolveEndpoint({"tcp://env:4"}, c), "tcp://env:4");
+}
+
+TEST(StepsTest, NumberingIsThePayloadWhenNonNegativeElseTheNextOne) {
+  EXPECT_EQ(steps::Number(true, 7, 3), 7);
+  EXPECT_EQ(steps::Number(true, 0, 3), 0);
+  EXPECT_EQ(steps::Number(false, 7, 3), 3);                          // a start/end range's id
+  EXPECT_EQ(steps::Number(true, static_cast<uint64_t>(-1), 3), 3);   // negative: numbered in order
+}
+
+TEST(StepsTest, WorkersAreArmedAStepAheadTheControllerOnlyForItsStep) {
+  const IntSelection s = ParseConfig("steps: [3]\n", "s.yaml").config.steps;
+  std::vector<int64_t> workers, controller;
+  for (int64_t n = 1; n <= 4; ++n) {
+    if (steps::WorkersArmedDuring(s, n)) workers.push_back(n);
+    if (steps::ControllerArmedDuring(s, n)) controller.push_back(n);
+  }
+  EXPECT_EQ(workers, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(controller, (std::vector<int64_t>{3}));
+  EXPECT_TRUE(steps::WorkersArmedBefore(s, 3) && steps::ControllerArmedBefore(s, 3));
+  EXPECT_FALSE(steps::WorkersArmedBefore(s, 4) || steps::ControllerArmedBefore(s, 4));
 }
 
 }  // namespace
