@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from . import collector_path, settings
+from . import _native, collector_path, settings
 from .aggregator_process import AggregatorStartError, start_aggregator
 
 SCALE_MAX = 100.0  # the config's range for correction.scale
@@ -180,8 +180,8 @@ class Runner:
             raise CalibrationError(str(e)) from None
         try:
             env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
-            env.update(RLSCOPE_AGGREGATOR=agg.endpoint, RLSCOPE_ROLE="controller", RLSCOPE_CONFIG=json.dumps(cfg),
-                       NVTX_INJECTION64_PATH=collector_path())
+            env.update({settings.AGGREGATOR: agg.endpoint, settings.ROLE: _native.names.CONTROLLER,
+                        settings.CONFIG: json.dumps(cfg), "NVTX_INJECTION64_PATH": collector_path()})
             steps = self._run(env, "profiled")
             try:
                 agg.proc.wait(timeout=120)

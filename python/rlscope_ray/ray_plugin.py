@@ -20,7 +20,7 @@ from ray._private.runtime_env.plugin import RuntimeEnvPlugin  # DeveloperAPI
 from . import settings
 
 SETUP_HOOK_VAR = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
-CHAINED_HOOK_VAR = "RLSCOPE_CHAINED_SETUP_HOOK"
+CHAINED_HOOK_VAR = settings.CHAINED_SETUP_HOOK
 BOOTSTRAP = "rlscope_ray.ray_worker.bootstrap"
 PLUGIN_SPEC = {"class": "rlscope_ray.ray_plugin.RLScopePlugin", "priority": 50}
 

@@ -19,11 +19,11 @@ import os
 import sys
 from typing import Any, Callable
 
-CHAINED_HOOK_VAR = "RLSCOPE_CHAINED_SETUP_HOOK"
-
 
 def bootstrap() -> None:
-    chained = os.environ.get(CHAINED_HOOK_VAR)
+    from .settings import CHAINED_SETUP_HOOK
+
+    chained = os.environ.get(CHAINED_SETUP_HOOK)
     if chained:
         from ray._private.runtime_env.setup_hook import load_and_execute_setup_hook
 

@@ -38,6 +38,9 @@ PLUGIN_VERSION = "1"
 #: merely inherited the environment (a child, Ray's helper processes) is not
 #: profiled. Empty: not claimed yet, as the plugin leaves it for each worker.
 OWNER_PID = _names.ENV_OWNER_PID
+#: Set by the plugin when a worker already had a setup hook; the worker's
+#: bootstrap (ray_worker.py) runs it first.
+CHAINED_SETUP_HOOK = "RLSCOPE_CHAINED_SETUP_HOOK"
 WHERE = "runtime_env['rlscope']"
 
 _LOCATION = re.compile(r"^[^:]*(?::\d+:\d+)?: ")
