@@ -61,6 +61,7 @@ void Aggregator::SetWindow(bool open, int64_t step) {
   wire::Control c;
   c.window = open ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
   c.step = step;
+  c.run_config = run_config_yaml_;  // again: a collector that missed it (a full queue) adopts it now
   Send(0, c);
 }
 
