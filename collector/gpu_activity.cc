@@ -146,88 +146,80 @@ enum Decision : uint8_t { kUndecided = 0, kKeep = 1, kDrop = 2 };
 // raw until they are checked, and without a kernel's name, interned only
 // when the record is kept.
 
+// What kernels, copies and sets share: device work, kept by time or by its
+// launch's correlation id.
+template <typename T>
+ConvertedActivity FromDeviceWork(const T& r, GpuKind kind) {
+  ConvertedActivity c{r.start, r.end, /*device_side=*/true, {}};
+  c.g.kind = static_cast<uint8_t>(kind);
+  c.g.device = r.deviceId;
+  c.g.context = r.contextId;
+  c.g.stream = r.streamId;
+  c.g.correlation = r.correlationId;
+  return c;
+}
+
 ConvertedActivity FromKernel(const cs::Kernel& k) {
-  ConvertedActivity c{k.start, k.end, /*device_side=*/true, {}};
-  GpuRecord& g = c.g;
-  g.kind = static_cast<uint8_t>(GpuKind::kKernel);
-  g.device = k.deviceId;
-  g.context = k.contextId;
-  g.stream = k.streamId;
-  g.correlation = k.correlationId;
-  g.grid[0] = k.gridX;
-  g.grid[1] = k.gridY;
-  g.grid[2] = k.gridZ;
-  g.block[0] = k.blockX;
-  g.block[1] = k.blockY;
-  g.block[2] = k.blockZ;
+  ConvertedActivity c = FromDeviceWork(k, GpuKind::kKernel);
+  c.g.grid[0] = k.gridX;
+  c.g.grid[1] = k.gridY;
+  c.g.grid[2] = k.gridZ;
+  c.g.block[0] = k.blockX;
+  c.g.block[1] = k.blockY;
+  c.g.block[2] = k.blockZ;
   return c;
 }
 
 ConvertedActivity FromMemcpy(const cs::Memcpy& m) {
-  ConvertedActivity c{m.start, m.end, /*device_side=*/true, {}};
-  GpuRecord& g = c.g;
-  g.kind = static_cast<uint8_t>(GpuKind::kMemcpy);
-  g.subkind = m.copyKind;
-  g.bytes = m.bytes;
-  g.device = m.deviceId;
-  g.context = m.contextId;
-  g.stream = m.streamId;
-  g.correlation = m.correlationId;
+  ConvertedActivity c = FromDeviceWork(m, GpuKind::kMemcpy);
+  c.g.subkind = m.copyKind;
+  c.g.bytes = m.bytes;
   return c;
 }
 
 ConvertedActivity FromMemset(const cs::Memset& m) {
-  ConvertedActivity c{m.start, m.end, /*device_side=*/true, {}};
-  GpuRecord& g = c.g;
-  g.kind = static_cast<uint8_t>(GpuKind::kMemset);
-  g.bytes = m.bytes;
-  g.device = m.deviceId;
-  g.context = m.contextId;
-  g.stream = m.streamId;
-  g.correlation = m.correlationId;
+  ConvertedActivity c = FromDeviceWork(m, GpuKind::kMemset);
+  c.g.bytes = m.bytes;
   return c;
 }
 
 // `kind`: kRuntimeApi or kDriverApi; `name`: the interned API name.
 ConvertedActivity FromApi(const cs::Api& a, GpuKind kind, uint32_t name) {
   ConvertedActivity c{a.start, a.end, /*device_side=*/false, {}};
-  GpuRecord& g = c.g;
-  g.kind = static_cast<uint8_t>(kind);
-  g.name = name;
-  g.tid = a.threadId;
-  g.correlation = a.correlationId;
+  c.g.kind = static_cast<uint8_t>(kind);
+  c.g.name = name;
+  c.g.tid = a.threadId;
+  c.g.correlation = a.correlationId;
   return c;
 }
 
 // `tid`: the thread of the kept API record with its correlation id, or 0.
 ConvertedActivity FromSync(const cs::Sync& y, uint32_t tid) {
   ConvertedActivity c{y.start, y.end, /*device_side=*/false, {}};
-  GpuRecord& g = c.g;
-  g.tid = tid;
-  g.kind = static_cast<uint8_t>(GpuKind::kSync);
-  g.subkind = static_cast<uint32_t>(y.type);
-  g.context = y.contextId;
-  g.stream = y.streamId;
-  g.correlation = y.correlationId;
+  c.g.tid = tid;
+  c.g.kind = static_cast<uint8_t>(GpuKind::kSync);
+  c.g.subkind = static_cast<uint32_t>(y.type);
+  c.g.context = y.contextId;
+  c.g.stream = y.streamId;
+  c.g.correlation = y.correlationId;
   return c;
 }
 
 // `name`: the interned overhead kind.
 ConvertedActivity FromOverhead(const cs::Overhead& o, uint32_t name) {
   ConvertedActivity c{o.start, o.end, /*device_side=*/false, {}};
-  GpuRecord& g = c.g;
-  g.kind = static_cast<uint8_t>(GpuKind::kOverhead);
-  g.subkind = static_cast<uint32_t>(o.overheadKind) >> 16;
-  g.name = name;
+  c.g.kind = static_cast<uint8_t>(GpuKind::kOverhead);
+  c.g.subkind = static_cast<uint32_t>(o.overheadKind) >> 16;
+  c.g.name = name;
   if (o.objectKind == CUPTI_ACTIVITY_OBJECT_THREAD) {
-    g.tid = o.objectId.pt.threadId;
+    c.g.tid = o.objectId.pt.threadId;
   } else if (o.objectKind == CUPTI_ACTIVITY_OBJECT_DEVICE || o.objectKind == CUPTI_ACTIVITY_OBJECT_CONTEXT ||
              o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) {
-    g.device = o.objectId.dcs.deviceId;
-    if (o.objectKind != CUPTI_ACTIVITY_OBJECT_DEVICE) g.context = o.objectId.dcs.contextId;
-    if (o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) g.stream = o.objectId.dcs.streamId;
+    c.g.device = o.objectId.dcs.deviceId;
+    if (o.objectKind != CUPTI_ACTIVITY_OBJECT_DEVICE) c.g.context = o.objectId.dcs.contextId;
+    if (o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) c.g.stream = o.objectId.dcs.streamId;
   }
-  g.correlation = o.correlationId;
+  c.g.correlation = o.correlationId;
   return c;
 }
 
