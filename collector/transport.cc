@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <thread>
 #include <variant>
 
@@ -25,7 +26,38 @@ wire::DecodeResult DecodeMsg(zmq_msg_t* msg) {
   return wire::Decode(static_cast<const char*>(zmq_msg_data(msg)), zmq_msg_size(msg));
 }
 
+// Takes up to max_events events off the front of `threads` (threads in order,
+// their counts reduced); *taken is how many.
+std::vector<Outgoing::Thread> TakeEvents(std::vector<Outgoing::Thread>* threads, size_t max_events,
+                                         size_t* taken) {
+  std::vector<Outgoing::Thread> take;
+  size_t budget = max_events;
+  for (Outgoing::Thread& t : *threads) {
+    if (t.count == 0 || budget == 0) continue;
+    const size_t n = std::min(t.count, budget);
+    take.push_back({t.buffer, n});
+    t.count -= n;
+    budget -= n;
+  }
+  *taken = max_events - budget;
+  return take;
+}
+
 }  // namespace
+
+void Metadata::Append(Metadata&& more) {
+  strings.insert(strings.end(), std::make_move_iterator(more.strings.begin()),
+                 std::make_move_iterator(more.strings.end()));
+  thread_names.insert(thread_names.end(), std::make_move_iterator(more.thread_names.begin()),
+                      std::make_move_iterator(more.thread_names.end()));
+  categories.insert(categories.end(), more.categories.begin(), more.categories.end());
+}
+
+void Metadata::Clear() {
+  strings.clear();
+  thread_names.clear();
+  categories.clear();
+}
 
 Transport::Transport(const Config& config, uint64_t session, int wake_fd)
     : config_(config), session_(session), wake_fd_(wake_fd) {}
@@ -120,13 +152,7 @@ bool Transport::Send(const std::string& message) {
 }
 
 Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter& converter) {
-  unsent_.strings.insert(unsent_.strings.end(), std::make_move_iterator(out.metadata.strings.begin()),
-                         std::make_move_iterator(out.metadata.strings.end()));
-  unsent_.thread_names.insert(unsent_.thread_names.end(),
-                              std::make_move_iterator(out.metadata.thread_names.begin()),
-                              std::make_move_iterator(out.metadata.thread_names.end()));
-  unsent_.categories.insert(unsent_.categories.end(), out.metadata.categories.begin(),
-                            out.metadata.categories.end());
+  unsent_.Append(std::move(out.metadata));
   SendResult result;
   const Metadata no_metadata;
   const std::vector<GpuRecord> no_gpu;
@@ -135,17 +161,8 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
   size_t remaining_total = 0;
   for (const Outgoing::Thread& t : out.threads) remaining_total += t.count;
   do {
-    // The next kMaxEventsPerMessage events, threads in order.
-    std::vector<Outgoing::Thread> take;
-    size_t budget = kMaxEventsPerMessage;
-    for (Outgoing::Thread& t : out.threads) {
-      if (t.count == 0 || budget == 0) continue;
-      const size_t n = std::min(t.count, budget);
-      take.push_back({t.buffer, n});
-      t.count -= n;
-      budget -= n;
-    }
-    const size_t in_message = kMaxEventsPerMessage - budget;
+    size_t in_message = 0;
+    const std::vector<Outgoing::Thread> take = TakeEvents(&out.threads, kMaxEventsPerMessage, &in_message);
     remaining_total -= in_message;
     const bool last = remaining_total == 0;
     const bool with_metadata = first;
@@ -166,9 +183,7 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
       if (last) result.acked = true;
       if (with_metadata) {
         pending_probes_.clear();
-        unsent_.strings.clear();
-        unsent_.thread_names.clear();
-        unsent_.categories.clear();
+        unsent_.Clear();
       }
     } else {
       batches_dropped_.fetch_add(1, std::memory_order_relaxed);

@@ -29,6 +29,8 @@ struct Metadata {
   std::vector<std::pair<uint32_t, std::string>> strings;
   std::vector<std::pair<int64_t, std::string>> thread_names;
   std::vector<wire::CategoryName> categories;
+  void Append(Metadata&& more);
+  void Clear();  // keeps the capacity
 };
 
 // What one flush sends, taken from the recording side (Collector::Snapshot).
