@@ -12,8 +12,6 @@
 #include <fstream>
 #include <random>
 
-#include <zmq.h>
-
 #include "native/names.h"
 #include "native/steps.h"
 
@@ -25,8 +23,6 @@ thread_local bool Collector::tls_over_budget_ = false;
 thread_local bool Collector::tls_exiting_ = false;
 
 namespace {
-
-constexpr size_t kMaxEventsPerMessage = 1 << 16;
 
 int64_t GetTid() { return static_cast<int64_t>(syscall(SYS_gettid)); }
 
@@ -462,6 +458,21 @@ ThreadState* Collector::RegisterThread() {
   return tls_state_;
 }
 
+void Collector::RetireExitedThreads() {
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    ThreadEntry* e = it->get();
+    if (e->exited.load(std::memory_order_acquire) && e->buffer->size() == 0 && e->name_sent) {
+      retired_dropped_ += e->buffer->dropped();
+      retired_written_ += e->buffer->written();
+      bytes_reserved_ -= static_cast<size_t>(config_.buffers.per_thread_kb) * 1024;
+      it = threads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void Collector::NameThread(int64_t tid, const std::string& name) {
   std::lock_guard<std::mutex> lock(meta_mu_);
   thread_names_[tid] = name;
@@ -471,6 +482,26 @@ void Collector::NameThread(int64_t tid, const std::string& name) {
 void Collector::NameCategory(uint32_t domain, uint32_t category, const std::string& name) {
   std::lock_guard<std::mutex> lock(meta_mu_);
   categories_.push_back({domain, category, name});
+}
+
+void Collector::CollectMetadata(const std::vector<ThreadEntry*>& entries, Metadata* out) {
+  next_string_id_ = strings_.CopySince(next_string_id_, &out->strings);
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  for (ThreadEntry* e : entries) {
+    if (e->name_sent) continue;
+    e->name_sent = true;
+    const int64_t tid = e->buffer->tid();
+    auto it = thread_names_.find(tid);
+    std::string name = it != thread_names_.end()
+                           ? it->second
+                           : ReadFirstLine("/proc/self/task/" + std::to_string(tid) + "/comm");
+    out->thread_names.emplace_back(tid, name.empty() ? "thread " + std::to_string(tid) : name);
+  }
+  for (int64_t tid : renamed_threads_) out->thread_names.emplace_back(tid, thread_names_[tid]);
+  renamed_threads_.clear();
+  out->categories.insert(out->categories.end(), categories_.begin() + static_cast<long>(categories_sent_),
+                         categories_.end());
+  categories_sent_ = categories_.size();
 }
 
 bool Collector::Flush(int timeout_ms) {
@@ -508,156 +539,10 @@ void Collector::Stats(rlscope_stats_t* out) {
     dropped += t->buffer->dropped();
   }
   out->events = written;
-  out->dropped = dropped + overflow_dropped_.load(std::memory_order_relaxed) +
-                 send_dropped_events_.load(std::memory_order_relaxed);
-  out->batches_sent = batches_sent_.load(std::memory_order_relaxed);
-  out->batches_dropped = batches_dropped_.load(std::memory_order_relaxed);
+  out->dropped = dropped + overflow_dropped_.load(std::memory_order_relaxed) + transport_.events_dropped();
+  out->batches_sent = transport_.batches_sent();
+  out->batches_dropped = transport_.batches_dropped();
   out->threads = threads_.size();
-}
-
-void Collector::FlushLoop() {
-  // Before the first Hello, which carries the costs (overhead correction).
-  if (selected_ && config_.correction.enabled && test_clock_ == nullptr) Calibrate();
-  void* ctx = zmq_ctx_new();
-  void* sock = ctx != nullptr ? zmq_socket(ctx, ZMQ_DEALER) : nullptr;
-  if (sock != nullptr) {
-    const int hwm = 1000;
-    const int linger = static_cast<int>(config_.flush.exit_timeout_ms);
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
-    if (zmq_connect(sock, endpoint_.c_str()) != 0) {
-      std::fprintf(stderr,
-                   "rlscope: cannot use aggregator endpoint '%s' (%s); events will be "
-                   "counted and dropped. Set RLSCOPE_AGGREGATOR to tcp://host:port.\n",
-                   endpoint_.c_str(), zmq_strerror(zmq_errno()));
-      zmq_close(sock);
-      sock = nullptr;
-    }
-  }
-  // Waits for the interval, a wake-up (eventfd) or a Control message from
-  // the aggregator, whichever comes first.
-  zmq_pollitem_t items[2] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0}, {sock, 0, ZMQ_POLLIN, 0}};
-  const int num_items = (wake_fd_ >= 0 ? 1 : 0) + (sock != nullptr ? 1 : 0);
-  zmq_pollitem_t* first_item = wake_fd_ >= 0 ? &items[0] : &items[1];
-  int64_t next_flush_ns = MonotonicNs();
-  bool was_armed = armed();
-  // Hello before the first probe burst (up to probes_per_burst round trips):
-  // the aggregator waits for a process's data only once it knows it.
-  SendControl(sock);
-  while (true) {
-    uint64_t ticket;
-    bool stop;
-    {
-      std::lock_guard<std::mutex> lock(flush_mu_);
-      stop = stop_;
-    }
-    items[0].revents = items[1].revents = 0;
-    int64_t now = MonotonicNs();
-    bool woken = false;
-    if (!stop && now < next_flush_ns) {
-      int64_t wait_ns = next_flush_ns - now;
-      if (window_close_at_ns_ != 0) wait_ns = std::min(wait_ns, std::max<int64_t>(0, window_close_at_ns_ - now));
-      if (num_items > 0) {
-        zmq_poll(first_item, num_items, static_cast<long>(wait_ns / 1000000) + 1);
-      } else {
-        std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
-      }
-      if (wake_fd_ >= 0 && (items[0].revents & ZMQ_POLLIN) != 0) {
-        uint64_t count;
-        [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof(count));
-        woken = true;
-      }
-    }
-    if (sock != nullptr && config_.clock.probe_interval_ms > 0 && MonotonicNs() >= next_probe_ns_) {
-      ProbeBurst(sock);
-      next_probe_ns_ = MonotonicNs() + config_.clock.probe_interval_ms * 1000000;
-    }
-    if (sock != nullptr) {  // Control messages from the aggregator
-      zmq_msg_t msg;
-      zmq_msg_init(&msg);
-      while (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0) {
-        const wire::DecodeResult r =
-            wire::Decode(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-        if (r.ok && std::holds_alternative<wire::Control>(r.message)) {
-          const auto& control = std::get<wire::Control>(r.message);
-          ApplyControl(control);
-          if (control.flush != 0) woken = true;  // answer the barrier now
-        }
-      }
-      zmq_msg_close(&msg);
-    }
-    now = MonotonicNs();
-    if (window_close_at_ns_ != 0 && now >= window_close_at_ns_) {
-      window_close_at_ns_ = 0;
-      window_open_.store(false, std::memory_order_relaxed);
-      UpdateArmed();
-    }
-    {
-      std::lock_guard<std::mutex> lock(flush_mu_);
-      ticket = flush_requests_;
-      stop = stop_;
-      if (ticket > flushes_done_) woken = true;
-    }
-    if (!woken && !stop && now < next_flush_ns) continue;
-    next_flush_ns = now + config_.flush.interval_ms * 1000000;
-    // A window just closed, a barrier, or exit: CUPTI hands over what it
-    // buffered first, so the GPU records ship with this flush.
-    const bool armed_now = armed();
-    if (void (*hook)() = gpu_flush_hook_.load(std::memory_order_acquire);
-        hook != nullptr && (stop || pending_ack_ != 0 || (was_armed && !armed_now))) {
-      hook();
-    }
-    was_armed = armed_now;
-    SendControl(sock);
-    DrainAndSend(sock);
-    {
-      std::lock_guard<std::mutex> lock(flush_mu_);
-      flushes_done_ = ticket;
-    }
-    flushed_cv_.notify_all();
-    if (stop) break;
-  }
-  if (sock != nullptr) {
-    rlscope_stats_t stats;
-    Stats(&stats);
-    wire::Bye bye{session_, stats.events, stats.dropped};
-    const std::string msg = wire::Encode(bye);
-    zmq_send(sock, msg.data(), msg.size(), ZMQ_DONTWAIT);
-    zmq_close(sock);  // lingers up to flush.exit_timeout_ms to deliver
-  }
-  if (ctx != nullptr) zmq_ctx_term(ctx);
-}
-
-void Collector::ProbeBurst(void* socket) {
-  for (int64_t i = 0; i < config_.clock.probes_per_burst; ++i) {
-    wire::Probe probe{session_, 0};
-    probe.t1 = MonotonicNs();
-    const std::string msg = wire::Encode(probe);
-    if (zmq_send(socket, msg.data(), msg.size(), ZMQ_DONTWAIT) < 0) return;
-    const int64_t deadline = probe.t1 + 50000000;
-    bool answered = false;
-    while (!answered) {
-      const int64_t now = MonotonicNs();
-      if (now >= deadline) return;  // no aggregator (yet): try at the next burst
-      zmq_pollitem_t item{socket, 0, ZMQ_POLLIN, 0};
-      if (zmq_poll(&item, 1, static_cast<long>((deadline - now) / 1000000) + 1) <= 0) continue;
-      zmq_msg_t reply;
-      zmq_msg_init(&reply);
-      while (zmq_msg_recv(&reply, socket, ZMQ_DONTWAIT) >= 0) {
-        const int64_t t4 = MonotonicNs();
-        const wire::DecodeResult r =
-            wire::Decode(static_cast<const char*>(zmq_msg_data(&reply)), zmq_msg_size(&reply));
-        if (!r.ok || !std::holds_alternative<wire::Control>(r.message)) continue;
-        const auto& control = std::get<wire::Control>(r.message);
-        if (control.probe_t1 == probe.t1 && control.probe_t2 != 0) {
-          pending_probes_.push_back({probe.t1, control.probe_t2, control.probe_t3, t4});
-          answered = true;
-        }
-        ApplyControl(control);
-      }
-      zmq_msg_close(&reply);
-    }
-  }
 }
 
 void Collector::SetLabel(const std::string& key, const std::string& value) {
@@ -671,6 +556,19 @@ void Collector::SetCost(const std::string& key, double ns) {
   std::lock_guard<std::mutex> lock(meta_mu_);
   costs_[key] = ns;
   ++hello_gen_;
+}
+
+wire::Hello Collector::MakeHello() const {
+  wire::Hello hello;
+  hello.session = session_;
+  hello.identity = identity_;
+  hello.clock = "monotonic";
+  hello.start_ns = start_ns_;
+  hello.selected = selected();
+  // A controller's own config is the run's (config.h): the aggregator adopts it.
+  if (is_controller_ && own_config_) hello.config = ConfigToYaml(config_);
+  hello.costs = costs_;
+  return hello;
 }
 
 std::map<std::string, double> Collector::Calibrate() {
@@ -731,192 +629,6 @@ void Collector::ReportExpected(std::vector<std::map<std::string, std::string>> p
   std::lock_guard<std::mutex> lock(meta_mu_);
   expected_ = std::move(processes);
   ++expected_gen_;
-}
-
-void Collector::SendControl(void* socket) {
-  if (socket == nullptr) return;
-  std::string hello_msg, expected_msg;
-  uint64_t hello_gen = 0, expected_gen = 0;
-  {
-    std::lock_guard<std::mutex> lock(meta_mu_);
-    hello_gen = hello_gen_;
-    expected_gen = expected_gen_;
-    if (hello_gen_ != hello_sent_gen_) {
-      wire::Hello hello;
-      hello.session = session_;
-      hello.identity = identity_;
-      hello.clock = "monotonic";
-      hello.start_ns = start_ns_;
-      hello.selected = selected();
-      // A controller's own config is the run's (config.h): the aggregator adopts it.
-      if (is_controller_ && own_config_) hello.config = ConfigToYaml(config_);
-      hello.costs = costs_;
-      hello_msg = wire::Encode(hello);
-    }
-    if (expected_gen_ != expected_sent_gen_) {
-      expected_msg = wire::Encode(wire::Expected{session_, expected_});
-    }
-  }
-  // A control message that cannot be queued now is retried on the next flush.
-  if (!hello_msg.empty() && zmq_send(socket, hello_msg.data(), hello_msg.size(), ZMQ_DONTWAIT) >= 0) {
-    std::lock_guard<std::mutex> lock(meta_mu_);
-    hello_sent_gen_ = hello_gen;
-  }
-  if (!expected_msg.empty() &&
-      zmq_send(socket, expected_msg.data(), expected_msg.size(), ZMQ_DONTWAIT) >= 0) {
-    std::lock_guard<std::mutex> lock(meta_mu_);
-    expected_sent_gen_ = expected_gen;
-  }
-}
-
-void Collector::DrainAndSend(void* socket) {
-  converter_.Sample();
-  // Every event stamped before `watermark` is drained below, except one whose
-  // thread read the clock but had not yet published it (a preemption between
-  // the two): allow 5 ms for that. (The flush barrier's ack is the other path.)
-  // (Under test costs, events are stamped ahead by the test clock: so is it.)
-  const int64_t watermark =
-      converter_.ToNs(ReadTicks(clock_source_)) + std::max<int64_t>(0, TestClockNs()) - 5000000;
-
-  struct Plan {
-    ThreadEntry* entry;
-    size_t count;
-  };
-  std::vector<ThreadEntry*> entries;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu_);
-    for (auto& t : threads_) entries.push_back(t.get());
-  }
-  std::vector<Plan> pending;
-  for (ThreadEntry* e : entries) pending.push_back({e, e->buffer->size()});
-
-  // GPU records queued by CUPTI's callbacks (their names are interned already).
-  std::vector<GpuRecord> gpu;
-  {
-    std::lock_guard<std::mutex> lock(gpu_mu_);
-    gpu.swap(gpu_records_);
-  }
-
-  // Metadata after the size snapshot: every drained event's strings exist.
-  // Metadata not yet delivered accumulates in unsent_* and rides on the first
-  // message; it is cleared only once that message was queued for sending, so
-  // a dropped message cannot orphan ids used by later events.
-  next_string_id_ = strings_.CopySince(next_string_id_, &unsent_strings_);
-  {
-    std::lock_guard<std::mutex> lock(meta_mu_);
-    for (ThreadEntry* e : entries) {
-      if (e->name_sent) continue;
-      e->name_sent = true;
-      const int64_t tid = e->buffer->tid();
-      auto it = thread_names_.find(tid);
-      std::string name = it != thread_names_.end()
-                             ? it->second
-                             : ReadFirstLine("/proc/self/task/" + std::to_string(tid) + "/comm");
-      unsent_names_.emplace_back(tid, name.empty() ? "thread " + std::to_string(tid) : name);
-    }
-    for (int64_t tid : renamed_threads_) unsent_names_.emplace_back(tid, thread_names_[tid]);
-    renamed_threads_.clear();
-    unsent_categories_.insert(unsent_categories_.end(),
-                              categories_.begin() + static_cast<long>(categories_sent_), categories_.end());
-    categories_sent_ = categories_.size();
-  }
-
-  uint64_t dropped = overflow_dropped_.load(std::memory_order_relaxed) +
-                     send_dropped_events_.load(std::memory_order_relaxed) +
-                     gpu_dropped_.load(std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(registry_mu_);
-    dropped += retired_dropped_;
-    for (auto& t : threads_) dropped += t->buffer->dropped();
-  }
-
-  // One message per kMaxEventsPerMessage events; metadata rides on the first,
-  // and an empty batch still goes out as a heartbeat carrying the watermark.
-  bool first = true;
-  size_t remaining_total = 0;
-  for (const Plan& p : pending) remaining_total += p.count;
-  do {
-    std::vector<Plan> take;
-    size_t budget = kMaxEventsPerMessage;
-    for (Plan& p : pending) {
-      if (p.count == 0 || budget == 0) continue;
-      const size_t n = std::min(p.count, budget);
-      take.push_back({p.entry, n});
-      p.count -= n;
-      budget -= n;
-    }
-    const size_t in_message = kMaxEventsPerMessage - budget;
-    remaining_total -= in_message;
-    const bool last = remaining_total == 0;
-    writer_.Begin(session_, seq_++, last ? watermark : 0, dropped, last ? pending_ack_ : 0);
-    const std::vector<std::pair<uint32_t, std::string>> no_strings;
-    const std::vector<std::pair<int64_t, std::string>> no_names;
-    const std::vector<wire::CategoryName> no_categories;
-    const std::vector<GpuRecord> no_gpu;
-    const std::vector<wire::ProbeSample> no_probes;
-    const bool with_metadata = first;
-    writer_.Strings(with_metadata ? unsent_strings_ : no_strings);
-    writer_.ThreadNames(with_metadata ? unsent_names_ : no_names);
-    writer_.Categories(with_metadata ? unsent_categories_ : no_categories);
-    writer_.Gpu(with_metadata ? gpu : no_gpu);
-    writer_.Probes(with_metadata ? pending_probes_ : no_probes);
-    first = false;
-    writer_.BeginThreads(take.size());
-    for (const Plan& p : take) {
-      writer_.BeginThread(p.entry->buffer->tid(), p.count);
-      p.entry->buffer->Drain(
-          [&](const EventRecord* records, size_t n) {
-            for (size_t i = 0; i < n; ++i) {
-              const EventRecord& r = records[i];
-              wire::Event ev;
-              ev.ts_ns = converter_.ToNs(r.ts);
-              ev.value = r.value;
-              ev.name = r.name;
-              ev.domain = r.domain;
-              ev.category = r.category;
-              ev.kind = r.kind;
-              ev.flags = r.flags;
-              writer_.AddEvent(ev);
-            }
-          },
-          p.count);
-    }
-    const msgpack::sbuffer& buf = writer_.Finish();
-    if (socket != nullptr && zmq_send(socket, buf.data(), buf.size(), ZMQ_DONTWAIT) >= 0) {
-      batches_sent_.fetch_add(1, std::memory_order_relaxed);
-      events_sent_.fetch_add(in_message, std::memory_order_relaxed);
-      if (last) pending_ack_ = 0;
-      if (with_metadata) {
-        pending_probes_.clear();
-        unsent_strings_.clear();
-        unsent_names_.clear();
-        unsent_categories_.clear();
-      }
-    } else {
-      batches_dropped_.fetch_add(1, std::memory_order_relaxed);
-      send_dropped_events_.fetch_add(in_message, std::memory_order_relaxed);
-      // Later messages would use ids this one was to ship: they wait in the
-      // rings for the next flush, with the metadata. (Its GPU records are lost.)
-      if (with_metadata) {
-        gpu_dropped_.fetch_add(gpu.size(), std::memory_order_relaxed);
-        break;
-      }
-    }
-  } while (remaining_total > 0);
-
-  // Free the buffers of threads that exited and are fully drained.
-  std::lock_guard<std::mutex> lock(registry_mu_);
-  for (auto it = threads_.begin(); it != threads_.end();) {
-    ThreadEntry* e = it->get();
-    if (e->exited.load(std::memory_order_acquire) && e->buffer->size() == 0 && e->name_sent) {
-      retired_dropped_ += e->buffer->dropped();
-      retired_written_ += e->buffer->written();
-      bytes_reserved_ -= static_cast<size_t>(config_.buffers.per_thread_kb) * 1024;
-      it = threads_.erase(it);
-    } else {
-      ++it;
-    }
-  }
 }
 
 }  // namespace rlscope

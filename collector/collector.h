@@ -2,10 +2,11 @@
 // points (NVTX, the C ABI, the Python module all reach the same instance).
 //
 // Threads: any application thread records through the inline hot path below
-// into its own ThreadBuffer; the collector's flush thread (the only thread that
-// touches ZeroMQ) drains buffers, converts ticks to nanoseconds, encodes and
-// sends batches. Nothing here blocks or allocates on the hot path except the
-// first event of a thread (buffer registration).
+// into its own ThreadBuffer; the collector's flush thread (flush_thread.cc)
+// drains buffers and hands each flush to its Transport (transport.h), the
+// only code that touches ZeroMQ, which converts ticks to nanoseconds, encodes
+// and sends batches. Nothing here blocks or allocates on the hot path except
+// the first event of a thread (buffer registration).
 #pragma once
 
 #include <atomic>
@@ -27,6 +28,7 @@
 #include "native/wire.h"
 #include "collector/rlscope_collector.h"
 #include "collector/test_clock.h"
+#include "collector/transport.h"
 
 namespace rlscope {
 
@@ -223,14 +225,6 @@ class Collector {
   Collector(Config config, bool own_config, std::string endpoint, wire::Identity identity,
             std::unique_ptr<TestClock> test_clock);
   ThreadState* RegisterThread();
-  void FlushLoop();
-  void DrainAndSend(void* socket);
-  // Sends Hello (first time and after SetLabel) and a pending Expected list.
-  void SendControl(void* socket);
-  // A burst of clock probes, each answered before the next is sent (bounded
-  // by 50 ms per probe; the burst stops at the first unanswered one). Other
-  // Control messages arriving meanwhile are applied. Flush thread only.
-  void ProbeBurst(void* socket);
   void UpdateArmed();
   // Slow paths of the watching processes (see watching_). Return true when
   // the range opens/closes a step or a trigger range (it is then recorded
@@ -255,6 +249,23 @@ class Collector {
     std::atomic<bool> exited{false};  // set by the thread's TLS destructor
     bool name_sent = false;
   };
+
+  // The flush thread (flush_thread.cc); all but FlushLoop are its steps.
+  void FlushLoop();
+  // Sends Hello (first time and after SetLabel) and a pending Expected list.
+  void SendControl();
+  // The Hello it sends: identity, selection, costs (defined in collector.cc,
+  // beside SetLabel and SetCost). Caller holds meta_mu_.
+  wire::Hello MakeHello() const;
+  // One flush: Snapshot, the transport sends, RetireExitedThreads.
+  void DrainAndSend();
+  // What this flush sends: the rings' sizes now, the queued GPU records, the
+  // metadata those events need, the drop total, the ack owed.
+  Outgoing Snapshot();
+  // Names new since the last flush (strings, threads, categories) into *out.
+  void CollectMetadata(const std::vector<ThreadEntry*>& entries, Metadata* out);
+  // Frees the buffers of threads that exited and are fully drained.
+  void RetireExitedThreads();
 
   static std::atomic<Collector*> instance_;
   // initial-exec: one load on the hot path (a dlopen'ed library may use a few
@@ -329,22 +340,11 @@ class Collector {
 
   // Owned by the flush thread.
   int64_t window_close_at_ns_ = 0;  // a closed window disarms at this time (slack), 0 = none
-  uint64_t pending_ack_ = 0;        // flush token to acknowledge in the next batch
-  std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
-  int64_t next_probe_ns_ = 0;
+  uint64_t pending_ack_ = 0;        // flush token to acknowledge (ApplyControl); 0 = none
   TickConverter converter_;
-  wire::BatchWriter writer_;
-  uint32_t next_string_id_ = 1;
-  std::vector<std::pair<uint32_t, std::string>> unsent_strings_;
-  std::vector<std::pair<int64_t, std::string>> unsent_names_;
-  std::vector<wire::CategoryName> unsent_categories_;
-  uint64_t seq_ = 0;
-
-  // Statistics (relaxed: counters read for reporting only).
-  std::atomic<uint64_t> events_sent_{0};
-  std::atomic<uint64_t> send_dropped_events_{0};
-  std::atomic<uint64_t> batches_sent_{0};
-  std::atomic<uint64_t> batches_dropped_{0};
+  uint32_t next_string_id_ = 1;     // strings_ ids below it were handed to the transport
+  // The socket side (its send counters are read by Stats on any thread).
+  Transport transport_{config_, session_, wake_fd_};
 
   friend struct ThreadExitHook;
   friend class CollectorTestPeer;

@@ -37,6 +37,15 @@ using Overhead = CUpti_ActivityOverhead3;
 namespace rlscope {
 
 #if RLSCOPE_CUPTI_ACTIVITY_SUPPORTED
+
+// A record converted but not yet kept: its raw CUPTI times, and whether it
+// may be kept through its launch's correlation id (device work).
+struct ConvertedActivity {
+  uint64_t start = 0, end = 0;
+  bool device_side = false;
+  GpuRecord g;
+};
+
 namespace {
 
 namespace cs = cupti_structs;
@@ -126,6 +135,92 @@ bool Walk(const ActivityApi& api, const uint8_t* buffer, size_t valid_size,
     }
     return st == CUPTI_ERROR_MAX_LIMIT_REACHED;
   }
+}
+
+// Convert's decision on a record before it is converted: API records are
+// decided first (by time); the others stay undecided until their times and
+// correlation are known.
+enum Decision : uint8_t { kUndecided = 0, kKeep = 1, kDrop = 2 };
+
+// One handler per record kind: the GpuRecord without its times, which stay
+// raw until they are checked, and without a kernel's name, interned only
+// when the record is kept.
+
+// What kernels, copies and sets share: device work, kept by time or by its
+// launch's correlation id.
+template <typename T>
+ConvertedActivity FromDeviceWork(const T& r, GpuKind kind) {
+  ConvertedActivity c{r.start, r.end, /*device_side=*/true, {}};
+  c.g.kind = static_cast<uint8_t>(kind);
+  c.g.device = r.deviceId;
+  c.g.context = r.contextId;
+  c.g.stream = r.streamId;
+  c.g.correlation = r.correlationId;
+  return c;
+}
+
+ConvertedActivity FromKernel(const cs::Kernel& k) {
+  ConvertedActivity c = FromDeviceWork(k, GpuKind::kKernel);
+  c.g.grid[0] = k.gridX;
+  c.g.grid[1] = k.gridY;
+  c.g.grid[2] = k.gridZ;
+  c.g.block[0] = k.blockX;
+  c.g.block[1] = k.blockY;
+  c.g.block[2] = k.blockZ;
+  return c;
+}
+
+ConvertedActivity FromMemcpy(const cs::Memcpy& m) {
+  ConvertedActivity c = FromDeviceWork(m, GpuKind::kMemcpy);
+  c.g.subkind = m.copyKind;
+  c.g.bytes = m.bytes;
+  return c;
+}
+
+ConvertedActivity FromMemset(const cs::Memset& m) {
+  ConvertedActivity c = FromDeviceWork(m, GpuKind::kMemset);
+  c.g.bytes = m.bytes;
+  return c;
+}
+
+// `kind`: kRuntimeApi or kDriverApi; `name`: the interned API name.
+ConvertedActivity FromApi(const cs::Api& a, GpuKind kind, uint32_t name) {
+  ConvertedActivity c{a.start, a.end, /*device_side=*/false, {}};
+  c.g.kind = static_cast<uint8_t>(kind);
+  c.g.name = name;
+  c.g.tid = a.threadId;
+  c.g.correlation = a.correlationId;
+  return c;
+}
+
+// `tid`: the thread of the kept API record with its correlation id, or 0.
+ConvertedActivity FromSync(const cs::Sync& y, uint32_t tid) {
+  ConvertedActivity c{y.start, y.end, /*device_side=*/false, {}};
+  c.g.tid = tid;
+  c.g.kind = static_cast<uint8_t>(GpuKind::kSync);
+  c.g.subkind = static_cast<uint32_t>(y.type);
+  c.g.context = y.contextId;
+  c.g.stream = y.streamId;
+  c.g.correlation = y.correlationId;
+  return c;
+}
+
+// `name`: the interned overhead kind.
+ConvertedActivity FromOverhead(const cs::Overhead& o, uint32_t name) {
+  ConvertedActivity c{o.start, o.end, /*device_side=*/false, {}};
+  c.g.kind = static_cast<uint8_t>(GpuKind::kOverhead);
+  c.g.subkind = static_cast<uint32_t>(o.overheadKind) >> 16;
+  c.g.name = name;
+  if (o.objectKind == CUPTI_ACTIVITY_OBJECT_THREAD) {
+    c.g.tid = o.objectId.pt.threadId;
+  } else if (o.objectKind == CUPTI_ACTIVITY_OBJECT_DEVICE || o.objectKind == CUPTI_ACTIVITY_OBJECT_CONTEXT ||
+             o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) {
+    c.g.device = o.objectId.dcs.deviceId;
+    if (o.objectKind != CUPTI_ACTIVITY_OBJECT_DEVICE) c.g.context = o.objectId.dcs.contextId;
+    if (o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) c.g.stream = o.objectId.dcs.streamId;
+  }
+  c.g.correlation = o.correlationId;
+  return c;
 }
 
 }  // namespace
@@ -226,157 +321,102 @@ ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_s
   st.records = records.size();
 
   std::lock_guard<std::mutex> lock(mu_);
-  // Pass 1: API records first, so that device work that precedes its launch
-  // in the buffer still finds the launch's correlation id.
-  std::vector<uint8_t> keep(records.size(), 0);  // 0 undecided, 1 keep, 2 drop (counted)
+  // API records first, so that device work that precedes its launch in the
+  // buffer still finds the launch's correlation id; then all in buffer order.
+  const std::vector<uint8_t> decided = DecideApiRecords(records, sink, &st);
+  out->reserve(out->size() + records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (decided[i] == kDrop) continue;
+    ConvertedActivity c;
+    if (!ToGpuRecord(records[i], sink, &c)) {
+      ++st.unknown_kind;
+      continue;
+    }
+    int64_t s, e;
+    if (!Times(c.start, c.end, &s, &e)) {
+      ++st.invalid;
+      continue;
+    }
+    if (decided[i] != kKeep) {
+      const bool correlated = c.device_side && c.g.correlation != 0 &&
+                              kept_correlations_.count(c.g.correlation) != 0;
+      if (!correlated && !sink.WasArmedDuring(s, e)) {
+        ++st.outside_window;
+        continue;
+      }
+    }
+    c.g.start_ns = s;
+    c.g.end_ns = e;
+    if (c.g.kind == static_cast<uint8_t>(GpuKind::kKernel)) {
+      c.g.name = KernelName(sink, As<cs::Kernel>(records[i]).name);
+    }
+    out->push_back(c.g);
+    ++st.kept;
+  }
+  totals_ += st;
+  return st;
+}
+
+std::vector<uint8_t> ActivityConverter::DecideApiRecords(const std::vector<const CUpti_Activity*>& records,
+                                                         ActivitySink& sink, ConversionStats* st) {
+  std::vector<uint8_t> decided(records.size(), kUndecided);
   for (size_t i = 0; i < records.size(); ++i) {
     const CUpti_Activity* r = records[i];
     if (!IsApiKind(r->kind)) continue;
     const auto& a = As<cs::Api>(r);
     int64_t s, e;
     if (!Times(a.start, a.end, &s, &e)) {
-      keep[i] = 2;
-      ++st.invalid;
+      decided[i] = kDrop;
+      ++st->invalid;
     } else if (sink.WasArmedDuring(s, e)) {
-      keep[i] = 1;
+      decided[i] = kKeep;
       RememberCorrelation(a.correlationId, a.threadId);
     } else {
-      keep[i] = 2;
-      ++st.outside_window;
+      decided[i] = kDrop;
+      ++st->outside_window;
     }
   }
-  // Pass 2: convert in buffer order.
-  out->reserve(out->size() + records.size());
-  for (size_t i = 0; i < records.size(); ++i) {
-    const CUpti_Activity* r = records[i];
-    if (keep[i] == 2) continue;
-    GpuRecord g;
-    uint64_t start = 0, end = 0;
-    bool device_side = false;  // may be kept through its launch's correlation id
-    switch (r->kind) {
-      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-      case CUPTI_ACTIVITY_KIND_KERNEL: {
-        const auto& k = As<cs::Kernel>(r);
-        start = k.start;
-        end = k.end;
-        g.kind = static_cast<uint8_t>(GpuKind::kKernel);
-        g.device = k.deviceId;
-        g.context = k.contextId;
-        g.stream = k.streamId;
-        g.correlation = k.correlationId;
-        g.grid[0] = k.gridX;
-        g.grid[1] = k.gridY;
-        g.grid[2] = k.gridZ;
-        g.block[0] = k.blockX;
-        g.block[1] = k.blockY;
-        g.block[2] = k.blockZ;
-        device_side = true;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY: {
-        const auto& m = As<cs::Memcpy>(r);
-        start = m.start;
-        end = m.end;
-        g.kind = static_cast<uint8_t>(GpuKind::kMemcpy);
-        g.subkind = m.copyKind;
-        g.bytes = m.bytes;
-        g.device = m.deviceId;
-        g.context = m.contextId;
-        g.stream = m.streamId;
-        g.correlation = m.correlationId;
-        device_side = true;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMSET: {
-        const auto& m = As<cs::Memset>(r);
-        start = m.start;
-        end = m.end;
-        g.kind = static_cast<uint8_t>(GpuKind::kMemset);
-        g.bytes = m.bytes;
-        g.device = m.deviceId;
-        g.context = m.contextId;
-        g.stream = m.streamId;
-        g.correlation = m.correlationId;
-        device_side = true;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_RUNTIME:
-      case CUPTI_ACTIVITY_KIND_DRIVER: {
-        const auto& a = As<cs::Api>(r);
-        start = a.start;
-        end = a.end;
-        const bool runtime = r->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
-        g.kind = static_cast<uint8_t>(runtime ? GpuKind::kRuntimeApi : GpuKind::kDriverApi);
-        g.name = ApiName(sink, runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API,
-                         a.cbid);
-        g.tid = a.threadId;
-        g.correlation = a.correlationId;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-        // CUpti_ActivitySynchronization2 has no thread id: take it from the
-        // kept API record with the same correlation id (cudaStreamSynchronize,
-        // cudaEventSynchronize...) when it was in this or an earlier buffer;
-        // 0 otherwise.
-        const auto& y = As<cs::Sync>(r);
-        if (auto it = kept_correlations_.find(y.correlationId); it != kept_correlations_.end()) {
-          g.tid = it->second;
-        }
-        start = y.start;
-        end = y.end;
-        g.kind = static_cast<uint8_t>(GpuKind::kSync);
-        g.subkind = static_cast<uint32_t>(y.type);
-        g.context = y.contextId;
-        g.stream = y.streamId;
-        g.correlation = y.correlationId;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_OVERHEAD: {
-        const auto& o = As<cs::Overhead>(r);
-        start = o.start;
-        end = o.end;
-        g.kind = static_cast<uint8_t>(GpuKind::kOverhead);
-        g.subkind = static_cast<uint32_t>(o.overheadKind) >> 16;
-        g.name = OverheadName(sink, static_cast<uint32_t>(o.overheadKind));
-        if (o.objectKind == CUPTI_ACTIVITY_OBJECT_THREAD) {
-          g.tid = o.objectId.pt.threadId;
-        } else if (o.objectKind == CUPTI_ACTIVITY_OBJECT_DEVICE ||
-                   o.objectKind == CUPTI_ACTIVITY_OBJECT_CONTEXT ||
-                   o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) {
-          g.device = o.objectId.dcs.deviceId;
-          if (o.objectKind != CUPTI_ACTIVITY_OBJECT_DEVICE) g.context = o.objectId.dcs.contextId;
-          if (o.objectKind == CUPTI_ACTIVITY_OBJECT_STREAM) g.stream = o.objectId.dcs.streamId;
-        }
-        g.correlation = o.correlationId;
-        break;
-      }
-      default:
-        ++st.unknown_kind;
-        continue;
+  return decided;
+}
+
+bool ActivityConverter::ToGpuRecord(const CUpti_Activity* r, ActivitySink& sink, ConvertedActivity* c) {
+  switch (r->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+      *c = FromKernel(As<cs::Kernel>(r));
+      return true;
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      *c = FromMemcpy(As<cs::Memcpy>(r));
+      return true;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      *c = FromMemset(As<cs::Memset>(r));
+      return true;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+      *c = FromApi(As<cs::Api>(r), GpuKind::kRuntimeApi,
+                   ApiName(sink, CUPTI_CB_DOMAIN_RUNTIME_API, As<cs::Api>(r).cbid));
+      return true;
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      *c = FromApi(As<cs::Api>(r), GpuKind::kDriverApi,
+                   ApiName(sink, CUPTI_CB_DOMAIN_DRIVER_API, As<cs::Api>(r).cbid));
+      return true;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+      // CUpti_ActivitySynchronization2 has no thread id: take it from the
+      // kept API record with the same correlation id (cudaStreamSynchronize,
+      // cudaEventSynchronize...) when it was in this or an earlier buffer;
+      // 0 otherwise.
+      const auto& y = As<cs::Sync>(r);
+      const auto it = kept_correlations_.find(y.correlationId);
+      *c = FromSync(y, it != kept_correlations_.end() ? it->second : 0);
+      return true;
     }
-    int64_t s, e;
-    if (!Times(start, end, &s, &e)) {
-      ++st.invalid;
-      continue;
+    case CUPTI_ACTIVITY_KIND_OVERHEAD: {
+      const auto& o = As<cs::Overhead>(r);
+      *c = FromOverhead(o, OverheadName(sink, static_cast<uint32_t>(o.overheadKind)));
+      return true;
     }
-    if (keep[i] != 1) {
-      const bool correlated = device_side && g.correlation != 0 &&
-                              kept_correlations_.count(g.correlation) != 0;
-      if (!correlated && !sink.WasArmedDuring(s, e)) {
-        ++st.outside_window;
-        continue;
-      }
-    }
-    g.start_ns = s;
-    g.end_ns = e;
-    if (g.kind == static_cast<uint8_t>(GpuKind::kKernel)) {
-      g.name = KernelName(sink, As<cs::Kernel>(r).name);
-    }
-    out->push_back(g);
-    ++st.kept;
+    default:
+      return false;
   }
-  totals_ += st;
-  return st;
 }
 
 #else  // !RLSCOPE_CUPTI_ACTIVITY_SUPPORTED

@@ -48,6 +48,7 @@
 namespace rlscope {
 
 class Collector;
+struct ConvertedActivity;  // one record on its way through Convert (gpu_activity.cc)
 
 // The CUPTI functions conversion needs. get_next_record is required;
 // get_callback_name is optional (API names then read "cbid <n>").
@@ -91,6 +92,13 @@ class ActivityConverter {
   ConversionStats totals() const;
 
  private:
+  // Convert's first pass: keeps or drops each API record by time alone and
+  // remembers the kept ones' correlation ids. Returns a decision per record.
+  std::vector<uint8_t> DecideApiRecords(const std::vector<const CUpti_Activity*>& records,
+                                        ActivitySink& sink, ConversionStats* st);
+  // Dispatches on the record's kind to its handler, resolving names and the
+  // thread of a synchronisation. False for kinds not converted.
+  bool ToGpuRecord(const CUpti_Activity* r, ActivitySink& sink, ConvertedActivity* c);
   uint32_t ApiName(ActivitySink& sink, uint32_t domain, uint32_t cbid);
   uint32_t KernelName(ActivitySink& sink, const char* name);
   uint32_t OverheadName(ActivitySink& sink, uint32_t overhead_kind);

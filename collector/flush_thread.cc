@@ -1,0 +1,142 @@
+// The Collector's flush thread (collector.h): the loop that wakes on the
+// interval, a wake-up or a Control message; what each flush takes from the
+// recording side; the hand-over to the Transport (transport.h), which does
+// all the socket I/O. Every function here runs on the flush thread only.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "collector/collector.h"
+
+namespace rlscope {
+
+void Collector::FlushLoop() {
+  // Before the first Hello, which carries the costs (overhead correction).
+  if (selected() && config_.correction.enabled && test_clock_ == nullptr) Calibrate();
+  transport_.Connect(endpoint_);
+  const Transport::ControlHandler apply = [this](const wire::Control& control) { ApplyControl(control); };
+  int64_t next_flush_ns = MonotonicNs();
+  bool was_armed = armed();
+  // Hello before the first probe burst (up to probes_per_burst round trips):
+  // the aggregator waits for a process's data only once it knows it.
+  SendControl();
+  while (true) {
+    uint64_t ticket;
+    bool stop;
+    {
+      std::lock_guard<std::mutex> lock(flush_mu_);
+      stop = stop_;
+    }
+    int64_t now = MonotonicNs();
+    bool woken = false;
+    // Waits for the interval, a wake-up (eventfd) or a Control message from
+    // the aggregator, whichever comes first.
+    if (!stop && now < next_flush_ns) {
+      int64_t wait_ns = next_flush_ns - now;
+      if (window_close_at_ns_ != 0) wait_ns = std::min(wait_ns, std::max<int64_t>(0, window_close_at_ns_ - now));
+      woken = transport_.Wait(wait_ns);
+    }
+    transport_.ProbeIfDue(apply);
+    if (transport_.ReceiveControls(apply)) woken = true;  // answer the barrier now
+    now = MonotonicNs();
+    if (window_close_at_ns_ != 0 && now >= window_close_at_ns_) {
+      window_close_at_ns_ = 0;
+      window_open_.store(false, std::memory_order_relaxed);
+      UpdateArmed();
+    }
+    {
+      std::lock_guard<std::mutex> lock(flush_mu_);
+      ticket = flush_requests_;
+      stop = stop_;
+      if (ticket > flushes_done_) woken = true;
+    }
+    if (!woken && !stop && now < next_flush_ns) continue;
+    next_flush_ns = now + config_.flush.interval_ms * 1000000;
+    // A window just closed, a barrier, or exit: CUPTI hands over what it
+    // buffered first, so the GPU records ship with this flush.
+    const bool armed_now = armed();
+    if (void (*hook)() = gpu_flush_hook_.load(std::memory_order_acquire);
+        hook != nullptr && (stop || pending_ack_ != 0 || (was_armed && !armed_now))) {
+      hook();
+    }
+    was_armed = armed_now;
+    SendControl();
+    DrainAndSend();
+    {
+      std::lock_guard<std::mutex> lock(flush_mu_);
+      flushes_done_ = ticket;
+    }
+    flushed_cv_.notify_all();
+    if (stop) break;
+  }
+  if (transport_.connected()) {
+    rlscope_stats_t stats;
+    Stats(&stats);
+    transport_.Send(wire::Encode(wire::Bye{session_, stats.events, stats.dropped}));
+  }
+  transport_.Close();
+}
+
+void Collector::SendControl() {
+  if (!transport_.connected()) return;
+  std::string hello_msg, expected_msg;
+  uint64_t hello_gen = 0, expected_gen = 0;
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    hello_gen = hello_gen_;
+    expected_gen = expected_gen_;
+    if (hello_gen_ != hello_sent_gen_) hello_msg = wire::Encode(MakeHello());
+    if (expected_gen_ != expected_sent_gen_) {
+      expected_msg = wire::Encode(wire::Expected{session_, expected_});
+    }
+  }
+  // A control message that cannot be queued now is retried on the next flush.
+  if (!hello_msg.empty() && transport_.Send(hello_msg)) {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    hello_sent_gen_ = hello_gen;
+  }
+  if (!expected_msg.empty() && transport_.Send(expected_msg)) {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    expected_sent_gen_ = expected_gen;
+  }
+}
+
+void Collector::DrainAndSend() {
+  converter_.Sample();
+  Outgoing out = Snapshot();
+  const Transport::SendResult sent = transport_.SendBatches(out, converter_);
+  if (sent.acked) pending_ack_ = 0;
+  gpu_dropped_.fetch_add(sent.gpu_lost, std::memory_order_relaxed);
+  RetireExitedThreads();
+}
+
+Outgoing Collector::Snapshot() {
+  Outgoing out;
+  // Every event stamped before the watermark is drained, except one whose
+  // thread read the clock but had not yet published it (a preemption between
+  // the two): allow 5 ms for that. (The flush barrier's ack is the other path.)
+  // (Under test costs, events are stamped ahead by the test clock: so is it.)
+  out.watermark_ns = converter_.ToNs(ReadTicks(clock_source_)) + std::max<int64_t>(0, TestClockNs()) - 5000000;
+  out.ack = pending_ack_;
+  std::vector<ThreadEntry*> entries;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    for (auto& t : threads_) entries.push_back(t.get());
+  }
+  for (ThreadEntry* e : entries) out.threads.push_back({e->buffer.get(), e->buffer->size()});
+  // GPU records queued by CUPTI's callbacks (their names are interned already).
+  {
+    std::lock_guard<std::mutex> lock(gpu_mu_);
+    out.gpu.swap(gpu_records_);
+  }
+  // After the size snapshot: every drained event's strings exist.
+  CollectMetadata(entries, &out.metadata);
+  out.dropped = overflow_dropped_.load(std::memory_order_relaxed) + transport_.events_dropped() +
+                gpu_dropped_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(registry_mu_);
+  out.dropped += retired_dropped_;
+  for (auto& t : threads_) out.dropped += t->buffer->dropped();
+  return out;
+}
+
+}  // namespace rlscope

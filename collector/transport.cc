@@ -1,0 +1,230 @@
+// The collector's ZeroMQ side (transport.h): the only file that includes
+// zmq.h. Flush thread only.
+#include "collector/transport.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iterator>
+#include <thread>
+#include <variant>
+
+#include <zmq.h>
+
+namespace rlscope {
+
+namespace {
+
+// The Control message in a received frame, or nullptr (not one, or corrupt).
+const wire::Control* AsControl(const wire::DecodeResult& r) {
+  return r.ok ? std::get_if<wire::Control>(&r.message) : nullptr;
+}
+
+wire::DecodeResult DecodeMsg(zmq_msg_t* msg) {
+  return wire::Decode(static_cast<const char*>(zmq_msg_data(msg)), zmq_msg_size(msg));
+}
+
+// Takes up to max_events events off the front of `threads` (threads in order,
+// their counts reduced); *taken is how many.
+std::vector<Outgoing::Thread> TakeEvents(std::vector<Outgoing::Thread>* threads, size_t max_events,
+                                         size_t* taken) {
+  std::vector<Outgoing::Thread> take;
+  size_t budget = max_events;
+  for (Outgoing::Thread& t : *threads) {
+    if (t.count == 0 || budget == 0) continue;
+    const size_t n = std::min(t.count, budget);
+    take.push_back({t.buffer, n});
+    t.count -= n;
+    budget -= n;
+  }
+  *taken = max_events - budget;
+  return take;
+}
+
+}  // namespace
+
+void Metadata::Append(Metadata&& more) {
+  strings.insert(strings.end(), std::make_move_iterator(more.strings.begin()),
+                 std::make_move_iterator(more.strings.end()));
+  thread_names.insert(thread_names.end(), std::make_move_iterator(more.thread_names.begin()),
+                      std::make_move_iterator(more.thread_names.end()));
+  categories.insert(categories.end(), more.categories.begin(), more.categories.end());
+}
+
+void Metadata::Clear() {
+  strings.clear();
+  thread_names.clear();
+  categories.clear();
+}
+
+Transport::Transport(const Config& config, uint64_t session, int wake_fd)
+    : config_(config), session_(session), wake_fd_(wake_fd) {}
+
+void Transport::Connect(const std::string& endpoint) {
+  context_ = zmq_ctx_new();
+  socket_ = context_ != nullptr ? zmq_socket(context_, ZMQ_DEALER) : nullptr;
+  if (socket_ == nullptr) return;
+  const int hwm = 1000;
+  const int linger = static_cast<int>(config_.flush.exit_timeout_ms);
+  zmq_setsockopt(socket_, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+  zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
+  if (zmq_connect(socket_, endpoint.c_str()) != 0) {
+    std::fprintf(stderr,
+                 "rlscope: cannot use aggregator endpoint '%s' (%s); events will be "
+                 "counted and dropped. Set RLSCOPE_AGGREGATOR to tcp://host:port.\n",
+                 endpoint.c_str(), zmq_strerror(zmq_errno()));
+    zmq_close(socket_);
+    socket_ = nullptr;
+  }
+}
+
+bool Transport::Wait(int64_t wait_ns) {
+  zmq_pollitem_t items[2] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0}, {socket_, 0, ZMQ_POLLIN, 0}};
+  const int num_items = (wake_fd_ >= 0 ? 1 : 0) + (socket_ != nullptr ? 1 : 0);
+  zmq_pollitem_t* first_item = wake_fd_ >= 0 ? &items[0] : &items[1];
+  if (num_items > 0) {
+    zmq_poll(first_item, num_items, static_cast<long>(wait_ns / 1000000) + 1);
+  } else {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
+  }
+  if (wake_fd_ < 0 || (items[0].revents & ZMQ_POLLIN) == 0) return false;
+  uint64_t count;
+  [[maybe_unused]] ssize_t n = read(wake_fd_, &count, sizeof(count));
+  return true;
+}
+
+void Transport::ProbeIfDue(const ControlHandler& apply) {
+  if (socket_ == nullptr || config_.clock.probe_interval_ms <= 0 || MonotonicNs() < next_probe_ns_) return;
+  ProbeBurst(apply);
+  next_probe_ns_ = MonotonicNs() + config_.clock.probe_interval_ms * 1000000;
+}
+
+void Transport::ProbeBurst(const ControlHandler& apply) {
+  for (int64_t i = 0; i < config_.clock.probes_per_burst; ++i) {
+    wire::Probe probe{session_, 0};
+    probe.t1 = MonotonicNs();
+    if (!Send(wire::Encode(probe))) return;
+    const int64_t deadline = probe.t1 + 50000000;
+    bool answered = false;
+    while (!answered) {
+      const int64_t now = MonotonicNs();
+      if (now >= deadline) return;  // no aggregator (yet): try at the next burst
+      zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, static_cast<long>((deadline - now) / 1000000) + 1) <= 0) continue;
+      zmq_msg_t reply;
+      zmq_msg_init(&reply);
+      while (zmq_msg_recv(&reply, socket_, ZMQ_DONTWAIT) >= 0) {
+        const int64_t t4 = MonotonicNs();
+        const wire::DecodeResult r = DecodeMsg(&reply);
+        const wire::Control* control = AsControl(r);
+        if (control == nullptr) continue;
+        if (control->probe_t1 == probe.t1 && control->probe_t2 != 0) {
+          pending_probes_.push_back({probe.t1, control->probe_t2, control->probe_t3, t4});
+          answered = true;
+        }
+        apply(*control);
+      }
+      zmq_msg_close(&reply);
+    }
+  }
+}
+
+bool Transport::ReceiveControls(const ControlHandler& apply) {
+  if (socket_ == nullptr) return false;
+  bool flush = false;
+  zmq_msg_t msg;
+  zmq_msg_init(&msg);
+  while (zmq_msg_recv(&msg, socket_, ZMQ_DONTWAIT) >= 0) {
+    const wire::DecodeResult r = DecodeMsg(&msg);
+    if (const wire::Control* control = AsControl(r)) {
+      apply(*control);
+      if (control->flush != 0) flush = true;
+    }
+  }
+  zmq_msg_close(&msg);
+  return flush;
+}
+
+bool Transport::Send(const std::string& message) {
+  return socket_ != nullptr && zmq_send(socket_, message.data(), message.size(), ZMQ_DONTWAIT) >= 0;
+}
+
+Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter& converter) {
+  unsent_.Append(std::move(out.metadata));
+  SendResult result;
+  const Metadata no_metadata;
+  const std::vector<GpuRecord> no_gpu;
+  const std::vector<wire::ProbeSample> no_probes;
+  bool first = true;
+  size_t remaining_total = 0;
+  for (const Outgoing::Thread& t : out.threads) remaining_total += t.count;
+  do {
+    size_t in_message = 0;
+    const std::vector<Outgoing::Thread> take = TakeEvents(&out.threads, kMaxEventsPerMessage, &in_message);
+    remaining_total -= in_message;
+    const bool last = remaining_total == 0;
+    const bool with_metadata = first;
+    first = false;
+    const Metadata& metadata = with_metadata ? unsent_ : no_metadata;
+    writer_.Begin(session_, seq_++, last ? out.watermark_ns : 0, out.dropped, last ? out.ack : 0);
+    writer_.Strings(metadata.strings);
+    writer_.ThreadNames(metadata.thread_names);
+    writer_.Categories(metadata.categories);
+    writer_.Gpu(with_metadata ? out.gpu : no_gpu);
+    writer_.Probes(with_metadata ? pending_probes_ : no_probes);
+    writer_.BeginThreads(take.size());
+    for (const Outgoing::Thread& t : take) AddEvents(t, converter);
+    const msgpack::sbuffer& buf = writer_.Finish();
+    if (socket_ != nullptr && zmq_send(socket_, buf.data(), buf.size(), ZMQ_DONTWAIT) >= 0) {
+      batches_sent_.fetch_add(1, std::memory_order_relaxed);
+      events_sent_.fetch_add(in_message, std::memory_order_relaxed);
+      if (last) result.acked = true;
+      if (with_metadata) {
+        pending_probes_.clear();
+        unsent_.Clear();
+      }
+    } else {
+      batches_dropped_.fetch_add(1, std::memory_order_relaxed);
+      send_dropped_events_.fetch_add(in_message, std::memory_order_relaxed);
+      // Later messages would use ids this one was to ship: they wait in the
+      // rings for the next flush, with the metadata. (Its GPU records are lost.)
+      if (with_metadata) {
+        result.gpu_lost = out.gpu.size();
+        break;
+      }
+    }
+  } while (remaining_total > 0);
+  return result;
+}
+
+// Drains the thread's first `count` records into the message, ticks to ns.
+void Transport::AddEvents(const Outgoing::Thread& thread, const TickConverter& converter) {
+  writer_.BeginThread(thread.buffer->tid(), thread.count);
+  thread.buffer->Drain(
+      [&](const EventRecord* records, size_t n) {
+        for (size_t i = 0; i < n; ++i) {
+          const EventRecord& r = records[i];
+          wire::Event ev;
+          ev.ts_ns = converter.ToNs(r.ts);
+          ev.value = r.value;
+          ev.name = r.name;
+          ev.domain = r.domain;
+          ev.category = r.category;
+          ev.kind = r.kind;
+          ev.flags = r.flags;
+          writer_.AddEvent(ev);
+        }
+      },
+      thread.count);
+}
+
+void Transport::Close() {
+  if (socket_ != nullptr) zmq_close(socket_);  // lingers up to flush.exit_timeout_ms to deliver
+  socket_ = nullptr;
+  if (context_ != nullptr) zmq_ctx_term(context_);
+  context_ = nullptr;
+}
+
+}  // namespace rlscope

@@ -1,0 +1,120 @@
+// The collector's side of the wire: the process's only ZeroMQ socket and what
+// rides on it (Hello/Expected, clock probes, Control messages, event batches).
+//
+// Threads: the flush thread only (Collector::FlushLoop, transport.cc), which
+// is the only thread that touches ZeroMQ. The send counters are atomics, read
+// by Collector::Stats on any thread. The transport knows nothing of arming or
+// thread registration: Control messages go to a handler, and what a flush
+// sends arrives as an Outgoing taken from the recording side.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "native/clock.h"
+#include "native/config.h"
+#include "native/gpu_record.h"
+#include "native/thread_buffer.h"
+#include "native/wire.h"
+
+namespace rlscope {
+
+// Names that events refer to, new since the last flush.
+struct Metadata {
+  std::vector<std::pair<uint32_t, std::string>> strings;
+  std::vector<std::pair<int64_t, std::string>> thread_names;
+  std::vector<wire::CategoryName> categories;
+  void Append(Metadata&& more);
+  void Clear();  // keeps the capacity
+};
+
+// What one flush sends, taken from the recording side (Collector::Snapshot).
+struct Outgoing {
+  // The first `count` records of one thread's ring.
+  struct Thread {
+    ThreadBuffer* buffer;
+    size_t count;
+  };
+  int64_t watermark_ns = 0;  // every event stamped before it is in this flush
+  uint64_t dropped = 0;      // the process's drops so far
+  uint64_t ack = 0;          // flush token to acknowledge in the last message, 0 none
+  std::vector<Thread> threads;
+  std::vector<GpuRecord> gpu;
+  Metadata metadata;
+};
+
+class Transport {
+ public:
+  using ControlHandler = std::function<void(const wire::Control&)>;
+
+  // `wake_fd` is the collector's eventfd (-1: none; waits then run the full
+  // interval). Nothing is opened until Connect.
+  Transport(const Config& config, uint64_t session, int wake_fd);
+
+  // Creates the DEALER socket and connects it. On failure says so on stderr
+  // and goes on without a socket: nothing is sent, batches count as dropped.
+  void Connect(const std::string& endpoint);
+  bool connected() const { return socket_ != nullptr; }
+  // Waits up to wait_ns for a wake-up (the eventfd, then drained) or a
+  // Control message, whichever comes first. True when the eventfd woke it.
+  bool Wait(int64_t wait_ns);
+  // A burst of clock probes when clock.probe_interval_ms passed since the
+  // last: each answered before the next is sent (bounded by 50 ms per probe;
+  // the burst stops at the first unanswered one). Other Control messages
+  // arriving meanwhile go to `apply`. The samples ride on the next batch.
+  void ProbeIfDue(const ControlHandler& apply);
+  // Hands every Control message that arrived to `apply`. True when one asked
+  // for a flush (a barrier to answer now).
+  bool ReceiveControls(const ControlHandler& apply);
+  // Queues one encoded message without blocking. False when it cannot be
+  // queued (no socket, or the high-water mark): the caller retries later.
+  bool Send(const std::string& message);
+
+  struct SendResult {
+    bool acked = false;     // the message carrying out.ack was queued
+    uint64_t gpu_lost = 0;  // GPU records of a metadata message that could not be queued
+  };
+  // Sends one flush: one message per kMaxEventsPerMessage events, metadata
+  // (with out.gpu and the probe samples) on the first, the watermark and ack
+  // on the last; an empty flush still goes out as a heartbeat. Metadata not
+  // yet delivered accumulates and rides on the next flush's first message; it
+  // is cleared only once that message was queued, so a dropped message cannot
+  // orphan ids used by later events (which then wait in their rings).
+  SendResult SendBatches(Outgoing& out, const TickConverter& converter);
+  // Closes the socket (it lingers up to flush.exit_timeout_ms to deliver)
+  // and the context.
+  void Close();
+
+  uint64_t events_dropped() const { return send_dropped_events_.load(std::memory_order_relaxed); }
+  uint64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
+  uint64_t batches_dropped() const { return batches_dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr size_t kMaxEventsPerMessage = 1 << 16;
+  void ProbeBurst(const ControlHandler& apply);
+  void AddEvents(const Outgoing::Thread& thread, const TickConverter& converter);
+
+  const Config& config_;
+  const uint64_t session_;
+  const int wake_fd_;
+  void* context_ = nullptr;
+  void* socket_ = nullptr;
+  uint64_t seq_ = 0;
+  int64_t next_probe_ns_ = 0;
+  std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
+  Metadata unsent_;
+  wire::BatchWriter writer_;
+
+  // Statistics (relaxed: counters read for reporting only).
+  std::atomic<uint64_t> events_sent_{0};
+  std::atomic<uint64_t> send_dropped_events_{0};
+  std::atomic<uint64_t> batches_sent_{0};
+  std::atomic<uint64_t> batches_dropped_{0};
+};
+
+}  // namespace rlscope
