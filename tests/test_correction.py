@@ -106,10 +106,13 @@ def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_pa
 
 @pytest.mark.parametrize("correction, scale", [("{scale: 1.01}", 1.01), ("{enabled: false}", 0.0)])
 def test_scale_and_off_change_the_correction_exactly(aggregator_factory, tmp_path, correction, scale):
-    # The aggregator's config decides: 1 % more removed at scale 1.01 (so a
-    # correction 1 % off fails the test above), nothing when it is off.
-    agg = aggregator_factory(config=f"correction: {correction}\n")
-    report, _ = run_dense(agg, tmp_path, "--steps", "2", "--ranges", "2000")
+    # The run's config decides (the controller's, README "One config per
+    # run"): 1 % more removed at scale 1.01 (so a correction 1 % off fails the
+    # test above), nothing when it is off.
+    agg = aggregator_factory()
+    config = '{"buffers": {"per_thread_kb": 8192}, "correction": %s}' % json.dumps(
+        {"scale": 1.01} if scale else {"enabled": False})
+    report, _ = run_dense(agg, tmp_path, "--steps", "2", "--ranges", "2000", config=config)
     pid = json.loads((agg.out / "run.json").read_text())["processes"][0]["pid"]
     for n, (raw, corrected, summary) in steps_of(agg, pid, (1, 2)).items():
         assert abs(corrected - (raw - scale * added(report, n))) <= TOLERANCE_NS, (n, raw, corrected)
