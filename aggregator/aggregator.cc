@@ -12,10 +12,11 @@
 
 namespace rlscope {
 
-Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config_file)
+Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config_file, KeySet config_keys)
     : config_(std::move(config)),
       config_file_(std::move(config_file)),
-      config_source_(config_file_.empty() ? "defaults" : "aggregator"),
+      config_keys_(std::move(config_keys)),
+      config_source_(RunKeysIn(config_keys_).empty() ? "defaults" : "aggregator"),
       exporter_(exporter),
       window_open_(steps::WorkersArmedBefore(config_.steps, 1)) {}
 
@@ -110,21 +111,25 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
 }
 
 void Aggregator::DecideRunConfig(const wire::Hello& controller) {
-  if (!controller.config.empty()) {
-    const ConfigResult theirs = ParseConfig(controller.config, "the controller's config");
-    if (!theirs.ok()) {  // a collector's own output: never expected
-      notes_.push_back("the controller's config cannot be read (" + theirs.errors[0] + "): using " +
-                       (config_file_.empty() ? "the defaults" : "--config " + config_file_));
-    } else {
-      std::string diff;
-      for (const std::string& d : RunKeyDifferences(config_, theirs.config)) diff += (diff.empty() ? "" : "; ") + d;
-      if (!config_file_.empty() && !diff.empty()) {
-        notes_.push_back("the controller's config (pid " + std::to_string(controller.identity.pid) +
-                         ") disagrees with --config " + config_file_ + " (" + diff + "): using the controller's");
-      }
-      AdoptRunKeys(theirs.config, &config_);
-      config_source_ = "controller";
+  // config_source_: who set the run keys (a default is nobody's choice).
+  const ConfigResult theirs = ParseConfig(controller.config, "the controller's config");
+  if (!theirs.ok()) {  // a collector's own output: never expected
+    notes_.push_back("the controller's config cannot be read (" + theirs.errors[0] + "): using " +
+                     (config_file_.empty() ? "the defaults" : "--config " + config_file_));
+  } else if (const KeySet theirs_run = RunKeysIn(theirs.keys); !theirs_run.empty()) {
+    // Where both set a run key and disagree: one line, the controller's wins.
+    std::string diff;
+    for (const std::string& d : RunKeyDifferences(config_, theirs.config, &theirs_run)) {
+      if (config_keys_.count(d.substr(0, d.find(':'))) != 0) diff += (diff.empty() ? "" : "; ") + d;
     }
+    if (!diff.empty()) {
+      notes_.push_back("the controller's config (pid " + std::to_string(controller.identity.pid) +
+                       ") disagrees with --config " + config_file_ + " (" + diff + "): using the controller's");
+    }
+    bool aggregator_too = false;  // a run key only the aggregator's --config set
+    for (const std::string& k : RunKeysIn(config_keys_)) aggregator_too |= theirs_run.count(k) == 0;
+    AdoptRunKeys(theirs.config, &config_, &theirs_run);
+    config_source_ = aggregator_too ? "controller and aggregator" : "controller";
   }
   all_notes_.insert(all_notes_.end(), notes_.begin(), notes_.end());
   run_config_yaml_ = ConfigToYaml(config_);
@@ -133,7 +138,7 @@ void Aggregator::DecideRunConfig(const wire::Hello& controller) {
   Send(0, all);
   // Before the first step the window follows the run's steps (a step under
   // way keeps its own: the next edge follows them).
-  if (stats_.steps_seen == 0 && pending_.empty()) SetWindow(steps::WorkersArmedBefore(config_.steps, 1), 1);
+  if (!step_begun_) SetWindow(steps::WorkersArmedBefore(config_.steps, 1), 1);
 }
 
 bool Aggregator::Selected(const ProcessTimeline& p) const {
@@ -183,7 +188,10 @@ void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
   // Workers are armed a step ahead: from the beginning of the step before a
   // selected one. The broadcast takes a millisecond or more to reach them,
   // and a controller often starts the next step's first call at once.
-  for (const StepSpan& s : edges.begun) SetWindow(steps::WorkersArmedDuring(config_.steps, s.number), s.number);
+  for (const StepSpan& s : edges.begun) {
+    step_begun_ = true;
+    SetWindow(steps::WorkersArmedDuring(config_.steps, s.number), s.number);
+  }
   for (const StepSpan& s : edges.closed) {
     ++stats_.steps_seen;
     PendingStep step{s, now_ns, 0};
@@ -193,6 +201,7 @@ void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
       wire::Control flush;
       flush.step = s.number;
       flush.flush = step.barrier;
+      flush.run_config = run_config_yaml_;  // again, as with windows
       Send(0, flush);
     }
     pending_.push_back(step);
@@ -381,7 +390,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.config_yaml = ConfigToYaml(config_);
   run.config_source = config_source_;
   run.config_notes = all_notes_;
-  for (const auto& [session, p] : processes_) run.processes.push_back({session, p.get()});
+  for (const auto& [session, p] : processes_) run.processes.push_back({session, p.get(), Selected(*p)});
   run.steps_written = steps_written_;
   run.expected = expected_;
   run.not_profiled = NotProfiled();

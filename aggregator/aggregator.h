@@ -49,9 +49,9 @@ struct AggregatorStats {
 class Aggregator {
  public:
   // `config`: the aggregator's own (--config, else defaults); `config_file`
-  // names it when the user gave one ("" = defaults). The run's config
-  // (config.h) replaces its run keys when the controller brings its own.
-  Aggregator(Config config, StepExporter* exporter, std::string config_file = "");
+  // names the file and `config_keys` the keys it set. The run's config
+  // (config.h) takes the run keys the controller's own config sets over it.
+  Aggregator(Config config, StepExporter* exporter, std::string config_file = "", KeySet config_keys = {});
 
   // Decodes and applies one frame; a bad frame is counted, not fatal.
   // Returns the sender's session (0 for a bad frame), so the daemon can
@@ -94,8 +94,9 @@ class Aggregator {
   void OnProbe(const wire::Probe& probe, int64_t now_ns);
   void OnExpected(const wire::Expected& expected);
   void OnBye(const wire::Bye& bye);
-  // The controller's first Hello decides the run's config: its own when it
-  // was given one, else this aggregator's; then every collector is told.
+  // The controller's first Hello decides the run's config: this aggregator's
+  // with the run keys the controller's own config set over it; then every
+  // collector is told.
   void DecideRunConfig(const wire::Hello& controller);
   // Whether a process is profiled: by the run's config once it is decided,
   // by the process's own word (Hello.selected) before.
@@ -126,7 +127,8 @@ class Aggregator {
 
   Config config_;                    // the run's config (run keys decided at the controller's Hello)
   const std::string config_file_;    // --config FILE, "" when none was given
-  std::string config_source_;        // run.json config_source: controller, aggregator or defaults
+  const KeySet config_keys_;         // the keys --config set
+  std::string config_source_;        // run.json config_source (DecideRunConfig)
   std::string run_config_yaml_;      // sent to collectors; "" until decided
   std::vector<std::string> notes_, all_notes_;  // TakeNotes(); run.json config_notes
   StepExporter* exporter_;
@@ -136,6 +138,7 @@ class Aggregator {
   std::vector<ExpectedProcess> expected_;
   std::vector<Outgoing> outgoing_;
   bool window_open_ = false;
+  bool step_begun_ = false;  // the controller began a step
   int64_t window_step_ = 1;
   uint64_t barrier_token_ = 0;
   std::vector<int64_t> steps_written_;

@@ -92,7 +92,9 @@ std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
 
 // The config file's settings, overridden by --out and --grace-ms; false
 // (errors printed) for a bad file.
-bool LoadConfig(const Options& o, rlscope::Config* config) {
+// `keys`: those the file set (the run's config takes the controller's run
+// keys over them, config.h).
+bool LoadConfig(const Options& o, rlscope::Config* config, rlscope::KeySet* keys) {
   if (!o.config_path.empty()) {
     rlscope::ConfigResult r = rlscope::LoadConfigFile(o.config_path);
     if (!r.ok()) {
@@ -100,6 +102,7 @@ bool LoadConfig(const Options& o, rlscope::Config* config) {
       return false;
     }
     *config = r.config;
+    *keys = r.keys;
   }
   if (!o.out.empty()) config->output_dir = o.out;
   if (o.grace_ms >= 0) config->flush.step_grace_ms = o.grace_ms;
@@ -229,7 +232,8 @@ int main(int argc, char** argv) {
   Options options;
   if (const std::optional<int> rc = ParseArgs(argc, argv, &options)) return *rc;
   rlscope::Config config;
-  if (!LoadConfig(options, &config)) return 2;
+  rlscope::KeySet config_keys;
+  if (!LoadConfig(options, &config, &config_keys)) return 2;
 
   void* ctx = zmq_ctx_new();
   void* sock = Listen(ctx, options, config);
@@ -237,7 +241,7 @@ int main(int argc, char** argv) {
   StopOnSignals(options.exit_with_parent);
 
   rlscope::ChromeTraceExporter exporter(config.output_dir);
-  rlscope::Aggregator agg(config, &exporter, options.config_path);
+  rlscope::Aggregator agg(config, &exporter, options.config_path, config_keys);
   exporter.ExportRun({});
   size_t reported = 0;
   {

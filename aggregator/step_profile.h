@@ -61,6 +61,7 @@ struct StepProfile {
 struct ProcessInfo {
   uint64_t session = 0;
   const ProcessTimeline* process = nullptr;
+  bool selected = true;  // profiled under the run's config
 };
 
 // The run as a whole, for run.json.

@@ -14,7 +14,8 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-void WriteIdentity(JsonWriter& w, const ProcessTimeline& p) {
+// `selected`: profiled under the run's config (the aggregator's decision).
+void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected) {
   const wire::Identity& id = p.identity();
   w.Key("session").String(Hex(p.hello().session));
   w.Key("label").String(ProcessLabel(p));
@@ -24,7 +25,7 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p) {
   if (id.rank >= 0) w.Int(id.rank); else w.Null();
   w.Key("role").String(id.role);
   w.Key("name").String(id.name);
-  w.Key("selected").Bool(p.hello().selected);
+  w.Key("selected").Bool(selected);
   w.Key("labels").BeginObject();
   for (const auto& [k, v] : id.labels) w.Key(k).String(v);
   w.EndObject();
@@ -148,7 +149,7 @@ std::string StepSummaryJson(const StepProfile& step) {
   for (const ProcessSlice& slice : step.processes) {
     const ProcessTimeline& p = *slice.process;
     w.Newline().BeginObject();
-    WriteIdentity(w, p);
+    WriteIdentity(w, p, true);  // a step holds only selected processes
     w.Key("spans").Uint(slice.spans.size());
     w.Key("instants").Uint(slice.instants.size());
     w.Key("gpu_records").Uint(slice.gpu.size());
@@ -234,7 +235,7 @@ std::string RunJson(const RunInfo& run) {
   for (const ProcessInfo& pi : run.processes) {
     const ProcessTimeline& p = *pi.process;
     w.Newline().BeginObject();
-    WriteIdentity(w, p);
+    WriteIdentity(w, p, pi.selected);
     w.Key("events_received").Uint(p.events_received());
     w.Key("dropped").Uint(p.dropped());
     w.Key("unmatched").Uint(p.unmatched());

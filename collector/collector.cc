@@ -183,7 +183,7 @@ Collector* Collector::Start() {
       // Claimed (children inherit this; Python's os.environ is updated by
       // rlscope_ray). Before any thread of ours exists.
       setenv(names::kEnvOwnerPid, std::to_string(getpid()).c_str(), 1);
-      auto* c = new Collector(std::move(cr.config), !config_value.empty(), endpoint, std::move(id),
+      auto* c = new Collector(std::move(cr.config), std::move(cr.keys), endpoint, std::move(id),
                               std::move(test_clock));
       PinSelf();
       instance_.store(c, std::memory_order_release);
@@ -202,7 +202,7 @@ Collector* Collector::Start() {
   return Instance();
 }
 
-Collector::Collector(Config config, bool own_config, std::string endpoint, wire::Identity identity,
+Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire::Identity identity,
                      std::unique_ptr<TestClock> test_clock)
     : config_(std::move(config)),
       test_clock_(std::move(test_clock)),
@@ -218,7 +218,10 @@ Collector::Collector(Config config, bool own_config, std::string endpoint, wire:
                         : ClockSource::kMonotonic),
       owner_pid_(getpid()),
       start_ns_(MonotonicNs()),
-      own_config_(own_config),
+      own_keys_(std::move(own_keys)),
+      // A controller's own config is the run's (config.h): the aggregator adopts it.
+      hello_config_(identity.role == names::kController && !own_keys_.empty() ? ConfigToYaml(config_, &own_keys_)
+                                                                             : std::string()),
       selected_(SelectsProcess(config_, identity.role == names::kController, identity.rank)),
       is_controller_(identity.role == names::kController),
       trigger_(ParseTrigger(config_.capture_range)),
@@ -353,7 +356,7 @@ bool Collector::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
   if (step_end) {
     if (trigger_ == Trigger::kController) {
       // Armed from the end of the step before a selected one, as workers are
-      // (aggregator.h): a range opened just before that step begins is kept.
+      // (native/steps.h): a range opened just before that step begins is kept.
       window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
       UpdateArmed();
     }
@@ -395,7 +398,8 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     std::fprintf(stderr, "rlscope: ignoring a run config the aggregator sent: %s\n", run.errors[0].c_str());
     return;
   }
-  if (const auto diff = RunKeyDifferences(config_, run.config); own_config_ && !diff.empty()) {
+  // Said only of the keys this process's own config set: a default is no choice.
+  if (const auto diff = RunKeyDifferences(config_, run.config, &own_keys_); !diff.empty()) {
     std::string list;
     for (const std::string& d : diff) list += (list.empty() ? "" : "; ") + d;
     std::fprintf(stderr, "rlscope: pid %d: this process's %s disagrees with the run's config (%s): using the run's\n",
@@ -412,8 +416,14 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     window_open_.store(StepArmedBefore(1), std::memory_order_relaxed);
   }
   if (selected_.exchange(selected, std::memory_order_relaxed) != selected) {
-    std::lock_guard<std::mutex> lock(meta_mu_);
-    ++hello_gen_;  // the aggregator learns it from the next Hello
+    {
+      std::lock_guard<std::mutex> lock(meta_mu_);
+      ++hello_gen_;  // the aggregator learns it from the next Hello
+    }
+    // Selected only now (its own config left it out): the costs the
+    // correction needs were never measured. About a millisecond, here on
+    // the flush thread; the Hello carries them.
+    if (selected && run.config.correction.enabled && test_clock_ == nullptr && Cost("push") < 0) Calibrate();
   }
   UpdateArmed();
 }
@@ -565,8 +575,7 @@ wire::Hello Collector::MakeHello() const {
   hello.clock = "monotonic";
   hello.start_ns = start_ns_;
   hello.selected = selected();
-  // A controller's own config is the run's (config.h): the aggregator adopts it.
-  if (is_controller_ && own_config_) hello.config = ConfigToYaml(config_);
+  hello.config = hello_config_;
   hello.costs = costs_;
   return hello;
 }

@@ -220,9 +220,10 @@ class Collector {
   bool selected() const { return selected_.load(std::memory_order_relaxed); }
 
  private:
-  // `own_config`: RLSCOPE_CONFIG was set (its run keys are the user's choice,
-  // so a run that decides otherwise says so).
-  Collector(Config config, bool own_config, std::string endpoint, wire::Identity identity,
+  // `own_keys`: the keys RLSCOPE_CONFIG set (a run whose config decides
+  // otherwise on one of them says so; a controller sends them to the
+  // aggregator, where its run keys become the run's).
+  Collector(Config config, KeySet own_keys, std::string endpoint, wire::Identity identity,
             std::unique_ptr<TestClock> test_clock);
   ThreadState* RegisterThread();
   void UpdateArmed();
@@ -282,7 +283,8 @@ class Collector {
   const ClockSource clock_source_;
   const int owner_pid_;
   const int64_t start_ns_;
-  const bool own_config_;  // RLSCOPE_CONFIG was given
+  const KeySet own_keys_;           // the keys RLSCOPE_CONFIG set
+  const std::string hello_config_;  // Hello.config: a controller's own keys as YAML, "" for others
   std::atomic<bool> selected_;  // rank and role are profiled under the run's config (selected())
   const bool is_controller_;
   const Trigger trigger_;

@@ -275,7 +275,7 @@ std::string Where(const std::string& source, const YAML::Mark& mark) {
 }
 
 void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string& source,
-             Config& config, std::vector<std::string>* errors) {
+             Config& config, std::vector<std::string>* errors, KeySet* keys) {
   for (const auto& kv : map) {
     const std::string key = kv.first.Scalar();
     const std::string path = prefix + key;
@@ -288,13 +288,15 @@ void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string
     if (spec != nullptr) {
       if (std::string err = spec->parse(kv.second, config); !err.empty()) {
         errors->push_back(Where(source, kv.second.Mark()) + ": " + path + ": " + err);
+      } else {
+        keys->insert(path);
       }
     } else if (is_section) {
       if (!kv.second.IsMap()) {
         errors->push_back(Where(source, kv.second.Mark()) + ": " + path +
                           ": expected a section (a map of keys)");
       } else {
-        WalkMap(kv.second, path + ".", source, config, errors);
+        WalkMap(kv.second, path + ".", source, config, errors, keys);
       }
     } else {
       std::string best;
@@ -338,7 +340,7 @@ ConfigResult ParseConfig(const std::string& text, const std::string& source) {
     return result;
   }
   try {
-    WalkMap(root, "", source, result.config, &result.errors);
+    WalkMap(root, "", source, result.config, &result.errors, &result.keys);
   } catch (const YAML::Exception& e) {
     result.errors.push_back(Where(source, e.mark) + ": " + e.msg);
   }
@@ -365,10 +367,11 @@ ConfigResult LoadConfigFromEnvValue(const std::string& value) {
   return LoadConfigFile(value);
 }
 
-std::string ConfigToYaml(const Config& config) {
+std::string ConfigToYaml(const Config& config, const KeySet* only) {
   YAML::Node root(YAML::NodeType::Map);
   for (const auto& s : KeySpecs()) {
     const std::string path = s.path;
+    if (only != nullptr && only->count(path) == 0) continue;
     const size_t dot = path.find('.');
     if (dot == std::string::npos) {
       root[path] = s.dump(config);
@@ -392,13 +395,21 @@ std::string ConfigKeyHelp() {
   return out;
 }
 
-void AdoptRunKeys(const Config& run, Config* into) {
+void AdoptRunKeys(const Config& run, Config* into, const KeySet* only) {
   for (const auto& s : KeySpecs()) {
-    if (s.run) s.parse(s.dump(run), *into);  // a dumped value always parses
+    if (s.run && (only == nullptr || only->count(s.path) != 0)) s.parse(s.dump(run), *into);  // a dump parses
   }
 }
 
-std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs) {
+KeySet RunKeysIn(const KeySet& keys) {
+  KeySet out;
+  for (const auto& s : KeySpecs()) {
+    if (s.run && keys.count(s.path) != 0) out.insert(s.path);
+  }
+  return out;
+}
+
+std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs, const KeySet* only) {
   auto flow = [](const YAML::Node& n) {
     YAML::Emitter e;
     e << YAML::Flow << n;
@@ -406,7 +417,7 @@ std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& the
   };
   std::vector<std::string> out;
   for (const auto& s : KeySpecs()) {
-    if (!s.run) continue;
+    if (!s.run || (only != nullptr && only->count(s.path) == 0)) continue;
     const std::string a = flow(s.dump(ours)), b = flow(s.dump(theirs));
     if (a != b) out.push_back(std::string(s.path) + ": " + a + " vs " + b);
   }

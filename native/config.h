@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,13 @@ struct Config {
   } clock;
 };
 
+// A set of keys by dotted path ("steps", "correction.scale").
+using KeySet = std::set<std::string>;
+
 struct ConfigResult {
   Config config;
   std::vector<std::string> errors;  // empty when valid
+  KeySet keys;                      // the keys the text set (the others are defaults)
   bool ok() const { return errors.empty(); }
 };
 
@@ -78,34 +83,41 @@ ConfigResult LoadConfigFile(const std::string& path);
 // newline or starts with '{' is inline YAML/JSON; anything else is a path.
 ConfigResult LoadConfigFromEnvValue(const std::string& value);
 
-// The resolved configuration as YAML (every key, defaults filled in).
-std::string ConfigToYaml(const Config& config);
+// The resolved configuration as YAML: every key, defaults filled in; or only
+// the keys in `only`.
+std::string ConfigToYaml(const Config& config, const KeySet* only = nullptr);
 
 // One line per key: "  key: default  # help". For `rlscope-ray check --keys`.
 std::string ConfigKeyHelp();
 
 // ---- One config per run.
 // The run keys (ranks, steps, subtasks, discrete, controller, correction.*)
-// are decided once per run, by the run's config: the controller's (the
-// driver's, under rlscope_ray.init, which hands the same config to the
-// aggregator and every actor), else the aggregator's own --config when the
-// controller was given none. The aggregator sends it to every collector, which
-// adopts its run keys (Control.run_config); the other keys stay per process.
+// are decided once per run, by the run's config: the aggregator's own (its
+// --config, else the defaults) with the run keys the controller's config sets
+// over it (under rlscope_ray.init the driver, the aggregator and every actor
+// get the same config). The aggregator decides it at the controller's first
+// Hello and sends it to every collector, which adopts all its run keys
+// (Control.run_config); the other keys stay each process's own.
 
-// Copies the run keys of `run` into `into`.
-void AdoptRunKeys(const Config& run, Config* into);
-// The run keys on which `ours` and `theirs` differ, one "key: ours vs theirs"
-// each ("steps: all vs [2, 4]"); empty when they agree.
-std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs);
+// Copies the run keys of `run` into `into` (those in `only`, when given).
+void AdoptRunKeys(const Config& run, Config* into, const KeySet* only = nullptr);
+// The run keys on which `ours` and `theirs` differ (among `only`, when
+// given), one "key: ours vs theirs" each ("steps: all vs [2, 4]"); empty
+// when they agree.
+std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs,
+                                           const KeySet* only = nullptr);
+// The run keys among `keys`.
+KeySet RunKeysIn(const KeySet& keys);
 // Whether a process is profiled under `config`: a controller when
 // `controller` is on, a worker when `ranks` holds its rank (unknown = 0).
 bool SelectsProcess(const Config& config, bool is_controller, int64_t rank);
 
 // The aggregator's endpoint, the one rule everywhere (collector, Ray plugin,
-// rlscope_ray.init): the first explicit value that is set and not "auto" (RLSCOPE_AGGREGATOR in
-// a process's environment; the actor's 'aggregator' key, then the job's;
-// init's aggregator= argument), else the config's `aggregator` unless it is
-// "auto". "" = none (a process is then not profiled; init starts its own).
+// rlscope_ray.init): the first explicit value that is set and not "auto"
+// (RLSCOPE_AGGREGATOR in a process's environment; the actor's 'aggregator'
+// key, then the job's; init's aggregator= argument), else the config's
+// `aggregator` unless it is "auto". "" = none (a process is then not
+// profiled; init starts its own).
 std::string ResolveEndpoint(const std::vector<std::string>& explicit_values, const Config& config);
 
 }  // namespace rlscope

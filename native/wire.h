@@ -50,15 +50,19 @@ struct Hello {
   Identity identity;
   std::string clock;      // "monotonic": timestamps are CLOCK_MONOTONIC ns
   int64_t start_ns = 0;   // collector start on that clock
-  bool selected = true;   // false: this rank/role is not profiled under its config
+  // false: this rank/role is not profiled under its config (its own, then
+  // the run's once adopted); the aggregator decides by the run's config
+  // itself once it is known, and by this before.
+  bool selected = true;
   // Calibrated overhead, ns per event (optional key): "push", "pop", "start",
   // "end", "mark" (the collector's own recording, per record kind) and the
   // caller-side costs charged on the opening event of an entry point:
   // "py_nvtx_push"/"py_nvtx_start" (a push/pop or start/end pair of the `nvtx`
   // package, events with kFlagViaNvtxEx), "py_nvtx_mark".
   std::map<std::string, double> costs;
-  // A controller's config (optional key; resolved YAML, every key), sent when
-  // it was given one (RLSCOPE_CONFIG): the run's config (config.h). "" = none.
+  // A controller's own config (optional key): the keys its RLSCOPE_CONFIG
+  // set, as YAML; its run keys go over the aggregator's in the run's config
+  // (config.h). "" = none set.
   std::string config;
 };
 

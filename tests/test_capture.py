@@ -142,6 +142,17 @@ def test_aggregator_and_controller_disagree_the_run_says_so_once_and_uses_the_co
     assert run["config_source"] == "controller" and run["config_notes"] == [lines[0].split(": ", 1)[1]]
 
 
+def test_a_controller_config_without_run_keys_leaves_the_aggregators(aggregator_factory, tmp_path):
+    """As under rlscope_ray.init(config=None, aggregator=...): the driver's
+    config sets no run key, so the aggregator's --config selects, silently."""
+    agg = aggregator_factory(config="steps: [3]\n")
+    _controller(agg, tmp_path, "--steps", "4", "--step-ms", "30", "--gap-ms", "20",
+                config='{"buffers": {"per_thread_kb": 2048}}')
+    log = agg.wait()
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_3"], log
+    assert "disagree" not in log and _run_json(agg)["config_source"] == "aggregator"
+
+
 def test_a_worker_takes_the_runs_selection_over_its_own_and_says_so(aggregator_factory, tmp_path):
     """A worker whose own config leaves its rank out is profiled all the same
     when the run's config (the controller's) selects it, and says why."""

@@ -66,3 +66,23 @@ def test_no_aggregator_says_what_to_do():
         settings.resolve({"rank": 0}, {})
     env = settings.resolve({"rank": 0, "aggregator": "tcp://h:1"}, {})
     assert env["RLSCOPE_AGGREGATOR"] == "tcp://h:1"
+
+
+def test_a_config_file_reads_as_the_native_parser_reads_it(tmp_path):
+    """Python takes the values from the native parser's resolved output, only
+    the keys the file set (so merges keep the other layers), dotted or nested."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text('steps: "2-4"\ncorrection.scale: 1.04\ncorrection:\n  enabled: true\nranks: all\n')
+    assert settings.load_config_file(str(cfg)) == {
+        "steps": [2, 3, 4], "ranks": "all", "correction": {"scale": 1.04, "enabled": True}}
+
+
+def test_the_runs_config_takes_the_jobs_runtime_env_keys_and_the_endpoint_rule_is_one(tmp_path):
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("ranks: [0]\n")
+    run = settings.run_config({"steps": [1, 2], "flush": {"step_grace_ms": 9}},
+                              {"config": str(job_file), "steps": [2], "rank": 3, "role": "worker"})
+    assert run == {"steps": [2], "ranks": [0], "flush": {"step_grace_ms": 9}}
+    assert settings.endpoint([None, "auto", "tcp://job:1"], {"aggregator": "tcp://cfg:2"}) == "tcp://job:1"
+    assert settings.endpoint([None, ""], {"aggregator": "tcp://cfg:2"}) == "tcp://cfg:2"
+    assert settings.endpoint([], {"aggregator": "auto"}) is None

@@ -167,14 +167,24 @@ def run_config(config: Mapping[str, Any], job_value: Any) -> Dict[str, Any]:
 
 
 def _set_keys(resolved: Mapping[str, Any], given: Any) -> Dict[str, Any]:
-    """``resolved`` restricted to the keys present in ``given``."""
-    if not isinstance(given, dict):
-        return {}
+    """``resolved`` restricted to the keys present in ``given``, nested as in
+    ``resolved`` (a dotted key like ``correction.scale: 1.04`` is a key too)."""
     out: Dict[str, Any] = {}
-    for k, v in given.items():
-        if k not in resolved:
-            continue
-        out[k] = _set_keys(resolved[k], v) if isinstance(v, dict) and isinstance(resolved[k], dict) else resolved[k]
+    if not isinstance(given, dict):
+        return out
+    for key, value in given.items():
+        *sections, leaf = str(key).split(".")
+        node: Any = resolved
+        for part in sections:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue  # not a key the native parser knows (it said so already)
+        picked = _set_keys(node[leaf], value) if isinstance(value, dict) and isinstance(node[leaf], dict) \
+            else node[leaf]
+        target = out
+        for part in sections:
+            target = target.setdefault(part, {})
+        target[leaf] = deep_merge(target[leaf], picked) if isinstance(target.get(leaf), dict) else picked
     return out
 
 

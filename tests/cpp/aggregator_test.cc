@@ -1029,6 +1029,23 @@ TEST_F(AggregatorTest, RunCompleteDoesNotWaitForLiveWorkersOnceStepsAreWritten) 
   EXPECT_TRUE(agg_->RunComplete());
 }
 
+// The run's config (config.h "One config per run"): decided at the
+// controller's first Hello, sent to every collector, disagreements noted.
+// What a controller's Hello carries: the keys its own config set.
+std::string OwnKeysYaml(const std::string& text) {
+  const ConfigResult r = ParseConfig(text, "own.yaml");
+  return ConfigToYaml(r.config, &r.keys);
+}
+
+std::vector<std::pair<uint64_t, std::string>> RunConfigsSent(Aggregator* agg) {
+  std::vector<std::pair<uint64_t, std::string>> out;  // (session, run_config) of each that carries one
+  for (const Outgoing& o : agg->TakeOutgoing()) {
+    const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+    if (!c.run_config.empty()) out.emplace_back(o.session, c.run_config);
+  }
+  return out;
+}
+
 TEST_F(AggregatorTest, UnselectedProcessesAreLeftOutAndDoNotHoldStepsBack) {
   // The run's config (the controller's) selects rank 0: rank 3 is left out
   // whatever it says of itself, and a process's own word counts only before
@@ -1040,7 +1057,7 @@ TEST_F(AggregatorTest, UnselectedProcessesAreLeftOutAndDoNotHoldStepsBack) {
   unselected.selected = false;  // its own config leaves it out; the run's selects it
   Send(unselected);
   wire::Hello c = ctl.Hello();
-  c.config = ConfigToYaml(ConfigFrom("ranks: [0]\n"));
+  c.config = OwnKeysYaml("ranks: [0]\n");
   Send(c);
   Connect(idle);  // says selected (its own config): the run's says no
   ctl.Push(1, 1000, "step").Pop(1, 2000);
@@ -1054,37 +1071,26 @@ TEST_F(AggregatorTest, UnselectedProcessesAreLeftOutAndDoNotHoldStepsBack) {
   EXPECT_EQ(exporter_.steps[0].reason, "complete");
 }
 
-// The run's config (config.h "One config per run"): decided at the
-// controller's first Hello, sent to every collector, disagreements noted.
-std::vector<std::pair<uint64_t, std::string>> RunConfigsSent(Aggregator* agg) {
-  std::vector<std::pair<uint64_t, std::string>> out;  // (session, run_config) of each that carries one
-  for (const Outgoing& o : agg->TakeOutgoing()) {
-    const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
-    if (!c.run_config.empty()) out.emplace_back(o.session, c.run_config);
-  }
-  return out;
-}
-
-TEST_F(AggregatorTest, TheControllersConfigIsTheRunsAndTheAggregatorSaysWhenItsOwnDisagrees) {
-  agg_ = std::make_unique<Aggregator>(ConfigFrom("steps: [3]\nranks: [1]\nflush: {step_grace_ms: 7}\n"), &exporter_,
-                                      "agg.yaml");
+TEST_F(AggregatorTest, TheControllersRunKeysGoOverTheAggregatorsAndItSaysWhereTheyDisagree) {
+  const ConfigResult own = ParseConfig("steps: [3]\nranks: [1]\nflush: {step_grace_ms: 7}\n", "agg.yaml");
+  agg_ = std::make_unique<Aggregator>(own.config, &exporter_, "agg.yaml", own.keys);
   FakeCollector worker(2, "worker", 0, 200), ctl(1, "controller", -1, 100);
   Connect(worker);
   EXPECT_THAT(RunConfigsSent(agg_.get()), IsEmpty());  // not decided before the controller
   wire::Hello c = ctl.Hello();
-  c.config = ConfigToYaml(ConfigFrom("steps: [2, 4]\n"));
+  c.config = OwnKeysYaml("steps: [2, 4]\ndiscrete: false\n");
   Send(c);
   const std::string run = ConfigToYaml(agg_->config());
   // Everyone connected so far, then the controller's own answer.
   EXPECT_EQ(RunConfigsSent(agg_.get()),
             (std::vector<std::pair<uint64_t, std::string>>{{0, run}, {1, run}}));
   EXPECT_EQ(agg_->config().steps.ToString(), "[2, 4]");
-  EXPECT_EQ(agg_->config().ranks.ToString(), "all");         // a run key: the controller's
-  EXPECT_EQ(agg_->config().flush.step_grace_ms, 7);          // not a run key: the aggregator's own
+  EXPECT_EQ(agg_->config().ranks.ToString(), "[1]");  // the controller did not set it: the aggregator's
+  EXPECT_EQ(agg_->config().flush.step_grace_ms, 7);    // not a run key: the aggregator's own
   const std::vector<std::string> notes = agg_->TakeNotes();
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(notes[0], "the controller's config (pid 100) disagrees with --config agg.yaml "
-                      "(ranks: [1] vs all; steps: [3] vs [2, 4]): using the controller's");
+                      "(steps: [3] vs [2, 4]): using the controller's");
   EXPECT_THAT(agg_->TakeNotes(), IsEmpty());
   FakeCollector late(3, "worker", 1, 300);
   Connect(late);  // a newcomer gets it with its window

@@ -1142,6 +1142,17 @@ TEST(RunConfigTest, AdoptRunKeysTakesTheSelectionAndKeepsTheProcesssOwnKeys) {
                                      "correction.enabled: true vs false", "correction.scale: 1 vs 1.5"));
 }
 
+TEST(RunConfigTest, ParseSaysWhichKeysWereSetAndOnlyThoseGoOut) {
+  const ConfigResult r = ParseConfig("steps: [2]\ncorrection.scale: 1.5\nflush: {interval_ms: 5}\n", "k.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.keys, (KeySet{"steps", "correction.scale", "flush.interval_ms"}));
+  EXPECT_EQ(RunKeysIn(r.keys), (KeySet{"steps", "correction.scale"}));
+  const ConfigResult back = ParseConfig(ConfigToYaml(r.config, &r.keys), "back.yaml");
+  EXPECT_EQ(back.keys, r.keys);
+  EXPECT_EQ(back.config.correction.scale, 1.5);
+  EXPECT_TRUE(ParseConfig("", "empty.yaml").keys.empty());
+}
+
 TEST(RunConfigTest, SelectsProcessByRoleAndRank) {
   Config c = ParseConfig("ranks: [1]\ncontroller: false\n", "c.yaml").config;
   EXPECT_FALSE(SelectsProcess(c, true, -1));
