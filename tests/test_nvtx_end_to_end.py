@@ -200,6 +200,35 @@ def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
     assert len(trace.instants(ctrl, "after_gen")) == 1
 
 
+def test_nvtx_colour_names_never_crash_the_host(aggregator_factory, tmp_path):
+    """verl's marked_timer names colours ("brown", "olive", "pink") that the
+    `nvtx` package, once a tool is attached, cannot read without matplotlib:
+    it raised TypeError in the host. With rlscope_ray imported every name
+    works (matplotlib is hidden here) and the ranges are recorded."""
+    agg = aggregator_factory()
+    script = (
+        "import sys\n"
+        "sys.modules['matplotlib'] = None  # as on a host without matplotlib\n"
+        "import nvtx, rlscope_ray\n"
+        "with rlscope_ray.step(1):\n"
+        "    r = nvtx.start_range('adv', color='brown')\n"
+        "    nvtx.end_range(r)\n"
+        "    nvtx.push_range('ref', color='olive')\n"
+        "    nvtx.pop_range()\n"
+        "    with nvtx.annotate('reward', color='no such colour'):\n"
+        "        pass\n"
+        "    nvtx.mark('m', color='pink')\n")
+    env = agg.env(role="controller", config="{buffers: {per_thread_kb: 8192}}")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    agg.wait()
+    trace = Trace(agg.out / "step_1" / "trace.json")
+    ctrl = trace.pid_of("(controller)")
+    assert len(trace.asyncs(ctrl, "adv")) == 1
+    assert [e["name"] for e in trace.slices(ctrl) if e["name"] in ("ref", "reward")] == ["ref", "reward"]
+    assert len(trace.instants(ctrl, "m")) == 1
+
+
 def test_bad_config_in_environment_leaves_program_unharmed(build_dir, aggregator_factory):
     agg = aggregator_factory(exit_when_done=False)
     env = agg.env(role="controller", config="{steps: \"5-2\"}")

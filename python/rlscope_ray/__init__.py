@@ -75,6 +75,12 @@ def start_collector() -> bool:
         # NVTX reads this at each library's first NVTX call: from now on the
         # `nvtx` package and torch.cuda.nvtx report into this same collector.
         os.environ["NVTX_INJECTION64_PATH"] = collector_path()
+    if running:
+        # With this collector attached the `nvtx` package reads colour names,
+        # and fails on most without matplotlib: never let that crash the host.
+        from .nvtx_colors import make_colour_names_safe
+
+        make_colour_names_safe()
     if running and not _calibrated:
         # Overhead correction: the caller-side cost of Python annotations
         # (rlscope_ray.calibration), once per process (again while the
