@@ -7,6 +7,7 @@
 
 #include "aggregator/correction.h"
 #include "aggregator/step_profile.h"
+#include "aggregator/subtasks.h"
 #include "native/names.h"
 
 namespace rlscope {
@@ -137,18 +138,17 @@ std::vector<Window> SubtaskWindows(const StepProfile& profile, const ProcessSlic
                                    const std::vector<std::string>& subtasks) {
   std::vector<Window> windows;
   if (controller == nullptr) return windows;
-  const Span* step_span = nullptr;
-  for (const Span& s : controller->spans) {
-    if (s.step == profile.step) step_span = &s;
-  }
-  const std::set<std::string> wanted(subtasks.begin(), subtasks.end());
-  for (const Span& s : controller->spans) {
-    if (s.step >= 0) continue;
+  auto add = [&](const Span& s) {
     const std::string name = controller->process->String(s.name);
-    const bool take = !wanted.empty() ? wanted.count(name) != 0
-                                      : step_span != nullptr && s.tid == step_span->tid &&
-                                            s.domain == step_span->domain && s.depth == step_span->depth + 1;
-    if (take && !name.empty()) windows.push_back({name, 0, s.begin_ns, s.end_ns, s.raw_begin_ns, s.raw_end_ns, &s});
+    if (!name.empty()) windows.push_back({name, 0, s.begin_ns, s.end_ns, s.raw_begin_ns, s.raw_end_ns, &s});
+  };
+  if (subtasks.empty()) {
+    for (const Span* s : StepChildren(*controller, profile.step)) add(*s);  // the one rule (subtasks.h)
+  } else {
+    const std::set<std::string> wanted(subtasks.begin(), subtasks.end());
+    for (const Span& s : controller->spans) {
+      if (s.step < 0 && wanted.count(controller->process->String(s.name)) != 0) add(s);
+    }
   }
   std::sort(windows.begin(), windows.end(), [](const Window& x, const Window& y) { return x.begin < y.begin; });
   std::map<std::string, int> seen;

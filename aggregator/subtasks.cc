@@ -17,23 +17,45 @@ bool Named(const ProcessTimeline& p, uint32_t name, const std::vector<std::strin
 
 }  // namespace
 
+std::vector<const Span*> StepChildren(const ProcessSlice& controller, int64_t step) {
+  const Span* step_span = nullptr;
+  for (const Span& s : controller.spans) {
+    if (s.step == step) step_span = &s;
+  }
+  if (step_span == nullptr) return {};
+  std::vector<const Span*> candidates;
+  for (const Span& s : controller.spans) {
+    if (s.step >= 0 || (!s.async && s.tid != step_span->tid)) continue;
+    if (s.begin_ns >= step_span->begin_ns && s.end_ns <= step_span->end_ns) candidates.push_back(&s);
+  }
+  // By begin, the longer first (a push/pop parent before its same-time
+  // child): one not ending past every earlier one is inside one of them.
+  std::sort(candidates.begin(), candidates.end(), [](const Span* a, const Span* b) {
+    if (a->begin_ns != b->begin_ns) return a->begin_ns < b->begin_ns;
+    if (a->end_ns != b->end_ns) return a->end_ns > b->end_ns;
+    return a->depth < b->depth;
+  });
+  std::vector<const Span*> children;
+  int64_t reach = INT64_MIN;  // the latest end of a range taken or passed
+  for (const Span* s : candidates) {
+    if (s->end_ns > reach) children.push_back(s);
+    reach = std::max(reach, s->end_ns);
+  }
+  return children;
+}
+
 std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::vector<std::string>& names) {
   std::vector<Occurrence> out;
   for (const ProcessSlice& slice : step.processes) {
     if (!slice.process->is_controller()) continue;
     const ProcessTimeline& p = *slice.process;
-    // The step's own range on the controller: children are one level below it.
-    const Span* step_span = nullptr;
-    for (const Span& s : slice.spans) {
-      if (std::string(p.String(s.name)) == names::kStep && !s.async) step_span = &s;
+    auto add = [&](const Span& s) { out.push_back({p.String(s.name), "", s.begin_ns, s.end_ns, s.end_tid}); };
+    if (names.empty()) {
+      for (const Span* s : StepChildren(slice, step.step)) add(*s);
+      continue;
     }
     for (const Span& s : slice.spans) {
-      if (std::string(p.String(s.name)) == names::kStep) continue;
-      const bool match = names.empty()
-                             ? step_span != nullptr && !s.async && s.tid == step_span->tid &&
-                                   s.depth == step_span->depth + 1
-                             : Named(p, s.name, names);
-      if (match) out.push_back({p.String(s.name), "", s.begin_ns, s.end_ns, s.end_tid});
+      if (s.step < 0 && Named(p, s.name, names)) add(s);
     }
   }
   std::sort(out.begin(), out.end(), [](const Occurrence& a, const Occurrence& b) {

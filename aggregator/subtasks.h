@@ -3,7 +3,9 @@
 //
 // A sub-task occurrence is a controller range whose name is in `subtasks`
 // (verl's marked_timer names: gen, update_actor, ...); with no list, every
-// range directly inside the controller's "step" range. With a filter, each
+// range directly inside the controller's "step" range (StepChildren). Ranges
+// of either kind count: push/pop and start/end (verl's marked_timer uses the
+// latter, for its "step" too). With a filter, each
 // process keeps what overlaps the controller's occurrences or its own ranges
 // of those names; in discrete mode each occurrence is its own capture.
 #pragma once
@@ -26,6 +28,12 @@ struct Occurrence {
 };
 
 using Intervals = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end)
+
+// The ranges directly inside the controller's range of step `step` (push/pop
+// or start/end): the controller's non-step ranges within it, push/pop ones on
+// the step's thread and start/end ones on any, that no other of them
+// contains. In time order; empty when the step has no range in `controller`.
+std::vector<const Span*> StepChildren(const ProcessSlice& controller, int64_t step);
 
 // The controller's occurrences in `step`, in time order.
 std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::vector<std::string>& names);

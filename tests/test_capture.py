@@ -170,6 +170,22 @@ def test_a_worker_takes_the_runs_selection_over_its_own_and_says_so(aggregator_f
     assert len(lines) == 1 and "ranks: [1] vs [0]" in lines[0] and "using the run's" in lines[0], lines
 
 
+def test_start_end_ranges_as_verls_marked_timer_opens_them_are_subtasks(aggregator_factory, tmp_path):
+    """verl's controller opens "step" and its sub-tasks with the nvtx
+    package's start_range/end_range: they are the step's sub-tasks in the
+    breakdown, the critical path and discrete captures."""
+    agg = aggregator_factory(config="steps: [2]\ndiscrete: true\n")
+    _controller(agg, tmp_path, "--steps", "2", "--step-ms", "60", "--gap-ms", "20",
+                "--subtasks", "gen,adv,update_actor", "--start-end")
+    agg.wait()
+    summary = _summary(agg, 2)
+    assert summary["captures"] == ["gen", "adv", "update_actor"]
+    assert [s["subtask"] for s in summary["critical_path"]["segments"]] == ["gen", "adv", "update_actor"]
+    assert {"gen", "adv", "update_actor"} <= {r["subtask"] for r in summary["breakdown"]}
+    trace = Trace(agg.out / "step_2" / "adv" / "trace.json")
+    assert len(trace.asyncs(trace.pid_of("(controller)"), "adv")) == 1
+
+
 def test_range_opened_just_before_a_selected_step_is_clipped_not_lost(aggregator_factory, tmp_path):
     config = "{steps: [3]}"
     agg = aggregator_factory(config="steps: [3]\n")

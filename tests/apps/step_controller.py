@@ -5,12 +5,14 @@ rlscope_ray.start()/stop() around step N (the `api` trigger).
 
     step_controller.py --steps 5 --step-ms 300 --gap-ms 100 [--subtasks gen,update_actor,update_actor]
                        [--prep-before 3] [--trigger-range 2] [--api-window 4]
-                       [--wait-before STEP FILE] --report FILE
+                       [--wait-before STEP FILE] [--start-end] --report FILE
 
 The report brackets each step's begin and end between its own
 CLOCK_MONOTONIC readings just before and just after the NVTX call
 (begin_ns..begin_hi_ns, end_lo_ns..end_ns). --wait-before STEP FILE: before
 step STEP begins, wait until FILE exists (a test's handshake with a worker).
+--start-end: "step" and the sub-tasks are start/end ranges (nvtx.start_range /
+end_range), as verl's marked_timer opens them.
 """
 import argparse
 import json
@@ -37,6 +39,7 @@ def main() -> None:
                     help="wrap this step's sub-tasks in a range named 'capture' (nvtx:capture trigger)")
     ap.add_argument("--api-window", type=int, default=0, help="rlscope_ray.start()/stop() around this step")
     ap.add_argument("--wait-before", nargs=2, metavar=("STEP", "FILE"))
+    ap.add_argument("--start-end", action="store_true")
     ap.add_argument("--report", required=True)
     args = ap.parse_args()
     subtasks = [s for s in args.subtasks.split(",") if s]
@@ -55,7 +58,7 @@ def main() -> None:
                 assert time.monotonic() < deadline, f"{args.wait_before[1]} never appeared"
                 time.sleep(0.005)
         t0 = time.monotonic_ns()
-        nvtx.push_range("step")
+        step_range = nvtx.start_range("step") if args.start_end else nvtx.push_range("step")
         t1 = time.monotonic_ns()
         if prep:
             spin(5)
@@ -64,12 +67,20 @@ def main() -> None:
         if args.trigger_range == n:
             nvtx.push_range("capture")
         for name in subtasks:
+            if args.start_end:
+                r = nvtx.start_range(name)
+                spin(args.step_ms / max(1, len(subtasks)) * 0.9)
+                nvtx.end_range(r)
+                continue
             with nvtx.annotate(name):
                 spin(args.step_ms / max(1, len(subtasks)) * 0.9)
         if args.trigger_range == n:
             nvtx.pop_range()
         t2 = time.monotonic_ns()
-        nvtx.pop_range()
+        if args.start_end:
+            nvtx.end_range(step_range)
+        else:
+            nvtx.pop_range()
         steps.append({"step": n, "begin_ns": t0, "begin_hi_ns": t1, "end_lo_ns": t2, "end_ns": time.monotonic_ns()})
         if args.api_window == n:
             rlscope_ray.stop()

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "aggregator/aggregator.h"
+#include "aggregator/breakdown.h"
 #include "aggregator/clock_fit.h"
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
@@ -646,6 +648,50 @@ TEST_F(AggregatorTest, StepWaitsForAConnectedWorkerWatermark) {
   const ProcessSlice* w = FindSlice(p, 2);
   EXPECT_FALSE(w->late);
   EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"early_work", "late_work"}));
+}
+
+// verl's controller: marked_timer opens "step" and its sub-tasks as
+// start/end ranges (the nvtx package's start_range/end_range), one of them
+// ended on another thread; a push/pop sub-task sits beside them.
+void VerlShapedStep(FakeCollector& ctl) {
+  ctl.Start(1, 1000, "step", 10);
+  ctl.Start(1, 1100, "gen", 11).Start(1, 1150, "generate_sequences", 12).End(1, 1300, 12).End(1, 1400, 11);
+  ctl.Push(1, 1500, "reward").Pop(1, 1600);
+  ctl.Push(2, 1520, "background").Pop(2, 1580);  // another thread's push/pop: not a sub-task of the step
+  ctl.Start(1, 1700, "adv", 13).End(3, 1800, 13);
+  ctl.End(1, 2000, 10);
+}
+
+TEST_F(AggregatorTest, StartEndRangesAreSubtasksOfAStartEndStep) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  VerlShapedStep(ctl);
+  Send(ctl.Flush(2500));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepAnalysis& a = *exporter_.steps[0].analysis;
+  std::vector<std::string> segments;
+  for (const CriticalSegment& c : a.critical_path) segments.push_back(c.subtask);
+  EXPECT_EQ(segments, (std::vector<std::string>{"gen", "reward", "adv"}));
+  std::set<std::string> rows;
+  for (const BreakdownRow& r : a.rows) rows.insert(r.subtask);
+  EXPECT_EQ(rows, (std::set<std::string>{"step", "gen", "reward", "adv"}));
+}
+
+TEST_F(AggregatorTest, DiscreteCapturesOfStartEndSubtasks) {
+  Init(ConfigFrom("discrete: true\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  VerlShapedStep(ctl);
+  Send(ctl.Flush(2500));
+  agg_->Tick(0);
+  ASSERT_FALSE(exporter_.steps.empty());
+  EXPECT_EQ(exporter_.steps.back().captures, (std::vector<std::string>{"gen", "reward", "adv"}));
+  // A capture holds its range, cut to it: gen's has gen and what is inside.
+  const StepProfile& gen = exporter_.steps[0];
+  ASSERT_EQ(gen.capture, "gen");
+  EXPECT_EQ(gen.begin_ns, 1100);
+  EXPECT_EQ(gen.end_ns, 1400);
 }
 
 TEST_F(AggregatorTest, DiscreteCaptureNamesAreSafeUniqueDirectoryNames) {
