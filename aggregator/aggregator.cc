@@ -8,6 +8,7 @@
 #include "aggregator/correction.h"
 #include "aggregator/ray_calls.h"
 #include "aggregator/subtasks.h"
+#include "native/names.h"
 #include "native/steps.h"
 
 namespace rlscope {
@@ -97,12 +98,22 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   if (!slot) slot = std::make_unique<ProcessTimeline>(hello);
   else slot->Identify(hello);
   slot->Touch(now_ns);
+  wire::Control where;  // tell the newcomer where the run stands
   if (slot->claims_controller() && controller_session_ == 0) {
     controller_session_ = hello.session;
     slot->set_controller();
     DecideRunConfig(hello);  // tells every collector connected so far
+  } else if (slot->claims_controller() && hello.session != controller_session_) {
+    // One controller per run: a second claimant (a Ray actor created by the
+    // controller actor inherits its runtime_env, role included) is a worker.
+    where.role = names::kWorker;
+    if (demoted_.insert(hello.session).second) {  // said once per process
+      const wire::Identity& c = processes_.at(controller_session_)->identity();
+      notes_.push_back("pid " + std::to_string(hello.identity.pid) + " on " + hello.identity.host +
+                       " said hello as a controller too; pid " + std::to_string(c.pid) + " on " + c.host +
+                       " is the run's: it records as a worker");
+    }
   }
-  wire::Control where;  // tell the newcomer where the run stands
   where.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
   where.step = window_step_;
   where.run_config = run_config_yaml_;
@@ -143,7 +154,7 @@ void Aggregator::DecideRunConfig(const wire::Hello& controller) {
 
 bool Aggregator::Selected(const ProcessTimeline& p) const {
   if (run_config_yaml_.empty()) return p.hello().selected;
-  return SelectsProcess(config_, p.claims_controller(), p.identity().rank);
+  return SelectsProcess(config_, p.is_controller(), p.identity().rank);  // a second claimant is a worker
 }
 
 ProcessTimeline& Aggregator::SenderOf(const wire::Batch& batch) {

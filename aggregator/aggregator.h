@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,6 +135,7 @@ class Aggregator {
   StepExporter* exporter_;
   std::map<uint64_t, std::unique_ptr<ProcessTimeline>> processes_;  // by session
   uint64_t controller_session_ = 0;  // the first controller to connect
+  std::set<uint64_t> demoted_;       // later claimants, told they are workers (Control.role)
   std::vector<PendingStep> pending_;
   std::vector<ExpectedProcess> expected_;
   std::vector<Outgoing> outgoing_;

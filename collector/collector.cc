@@ -227,7 +227,7 @@ Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire:
       trigger_(ParseTrigger(config_.capture_range)),
       // A controller always records its "step" ranges: they number the steps,
       // whatever opens its captures.
-      watching_(is_controller_ || trigger_ == Trigger::kNvtxRange),
+      watching_(is_controller() || trigger_ == Trigger::kNvtxRange),
       step_name_id_(strings_.Intern(names::kStep)),
       trigger_name_id_(trigger_ == Trigger::kNvtxRange ? strings_.Intern(config_.capture_range.substr(5)) : 0),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
@@ -235,7 +235,7 @@ Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire:
       identity_(std::move(identity)),
       converter_(clock_source_) {
   if (test_clock_ != nullptr) costs_ = test_clock_->costs();
-  if (!config_.ranks.all && identity_.rank < 0 && !is_controller_) {
+  if (!config_.ranks.all && identity_.rank < 0 && !is_controller()) {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
                  "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
@@ -303,7 +303,7 @@ void Collector::SetCaptureActive(bool active) {
 bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async,
                             uint64_t range_id) {
   if (name == 0) return false;
-  if (is_controller_ && name == step_name_id_) {
+  if (is_controller() && name == step_name_id_) {
     // Numbered as the aggregator numbers it (steps.h). A start/end range's
     // value carries its id, so only push/pop payloads count.
     const int64_t n = steps::Number(!async && (flags & kFlagHasPayload) != 0, payload,
@@ -374,10 +374,11 @@ void Collector::Wake() {
 }
 
 void Collector::ApplyControl(const wire::Control& control) {
+  if (control.role == names::kWorker && is_controller()) BecomeWorker();  // before the window it carries
   // Windows steer only workers under the controller trigger; the controller
   // follows its own steps and the other triggers their own events.
   if (control.window != wire::Control::Window::kUnchanged && trigger_ == Trigger::kController &&
-      !is_controller_) {
+      !is_controller()) {
     if (control.window == wire::Control::Window::kOpen) {
       window_close_at_ns_ = 0;
       window_open_.store(true, std::memory_order_relaxed);
@@ -405,12 +406,12 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     std::fprintf(stderr, "rlscope: pid %d: this process's %s disagrees with the run's config (%s): using the run's\n",
                  static_cast<int>(getpid()), names::kEnvConfig, list.c_str());
   }
-  const bool selected = SelectsProcess(run.config, is_controller_, identity_.rank);
+  const bool selected = SelectsProcess(run.config, is_controller(), identity_.rank);
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
     steps_ = run.config.steps;
   }
-  if (is_controller_ && trigger_ == Trigger::kController && next_step_.load(std::memory_order_relaxed) == 1 &&
+  if (is_controller() && trigger_ == Trigger::kController && next_step_.load(std::memory_order_relaxed) == 1 &&
       step_range_id_.load(std::memory_order_relaxed) == 0) {
     // No step yet (a step under way keeps its window; the next edge follows the run's steps).
     window_open_.store(StepArmedBefore(1), std::memory_order_relaxed);
@@ -426,6 +427,29 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     if (selected && run.config.correction.enabled && test_clock_ == nullptr && Cost("push") < 0) Calibrate();
   }
   UpdateArmed();
+}
+
+void Collector::BecomeWorker() {
+  is_controller_.store(false, std::memory_order_relaxed);
+  std::fprintf(stderr,
+               "rlscope: pid %d: another process is the run's controller; this one records as a worker "
+               "(a Ray actor created by the controller actor inherits its runtime_env, role included)\n",
+               static_cast<int>(getpid()));
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    identity_.role = names::kWorker;
+    ++hello_gen_;
+  }
+  // The windows come from the aggregator now (this Control's, then its
+  // broadcasts); until then, as a worker that has not heard of one.
+  window_open_.store(false, std::memory_order_relaxed);
+  selected_.store(SelectsProcess(config_, false, identity_.rank), std::memory_order_relaxed);
+  UpdateArmed();
+  if (!run_config_.empty()) {  // selected again as a worker under the run's config
+    std::string yaml;
+    yaml.swap(run_config_);
+    AdoptRunConfig(yaml);
+  }
 }
 
 bool Collector::StepArmedDuring(int64_t n) const {
@@ -575,7 +599,7 @@ wire::Hello Collector::MakeHello() const {
   hello.clock = "monotonic";
   hello.start_ns = start_ns_;
   hello.selected = selected();
-  hello.config = hello_config_;
+  if (is_controller()) hello.config = hello_config_;
   hello.costs = costs_;
   return hello;
 }

@@ -240,6 +240,9 @@ class Collector {
   // Adopts the run keys of the run's config (Control.run_config): the steps
   // that arm a controller, whether this process is selected. Flush thread.
   void AdoptRunConfig(const std::string& yaml);
+  // Control.role "worker": records as a worker from now on. Flush thread.
+  void BecomeWorker();
+  bool is_controller() const { return is_controller_.load(std::memory_order_relaxed); }
   // Whether the controller records step `n` / before step `n` (steps.h).
   bool StepArmedDuring(int64_t n) const;
   bool StepArmedBefore(int64_t n) const;
@@ -286,7 +289,9 @@ class Collector {
   const KeySet own_keys_;           // the keys RLSCOPE_CONFIG set
   const std::string hello_config_;  // Hello.config: a controller's own keys as YAML, "" for others
   std::atomic<bool> selected_;  // rank and role are profiled under the run's config (selected())
-  const bool is_controller_;
+  // Starts as RLSCOPE_ROLE says; cleared when the aggregator says another
+  // process is the run's controller (Control.role, flush thread).
+  std::atomic<bool> is_controller_;
   const Trigger trigger_;
   const bool watching_;
   const uint32_t step_name_id_;     // interned "step"

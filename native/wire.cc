@@ -412,6 +412,7 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
   if ((o = Find(body, "run_config")) != nullptr && !GetStr(c, *o, "control.run_config", &ctl->run_config)) {
     return false;
   }
+  if ((o = Find(body, "role")) != nullptr && !GetStr(c, *o, "control.role", &ctl->role)) return false;
   return true;
 }
 
@@ -608,7 +609,7 @@ std::string Encode(const Message& message) {
     return std::string(buf.data(), buf.size());
   }
   if (const auto* ctl = std::get_if<Control>(&message)) {
-    PackHeader(pk, MessageType::kControl, ctl->run_config.empty() ? 6 : 7);
+    PackHeader(pk, MessageType::kControl, 6 + (ctl->run_config.empty() ? 0 : 1) + (ctl->role.empty() ? 0 : 1));
     PackKey(pk, "window");
     pk.pack_uint8(static_cast<uint8_t>(ctl->window));
     PackKey(pk, "step");
@@ -624,6 +625,10 @@ std::string Encode(const Message& message) {
     if (!ctl->run_config.empty()) {
       PackKey(pk, "run_config");
       PackString(pk, ctl->run_config);
+    }
+    if (!ctl->role.empty()) {
+      PackKey(pk, "role");
+      PackString(pk, ctl->role);
     }
     return std::string(buf.data(), buf.size());
   }

@@ -144,6 +144,11 @@ struct Control {
   // (config.h AdoptRunKeys); sent to each collector once the run's config is
   // known, and again when it changes. "" = unchanged.
   std::string run_config;
+  // "worker": another process is the run's controller (the first to say
+  // hello as one); this one, which claimed the role too (a Ray actor created
+  // by the controller actor inherits its runtime_env), is a worker from now
+  // on. "" = unchanged.
+  std::string role;
   bool operator==(const Control&) const = default;
 };
 

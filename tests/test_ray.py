@@ -147,3 +147,29 @@ def test_selection_given_to_init_is_the_runs_with_an_aggregator_started_by_hand(
         summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
         assert sorted((p["role"], p["rank"]) for p in summary["processes"]) == [("controller", None), ("worker", 0)]
     assert "disagree" not in log
+
+
+def test_actors_created_by_the_controller_actor_do_not_inherit_its_role(aggregator_factory):
+    """verl's TaskRunner is the controller and an actor: the actors it
+    creates inherit its runtime_env, role included. The first to say hello
+    as a controller is the run's; the others are told they are workers and
+    record in the windows of the selected steps, as workers do."""
+    agg = aggregator_factory()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLSCOPE_", "RAY_RUNTIME_ENV"))}
+    env.pop("NVTX_INJECTION64_PATH", None)
+    r = subprocess.run([sys.executable, str(ROOT / "tests/apps/ray_inherited_role_app.py"), agg.endpoint, "3"],
+                       env=dict(env, RAY_ADDRESS=""), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    pids = json.loads(r.stdout.strip().splitlines()[-1])
+    agg.stop()
+    log = agg.log.read_text()
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_2"], log
+    summary = json.loads((agg.out / "step_2" / "summary.json").read_text())
+    roles = {p["pid"]: p["role"] for p in summary["processes"]}
+    assert roles == {pids["task_runner"]: "controller", **{w: "worker" for w in pids["workers"]}}, (roles, log)
+    trace = Trace(agg.out / "step_2" / "trace.json")
+    labels = {p["pid"]: p["label"] for p in summary["processes"]}
+    for w in pids["workers"]:
+        (tpid,) = [t for t, name in trace.process_names.items() if name == labels[w]]
+        assert trace.slices(tpid, "chunk"), w  # recorded in the step's window
+    assert sum("said hello as a controller too" in line for line in log.splitlines()) == 2, log

@@ -1148,6 +1148,23 @@ TEST_F(AggregatorTest, TheControllersRunKeysGoOverTheAggregatorsAndItSaysWhereTh
   EXPECT_EQ(exporter_.steps[0].step, 2);
 }
 
+TEST_F(AggregatorTest, ASecondControllerIsToldItIsAWorkerOnceNoted) {
+  FakeCollector ctl(1, "controller", -1, 100), child(2, "controller", -1, 200);
+  Connect(ctl);
+  agg_->TakeOutgoing();
+  Connect(child);
+  Connect(child);  // its Hello again (labels): told again, noted once
+  std::vector<std::string> roles;
+  for (const Outgoing& o : agg_->TakeOutgoing()) {
+    const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+    EXPECT_EQ(o.session, 2u);
+    roles.push_back(c.role);
+  }
+  EXPECT_EQ(roles, (std::vector<std::string>{"worker", "worker"}));
+  EXPECT_THAT(agg_->TakeNotes(), ::testing::ElementsAre(
+      "pid 200 on node0 said hello as a controller too; pid 100 on node0 is the run's: it records as a worker"));
+}
+
 TEST_F(AggregatorTest, AControllerWithoutAConfigGetsTheAggregatorsWithoutANote) {
   Init(ConfigFrom("steps: [3]\n"));
   FakeCollector ctl(1, "controller", -1, 100);
