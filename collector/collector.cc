@@ -407,6 +407,12 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
                  static_cast<int>(getpid()), names::kEnvConfig, list.c_str());
   }
   const bool selected = SelectsProcess(run.config, is_controller(), identity_.rank);
+  if (!run.config.ranks.all && config_.ranks.all && identity_.rank < 0 && !is_controller()) {
+    std::fprintf(stderr,  // as at start, when its own config selected ranks
+                 "rlscope: the run's config selects ranks %s but this process has no rank "
+                 "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
+                 run.config.ranks.ToString().c_str());
+  }
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
     steps_ = run.config.steps;
