@@ -59,14 +59,27 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     t.ts.reserve(sorted.size());
     t.cum_ps.reserve(sorted.size());
     int64_t cum = 0;
+    int64_t prev_ns = begin_ns;  // the thread's previous mark (or the step's begin)
     for (const CostMark& m : sorted) {
+      // An event never costs more than the time since the thread's previous
+      // mark: what it paid there cannot exceed what passed, and corrected
+      // times must keep their order (a range nested in another stays
+      // nested). A calibration made on a busier machine than the run's
+      // overestimates the costs; counted. (A wait mark shares its time with
+      // the event that ends the wait: it is what waiting took, not capped.)
+      const int64_t gap_ps = (m.ts_ns - prev_ns) * 1000;
+      int64_t ps = m.kind == 0 ? m.wait_ps : model.CostPs(m.kind, m.flags);
+      if (m.kind != 0 && ps > gap_ps) {
+        ps = std::max<int64_t>(0, gap_ps);
+        ++capped_;
+      }
       if (m.kind == 0) {
-        cum += m.wait_ps;
-        waits_ps += m.wait_ps;
+        waits_ps += ps;
       } else {
-        cum += model.CostPs(m.kind, m.flags);
         ++events_;
       }
+      cum += ps;
+      prev_ns = m.ts_ns;
       t.ts.push_back(m.ts_ns);
       t.cum_ps.push_back(cum);
     }

@@ -88,6 +88,9 @@ class Corrector {
     return CostPs(tid, to) / 1000 - CostPs(tid, from - 1) / 1000;
   }
   uint64_t events() const { return events_; }
+  // Marks whose cost exceeded the time since the thread's previous mark, so
+  // charged only that time (costs overestimated, e.g. calibrated under load).
+  uint64_t capped() const { return capped_; }
   const std::vector<int64_t>& tids() const { return tids_; }
 
  private:
@@ -108,6 +111,7 @@ class Corrector {
   int64_t total_ns_ = 0;
   int64_t waits_ns_ = 0;
   uint64_t events_ = 0;  // recorded events (not wait marks)
+  uint64_t capped_ = 0;
 };
 
 // A controller window that waits on workers: raw times, aggregator clock;

@@ -161,6 +161,7 @@ std::string StepSummaryJson(const StepProfile& step) {
     if (slice.corrector) {
       w.Key("overhead").BeginObject();
       w.Key("events").Uint(slice.corrector->events());
+      w.Key("capped_events").Uint(slice.corrector->capped());
       w.Key("subtracted_ms").Double(Ms(slice.corrector->total_ns()));
       w.Key("waits_ms").Double(Ms(slice.corrector->waits_ns()));
       w.Key("costs_ns").BeginObject();

@@ -9,8 +9,10 @@ profiler (RLSCOPE_AGGREGATOR set). Under the profiler it also gives its
 collector test costs (collector/test_clock.h) before starting it, and
 records 400 ranges per step at 10 us each: the aggregator removes exactly
 4 ms per step at correction.scale 1. So calibrate must find inflation 40 %,
-corrected error +20 % at scale 1, and scale 2. (Each step also sleeps 10 ms,
-so that a correction at scale 2 does not remove more than the step lasted.)
+corrected error +20 % at scale 1, and scale 2. (Each range is preceded by
+a 20 us sleep and each step sleeps 10 ms, so that a correction at scale 2
+never charges an event more than the time since its thread's previous one,
+which the aggregator would cap, nor removes more than the step lasted.)
 """
 import argparse
 import os
@@ -33,6 +35,7 @@ def main() -> None:
     for n in range(1, args.steps + 1):
         with rlscope_ray.step(n):
             for _ in range(RANGES):
+                time.sleep(0.00002)
                 with rlscope_ray.range("op"):
                     pass
             time.sleep(0.01)

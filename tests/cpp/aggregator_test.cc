@@ -1717,7 +1717,8 @@ TEST_F(CorrectStepTest, TheControllerWaitsAsMuchLessAsTheCallItAwaitedWhenItsWor
 // naming call 77): the worker, busy on its own earlier in the step ("prep",
 // 3000 ns of overhead), then idle, starts the call when the call arrives:
 // shifted by what the controller had paid by its submit (110 ns), not by
-// its own past. The wait ends where the call's work did (12000).
+// its own past. The wait ends where the call's work did (12000). (Every
+// event's cost fits in the time since the thread's previous one.)
 TEST_F(CorrectStepTest, ACallStartsAfterItsSubmitOnceBothAreCorrected) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector a(2, "worker", 0, 200);
@@ -1728,7 +1729,7 @@ TEST_F(CorrectStepTest, ACallStartsAfterItsSubmitOnceBothAreCorrected) {
   ctl.Push(1, 1000, "step", 1).Push(1, 2000, "gen").Mark(1, 2500, "ray.submit", 0).Mark(1, 2600, "ray.task", 77);
   ctl.Mark(1, 13000, "ray.got", 77).Pop(1, 14000).Pop(1, 15000);
   a.Push(7, 3100, "prep").Pop(7, 4200);
-  a.Push(7, 5000, "generate", 77).Push(7, 8000, "op").Pop(7, 9500).Pop(7, 12000);
+  a.Push(7, 6500, "generate", 77).Push(7, 9000, "op").Pop(7, 10500).Pop(7, 12000);
   for (auto* c : {&ctl, &a}) {
     Send(c->Flush(20000));
     Send(c->Bye());
@@ -1744,9 +1745,9 @@ TEST_F(CorrectStepTest, ACallStartsAfterItsSubmitOnceBothAreCorrected) {
   ASSERT_TRUE(prep && generate && op);
   EXPECT_EQ(prep->begin_ns, 3100 - 2000);
   EXPECT_EQ(prep->end_ns, 4200 - 3000);
-  EXPECT_EQ(generate->begin_ns, 5000 - 110 - 2000);  // its own push, on top of the submit's shift
-  EXPECT_EQ(op->begin_ns, 8000 - 110 - 4000);
-  EXPECT_EQ(op->end_ns, 9500 - 110 - 5000);
+  EXPECT_EQ(generate->begin_ns, 6500 - 110 - 2000);  // its own push, on top of the submit's shift
+  EXPECT_EQ(op->begin_ns, 9000 - 110 - 4000);
+  EXPECT_EQ(op->end_ns, 10500 - 110 - 5000);
   EXPECT_EQ(generate->end_ns, 12000 - 110 - 6000);
   EXPECT_EQ(w->corrector->total_ns(), 9000);  // what it paid; moving the call costs nothing
   // The controller: 120 ns paid by 12000, so its own correction puts the

@@ -171,6 +171,22 @@ TEST(Correction, ACallStartsWhenItsSubmitArrivesNotEarlierForTheWorkersOwnPast) 
   EXPECT_EQ(WaitShrinkNs({{&w, last, true}}, 450, controller), 700 - 20 - (700 - 95));
 }
 
+TEST(Correction, AnEventCostsAtMostTheTimeSinceItsThreadsPreviousMark) {
+  // Costs calibrated on a busier machine: 40 ns a push, but the pushes came
+  // 25 ns apart. Each is charged what passed, no more: times keep their order.
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush);
+  const CostModel model({{"push", 40}}, 1.0);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[1] = {{100, push, 0}, {125, push, 0}, {150, push, 0}, {300, push, 0}};
+  const Corrector c(marks, model, 50);
+  EXPECT_EQ(c.Correct(1, 100), 60);   // 50 ns passed since the step began: 40 charged
+  EXPECT_EQ(c.Correct(1, 125), 60);   // 25 ns passed: 25 charged
+  EXPECT_EQ(c.Correct(1, 150), 60);
+  EXPECT_EQ(c.Correct(1, 300), 170);  // 150 ns passed: 40
+  EXPECT_EQ(c.capped(), 2u);
+  EXPECT_EQ(c.total_ns(), 130);
+}
+
 TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
   // Controller thread 1: a push at 100 (10 ns), its window ends at 200 where
   // it waited 5 ns on a worker's overhead; an event after that at 300.
