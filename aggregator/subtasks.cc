@@ -5,7 +5,6 @@
 #include <map>
 #include <set>
 
-#include "native/names.h"
 
 namespace rlscope {
 namespace {
