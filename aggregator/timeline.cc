@@ -11,6 +11,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   for (const auto& [id, s] : batch.strings) {
     if (s == names::kStep) step_name_id_ = id;
     if (s == names::kCalibration) calibration_name_ = id;
+    if (s == names::kStepNumber) step_number_name_ = id;
     strings_[id] = s;
   }
   for (const auto& [tid, name] : batch.thread_names) thread_names_[tid] = name;
@@ -105,6 +106,10 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
         }
         case EventKind::kMark: {
           if (calibration) break;
+          if (step_number_name_ != 0 && e.name == step_number_name_) {
+            announced_step_ = static_cast<int64_t>(e.value);  // numbers the step range that follows
+            break;
+          }
           Instant i;
           i.ts_ns = e.ts_ns;
           i.tid = block.tid;
@@ -124,7 +129,8 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
 
 void ProcessTimeline::Open(Span& span, bool has_payload, StepEdges* edges) {
   if (edges == nullptr || !is_controller() || step_name_id_ == 0 || span.name != step_name_id_) return;
-  span.step = steps::Number(has_payload, span.payload, next_auto_step_);
+  span.step = announced_step_ >= 0 ? announced_step_ : steps::Number(has_payload, span.payload, next_auto_step_);
+  announced_step_ = -1;
   next_auto_step_ = span.step + 1;
   edges->begun.push_back({span.step, span.begin_ns, 0});
 }

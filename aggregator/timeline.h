@@ -147,6 +147,8 @@ class ProcessTimeline {
   int64_t watermark_ns_ = 0;
   int64_t next_auto_step_ = 1;
   uint32_t step_name_id_ = 0;  // the id of "step" in this process, once known
+  uint32_t step_number_name_ = 0;  // the id of "rlscope.step_number": numbers the next step, not an instant
+  int64_t announced_step_ = -1;    // the number it announced, until that step opens
   uint64_t events_received_ = 0;
   uint64_t dropped_ = 0;
   uint64_t unmatched_ = 0;  // pops on an empty stack, ends of unknown ids

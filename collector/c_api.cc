@@ -132,6 +132,15 @@ void rlscope_step_begin(int64_t step) {
   }
 }
 
+int rlscope_claim_controller(void) {
+  Collector* c = Collector::Instance();
+  return c != nullptr && c->ClaimController() ? 1 : 0;
+}
+
+void rlscope_set_next_step(int64_t step) {
+  if (Collector* c = Collector::Instance()) c->SetNextStep(step);
+}
+
 void rlscope_step_end(void) {
   Collector* c;
   ThreadState* ts;

@@ -229,6 +229,7 @@ Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire:
       // whatever opens its captures.
       watching_(is_controller() || trigger_ == Trigger::kNvtxRange),
       step_name_id_(strings_.Intern(names::kStep)),
+      step_number_name_id_(strings_.Intern(names::kStepNumber)),
       trigger_name_id_(trigger_ == Trigger::kNvtxRange ? strings_.Intern(config_.capture_range.substr(5)) : 0),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       steps_(config_.steps),
@@ -304,11 +305,16 @@ bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint6
                             uint64_t range_id) {
   if (name == 0) return false;
   if (is_controller() && name == step_name_id_) {
-    // Numbered as the aggregator numbers it (steps.h). A start/end range's
-    // value carries its id, so only push/pop payloads count.
-    const int64_t n = steps::Number(!async && (flags & kFlagHasPayload) != 0, payload,
-                                    next_step_.load(std::memory_order_relaxed));
+    // Numbered by steps.h; announced when the aggregator, which sees a
+    // start/end range's id and not its payload, would number it otherwise.
+    const bool has_payload = (flags & kFlagHasPayload) != 0;
+    const int64_t n = steps::Number(has_payload, payload, next_step_.load(std::memory_order_relaxed));
+    if (n != steps::Number(has_payload && !async, payload, derived_next_step_.load(std::memory_order_relaxed))) {
+      Record(ts, EventKind::kMark, step_number_name_id_, 0, 0, static_cast<uint64_t>(n), kFlagHasPayload);
+    }
     next_step_.store(n + 1, std::memory_order_relaxed);
+    derived_next_step_.store(n + 1, std::memory_order_relaxed);
+    in_step_.store(true, std::memory_order_relaxed);
     if (async) {
       step_range_id_.store(range_id, std::memory_order_relaxed);
     } else {
@@ -354,6 +360,7 @@ bool Collector::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
     }
   }
   if (step_end) {
+    in_step_.store(false, std::memory_order_relaxed);
     if (trigger_ == Trigger::kController) {
       // Armed from the end of the step before a selected one, as workers are
       // (native/steps.h): a range opened just before that step begins is kept.
@@ -417,10 +424,9 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     std::lock_guard<std::mutex> lock(arm_mu_);
     steps_ = run.config.steps;
   }
-  if (is_controller() && trigger_ == Trigger::kController && next_step_.load(std::memory_order_relaxed) == 1 &&
-      step_range_id_.load(std::memory_order_relaxed) == 0) {
-    // No step yet (a step under way keeps its window; the next edge follows the run's steps).
-    window_open_.store(StepArmedBefore(1), std::memory_order_relaxed);
+  if (is_controller() && trigger_ == Trigger::kController && !in_step_.load(std::memory_order_relaxed)) {
+    // Between steps (a step under way keeps its window; the next edge follows the run's steps).
+    window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
   }
   if (selected_.exchange(selected, std::memory_order_relaxed) != selected) {
     {
@@ -436,6 +442,7 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
 }
 
 void Collector::BecomeWorker() {
+  demoted_.store(true, std::memory_order_relaxed);
   is_controller_.store(false, std::memory_order_relaxed);
   std::fprintf(stderr,
                "rlscope: pid %d: another process is the run's controller; this one records as a worker "
@@ -455,6 +462,42 @@ void Collector::BecomeWorker() {
     std::string yaml;
     yaml.swap(run_config_);
     AdoptRunConfig(yaml);
+  }
+}
+
+bool Collector::ClaimController() {
+  if (is_controller()) return true;
+  if (demoted_.load(std::memory_order_relaxed)) return false;
+  is_controller_.store(true, std::memory_order_relaxed);  // before the Hello it makes (MakeHello)
+  watching_.store(true, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    identity_.role = names::kController;
+    // As a controller started with the role sends (the constructor).
+    hello_config_ = own_keys_.empty() ? std::string() : ConfigToYaml(config_, &own_keys_);
+    ++hello_gen_;  // the flush thread says hello again, now as the controller
+  }
+  // Under the run's config when it came (the aggregator re-sends it with its
+  // reply to the new Hello, AdoptRunConfig), else its own.
+  selected_.store(SelectsProcess(config_, true, identity_.rank), std::memory_order_relaxed);
+  if (trigger_ == Trigger::kController && !in_step_.load(std::memory_order_relaxed)) {
+    window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+  }
+  UpdateArmed();
+  std::fprintf(stderr, "rlscope: pid %d claims the run's controller role (its steps drive the run)\n",
+               static_cast<int>(getpid()));
+  Wake();
+  return true;
+}
+
+void Collector::SetNextStep(int64_t n) {
+  if (n < 0) return;
+  next_step_.store(n, std::memory_order_relaxed);
+  // Between steps a controller is armed for the next one (steps.h): that is
+  // step n now.
+  if (is_controller() && trigger_ == Trigger::kController && !in_step_.load(std::memory_order_relaxed)) {
+    window_open_.store(StepArmedBefore(n), std::memory_order_relaxed);
+    UpdateArmed();
   }
 }
 

@@ -75,7 +75,7 @@ class Collector {
   // Whether a range's name must be resolved now: it may be recorded, or it
   // may be a step or trigger range. Disarmed, non-watching threads only count
   // depth, never look at names.
-  bool needs_names() const { return watching_ || armed(); }
+  bool needs_names() const { return watching() || armed(); }
 
   // The range entry points shared by NVTX handlers and the C ABI. A range is
   // recorded when it opens armed (or opens/closes a step or trigger range);
@@ -86,7 +86,7 @@ class Collector {
   static constexpr uint64_t kRecordedRangeBit = uint64_t{1} << 63;
   int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
                 uint8_t flags) {
-    const bool special = watching_ && OnRangeOpen(ts, name, flags, payload, false, 0);
+    const bool special = watching() && OnRangeOpen(ts, name, flags, payload, false, 0);
     const bool recorded = special || armed();
     if (recorded) Record(ts, EventKind::kRangePush, name, domain, category, payload, flags);
     const int depth = ts->depth++;
@@ -96,7 +96,7 @@ class Collector {
   int RangePop(ThreadState* ts, uint32_t domain) {
     if (ts->depth == 0) return -1;  // nothing open on this thread (or opened before it was tracked)
     const int depth = --ts->depth;
-    const bool special = watching_ && OnRangeClose(ts, false, 0);
+    const bool special = watching() && OnRangeClose(ts, false, 0);
     const bool pushed = ts->WasRecorded(depth, armed());
     if (special || pushed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
     return depth;
@@ -105,9 +105,9 @@ class Collector {
                       uint64_t payload, uint8_t flags) {
     // Disarmed and not watching: no id is needed (NVTX's own no-op returns 0
     // too), so the shared counter is not touched.
-    if (!watching_ && !armed()) return 0;
+    if (!watching() && !armed()) return 0;
     const uint64_t id = NextRangeId();
-    const bool special = watching_ && OnRangeOpen(ts, name, flags, payload, true, id);
+    const bool special = watching() && OnRangeOpen(ts, name, flags, payload, true, id);
     if (!special && !armed()) return id;
     Record(ts, EventKind::kRangeStart, name, domain, category, id, flags);
     return id | kRecordedRangeBit;
@@ -115,7 +115,7 @@ class Collector {
   // `handle` is what RangeStart returned.
   void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle) {
     const uint64_t id = handle & ~kRecordedRangeBit;
-    const bool special = watching_ && OnRangeClose(ts, true, id);
+    const bool special = watching() && OnRangeClose(ts, true, id);
     if (special || (handle & kRecordedRangeBit) != 0) {
       Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
     }
@@ -144,7 +144,7 @@ class Collector {
   // armed or watching it registers the thread; disarmed it only returns an
   // existing state (so depths stay right) and never allocates.
   ThreadState* TrackedThread() {
-    if (armed() || watching_) return CurrentThread();
+    if (armed() || watching()) return CurrentThread();
     return tls_state_;
   }
 
@@ -197,6 +197,17 @@ class Collector {
   std::map<std::string, double> Calibrate();
   // The test clock (test_clock.h): ns it advanced so far; -1 without one.
   int64_t TestClockNs() const { return test_clock_ != nullptr ? test_clock_->Now() : -1; }
+  // Makes this process the run's controller, unless it is one or the
+  // aggregator already named another (then false): the process whose steps
+  // drive the run claims the role itself (rlscope_ray.step, the verl
+  // plugin), so no one has to mark it. Re-sends Hello with the role and its
+  // own config's keys; the aggregator takes the first claimant.
+  bool ClaimController();
+  // The number of the next step range that carries none (verl's
+  // global_steps, a resumed run's 201). Announced to the aggregator with the
+  // step (a `rlscope.step_number` mark) when it is not the number it would
+  // derive itself. n >= 0.
+  void SetNextStep(int64_t n);
   // Queues the controller's list of processes that should connect.
   void ReportExpected(std::vector<std::map<std::string, std::string>> processes);
 
@@ -286,15 +297,22 @@ class Collector {
   const ClockSource clock_source_;
   const int owner_pid_;
   const int64_t start_ns_;
-  const KeySet own_keys_;           // the keys RLSCOPE_CONFIG set
-  const std::string hello_config_;  // Hello.config: a controller's own keys as YAML, "" for others
+  const KeySet own_keys_;  // the keys RLSCOPE_CONFIG set
+  std::string hello_config_;  // Hello.config: a controller's own keys as YAML, "" for others (meta_mu_)
   std::atomic<bool> selected_;  // rank and role are profiled under the run's config (selected())
-  // Starts as RLSCOPE_ROLE says; cleared when the aggregator says another
-  // process is the run's controller (Control.role, flush thread).
+  // Starts as RLSCOPE_ROLE says; set by ClaimController; cleared when the
+  // aggregator says another process is the run's controller (Control.role,
+  // flush thread), which also sets demoted_ (no claim after that).
   std::atomic<bool> is_controller_;
+  std::atomic<bool> demoted_{false};
   const Trigger trigger_;
-  const bool watching_;
+  // Whether disarmed ranges are looked at (needs_names): a controller, or an
+  // nvtx:<name> trigger. Set once more by ClaimController; relaxed: a range
+  // opened while it flips is simply not a step.
+  std::atomic<bool> watching_;
+  bool watching() const { return watching_.load(std::memory_order_relaxed); }
   const uint32_t step_name_id_;     // interned "step"
+  const uint32_t step_number_name_id_;  // interned "rlscope.step_number"
   const uint32_t trigger_name_id_;  // interned <name> of nvtx:<name>, 0 otherwise
   const int wake_fd_;               // eventfd; -1 when unavailable (then polls on the interval)
 
@@ -309,6 +327,8 @@ class Collector {
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
   std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
   std::atomic<int64_t> next_step_{1};        // controller: number of the next unnumbered step
+  std::atomic<int64_t> derived_next_step_{1};  // what the aggregator numbers it without an announcement
+  std::atomic<bool> in_step_{false};         // controller: a step range is open
   std::atomic<uint64_t> step_range_id_{0};     // controller's open start/end "step" range
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
   std::atomic<uint64_t> next_range_id_{1};

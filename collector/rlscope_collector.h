@@ -43,6 +43,11 @@ RLSCOPE_API void rlscope_mark(const char* name);
 /* A training step on the controller: a range named "step" carrying `step`. */
 RLSCOPE_API void rlscope_step_begin(int64_t step);
 RLSCOPE_API void rlscope_step_end(void);
+/* Makes this process the run's controller (the process whose steps drive the
+ * run) unless the aggregator already named another; 1 when it is. */
+RLSCOPE_API int rlscope_claim_controller(void);
+/* The number of the next step that carries none (a resumed run's 201). */
+RLSCOPE_API void rlscope_set_next_step(int64_t step);
 /* Explicit capture (capture_range: api). */
 RLSCOPE_API void rlscope_capture_start(void);
 RLSCOPE_API void rlscope_capture_stop(void);

@@ -14,6 +14,9 @@ inline constexpr char kStep[] = "step";              // a controller's training 
 inline constexpr char kRaySubmit[] = "ray.submit";   // controller, just before an actor call
 inline constexpr char kRayTask[] = "ray.task";       // controller, the call's task key (payload)
 inline constexpr char kRayGot[] = "ray.got";         // controller, the call's result is in (payload: key)
+// Controller, just before a step range whose number the aggregator would not
+// derive from the range itself (payload: the number; steps.h).
+inline constexpr char kStepNumber[] = "rlscope.step_number";
 // Events of in-process calibration (collector.cc, rlscope_ray/calibration.py):
 // recorded and shipped to measure costs, left out of every step.
 inline constexpr char kCalibration[] = "rlscope.calibration";
@@ -50,6 +53,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"RAY_SUBMIT", kRaySubmit},
     {"RAY_TASK", kRayTask},
     {"RAY_GOT", kRayGot},
+    {"STEP_NUMBER", kStepNumber},
     {"CALIBRATION", kCalibration},
     {"CONTROLLER", kController},
     {"WORKER", kWorker},

@@ -10,13 +10,18 @@
 
 namespace rlscope::steps {
 
-// The number of a step range that opens now: the payload of a push/pop range
-// when it carries a non-negative one (rlscope_ray.step(n), nvtx payloads),
-// else one more than the step before (`next_auto`: 1 for the first). A
-// start/end range's value is its id, never a number: pass has_payload=false.
-inline int64_t Number(bool has_payload, uint64_t payload, int64_t next_auto) {
+// The number of a step range that opens now: its payload when it carries a
+// non-negative one, else `next`. The controller's collector passes the number
+// set for the next step (Collector::SetNextStep: verl's global_steps) or one
+// more than the step before (1 for the first). The aggregator sees neither
+// that setting nor a start/end range's payload (its value is the range id):
+// it applies the same rule with has_payload=false for start/end ranges and
+// `next` = one more than the step before, and the collector announces the
+// number (a names::kStepNumber mark just before the range) whenever the two
+// differ.
+inline int64_t Number(bool has_payload, uint64_t payload, int64_t next) {
   const int64_t n = static_cast<int64_t>(payload);
-  return has_payload && n >= 0 ? n : next_auto;
+  return has_payload && n >= 0 ? n : next;
 }
 
 // The controller records a step's events when the step is selected: from the

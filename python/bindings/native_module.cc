@@ -55,6 +55,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("mark", [](const char* name) { rlscope_mark(name); }, py::arg("name"));
   m.def("step_begin", &rlscope_step_begin, py::arg("step"));
   m.def("step_end", &rlscope_step_end);
+  m.def("claim_controller", &rlscope_claim_controller);
+  m.def("set_next_step", &rlscope_set_next_step, py::arg("step"));
   m.def("capture_start", &rlscope_capture_start);
   m.def("capture_stop", &rlscope_capture_stop);
   m.def("flush", &rlscope_flush, py::arg("timeout_ms") = 2000,

@@ -29,6 +29,7 @@
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
 #include "aggregator/summary_json.h"
+#include "native/names.h"
 #include "aggregator/timeline.h"
 #include "native/config.h"
 #include "native/event.h"
@@ -361,6 +362,29 @@ TEST_F(AggregatorTest, StartEndStepRangesDelimitSteps) {
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(exporter_.steps[1].begin_ns, 300);
   EXPECT_EQ(exporter_.steps[1].end_ns, 400);
+}
+
+TEST_F(AggregatorTest, AnAnnouncedNumberNumbersTheNextStepAndLaterOnesContinueFromIt) {
+  // The collector announces a number the aggregator cannot derive (a resumed
+  // run's verl global_steps, a start/end range's payload) with a
+  // rlscope.step_number mark just before the step's range.
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Mark(1, 90, rlscope::names::kStepNumber, 201);
+  Send(ctl.Flush(95));  // the mark and its step may come in different batches
+  ctl.Start(1, 100, "step", 7).End(1, 200, 7);
+  ctl.Start(1, 300, "step", 8).End(1, 400, 8);  // not announced: one more
+  ctl.Mark(1, 490, rlscope::names::kStepNumber, 7);
+  ctl.Push(1, 500, "step").Pop(1, 600);
+  Send(ctl.Flush(1000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{201, 202, 7}));
+  EXPECT_EQ(exporter_.steps[0].begin_ns, 100);
+  for (const auto& s : exporter_.steps) {  // the mark is no instant of the trace
+    for (const auto& p : s.processes) {
+      for (const auto& i : p.instants) EXPECT_STRNE(p.process->String(i.name), rlscope::names::kStepNumber);
+    }
+  }
 }
 
 TEST_F(AggregatorTest, StepSplitAcrossBatchesIsDetectedWhenItCloses) {
