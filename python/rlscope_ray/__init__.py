@@ -166,6 +166,10 @@ def step(n: int) -> Iterator[None]:
     """
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"rlscope_ray.step(n): n must be an int >= 0, got {n!r}")
+    # The process whose steps drive the run is its controller: it claims the
+    # role (a no-op when it has it, or another process does).
+    if _native.claim_controller() and "ray" in sys.modules:
+        _controller_duties()
     if _session_module is not None:
         _session_module.before_step()
     t0 = time.perf_counter_ns() if _step_times_path else 0
@@ -176,6 +180,17 @@ def step(n: int) -> Iterator[None]:
         _native.step_end()
     if _step_times_path:  # a step that raised is not timed
         _append_step_time(n, time.perf_counter_ns() - t0)
+
+
+def _controller_duties() -> None:
+    """A Ray process that claimed the controller role takes on its duties
+    (rlscope_ray.session.become_controller; once)."""
+    global _session_module
+    if _session_module is None:
+        from . import session
+
+        _session_module = session
+    _session_module.become_controller()
 
 
 # RLSCOPE_STEP_TIMES=FILE: every rlscope_ray.step appends "n wall_ns" to FILE,

@@ -40,9 +40,12 @@ class Session:
     _expected_lock: threading.Lock = field(default_factory=threading.Lock)
     _expected_sent: Optional[List[Dict[str, str]]] = None
     _aggregator: Optional[AggregatorProcess] = None
+    profile_driver: bool = True
+    ray_context: Any = None  # what ray.init returned
 
 
 _session: Optional[Session] = None
+_duties: Optional[Session] = None  # the session whose controller duties run here (_start_controller_duties)
 _ended = False  # a process's collector cannot restart once shut down
 _lock = threading.Lock()
 
@@ -53,7 +56,8 @@ def current() -> Optional[Session]:
 
 def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[str] = None,
          aggregator: Optional[str] = None, output_dir: Optional[str] = None,
-         runtime_env: Optional[Dict[str, Any]] = None, **ray_init_kwargs: Any) -> Session:
+         runtime_env: Optional[Dict[str, Any]] = None, profile_driver: bool = True,
+         **ray_init_kwargs: Any) -> Session:
     """Start profiling this Ray job; see the module docstring.
 
     config: a YAML path, a dict of config keys, or None (defaults).
@@ -63,6 +67,9 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
     aggregator: an existing aggregator's endpoint instead of a child process.
     runtime_env: the job's runtime_env; its "rlscope" value (if any) becomes
         the default under every actor's own "rlscope" value.
+    profile_driver: False leaves this driver unprofiled: the controller is
+        the process whose steps drive the run (it claims the role at its
+        first step, become_controller), as verl's TaskRunner actor does.
     """
     global _session
     import ray
@@ -83,7 +90,7 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         cfg = settings.run_config(_load_config(config), job_env.get("rlscope"))
         out = os.path.abspath(output_dir or cfg.get("output_dir") or "rlscope_out")
         endpoint = settings.endpoint([aggregator], cfg)
-        session = Session(endpoint=endpoint or "", output_dir=out, config=cfg)
+        session = Session(endpoint=endpoint or "", output_dir=out, config=cfg, profile_driver=profile_driver)
         if not endpoint:
             _start_aggregator(session)
 
@@ -104,7 +111,8 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         try:
             # address=None starts a new local Ray (never silently joins one
             # running on this machine, whose nodes may lack the plugin).
-            ray.init(address="local" if address is None else address, runtime_env=job_env, **ray_init_kwargs)
+            session.ray_context = ray.init(address="local" if address is None else address, runtime_env=job_env,
+                                           **ray_init_kwargs)
         except Exception:
             _stop_aggregator(session, timeout=0)
             raise
@@ -116,22 +124,20 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
                     "are not profiled (they are listed as not profiled in the summaries). Start every node with "
                     f"RAY_RUNTIME_ENV_PLUGINS='{json.dumps([PLUGIN_SPEC])}' before `ray start`.", stacklevel=2)
 
-        ctx = ray.get_runtime_context()
-        os.environ.update({
-            settings.AGGREGATOR: session.endpoint,
-            settings.ROLE: _native.names.CONTROLLER,
-            settings.CONFIG: json.dumps(cfg, sort_keys=True),
-            _native.names.ENV_LABEL_PREFIX + "NODE_ID": ctx.get_node_id(),
-            _native.names.ENV_LABEL_PREFIX + "NODE_IP": ray.util.get_node_ip_address(),
-            _native.names.ENV_LABEL_PREFIX + "JOB_ID": ctx.get_job_id(),
-        })
-        from . import start_collector
+        if profile_driver:
+            ctx = ray.get_runtime_context()
+            os.environ.update({
+                settings.AGGREGATOR: session.endpoint,
+                settings.ROLE: _native.names.CONTROLLER,
+                settings.CONFIG: json.dumps(cfg, sort_keys=True),
+                _native.names.ENV_LABEL_PREFIX + "NODE_ID": ctx.get_node_id(),
+                _native.names.ENV_LABEL_PREFIX + "NODE_IP": ray.util.get_node_ip_address(),
+                _native.names.ENV_LABEL_PREFIX + "JOB_ID": ctx.get_job_id(),
+            })
+            from . import start_collector
 
-        start_collector()
-        _install_call_marks()
-        session._reporter = threading.Thread(target=_report_expected_loop, args=(session,),
-                                             name="rlscope-expected", daemon=True)
-        session._reporter.start()
+            start_collector()
+            _start_controller_duties(session)
         _session = session
         atexit.register(shutdown)
         return session
@@ -154,12 +160,15 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
         session._wake.set()
         if session._reporter is not None:
             session._reporter.join(timeout=5)
-        if ray.is_initialized():
+        if ray.is_initialized() and session is _duties:
             _report_expected(session)
         from . import shutdown_collector
 
         shutdown_collector()  # flush and goodbye: the aggregator writes the last steps
-        _stop_aggregator(session, timeout=timeout_s)
+        # It exits by itself once the controller said goodbye. A controller
+        # actor says it only when Ray stops it, after this: each step was
+        # written when it closed, so what is pending is written now (SIGTERM).
+        _stop_aggregator(session, timeout=timeout_s if session.profile_driver else min(timeout_s, 3.0))
         if session.output_dir and os.path.isdir(session.output_dir):
             # <out>/report.html: the run's steps at a glance (rlscope_ray.report).
             from . import report
@@ -264,9 +273,35 @@ def before_step() -> None:
     """Called by rlscope_ray.step(): wakes the reporter thread, so actors
     created since its last look are reported while this step runs. Never
     blocks the training loop (Ray's actor table is read on that thread)."""
-    session = _session
+    session = _duties
     if session is not None:
         session._wake.set()
+
+
+def _start_controller_duties(session: Session) -> None:
+    """What a controller does besides its steps, in a Ray job: marks each
+    actor call it makes, and reports which profiled actors should connect."""
+    global _duties
+    _install_call_marks()
+    session._reporter = threading.Thread(target=_report_expected_loop, args=(session,),
+                                         name="rlscope-expected", daemon=True)
+    session._reporter.start()
+    _duties = session
+
+
+def become_controller() -> bool:
+    """This process drives the run's steps (rlscope_ray.step, verl's trainer
+    loop): it claims the controller role (the aggregator takes the first
+    claimant; False when another process is the run's controller) and, in a
+    connected Ray process, takes on the controller's duties. Idempotent."""
+    if not _native.claim_controller():
+        return False
+    import ray
+
+    with _lock:
+        if _duties is None and ray.is_initialized():
+            _start_controller_duties(_session or Session(endpoint="", output_dir="", config={}))
+    return True
 
 
 def _report_expected(session: Session) -> bool:
