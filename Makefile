@@ -16,10 +16,11 @@ all: build
 deps:
 	@scripts/install_deps.sh
 
-$(VENV)/.stamp: requirements-dev.txt
+# requirements-verl.txt: verl and torch from PyPI for tests/test_verl.py (about 6 GB, 3-5 minutes once).
+$(VENV)/.stamp: requirements-dev.txt requirements-verl.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -r requirements-dev.txt
+	$(PIP) install -q -r requirements-dev.txt -r requirements-verl.txt
 	@touch $@
 
 venv: $(VENV)/.stamp
