@@ -8,6 +8,8 @@ import sys
 import time
 from decimal import Decimal
 
+import pytest
+
 from conftest import ROOT, Trace
 
 EVENTS_PER_WORKER_ITERATION = 7  # nvtx_worker.py: 2 push/pop pairs, a mark, a start/end pair
@@ -184,6 +186,20 @@ def test_start_end_ranges_as_verls_marked_timer_opens_them_are_subtasks(aggregat
     assert {"gen", "adv", "update_actor"} <= {r["subtask"] for r in summary["breakdown"]}
     trace = Trace(agg.out / "step_2" / "adv" / "trace.json")
     assert len(trace.asyncs(trace.pid_of("(controller)"), "adv")) == 1
+
+
+@pytest.mark.parametrize("kind", [["--start-end"], []], ids=["start_end", "push_pop"])
+def test_a_step_ranges_payload_is_its_number(aggregator_factory, tmp_path, kind):
+    """A resumed run numbers its own steps: the payload of its `step` ranges
+    (start/end ranges too, whose value on the wire is their id) is the step's
+    number, for the selection and the files."""
+    agg = aggregator_factory(config="steps: [202]\n")
+    _controller(agg, tmp_path, "--steps", "3", "--step-ms", "30", "--gap-ms", "10", "--first-payload", "201", *kind)
+    agg.wait()
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_202"]
+    assert _summary(agg, 202)["step"] == 202
+    run = _run_json(agg)
+    assert run["steps_seen"] == 3 and run["steps_written"] == [202]
 
 
 def test_range_opened_just_before_a_selected_step_is_clipped_not_lost(aggregator_factory, tmp_path):

@@ -5,14 +5,15 @@ rlscope_ray.start()/stop() around step N (the `api` trigger).
 
     step_controller.py --steps 5 --step-ms 300 --gap-ms 100 [--subtasks gen,update_actor,update_actor]
                        [--prep-before 3] [--trigger-range 2] [--api-window 4]
-                       [--wait-before STEP FILE] [--start-end] --report FILE
+                       [--wait-before STEP FILE] [--start-end] [--first-payload N] --report FILE
 
 The report brackets each step's begin and end between its own
 CLOCK_MONOTONIC readings just before and just after the NVTX call
 (begin_ns..begin_hi_ns, end_lo_ns..end_ns). --wait-before STEP FILE: before
 step STEP begins, wait until FILE exists (a test's handshake with a worker).
 --start-end: "step" and the sub-tasks are start/end ranges (nvtx.start_range /
-end_range), as verl's marked_timer opens them.
+end_range), as verl's marked_timer opens them. --first-payload N: the steps'
+ranges carry the payloads N, N+1, ... (a resumed run's own step numbers).
 """
 import argparse
 import json
@@ -40,6 +41,7 @@ def main() -> None:
     ap.add_argument("--api-window", type=int, default=0, help="rlscope_ray.start()/stop() around this step")
     ap.add_argument("--wait-before", nargs=2, metavar=("STEP", "FILE"))
     ap.add_argument("--start-end", action="store_true")
+    ap.add_argument("--first-payload", type=int, default=None)
     ap.add_argument("--report", required=True)
     args = ap.parse_args()
     subtasks = [s for s in args.subtasks.split(",") if s]
@@ -58,7 +60,9 @@ def main() -> None:
                 assert time.monotonic() < deadline, f"{args.wait_before[1]} never appeared"
                 time.sleep(0.005)
         t0 = time.monotonic_ns()
-        step_range = nvtx.start_range("step") if args.start_end else nvtx.push_range("step")
+        payload = None if args.first_payload is None else args.first_payload + n - 1
+        step_range = (nvtx.start_range("step", payload=payload) if args.start_end
+                      else nvtx.push_range("step", payload=payload))
         t1 = time.monotonic_ns()
         if prep:
             spin(5)
