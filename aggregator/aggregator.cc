@@ -279,14 +279,14 @@ void Aggregator::Finish(int64_t now_ns) {
 bool Aggregator::RunComplete() const { return ControllerDone() && pending_.empty(); }
 
 std::vector<ExpectedProcess> Aggregator::NotProfiled() const {
+  auto get = [](const std::map<std::string, std::string>& m, const char* k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::string() : it->second;
+  };
   std::vector<ExpectedProcess> missing;
   for (const ExpectedProcess& e : expected_) {
-    auto get = [](const std::map<std::string, std::string>& m, const char* k) {
-      auto it = m.find(k);
-      return it == m.end() ? std::string() : it->second;
-    };
     const std::string actor_id = get(e, "actor_id"), node_id = get(e, "node_id"), pid = get(e, "pid");
-    bool found = false;
+    bool found = false, node_seen = false;
     for (const auto& [session, p] : processes_) {
       const auto& labels = p->identity().labels;
       if (!actor_id.empty() && get(labels, "actor_id") == actor_id) found = true;
@@ -294,9 +294,20 @@ std::vector<ExpectedProcess> Aggregator::NotProfiled() const {
           (node_id.empty() || get(labels, "node_id") == node_id)) {
         found = true;
       }
+      node_seen |= !node_id.empty() && get(labels, "node_id") == node_id;
       if (found) break;
     }
-    if (!found) missing.push_back(e);
+    if (found) continue;
+    ExpectedProcess out = e;
+    if (out.count("reason") == 0) {  // the reporter's own reason wins
+      out["reason"] = node_seen ? "its runtime_env asks for profiling and other processes on its node connected, "
+                                  "but its collector did not (its worker setup failed: see its log)"
+                    : node_id.empty() ? "its runtime_env asks for profiling, but its collector never connected"
+                                      : "its runtime_env asks for profiling, but no process on its node connected: "
+                                        "the node has no rlscope plugin registered (RAY_RUNTIME_ENV_PLUGINS before "
+                                        "`ray start`), or it cannot reach the aggregator";
+    }
+    missing.push_back(std::move(out));
   }
   return missing;
 }

@@ -104,6 +104,7 @@ def test_two_node_cluster_and_a_node_without_the_plugin(tmp_path):
     summary = json.loads((out / "step_1" / "summary.json").read_text())
     (missing,) = summary["not_profiled"]
     assert missing["node_id"] == nodes["without_plugin"] and missing["class_name"] == "Worker"
+    assert "no rlscope plugin registered" in missing["reason"]
     assert run["not_profiled"] == summary["not_profiled"]
     # The driver was told, in one sentence, which node and what to do.
     assert "does not have the rlscope plugin registered" in r.stderr

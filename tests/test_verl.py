@@ -50,6 +50,9 @@ def test_only_verls_selected_steps_are_written_with_the_task_runner_as_controlle
     trace = Trace(out / "step_3" / "trace.json")
     ctrl = trace.pid_of("TaskRunner (controller)")
     assert len(trace.asyncs(ctrl, "step")) == 1
+    # The controller's list of actors that should connect: all of verl's did.
+    assert sorted(e["class_name"] for e in run["expected"]) == ["PPOWorker", "PPOWorker", "TaskRunner"]
+    assert run["not_profiled"] == []
 
 
 def test_only_the_selected_rank_records_and_verls_names_are_sub_tasks(ppo_run):

@@ -367,9 +367,10 @@ def _install_call_marks() -> None:
 
 
 def _report_expected_loop(session: Session) -> None:
-    """Every second, or at once when a step begins (before_step)."""
+    """At once, then every second or when a step begins (before_step): a
+    controller that claims the role at its first step may run only a few."""
     while not session._stop.is_set():
+        if not _report_expected(session):
+            return
         session._wake.wait(1.0)
         session._wake.clear()
-        if session._stop.is_set() or not _report_expected(session):
-            return

@@ -261,7 +261,8 @@ def on_verl_step(step: int) -> None:
         return  # no collector runs in this process
     from . import session
 
-    session.become_controller()
+    if session.become_controller():
+        session.before_step()  # the list of actors that should connect, now
     if isinstance(step, int) and step >= 0:
         _native.set_next_step(step)
 

@@ -1226,6 +1226,7 @@ TEST_F(AggregatorTest, ExpectedProcessesThatNeverConnectAreNotProfiled) {
   Send(ex);
   ASSERT_EQ(agg_->NotProfiled().size(), 1u);
   EXPECT_EQ(agg_->NotProfiled()[0].at("actor_id"), "absent");
+  EXPECT_THAT(agg_->NotProfiled()[0].at("reason"), ::testing::HasSubstr("no process on its node connected"));
   ctl.Push(1, 1000, "step").Pop(1, 2000);
   Send(ctl.Flush(2500));
   Send(worker.Flush(2500));
@@ -1239,6 +1240,10 @@ TEST_F(AggregatorTest, ExpectedProcessesThatNeverConnectAreNotProfiled) {
   bogus.processes = {{{"actor_id", "x"}}};
   Send(bogus);
   EXPECT_EQ(agg_->NotProfiled().size(), 1u);
+  // A process of its node connected: the node has the plugin, the actor's setup failed.
+  h.identity.labels = {{"actor_id", "present"}, {"node_id", "n2"}};
+  Send(h);
+  EXPECT_THAT(agg_->NotProfiled()[0].at("reason"), ::testing::HasSubstr("other processes on its node connected"));
 }
 
 // --------------------------------------------------------------- selection
