@@ -12,8 +12,8 @@ Sections (each a function that runs its programs and prints one table):
   correction_section  dense-annotation workloads uninstrumented vs profiled:
                       raw inflation and corrected error (start-up and A/B
                       calibration) beside RL-Scope's 16.8 % worst case.
-  (and gpu_conversion, ray_startup, demo, window, alignment, window_latency,
-  exit; see SECTIONS)
+  (and gpu_conversion, ray_startup, demo, verl, window, alignment,
+  window_latency, exit; see SECTIONS)
 
 Stdlib only, but for the correction and exit sections (the installed rlscope_ray). NVTX reads NVTX_INJECTION64_PATH once per process, so every
 configuration runs as its own process.
@@ -288,6 +288,37 @@ def demo_section(args):
                 ["configuration", "wall", "cluster + workers up", "training loop", "ms per step"], rows)
 
 
+def verl_section(args):
+    """verl 0.9's main_ppo.run_ppo on CPU (tests/apps/verl_ppo_app.py, 6 steps)
+    with global_profiler.tool=rlscope versus without it, in interleaved pairs."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(root, "tests", "apps", "verl_ppo_app.py")
+    try:
+        import verl  # noqa: F401
+    except ImportError:
+        print("\n(verl section skipped: verl is not installed; make venv installs requirements-verl.txt)\n")
+        return
+    profiled = ["global_profiler.tool=rlscope", "global_profiler.steps=[2,3]",
+                "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.ranks=[0]"]
+    walls = {"off": [], "on": []}
+    for i in range(args.runs):
+        for profile in ("off", "on"):  # interleaved: a drifting machine moves both alike
+            out = os.path.join("/tmp", "rlscope_verl_bench_%d_%s_%d" % (os.getpid(), profile, i))
+            cmd = [sys.executable, script, out, "--total", "6"] + (profiled if profile == "on" else [])
+            t0 = time.monotonic()
+            proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=args.timeout_s,
+                                  cwd="/tmp")
+            walls[profile].append(time.monotonic() - t0)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    ratios = sorted(on / off for on, off in zip(walls["on"], walls["off"]))
+    rows = [[label, fmt(statistics.median(walls[k]), 1), fmt(min(walls[k]), 1), fmt(max(walls[k]), 1)]
+            for k, label in (("off", "without rlscope"), ("on", "global_profiler.tool=rlscope, steps [2,3], rank 0"))]
+    rows.append(["ratio (pair by pair)", "%.3f" % statistics.median(ratios), "%.3f" % ratios[0], "%.3f" % ratios[-1]])
+    print_table("verl 0.9 main_ppo.run_ppo on CPU (driver, TaskRunner, 2 workers, 6 steps), wall seconds of the "
+                "whole run (%d interleaved pairs)" % args.runs, ["configuration", "median", "min", "max"], rows)
+
+
 def window_section(args):
     """Events shipped per step: steps 2, 3, 5 (ranks 0, 1) versus the whole run."""
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "verl",
@@ -497,6 +528,7 @@ SECTIONS = {
     "gpu_conversion": gpu_conversion_section,
     "ray_startup": ray_startup_section,
     "demo": demo_section,
+    "verl": verl_section,
     "window": window_section,
     "alignment": alignment_section,
     "window_latency": window_latency_section,

@@ -166,9 +166,10 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
 
         shutdown_collector()  # flush and goodbye: the aggregator writes the last steps
         # It exits by itself once the controller said goodbye. A controller
-        # actor says it only when Ray stops it, after this: each step was
-        # written when it closed, so what is pending is written now (SIGTERM).
-        _stop_aggregator(session, timeout=timeout_s if session.profile_driver else min(timeout_s, 3.0))
+        # actor says it only when Ray stops it, after this: a step is written
+        # once its flush barrier is answered, milliseconds after it closed, so
+        # after a second what is still pending is written as it is (SIGTERM).
+        _stop_aggregator(session, timeout=timeout_s if session.profile_driver else min(timeout_s, 1.0))
         if session.output_dir and os.path.isdir(session.output_dir):
             # <out>/report.html: the run's steps at a glance (rlscope_ray.report).
             from . import report

@@ -132,7 +132,7 @@ def main() -> None:
     config = compose(os.path.abspath(args.out), args.overrides)
 
     global FIRST_STEP, TOTAL, REPORT
-    FIRST_STEP, TOTAL, REPORT = args.first_step, args.total, os.path.abspath(args.report or "")
+    FIRST_STEP, TOTAL, REPORT = args.first_step, args.total, os.path.abspath(args.report) if args.report else ""
     from verl.trainer.main_ppo import run_ppo
 
     run_ppo(config, task_runner_class=TaskRunner)
