@@ -3,7 +3,9 @@
 init() validates the config, starts the aggregator as a child process (or uses
 an explicit endpoint), registers the "rlscope" plugin before it starts a local
 Ray (or checks that an existing cluster's nodes have it), puts the job's
-defaults into the job's env_vars, and makes this driver the controller.
+defaults into the job's env_vars, and makes this driver the controller (with
+profile_driver=False the driver is not profiled, and the process that runs the
+steps claims the role: become_controller, as verl's TaskRunner does).
 shutdown() (also run at exit) reports which profiled actors never connected,
 says goodbye, waits for the aggregator to write the last steps, and stops Ray
 if init() started it.
