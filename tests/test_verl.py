@@ -77,17 +77,21 @@ def test_only_the_selected_rank_records_and_verls_names_are_sub_tasks(ppo_run):
         assert {"gen", "adv", "update_actor"} <= {b["subtask"] for b in summary["breakdown"]}
 
 
-def test_a_resumed_run_is_numbered_by_verls_global_steps(tmp_path):
-    # As after loading checkpoint 4: global_steps runs 5, 6, 7.
+def test_a_resumed_run_is_numbered_by_verls_global_steps_and_discrete_captures_each_sub_task(tmp_path):
+    # As after loading checkpoint 4: global_steps runs 5, 6, 7. With verl's
+    # nsys `discrete`, each sub-task is its own capture.
     _run_ppo(tmp_path, "--first-step", "5", "--total", "7", "global_profiler.tool=rlscope",
              "global_profiler.steps=[6]", "actor_rollout_ref.actor.profiler.enable=true",
-             "actor_rollout_ref.actor.profiler.all_ranks=true")
+             "actor_rollout_ref.actor.profiler.all_ranks=true",
+             "global_profiler.global_tool_config.nsys.discrete=true")
     out = tmp_path / "out"
     assert sorted(p.name for p in out.glob("step_*")) == ["step_6"]
-    assert json.loads((out / "step_6" / "summary.json").read_text())["step"] == 6
+    summary = json.loads((out / "step_6" / "summary.json").read_text())
+    assert summary["step"] == 6
     run = json.loads((out / "run.json").read_text())
     assert run["steps_written"] == [6]
-    trace = Trace(out / "step_6" / "trace.json")
+    assert summary["captures"] == ["gen", "reward", "old_log_prob", "adv", "update_actor"]
+    trace = Trace(out / "step_6" / "update_actor" / "trace.json")
     for rank in (0, 1):
         assert len(trace.slices(trace.pid_of(f"PPOWorker (rank {rank})"), "actor_update")) == 1
 
