@@ -310,7 +310,8 @@ bool Collector::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint6
     const bool has_payload = (flags & kFlagHasPayload) != 0;
     const int64_t n = steps::Number(has_payload, payload, next_step_.load(std::memory_order_relaxed));
     if (n != steps::Number(has_payload && !async, payload, derived_next_step_.load(std::memory_order_relaxed))) {
-      Record(ts, EventKind::kMark, step_number_name_id_, 0, 0, static_cast<uint64_t>(n), kFlagHasPayload);
+      Record(ts, EventKind::kMark, step_number_name_id_, 0, 0, static_cast<uint64_t>(n), kFlagHasPayload,
+             /*privileged=*/true);
     }
     next_step_.store(n + 1, std::memory_order_relaxed);
     derived_next_step_.store(n + 1, std::memory_order_relaxed);

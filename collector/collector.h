@@ -87,8 +87,9 @@ class Collector {
   int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
                 uint8_t flags) {
     const bool special = watching() && OnRangeOpen(ts, name, flags, payload, false, 0);
-    const bool recorded = special || armed();
-    if (recorded) Record(ts, EventKind::kRangePush, name, domain, category, payload, flags);
+    // A dropped open is not recorded: its close is not either (pairs stay whole).
+    const bool recorded =
+        (special || armed()) && Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
     const int depth = ts->depth++;
     ts->SetRecorded(depth, recorded);
     return depth;
@@ -98,7 +99,7 @@ class Collector {
     const int depth = --ts->depth;
     const bool special = watching() && OnRangeClose(ts, false, 0);
     const bool pushed = ts->WasRecorded(depth, armed());
-    if (special || pushed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone);
+    if (special || pushed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone, /*privileged=*/true);
     return depth;
   }
   uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
@@ -109,7 +110,8 @@ class Collector {
     const uint64_t id = NextRangeId();
     const bool special = watching() && OnRangeOpen(ts, name, flags, payload, true, id);
     if (!special && !armed()) return id;
-    Record(ts, EventKind::kRangeStart, name, domain, category, id, flags);
+    // Dropped: the handle says so, and its end is not recorded either.
+    if (!Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special)) return id;
     return id | kRecordedRangeBit;
   }
   // `handle` is what RangeStart returned.
@@ -117,14 +119,15 @@ class Collector {
     const uint64_t id = handle & ~kRecordedRangeBit;
     const bool special = watching() && OnRangeClose(ts, true, id);
     if (special || (handle & kRecordedRangeBit) != 0) {
-      Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone);
+      Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone, /*privileged=*/true);
     }
   }
 
   // Records one event into `ts`, the calling thread's state. Returns false
-  // when dropped (ring full, counted).
+  // when dropped (ring full, counted). `privileged`: a recorded range's close
+  // or a step edge, which may take the ring's reserve (ThreadBuffer::TryPush).
   bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
-              uint64_t value, uint8_t flags) {
+              uint64_t value, uint8_t flags, bool privileged = false) {
     EventRecord r;
     r.ts = ReadTicks(clock_source_);
     // Test-only virtual costs (test_clock.h; the clock source is then
@@ -137,7 +140,7 @@ class Collector {
     r.kind = static_cast<uint8_t>(kind);
     r.flags = flags;
     r.reserved = 0;
-    return ts->buffer->TryPush(r);
+    return ts->buffer->TryPush(r, privileged);
   }
 
   // The calling thread's state when it has one or may get one now: while

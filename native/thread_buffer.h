@@ -26,14 +26,18 @@ class ThreadBuffer {
   int64_t tid() const { return tid_; }
   size_t capacity() const { return mask_ + 1; }
 
-  // Producer only. Returns false (and counts a drop) when full.
-  bool TryPush(const EventRecord& record) {
+  // Producer only. Returns false (and counts a drop) when full. An ordinary
+  // record (privileged=false) leaves the last reserve() slots free: they
+  // take only privileged ones, the closes of recorded ranges and the step
+  // edges, so a full ring drops whole ranges and keeps step boundaries.
+  bool TryPush(const EventRecord& record, bool privileged = true) {
+    const uint64_t limit = privileged ? mask_ : mask_ - reserve_;
     const uint64_t head = head_.load(std::memory_order_relaxed);  // own index
-    if (head - cached_tail_ > mask_) {
+    if (head - cached_tail_ > limit) {
       // Acquire pairs with the consumer's release in Drain(): the slots it
       // freed are no longer being read.
       cached_tail_ = tail_.load(std::memory_order_acquire);
-      if (head - cached_tail_ > mask_) {
+      if (head - cached_tail_ > limit) {
         // Relaxed: a statistic, read by the consumer after the fact.
         dropped_.store(dropped_.load(std::memory_order_relaxed) + 1,
                        std::memory_order_relaxed);
@@ -45,6 +49,8 @@ class ThreadBuffer {
     head_.store(head + 1, std::memory_order_release);
     return true;
   }
+  // Slots only privileged records may take: an eighth of the ring, at most 256.
+  size_t reserve() const { return static_cast<size_t>(reserve_); }
 
   // Consumer only. Calls fn(const EventRecord*, size_t n) for up to two
   // contiguous runs of the records present now, then frees them. Returns the
@@ -77,6 +83,7 @@ class ThreadBuffer {
  private:
   const int64_t tid_;
   const uint64_t mask_;
+  const uint64_t reserve_;
   // 64-byte aligned (no record straddles a cache line) and touched at
   // construction, so the first lap pays no page faults on the hot path.
   struct AlignedFree {

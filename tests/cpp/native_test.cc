@@ -105,6 +105,20 @@ TEST(ThreadBufferTest, WraparoundDrainsInTwoRuns) {
   EXPECT_EQ(buf.dropped(), 0u);
 }
 
+TEST(ThreadBufferTest, OrdinaryRecordsLeaveTheReserveToPrivilegedOnes) {
+  ThreadBuffer buf(1, 64);
+  ASSERT_EQ(buf.reserve(), 8u);  // an eighth of the ring
+  int accepted = 0;
+  for (uint64_t i = 0; i < 100; ++i) accepted += buf.TryPush(Record(i), /*privileged=*/false) ? 1 : 0;
+  EXPECT_EQ(accepted, 56);
+  EXPECT_EQ(buf.dropped(), 44u);
+  // The closes of what was recorded and the step edges still fit.
+  for (uint64_t i = 0; i < 8; ++i) EXPECT_TRUE(buf.TryPush(Record(200 + i), /*privileged=*/true));
+  EXPECT_FALSE(buf.TryPush(Record(300), /*privileged=*/true));  // the ring is full
+  EXPECT_EQ(buf.size(), 64u);
+  EXPECT_EQ(ThreadBuffer(1, 1 << 20).reserve(), 256u);  // at most 256
+}
+
 TEST(ThreadBufferTest, FullBufferDropsAndCountsExactly) {
   ThreadBuffer buf(1, 16);
   int accepted = 0;

@@ -1,0 +1,39 @@
+"""Losses that never corrupt a step: a full per-thread ring drops whole ranges
+(an open that was dropped drops its close) and keeps every step boundary (the
+ring's reserve), and the drops are counted in the step's summary."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT, Trace
+
+STEPS = 8
+
+
+def test_a_full_ring_drops_whole_ranges_and_never_a_step_boundary(aggregator_factory, tmp_path):
+    # 4 KB rings (128 records) flushed every 200 ms under 20,000 ranges a step:
+    # nearly every range is dropped, in every step.
+    agg = aggregator_factory(config="steps: all\n")
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "apps" / "dense_steps.py"), "--steps", str(STEPS),
+                        "--ranges", "20000"],
+                       env=agg.env(role="controller", config='{"buffers": {"per_thread_kb": 4}, '
+                                                             '"flush": {"interval_ms": 200}}'),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    agg.wait()
+    run = json.loads((agg.out / "run.json").read_text())
+    assert run["steps_written"] == list(range(1, STEPS + 1))
+    (proc,) = run["processes"]
+    assert proc["dropped"] > STEPS * 10000, proc  # most of the 2 x 20,000 events a step
+    assert proc["unmatched"] == 0  # no close of a dropped open
+    for n in range(1, STEPS + 1):
+        trace = Trace(agg.out / f"step_{n}" / "trace.json")
+        pid = trace.pid_of("(controller)")
+        (step,) = trace.slices(pid, "step")
+        ops = trace.slices(pid, "op")
+        assert not any(s.get("args", {}).get("open") for s in trace.slices(pid)), "a range left open"
+        assert len(ops) < 20000
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        assert summary["totals"]["dropped"] > 0
