@@ -1,6 +1,7 @@
 #include "native/config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -361,9 +362,10 @@ ConfigResult LoadConfigFile(const std::string& path) {
 
 ConfigResult LoadConfigFromEnvValue(const std::string& value) {
   if (value.empty()) return ConfigResult{};
-  if (value.find('\n') != std::string::npos || value[0] == '{') {
-    return ParseConfig(value, "RLSCOPE_CONFIG");
-  }
+  std::error_code ec;
+  const bool inline_text = value.find('\n') != std::string::npos || value[0] == '{' ||
+                           (value.find(':') != std::string::npos && !std::filesystem::exists(value, ec));
+  if (inline_text) return ParseConfig(value, "RLSCOPE_CONFIG");
   return LoadConfigFile(value);
 }
 

@@ -80,7 +80,8 @@ ConfigResult ParseConfig(const std::string& text, const std::string& source);
 ConfigResult LoadConfigFile(const std::string& path);
 
 // The RLSCOPE_CONFIG convention: empty means defaults; a value that contains a
-// newline or starts with '{' is inline YAML/JSON; anything else is a path.
+// newline, starts with '{', or contains ':' and names no file is inline
+// YAML/JSON (`steps: all`); anything else is a path.
 ConfigResult LoadConfigFromEnvValue(const std::string& value);
 
 // The resolved configuration as YAML: every key, defaults filled in; or only

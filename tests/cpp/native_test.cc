@@ -1076,6 +1076,9 @@ TEST(ConfigTest, InlineJsonFromEnvValue) {
   EXPECT_EQ(r.config.steps.values, std::vector<int64_t>{1});
   EXPECT_FALSE(r.config.gpu.kernels);
 
+  r = LoadConfigFromEnvValue("steps: all");  // one line of inline YAML, not a path
+  ASSERT_TRUE(r.ok()) << r.errors[0];
+  EXPECT_TRUE(r.config.steps.all);
   r = LoadConfigFromEnvValue("steps: [3]\nranks: [0]\n");  // inline YAML
   ASSERT_TRUE(r.ok()) << JoinErrors(r);
   EXPECT_EQ(r.config.steps.values, std::vector<int64_t>{3});
