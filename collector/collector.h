@@ -284,6 +284,9 @@ class Collector {
   void CollectMetadata(const std::vector<ThreadEntry*>& entries, Metadata* out);
   // Frees the buffers of threads that exited and are fully drained.
   void RetireExitedThreads();
+  // One stderr line when the aggregator has not answered for 5 s, and one
+  // when drops start (`dropped`: the process's total so far).
+  void SayTrouble(uint64_t dropped);
 
   static std::atomic<Collector*> instance_;
   // initial-exec: one load on the hot path (a dlopen'ed library may use a few
@@ -336,6 +339,8 @@ class Collector {
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
   std::atomic<uint64_t> next_range_id_{1};
   std::atomic<uint64_t> overflow_dropped_{0};  // events of threads over budget
+  std::atomic<bool> heard_from_aggregator_{false};  // any Control received (flush thread)
+  bool said_unreachable_ = false, said_dropping_ = false;  // SayTrouble, flush thread
 
   std::mutex registry_mu_;  // guards threads_, bytes_reserved_
   std::vector<std::unique_ptr<ThreadEntry>> threads_;

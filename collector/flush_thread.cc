@@ -2,7 +2,10 @@
 // interval, a wake-up or a Control message; what each flush takes from the
 // recording side; the hand-over to the Transport (transport.h), which does
 // all the socket I/O. Every function here runs on the flush thread only.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -108,6 +111,32 @@ void Collector::DrainAndSend() {
   if (sent.acked) pending_ack_ = 0;
   gpu_dropped_.fetch_add(sent.gpu_lost, std::memory_order_relaxed);
   RetireExitedThreads();
+  SayTrouble(out.dropped);
+}
+
+void Collector::SayTrouble(uint64_t dropped) {
+  // One line each, the first time: a loss the user would otherwise see only
+  // in the summaries (or, with no aggregator, nowhere).
+  constexpr int64_t kSilenceNs = 5'000'000'000;
+  if (!said_unreachable_ && !heard_from_aggregator_.load(std::memory_order_relaxed) &&
+      MonotonicNs() - start_ns_ > kSilenceNs) {
+    said_unreachable_ = true;
+    std::fprintf(stderr,
+                 "rlscope: pid %d: no answer from the aggregator at %s after %lld s; events wait in memory "
+                 "(up to buffers.max_mb=%lld), then are dropped and counted\n",
+                 static_cast<int>(getpid()), endpoint_.c_str(), static_cast<long long>(kSilenceNs / 1000000000),
+                 static_cast<long long>(config_.buffers.max_mb));
+  }
+  if (!said_dropping_ && dropped > 0) {
+    said_dropping_ = true;
+    std::fprintf(stderr,
+                 "rlscope: pid %d: dropping events (%llu so far): a thread recorded faster than the flush thread "
+                 "emptied its ring (buffers.per_thread_kb=%lld, flush.interval_ms=%lld); whole ranges are "
+                 "dropped, step boundaries kept, and every step's summary counts them\n",
+                 static_cast<int>(getpid()), static_cast<unsigned long long>(dropped),
+                 static_cast<long long>(config_.buffers.per_thread_kb),
+                 static_cast<long long>(config_.flush.interval_ms));
+  }
 }
 
 Outgoing Collector::Snapshot() {

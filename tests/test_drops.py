@@ -1,9 +1,13 @@
 """Losses that never corrupt a step: a full per-thread ring drops whole ranges
 (an open that was dropped drops its close) and keeps every step boundary (the
-ring's reserve), and the drops are counted in the step's summary."""
+ring's reserve), and the drops are counted in the step's summary. A process
+says once on its stderr when it starts dropping, and when no aggregator
+answers."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -22,6 +26,8 @@ def test_a_full_ring_drops_whole_ranges_and_never_a_step_boundary(aggregator_fac
                                                              '"flush": {"interval_ms": 200}}'),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "dropping events" in line]
+    assert len(said) == 1 and "buffers.per_thread_kb=4" in said[0], r.stderr
     agg.wait()
     run = json.loads((agg.out / "run.json").read_text())
     assert run["steps_written"] == list(range(1, STEPS + 1))
@@ -37,3 +43,17 @@ def test_a_full_ring_drops_whole_ranges_and_never_a_step_boundary(aggregator_fac
         assert len(ops) < 20000
         summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
         assert summary["totals"]["dropped"] > 0
+
+
+def test_a_process_says_once_that_no_aggregator_answers(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
+    env.update({"RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{port}", "RLSCOPE_CONFIG": "flush: {exit_timeout_ms: 0}"})
+    # The collector waits 5 s for an answer before it says so (not a timing of ours: a fixed threshold).
+    r = subprocess.run([sys.executable, "-c", "import time, rlscope_ray; time.sleep(6.5)"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "no answer from the aggregator" in line]
+    assert len(said) == 1 and f"tcp://127.0.0.1:{port}" in said[0], r.stderr
