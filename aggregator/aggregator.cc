@@ -261,15 +261,14 @@ bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
 void Aggregator::Tick(int64_t now_ns) {
   size_t n = 0;
   while (n < pending_.size() && Ready(pending_[n], now_ns)) {
-    Emit(pending_[n], false);
+    Emit(pending_[n], false, now_ns);
     ++n;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
 }
 
 void Aggregator::Finish(int64_t now_ns) {
-  for (const PendingStep& step : pending_) Emit(step, true);
-  (void)now_ns;  // Finish waits for nothing: every closed step goes out now
+  for (const PendingStep& step : pending_) Emit(step, true, now_ns);  // waits for nothing
   pending_.clear();
   exporter_->ExportRun(MakeRunInfo(true));
   exporter_->Flush(std::chrono::milliseconds(10000));
@@ -362,7 +361,7 @@ void SortSlice(ProcessSlice* slice) {
 
 }  // namespace
 
-void Aggregator::Emit(const PendingStep& step, bool forced) {
+void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
   const StepSpan& s = step.span;
   if (config_.steps.Contains(s.number)) {
     StepProfile profile;
@@ -372,8 +371,26 @@ void Aggregator::Emit(const PendingStep& step, bool forced) {
     bool any_late = false;
     for (const auto& [session, p] : processes_) {
       if (!Selected(*p)) continue;  // connected, but its rank is not profiled
+      // Flushed up to here (aggregator clock); 0 = never.
+      const int64_t flushed = p->watermark_ns() != 0 ? p->clock().ToAggregator(p->watermark_ns()) : 0;
+      if (p->lost() && flushed < s.begin_ns) continue;  // gone before this step
       ProcessSlice slice = CutProcess(*p, s);
       slice.late = !CaughtUp(*p, step);
+      if (slice.late && !p->lost() && !p->said_bye() && now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) {
+        p->set_lost();  // said once, in the log and run.json
+        notes_.push_back("pid " + std::to_string(p->identity().pid) + " on " + p->identity().host +
+                         " went silent without a goodbye during step " + std::to_string(s.number) +
+                         ": lost; later steps do not wait for it");
+        all_notes_.push_back(notes_.back());
+      }
+      if (p->lost()) {
+        slice.lost = true;
+        for (Span& span : slice.spans) {  // it never closed them: they end where its data ends (still open)
+          if (!span.open || flushed >= s.end_ns) continue;
+          span.end_ns = span.raw_end_ns = std::max(span.begin_ns, flushed);
+          span.clipped_end = false;  // not cut at the step's end (correction moves those there)
+        }
+      }
       any_late = any_late || slice.late;
       profile.processes.push_back(std::move(slice));
     }

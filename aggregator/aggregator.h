@@ -120,7 +120,7 @@ class Aggregator {
   static bool CaughtUp(const ProcessTimeline& p, const PendingStep& step);
   // Cuts, analyses and exports the step if `steps:` selects it (else counts
   // it skipped), then forgets what no later step can hold.
-  void Emit(const PendingStep& step, bool forced);
+  void Emit(const PendingStep& step, bool forced, int64_t now_ns);
   // A cut step's overhead correction (config `correction`), event order,
   // clock and causality checks and breakdown, before sub-task selection.
   void Analyze(StepProfile* profile) const;

@@ -23,6 +23,7 @@ struct ProcessSlice {
   std::vector<Instant> instants;  // inside the step, sorted by time
   std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
   bool late = false;              // had not flushed past the step end in time
+  bool lost = false;              // late and gone without a goodbye (ProcessTimeline::lost)
   // Overhead correction (correction.h); null when off. Times above are corrected.
   std::shared_ptr<const Corrector> corrector;
   CostModel costs;

@@ -180,6 +180,11 @@ std::string StepSummaryJson(const StepProfile& step) {
     if (slice.late) w.String(ProcessLabel(*slice.process));
   }
   w.EndArray();
+  w.Key("lost_processes").BeginArray();  // late, and gone without a goodbye
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.lost) w.String(ProcessLabel(*slice.process));
+  }
+  w.EndArray();
   // Clocks whose stated error bound is above clock.warn_bound_us: their
   // events may sit off by up to that much against the others.
   w.Key("causality").BeginObject();
@@ -241,6 +246,7 @@ std::string RunJson(const RunInfo& run) {
     w.Key("dropped").Uint(p.dropped());
     w.Key("unmatched").Uint(p.unmatched());
     w.Key("said_bye").Bool(p.said_bye());
+    w.Key("lost").Bool(p.lost());
     WriteClock(w, p);
     w.Key("threads").BeginObject();
     for (const auto& [tid, name] : p.thread_names()) w.Key(std::to_string(tid)).String(name);

@@ -114,6 +114,11 @@ class ProcessTimeline {
   std::string CategoryName(uint32_t domain, uint32_t category) const;
   int64_t watermark_ns() const { return watermark_ns_; }
   bool said_bye() const { return said_bye_; }
+  // Gone without a goodbye (silent past AggregatorStats::kSilentAfterNs when
+  // a step it had not flushed was written): later steps neither wait for it
+  // nor show it, and its ranges still open end at its last flush.
+  bool lost() const { return lost_; }
+  void set_lost() { lost_ = true; }
   uint64_t events_received() const { return events_received_; }
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
@@ -156,6 +161,7 @@ class ProcessTimeline {
   int64_t last_seen_ns_ = 0;
   ClockFit clock_;
   bool said_bye_ = false;
+  bool lost_ = false;
   bool controller_ = false;
 };
 

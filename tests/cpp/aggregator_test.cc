@@ -945,6 +945,31 @@ TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   EXPECT_TRUE(FindSlice(exporter_.steps[0], 2)->late);
 }
 
+TEST_F(AggregatorTest, AWorkerGoneWithoutAGoodbyeIsLostOnceAndLaterStepsLeaveItOut) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  worker.Push(1, 1200, "work");  // then killed mid-range: no pop, no bye
+  Send(worker.Flush(1500), 10 * kMs);
+  ctl.Push(1, 1000, "step").Pop(1, 2000).Push(1, 3000, "step").Pop(1, 4000);
+  Send(ctl.Flush(4100), 10 * kMs);
+  agg_->Tick(2011 * kMs);  // silent for over 2 s
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  const ProcessSlice* died = FindSlice(exporter_.steps[0], 2);
+  ASSERT_NE(died, nullptr);
+  EXPECT_TRUE(died->late);
+  EXPECT_TRUE(died->lost);
+  ASSERT_EQ(died->spans.size(), 1u);
+  EXPECT_EQ(died->spans[0].end_ns, 1500);  // where its data ends, not at the step end
+  EXPECT_TRUE(died->spans[0].open);
+  EXPECT_EQ(FindSlice(exporter_.steps[1], 2), nullptr);  // gone before step 2: not waited for, not shown
+  EXPECT_EQ(exporter_.steps[1].reason, "complete");
+  const std::vector<std::string> notes = agg_->TakeNotes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_THAT(notes[0], ::testing::HasSubstr("went silent without a goodbye during step 1: lost"));
+}
+
 TEST_F(AggregatorTest, WatermarkExactlyAtStepEndIsEnough) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);
