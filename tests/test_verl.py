@@ -28,7 +28,7 @@ def _run_ppo(tmp, *args: str) -> dict:
     report = tmp / "report.json"
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "apps" / "verl_ppo_app.py"), str(tmp / "out"),
                         "--report", str(report), *args], env=env, cwd=tmp, capture_output=True, text=True,
-                       timeout=600)
+                       timeout=1500)  # a hang guard: about 40 s on a quiet 2-core machine, 10 min under the soak
     assert r.returncode == 0, f"verl_ppo_app.py failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return json.loads(report.read_text())
 
@@ -50,8 +50,8 @@ def test_only_verls_selected_steps_are_written_with_the_task_runner_as_controlle
     trace = Trace(out / "step_3" / "trace.json")
     ctrl = trace.pid_of("TaskRunner (controller)")
     assert len(trace.asyncs(ctrl, "step")) == 1
-    # The controller's list of actors that should connect: all of verl's did.
-    assert sorted(e["class_name"] for e in run["expected"]) == ["PPOWorker", "PPOWorker", "TaskRunner"]
+    # The controller's list of actors that should connect: verl's workers, and all of them did.
+    assert [e["class_name"] for e in run["expected"]].count("PPOWorker") == 2
     assert run["not_profiled"] == []
 
 
