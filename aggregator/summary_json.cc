@@ -247,6 +247,7 @@ std::string RunJson(const RunInfo& run) {
     w.Key("unmatched").Uint(p.unmatched());
     w.Key("said_bye").Bool(p.said_bye());
     w.Key("lost").Bool(p.lost());
+    w.Key("truncated_strings").Uint(p.truncated_strings());
     WriteClock(w, p);
     w.Key("threads").BeginObject();
     for (const auto& [tid, name] : p.thread_names()) w.Key(std::to_string(tid)).String(name);

@@ -12,10 +12,10 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
     if (s == names::kStep) step_name_id_ = id;
     if (s == names::kCalibration) calibration_name_ = id;
     if (s == names::kStepNumber) step_number_name_ = id;
-    strings_[id] = s;
+    strings_[id] = Bounded(s);
   }
-  for (const auto& [tid, name] : batch.thread_names) thread_names_[tid] = name;
-  for (const auto& c : batch.categories) categories_[{c.domain, c.category}] = c.name;
+  for (const auto& [tid, name] : batch.thread_names) thread_names_[tid] = Bounded(name);
+  for (const auto& c : batch.categories) categories_[{c.domain, c.category}] = Bounded(c.name);
   watermark_ns_ = std::max(watermark_ns_, batch.watermark_ns);
   dropped_ = std::max(dropped_, batch.dropped);
   last_ack_ = std::max(last_ack_, batch.ack);
@@ -124,6 +124,31 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
       }
       if (!calibration) marks.push_back({e.ts_ns, e.kind, e.flags});
     }
+  }
+}
+
+std::string ProcessTimeline::Bounded(std::string s) {
+  if (s.size() <= kMaxStringBytes) return s;
+  ++truncated_strings_;
+  const size_t cut = s.size();
+  s.resize(kMaxStringBytes);
+  while (!s.empty() && (static_cast<unsigned char>(s.back()) & 0xC0) == 0x80) s.pop_back();  // whole UTF-8 chars
+  if (!s.empty() && static_cast<unsigned char>(s.back()) >= 0xC0) s.pop_back();
+  s += "...[" + std::to_string(cut) + " bytes]";
+  return s;
+}
+
+void ProcessTimeline::BoundIdentity() {
+  wire::Identity& id = hello_.identity;
+  id.host = Bounded(std::move(id.host));
+  id.name = Bounded(std::move(id.name));
+  id.role = Bounded(std::move(id.role));
+  std::map<std::string, std::string> labels;
+  for (auto& [k, v] : id.labels) labels[Bounded(k)] = Bounded(v);
+  id.labels = std::move(labels);
+  if (hello_.config.size() > 65536) {  // our own YAML is a few KB: this one is read as none
+    hello_.config.clear();
+    ++truncated_strings_;
   }
 }
 

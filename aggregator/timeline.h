@@ -76,7 +76,11 @@ struct StepEdges {
 
 class ProcessTimeline {
  public:
-  explicit ProcessTimeline(wire::Hello hello) : hello_(std::move(hello)) {}
+  // Longest string kept from the wire (names, labels, host): a longer one is
+  // cut there and counted (truncated_strings), so a hostile or broken
+  // collector cannot hold megabytes per name until the run ends.
+  static constexpr size_t kMaxStringBytes = 4096;
+  explicit ProcessTimeline(wire::Hello hello) : hello_(std::move(hello)) { BoundIdentity(); }
 
   // Appends a batch. With `edges` (the run's controller), its "step" ranges
   // are numbered when they open (payload, else 1, 2, 3...) and reported.
@@ -84,7 +88,11 @@ class ProcessTimeline {
   void Bye(const wire::Bye& bye);
   // A hello that arrives after the process's first batch replaces the
   // placeholder identity it was filed under.
-  void Identify(const wire::Hello& hello) { hello_ = hello; }
+  void Identify(const wire::Hello& hello) {
+    hello_ = hello;
+    BoundIdentity();
+  }
+  uint64_t truncated_strings() const { return truncated_strings_; }
 
   // Completed spans and instants overlapping [begin, end), plus still-open
   // spans that began before `end` (marked open), appended to the outputs.
@@ -162,6 +170,10 @@ class ProcessTimeline {
   ClockFit clock_;
   bool said_bye_ = false;
   bool lost_ = false;
+  uint64_t truncated_strings_ = 0;
+  // Cuts `s` to kMaxStringBytes (counted); returns it.
+  std::string Bounded(std::string s);
+  void BoundIdentity();
   bool controller_ = false;
 };
 

@@ -970,6 +970,32 @@ TEST_F(AggregatorTest, AWorkerGoneWithoutAGoodbyeIsLostOnceAndLaterStepsLeaveItO
   EXPECT_THAT(notes[0], ::testing::HasSubstr("went silent without a goodbye during step 1: lost"));
 }
 
+TEST_F(AggregatorTest, OversizedStringsFromTheWireAreCutAndCounted) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  wire::Hello h = ctl.Hello();
+  h.identity.labels["actor_class"] = std::string(100000, 'x');
+  Send(h);
+  const std::string big(10000, 'y');
+  ctl.Push(1, 100, "step").Push(1, 200, big).Pop(1, 300).Pop(1, 400);
+  Send(ctl.Flush(500));
+  agg_->Tick(0);
+  const ProcessTimeline& p = *agg_->processes().at(1);
+  EXPECT_EQ(p.truncated_strings(), 2u);
+  EXPECT_LE(p.identity().labels.at("actor_class").size(), ProcessTimeline::kMaxStringBytes + 32);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const ProcessSlice* slice = FindSlice(exporter_.steps[0], 1);
+  ASSERT_NE(slice, nullptr);
+  bool found = false;
+  for (const Span& span : slice->spans) {
+    const std::string name = p.String(span.name);
+    if (name.rfind("yyyy", 0) == 0) {
+      found = true;
+      EXPECT_EQ(name, std::string(ProcessTimeline::kMaxStringBytes, 'y') + "...[10000 bytes]");
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST_F(AggregatorTest, WatermarkExactlyAtStepEndIsEnough) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);
