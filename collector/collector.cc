@@ -389,7 +389,7 @@ void Collector::Wake() {
 }
 
 void Collector::ApplyControl(const wire::Control& control) {
-  heard_from_aggregator_.store(true, std::memory_order_relaxed);
+  heard_from_aggregator_ = true;
   if (control.role == names::kWorker && is_controller()) BecomeWorker();  // before the window it carries
   // Windows steer only workers under the controller trigger; the controller
   // follows its own steps and the other triggers their own events.

@@ -339,8 +339,8 @@ class Collector {
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
   std::atomic<uint64_t> next_range_id_{1};
   std::atomic<uint64_t> overflow_dropped_{0};  // events of threads over budget
-  std::atomic<bool> heard_from_aggregator_{false};  // any Control received (flush thread)
-  bool said_unreachable_ = false, said_dropping_ = false;  // SayTrouble, flush thread
+  // Flush thread only: a Control was received; SayTrouble's lines were said.
+  bool heard_from_aggregator_ = false, said_unreachable_ = false, said_dropping_ = false;
 
   std::mutex registry_mu_;  // guards threads_, bytes_reserved_
   std::vector<std::unique_ptr<ThreadEntry>> threads_;

@@ -118,7 +118,7 @@ void Collector::SayTrouble(uint64_t dropped) {
   // One line each, the first time: a loss the user would otherwise see only
   // in the summaries (or, with no aggregator, nowhere).
   constexpr int64_t kSilenceNs = 5'000'000'000;
-  if (!said_unreachable_ && !heard_from_aggregator_.load(std::memory_order_relaxed) &&
+  if (!said_unreachable_ && !heard_from_aggregator_ &&
       MonotonicNs() - start_ns_ > kSilenceNs) {
     said_unreachable_ = true;
     std::fprintf(stderr,

@@ -203,9 +203,7 @@ KeySpec StringList(const char* path, const char* help, Field<std::vector<std::st
 }
 
 const std::vector<KeySpec>& KeySpecs() {
-  // Never destroyed: a collector's flush thread may parse a config (the run's,
-  // from a Control) while the process's exit handlers run static destructors.
-  static const std::vector<KeySpec>& specs = *new std::vector<KeySpec>{
+  static const std::vector<KeySpec> specs = {
       String("aggregator", "ZeroMQ endpoint of the aggregator, or 'auto' (the one rlscope_ray.init started)",
              [](Config& c) -> std::string& { return c.aggregator; }),
       String("output_dir", "run directory the aggregator writes step profiles into",

@@ -299,6 +299,8 @@ def become_controller() -> bool:
     connected Ray process, takes on the controller's duties. Idempotent."""
     if not _native.claim_controller():
         return False
+    if _duties is not None:  # every step after the first
+        return True
     import ray
 
     with _lock:
