@@ -32,6 +32,9 @@ inline constexpr char kEnvRole[] = "RLSCOPE_ROLE";
 inline constexpr char kEnvRank[] = "RLSCOPE_RANK";
 inline constexpr char kEnvOwnerPid[] = "RLSCOPE_OWNER_PID";     // the process the environment is for
 inline constexpr char kEnvDisable[] = "RLSCOPE_DISABLE";
+// The run's secret (Hello.secret): collectors send it, the aggregator
+// requires it when it has one. Read from the environment, never argv.
+inline constexpr char kEnvSecret[] = "RLSCOPE_SECRET";
 inline constexpr char kEnvLabelPrefix[] = "RLSCOPE_LABEL_";     // RLSCOPE_LABEL_<KEY>=value
 inline constexpr char kEnvClock[] = "RLSCOPE_CLOCK";            // "monotonic": no TSC
 inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";   // test_clock.h
@@ -63,6 +66,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"ENV_RANK", kEnvRank},
     {"ENV_OWNER_PID", kEnvOwnerPid},
     {"ENV_DISABLE", kEnvDisable},
+    {"ENV_SECRET", kEnvSecret},
     {"ENV_LABEL_PREFIX", kEnvLabelPrefix},
     {"ENV_CLOCK", kEnvClock},
     {"ENV_TEST_COSTS", kEnvTestCosts},

@@ -165,6 +165,7 @@ bool DecodeHello(Ctx& c, const object& body, Hello* h) {
     }
   }
   if ((o = Find(body, "config")) != nullptr && !GetStr(c, *o, "hello.config", &h->config)) return false;
+  if ((o = Find(body, "secret")) != nullptr && !GetStr(c, *o, "hello.secret", &h->secret)) return false;
   return true;
 }
 
@@ -413,6 +414,13 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
     return false;
   }
   if ((o = Find(body, "role")) != nullptr && !GetStr(c, *o, "control.role", &ctl->role)) return false;
+  if ((o = Find(body, "hello")) != nullptr) {
+    if (o->type != object_type::BOOLEAN) return c.Fail("control.hello", std::string("expected a bool, got ") + TypeName(*o));
+    ctl->hello = o->via.boolean;
+  }
+  if ((o = Find(body, "release_ns")) != nullptr && !GetInt(c, *o, "control.release_ns", &ctl->release_ns)) {
+    return false;
+  }
   return true;
 }
 
@@ -532,7 +540,7 @@ std::string Encode(const Message& message) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
   if (const auto* h = std::get_if<Hello>(&message)) {
-    PackHeader(pk, MessageType::kHello, h->config.empty() ? 11 : 12);
+    PackHeader(pk, MessageType::kHello, 11 + (h->config.empty() ? 0 : 1) + (h->secret.empty() ? 0 : 1));
     PackKey(pk, "session");
     pk.pack_uint64(h->session);
     PackKey(pk, "host");
@@ -566,6 +574,10 @@ std::string Encode(const Message& message) {
     if (!h->config.empty()) {
       PackKey(pk, "config");
       PackString(pk, h->config);
+    }
+    if (!h->secret.empty()) {
+      PackKey(pk, "secret");
+      PackString(pk, h->secret);
     }
     return std::string(buf.data(), buf.size());
   }
@@ -609,7 +621,8 @@ std::string Encode(const Message& message) {
     return std::string(buf.data(), buf.size());
   }
   if (const auto* ctl = std::get_if<Control>(&message)) {
-    PackHeader(pk, MessageType::kControl, 6 + (ctl->run_config.empty() ? 0 : 1) + (ctl->role.empty() ? 0 : 1));
+    PackHeader(pk, MessageType::kControl, 6 + (ctl->run_config.empty() ? 0 : 1) + (ctl->role.empty() ? 0 : 1) +
+                                              (ctl->hello ? 1 : 0) + (ctl->release_ns != 0 ? 1 : 0));
     PackKey(pk, "window");
     pk.pack_uint8(static_cast<uint8_t>(ctl->window));
     PackKey(pk, "step");
@@ -629,6 +642,14 @@ std::string Encode(const Message& message) {
     if (!ctl->role.empty()) {
       PackKey(pk, "role");
       PackString(pk, ctl->role);
+    }
+    if (ctl->hello) {
+      PackKey(pk, "hello");
+      pk.pack_true();
+    }
+    if (ctl->release_ns != 0) {
+      PackKey(pk, "release_ns");
+      pk.pack_int64(ctl->release_ns);
     }
     return std::string(buf.data(), buf.size());
   }

@@ -64,6 +64,11 @@ struct Hello {
   // set, as YAML; its run keys go over the aggregator's in the run's config
   // (config.h). "" = none set.
   std::string config;
+  // The run's secret (optional key; RLSCOPE_SECRET, which rlscope_ray.init
+  // makes per run and the Ray plugin hands to every profiled worker). An
+  // aggregator started with one takes nothing from a connection that has
+  // not said hello with it. "" = none.
+  std::string secret;
 };
 
 // One decoded event; `ts_ns` is on the collector's clock.
@@ -127,6 +132,8 @@ struct Expected {
   bool operator==(const Expected&) const = default;
 };
 
+inline constexpr char kRoleRefused[] = "refused";  // Control.role
+
 // From the aggregator to one collector (over the same DEALER/ROUTER pair).
 // `window`: the controller's capture window for workers (open while a
 // selected step runs, and from the end of the step before a selected one);
@@ -147,8 +154,16 @@ struct Control {
   // "worker": another process is the run's controller (the first to say
   // hello as one); this one, which claimed the role too (a Ray actor created
   // by the controller actor inherits its runtime_env), is a worker from now
-  // on. "" = unchanged.
+  // on. kRoleRefused: its hello lacked the run's secret; nothing it sends
+  // is taken. "" = unchanged.
   std::string role;
+  // true: this aggregator does not know the sender (it restarted, or the
+  // connection is new): say hello again and replay what is spooled.
+  bool hello = false;
+  // The aggregator has written (or skipped) every step that ends before this
+  // time (the collector's clock): spooled messages whose events all precede
+  // it need not be replayed. 0 = unchanged.
+  int64_t release_ns = 0;
   bool operator==(const Control&) const = default;
 };
 

@@ -39,6 +39,7 @@ class names:
     ENV_RANK: str
     ENV_OWNER_PID: str
     ENV_DISABLE: str
+    ENV_SECRET: str
     ENV_LABEL_PREFIX: str
     ENV_CLOCK: str
     ENV_TEST_COSTS: str
