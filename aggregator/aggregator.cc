@@ -27,14 +27,39 @@ std::vector<std::string> Aggregator::TakeNotes() {
   return out;
 }
 
-uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns) {
-  wire::DecodeResult r = wire::Decode(data, size);
-  if (!r.ok) {
-    ++stats_.decode_errors;
-    stats_.last_decode_error = r.error;
-    return 0;
-  }
-  OnMessage(r.message, now_ns);
+void Aggregator::Resume(const ResumePoint& point) {
+  resumed_ = point;
+  ++resumed_.resumes;
+  steps_written_ = point.steps_written;
+  awaited_.insert(point.awaited.begin(), point.awaited.end());
+  stats_.steps_written = steps_written_.size();
+  stats_.steps_seen = point.steps_seen;
+  last_step_ = point.last_step;
+  controller_resume_ns_ = point.controller_ns;
+  // Flush-barrier tokens of each aggregator of the run in a range of their
+  // own: an ack a collector replays from before the restart answers none of
+  // this one's barriers.
+  barrier_token_ = static_cast<uint64_t>(resumed_.resumes) << 40;
+  std::string list;
+  for (int64_t n : point.steps_written) list += (list.empty() ? "" : ", ") + std::to_string(n);
+  notes_.push_back("resumed this run directory (an earlier aggregator of this run stopped before the run's end): " +
+                   std::to_string(point.steps_written.size()) + " steps already written (" +
+                   (list.empty() ? "none" : list) + "), the last step done " + std::to_string(point.last_step) +
+                   "; collectors replay what it had not written");
+  all_notes_.push_back(notes_.back());
+}
+
+namespace {
+
+bool SameSecret(const std::string& given, const std::string& secret) {
+  if (secret.empty() || given.size() != secret.size()) return false;
+  // Constant time in the contents: a stranger learns nothing from timing.
+  unsigned char diff = 0;
+  for (size_t i = 0; i < secret.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ secret[i]);
+  return diff == 0;
+}
+
+uint64_t SessionOf(const wire::Message& message) {
   return std::visit(
       [](const auto& m) -> uint64_t {
         if constexpr (std::is_same_v<std::decay_t<decltype(m)>, wire::Control>) {
@@ -43,7 +68,71 @@ uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns) {
           return m.session;
         }
       },
-      r.message);
+      message);
+}
+
+}  // namespace
+
+void Aggregator::Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns) {
+  ++stats_.refused_frames;
+  stats_.last_refused = why;
+  if (!ask_hello || refused_peers_.count(peer) != 0) return;
+  // At most twice a second per connection; the map is bounded (a stranger
+  // opening connections only resets it).
+  if (asked_hello_.size() > 4096) asked_hello_.clear();
+  auto [it, fresh] = asked_hello_.emplace(peer, now_ns);
+  if (!fresh && now_ns - it->second < 500000000) return;
+  it->second = now_ns;
+  wire::Control c;
+  c.hello = true;
+  outgoing_.push_back({0, wire::Encode(c), peer});
+}
+
+bool Aggregator::Admit(const wire::Message& message, const std::string& peer, int64_t now_ns) {
+  if (std::holds_alternative<wire::Control>(message)) {
+    Refuse("a Control message (the aggregator's own kind) from a connection", peer, false, now_ns);
+    return false;
+  }
+  const uint64_t session = SessionOf(message);
+  if (const auto* hello = std::get_if<wire::Hello>(&message)) {
+    if (!secret_.empty() && !SameSecret(hello->secret, secret_)) {
+      ++stats_.refused_hellos;
+      Refuse("a hello " + std::string(hello->secret.empty() ? "without" : "with the wrong") +
+                 " secret (pid " + std::to_string(hello->identity.pid) + ")",
+             peer, false, now_ns);
+      // Told once (a collector says so on its stderr); its later frames are
+      // refused without a request to say hello again.
+      if (refused_peers_.size() > 4096) refused_peers_.clear();
+      if (refused_peers_.insert(peer).second) {
+        wire::Control c;
+        c.role = wire::kRoleRefused;
+        outgoing_.push_back({0, wire::Encode(c), peer});
+      }
+      return false;
+    }
+    peers_[session] = peer;
+    return true;
+  }
+  auto it = peers_.find(session);
+  if (it != peers_.end() && it->second == peer) return true;
+  // Unknown here (this aggregator restarted, or the collector reconnected):
+  // asked to say hello again, which then binds the session to this peer.
+  Refuse(it == peers_.end() ? "a frame from a session that has not said hello"
+                            : "a frame for a session that said hello on another connection",
+         peer, true, now_ns);
+  return false;
+}
+
+uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns, const std::string& peer) {
+  wire::DecodeResult r = wire::Decode(data, size);
+  if (!r.ok) {
+    ++stats_.decode_errors;
+    stats_.last_decode_error = r.error;
+    return 0;
+  }
+  if (!Admit(r.message, peer, now_ns)) return 0;
+  OnMessage(r.message, now_ns);
+  return SessionOf(r.message);
 }
 
 std::vector<Outgoing> Aggregator::TakeOutgoing() {
@@ -53,7 +142,7 @@ std::vector<Outgoing> Aggregator::TakeOutgoing() {
 }
 
 void Aggregator::Send(uint64_t session, const wire::Control& control) {
-  outgoing_.push_back({session, wire::Encode(control)});
+  outgoing_.push_back({session, wire::Encode(control), ""});
 }
 
 void Aggregator::SetWindow(bool open, int64_t step) {
@@ -92,6 +181,7 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
 }
 
 void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
+  awaited_.erase(hello.session);
   auto& slot = processes_[hello.session];
   // A repeated hello updates the identity (labels learnt later, or the
   // real identity of a process first seen through a batch).
@@ -102,6 +192,11 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   if (slot->claims_controller() && controller_session_ == 0) {
     controller_session_ = hello.session;
     slot->set_controller();
+    // The controller of a resumed run: what it replays of the steps already
+    // done is neither numbered nor written again.
+    if (resumed_.last_step >= 0 && hello.session == resumed_.controller_session) {
+      slot->ContinueSteps(resumed_.last_step + 1, resumed_.controller_ns);
+    }
     DecideRunConfig(hello);  // tells every collector connected so far
   } else if (slot->claims_controller() && hello.session != controller_session_) {
     // One controller per run: a second claimant (a Ray actor created by the
@@ -185,6 +280,18 @@ void Aggregator::CountEvents(const wire::Batch& batch, const ClockFit& clock) {
 void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
   ProcessTimeline& sender = SenderOf(batch);
   sender.Touch(now_ns);
+  // A collector's messages arrive in order; a replay after a reconnect
+  // starts with what this aggregator may have applied already. Only batches
+  // with data count: names alone (the replay's preamble, numbered after the
+  // batches it precedes) are applied whenever they come.
+  if (!batch.threads.empty() || !batch.gpu.empty()) {
+    uint64_t& next_seq = next_seq_[batch.session];
+    if (batch.seq < next_seq) {
+      ++stats_.duplicate_frames;
+      return;
+    }
+    next_seq = batch.seq + 1;
+  }
   StepEdges edges;
   sender.Add(batch, batch.session == controller_session_ ? &edges : nullptr);
   const ClockFit& clock = sender.clock();
@@ -250,6 +357,7 @@ bool Aggregator::CaughtUp(const ProcessTimeline& p, const PendingStep& step) {
 
 bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
   if (now_ns - step.closed_at_ns >= config_.flush.step_grace_ms * 1000000) return true;
+  if (!awaited_.empty()) return false;  // a resumed run's processes, not back yet
   for (const auto& [session, p] : processes_) {
     if (!Selected(*p)) continue;
     if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye
@@ -261,6 +369,12 @@ bool Aggregator::Ready(const PendingStep& step, int64_t now_ns) const {
 void Aggregator::Tick(int64_t now_ns) {
   size_t n = 0;
   while (n < pending_.size() && Ready(pending_[n], now_ns)) {
+    if (!awaited_.empty()) {  // ready only by the grace time: they are not coming back
+      notes_.push_back(std::to_string(awaited_.size()) + " processes of this run did not say hello again after "
+                       "the aggregator restarted; steps no longer wait for them");
+      all_notes_.push_back(notes_.back());
+      awaited_.clear();
+    }
     Emit(pending_[n], false, now_ns);
     ++n;
   }
@@ -270,7 +384,7 @@ void Aggregator::Tick(int64_t now_ns) {
 void Aggregator::Finish(int64_t now_ns) {
   for (const PendingStep& step : pending_) Emit(step, true, now_ns);  // waits for nothing
   pending_.clear();
-  exporter_->ExportRun(MakeRunInfo(true));
+  if (!exporter_->ExportRun(MakeRunInfo(true))) ++stats_.write_errors;
   exporter_->Flush(std::chrono::milliseconds(10000));
   exporter_->Shutdown();
 }
@@ -400,18 +514,39 @@ void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
     for (const StepProfile& capture : ApplySubtasks(&profile, config_.subtasks, config_.discrete)) {
       exporter_->ExportStep(capture);
     }
-    if (exporter_->ExportStep(profile)) {
-      steps_written_.push_back(s.number);
-      ++stats_.steps_written;
+    if (!exporter_->ExportStep(profile)) {
+      // Kept in the collectors' spools (nothing released): an aggregator
+      // started again once the disk has room writes it from their replays.
+      ++stats_.write_errors;
+      return;
     }
-    exporter_->ExportRun(MakeRunInfo(false));
+    steps_written_.push_back(s.number);
+    ++stats_.steps_written;
   } else {
     ++stats_.steps_skipped;
   }
+  last_step_ = std::max(last_step_, s.number);
+  if (auto c = processes_.find(controller_session_); c != processes_.end()) {
+    controller_resume_ns_ = c->second->clock().FromAggregator(s.end_ns);
+  }
+  // The resume point is on disk before any collector forgets the step.
+  if (!exporter_->ExportRun(MakeRunInfo(false))) {
+    ++stats_.write_errors;
+    return;
+  }
+  Release(s);
   // Steps are sequential: nothing that ended by this step's end can belong to
   // a later one.
   for (const auto& [session, p] : processes_) p->DiscardBefore(p->clock().FromAggregator(s.end_ns));
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
+}
+
+void Aggregator::Release(const StepSpan& s) {
+  for (const auto& [session, p] : processes_) {
+    wire::Control c;
+    c.release_ns = p->clock().FromAggregator(s.end_ns);
+    if (c.release_ns != 0) Send(session, c);
+  }
 }
 
 void Aggregator::Analyze(StepProfile* profile) const {
@@ -437,6 +572,14 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.decode_errors = stats_.decode_errors;
   run.late_events = stats_.late_events;
   run.last_decode_error = stats_.last_decode_error;
+  run.refused_frames = stats_.refused_frames;
+  run.refused_hellos = stats_.refused_hellos;
+  run.last_refused = stats_.last_refused;
+  run.duplicate_frames = stats_.duplicate_frames;
+  run.last_step = last_step_;
+  run.controller_session = controller_session_ != 0 ? controller_session_ : resumed_.controller_session;
+  run.controller_resume_ns = controller_resume_ns_;
+  run.resumes = resumed_.resumes;
   run.final = final;
   return run;
 }

@@ -26,10 +26,26 @@
 
 namespace rlscope {
 
-// A message the daemon must send: to one collector, or to all (session 0).
+// A message the daemon must send: to one collector, or to all (session 0);
+// or, `peer` set, to that connection (ROUTER routing id), known or not.
 struct Outgoing {
   uint64_t session = 0;
   std::string bytes;
+  std::string peer;
+};
+
+// What a restarted aggregator takes from the run directory's run.json
+// (Aggregator::Resume); written there by every run.json (RunInfo).
+struct ResumePoint {
+  std::vector<int64_t> steps_written;
+  uint64_t steps_seen = 0;
+  int64_t last_step = -1;           // highest step written or skipped
+  uint64_t controller_session = 0;  // the run's controller then
+  int64_t controller_ns = 0;        // that step's end on the controller's clock
+  int resumes = 0;
+  // Sessions of the selected processes that had neither said goodbye nor
+  // been lost: steps wait for them to say hello again (or the grace time).
+  std::vector<uint64_t> awaited;
 };
 
 struct AggregatorStats {
@@ -45,6 +61,15 @@ struct AggregatorStats {
   // flush.interval_ms) is taken as gone and holds no step back.
   static constexpr int64_t kSilentAfterNs = 2000000000;
   std::string last_decode_error;
+  // Frames not taken: from a connection that had not said hello (with the
+  // run's secret, when the aggregator has one) for that session. A collector
+  // whose aggregator restarted sends some before it is asked to say hello
+  // again; it replays them after.
+  uint64_t refused_frames = 0;
+  uint64_t refused_hellos = 0;  // of which hellos without the run's secret
+  std::string last_refused;
+  uint64_t duplicate_frames = 0;  // replayed batches already applied (seq)
+  uint64_t write_errors = 0;      // a step or run.json the exporter could not write
 };
 
 class Aggregator {
@@ -54,10 +79,23 @@ class Aggregator {
   // (config.h) takes the run keys the controller's own config sets over it.
   Aggregator(Config config, StepExporter* exporter, std::string config_file = "", KeySet config_keys = {});
 
-  // Decodes and applies one frame; a bad frame is counted, not fatal.
-  // Returns the sender's session (0 for a bad frame), so the daemon can
-  // route Outgoing messages back to it.
-  uint64_t OnFrame(const char* data, size_t size, int64_t now_ns);
+  // Every hello must carry `secret` (Hello.secret), compared in constant
+  // time; "" (the default) takes any hello. Call before the first frame.
+  void SetSecret(std::string secret) { secret_ = std::move(secret); }
+  // Takes the run up where run.json says a previous aggregator left it: the
+  // steps it wrote stay listed, and the controller's steps up to its last
+  // are not numbered or written again when its collector replays them.
+  void Resume(const ResumePoint& point);
+  // Decodes and applies one frame from connection `peer` (the ROUTER
+  // routing id); a bad frame is counted, not fatal. A hello is taken with
+  // the run's secret (SetSecret), and binds its session to `peer`; any
+  // other frame only from the peer its session's hello came on (refused and
+  // counted otherwise: a stranger cannot write as, or end, a collector it
+  // learnt the session of). A refused frame from a collector that this
+  // aggregator does not know yet (it restarted) gets Control.hello back.
+  // Returns the sender's session (0: a bad or refused frame), so the daemon
+  // can route Outgoing messages back to it.
+  uint64_t OnFrame(const char* data, size_t size, int64_t now_ns, const std::string& peer = "");
   void OnMessage(const wire::Message& message, int64_t now_ns);
   // Exports every step that is ready at `now_ns`.
   void Tick(int64_t now_ns);
@@ -82,6 +120,8 @@ class Aggregator {
   // last call (a disagreement between sources), for the daemon's log.
   const Config& config() const { return config_; }
   std::vector<std::string> TakeNotes();
+  // run.json as it stands (not final).
+  RunInfo RunInfoNow() const { return MakeRunInfo(false); }
 
  private:
   struct PendingStep {
@@ -125,6 +165,12 @@ class Aggregator {
   // clock and causality checks and breakdown, before sub-task selection.
   void Analyze(StepProfile* profile) const;
   RunInfo MakeRunInfo(bool final) const;
+  // Whether OnFrame takes this message from `peer` (see there).
+  bool Admit(const wire::Message& message, const std::string& peer, int64_t now_ns);
+  void Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns);
+  // After step `s` was written or skipped: every collector may forget what
+  // it spooled before the step's end (Control.release_ns).
+  void Release(const StepSpan& s);
 
   Config config_;                    // the run's config (run keys decided at the controller's Hello)
   const std::string config_file_;    // --config FILE, "" when none was given
@@ -146,6 +192,15 @@ class Aggregator {
   std::vector<int64_t> steps_written_;
   int64_t last_cut_end_ns_ = INT64_MIN;
   AggregatorStats stats_;
+  std::string secret_;                          // SetSecret; "" = none required
+  std::map<uint64_t, std::string> peers_;       // session -> the connection its hello came on
+  std::map<std::string, int64_t> asked_hello_;  // peer -> when it was last asked (bounded)
+  std::set<std::string> refused_peers_;         // peers whose hello lacked the secret (bounded)
+  std::map<uint64_t, uint64_t> next_seq_;       // session -> seq after the last batch applied
+  ResumePoint resumed_;                         // what Resume took up (last_step -1: none)
+  std::set<uint64_t> awaited_;                  // resumed_.awaited not back yet
+  int64_t last_step_ = -1;                      // highest step written or skipped
+  int64_t controller_resume_ns_ = 0;            // its end on the controller's clock
 };
 
 }  // namespace rlscope

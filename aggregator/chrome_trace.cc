@@ -1,11 +1,12 @@
 #include "aggregator/chrome_trace.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -25,7 +26,7 @@ bool MakeDirs(const std::string& path) {
   std::string cur;
   for (size_t i = 0; i <= path.size(); ++i) {
     if (i == path.size() || path[i] == '/') {
-      if (!cur.empty() && mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+      if (!cur.empty() && mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return false;
     }
     if (i < path.size()) cur.push_back(path[i]);
   }
@@ -270,29 +271,26 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
 }
 
 bool ChromeTraceExporter::WriteFile(const std::string& path, const std::string& content) noexcept {
-  try {
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      if (!f) {
-        last_error_ = "cannot write " + tmp + ": " + std::strerror(errno);
-        return false;
-      }
-      f.write(content.data(), static_cast<std::streamsize>(content.size()));
-      if (!f) {
-        last_error_ = "short write to " + tmp;
-        return false;
-      }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      last_error_ = "cannot rename " + tmp + ": " + std::strerror(errno);
-      return false;
-    }
-    return true;
-  } catch (const std::exception& e) {
-    last_error_ = e.what();
+  // POSIX calls, each checked (a full disk shows at write or close): on any
+  // failure the temporary file goes and what was there before stays.
+  const std::string tmp = path + ".tmp";
+  auto fail = [&](const std::string& what, int fd) {
+    last_error_ = what + " " + tmp + ": " + std::strerror(errno);
+    if (fd >= 0) close(fd);
+    unlink(tmp.c_str());
     return false;
+  };
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return fail("cannot create", -1);
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("cannot write", fd);
+    done += static_cast<size_t>(n);
   }
+  if (close(fd) != 0) return fail("cannot write", -1);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename", -1);
+  return true;
 }
 
 bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {

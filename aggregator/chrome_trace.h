@@ -8,6 +8,9 @@
 // pid P", controller first then by rank; one thread track per recording
 // thread; push/pop ranges as "X" slices; start/end ranges as async "b"/"e"
 // pairs (id = range id) since they may end on another thread; marks as "i".
+// Directories are made 0700 and files 0600: a profile (names, timings, the
+// run's identities) is its user's only. A write that fails leaves no
+// temporary file and says why (last_error).
 #pragma once
 
 #include <map>

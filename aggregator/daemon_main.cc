@@ -10,6 +10,12 @@
 //   rlscope-ray-aggregator check FILE [--keys]
 //
 // SIGINT/SIGTERM: write every closed step, finalise run.json, exit 0.
+// A step or run.json that cannot be written (disk full, read-only): said at
+// once, nothing written is touched, exit 3 (the collectors keep the steps
+// not written in their spools: start it again on the same --out to write
+// them). Started on a --out whose run.json is not final (an aggregator of
+// the run was killed), it takes the run up (Aggregator::Resume).
+// RLSCOPE_SECRET in its environment: every hello must carry it.
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -19,14 +25,18 @@
 #include <string>
 #include <vector>
 
+#include <dirent.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 #include <zmq.h>
 
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
 #include "native/clock.h"
 #include "native/config.h"
+#include "native/names.h"
 
 namespace {
 
@@ -164,7 +174,7 @@ class Server {
       while (more) {
         zmq_msg_recv(&part_, sock_, 0);
         const uint64_t session = agg_->OnFrame(static_cast<const char*>(zmq_msg_data(&part_)),
-                                               zmq_msg_size(&part_), rlscope::MonotonicNs());
+                                               zmq_msg_size(&part_), rlscope::MonotonicNs(), rid);
         if (session != 0) routes_[session] = rid;
         zmq_getsockopt(sock_, ZMQ_RCVMORE, &more, &more_len);
       }
@@ -174,6 +184,12 @@ class Server {
 
   void SendOutgoing() {
     for (const rlscope::Outgoing& o : agg_->TakeOutgoing()) {
+      if (!o.peer.empty()) {  // a connection, known or not (Control.hello)
+        if (zmq_send(sock_, o.peer.data(), o.peer.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+          zmq_send(sock_, o.bytes.data(), o.bytes.size(), ZMQ_DONTWAIT);
+        }
+        continue;
+      }
       for (const auto& [session, rid] : routes_) {
         if (o.session != 0 && o.session != session) continue;
         // Never blocks: a peer that cannot take it now misses this message.
@@ -213,16 +229,66 @@ void ReportNotes(rlscope::Aggregator& agg) {
 void ReportDone(const rlscope::Aggregator& agg, const rlscope::ChromeTraceExporter& exporter) {
   const auto& st = agg.stats();
   std::printf("rlscope-ray aggregator: done: %zu processes, %llu events, %llu steps seen, %llu written, "
-              "%llu bad frames%s%s\n",
+              "%llu bad frames%s%s, %llu refused%s%s\n",
               agg.processes().size(), static_cast<unsigned long long>(st.events),
               static_cast<unsigned long long>(st.steps_seen),
               static_cast<unsigned long long>(st.steps_written),
               static_cast<unsigned long long>(st.decode_errors),
-              st.decode_errors ? " (last: " : "", st.decode_errors ? (st.last_decode_error + ")").c_str() : "");
+              st.decode_errors ? " (last: " : "", st.decode_errors ? (st.last_decode_error + ")").c_str() : "",
+              static_cast<unsigned long long>(st.refused_frames), st.refused_frames ? " (last: " : "",
+              st.refused_frames ? (st.last_refused + ")").c_str() : "");
   if (!exporter.last_error().empty()) {
     std::fprintf(stderr, "rlscope-ray aggregator: write error: %s\n", exporter.last_error().c_str());
   }
   std::fflush(stdout);
+}
+
+// The resume point in `out`/run.json when an aggregator of the run stopped
+// before its end (run.json not final), else nullopt.
+std::optional<rlscope::ResumePoint> ReadResumePoint(const std::string& out) {
+  const std::string path = out + "/run.json";
+  if (access(path.c_str(), F_OK) != 0) return std::nullopt;
+  try {
+    const YAML::Node run = YAML::LoadFile(path);  // JSON is YAML
+    if (run["final"].as<bool>(true)) return std::nullopt;
+    rlscope::ResumePoint p;
+    for (const auto& n : run["steps_written"]) p.steps_written.push_back(n.as<int64_t>());
+    p.steps_seen = run["steps_seen"].as<uint64_t>(0);
+    for (const auto& proc : run["processes"]) {
+      if (proc["selected"].as<bool>(false) && !proc["said_bye"].as<bool>(false) && !proc["lost"].as<bool>(false)) {
+        p.awaited.push_back(std::stoull(proc["session"].as<std::string>(), nullptr, 16));
+      }
+    }
+    if (const YAML::Node r = run["resume"]) {
+      p.last_step = r["last_step"].as<int64_t>(-1);
+      p.controller_session = std::stoull(r["controller_session"].as<std::string>("0"), nullptr, 16);
+      p.controller_ns = r["controller_ns"].as<int64_t>(0);
+      p.resumes = r["resumes"].as<int>(0);
+    }
+    return p;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rlscope-ray aggregator: %s cannot be read (%s): starting the run afresh\n", path.c_str(),
+                 e.what());
+    return std::nullopt;
+  }
+}
+
+// Removes temporary files a killed aggregator left in `out` and its step
+// directories (a write in progress).
+void RemoveTemporaries(const std::string& out) {
+  auto sweep = [](const std::string& dir, auto&& recurse) -> void {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) return;
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      const std::string path = dir + "/" + name;
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) unlink(path.c_str());
+      else if (name.rfind("step_", 0) == 0 && e->d_type == DT_DIR) recurse(path, recurse);
+    }
+    closedir(d);
+  };
+  sweep(out, sweep);
 }
 
 }  // namespace
@@ -235,6 +301,8 @@ int main(int argc, char** argv) {
   rlscope::KeySet config_keys;
   if (!LoadConfig(options, &config, &config_keys)) return 2;
 
+  // The profile is its user's only (files 0600, directories 0700).
+  umask(077);
   void* ctx = zmq_ctx_new();
   void* sock = Listen(ctx, options, config);
   if (sock == nullptr) return 2;
@@ -242,8 +310,21 @@ int main(int argc, char** argv) {
 
   rlscope::ChromeTraceExporter exporter(config.output_dir);
   rlscope::Aggregator agg(config, &exporter, options.config_path, config_keys);
-  exporter.ExportRun({});
-  size_t reported = 0;
+  const char* secret = std::getenv(rlscope::names::kEnvSecret);
+  if (secret != nullptr && *secret != '\0') {
+    agg.SetSecret(secret);
+  } else if (options.listen.find("127.0.0.1") == std::string::npos && options.listen.rfind("ipc://", 0) != 0) {
+    std::fprintf(stderr, "rlscope-ray aggregator: no %s: any process that can reach %s can write to this run "
+                 "(rlscope_ray.init makes one per run)\n", rlscope::names::kEnvSecret, options.listen.c_str());
+  }
+  RemoveTemporaries(config.output_dir);
+  chmod(config.output_dir.c_str(), 0700);  // made by a caller (or an older version) with a wider mode
+  if (const std::optional<rlscope::ResumePoint> point = ReadResumePoint(config.output_dir)) agg.Resume(*point);
+  if (!exporter.ExportRun(agg.RunInfoNow())) {
+    std::fprintf(stderr, "rlscope-ray aggregator: %s\n", exporter.last_error().c_str());
+    return 3;
+  }
+  size_t reported = agg.steps_written().size();  // a resumed run's are announced already
   {
     Server server(sock, &agg);
     while (!g_stop) {
@@ -254,13 +335,25 @@ int main(int argc, char** argv) {
       server.SendOutgoing();
       ReportNotes(agg);
       ReportWritten(agg, config.output_dir, &reported);
+      if (agg.stats().write_errors > 0) break;
       if (options.exit_when_done && agg.RunComplete()) break;
     }
+  }
+  if (agg.stats().write_errors > 0) {
+    std::fprintf(stderr,
+                 "rlscope-ray aggregator: stopping: %s. The steps written so far are kept; the collectors keep "
+                 "what was not written in their spools (buffers.spool_mb): start the aggregator again on the same "
+                 "--out once it can be written, and it writes them\n",
+                 exporter.last_error().c_str());
+    ReportDone(agg, exporter);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    return 3;
   }
   agg.Finish(rlscope::MonotonicNs());
   ReportWritten(agg, config.output_dir, &reported);
   ReportDone(agg, exporter);
   zmq_close(sock);
   zmq_ctx_term(ctx);
-  return 0;
+  return agg.stats().write_errors > 0 ? 3 : 0;
 }

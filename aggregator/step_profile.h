@@ -78,6 +78,20 @@ struct RunInfo {
   uint64_t decode_errors = 0;
   uint64_t late_events = 0;  // arrived after the step they belong to was written
   std::string last_decode_error;
+  // Frames not taken (Aggregator::OnFrame): from a connection that had not
+  // said hello with the run's secret; hellos among them that lacked it.
+  uint64_t refused_frames = 0;
+  uint64_t refused_hellos = 0;
+  std::string last_refused;
+  // Replayed frames already applied (a collector's spool after a reconnect).
+  uint64_t duplicate_frames = 0;
+  // Where a restarted aggregator takes the run up (Aggregator::Resume): the
+  // highest step written or skipped, and the controller's session and clock
+  // at that step's end. last_step -1: none yet.
+  int64_t last_step = -1;
+  uint64_t controller_session = 0;
+  int64_t controller_resume_ns = 0;
+  int resumes = 0;  // times this run directory was taken up again
   bool final = false;
 };
 

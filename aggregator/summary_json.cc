@@ -266,6 +266,16 @@ std::string RunJson(const RunInfo& run) {
   w.Key("late_events").Uint(run.late_events);
   w.Key("decode_errors").Uint(run.decode_errors);
   w.Key("last_decode_error").String(run.last_decode_error);
+  w.Key("refused_frames").Uint(run.refused_frames);
+  w.Key("refused_hellos").Uint(run.refused_hellos);
+  w.Key("last_refused").String(run.last_refused);
+  w.Key("duplicate_frames").Uint(run.duplicate_frames);
+  w.Key("resume").BeginObject();
+  w.Key("last_step").Int(run.last_step);
+  w.Key("controller_session").String(Hex(run.controller_session));  // as processes[].session
+  w.Key("controller_ns").Int(run.controller_resume_ns);
+  w.Key("resumes").Int(run.resumes);
+  w.EndObject();
   w.EndObject();
   out.push_back('\n');
   return out;

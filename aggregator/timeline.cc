@@ -154,6 +154,10 @@ void ProcessTimeline::BoundIdentity() {
 
 void ProcessTimeline::Open(Span& span, bool has_payload, StepEdges* edges) {
   if (edges == nullptr || !is_controller() || step_name_id_ == 0 || span.name != step_name_id_) return;
+  if (span.begin_ns < steps_done_before_ns_) {  // replayed, written already (ContinueSteps)
+    announced_step_ = -1;
+    return;
+  }
   span.step = announced_step_ >= 0 ? announced_step_ : steps::Number(has_payload, span.payload, next_auto_step_);
   announced_step_ = -1;
   next_auto_step_ = span.step + 1;

@@ -93,6 +93,13 @@ class ProcessTimeline {
     BoundIdentity();
   }
   uint64_t truncated_strings() const { return truncated_strings_; }
+  // A resumed run's controller (Aggregator::Resume): its "step" ranges that
+  // began before `done_before_ns` (its clock) were written already and are
+  // not steps again; the next unnumbered one is `next_number`.
+  void ContinueSteps(int64_t next_number, int64_t done_before_ns) {
+    next_auto_step_ = next_number;
+    steps_done_before_ns_ = done_before_ns;
+  }
 
   // Completed spans and instants overlapping [begin, end), plus still-open
   // spans that began before `end` (marked open), appended to the outputs.
@@ -159,6 +166,7 @@ class ProcessTimeline {
   std::unordered_map<uint32_t, int64_t> launches_;  // correlation -> API call start
   int64_t watermark_ns_ = 0;
   int64_t next_auto_step_ = 1;
+  int64_t steps_done_before_ns_ = INT64_MIN;  // ContinueSteps
   uint32_t step_name_id_ = 0;  // the id of "step" in this process, once known
   uint32_t step_number_name_ = 0;  // the id of "rlscope.step_number": numbers the next step, not an instant
   int64_t announced_step_ = -1;    // the number it announced, until that step opens

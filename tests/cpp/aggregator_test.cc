@@ -1901,3 +1901,142 @@ TEST_F(CorrectStepTest, ASecondControllerIsCorrectedAsAWorkerAndDoesNotMoveTheSt
 
 }  // namespace
 }  // namespace rlscope
+
+// ------------------------------------------- strangers, replays, restarts
+
+namespace rlscope {
+namespace {
+
+// Frames through OnFrame, as the daemon hands them over, from a connection.
+class FrameTest : public AggregatorTest {
+ protected:
+  uint64_t Frame(const wire::Message& m, const std::string& peer, int64_t now_ns = 0) {
+    const std::string bytes = wire::Encode(m);
+    return agg_->OnFrame(bytes.data(), bytes.size(), now_ns, peer);
+  }
+  std::vector<wire::Control> ControlsTo(const std::string& peer) {
+    std::vector<wire::Control> out;
+    for (const Outgoing& o : agg_->TakeOutgoing()) {
+      if (o.peer != peer) continue;
+      out.push_back(std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message));
+    }
+    return out;
+  }
+};
+
+TEST_F(FrameTest, WithASecretAHelloWithoutItIsRefusedToldSoOnceAndNothingElseIsTaken) {
+  agg_->SetSecret("run-secret");
+  FakeCollector stranger(9, "controller", -1, 900);
+  EXPECT_EQ(Frame(stranger.Hello(), "peer-s"), 0u);
+  stranger.Push(1, 100, "step").Pop(1, 200);
+  EXPECT_EQ(Frame(stranger.Flush(1000), "peer-s"), 0u);
+  const auto told = ControlsTo("peer-s");
+  ASSERT_EQ(told.size(), 1u);  // "refused", and no request to say hello again
+  EXPECT_EQ(told[0].role, wire::kRoleRefused);
+  EXPECT_TRUE(agg_->processes().empty());
+  EXPECT_EQ(agg_->stats().refused_hellos, 1u);
+  EXPECT_EQ(agg_->stats().refused_frames, 2u);
+  EXPECT_EQ(agg_->stats().steps_seen, 0u);  // it did not become the controller
+}
+
+TEST_F(FrameTest, ASessionsFramesAreTakenOnlyFromTheConnectionItsHelloCameOn) {
+  agg_->SetSecret("run-secret");
+  FakeCollector ctl(1, "controller", -1, 100);
+  wire::Hello hello = ctl.Hello();
+  hello.secret = "run-secret";
+  EXPECT_EQ(Frame(hello, "peer-c"), 1u);
+  agg_->TakeOutgoing();
+  // A stranger that learnt the session: its goodbye and batch are refused.
+  EXPECT_EQ(Frame(ctl.Bye(), "peer-s"), 0u);
+  FakeCollector forged(1, "controller", -1, 100);
+  forged.Push(1, 100, "step").Pop(1, 200);
+  EXPECT_EQ(Frame(forged.Flush(1000), "peer-s"), 0u);
+  EXPECT_FALSE(agg_->ControllerDone());
+  EXPECT_EQ(agg_->stats().steps_seen, 0u);
+  EXPECT_EQ(agg_->stats().refused_frames, 2u);
+  // The real one carries on.
+  ctl.Push(1, 100, "step").Pop(1, 200);
+  EXPECT_EQ(Frame(ctl.Flush(1000), "peer-c"), 1u);
+  EXPECT_EQ(agg_->stats().steps_seen, 1u);
+}
+
+TEST_F(FrameTest, AnUnknownSessionIsAskedToSayHelloAndItsReplayIsTakenOnce) {
+  FakeCollector w(2, "worker", 0, 200);
+  w.Push(1, 100, "a").Pop(1, 150);
+  const wire::Batch first = w.Flush(160);
+  // This aggregator restarted: it has not seen w's hello.
+  EXPECT_EQ(Frame(first, "peer-w"), 0u);
+  const auto asked = ControlsTo("peer-w");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_TRUE(asked[0].hello);
+  // Hello again, then the replay: a batch of names, the spooled batch, and a
+  // repeat of it (already applied: not again).
+  EXPECT_EQ(Frame(w.Hello(), "peer-w2"), 2u);
+  wire::Batch names;
+  names.session = 2;
+  names.seq = 50;
+  names.strings = first.strings;
+  EXPECT_EQ(Frame(names, "peer-w2"), 2u);
+  EXPECT_EQ(Frame(first, "peer-w2"), 2u);
+  EXPECT_EQ(Frame(first, "peer-w2"), 2u);
+  EXPECT_EQ(agg_->stats().duplicate_frames, 1u);
+  EXPECT_EQ(agg_->processes().at(2)->events_received(), 2u);
+}
+
+TEST_F(FrameTest, AResumedRunSkipsTheControllersReplayedStepsAndNumbersOnFromItsLast) {
+  ResumePoint point;
+  point.steps_written = {1, 2};
+  point.steps_seen = 2;
+  point.last_step = 2;
+  point.controller_session = 1;
+  point.controller_ns = 450;  // step 2's end on the controller's clock
+  agg_->Resume(point);
+  FakeCollector ctl(1, "controller", -1, 100);
+  Frame(ctl.Hello(), "peer-c");
+  // The replay starts inside step 2 (written already); step 3 was in flight.
+  ctl.Push(1, 300, "step").Pop(1, 450);
+  ctl.Push(1, 500, "step").Pop(1, 600);
+  Frame(ctl.Flush(1000), "peer-c");
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(agg_->steps_written(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(exporter_.last_run_steps_written, (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST_F(FrameTest, AResumedRunWaitsForItsProcessesToComeBackUntilTheGraceTime) {
+  Config config;
+  config.flush.step_grace_ms = 1000;
+  Init(config);
+  ResumePoint point;
+  point.awaited = {2};
+  agg_->Resume(point);
+  FakeCollector ctl(1, "controller", -1, 100);
+  Frame(ctl.Hello(), "peer-c");
+  ctl.Push(1, 100, "step").Pop(1, 200);
+  Frame(ctl.Flush(1000), "peer-c");
+  agg_->Tick(500000000);
+  EXPECT_TRUE(exporter_.steps.empty());  // worker 2 has not said hello again
+  FakeCollector w(2, "worker", 0, 200);
+  Frame(w.Hello(), "peer-w", 600000000);
+  Frame(w.Flush(1000), "peer-w", 600000000);
+  agg_->Tick(600000000);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+}
+
+TEST_F(FrameTest, AWrittenStepReleasesWhatEveryCollectorSpooledBeforeItsEnd) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Frame(ctl.Hello(), "peer-c");
+  agg_->TakeOutgoing();
+  ctl.Push(1, 100, "step").Pop(1, 200);
+  Frame(ctl.Flush(1000), "peer-c");
+  agg_->Tick(0);
+  int64_t release = 0;
+  for (const Outgoing& o : agg_->TakeOutgoing()) {
+    const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+    if (o.session == 1 && c.release_ns != 0) release = c.release_ns;
+  }
+  EXPECT_EQ(release, 200);
+}
+
+}  // namespace
+}  // namespace rlscope
