@@ -97,6 +97,10 @@ void ShutdownAtExit() {
 // A forked child has no flush thread, and its copies of the collector's locks
 // may be held: it gets no collector at all (every entry point checks first).
 void ChildAfterFork() { Collector::DetachInForkedChild(); }
+// The parent counts its children (run.json: label forked_children).
+void ParentAfterFork() {
+  if (Collector* c = Collector::Instance()) c->CountFork();
+}
 
 }  // namespace
 
@@ -195,7 +199,7 @@ Collector* Collector::Start() {
       (void)ParseConfig(ConfigToYaml(Config()), "warm-up");
       instance_.store(c, std::memory_order_release);
       std::atexit(ShutdownAtExit);
-      pthread_atfork(nullptr, nullptr, ChildAfterFork);
+      pthread_atfork(nullptr, ParentAfterFork, ChildAfterFork);
     } catch (const std::exception& e) {
       // Any failure leaves the process without a collector: never crash it.
       std::fprintf(stderr, "rlscope: the collector failed to start (%s); profiling is off in this process\n",
@@ -239,6 +243,7 @@ Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire:
       step_number_name_id_(strings_.Intern(names::kStepNumber)),
       trigger_name_id_(trigger_ == Trigger::kNvtxRange ? strings_.Intern(config_.capture_range.substr(5)) : 0),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      secret_(Env(names::kEnvSecret)),
       steps_(config_.steps),
       identity_(std::move(identity)),
       converter_(clock_source_) {
@@ -390,6 +395,26 @@ void Collector::Wake() {
 
 void Collector::ApplyControl(const wire::Control& control) {
   heard_from_aggregator_ = true;
+  if (control.role == wire::kRoleRefused) {
+    if (!refused_) {
+      refused_ = true;
+      transport_.SetReady(false);  // for good: what it records waits in the spool, then is dropped (counted)
+      std::fprintf(stderr,
+                   "rlscope: pid %d: the aggregator at %s refused this process: its hello %s the run's secret "
+                   "(%s); nothing it records reaches the run\n",
+                   static_cast<int>(getpid()), endpoint_.c_str(), secret_.empty() ? "lacks" : "does not carry",
+                   names::kEnvSecret);
+    }
+    return;
+  }
+  if (refused_) return;
+  if (control.hello && !rehello_) {
+    // An aggregator that does not know this collector (it restarted): hello
+    // again, then the spool's replay; nothing else goes out before.
+    rehello_ = true;
+    transport_.SetReady(false);
+  }
+  if (control.release_ns != 0) transport_.Release(control.release_ns);
   if (control.role == names::kWorker && is_controller()) BecomeWorker();  // before the window it carries
   // Windows steer only workers under the controller trigger; the controller
   // follows its own steps and the other triggers their own events.
@@ -596,6 +621,30 @@ void Collector::CollectMetadata(const std::vector<ThreadEntry*>& entries, Metada
   categories_sent_ = categories_.size();
 }
 
+std::string Collector::MakePreamble() {
+  wire::Batch b;
+  b.session = session_;
+  b.seq = transport_.NextSeq();
+  strings_.CopySince(1, &b.strings);
+  std::vector<ThreadEntry*> entries;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    for (auto& t : threads_) {
+      if (t->name_sent) entries.push_back(t.get());
+    }
+  }
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  for (ThreadEntry* e : entries) {
+    const int64_t tid = e->buffer->tid();
+    auto it = thread_names_.find(tid);
+    std::string name =
+        it != thread_names_.end() ? it->second : ReadFirstLine("/proc/self/task/" + std::to_string(tid) + "/comm");
+    b.thread_names.emplace_back(tid, name.empty() ? "thread " + std::to_string(tid) : name);
+  }
+  b.categories.assign(categories_.begin(), categories_.begin() + static_cast<long>(categories_sent_));
+  return wire::Encode(b);
+}
+
 bool Collector::Flush(int timeout_ms) {
   if (shut_down_.load(std::memory_order_relaxed)) return false;
   std::unique_lock<std::mutex> lock(flush_mu_);
@@ -616,6 +665,17 @@ void Collector::Shutdown() {
   }
   Wake();
   if (flush_thread_.joinable()) flush_thread_.join();
+}
+
+void Collector::CountFork() {
+  const uint64_t n = forks_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n == 1) {
+    std::fprintf(stderr,
+                 "rlscope: pid %d forked: a forked child is not profiled (what it records is not kept); its "
+                 "children are counted in run.json (label forked_children)\n",
+                 static_cast<int>(getpid()));
+  }
+  SetLabel("forked_children", std::to_string(n));
 }
 
 void Collector::DetachInForkedChild() {
@@ -659,6 +719,7 @@ wire::Hello Collector::MakeHello() const {
   hello.selected = selected();
   if (is_controller()) hello.config = hello_config_;
   hello.costs = costs_;
+  hello.secret = secret_;
   return hello;
 }
 

@@ -179,6 +179,9 @@ class Collector {
   void Stats(rlscope_stats_t* out);
   // pthread_atfork child handler: the child gets no collector (see .cc).
   static void DetachInForkedChild();
+  // pthread_atfork parent handler: one line at the first fork, and the count
+  // as the identity label forked_children (re-sent with the Hello).
+  void CountFork();
 
   // Adds or replaces an identity label; the flush thread re-sends Hello.
   void SetLabel(const std::string& key, const std::string& value);
@@ -270,8 +273,15 @@ class Collector {
 
   // The flush thread (flush_thread.cc); all but FlushLoop are its steps.
   void FlushLoop();
-  // Sends Hello (first time and after SetLabel) and a pending Expected list.
+  // Sends Hello (first time, after SetLabel, and again when an aggregator
+  // asks: Control.hello) and a pending Expected list; once a hello is queued
+  // the transport may send batches (after a Control.hello: the spool's
+  // replay, led by MakePreamble).
   void SendControl();
+  // A batch with every name this collector has shipped (strings, threads,
+  // categories): an aggregator that restarted knows none of them, and the
+  // spool's replay uses them.
+  std::string MakePreamble();
   // The Hello it sends: identity, selection, costs (defined in collector.cc,
   // beside SetLabel and SetCost). Caller holds meta_mu_.
   wire::Hello MakeHello() const;
@@ -339,8 +349,14 @@ class Collector {
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
   std::atomic<uint64_t> next_range_id_{1};
   std::atomic<uint64_t> overflow_dropped_{0};  // events of threads over budget
-  // Flush thread only: a Control was received; SayTrouble's lines were said.
+  std::atomic<uint64_t> forks_{0};             // children forked (CountFork)
+  // Flush thread only: a Control was received; SayTrouble's lines were said;
+  // an aggregator asked for a hello (Control.hello: it restarted).
   bool heard_from_aggregator_ = false, said_unreachable_ = false, said_dropping_ = false;
+  bool rehello_ = false;
+  bool refused_ = false;  // the aggregator refused its hello (wrong secret): sends nothing more
+  uint64_t hellos_again_ = 0;  // times it said hello again (a restarted aggregator)
+  const std::string secret_;   // RLSCOPE_SECRET: Hello.secret
 
   std::mutex registry_mu_;  // guards threads_, bytes_reserved_
   std::vector<std::unique_ptr<ThreadEntry>> threads_;

@@ -73,32 +73,47 @@ void Collector::FlushLoop() {
     if (stop) break;
   }
   if (transport_.connected()) {
+    // What waits in the spool goes first (bounded by the exit timeout; the
+    // rest is counted lost), then the goodbye, which must not overtake it.
+    transport_.DrainSpool(config_.flush.exit_timeout_ms * 1000000);
     rlscope_stats_t stats;
     Stats(&stats);
-    transport_.Send(wire::Encode(wire::Bye{session_, stats.events, stats.dropped}));
+    if (transport_.ready()) transport_.Send(wire::Encode(wire::Bye{session_, stats.events, stats.dropped}));
   }
   transport_.Close();
 }
 
 void Collector::SendControl() {
-  if (!transport_.connected()) return;
+  if (!transport_.connected() || refused_) return;
+  const bool again = rehello_;
   std::string hello_msg, expected_msg;
   uint64_t hello_gen = 0, expected_gen = 0;
   {
     std::lock_guard<std::mutex> lock(meta_mu_);
     hello_gen = hello_gen_;
     expected_gen = expected_gen_;
-    if (hello_gen_ != hello_sent_gen_) hello_msg = wire::Encode(MakeHello());
-    if (expected_gen_ != expected_sent_gen_) {
+    if (again || hello_gen_ != hello_sent_gen_) hello_msg = wire::Encode(MakeHello());
+    if (expected_gen_ != 0 && (again || expected_gen_ != expected_sent_gen_)) {
       expected_msg = wire::Encode(wire::Expected{session_, expected_});
     }
   }
   // A control message that cannot be queued now is retried on the next flush.
   if (!hello_msg.empty() && transport_.Send(hello_msg)) {
-    std::lock_guard<std::mutex> lock(meta_mu_);
-    hello_sent_gen_ = hello_gen;
+    {
+      std::lock_guard<std::mutex> lock(meta_mu_);
+      hello_sent_gen_ = hello_gen;
+    }
+    if (again) {
+      rehello_ = false;
+      ++hellos_again_;
+      transport_.Rewind(MakePreamble());
+      // The new aggregator numbers steps from its resume point: the next
+      // step's number is announced (steps.h) rather than left to it.
+      derived_next_step_.store(-1, std::memory_order_relaxed);
+    }
+    transport_.SetReady(true);
   }
-  if (!expected_msg.empty() && transport_.Send(expected_msg)) {
+  if (!expected_msg.empty() && transport_.ready() && transport_.Send(expected_msg)) {
     std::lock_guard<std::mutex> lock(meta_mu_);
     expected_sent_gen_ = expected_gen;
   }
@@ -122,10 +137,11 @@ void Collector::SayTrouble(uint64_t dropped) {
       MonotonicNs() - start_ns_ > kSilenceNs) {
     said_unreachable_ = true;
     std::fprintf(stderr,
-                 "rlscope: pid %d: no answer from the aggregator at %s after %lld s; events wait in memory "
-                 "(up to buffers.max_mb=%lld), then are dropped and counted\n",
+                 "rlscope: pid %d: no answer from the aggregator at %s after %lld s; events wait in the spool "
+                 "(buffers.spool_mb=%lld in memory, then buffers.spool_file_mb=%lld on disk), then the oldest are "
+                 "dropped and counted\n",
                  static_cast<int>(getpid()), endpoint_.c_str(), static_cast<long long>(kSilenceNs / 1000000000),
-                 static_cast<long long>(config_.buffers.max_mb));
+                 static_cast<long long>(config_.buffers.spool_mb), static_cast<long long>(config_.buffers.spool_file_mb));
   }
   if (!said_dropping_ && dropped > 0) {
     said_dropping_ = true;

@@ -60,7 +60,10 @@ void Metadata::Clear() {
 }
 
 Transport::Transport(const Config& config, uint64_t session, int wake_fd)
-    : config_(config), session_(session), wake_fd_(wake_fd) {}
+    : config_(config),
+      session_(session),
+      wake_fd_(wake_fd),
+      spool_(static_cast<size_t>(config.buffers.spool_mb) << 20, static_cast<size_t>(config.buffers.spool_file_mb) << 20) {}
 
 void Transport::Connect(const std::string& endpoint) {
   context_ = zmq_ctx_new();
@@ -96,7 +99,7 @@ bool Transport::Wait(int64_t wait_ns) {
 }
 
 void Transport::ProbeIfDue(const ControlHandler& apply) {
-  if (socket_ == nullptr || config_.clock.probe_interval_ms <= 0 || MonotonicNs() < next_probe_ns_) return;
+  if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0 || MonotonicNs() < next_probe_ns_) return;
   ProbeBurst(apply);
   next_probe_ns_ = MonotonicNs() + config_.clock.probe_interval_ms * 1000000;
 }
@@ -168,35 +171,49 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
     const bool with_metadata = first;
     first = false;
     const Metadata& metadata = with_metadata ? unsent_ : no_metadata;
+    const std::vector<GpuRecord>& gpu = with_metadata ? out.gpu : no_gpu;
+    message_max_ts_ = INT64_MIN;
+    for (const GpuRecord& g : gpu) message_max_ts_ = std::max(message_max_ts_, g.end_ns);
     writer_.Begin(session_, seq_++, last ? out.watermark_ns : 0, out.dropped, last ? out.ack : 0);
     writer_.Strings(metadata.strings);
     writer_.ThreadNames(metadata.thread_names);
     writer_.Categories(metadata.categories);
-    writer_.Gpu(with_metadata ? out.gpu : no_gpu);
+    writer_.Gpu(gpu);
     writer_.Probes(with_metadata ? pending_probes_ : no_probes);
     writer_.BeginThreads(take.size());
     for (const Outgoing::Thread& t : take) AddEvents(t, converter);
     const msgpack::sbuffer& buf = writer_.Finish();
-    if (socket_ != nullptr && zmq_send(socket_, buf.data(), buf.size(), ZMQ_DONTWAIT) >= 0) {
-      batches_sent_.fetch_add(1, std::memory_order_relaxed);
-      events_sent_.fetch_add(in_message, std::memory_order_relaxed);
-      if (last) result.acked = true;
-      if (with_metadata) {
-        pending_probes_.clear();
-        unsent_.Clear();
-      }
-    } else {
-      batches_dropped_.fetch_add(1, std::memory_order_relaxed);
-      send_dropped_events_.fetch_add(in_message, std::memory_order_relaxed);
-      // Later messages would use ids this one was to ship: they wait in the
-      // rings for the next flush, with the metadata. (Its GPU records are lost.)
-      if (with_metadata) {
-        result.gpu_lost = out.gpu.size();
-        break;
-      }
+    // Into the spool, in order (never refused: a full spool drops its oldest, counted).
+    spool_.Push(std::string(buf.data(), buf.size()), in_message + gpu.size(), message_max_ts_);
+    events_sent_.fetch_add(in_message, std::memory_order_relaxed);
+    if (last) result.acked = true;
+    if (with_metadata) {
+      pending_probes_.clear();
+      unsent_.Clear();
     }
   } while (remaining_total > 0);
+  Pump();
   return result;
+}
+
+void Transport::Pump() {
+  if (socket_ == nullptr || !ready_) return;
+  spool_.Pump([this](const std::string& message) {
+    if (zmq_send(socket_, message.data(), message.size(), ZMQ_DONTWAIT) < 0) return false;  // waits in the spool
+    batches_sent_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  });
+}
+
+void Transport::DrainSpool(int64_t timeout_ns) {
+  const int64_t deadline = MonotonicNs() + timeout_ns;
+  while (true) {
+    Pump();
+    if (spool_.idle() || MonotonicNs() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  batches_dropped_.fetch_add(spool_.unsent_messages(), std::memory_order_relaxed);
+  send_dropped_events_.fetch_add(spool_.unsent_events(), std::memory_order_relaxed);
 }
 
 // Drains the thread's first `count` records into the message, ticks to ns.
@@ -208,6 +225,7 @@ void Transport::AddEvents(const Outgoing::Thread& thread, const TickConverter& c
           const EventRecord& r = records[i];
           wire::Event ev;
           ev.ts_ns = converter.ToNs(r.ts);
+          message_max_ts_ = std::max(message_max_ts_, ev.ts_ns);
           ev.value = r.value;
           ev.name = r.name;
           ev.domain = r.domain;

@@ -21,6 +21,7 @@
 #include "native/gpu_record.h"
 #include "native/thread_buffer.h"
 #include "native/wire.h"
+#include "collector/spool.h"
 
 namespace rlscope {
 
@@ -79,20 +80,42 @@ class Transport {
     bool acked = false;     // the message carrying out.ack was queued
     uint64_t gpu_lost = 0;  // GPU records of a metadata message that could not be queued
   };
-  // Sends one flush: one message per kMaxEventsPerMessage events, metadata
-  // (with out.gpu and the probe samples) on the first, the watermark and ack
-  // on the last; an empty flush still goes out as a heartbeat. Metadata not
-  // yet delivered accumulates and rides on the next flush's first message; it
-  // is cleared only once that message was queued, so a dropped message cannot
-  // orphan ids used by later events (which then wait in their rings).
+  // Encodes one flush into the spool (spool.h) and sends what the socket
+  // takes: one message per kMaxEventsPerMessage events, metadata (with
+  // out.gpu and the probe samples) on the first, the watermark and ack on the
+  // last; an empty flush still goes out as a heartbeat. Nothing is sent
+  // before ready (a hello was queued to this aggregator): it waits in order.
   SendResult SendBatches(Outgoing& out, const TickConverter& converter);
+  // Sends what waits in the spool, in order, as far as the socket takes it.
+  void Pump();
+  // Whether batches and probes may go out: false from a Control.hello (an
+  // aggregator that does not know this collector) until the new hello is
+  // queued, then Rewind replays what the spool kept after `preamble`.
+  void SetReady(bool ready) { ready_ = ready; }
+  bool ready() const { return ready_; }
+  void Rewind(std::string preamble) { spool_.Rewind(std::move(preamble)); }
+  // Forgets spooled batches of steps the aggregator has written.
+  void Release(int64_t before_ns) { spool_.Release(before_ns); }
+  // The next batch sequence number (for a message made outside SendBatches).
+  uint64_t NextSeq() { return seq_++; }
+  // At exit: sends what waits until the spool is empty or `timeout_ns`
+  // passed; what is still waiting then is lost (counted).
+  void DrainSpool(int64_t timeout_ns);
+  const Spool& spool() const { return spool_; }
   // Closes the socket (it lingers up to flush.exit_timeout_ms to deliver)
   // and the context.
   void Close();
 
-  uint64_t events_dropped() const { return send_dropped_events_.load(std::memory_order_relaxed); }
+  // Events lost on the way out: dropped from a full spool before they were
+  // sent, or still waiting at exit.
+  uint64_t events_dropped() const {
+    return spool_.lost_events() + send_dropped_events_.load(std::memory_order_relaxed);
+  }
   uint64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
-  uint64_t batches_dropped() const { return batches_dropped_.load(std::memory_order_relaxed); }
+  // Batches never sent: dropped from a full spool, or still waiting at exit.
+  uint64_t batches_dropped() const {
+    return spool_.lost_messages() + batches_dropped_.load(std::memory_order_relaxed);
+  }
 
  private:
   static constexpr size_t kMaxEventsPerMessage = 1 << 16;
@@ -109,6 +132,9 @@ class Transport {
   std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
   Metadata unsent_;
   wire::BatchWriter writer_;
+  Spool spool_;
+  bool ready_ = false;
+  int64_t message_max_ts_ = INT64_MIN;  // latest event time in the message being encoded
 
   // Statistics (relaxed: counters read for reporting only).
   std::atomic<uint64_t> events_sent_{0};

@@ -234,6 +234,12 @@ const std::vector<KeySpec>& KeySpecs() {
           [](Config& c) -> int64_t& { return c.buffers.per_thread_kb; }),
       Int("buffers.max_mb", "cap on all ring buffers of one process", 1, 1 << 16,
           [](Config& c) -> int64_t& { return c.buffers.max_mb; }),
+      Int("buffers.spool_mb",
+          "batches kept in memory until their step is written (replayed to a restarted aggregator) or "
+          "until the aggregator can be reached",
+          1, 1 << 16, [](Config& c) -> int64_t& { return c.buffers.spool_mb; }),
+      Int("buffers.spool_file_mb", "then in a temporary file up to this size (0: none); beyond, the oldest are dropped",
+          0, 1 << 20, [](Config& c) -> int64_t& { return c.buffers.spool_file_mb; }),
       Int("flush.interval_ms", "how often the collector ships buffered events", 1, 60000,
           [](Config& c) -> int64_t& { return c.flush.interval_ms; }),
       Int("flush.exit_timeout_ms", "longest a process waits at exit to deliver its last events", 0, 600000,

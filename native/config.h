@@ -45,6 +45,11 @@ struct Config {
   struct Buffers {
     int64_t per_thread_kb = 1024;
     int64_t max_mb = 256;
+    // The collector's spool (collector/spool.h): sent batches kept until the
+    // aggregator wrote their step, and batches it could not send yet; in
+    // memory, then in an unlinked temporary file.
+    int64_t spool_mb = 64;
+    int64_t spool_file_mb = 1024;
   } buffers;
   struct Flush {
     int64_t interval_ms = 20;

@@ -14,6 +14,7 @@
 #include "collector/collector.h"
 #include "collector/cupti_trigger.h"
 #include "collector/rlscope_collector.h"
+#include "collector/spool.h"
 
 #if RLSCOPE_HAVE_CUPTI
 #include <cupti_driver_cbid.h>
@@ -289,6 +290,79 @@ TEST_F(InstallCudaProfilerTriggerTest, AFailedEnableUndoesTheSubscription) {
 }
 
 #endif  // RLSCOPE_HAVE_CUPTI
+
+// ------------------------------------------------------------------ spool
+
+// A socket that takes `room` messages, then refuses.
+struct FakeSocket {
+  size_t room = SIZE_MAX;
+  std::vector<std::string> sent;
+  Spool::SendFn fn() {
+    return [this](const std::string& m) {
+      if (sent.size() >= room) return false;
+      sent.push_back(m);
+      return true;
+    };
+  }
+};
+
+TEST(Spool, WhatTheSocketCannotTakeWaitsAndGoesOutInOrder) {
+  Spool spool(1 << 20, 0);
+  FakeSocket sock;
+  sock.room = 1;
+  spool.Push("a", 1, 10);
+  spool.Push("b", 1, 20);
+  spool.Push("c", 1, 30);
+  EXPECT_EQ(spool.Pump(sock.fn()), 1u);
+  EXPECT_EQ(spool.unsent_events(), 2u);
+  sock.room = SIZE_MAX;
+  spool.Pump(sock.fn());
+  EXPECT_EQ(sock.sent, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(spool.idle());
+  EXPECT_EQ(spool.lost_events(), 0u);
+}
+
+TEST(Spool, SentBatchesAreKeptUntilReleasedAndReplayedAfterThePreamble) {
+  Spool spool(1 << 20, 0);
+  FakeSocket sock;
+  spool.Push("a", 1, 10);
+  spool.Push("heartbeat", 0, 0);  // no events: not kept once sent
+  spool.Push("b", 1, 20);
+  spool.Pump(sock.fn());
+  spool.Release(15);  // "a" belongs to a written step
+  spool.Rewind("names");
+  sock.sent.clear();
+  spool.Pump(sock.fn());
+  EXPECT_EQ(sock.sent, (std::vector<std::string>{"names", "b"}));
+}
+
+TEST(Spool, OverMemoryTheOldestGoToTheFileAndComeBackInOrder) {
+  Spool spool(8, 1 << 20);  // 8 bytes of memory
+  FakeSocket sock;
+  sock.room = 0;  // the aggregator cannot be reached
+  for (const char* m : {"first---", "second--", "third---", "fourth--"}) spool.Push(m, 2, 1);
+  EXPECT_LE(spool.memory_bytes(), 8u);
+  EXPECT_GT(spool.file_bytes(), 0u);
+  sock.room = SIZE_MAX;
+  spool.Pump(sock.fn());
+  EXPECT_EQ(sock.sent, (std::vector<std::string>{"first---", "second--", "third---", "fourth--"}));
+  EXPECT_EQ(spool.lost_events(), 0u);
+}
+
+TEST(Spool, WhenFullTheOldestGoUnsentOnesCountedLostSentOnesEvicted) {
+  Spool spool(8, 0);  // memory only
+  FakeSocket sock;
+  spool.Push("sent----", 3, 1);
+  spool.Pump(sock.fn());
+  sock.room = 1;  // nothing more goes out
+  spool.Push("unsent-1", 5, 2);  // evicts the sent one: no loss, only no replay
+  EXPECT_EQ(spool.evicted_events(), 3u);
+  EXPECT_EQ(spool.lost_events(), 0u);
+  spool.Push("unsent-2", 7, 3);  // drops an unsent one: lost
+  EXPECT_EQ(spool.lost_events(), 5u);
+  EXPECT_EQ(spool.lost_messages(), 1u);
+  EXPECT_EQ(spool.unsent_events(), 7u);
+}
 
 }  // namespace
 }  // namespace rlscope

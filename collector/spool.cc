@@ -1,0 +1,142 @@
+#include "collector/spool.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace rlscope {
+
+Spool::Spool(size_t memory_bytes, size_t file_bytes) : memory_limit_(memory_bytes), file_limit_(file_bytes) {}
+
+Spool::~Spool() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void Spool::Push(std::string bytes, uint64_t events, int64_t max_ts_ns) {
+  Entry e;
+  e.size = bytes.size();
+  e.bytes = std::move(bytes);
+  e.events = events;
+  e.max_ts_ns = max_ts_ns;
+  memory_used_ += e.size;
+  unsent_events_.fetch_add(events, std::memory_order_relaxed);
+  entries_.push_back(std::move(e));
+  Bound();
+}
+
+size_t Spool::Pump(const SendFn& send) {
+  if (!preamble_.empty()) {
+    if (!send(preamble_)) return 0;
+    preamble_.clear();
+  }
+  size_t sent = 0;
+  std::string loaded;
+  while (next_ < entries_.size()) {
+    Entry& e = entries_[next_];
+    if (e.in_file && !Load(e, &loaded)) {  // unreadable: lost, never to be sent
+      lost_events_.fetch_add(e.events, std::memory_order_relaxed);
+      lost_messages_.fetch_add(1, std::memory_order_relaxed);
+      unsent_events_.fetch_sub(e.events, std::memory_order_relaxed);
+      e.events = 0;
+      ++next_;
+      continue;
+    }
+    if (!send(e.in_file ? loaded : e.bytes)) break;
+    unsent_events_.fetch_sub(e.events, std::memory_order_relaxed);
+    ++next_;
+    ++sent;
+  }
+  // Transient messages are done with once sent: drop them from the front.
+  while (next_ > 0 && entries_.front().events == 0) PopFront();
+  return sent;
+}
+
+void Spool::Release(int64_t before_ns) {
+  while (next_ > 0 && (entries_.front().events == 0 || entries_.front().max_ts_ns < before_ns)) PopFront();
+}
+
+void Spool::Rewind(std::string preamble) {
+  for (size_t i = 0; i < next_; ++i) unsent_events_.fetch_add(entries_[i].events, std::memory_order_relaxed);
+  next_ = 0;
+  preamble_ = std::move(preamble);
+}
+
+bool Spool::Load(const Entry& e, std::string* out) const {
+  out->resize(e.size);
+  size_t done = 0;
+  while (done < e.size) {
+    const ssize_t n = pread(fd_, out->data() + done, e.size - done, static_cast<off_t>(e.file_offset + done));
+    if (n <= 0) {
+      out->clear();
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void Spool::PopFront() {
+  Entry& e = entries_.front();
+  if (e.in_file) {
+    if (--in_file_ == 0) {
+      file_end_ = 0;
+      if (fd_ >= 0 && ftruncate(fd_, 0) != 0) {}  // best effort: the next spill overwrites from 0
+    }
+  } else {
+    memory_used_ -= e.size;
+  }
+  entries_.pop_front();
+  if (next_ > 0) --next_;
+}
+
+void Spool::DropFront() {
+  const Entry& e = entries_.front();
+  if (next_ == 0) {  // never sent: those events are lost
+    lost_events_.fetch_add(e.events, std::memory_order_relaxed);
+    lost_messages_.fetch_add(1, std::memory_order_relaxed);
+    unsent_events_.fetch_sub(e.events, std::memory_order_relaxed);
+  } else {
+    evicted_events_.fetch_add(e.events, std::memory_order_relaxed);
+  }
+  PopFront();
+}
+
+void Spool::Bound() {
+  while (memory_used_ > memory_limit_ && entries_.size() > 1) {
+    // The oldest entry still in memory is right after those in the file.
+    Entry& e = entries_[in_file_];
+    bool spilled = false;
+    if (file_limit_ > 0 && file_end_ + e.size <= file_limit_) {
+      if (fd_ < 0) {
+        const char* dir = std::getenv("TMPDIR");
+        std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/rlscope-spool-XXXXXX";
+        fd_ = mkstemp(path.data());  // 0600
+        if (fd_ >= 0) unlink(path.c_str());  // gone with the process
+      }
+      if (fd_ >= 0) {
+        size_t done = 0;
+        while (done < e.size) {
+          const ssize_t n = pwrite(fd_, e.bytes.data() + done, e.size - done, static_cast<off_t>(file_end_ + done));
+          if (n <= 0) break;
+          done += static_cast<size_t>(n);
+        }
+        if (done == e.size) {
+          e.file_offset = file_end_;
+          file_end_ += e.size;
+          e.in_file = true;
+          memory_used_ -= e.size;
+          std::string().swap(e.bytes);
+          ++in_file_;
+          spilled = true;
+        }
+      }
+    }
+    // No room in the file (or none at all): the oldest message goes; the
+    // file's space comes back once no entry is left in it.
+    if (!spilled) DropFront();
+  }
+}
+
+}  // namespace rlscope
