@@ -25,6 +25,7 @@ import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+SECRET = "RLSCOPE_SECRET"  # native/names.h kEnvSecret (the daemon reads it)
 
 
 class AggregatorStartError(RuntimeError):
@@ -84,7 +85,7 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
                      command: Optional[Sequence[str]] = None, log: Union[PathLike, int, None] = None,
                      env: Optional[Mapping[str, str]] = None, nice: bool = False,
                      connect_host: Optional[str] = None, work_dir: Optional[PathLike] = None,
-                     deadline_s: float = 30.0) -> AggregatorProcess:
+                     deadline_s: float = 30.0, secret: Optional[str] = None) -> AggregatorProcess:
     """Launch `command --listen LISTEN --out OUT [--config C] --endpoint-file F ARGS`.
 
     out: its output directory. config: a config file, or a dict written as
@@ -100,6 +101,8 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
     connect_host: the address others connect to when it binds 0.0.0.0 (the
         endpoint file then says tcp://0.0.0.0:PORT).
     work_dir: where the endpoint file goes; default a new temporary directory.
+    secret: the run's secret (RLSCOPE_SECRET in its environment, never its
+        command line): it then takes hellos that carry it only.
     """
     if command is None:
         from . import aggregator_path
@@ -123,8 +126,11 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
     log_path = None if isinstance(log, int) else os.fspath(log or os.path.join(work, "aggregator.log"))
     stdout = log if isinstance(log, int) else open(log_path, "w")
     try:
+        child_env = dict(os.environ if env is None else env)
+        if secret:
+            child_env[SECRET] = secret
         proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=None if env is None else dict(env),
+                                env=child_env,
                                 preexec_fn=(lambda: os.nice(19)) if nice else None)
     finally:
         if not isinstance(stdout, int):

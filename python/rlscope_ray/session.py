@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -44,6 +45,11 @@ class Session:
     _aggregator: Optional[AggregatorProcess] = None
     profile_driver: bool = True
     ray_context: Any = None  # what ray.init returned
+    # The run's secret: the aggregator takes hellos that carry it only. Made
+    # here when init starts the aggregator; with an existing aggregator, the
+    # RLSCOPE_SECRET it was started with (from this environment), if any.
+    secret: str = ""
+    local: bool = False  # a new local Ray: the aggregator listens on loopback only
 
 
 _session: Optional[Session] = None
@@ -92,7 +98,9 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         cfg = settings.run_config(_load_config(config), job_env.get("rlscope"))
         out = os.path.abspath(output_dir or cfg.get("output_dir") or "rlscope_out")
         endpoint = settings.endpoint([aggregator], cfg)
-        session = Session(endpoint=endpoint or "", output_dir=out, config=cfg, profile_driver=profile_driver)
+        session = Session(endpoint=endpoint or "", output_dir=out, config=cfg, profile_driver=profile_driver,
+                          secret=os.environ.get(settings.SECRET, "") if endpoint else secrets.token_hex(16),
+                          local=address is None)
         if not endpoint:
             _start_aggregator(session)
 
@@ -101,6 +109,8 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         env_vars[settings.JOB_CONFIG] = json.dumps(cfg, sort_keys=True)
         if job_env.get("rlscope") is not None:
             env_vars[settings.JOB_DEFAULTS] = json.dumps(job_env["rlscope"], sort_keys=True)
+        if session.secret:
+            env_vars[settings.JOB_SECRET] = session.secret
         job_env["env_vars"] = env_vars
 
         # This driver is the profiled process, whatever it inherited: Ray's
@@ -130,6 +140,7 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
             ctx = ray.get_runtime_context()
             os.environ.update({
                 settings.AGGREGATOR: session.endpoint,
+                settings.SECRET: session.secret,
                 settings.ROLE: _native.names.CONTROLLER,
                 settings.CONFIG: json.dumps(cfg, sort_keys=True),
                 _native.names.ENV_LABEL_PREFIX + "NODE_ID": ctx.get_node_id(),
@@ -200,12 +211,16 @@ def _load_config(config: Union[str, Dict[str, Any], None]) -> Dict[str, Any]:
 def _start_aggregator(session: Session) -> None:
     import ray
 
-    os.makedirs(session.output_dir, exist_ok=True)
+    os.makedirs(session.output_dir, mode=0o700, exist_ok=True)
+    # A new local Ray runs on this machine only: loopback. Joining a cluster,
+    # other nodes connect: every interface, the secret keeping strangers out.
+    listen, host = ("tcp://127.0.0.1:*", None) if session.local else ("tcp://0.0.0.0:*",
+                                                                       ray.util.get_node_ip_address())
     try:
-        agg = start_aggregator(session.output_dir, config=session.config, listen="tcp://0.0.0.0:*",
+        agg = start_aggregator(session.output_dir, config=session.config, listen=listen,
                                args=["--exit-when-done", "--exit-with-parent"],
                                log=os.path.join(session.output_dir, "aggregator.log"),
-                               connect_host=ray.util.get_node_ip_address())
+                               connect_host=host, secret=session.secret)
     except AggregatorStartError as e:
         raise AggregatorStartError(f"rlscope: {e}") from None
     session._aggregator = agg

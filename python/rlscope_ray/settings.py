@@ -29,6 +29,10 @@ RANK = _names.ENV_RANK
 JOB_AGGREGATOR = "RLSCOPE_JOB_AGGREGATOR"
 JOB_CONFIG = "RLSCOPE_JOB_CONFIG"
 JOB_DEFAULTS = "RLSCOPE_JOB_DEFAULTS"
+# The run's secret (Hello.secret), made by rlscope_ray.init for each run; the
+# plugin hands it to every profiled worker as RLSCOPE_SECRET.
+JOB_SECRET = "RLSCOPE_JOB_SECRET"
+SECRET = _names.ENV_SECRET
 #: Set by the plugin on every worker whose runtime_env has "rlscope" (even
 #: disabled), so a driver can tell whether a node has the plugin registered.
 PLUGIN_MARKER = "RLSCOPE_PLUGIN_VERSION"
@@ -143,6 +147,8 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
     }
     if "rank" in merged:
         env[RANK] = str(merged["rank"])
+    if job_env.get(JOB_SECRET):
+        env[SECRET] = job_env[JOB_SECRET]
     return env
 
 
