@@ -39,11 +39,13 @@ class Aggregator:
     """A real `rlscope-ray aggregator` daemon on a free loopback port."""
 
     def __init__(self, tmp: Path, config: Optional[str], grace_ms: int, exit_when_done: bool, nice: bool = False,
-                 prefix: Sequence[str] = ()):
+                 prefix: Sequence[str] = (), secret: Optional[str] = None, listen: str = "tcp://127.0.0.1:*",
+                 out: Optional[Path] = None, log: Optional[Path] = None):
         from rlscope_ray.aggregator_process import start_aggregator
 
-        self.out = tmp / "out"
-        self.log = tmp / "aggregator.log"
+        self.out = out or tmp / "out"
+        self.log = log or tmp / "aggregator.log"
+        self.secret = secret
         cfg = None
         if config is not None:
             cfg = tmp / "aggregator.yaml"
@@ -54,7 +56,8 @@ class Aggregator:
         self._agg = start_aggregator(
             self.out, config=cfg, command=[*prefix, sys.executable, "-m", "rlscope_ray.cli", "aggregator"],
             args=["--grace-ms", str(grace_ms)] + (["--exit-when-done"] if exit_when_done else []),
-            log=self.log, nice=nice, work_dir=tmp, deadline_s=60)  # a hang guard, not a timing
+            log=self.log, nice=nice, work_dir=tmp, deadline_s=60,  # a hang guard, not a timing
+            listen=listen, secret=secret)
         self.proc = self._agg.proc
         self.endpoint = self._agg.endpoint
 
@@ -68,6 +71,8 @@ class Aggregator:
                 del env[k]
         env["RLSCOPE_AGGREGATOR"] = self.endpoint
         env["RLSCOPE_ROLE"] = role
+        if self.secret:
+            env["RLSCOPE_SECRET"] = self.secret
         if rank is not None:
             env["RLSCOPE_RANK"] = str(rank)
         if config is not None:
@@ -90,8 +95,8 @@ def aggregator_factory(tmp_path):
     started: List[Aggregator] = []
 
     def make(config: Optional[str] = None, grace_ms: int = 3000, exit_when_done: bool = True, nice: bool = False,
-             prefix: Sequence[str] = ()):
-        agg = Aggregator(tmp_path, config, grace_ms, exit_when_done, nice, prefix)
+             prefix: Sequence[str] = (), **kw):
+        agg = Aggregator(tmp_path, config, grace_ms, exit_when_done, nice, prefix, **kw)
         started.append(agg)
         return agg
 
