@@ -9,7 +9,7 @@ PIP := $(PY) -m pip
 BUILD_DIR := build/py
 JOBS ?= 2
 
-.PHONY: all deps venv build test test-cpp test-py demo bench clean gpu-bundle
+.PHONY: all deps venv build test test-cpp test-py demo bench clean gpu-bundle fuzz
 
 all: build
 
@@ -43,6 +43,18 @@ demo: build
 
 bench: build
 	$(PY) bench/run_bench.py --build-dir $(BUILD_DIR)
+
+# Coverage-guided fuzzing of the frame decoder with libFuzzer (clang, installed
+# if missing); FUZZ_SECONDS long (default 300). `make test` runs the same
+# target as a bounded ctest (wire_fuzz) without clang.
+FUZZ_SECONDS ?= 300
+fuzz: deps
+	@command -v clang++ >/dev/null || (apt-get update -qq && apt-get install -y -qq clang)
+	mkdir -p build/fuzz/corpus
+	clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. \
+	  -DMSGPACK_NO_BOOST -DMSGPACK_DEFAULT_API_VERSION=3 \
+	  tests/fuzz/wire_fuzz.cc native/wire.cc -o build/fuzz/wire_fuzz
+	build/fuzz/wire_fuzz -max_total_time=$(FUZZ_SECONDS) build/fuzz/corpus
 
 # build/gpu-bundle: what tests/gpu/run_gpu_checks.sh runs on a GPU machine
 # with no build step there (scripts/build_gpu_bundle.sh).
