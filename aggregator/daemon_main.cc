@@ -318,7 +318,6 @@ int main(int argc, char** argv) {
                  "(rlscope_ray.init makes one per run)\n", rlscope::names::kEnvSecret, options.listen.c_str());
   }
   RemoveTemporaries(config.output_dir);
-  chmod(config.output_dir.c_str(), 0700);  // made by a caller (or an older version) with a wider mode
   if (const std::optional<rlscope::ResumePoint> point = ReadResumePoint(config.output_dir)) agg.Resume(*point);
   if (!exporter.ExportRun(agg.RunInfoNow())) {
     std::fprintf(stderr, "rlscope-ray aggregator: %s\n", exporter.last_error().c_str());

@@ -12,6 +12,8 @@ Sections (each a function that runs its programs and prints one table):
   correction_section  dense-annotation workloads uninstrumented vs profiled:
                       raw inflation and corrected error (start-up and A/B
                       calibration) beside RL-Scope's 16.8 % worst case.
+  faults_section      each fault injected into a real run: events emitted,
+                      in the output, reported lost, and the loop time.
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -522,6 +524,15 @@ def correction_section(args):
                 rows)
 
 
+def faults_section(args):
+    """Faults injected into real runs: events emitted, in the output, reported
+    lost, and the program's loop time (bench/fault_bench.py)."""
+    import fault_bench
+
+    args.root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    fault_bench.faults_section(args, clean_env, print_table)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "aggregator": aggregator_section,
@@ -534,6 +545,7 @@ SECTIONS = {
     "window_latency": window_latency_section,
     "exit": exit_section,
     "correction": correction_section,
+    "faults": faults_section,
 }
 
 

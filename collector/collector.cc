@@ -726,7 +726,10 @@ wire::Hello Collector::MakeHello() const {
 std::map<std::string, double> Collector::Calibrate() {
   if (test_clock_ != nullptr) return test_clock_->costs();
   constexpr int kEvents = 2048, kRounds = 7;
-  ThreadBuffer scratch(0, kEvents);
+  // As large as a real ring: the early wake-up every half ring (Record) is
+  // paid as often per event as it is when recording.
+  ThreadBuffer scratch(0, std::max<size_t>(kEvents, static_cast<size_t>(config_.buffers.per_thread_kb) * 1024 /
+                                                        sizeof(EventRecord)));
   ThreadState state(&strings_);
   state.buffer = &scratch;
   const char* const kName = names::kCalibration;

@@ -72,15 +72,17 @@ void Collector::FlushLoop() {
     flushed_cv_.notify_all();
     if (stop) break;
   }
+  // flush.exit_timeout_ms bounds all of the exit: what waits in the spool
+  // goes first (the rest is counted lost), then the goodbye, which must not
+  // overtake it, then the socket lingers for what is queued.
+  const int64_t deadline = MonotonicNs() + config_.flush.exit_timeout_ms * 1000000;
   if (transport_.connected()) {
-    // What waits in the spool goes first (bounded by the exit timeout; the
-    // rest is counted lost), then the goodbye, which must not overtake it.
-    transport_.DrainSpool(config_.flush.exit_timeout_ms * 1000000);
+    transport_.DrainSpool(deadline);
     rlscope_stats_t stats;
     Stats(&stats);
     if (transport_.ready()) transport_.Send(wire::Encode(wire::Bye{session_, stats.events, stats.dropped}));
   }
-  transport_.Close();
+  transport_.Close(deadline);
 }
 
 void Collector::SendControl() {

@@ -107,6 +107,15 @@ void Spool::Bound() {
   while (memory_used_ > memory_limit_ && entries_.size() > 1) {
     // The oldest entry still in memory is right after those in the file.
     Entry& e = entries_[in_file_];
+    if (in_file_ < next_) {
+      // Sent, kept only for a replay: it goes (never to disk, which is for
+      // what the aggregator could not take yet).
+      evicted_events_.fetch_add(e.events, std::memory_order_relaxed);
+      memory_used_ -= e.size;
+      entries_.erase(entries_.begin() + static_cast<long>(in_file_));
+      --next_;
+      continue;
+    }
     bool spilled = false;
     if (file_limit_ > 0 && file_end_ + e.size <= file_limit_) {
       if (fd_ < 0) {

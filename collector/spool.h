@@ -10,10 +10,11 @@
 // name). Messages without events or GPU records (heartbeats, names) are not
 // kept once sent.
 //
-// Bounded: `memory_bytes` in memory, then the oldest go to an unlinked
-// temporary file of at most `file_bytes`; beyond that the oldest message is
-// dropped: counted as lost events when it was never sent, as no longer
-// replayable (evicted) when it was.
+// Bounded: `memory_bytes` in memory. Over it, the oldest sent message goes
+// (counted as no longer replayable: evicted); when none is left, the oldest
+// unsent ones go to an unlinked temporary file of at most `file_bytes` (so
+// the disk is used only while the aggregator cannot take them), and beyond
+// that the oldest is dropped (counted as lost events).
 //
 // Threads: the flush thread only; the counters are atomics read by Stats.
 #pragma once

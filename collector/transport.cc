@@ -71,7 +71,12 @@ void Transport::Connect(const std::string& endpoint) {
   if (socket_ == nullptr) return;
   const int hwm = 1000;
   const int linger = static_cast<int>(config_.flush.exit_timeout_ms);
+  // Immediate: nothing is queued while no connection is up (the spool
+  // keeps it, counted if it never goes), so a message is "sent" only once it
+  // is on its way to a live aggregator.
+  const int immediate = 1;
   zmq_setsockopt(socket_, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+  zmq_setsockopt(socket_, ZMQ_IMMEDIATE, &immediate, sizeof(immediate));
   zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
   if (zmq_connect(socket_, endpoint.c_str()) != 0) {
     std::fprintf(stderr,
@@ -205,8 +210,7 @@ void Transport::Pump() {
   });
 }
 
-void Transport::DrainSpool(int64_t timeout_ns) {
-  const int64_t deadline = MonotonicNs() + timeout_ns;
+void Transport::DrainSpool(int64_t deadline) {
   while (true) {
     Pump();
     if (spool_.idle() || MonotonicNs() >= deadline) break;
@@ -238,8 +242,13 @@ void Transport::AddEvents(const Outgoing::Thread& thread, const TickConverter& c
       thread.count);
 }
 
-void Transport::Close() {
-  if (socket_ != nullptr) zmq_close(socket_);  // lingers up to flush.exit_timeout_ms to deliver
+void Transport::Close(int64_t deadline) {
+  if (socket_ != nullptr) {
+    // Lingers to deliver what is queued, until the exit deadline.
+    const int linger = static_cast<int>(std::max<int64_t>(0, deadline - MonotonicNs()) / 1000000);
+    zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_close(socket_);
+  }
   socket_ = nullptr;
   if (context_ != nullptr) zmq_ctx_term(context_);
   context_ = nullptr;

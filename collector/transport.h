@@ -98,13 +98,13 @@ class Transport {
   void Release(int64_t before_ns) { spool_.Release(before_ns); }
   // The next batch sequence number (for a message made outside SendBatches).
   uint64_t NextSeq() { return seq_++; }
-  // At exit: sends what waits until the spool is empty or `timeout_ns`
-  // passed; what is still waiting then is lost (counted).
-  void DrainSpool(int64_t timeout_ns);
+  // At exit: sends what waits until the spool is empty or `deadline`
+  // (MonotonicNs) passed; what is still waiting then is lost (counted).
+  void DrainSpool(int64_t deadline);
   const Spool& spool() const { return spool_; }
-  // Closes the socket (it lingers up to flush.exit_timeout_ms to deliver)
-  // and the context.
-  void Close();
+  // Closes the socket (it lingers until `deadline`, MonotonicNs, to
+  // deliver what is queued) and the context.
+  void Close(int64_t deadline);
 
   // Events lost on the way out: dropped from a full spool before they were
   // sent, or still waiting at exit.

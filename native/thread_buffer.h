@@ -51,6 +51,10 @@ class ThreadBuffer {
   }
   // Slots only privileged records may take: an eighth of the ring, at most 256.
   size_t reserve() const { return static_cast<size_t>(reserve_); }
+  // Producer only, after a successful TryPush: true once per half ring of
+  // records, the moment for the caller to wake the consumer early (a dense
+  // burst fills the ring faster than the flush interval empties it).
+  bool AtHalfMark() const { return (head_.load(std::memory_order_relaxed) & (mask_ >> 1)) == 0; }
 
   // Consumer only. Calls fn(const EventRecord*, size_t n) for up to two
   // contiguous runs of the records present now, then frees them. Returns the

@@ -17,8 +17,8 @@ STEPS = 8
 
 
 def test_a_full_ring_drops_whole_ranges_and_never_a_step_boundary(aggregator_factory, tmp_path):
-    # 4 KB rings (128 records) flushed every 200 ms under 20,000 ranges a step:
-    # nearly every range is dropped, in every step.
+    # 4 KB rings (128 records) flushed every 200 ms (and at each half ring)
+    # under 20,000 ranges a step: ranges are dropped in every step.
     agg = aggregator_factory(config="steps: all\n")
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "apps" / "dense_steps.py"), "--steps", str(STEPS),
                         "--ranges", "20000"],
@@ -32,7 +32,9 @@ def test_a_full_ring_drops_whole_ranges_and_never_a_step_boundary(aggregator_fac
     run = json.loads((agg.out / "run.json").read_text())
     assert run["steps_written"] == list(range(1, STEPS + 1))
     (proc,) = run["processes"]
-    assert proc["dropped"] > STEPS * 10000, proc  # most of the 2 x 20,000 events a step
+    # The ring (128 records) fills in tens of microseconds, faster than the
+    # flush thread answers its half-ring wake-ups: drops in every step.
+    assert proc["dropped"] > STEPS * 100, proc
     assert proc["unmatched"] == 0  # no close of a dropped open
     for n in range(1, STEPS + 1):
         trace = Trace(agg.out / f"step_{n}" / "trace.json")

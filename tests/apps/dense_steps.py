@@ -55,7 +55,8 @@ def main() -> None:
         steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
         with open(args.report, "w") as f:
-            json.dump({"steps_ms": steps_ms, "x": x, "test_clock_ns": clock}, f)
+            # stats: the collector's counters just before exit (rlscope_ray.stats).
+            json.dump({"steps_ms": steps_ms, "x": x, "test_clock_ns": clock, "stats": rlscope_ray.stats()}, f)
     print(json.dumps(steps_ms))
 
 

@@ -70,6 +70,17 @@ TEST(ThreadBufferTest, CapacityRoundsUpToPowerOfTwoWithMinimum16) {
   EXPECT_EQ(ThreadBuffer(42, 16).tid(), 42);
 }
 
+TEST(ThreadBufferTest, TheHalfMarkComesOncePerHalfRingWhateverTheDraining) {
+  ThreadBuffer b(1, 16);
+  std::vector<int> marks;
+  for (int i = 1; i <= 40; ++i) {
+    ASSERT_TRUE(b.TryPush(EventRecord{}));
+    if (b.AtHalfMark()) marks.push_back(i);
+    if (i % 5 == 0) b.Drain([](const EventRecord*, size_t) {});
+  }
+  EXPECT_EQ(marks, (std::vector<int>{8, 16, 24, 32, 40}));
+}
+
 TEST(ThreadBufferTest, DrainReturnsRecordsInPushOrder) {
   ThreadBuffer buf(1, 16);
   EXPECT_EQ(DrainValues(buf), std::vector<uint64_t>{});

@@ -1,0 +1,146 @@
+"""The faults section of run_bench.py: each fault injected into a real run of
+a dense-annotation program, and where its events went.
+
+For each fault, one run of tests/apps/dense_steps.py (the process that steps,
+STEPS steps of RANGES `nvtx` push/pop ranges each, steps: all): events
+emitted (what the program recorded: 2 per range, 2 per step), events in the
+output (the step traces: 2 per slice), events the run reports lost
+(run.json processes[].dropped, or the collector's own count when no
+aggregator ever answered), events neither (must be 0), and the program's own
+median step time beside the run without a fault (the host's loop time).
+"""
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+STEPS = 30
+RANGES = 20000
+EMITTED = STEPS * (2 * RANGES + 2)
+
+
+def _app(args):
+    return [sys.executable, os.path.join(args.root, "tests", "apps", "dense_steps.py"), "--steps", str(STEPS),
+            "--ranges", str(RANGES)]
+
+
+def _wait_for_line(log, text, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(log) and text in open(log).read():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return False
+
+
+def _count_output(out):
+    """Events in the step traces (2 per slice of the controller), and steps written."""
+    events, steps = 0, 0
+    if not os.path.isdir(out):
+        return 0, 0
+    for d in os.listdir(out):
+        path = os.path.join(out, d, "trace.json")
+        if not d.startswith("step_") or not os.path.exists(path):
+            continue
+        steps += 1
+        trace = json.load(open(path))["traceEvents"]
+        events += 2 * sum(1 for e in trace if e.get("ph") == "X" and e.get("name") in ("op", "step"))
+    return events, steps
+
+
+def _reported_lost(out):
+    try:
+        run = json.load(open(os.path.join(out, "run.json")))
+    except (OSError, ValueError):
+        return 0
+    return sum(p["dropped"] for p in run["processes"])
+
+
+def faults_section(args, clean_env, print_table):
+    from rlscope_ray import collector_path
+    from rlscope_ray.aggregator_process import start_aggregator
+
+    agg_cmd = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
+    rows = []
+    baseline_ms = None
+
+    def run(name, config="{}", fault=None, profiled=True):
+        nonlocal baseline_ms
+        work = tempfile.mkdtemp(prefix="rlscope_fault_bench_")
+        out = os.path.join(work, "out")
+        report = os.path.join(work, "report.json")
+        env = clean_env()
+        agg = None
+        port = None
+        if profiled:
+            import socket
+
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            listen = f"tcp://127.0.0.1:{port}"
+            if fault != "no aggregator":
+                agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
+                                       log=os.path.join(work, "agg.log"), work_dir=work, config={"steps": "all"})
+            env.update(RLSCOPE_AGGREGATOR=listen, RLSCOPE_ROLE="controller", NVTX_INJECTION64_PATH=collector_path(),
+                       RLSCOPE_CONFIG=config)
+        proc = subprocess.Popen(_app(args) + ["--report", report], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        note = ""
+        if fault == "aggregator restart" and _wait_for_line(os.path.join(work, "agg.log"), "step 5 written", proc):
+            agg.proc.send_signal(signal.SIGKILL)
+            agg.proc.wait()
+            time.sleep(0.5)
+            agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
+                                   log=os.path.join(work, "agg2.log"), work_dir=work, config={"steps": "all"})
+            note = "killed after step 5 was written, started again 0.5 s later"
+        if fault == "stranger" and _wait_for_line(os.path.join(work, "agg.log"), "step 3 written", proc):
+            victim = json.load(open(os.path.join(out, "run.json")))["resume"]["controller_session"]
+            for _ in range(20):
+                subprocess.run([os.path.join(args.build_dir, "tests", "apps", "stranger"), listen, victim,
+                                os.path.join(work, "stranger.json")], check=True, timeout=60)
+            note = "20 connections: hello as controller, goodbye and batch in the controller's name, garbage"
+        _, stderr = proc.communicate(timeout=args.timeout_s)
+        if agg is not None:
+            agg.stop(timeout=60)
+        rep = json.load(open(report))
+        median = statistics.median(rep["steps_ms"])
+        if fault is None and profiled:
+            baseline_ms = median
+        events_out, steps = _count_output(out)
+        lost = _reported_lost(out) if fault != "no aggregator" else rep["stats"]["dropped"]
+        if fault == "no aggregator":
+            # Nothing reaches a run: what the collector itself counted by the
+            # program's end; the rest waited in its spool and went at exit.
+            note = (f"{rep['stats']['dropped']} dropped by the program's end, the rest waited in the spool and went "
+                    "at exit; " + ("said once on stderr" if stderr.count("no answer from the aggregator") == 1
+                                   else "NOT said on stderr"))
+        if fault == "stranger":
+            r = json.load(open(os.path.join(out, "run.json")))
+            note += f"; refused {r['refused_frames']} frames ({r['refused_hellos']} hellos)"
+        if fault == "tiny rings":
+            note = "buffers.per_thread_kb 4, flush.interval_ms 200; " + (
+                "said once on stderr" if stderr.count("dropping events") == 1 else "not said")
+        emitted = EMITTED if profiled else "-"
+        unaccounted = EMITTED - events_out - lost if profiled else "-"
+        rows.append([name, emitted, events_out if profiled else "-", lost if profiled else "-", unaccounted,
+                     f"{steps}/{STEPS}" if profiled else "-", f"{median:.1f}",
+                     "-" if baseline_ms is None or not profiled else f"{median / baseline_ms:.2f}", note])
+        shutil.rmtree(work, ignore_errors=True)
+
+    run("no profiler", profiled=False)
+    run("no fault")
+    run("tiny rings (drops)", '{"buffers": {"per_thread_kb": 4}, "flush": {"interval_ms": 200}}', "tiny rings")
+    run("aggregator killed and restarted", fault="aggregator restart")
+    run("stranger on the port", fault="stranger")
+    run("no aggregator at all", '{"flush": {"exit_timeout_ms": 0}}', fault="no aggregator")
+    print_table(f"Faults: dense_steps.py, {STEPS} steps of {RANGES} nvtx ranges (one run each)",
+                ["fault", "events emitted", "in the output", "reported lost", "unaccounted", "steps written",
+                 "median step ms", "vs no fault", "notes"], rows)
