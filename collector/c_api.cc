@@ -111,8 +111,9 @@ void rlscope_range_end(uint64_t range_id) {
   Collector* c = Collector::Instance();
   if (c == nullptr || range_id == 0) return;
   // The end of a recorded start is recorded on any thread (see RangeEnd).
-  ThreadState* ts =
-      (range_id & Collector::kRecordedRangeBit) != 0 ? c->CurrentThread() : c->TrackedThread();
+  // (The end of a dropped start is counted there too.)
+  const uint64_t tracked = Collector::kRecordedRangeBit | Collector::kDroppedRangeBit;
+  ThreadState* ts = (range_id & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
   if (ts != nullptr) c->RangeEnd(ts, 0, range_id);
 }
 

@@ -38,6 +38,7 @@ struct ThreadState {
   NameCache names;
   int depth = 0;           // open push/pop ranges, returned to NVTX callers
   uint64_t recorded_mask = 0;  // bit d: the push at depth d was recorded (so its pop is)
+  uint64_t dropped_mask = 0;   // bit d: the push at depth d was dropped (so its pop is, counted)
   int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
   int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   explicit ThreadState(StringTable* table) : names(table) {}
@@ -47,6 +48,10 @@ struct ThreadState {
   }
   // Whether the push at depth d was recorded; deeper, `deeper`.
   bool WasRecorded(int d, bool deeper) const { return d < 64 ? ((recorded_mask >> d) & 1) != 0 : deeper; }
+  void SetDropped(int d, bool dropped) {
+    if (d < 64) dropped_mask = dropped ? dropped_mask | (uint64_t{1} << d) : dropped_mask & ~(uint64_t{1} << d);
+  }
+  bool WasDropped(int d) const { return d < 64 && ((dropped_mask >> d) & 1) != 0; }
 };
 
 // What opens and closes a process's capture (config `capture_range`).
@@ -83,15 +88,19 @@ class Collector {
   // then, so pairs never mismatch: push/pop through a per-depth bit, start/end
   // through kRecordedRangeBit in the id handed to the caller. They return what
   // NVTX returns to its caller (the depth; -1 for a pop with nothing open).
+  // A dropped open is counted, and so is its close, which is not recorded
+  // either (pairs stay whole): kDroppedRangeBit in a start's handle.
   static constexpr uint64_t kRecordedRangeBit = uint64_t{1} << 63;
+  static constexpr uint64_t kDroppedRangeBit = uint64_t{1} << 62;
   int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
                 uint8_t flags) {
     const bool special = watching() && OnRangeOpen(ts, name, flags, payload, false, 0);
-    // A dropped open is not recorded: its close is not either (pairs stay whole).
+    const bool attempted = special || armed();
     const bool recorded =
-        (special || armed()) && Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
+        attempted && Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
     const int depth = ts->depth++;
     ts->SetRecorded(depth, recorded);
+    ts->SetDropped(depth, attempted && !recorded);
     return depth;
   }
   int RangePop(ThreadState* ts, uint32_t domain) {
@@ -99,7 +108,11 @@ class Collector {
     const int depth = --ts->depth;
     const bool special = watching() && OnRangeClose(ts, false, 0);
     const bool pushed = ts->WasRecorded(depth, armed());
-    if (special || pushed) Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone, /*privileged=*/true);
+    if (special || pushed) {
+      Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone, /*privileged=*/true);
+    } else if (ts->WasDropped(depth)) {
+      overflow_dropped_.fetch_add(1, std::memory_order_relaxed);  // the close of a dropped open
+    }
     return depth;
   }
   uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
@@ -111,15 +124,17 @@ class Collector {
     const bool special = watching() && OnRangeOpen(ts, name, flags, payload, true, id);
     if (!special && !armed()) return id;
     // Dropped: the handle says so, and its end is not recorded either.
-    if (!Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special)) return id;
+    if (!Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special)) return id | kDroppedRangeBit;
     return id | kRecordedRangeBit;
   }
   // `handle` is what RangeStart returned.
   void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle) {
-    const uint64_t id = handle & ~kRecordedRangeBit;
+    const uint64_t id = handle & ~(kRecordedRangeBit | kDroppedRangeBit);
     const bool special = watching() && OnRangeClose(ts, true, id);
     if (special || (handle & kRecordedRangeBit) != 0) {
       Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone, /*privileged=*/true);
+    } else if ((handle & kDroppedRangeBit) != 0) {
+      overflow_dropped_.fetch_add(1, std::memory_order_relaxed);  // the end of a dropped start
     }
   }
 
@@ -352,7 +367,9 @@ class Collector {
   std::atomic<uint64_t> step_range_id_{0};     // controller's open start/end "step" range
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
   std::atomic<uint64_t> next_range_id_{1};
-  std::atomic<uint64_t> overflow_dropped_{0};  // events of threads over budget
+  // Events of threads over budget, and closes not recorded because their
+  // open was dropped.
+  std::atomic<uint64_t> overflow_dropped_{0};
   std::atomic<uint64_t> forks_{0};             // children forked (CountFork)
   // Flush thread only: a Control was received; SayTrouble's lines were said;
   // an aggregator asked for a hello (Control.hello: it restarted).

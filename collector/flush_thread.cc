@@ -78,6 +78,13 @@ void Collector::FlushLoop() {
   const int64_t deadline = MonotonicNs() + config_.flush.exit_timeout_ms * 1000000;
   if (transport_.connected()) {
     transport_.DrainSpool(deadline);
+    if (const uint64_t unsent = transport_.spool().unsent_events(); unsent > 0) {
+      std::fprintf(stderr,
+                   "rlscope: pid %d: exiting with %llu recorded events the aggregator at %s never received "
+                   "(%s); they are lost\n",
+                   static_cast<int>(getpid()), static_cast<unsigned long long>(unsent), endpoint_.c_str(),
+                   refused_ ? "it refused this process" : "it could not be reached before flush.exit_timeout_ms");
+    }
     rlscope_stats_t stats;
     Stats(&stats);
     if (transport_.ready()) transport_.Send(wire::Encode(wire::Bye{session_, stats.events, stats.dropped}));

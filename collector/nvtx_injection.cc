@@ -131,8 +131,9 @@ nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, const Attr& 
 void End(uint32_t domain, nvtxRangeId_t handle) {
   Collector* c = Collector::Instance();
   if (c == nullptr) return;
-  ThreadState* ts =
-      (handle & Collector::kRecordedRangeBit) != 0 ? c->CurrentThread() : c->TrackedThread();
+  // (The end of a dropped start is counted there too.)
+  const uint64_t tracked = Collector::kRecordedRangeBit | Collector::kDroppedRangeBit;
+  ThreadState* ts = (handle & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
   if (ts != nullptr) c->RangeEnd(ts, domain, handle);
 }
 

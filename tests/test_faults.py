@@ -173,8 +173,9 @@ def test_a_collector_without_the_secret_is_refused(aggregator_factory, tmp_path)
                         "20", "--gap-ms", "10", "--report", str(tmp_path / "c.json")], env=env, timeout=120,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    said = [line for line in r.stderr.splitlines() if "refused this process" in line]
+    said = [line for line in r.stderr.splitlines() if "refused this process:" in line]
     assert len(said) == 1 and "RLSCOPE_SECRET" in said[0], r.stderr
+    assert "never received (it refused this process)" in r.stderr  # and at exit, what that lost
     agg.stop()
     run = json.loads((agg.out / "run.json").read_text())
     assert run["processes"] == [] and run["steps_written"] == []
