@@ -27,9 +27,23 @@ def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedPro
 @pytest.fixture(scope="module")
 def session_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray_session")
-    _run("ray_session_app.py", str(tmp / "out"), str(tmp / "report.json"))
+    r = _run("ray_session_app.py", str(tmp / "out"), str(tmp / "report.json"))
     report = json.loads((tmp / "report.json").read_text())
+    report["stderr"] = r.stderr
     return report, tmp / "out"
+
+
+def test_the_session_is_its_runs_only_and_says_what_it_wrote(session_run):
+    report, out = session_run
+    # A local Ray: the aggregator listens on loopback only, and every actor
+    # got the run's secret through the plugin (none refused, all connected).
+    assert "listening on tcp://127.0.0.1:" in (out / "aggregator.log").read_text()
+    run = json.loads((out / "run.json").read_text())
+    assert run["refused_frames"] == 0 and run["refused_hellos"] == 0
+    assert {report["pids"][k] for k in ("learner0", "learner1", "rollout")} <= {p["pid"] for p in run["processes"]}
+    assert (out.stat().st_mode & 0o777) == 0o700
+    said = [line for line in report["stderr"].splitlines() if line.startswith("rlscope: ") and "steps written to" in line]
+    assert len(said) == 1 and said[0].startswith(f"rlscope: 2 steps written to {out};"), report["stderr"][-3000:]
 
 
 def test_actors_with_different_ranks_appear_in_the_merged_step(session_run):

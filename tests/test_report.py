@@ -315,3 +315,17 @@ def test_missing_directory_is_a_one_line_error(tmp_path):
     r = _cli("report", str(tmp_path))  # a directory, but not an output directory
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert str(tmp_path) in r.stderr and "not an rlscope-ray output directory" in r.stderr
+
+
+def test_the_loss_line_names_every_kind_of_loss_and_is_empty_without_one():
+    from rlscope_ray.report import loss_line
+
+    assert loss_line({"processes": [{"dropped": 0, "lost": False}], "late_events": 0}) == ""
+    line = loss_line({
+        "processes": [{"label": "a", "dropped": 5, "lost": False}, {"label": "w / pid 9", "dropped": 0, "lost": True}],
+        "not_profiled": [{"pid": "3"}], "late_events": 2, "decode_errors": 1, "refused_frames": 4,
+        "resume": {"resumes": 1}})
+    for part in ("5 events dropped in 1 processes", "1 processes gone without a goodbye (w / pid 9)",
+                 "1 expected processes never connected", "2 events arrived after", "1 frames were not",
+                 "4 frames refused", "restarted 1 times"):
+        assert part in line, (part, line)

@@ -329,6 +329,35 @@ def _step_section(step: int, s: Optional[Dict[str, Any]], why: Optional[str], ch
     return "".join(out)
 
 
+# --- losses -----------------------------------------------------------------
+
+def loss_line(run: Dict[str, Any]) -> str:
+    """Every loss run.json records, in one line ("" when nothing was lost):
+    what rlscope_ray.shutdown prints on the driver's console and the report's
+    overview shows."""
+    procs = _dicts(run.get("processes"))
+    parts = []
+    dropped = sum(int(_nonneg(p.get("dropped"))) for p in procs)
+    if dropped:
+        parts.append(f"{dropped} events dropped in {sum(1 for p in procs if _nonneg(p.get('dropped')))} processes "
+                     "(each step's summary counts its own)")
+    lost = [p for p in procs if p.get("lost")]
+    if lost:
+        parts.append(f"{len(lost)} processes gone without a goodbye ({', '.join(str(p.get('label')) for p in lost)})")
+    not_prof = run.get("not_profiled")
+    if isinstance(not_prof, list) and not_prof:
+        parts.append(f"{len(not_prof)} expected processes never connected")
+    for key, what in (("late_events", "events arrived after their step was written"),
+                      ("decode_errors", "frames were not the wire format"),
+                      ("refused_frames", "frames refused (no hello with the run's secret on their connection)")):
+        if _nonneg(run.get(key)):
+            parts.append(f"{int(_nonneg(run.get(key)))} {what}")
+    resumes = _dict(run.get("resume")).get("resumes")
+    if _nonneg(resumes):
+        parts.append(f"the aggregator was restarted {int(_nonneg(resumes))} times (collectors replayed what it missed)")
+    return "; ".join(parts)
+
+
 # --- the page ---------------------------------------------------------------
 
 def _overview(run_dir: Path, run: Optional[Dict[str, Any]], why: Optional[str],
@@ -342,14 +371,16 @@ def _overview(run_dir: Path, run: Optional[Dict[str, Any]], why: Optional[str],
              ("late events", _fmt(run.get("late_events"))), ("decode errors", _fmt(run.get("decode_errors")))]
     if run.get("last_decode_error"):
         facts.append(("last decode error", _fmt(run.get("last_decode_error"))))
+    facts.append(("losses", _esc(loss_line(run)) or "none"))
     not_prof = run.get("not_profiled")
     facts.append(("not profiled", _fmt(not_prof) if isinstance(not_prof, list) and not_prof else "none"))
     out.append("<dl>" + "".join(f"<dt>{_esc(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")
     procs = _dicts(run.get("processes"))
     if procs:
-        out.append(_table(["process", "role", "rank", "selected", "events received", "dropped", "said bye"],
+        out.append(_table(["process", "role", "rank", "selected", "events received", "dropped", "said bye", "lost"],
                           [[p.get("label"), p.get("role"), p.get("rank"), p.get("selected"),
-                            p.get("events_received"), p.get("dropped"), p.get("said_bye")] for p in procs],
+                            p.get("events_received"), p.get("dropped"), p.get("said_bye"), p.get("lost")]
+                           for p in procs],
                           "run-process-table"))
     else:
         out.append(_none("processes"))

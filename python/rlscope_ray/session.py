@@ -191,12 +191,29 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
                 report.write_report(session.output_dir)
             except Exception as e:  # a report must never fail the job
                 print(f"rlscope: could not write the report in {session.output_dir}: {e}", file=sys.stderr)
+            _say_losses(session.output_dir)
         if session.started_ray and ray.is_initialized():
             ray.shutdown()
         return session.output_dir
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _say_losses(output_dir: str) -> None:
+    """One line on the driver's console: the steps written and every loss."""
+    from . import report
+
+    try:
+        with open(os.path.join(output_dir, "run.json")) as f:
+            run = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"rlscope: {output_dir}/run.json cannot be read ({e})", file=sys.stderr)
+        return
+    written = run.get("steps_written") or []
+    losses = report.loss_line(run)
+    print(f"rlscope: {len(written)} steps written to {output_dir}; "
+          + (f"losses: {losses}" if losses else "nothing lost"), file=sys.stderr)
 
 
 def _load_config(config: Union[str, Dict[str, Any], None]) -> Dict[str, Any]:
