@@ -1,6 +1,7 @@
 #include "aggregator/aggregator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <variant>
 
@@ -49,6 +50,24 @@ void Aggregator::Resume(const ResumePoint& point) {
   all_notes_.push_back(notes_.back());
 }
 
+void Aggregator::SetSecret(std::string secret) {
+  secret_ = std::move(secret);
+  run_key_ = RunKey(secret_);
+}
+
+std::string Aggregator::RunKey(const std::string& secret) {
+  if (secret.empty()) return "";
+  // FNV-1a 64 over a domain prefix and the secret.
+  uint64_t h = 14695981039346656037ull;
+  for (char c : std::string("rlscope-run-key\n") + secret) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
 namespace {
 
 bool SameSecret(const std::string& given, const std::string& secret) {
@@ -76,7 +95,9 @@ uint64_t SessionOf(const wire::Message& message) {
 void Aggregator::Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns) {
   ++stats_.refused_frames;
   stats_.last_refused = why;
-  if (!ask_hello || refused_peers_.count(peer) != 0) return;
+  // No connection named (a caller without one): nothing to answer, and an
+  // Outgoing without a peer would go to every collector.
+  if (!ask_hello || peer.empty() || refused_peers_.count(peer) != 0) return;
   // At most twice a second per connection; the map is bounded (a stranger
   // opening connections only resets it).
   if (asked_hello_.size() > 4096) asked_hello_.clear();
@@ -103,7 +124,7 @@ bool Aggregator::Admit(const wire::Message& message, const std::string& peer, in
       // Told once (a collector says so on its stderr); its later frames are
       // refused without a request to say hello again.
       if (refused_peers_.size() > 4096) refused_peers_.clear();
-      if (refused_peers_.insert(peer).second) {
+      if (!peer.empty() && refused_peers_.insert(peer).second) {
         wire::Control c;
         c.role = wire::kRoleRefused;
         outgoing_.push_back({0, wire::Encode(c), peer});
@@ -185,11 +206,22 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   auto& slot = processes_[hello.session];
   // A repeated hello updates the identity (labels learnt later, or the
   // real identity of a process first seen through a batch).
-  if (!slot) slot = std::make_unique<ProcessTimeline>(hello);
-  else slot->Identify(hello);
+  if (!slot) {
+    slot = std::make_unique<ProcessTimeline>(hello);
+    if (auto r = resumed_.released.find(hello.session); r != resumed_.released.end()) {
+      slot->SkipBefore(r->second);
+      released_ns_[hello.session] = r->second;
+    }
+  } else {
+    slot->Identify(hello);
+  }
   slot->Touch(now_ns);
   wire::Control where;  // tell the newcomer where the run stands
-  if (slot->claims_controller() && controller_session_ == 0) {
+  // A resumed run's controller role is the session that held it before the
+  // restart: another claimant saying hello first does not take the run.
+  const bool may_control =
+      controller_session_ == 0 && (resumed_.controller_session == 0 || hello.session == resumed_.controller_session);
+  if (slot->claims_controller() && may_control) {
     controller_session_ = hello.session;
     slot->set_controller();
     // The controller of a resumed run: what it replays of the steps already
@@ -198,15 +230,18 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
       slot->ContinueSteps(resumed_.last_step + 1, resumed_.controller_ns);
     }
     DecideRunConfig(hello);  // tells every collector connected so far
-  } else if (slot->claims_controller() && hello.session != controller_session_) {
+  } else if (slot->claims_controller() && hello.session != controller_session_ &&
+             (controller_session_ != 0 || resumed_.controller_session != 0)) {
     // One controller per run: a second claimant (a Ray actor created by the
     // controller actor inherits its runtime_env, role included) is a worker.
     where.role = names::kWorker;
     if (demoted_.insert(hello.session).second) {  // said once per process
-      const wire::Identity& c = processes_.at(controller_session_)->identity();
+      std::string theirs = "the run's controller before the aggregator restarted is";
+      if (auto c = processes_.find(controller_session_); c != processes_.end()) {
+        theirs = "pid " + std::to_string(c->second->identity().pid) + " on " + c->second->identity().host + " is";
+      }
       notes_.push_back("pid " + std::to_string(hello.identity.pid) + " on " + hello.identity.host +
-                       " said hello as a controller too; pid " + std::to_string(c.pid) + " on " + c.host +
-                       " is the run's: it records as a worker");
+                       " said hello as a controller too; " + theirs + " the run's: it records as a worker");
     }
   }
   where.window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
@@ -296,7 +331,10 @@ void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
   sender.Add(batch, batch.session == controller_session_ ? &edges : nullptr);
   const ClockFit& clock = sender.clock();
   CountEvents(batch, clock);
-  // Steps live on the aggregator's clock from here on.
+  // Steps live on the aggregator's clock from here on (the controller's own
+  // end of each is kept: a resumed run skips by it, exactly).
+  std::vector<int64_t> raw_ends;
+  for (const StepSpan& s : edges.closed) raw_ends.push_back(s.end_ns);
   for (std::vector<StepSpan>* list : {&edges.begun, &edges.closed}) {
     for (StepSpan& s : *list) {
       s.begin_ns = clock.ToAggregator(s.begin_ns);
@@ -310,9 +348,10 @@ void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
     step_begun_ = true;
     SetWindow(steps::WorkersArmedDuring(config_.steps, s.number), s.number);
   }
-  for (const StepSpan& s : edges.closed) {
+  for (size_t i = 0; i < edges.closed.size(); ++i) {
+    const StepSpan& s = edges.closed[i];
     ++stats_.steps_seen;
-    PendingStep step{s, now_ns, 0};
+    PendingStep step{s, now_ns, 0, raw_ends[i]};
     if (config_.steps.Contains(s.number)) {
       // Flush barrier: every collector flushes now and acknowledges.
       step.barrier = ++barrier_token_;
@@ -375,16 +414,21 @@ void Aggregator::Tick(int64_t now_ns) {
       all_notes_.push_back(notes_.back());
       awaited_.clear();
     }
-    Emit(pending_[n], false, now_ns);
+    if (!Emit(pending_[n], false, now_ns)) break;  // stays pending; the daemon stops
     ++n;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
 }
 
 void Aggregator::Finish(int64_t now_ns) {
-  for (const PendingStep& step : pending_) Emit(step, true, now_ns);  // waits for nothing
-  pending_.clear();
-  if (!exporter_->ExportRun(MakeRunInfo(true))) ++stats_.write_errors;
+  size_t n = 0;
+  if (stats_.write_errors == 0) {
+    while (n < pending_.size() && Emit(pending_[n], true, now_ns)) ++n;  // waits for nothing
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
+  // Final only when every step is written: otherwise an aggregator started
+  // again on this directory takes the run up from what the collectors kept.
+  if (!exporter_->ExportRun(MakeRunInfo(stats_.write_errors == 0))) ++stats_.write_errors;
   exporter_->Flush(std::chrono::milliseconds(10000));
   exporter_->Shutdown();
 }
@@ -475,7 +519,7 @@ void SortSlice(ProcessSlice* slice) {
 
 }  // namespace
 
-void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
+bool Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
   const StepSpan& s = step.span;
   if (config_.steps.Contains(s.number)) {
     StepProfile profile;
@@ -518,7 +562,7 @@ void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
       // Kept in the collectors' spools (nothing released): an aggregator
       // started again once the disk has room writes it from their replays.
       ++stats_.write_errors;
-      return;
+      return false;
     }
     steps_written_.push_back(s.number);
     ++stats_.steps_written;
@@ -526,27 +570,43 @@ void Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
     ++stats_.steps_skipped;
   }
   last_step_ = std::max(last_step_, s.number);
-  if (auto c = processes_.find(controller_session_); c != processes_.end()) {
-    controller_resume_ns_ = c->second->clock().FromAggregator(s.end_ns);
-  }
-  // The resume point is on disk before any collector forgets the step.
+  controller_resume_ns_ = step.controller_end_ns;
+  // The resume point, with each process's release point, is on disk before
+  // any collector forgets the step: a restarted aggregator leaves out of a
+  // replay at least what was released.
+  std::vector<Outgoing> releases = Release(s);
   if (!exporter_->ExportRun(MakeRunInfo(false))) {
     ++stats_.write_errors;
-    return;
+    return false;
   }
-  Release(s);
+  outgoing_.insert(outgoing_.end(), releases.begin(), releases.end());
   // Steps are sequential: nothing that ended by this step's end can belong to
   // a later one.
   for (const auto& [session, p] : processes_) p->DiscardBefore(p->clock().FromAggregator(s.end_ns));
   last_cut_end_ns_ = std::max(last_cut_end_ns_, s.end_ns);
+  return true;
 }
 
-void Aggregator::Release(const StepSpan& s) {
+std::vector<Outgoing> Aggregator::Release(const StepSpan& s) {
+  std::vector<Outgoing> out;
   for (const auto& [session, p] : processes_) {
+    const ClockFit& clock = p->clock();
+    // Without a fit, another host's times cannot be placed (it releases at
+    // a later step, or keeps what it spooled until its spool is full).
+    if (!clock.estimate().valid) continue;
+    int64_t release = p->ReleasePoint(clock.FromAggregator(s.end_ns));
+    // A range open since before the previous step's end (a whole-run range)
+    // does not hold the spool for ever: a restart loses only its open.
+    if (released_end_ns_ != INT64_MIN) release = std::max(release, clock.FromAggregator(released_end_ns_));
+    int64_t& last = released_ns_[session];
+    if (release == 0 || release <= last) continue;
+    last = release;
     wire::Control c;
-    c.release_ns = p->clock().FromAggregator(s.end_ns);
-    if (c.release_ns != 0) Send(session, c);
+    c.release_ns = release;
+    out.push_back({session, wire::Encode(c), ""});
   }
+  released_end_ns_ = s.end_ns;
+  return out;
 }
 
 void Aggregator::Analyze(StepProfile* profile) const {
@@ -564,7 +624,10 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.config_yaml = ConfigToYaml(config_);
   run.config_source = config_source_;
   run.config_notes = all_notes_;
-  for (const auto& [session, p] : processes_) run.processes.push_back({session, p.get(), Selected(*p)});
+  for (const auto& [session, p] : processes_) {
+    auto r = released_ns_.find(session);
+    run.processes.push_back({session, p.get(), Selected(*p), r != released_ns_.end() ? r->second : 0});
+  }
   run.steps_written = steps_written_;
   run.expected = expected_;
   run.not_profiled = NotProfiled();
@@ -580,6 +643,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.controller_session = controller_session_ != 0 ? controller_session_ : resumed_.controller_session;
   run.controller_resume_ns = controller_resume_ns_;
   run.resumes = resumed_.resumes;
+  run.run_key = run_key_;
   run.final = final;
   return run;
 }

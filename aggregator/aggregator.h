@@ -43,9 +43,13 @@ struct ResumePoint {
   uint64_t controller_session = 0;  // the run's controller then
   int64_t controller_ns = 0;        // that step's end on the controller's clock
   int resumes = 0;
+  std::string run_key;              // whose run it is (Aggregator::RunKey)
   // Sessions of the selected processes that had neither said goodbye nor
   // been lost: steps wait for them to say hello again (or the grace time).
   std::vector<uint64_t> awaited;
+  // The last release point each process was sent (its clock): what its
+  // replay holds from before is in written steps.
+  std::map<uint64_t, int64_t> released;
 };
 
 struct AggregatorStats {
@@ -69,7 +73,7 @@ struct AggregatorStats {
   uint64_t refused_hellos = 0;  // of which hellos without the run's secret
   std::string last_refused;
   uint64_t duplicate_frames = 0;  // replayed batches already applied (seq)
-  uint64_t write_errors = 0;      // a step or run.json the exporter could not write
+  uint64_t write_errors = 0;      // a step or run.json the exporter could not write; the run stops there
 };
 
 class Aggregator {
@@ -81,7 +85,12 @@ class Aggregator {
 
   // Every hello must carry `secret` (Hello.secret), compared in constant
   // time; "" (the default) takes any hello. Call before the first frame.
-  void SetSecret(std::string secret) { secret_ = std::move(secret); }
+  void SetSecret(std::string secret);
+  // Identifies the run in run.json (resume.run_key): a 64-bit digest of the
+  // secret, hex; "" for no secret. An identifier, not a credential (the
+  // secret itself is checked in every hello).
+  static std::string RunKey(const std::string& secret);
+  const std::string& run_key() const { return run_key_; }
   // Takes the run up where run.json says a previous aggregator left it: the
   // steps it wrote stay listed, and the controller's steps up to its last
   // are not numbered or written again when its collector replays them.
@@ -102,7 +111,8 @@ class Aggregator {
   // Control messages for collectors (capture windows, flush barriers) since
   // the last call, in order.
   std::vector<Outgoing> TakeOutgoing();
-  // Exports every closed step (waiting no longer), then finalises the run.
+  // Exports every closed step (waiting no longer), then finalises the run:
+  // run.json says final, unless a write failed (then it stays resumable).
   void Finish(int64_t now_ns);
 
   const AggregatorStats& stats() const { return stats_; }
@@ -128,6 +138,7 @@ class Aggregator {
     StepSpan span;
     int64_t closed_at_ns;  // aggregator time when the step's end arrived
     uint64_t barrier = 0;  // flush barrier token sent at its end (selected steps)
+    int64_t controller_end_ns = 0;  // span.end_ns on the controller's own clock, as recorded
   };
   // One handler per collector message type (OnMessage dispatches).
   void OnHello(const wire::Hello& hello, int64_t now_ns);
@@ -159,8 +170,10 @@ class Aggregator {
   // flush barrier, or flushed past its end.
   static bool CaughtUp(const ProcessTimeline& p, const PendingStep& step);
   // Cuts, analyses and exports the step if `steps:` selects it (else counts
-  // it skipped), then forgets what no later step can hold.
-  void Emit(const PendingStep& step, bool forced, int64_t now_ns);
+  // it skipped), then forgets what no later step can hold. False when it
+  // could not be written (write_errors): nothing is released, and no later
+  // step may be written or released either (the run stops there, resumable).
+  bool Emit(const PendingStep& step, bool forced, int64_t now_ns);
   // A cut step's overhead correction (config `correction`), event order,
   // clock and causality checks and breakdown, before sub-task selection.
   void Analyze(StepProfile* profile) const;
@@ -169,8 +182,13 @@ class Aggregator {
   bool Admit(const wire::Message& message, const std::string& peer, int64_t now_ns);
   void Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns);
   // After step `s` was written or skipped: every collector may forget what
-  // it spooled before the step's end (Control.release_ns).
-  void Release(const StepSpan& s);
+  // it spooled before the step's end (Control.release_ns), but no later than
+  // the begin of a range that ends at or after it, or is still open (a
+  // replay holds its open), unless that began before the previous step's
+  // end; none for a collector whose clock is not fitted yet (the time would
+  // be wrong). The controller keeps a step until the next one is written.
+  // Returns the Control messages (to send once run.json holds the points).
+  std::vector<Outgoing> Release(const StepSpan& s);
 
   Config config_;                    // the run's config (run keys decided at the controller's Hello)
   const std::string config_file_;    // --config FILE, "" when none was given
@@ -193,6 +211,7 @@ class Aggregator {
   int64_t last_cut_end_ns_ = INT64_MIN;
   AggregatorStats stats_;
   std::string secret_;                          // SetSecret; "" = none required
+  std::string run_key_;                         // RunKey(secret_)
   std::map<uint64_t, std::string> peers_;       // session -> the connection its hello came on
   std::map<std::string, int64_t> asked_hello_;  // peer -> when it was last asked (bounded)
   std::set<std::string> refused_peers_;         // peers whose hello lacked the secret (bounded)
@@ -201,6 +220,8 @@ class Aggregator {
   std::set<uint64_t> awaited_;                  // resumed_.awaited not back yet
   int64_t last_step_ = -1;                      // highest step written or skipped
   int64_t controller_resume_ns_ = 0;            // its end on the controller's clock
+  int64_t released_end_ns_ = INT64_MIN;          // the last step released (its end, aggregator clock)
+  std::map<uint64_t, int64_t> released_ns_;     // session -> the last release_ns sent (its clock)
 };
 
 }  // namespace rlscope

@@ -7,14 +7,18 @@
 //   closed is written (late processes wait at most flush.step_grace_ms).
 //   --exit-with-parent: also exit (writing what is pending, as on SIGTERM)
 //   when the process that started it dies (rlscope_ray.init's child).
+//   --resume: take up a --out whose run.json is not final even when it is
+//   not this run's (no secret, or another one).
 //   rlscope-ray-aggregator check FILE [--keys]
 //
 // SIGINT/SIGTERM: write every closed step, finalise run.json, exit 0.
 // A step or run.json that cannot be written (disk full, read-only): said at
 // once, nothing written is touched, exit 3 (the collectors keep the steps
 // not written in their spools: start it again on the same --out to write
-// them). Started on a --out whose run.json is not final (an aggregator of
-// the run was killed), it takes the run up (Aggregator::Resume).
+// them). Started on a --out whose run.json is not final and is this run's
+// (the same secret: resume.run_key), an aggregator of the run was killed: it
+// takes the run up (Aggregator::Resume). Another run's is not taken up
+// (said; --resume forces it).
 // RLSCOPE_SECRET in its environment: every hello must carry it.
 #include <csignal>
 #include <cstdio>
@@ -46,7 +50,7 @@ void OnSignal(int) { g_stop = 1; }
 int Usage() {
   std::fprintf(stderr,
                "usage: rlscope-ray-aggregator --listen ENDPOINT --out DIR [--config FILE]\n"
-               "           [--grace-ms N] [--exit-when-done] [--exit-with-parent] [--endpoint-file FILE]\n"
+               "           [--grace-ms N] [--exit-when-done] [--exit-with-parent] [--resume] [--endpoint-file FILE]\n"
                "       rlscope-ray-aggregator check CONFIG [--keys]\n");
   return 2;
 }
@@ -73,6 +77,7 @@ struct Options {
   long grace_ms = -1;
   bool exit_when_done = false;
   bool exit_with_parent = false;
+  bool resume = false;
 };
 
 // Fills `o` from the command line; returns an exit code when main should
@@ -93,6 +98,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--grace-ms") { if (!value(&v)) return Usage(); o->grace_ms = std::stol(v); }
     else if (a == "--exit-when-done") o->exit_when_done = true;
     else if (a == "--exit-with-parent") o->exit_with_parent = true;
+    else if (a == "--resume") o->resume = true;
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::fprintf(stderr, "rlscope-ray aggregator: unknown argument '%s'\n", a.c_str()); return Usage(); }
   }
@@ -255,15 +261,18 @@ std::optional<rlscope::ResumePoint> ReadResumePoint(const std::string& out) {
     for (const auto& n : run["steps_written"]) p.steps_written.push_back(n.as<int64_t>());
     p.steps_seen = run["steps_seen"].as<uint64_t>(0);
     for (const auto& proc : run["processes"]) {
+      const uint64_t session = std::stoull(proc["session"].as<std::string>(), nullptr, 16);
       if (proc["selected"].as<bool>(false) && !proc["said_bye"].as<bool>(false) && !proc["lost"].as<bool>(false)) {
-        p.awaited.push_back(std::stoull(proc["session"].as<std::string>(), nullptr, 16));
+        p.awaited.push_back(session);
       }
+      if (const int64_t released = proc["released_ns"].as<int64_t>(0); released != 0) p.released[session] = released;
     }
     if (const YAML::Node r = run["resume"]) {
       p.last_step = r["last_step"].as<int64_t>(-1);
       p.controller_session = std::stoull(r["controller_session"].as<std::string>("0"), nullptr, 16);
       p.controller_ns = r["controller_ns"].as<int64_t>(0);
       p.resumes = r["resumes"].as<int>(0);
+      p.run_key = r["run_key"].as<std::string>("");
     }
     return p;
   } catch (const std::exception& e) {
@@ -317,8 +326,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rlscope-ray aggregator: no %s: any process that can reach %s can write to this run "
                  "(rlscope_ray.init makes one per run)\n", rlscope::names::kEnvSecret, options.listen.c_str());
   }
-  RemoveTemporaries(config.output_dir);
-  if (const std::optional<rlscope::ResumePoint> point = ReadResumePoint(config.output_dir)) agg.Resume(*point);
+  if (const std::optional<rlscope::ResumePoint> point = ReadResumePoint(config.output_dir)) {
+    if (options.resume || (!agg.run_key().empty() && point->run_key == agg.run_key())) {
+      RemoveTemporaries(config.output_dir);  // a killed aggregator's writes in progress
+      agg.Resume(*point);
+    } else {
+      std::printf("rlscope-ray aggregator: %s/run.json is an unfinished run that is not this one (%s): starting a "
+                  "new run there; its %zu steps on disk stay but are no longer listed (--resume takes it up)\n",
+                  config.output_dir.c_str(),
+                  agg.run_key().empty() ? "this aggregator has no secret to tell" : "another secret",
+                  point->steps_written.size());
+      std::fflush(stdout);
+    }
+  }
   if (!exporter.ExportRun(agg.RunInfoNow())) {
     std::fprintf(stderr, "rlscope-ray aggregator: %s\n", exporter.last_error().c_str());
     return 3;

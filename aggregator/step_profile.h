@@ -63,6 +63,9 @@ struct ProcessInfo {
   uint64_t session = 0;
   const ProcessTimeline* process = nullptr;
   bool selected = true;  // profiled under the run's config
+  // The last Control.release_ns it was sent (its clock; 0 none): a restarted
+  // aggregator leaves out what its replay holds from before (SkipBefore).
+  int64_t released_ns = 0;
 };
 
 // The run as a whole, for run.json.
@@ -92,6 +95,9 @@ struct RunInfo {
   uint64_t controller_session = 0;
   int64_t controller_resume_ns = 0;
   int resumes = 0;  // times this run directory was taken up again
+  // Which run this is: a digest of the run's secret (RunKey), "" without
+  // one. An aggregator takes a directory up only for the same run.
+  std::string run_key;
   bool final = false;
 };
 

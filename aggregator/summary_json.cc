@@ -245,6 +245,7 @@ std::string RunJson(const RunInfo& run) {
     w.Key("events_received").Uint(p.events_received());
     w.Key("dropped").Uint(p.dropped());
     w.Key("unmatched").Uint(p.unmatched());
+    w.Key("released_ns").Int(pi.released_ns);
     w.Key("said_bye").Bool(p.said_bye());
     w.Key("lost").Bool(p.lost());
     w.Key("truncated_strings").Uint(p.truncated_strings());
@@ -275,6 +276,7 @@ std::string RunJson(const RunInfo& run) {
   w.Key("controller_session").String(Hex(run.controller_session));  // as processes[].session
   w.Key("controller_ns").Int(run.controller_resume_ns);
   w.Key("resumes").Int(run.resumes);
+  w.Key("run_key").String(run.run_key);
   w.EndObject();
   w.EndObject();
   out.push_back('\n');

@@ -22,6 +22,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   clock_.Add(batch.probes);
 
   for (const GpuRecord& g : batch.gpu) {
+    if (g.end_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
     const auto kind = static_cast<GpuKind>(g.kind);
     if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
       launches_.emplace(g.correlation, g.start_ns);  // the runtime call, when both levels are traced
@@ -33,6 +34,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
     events_received_ += block.events.size();
     auto& marks = cost_marks_[block.tid];
     for (const auto& e : block.events) {
+      if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
       // Events of rlscope_ray's start-up calibration (named
       // "rlscope.calibration") are matched as usual, then left out.
       bool calibration = calibration_name_ != 0 && e.name == calibration_name_;
@@ -195,6 +197,25 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
   for (const auto& [id, s] : open_async_) add_open(s);
   for (const Instant& i : instants_) {
     if (i.ts_ns >= begin_ns && i.ts_ns < end_ns) instants->push_back(i);
+  }
+}
+
+int64_t ProcessTimeline::ReleasePoint(int64_t end_ns) const {
+  int64_t open = INT64_MAX;
+  for (const auto& [key, stack] : stacks_) {
+    if (!stack.empty()) open = std::min(open, stack.front().begin_ns);
+  }
+  for (const auto& [id, s] : open_async_) open = std::min(open, s.begin_ns);
+  int64_t r = std::min(end_ns, open);
+  // Moving R back to a range's begin can bring ranges ending between the
+  // two into play: repeat until none does (as deep as the ranges nest).
+  while (true) {
+    int64_t earliest = r;
+    for (const Span& s : done_) {
+      if (s.end_ns >= r && s.begin_ns < earliest) earliest = s.begin_ns;
+    }
+    if (earliest >= r) return r;
+    r = earliest;
   }
 }
 

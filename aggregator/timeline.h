@@ -115,6 +115,17 @@ class ProcessTimeline {
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
   void DiscardBefore(int64_t ns);
+  // Where this collector may forget its spool up to after a step ending at
+  // `end_ns` was written (collector clock): the latest time R <= end_ns such
+  // that every range ending at or after R (or still open) began at or after
+  // R, so a replay of the events from R on holds the open of every close in
+  // it, and everything before R belongs to written steps.
+  int64_t ReleasePoint(int64_t end_ns) const;
+  // A resumed run: this process's events before `ns` (its ReleasePoint when
+  // the earlier aggregator last released it) are in written steps; its
+  // replay may start earlier (a message spans the point), and they are left
+  // out rather than matched against opens it no longer has.
+  void SkipBefore(int64_t ns) { skip_before_ns_ = ns; }
 
   const wire::Hello& hello() const { return hello_; }
   const wire::Identity& identity() const { return hello_.identity; }
@@ -167,6 +178,7 @@ class ProcessTimeline {
   int64_t watermark_ns_ = 0;
   int64_t next_auto_step_ = 1;
   int64_t steps_done_before_ns_ = INT64_MIN;  // ContinueSteps
+  int64_t skip_before_ns_ = INT64_MIN;        // SkipBefore
   uint32_t step_name_id_ = 0;  // the id of "step" in this process, once known
   uint32_t step_number_name_ = 0;  // the id of "rlscope.step_number": numbers the next step, not an instant
   int64_t announced_step_ = -1;    // the number it announced, until that step opens

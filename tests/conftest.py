@@ -40,7 +40,7 @@ class Aggregator:
 
     def __init__(self, tmp: Path, config: Optional[str], grace_ms: int, exit_when_done: bool, nice: bool = False,
                  prefix: Sequence[str] = (), secret: Optional[str] = None, listen: str = "tcp://127.0.0.1:*",
-                 out: Optional[Path] = None, log: Optional[Path] = None):
+                 out: Optional[Path] = None, log: Optional[Path] = None, args: Sequence[str] = ()):
         from rlscope_ray.aggregator_process import start_aggregator
 
         self.out = out or tmp / "out"
@@ -55,7 +55,7 @@ class Aggregator:
         # own, so that on 2 cores it does not slow down what it profiles.
         self._agg = start_aggregator(
             self.out, config=cfg, command=[*prefix, sys.executable, "-m", "rlscope_ray.cli", "aggregator"],
-            args=["--grace-ms", str(grace_ms)] + (["--exit-when-done"] if exit_when_done else []),
+            args=["--grace-ms", str(grace_ms)] + (["--exit-when-done"] if exit_when_done else []) + list(args),
             log=self.log, nice=nice, work_dir=tmp, deadline_s=60,  # a hang guard, not a timing
             listen=listen, secret=secret)
         self.proc = self._agg.proc

@@ -97,7 +97,8 @@ def _controller_steps_whole(out: Path, steps: List[int]) -> None:
 def test_an_aggregator_killed_mid_run_and_started_again_loses_no_step(aggregator_factory, tmp_path):
     port = _free_port()
     listen = f"tcp://127.0.0.1:{port}"
-    first = aggregator_factory(config="steps: all\n", listen=listen, log=tmp_path / "first.log")
+    secret = "the-secret-of-this-run"
+    first = aggregator_factory(config="steps: all\n", listen=listen, log=tmp_path / "first.log", secret=secret)
     go, stop = tmp_path / "go", tmp_path / "stop"
     worker = _worker(first, tmp_path, stop)
     controller = _controller(first, tmp_path, go, wait_before=7)
@@ -108,7 +109,8 @@ def test_an_aggregator_killed_mid_run_and_started_again_loses_no_step(aggregator
     first.proc.wait()
     before = json.loads((first.out / "run.json").read_text())
     assert before["final"] is False and 3 in before["steps_written"]
-    second = aggregator_factory(config="steps: all\n", listen=listen, out=first.out, log=tmp_path / "second.log")
+    second = aggregator_factory(config="steps: all\n", listen=listen, out=first.out, log=tmp_path / "second.log",
+                                secret=secret)
     go.touch()
     assert controller.wait(timeout=300) == 0
     stop.touch()
@@ -121,12 +123,38 @@ def test_an_aggregator_killed_mid_run_and_started_again_loses_no_step(aggregator
     assert any("resumed this run directory" in n for n in run["config_notes"])
     assert not list(first.out.rglob("*.tmp"))
     _controller_steps_whole(first.out, list(range(1, STEPS + 1)))
-    # Nothing dropped. (A range that opened in a step written before the
-    # restart and closed after it is counted unmatched: its open was not replayed.)
+    # Nothing dropped, and every range matched: a range open when its step
+    # was written kept its open in the spool for the replay.
     for p in run["processes"]:
         assert p["dropped"] == 0, p
+        assert p["unmatched"] == 0, p
     counts = _account_worker(first.out, tmp_path, list(range(1, STEPS + 1)))
     assert counts["inside"] > 0
+
+
+def test_another_runs_unfinished_directory_is_not_taken_up_unless_asked(aggregator_factory, tmp_path):
+    out = tmp_path / "out"
+    # A run killed before its end leaves run.json not final.
+    first = aggregator_factory(config="steps: all\n", out=out, log=tmp_path / "first.log", secret="run-a")
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait()
+    assert json.loads((out / "run.json").read_text())["final"] is False
+    # Another run (another secret) on the same directory starts afresh and says so.
+    other = aggregator_factory(config="steps: all\n", out=out, log=tmp_path / "other.log", secret="run-b",
+                               exit_when_done=False)
+    log = other.stop()
+    assert "is an unfinished run that is not this one" in log, log
+    run = json.loads((out / "run.json").read_text())
+    assert run["resume"]["resumes"] == 0 and run["resume"]["run_key"] != ""
+    assert not any("resumed this run directory" in n for n in run["config_notes"])
+    # The same run's secret takes it up; so does --resume for any.
+    for n, (secret, args) in enumerate([("run-b", []), (None, ["--resume"])], start=1):
+        unfinished = json.loads((out / "run.json").read_text())
+        unfinished["final"] = False  # as if this one had been killed too
+        (out / "run.json").write_text(json.dumps(unfinished))
+        aggregator_factory(config="steps: all\n", out=out, log=tmp_path / f"again{n}.log", secret=secret,
+                           exit_when_done=False, args=args).stop()
+        assert json.loads((out / "run.json").read_text())["resume"]["resumes"] == n
 
 
 def test_a_stranger_without_the_secret_gets_nothing_in_and_cannot_end_the_run(aggregator_factory, build_dir,
@@ -194,7 +222,9 @@ def test_a_full_disk_stops_the_aggregator_at_once_and_a_restart_writes_the_rest(
         filler = disk / "filler"
         port = _free_port()
         listen = f"tcp://127.0.0.1:{port}"
-        first = aggregator_factory(config="steps: all\n", listen=listen, out=out, log=tmp_path / "first.log")
+        secret = "the-secret-of-this-run"
+        first = aggregator_factory(config="steps: all\n", listen=listen, out=out, log=tmp_path / "first.log",
+                                   secret=secret)
         go = tmp_path / "go"
         controller = _controller(first, tmp_path, go, wait_before=7)
         _wait_for(lambda: _written(tmp_path / "first.log", 2), "step 2 written")
@@ -211,7 +241,8 @@ def test_a_full_disk_stops_the_aggregator_at_once_and_a_restart_writes_the_rest(
             assert (out / f"step_{n}" / "trace.json").stat().st_size > 0
         # Room again: started on the same directory, it takes the run up from the collectors' spools.
         filler.unlink()
-        second = aggregator_factory(config="steps: all\n", listen=listen, out=out, log=tmp_path / "second.log")
+        second = aggregator_factory(config="steps: all\n", listen=listen, out=out, log=tmp_path / "second.log",
+                                    secret=secret)
         go.touch()
         assert controller.wait(timeout=300) == 0
         second.wait(timeout=60)

@@ -2023,19 +2023,147 @@ TEST_F(FrameTest, AResumedRunWaitsForItsProcessesToComeBackUntilTheGraceTime) {
   EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
 }
 
-TEST_F(FrameTest, AWrittenStepReleasesWhatEveryCollectorSpooledBeforeItsEnd) {
-  FakeCollector ctl(1, "controller", -1, 100);
+// The release_ns each session was sent since the last call.
+std::map<uint64_t, int64_t> Releases(Aggregator* agg) {
+  std::map<uint64_t, int64_t> out;
+  for (const Outgoing& o : agg->TakeOutgoing()) {
+    const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+    if (c.release_ns != 0) out[o.session] = c.release_ns;
+  }
+  return out;
+}
+
+// A batch whose clock is fitted: one answered probe, offset 0.
+wire::Batch Fitted(wire::Batch b) {
+  b.probes.push_back({10, 10, 10, 10});
+  return b;
+}
+
+TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheRangesAcrossIt) {
+  FakeCollector ctl(1, "controller", -1, 100), w(2, "worker", 0, 200), unfitted(3, "worker", 1, 300);
   Frame(ctl.Hello(), "peer-c");
-  agg_->TakeOutgoing();
+  Frame(w.Hello(), "peer-w");
+  Frame(unfitted.Hello(), "peer-u");
   ctl.Push(1, 100, "step").Pop(1, 200);
-  Frame(ctl.Flush(1000), "peer-c");
+  w.Push(1, 120, "short").Pop(1, 130).Push(1, 150, "long");  // "long" stays open
+  Frame(Fitted(ctl.Flush(1000)), "peer-c");
+  Frame(Fitted(w.Flush(1000)), "peer-w");
+  Frame(unfitted.Flush(1000), "peer-u");
+  agg_->TakeOutgoing();
   agg_->Tick(0);
-  int64_t release = 0;
+  // Each keeps what a replay needs to match every close it holds: the
+  // controller its step (it ends at the release point), the worker the
+  // message that opened "long"; the one whose clock is not fitted is told
+  // nothing (its times cannot be placed yet).
+  EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 100}, {2, 150}}));
+  // A range open across a whole step holds the spool no further back than
+  // the previous step's end.
+  ctl.Push(1, 300, "step").Pop(1, 400);
+  Frame(ctl.Flush(1000), "peer-c");
+  Frame(w.Flush(1000), "peer-w");
+  agg_->Tick(0);
+  EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 300}, {2, 200}}));
+}
+
+// Fails ExportStep for one step number.
+class FailingExporter : public RecordingExporter {
+ public:
+  bool ExportStep(const StepProfile& step) noexcept override {
+    if (step.step == fail_step) return false;
+    return RecordingExporter::ExportStep(step);
+  }
+  int64_t fail_step = -1;
+};
+
+TEST(WriteErrorTest, AStepThatCannotBeWrittenStopsTheRunThereResumable) {
+  FailingExporter exporter;
+  exporter.fail_step = 2;
+  Aggregator agg(Config(), &exporter);
+  FakeCollector ctl(1, "controller", -1, 100);
+  agg.OnMessage(ctl.Hello(), 0);
+  ctl.Push(1, 100, "step").Pop(1, 200).Push(1, 300, "step").Pop(1, 400).Push(1, 500, "step").Pop(1, 600);
+  agg.OnMessage(Fitted(ctl.Flush(1000)), 0);
+  agg.TakeOutgoing();
+  agg.Tick(0);
+  // Step 1 written; step 2 failed; step 3 neither written nor released.
+  EXPECT_EQ(exporter.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(agg.steps_written(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(agg.stats().write_errors, 1u);
+  EXPECT_EQ(Releases(&agg), (std::map<uint64_t, int64_t>{{1, 100}}));
+  agg.Tick(0);
+  agg.Finish(0);
+  EXPECT_EQ(exporter.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(Releases(&agg).empty());
+  EXPECT_FALSE(exporter.last_run_final);  // an aggregator started again takes it up
+  EXPECT_EQ(exporter.last_run_steps_written, (std::vector<int64_t>{1}));
+}
+
+TEST_F(FrameTest, AResumedRunsControllerRoleIsOnlyForItsControllerBeforeTheRestart) {
+  ResumePoint point;
+  point.last_step = 2;
+  point.controller_session = 1;
+  point.controller_ns = 450;
+  agg_->Resume(point);
+  // A child that inherited the controller role says hello first.
+  FakeCollector child(5, "controller", -1, 500), ctl(1, "controller", -1, 100);
+  Frame(child.Hello(), "peer-x");
+  std::string role;
   for (const Outgoing& o : agg_->TakeOutgoing()) {
     const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
-    if (o.session == 1 && c.release_ns != 0) release = c.release_ns;
+    if (o.session == 5 && !c.role.empty()) role = c.role;
   }
-  EXPECT_EQ(release, 200);
+  EXPECT_EQ(role, names::kWorker);
+  child.Push(1, 500, "step").Pop(1, 600);
+  Frame(child.Flush(1000), "peer-x");
+  EXPECT_EQ(agg_->stats().steps_seen, 0u);
+  Frame(ctl.Hello(), "peer-c");
+  ctl.Push(1, 500, "step").Pop(1, 600);
+  Frame(ctl.Flush(1000), "peer-c");
+  agg_->Tick(0);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{3}));
+}
+
+TEST(ReleasePointTest, NoRangeAcrossItBeganBeforeIt) {
+  FakeCollector w(2, "worker", 0, 200);
+  w.Push(1, 50, "b").Push(1, 100, "a").Pop(1, 150).Pop(1, 300);  // b [50, 300] holds a [100, 150]
+  w.Push(2, 120, "c").Pop(2, 250);                                  // c [120, 250] on another thread
+  w.Push(3, 10, "d").Pop(3, 20);
+  ProcessTimeline p(w.Hello());
+  p.Add(w.Flush(1000), nullptr);
+  EXPECT_EQ(p.ReleasePoint(200), 50);  // c ends after 200: back to 120; b ends after 120: back to 50
+  EXPECT_EQ(p.ReleasePoint(30), 30);   // d [10, 20] ended before it; the others began after
+  EXPECT_EQ(p.ReleasePoint(400), 400);
+  FakeCollector open(3, "worker", 0, 300);
+  open.Push(1, 70, "still-open");
+  ProcessTimeline q(open.Hello());
+  q.Add(open.Flush(1000), nullptr);
+  EXPECT_EQ(q.ReleasePoint(200), 70);
+}
+
+TEST_F(FrameTest, AResumedRunLeavesOutWhatAReplayHoldsFromBeforeItsReleasePoint) {
+  ResumePoint point;
+  point.released = {{2, 150}};
+  agg_->Resume(point);
+  FakeCollector w(2, "worker", 0, 200);
+  Frame(w.Hello(), "peer-w");
+  // The replay's first message spans the release point: a pop whose push was
+  // released, then a whole range after it.
+  w.Pop(1, 130).Push(1, 160, "after").Pop(1, 170);
+  Frame(w.Flush(1000), "peer-w");
+  const ProcessTimeline& p = *agg_->processes().at(2);
+  EXPECT_EQ(p.unmatched(), 0u);
+  std::vector<Span> spans;
+  std::vector<Instant> instants;
+  p.Cut(0, 1000, &spans, &instants);
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(std::string(p.String(spans[0].name)), "after");
+}
+
+TEST(RunKeyTest, SameSecretSameKeyAndNoSecretNoKey) {
+  EXPECT_EQ(Aggregator::RunKey("abc"), Aggregator::RunKey("abc"));
+  EXPECT_NE(Aggregator::RunKey("abc"), Aggregator::RunKey("abd"));
+  EXPECT_EQ(Aggregator::RunKey("abc").size(), 16u);
+  EXPECT_EQ(Aggregator::RunKey(""), "");
 }
 
 }  // namespace
