@@ -16,6 +16,7 @@ namespace rlscope {
 void Collector::FlushLoop() {
   // Before the first Hello, which carries the costs (overhead correction).
   if (selected() && config_.correction.enabled && test_clock_ == nullptr) Calibrate();
+  transport_.SetPreambleMaker([this] { return MakePreamble(); });
   transport_.Connect(endpoint_);
   const Transport::ControlHandler apply = [this](const wire::Control& control) { ApplyControl(control); };
   int64_t next_flush_ns = MonotonicNs();
@@ -73,12 +74,22 @@ void Collector::FlushLoop() {
     if (stop) break;
   }
   // flush.exit_timeout_ms bounds all of the exit: what waits in the spool
-  // goes first (the rest is counted lost), then the goodbye, which must not
-  // overtake it, then the socket lingers for what is queued.
-  const int64_t deadline = MonotonicNs() + config_.flush.exit_timeout_ms * 1000000;
+  // goes first, for three quarters of it (the rest is counted lost), still
+  // answering the aggregator (a restarted one asks for a hello first); then
+  // the goodbye, which must not overtake it; then the socket lingers for
+  // what is queued, at least the last quarter. A refused process waits for
+  // nothing.
+  const int64_t start = MonotonicNs(), timeout_ns = config_.flush.exit_timeout_ms * 1000000;
+  const int64_t drain_deadline = start + timeout_ns * 3 / 4, deadline = start + timeout_ns;
   if (transport_.connected()) {
-    transport_.DrainSpool(deadline);
-    if (const uint64_t unsent = transport_.spool().unsent_events(); unsent > 0) {
+    while (!refused_) {
+      transport_.ReceiveControls(apply);
+      SendControl();  // the hello again, when asked
+      transport_.Pump();
+      if ((transport_.ready() && transport_.spool().idle()) || MonotonicNs() >= drain_deadline) break;
+      transport_.Wait(5000000);
+    }
+    if (const uint64_t unsent = transport_.AbandonSpool(); unsent > 0) {
       std::fprintf(stderr,
                    "rlscope: pid %d: exiting with %llu recorded events the aggregator at %s never received "
                    "(%s); they are lost\n",
@@ -89,7 +100,7 @@ void Collector::FlushLoop() {
     Stats(&stats);
     if (transport_.ready()) transport_.Send(wire::Encode(wire::Bye{session_, stats.events, stats.dropped}));
   }
-  transport_.Close(deadline);
+  transport_.Close(deadline, refused_);
 }
 
 void Collector::SendControl() {

@@ -55,12 +55,35 @@ size_t Spool::Pump(const SendFn& send) {
 
 void Spool::Release(int64_t before_ns) {
   while (next_ > 0 && (entries_.front().events == 0 || entries_.front().max_ts_ns < before_ns)) PopFront();
+  while (!evicted_pending_.empty() && evicted_pending_.front().first < before_ns) evicted_pending_.pop_front();
 }
 
 void Spool::Rewind(std::string preamble) {
   for (size_t i = 0; i < next_; ++i) unsent_events_.fetch_add(entries_[i].events, std::memory_order_relaxed);
   next_ = 0;
   preamble_ = std::move(preamble);
+  // The aggregator that had them is gone before writing their steps.
+  for (const auto& [ts, events] : evicted_pending_) {
+    lost_events_.fetch_add(events, std::memory_order_relaxed);
+    lost_messages_.fetch_add(1, std::memory_order_relaxed);
+  }
+  evicted_pending_.clear();
+}
+
+uint64_t Spool::AbandonUnsent() {
+  uint64_t events = 0;
+  for (size_t i = next_; i < entries_.size(); ++i) events += entries_[i].events;
+  lost_events_.fetch_add(events, std::memory_order_relaxed);
+  lost_messages_.fetch_add(unsent_messages(), std::memory_order_relaxed);
+  unsent_events_.fetch_sub(events, std::memory_order_relaxed);
+  while (entries_.size() > next_) {
+    Entry& e = entries_.back();
+    if (e.in_file) --in_file_;
+    else memory_used_ -= e.size;
+    entries_.pop_back();
+  }
+  preamble_.clear();
+  return events;
 }
 
 bool Spool::Load(const Entry& e, std::string* out) const {
@@ -91,16 +114,14 @@ void Spool::PopFront() {
   if (next_ > 0) --next_;
 }
 
-void Spool::DropFront() {
-  const Entry& e = entries_.front();
-  if (next_ == 0) {  // never sent: those events are lost
-    lost_events_.fetch_add(e.events, std::memory_order_relaxed);
-    lost_messages_.fetch_add(1, std::memory_order_relaxed);
-    unsent_events_.fetch_sub(e.events, std::memory_order_relaxed);
-  } else {
-    evicted_events_.fetch_add(e.events, std::memory_order_relaxed);
-  }
-  PopFront();
+void Spool::DropUnsent(size_t i) {
+  const Entry& e = entries_[i];
+  lost_events_.fetch_add(e.events, std::memory_order_relaxed);
+  lost_messages_.fetch_add(1, std::memory_order_relaxed);
+  unsent_events_.fetch_sub(e.events, std::memory_order_relaxed);
+  memory_used_ -= e.size;
+  entries_.erase(entries_.begin() + static_cast<long>(i));
+  names_lost_ = true;
 }
 
 void Spool::Bound() {
@@ -111,6 +132,13 @@ void Spool::Bound() {
       // Sent, kept only for a replay: it goes (never to disk, which is for
       // what the aggregator could not take yet).
       evicted_events_.fetch_add(e.events, std::memory_order_relaxed);
+      if (e.events != 0) {
+        if (evicted_pending_.size() >= 65536) {  // bounded: the oldest two as one
+          evicted_pending_[1].second += evicted_pending_[0].second;
+          evicted_pending_.pop_front();
+        }
+        evicted_pending_.emplace_back(e.max_ts_ns, e.events);
+      }
       memory_used_ -= e.size;
       entries_.erase(entries_.begin() + static_cast<long>(in_file_));
       --next_;
@@ -142,9 +170,10 @@ void Spool::Bound() {
         }
       }
     }
-    // No room in the file (or none at all): the oldest message goes; the
-    // file's space comes back once no entry is left in it.
-    if (!spilled) DropFront();
+    // No room in the file (or none at all): the oldest message in memory
+    // goes (the file keeps the older ones; its space comes back once no
+    // entry is left in it).
+    if (!spilled) DropUnsent(in_file_);
   }
 }
 

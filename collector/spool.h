@@ -11,10 +11,14 @@
 // kept once sent.
 //
 // Bounded: `memory_bytes` in memory. Over it, the oldest sent message goes
-// (counted as no longer replayable: evicted); when none is left, the oldest
-// unsent ones go to an unlinked temporary file of at most `file_bytes` (so
-// the disk is used only while the aggregator cannot take them), and beyond
-// that the oldest is dropped (counted as lost events).
+// (evicted: no longer replayable; if the aggregator restarts before it
+// releases that message's step, its events count as lost); when none is
+// left, the oldest unsent ones go to an unlinked temporary file of at most
+// `file_bytes` (so the disk is used only while the aggregator cannot take
+// them), and beyond that the oldest message still in memory is dropped
+// (counted as lost events; the file keeps the older ones). A dropped message
+// may have carried names later ones refer to: the next one sent is preceded
+// by the preamble again (TakeNamesLost).
 //
 // Threads: the flush thread only; the counters are atomics read by Stats.
 #pragma once
@@ -45,7 +49,21 @@ class Spool {
   // Forgets sent messages whose events all precede `before_ns`, oldest first.
   void Release(int64_t before_ns);
   // A new aggregator: everything kept goes out again, after `preamble`.
+  // Evicted messages of steps not released are lost (counted).
   void Rewind(std::string preamble);
+  // True once after an unsent message was dropped: its names (strings,
+  // thread names) must be sent again before what follows (SetPreamble).
+  bool TakeNamesLost() {
+    const bool lost = names_lost_;
+    names_lost_ = false;
+    return lost;
+  }
+  // Sent before the next message that goes out (if none is set already).
+  void SetPreamble(std::string preamble) {
+    if (preamble_.empty()) preamble_ = std::move(preamble);
+  }
+  // At exit: what was never sent counts as lost; returns those events.
+  uint64_t AbandonUnsent();
 
   bool idle() const { return next_ == entries_.size() && preamble_.empty(); }  // nothing waits to go out
   uint64_t lost_events() const { return lost_events_.load(std::memory_order_relaxed); }
@@ -71,7 +89,8 @@ class Spool {
   // Keeps memory and file within bounds: spills the oldest in-memory
   // entries, drops the oldest ones when the file is full.
   void Bound();
-  void DropFront();
+  // Drops entry `i` (never sent: lost), which is in memory.
+  void DropUnsent(size_t i);
   void PopFront();
 
   const size_t memory_limit_, file_limit_;
@@ -82,6 +101,9 @@ class Spool {
   int fd_ = -1;                // the spill file (unlinked), -1 until needed
   size_t file_end_ = 0;        // bytes written to it; reset when no entry is in it
   size_t in_file_ = 0;         // entries in the file
+  bool names_lost_ = false;    // TakeNamesLost
+  // Evicted messages not released yet: (latest event time, events), oldest first.
+  std::deque<std::pair<int64_t, uint64_t>> evicted_pending_;
   std::atomic<uint64_t> lost_events_{0}, lost_messages_{0}, evicted_events_{0}, unsent_events_{0};
 };
 

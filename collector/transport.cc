@@ -203,21 +203,12 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
 
 void Transport::Pump() {
   if (socket_ == nullptr || !ready_) return;
+  if (spool_.TakeNamesLost() && make_preamble_) spool_.SetPreamble(make_preamble_());
   spool_.Pump([this](const std::string& message) {
     if (zmq_send(socket_, message.data(), message.size(), ZMQ_DONTWAIT) < 0) return false;  // waits in the spool
     batches_sent_.fetch_add(1, std::memory_order_relaxed);
     return true;
   });
-}
-
-void Transport::DrainSpool(int64_t deadline) {
-  while (true) {
-    Pump();
-    if (spool_.idle() || MonotonicNs() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  batches_dropped_.fetch_add(spool_.unsent_messages(), std::memory_order_relaxed);
-  send_dropped_events_.fetch_add(spool_.unsent_events(), std::memory_order_relaxed);
 }
 
 // Drains the thread's first `count` records into the message, ticks to ns.
@@ -242,10 +233,10 @@ void Transport::AddEvents(const Outgoing::Thread& thread, const TickConverter& c
       thread.count);
 }
 
-void Transport::Close(int64_t deadline) {
+void Transport::Close(int64_t deadline, bool refused) {
   if (socket_ != nullptr) {
     // Lingers to deliver what is queued, until the exit deadline.
-    const int linger = static_cast<int>(std::max<int64_t>(0, deadline - MonotonicNs()) / 1000000);
+    const int linger = refused ? 0 : static_cast<int>(std::max<int64_t>(0, deadline - MonotonicNs()) / 1000000);
     zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_close(socket_);
   }

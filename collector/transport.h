@@ -94,28 +94,27 @@ class Transport {
   void SetReady(bool ready) { ready_ = ready; }
   bool ready() const { return ready_; }
   void Rewind(std::string preamble) { spool_.Rewind(std::move(preamble)); }
+  // Makes the message that re-sends every name (Collector::MakePreamble):
+  // sent again after the spool dropped a message that may have carried some.
+  void SetPreambleMaker(std::function<std::string()> make) { make_preamble_ = std::move(make); }
   // Forgets spooled batches of steps the aggregator has written.
   void Release(int64_t before_ns) { spool_.Release(before_ns); }
   // The next batch sequence number (for a message made outside SendBatches).
   uint64_t NextSeq() { return seq_++; }
-  // At exit: sends what waits until the spool is empty or `deadline`
-  // (MonotonicNs) passed; what is still waiting then is lost (counted).
-  void DrainSpool(int64_t deadline);
+  // At exit, after the last Pump: what still waits in the spool is lost
+  // (counted); returns its events.
+  uint64_t AbandonSpool() { return spool_.AbandonUnsent(); }
   const Spool& spool() const { return spool_; }
   // Closes the socket (it lingers until `deadline`, MonotonicNs, to
-  // deliver what is queued) and the context.
-  void Close(int64_t deadline);
+  // deliver what is queued; 0 ms when `refused`) and the context.
+  void Close(int64_t deadline, bool refused = false);
 
   // Events lost on the way out: dropped from a full spool before they were
-  // sent, or still waiting at exit.
-  uint64_t events_dropped() const {
-    return spool_.lost_events() + send_dropped_events_.load(std::memory_order_relaxed);
-  }
+  // sent, still waiting at exit, or evicted before an aggregator restart.
+  uint64_t events_dropped() const { return spool_.lost_events(); }
   uint64_t batches_sent() const { return batches_sent_.load(std::memory_order_relaxed); }
   // Batches never sent: dropped from a full spool, or still waiting at exit.
-  uint64_t batches_dropped() const {
-    return spool_.lost_messages() + batches_dropped_.load(std::memory_order_relaxed);
-  }
+  uint64_t batches_dropped() const { return spool_.lost_messages(); }
 
  private:
   static constexpr size_t kMaxEventsPerMessage = 1 << 16;
@@ -133,14 +132,13 @@ class Transport {
   Metadata unsent_;
   wire::BatchWriter writer_;
   Spool spool_;
+  std::function<std::string()> make_preamble_;
   bool ready_ = false;
   int64_t message_max_ts_ = INT64_MIN;  // latest event time in the message being encoded
 
   // Statistics (relaxed: counters read for reporting only).
   std::atomic<uint64_t> events_sent_{0};
-  std::atomic<uint64_t> send_dropped_events_{0};
   std::atomic<uint64_t> batches_sent_{0};
-  std::atomic<uint64_t> batches_dropped_{0};
 };
 
 }  // namespace rlscope

@@ -364,5 +364,53 @@ TEST(Spool, WhenFullTheOldestGoUnsentOnesCountedLostSentOnesEvicted) {
   EXPECT_EQ(spool.unsent_events(), 7u);
 }
 
+TEST(Spool, WhenTheFileIsFullItKeepsItsMessagesAndTheNewerOneInMemoryGoes) {
+  Spool spool(8, 16);  // 8 bytes of memory, 16 of file
+  FakeSocket sock;
+  sock.room = 0;
+  spool.Push("m1------", 1, 1);
+  spool.Push("m2------", 2, 2);
+  spool.Push("m3------", 4, 3);  // m1, m2 in the file, m3 in memory
+  EXPECT_FALSE(spool.TakeNamesLost());
+  spool.Push("m4------", 8, 4);  // the file is full: m3 goes, not the file's
+  EXPECT_EQ(spool.lost_events(), 4u);
+  EXPECT_TRUE(spool.TakeNamesLost());  // the names it carried are sent again
+  EXPECT_FALSE(spool.TakeNamesLost());
+  sock.room = SIZE_MAX;
+  spool.SetPreamble("names");
+  spool.Pump(sock.fn());
+  EXPECT_EQ(sock.sent, (std::vector<std::string>{"names", "m1------", "m2------", "m4------"}));
+}
+
+TEST(Spool, EvictedMessagesOfStepsNotReleasedCountLostWhenTheAggregatorRestarts) {
+  for (const bool released : {false, true}) {
+    Spool spool(8, 0);
+    FakeSocket sock;
+    spool.Push("sent----", 3, 10);
+    spool.Pump(sock.fn());
+    sock.room = 0;
+    spool.Push("unsent-1", 5, 20);  // evicts the sent one
+    EXPECT_EQ(spool.evicted_events(), 3u);
+    if (released) spool.Release(15);  // its step was written before the restart
+    spool.Rewind("names");
+    EXPECT_EQ(spool.lost_events(), released ? 0u : 3u);
+  }
+}
+
+TEST(Spool, AtExitWhatWasNeverSentIsCountedLost) {
+  Spool spool(1 << 20, 0);
+  FakeSocket sock;
+  spool.Push("a", 1, 1);
+  spool.Pump(sock.fn());
+  sock.room = 0;
+  spool.Push("b", 2, 2);
+  spool.Push("c", 4, 3);
+  EXPECT_EQ(spool.AbandonUnsent(), 6u);
+  EXPECT_EQ(spool.lost_events(), 6u);
+  EXPECT_EQ(spool.lost_messages(), 2u);
+  EXPECT_EQ(spool.unsent_events(), 0u);
+  EXPECT_TRUE(spool.idle());
+}
+
 }  // namespace
 }  // namespace rlscope
