@@ -13,6 +13,7 @@ calibration, whose own events (never in a step) would blur the count.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -120,7 +121,12 @@ def faults_section(args, clean_env, print_table):
         if fault is None and profiled:
             baseline_ms = median
         events_out, steps = _count_output(out)
-        lost = _reported_lost(out) if fault != "no aggregator" else rep["stats"]["dropped"]
+        lost = _reported_lost(out)
+        if fault == "no aggregator":
+            # Nothing reaches a run: what the collector counted by the
+            # program's end, and what its exit line says the spool still held.
+            m = re.search(r"exiting with (\d+) recorded events", stderr)
+            lost = rep["stats"]["dropped"] + (int(m.group(1)) if m else 0)
         if fault == "no aggregator":
             # Nothing reaches a run: what the collector itself counted by the
             # program's end; the rest waited in its spool and went at exit.

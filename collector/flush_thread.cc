@@ -86,7 +86,8 @@ void Collector::FlushLoop() {
       transport_.ReceiveControls(apply);
       SendControl();  // the hello again, when asked
       transport_.Pump();
-      if ((transport_.ready() && transport_.spool().idle()) || MonotonicNs() >= drain_deadline) break;
+      // Done when nothing waits (and no hello again is due: its replay would).
+      if ((transport_.spool().idle() && !rehello_) || MonotonicNs() >= drain_deadline) break;
       transport_.Wait(5000000);
     }
     if (const uint64_t unsent = transport_.AbandonSpool(); unsent > 0) {

@@ -86,8 +86,9 @@ class Spool {
   };
   // The bytes of `e` (read back from the file when spilled); false on an I/O error.
   bool Load(const Entry& e, std::string* out) const;
-  // Keeps memory and file within bounds: spills the oldest in-memory
-  // entries, drops the oldest ones when the file is full.
+  // Keeps memory and file within bounds: evicts sent entries, spills the
+  // oldest unsent in-memory ones, drops the oldest in memory when the file
+  // is full.
   void Bound();
   // Drops entry `i` (never sent: lost), which is in memory.
   void DropUnsent(size_t i);
