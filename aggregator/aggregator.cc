@@ -486,6 +486,7 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
   p.Cut(begin, end, &slice.spans, &slice.instants);
   p.CutGpu(begin, end, &slice.gpu);
+  slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
   for (Span& span : slice.spans) {
     span.begin_ns = clock.ToAggregator(span.begin_ns);
     span.end_ns = clock.ToAggregator(span.end_ns);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <set>
 
@@ -16,18 +17,42 @@ namespace {
 int64_t Ps(double ns) { return static_cast<int64_t>(std::llround(ns * 1000.0)); }
 }  // namespace
 
-CostModel::CostModel(const std::map<std::string, double>& costs, double scale) {
+const char* CostKey(uint8_t kind) {
+  switch (static_cast<EventKind>(kind)) {
+    case EventKind::kRangePush: return "push";
+    case EventKind::kRangePop: return "pop";
+    case EventKind::kRangeStart: return "start";
+    case EventKind::kRangeEnd: return "end";
+    case EventKind::kMark: return "mark";
+    case EventKind::kCostSample: return "sample";
+  }
+  return "";
+}
+
+CostModel::CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step,
+                     const KindSamples* run) {
   auto get = [&](const char* key) {
     auto it = costs.find(key);
     if (it == costs.end()) return 0.0;
     costs_ns_[key] = it->second * scale;
     return it->second * scale;
   };
-  own_ps_[static_cast<int>(EventKind::kRangePush)] = Ps(get("push"));
-  own_ps_[static_cast<int>(EventKind::kRangePop)] = Ps(get("pop"));
-  own_ps_[static_cast<int>(EventKind::kRangeStart)] = Ps(get("start"));
-  own_ps_[static_cast<int>(EventKind::kRangeEnd)] = Ps(get("end"));
-  own_ps_[static_cast<int>(EventKind::kMark)] = Ps(get("mark"));
+  for (uint8_t kind = 1; kind < kKinds; ++kind) {
+    const char* key = CostKey(kind);
+    own_ps_[kind] = Ps(get(key));
+    if (costs.count(key) != 0) sources_[key] = "calibration";
+    if (kind == static_cast<uint8_t>(EventKind::kCostSample)) continue;  // recorded after its own timing
+    for (const auto& [stats, source] : {std::make_pair(step, "step"), std::make_pair(run, "run")}) {
+      if (stats == nullptr || (*stats)[kind].n < kMinSamples) continue;
+      const SampleStats& s = (*stats)[kind];
+      own_ps_[kind] = std::llround(s.mean_ps() * scale);
+      mean_var_ps2_[kind] = s.var_ps2() / static_cast<double>(s.n) * scale * scale;
+      costs_ns_[key] = s.mean_ps() * scale / 1000.0;
+      sources_[key] = source;
+      measured_[key] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
+      break;
+    }
+  }
   // Caller-side costs of a whole pair, charged on its opening event.
   nvtx_ex_ps_[static_cast<int>(EventKind::kRangePush)] = Ps(get("py_nvtx_push"));
   nvtx_ex_ps_[static_cast<int>(EventKind::kRangeStart)] = Ps(get("py_nvtx_start"));
@@ -45,6 +70,7 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
                      int64_t begin_ns)
     : begin_ns_(begin_ns) {
   int64_t total_ps = 0, waits_ps = 0;
+  uint64_t per_kind[CostModel::kKinds] = {};
   for (const auto& [tid, list] : marks) {
     Thread t;
     std::vector<CostMark> sorted;
@@ -75,8 +101,9 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
       }
       if (m.kind == 0) {
         waits_ps += ps;
-      } else {
+      } else if (m.kind != static_cast<uint8_t>(EventKind::kCostSample)) {
         ++events_;
+        if (m.kind < CostModel::kKinds) ++per_kind[m.kind];
       }
       cum += ps;
       prev_ns = m.ts_ns;
@@ -89,6 +116,14 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   }
   total_ns_ = total_ps / 1000;
   waits_ns_ = waits_ps / 1000;
+  double var_ps2 = 0;
+  for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
+    const double n = static_cast<double>(per_kind[kind]);
+    var_ps2 += n * n * model.MeanVarPs2(kind);
+    auto source = model.sources().find(CostKey(kind));
+    if (source == model.sources().end() || source->second == "calibration") calibrated_events_ += per_kind[kind];
+  }
+  uncertainty_ns_ = std::llround(std::sqrt(var_ps2) / 1000.0);
 }
 
 int64_t Corrector::CostPs(const Thread& th, int64_t t, bool before) {
@@ -183,6 +218,22 @@ int64_t WaitShrinkNs(const std::vector<AwaitedWork>& work, int64_t window_begin_
 
 // ---- whole steps ----
 
+std::string CostDrift(const KindSamples& first, const KindSamples& second) {
+  for (uint8_t kind = 1; kind < first.size(); ++kind) {
+    const SampleStats &a = first[kind], &b = second[kind];
+    if (a.n < CostModel::kMinSamples || b.n < CostModel::kMinSamples) continue;
+    const double d = std::abs(a.mean_ps() - b.mean_ps());
+    const double se = std::sqrt(a.var_ps2() / static_cast<double>(a.n) + b.var_ps2() / static_cast<double>(b.n));
+    if (d > 3 * se && d > 0.25 * std::max(a.mean_ps(), b.mean_ps())) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "%s costs drifted during the step: %.0f ns in its first half, %.0f ns in its second",
+                    CostKey(kind), a.mean_ps() / 1000.0, b.mean_ps() / 1000.0);
+      return text;
+    }
+  }
+  return "";
+}
+
 namespace {
 
 // One process's shifts from its own recorded events plus `waits`
@@ -205,7 +256,17 @@ std::shared_ptr<Corrector> MakeCorrector(const StepProfile& step,
                list.end());
   }
   for (const auto& [tid, list] : waits) marks[tid].insert(marks[tid].end(), list.begin(), list.end());
-  slice->costs = CostModel(p.hello().costs, scale);
+  // The costs measured in the step (and in each half of it: did they drift?).
+  const int64_t begin = clock.FromAggregator(step.begin_ns), end = clock.FromAggregator(step.end_ns);
+  std::vector<CostSample> samples;
+  p.CutSamples(begin - 1, end + 1, &samples);
+  KindSamples in_step, first, second;
+  for (const CostSample& s : samples) {
+    in_step[s.kind].Add(static_cast<double>(s.ps));
+    (s.ts_ns < begin + (end - begin) / 2 ? first : second)[s.kind].Add(static_cast<double>(s.ps));
+  }
+  slice->costs = CostModel(p.hello().costs, scale, &in_step, &p.sample_totals());
+  slice->cost_note = CostDrift(first, second);
   return std::make_shared<Corrector>(marks, slice->costs, step.begin_ns);
 }
 
@@ -354,6 +415,11 @@ void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, do
     ApplyCorrection(MakeCorrector(*step, waits, scale, controller), controller);
   }
   for (Worker& w : workers) ApplyCorrection(w.corrector, w.slice);
+  double var = 0;
+  for (const ProcessSlice& slice : step->processes) {
+    if (slice.corrector) var += std::pow(static_cast<double>(slice.corrector->uncertainty_ns()), 2);
+  }
+  step->correction_uncertainty_ns = std::llround(std::sqrt(var));
   if (controller == nullptr) return;
   for (const Span& span : controller->spans) {
     if (span.step == step->step) step->corrected_end_ns = span.end_ns;

@@ -7,8 +7,16 @@
 // anchored at the step's begin, a time t on thread T moves earlier by the
 // summed cost of T's events recorded in (step begin, t]. Later events shift,
 // enclosing ranges shrink; the step itself shrinks by its controller
-// thread's total. Costs come from each process's Hello (wire.h
-// Hello::costs), times `correction.scale`.
+// thread's total. Costs, times `correction.scale`: each kind's own cost is
+// the mean of the costs its collector measured in place in this step
+// (EventKind::kCostSample, one recording call in correction.sample_every
+// per thread), else in the run so far, else its start-up calibration (the
+// Hello's, wire.h Hello::costs); the caller-side py_nvtx_* costs and the
+// cost samples' own are always calibrated. The uncertainty of what is
+// removed is the sampling error of those means: per process,
+// sqrt(sum over kinds of (events of the kind)^2 * variance / samples). It
+// does not cover costs the samples cannot see (the caller side, the NVTX
+// dispatch before the handler): those are as calibrated.
 //
 // Across processes (waits): a controller's sub-task window that waits on
 // Ray actor calls (verl: dispatch, ray.get, then on) ends when the last of
@@ -30,6 +38,7 @@
 // So a corrected call never starts before its corrected submit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -46,19 +55,41 @@ struct StepProfile;  // step_profile.h
 // What one event of a process costs, by kind and entry point.
 class CostModel {
  public:
+  // Fewest samples of a kind whose mean replaces the next source.
+  static constexpr uint64_t kMinSamples = 4;
+  static constexpr int kKinds = 7;  // EventKind values 1..6
   CostModel() = default;
-  CostModel(const std::map<std::string, double>& costs, double scale);
+  // `costs`: the Hello's (start-up calibration). `step`: what was measured
+  // in the step, per kind, and `run`: in the run so far (either may be
+  // empty); the first with kMinSamples of a kind gives its own cost.
+  CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step = nullptr,
+            const KindSamples* run = nullptr);
   // Picoseconds (sub-ns costs add up over millions of events).
   int64_t CostPs(uint8_t kind, uint8_t flags) const;
-  // The costs actually used, ns per event (the Hello's, scaled), for summaries.
+  // The variance of kind's own cost as estimated (ps^2; 0 when calibrated).
+  double MeanVarPs2(uint8_t kind) const { return kind < kKinds ? mean_var_ps2_[kind] : 0; }
+  // The costs actually used, ns per event (scaled), for summaries.
   const std::map<std::string, double>& costs_ns() const { return costs_ns_; }
+  // Where each used own cost came from: "step", "run" or "calibration";
+  // and the measurements behind the first two.
+  const std::map<std::string, std::string>& sources() const { return sources_; }
+  struct Measured {
+    double mean_ns = 0, sd_ns = 0;
+    uint64_t samples = 0;
+  };
+  const std::map<std::string, Measured>& measured() const { return measured_; }
 
  private:
-  static constexpr int kKinds = 6;  // EventKind values 1..5
   int64_t own_ps_[kKinds] = {};     // the collector's recording
   int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (opening events)
+  double mean_var_ps2_[kKinds] = {};
   std::map<std::string, double> costs_ns_;
+  std::map<std::string, std::string> sources_;
+  std::map<std::string, Measured> measured_;
 };
+
+// The key of an event kind's own cost in Hello::costs ("push", ... "sample").
+const char* CostKey(uint8_t kind);
 
 // The time shift of one process in one step.
 class Corrector {
@@ -88,6 +119,11 @@ class Corrector {
     return CostPs(tid, to) / 1000 - CostPs(tid, from - 1) / 1000;
   }
   uint64_t events() const { return events_; }
+  // The sampling error of total_ns() (CostModel::MeanVarPs2), one standard
+  // deviation; waits not included (the workers' own carry theirs).
+  int64_t uncertainty_ns() const { return uncertainty_ns_; }
+  // Recorded events whose kind's cost is the start-up calibration's.
+  uint64_t calibrated_events() const { return calibrated_events_; }
   // Marks whose cost exceeded the time since the thread's previous mark, so
   // charged only that time (costs overestimated, e.g. calibrated under load).
   uint64_t capped() const { return capped_; }
@@ -110,8 +146,10 @@ class Corrector {
   std::vector<int64_t> tids_;
   int64_t total_ns_ = 0;
   int64_t waits_ns_ = 0;
-  uint64_t events_ = 0;  // recorded events (not wait marks)
+  uint64_t events_ = 0;  // recorded events (not wait marks, not cost samples)
   uint64_t capped_ = 0;
+  int64_t uncertainty_ns_ = 0;
+  uint64_t calibrated_events_ = 0;
 };
 
 // A controller window that waits on workers: raw times, aggregator clock;
@@ -160,6 +198,11 @@ struct AwaitedWork {
 // earlier windows.
 int64_t WaitShrinkNs(const std::vector<AwaitedWork>& work, int64_t window_begin_ns,
                      const std::function<int64_t(int64_t)>& controller_shift_ns);
+
+// The first kind (by EventKind) whose measured costs differ between the two
+// halves of a step by more than three standard errors and a quarter, said
+// in one line; "" when none did.
+std::string CostDrift(const KindSamples& first, const KindSamples& second);
 
 // Overhead correction of a cut step: the workers' costs first, then the
 // controller with its waits on them (its windows: the occurrences of

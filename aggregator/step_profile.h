@@ -27,6 +27,11 @@ struct ProcessSlice {
   // Overhead correction (correction.h); null when off. Times above are corrected.
   std::shared_ptr<const Corrector> corrector;
   CostModel costs;
+  // Why its correction may be off ("" none): costs that drifted in the step.
+  std::string cost_note;
+  // CPU its collector's flush thread used in the step (-1 unknown): not
+  // removed; on a node with no spare core it was taken from the job.
+  int64_t profiler_cpu_ns = -1;
 };
 
 // A process that should have connected but did not (identity strings as the
@@ -49,6 +54,9 @@ struct StepProfile {
   bool corrected = false;
   double correction_scale = 1.0;
   int64_t corrected_end_ns = 0;
+  // One standard deviation of what was removed, from the sampling error of
+  // the measured costs of every process (correction.h), combined.
+  int64_t correction_uncertainty_ns = 0;
   std::shared_ptr<const StepAnalysis> analysis;  // breakdown.h; null = none
   // Clock causality (Ray): worker executions of the controller's calls that
   // start before the call was submitted or end after its result was got.

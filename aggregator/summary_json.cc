@@ -167,6 +167,22 @@ std::string StepSummaryJson(const StepProfile& step) {
       w.Key("costs_ns").BeginObject();
       for (const auto& [k, ns] : slice.costs.costs_ns()) w.Key(k).Double(ns);
       w.EndObject();
+      w.Key("cost_sources").BeginObject();  // "step", "run" or "calibration"
+      for (const auto& [k, source] : slice.costs.sources()) w.Key(k).String(source);
+      w.EndObject();
+      w.Key("measured_costs").BeginObject();  // the samples behind a "step" or "run" cost
+      for (const auto& [k, m] : slice.costs.measured()) {
+        w.Key(k).BeginObject();
+        w.Key("mean_ns").Double(m.mean_ns);
+        w.Key("sd_ns").Double(m.sd_ns);
+        w.Key("samples").Uint(m.samples);
+        w.EndObject();
+      }
+      w.EndObject();
+      w.Key("uncertainty_ms").Double(Ms(slice.corrector->uncertainty_ns()));
+      w.Key("calibrated_events").Uint(slice.corrector->calibrated_events());
+      w.Key("note").String(slice.cost_note);
+      if (slice.profiler_cpu_ns >= 0) w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
       w.EndObject();
     }
     w.EndObject();
@@ -212,6 +228,28 @@ std::string StepSummaryJson(const StepProfile& step) {
   if (step.corrected) {
     w.Key("duration_ms").Double(Ms(step.corrected_end_ns - step.begin_ns));
     w.Key("subtracted_ms").Double(Ms(step.end_ns - step.corrected_end_ns));
+    w.Key("uncertainty_ms").Double(Ms(step.correction_uncertainty_ns));
+    // Why the correction may be less sure than its uncertainty says.
+    w.Key("notes").BeginArray();
+    for (const ProcessSlice& slice : step.processes) {
+      if (!slice.corrector) continue;
+      if (!slice.cost_note.empty()) w.String(ProcessLabel(*slice.process) + ": " + slice.cost_note);
+      // The flush thread's CPU is not removed: say when it was a real share.
+      if (const int64_t step_ns = step.end_ns - step.begin_ns;
+          step_ns > 0 && slice.profiler_cpu_ns * 20 > step_ns) {
+        char text[200];
+        std::snprintf(text, sizeof(text),
+                      ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: on a "
+                      "node with no spare core it was taken from the job",
+                      slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns);
+        w.String(ProcessLabel(*slice.process) + text);
+      }
+      if (const uint64_t n = slice.corrector->calibrated_events(); n > 0) {
+        w.String(ProcessLabel(*slice.process) + ": " + std::to_string(n) +
+                 " events costed by the start-up calibration (too few cost samples of their kind)");
+      }
+    }
+    w.EndArray();
   }
   w.EndObject();
   if (step.analysis) WriteAnalysis(w, step, *step.analysis);
@@ -246,6 +284,7 @@ std::string RunJson(const RunInfo& run) {
     w.Key("dropped").Uint(p.dropped());
     w.Key("unmatched").Uint(p.unmatched());
     w.Key("released_ns").Int(pi.released_ns);
+    w.Key("interrupted_cost_samples").Uint(p.interrupted_samples());
     w.Key("said_bye").Bool(p.said_bye());
     w.Key("lost").Bool(p.lost());
     w.Key("truncated_strings").Uint(p.truncated_strings());

@@ -1,6 +1,8 @@
 #include "aggregator/timeline.h"
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 
 #include "native/names.h"
 #include "native/steps.h"
@@ -20,6 +22,10 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   dropped_ = std::max(dropped_, batch.dropped);
   last_ack_ = std::max(last_ack_, batch.ack);
   clock_.Add(batch.probes);
+  if (batch.profiler_cpu_ns >= 0 && batch.watermark_ns != 0 &&
+      (cpu_points_.empty() || batch.watermark_ns > cpu_points_.back().first)) {
+    cpu_points_.emplace_back(batch.watermark_ns, batch.profiler_cpu_ns);
+  }
 
   for (const GpuRecord& g : batch.gpu) {
     if (g.end_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
@@ -33,6 +39,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   for (const auto& block : batch.threads) {
     events_received_ += block.events.size();
     auto& marks = cost_marks_[block.tid];
+    bool after_calibration = false;  // the event before was rlscope_ray's start-up calibration
     for (const auto& e : block.events) {
       if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
       // Events of rlscope_ray's start-up calibration (named
@@ -106,6 +113,18 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           Close(s, steps);
           break;
         }
+        case EventKind::kCostSample: {
+          // Not a span or an instant: a measured cost (0: not measurable),
+          // and, as a mark below, an event that cost something itself.
+          // (One of the start-up calibration's events: a loop, not the run.)
+          if (e.value > kInterruptedSamplePs) {
+            ++interrupted_samples_;
+          } else if (e.value != 0 && e.category < sample_totals_.size() && !after_calibration) {
+            cost_samples_.push_back({e.ts_ns, static_cast<uint8_t>(e.category), e.flags, e.value});
+            sample_totals_[e.category].Add(static_cast<double>(e.value));
+          }
+          break;
+        }
         case EventKind::kMark: {
           if (calibration) break;
           if (step_number_name_ != 0 && e.name == step_number_name_) {
@@ -125,6 +144,7 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
         }
       }
       if (!calibration) marks.push_back({e.ts_ns, e.kind, e.flags});
+      after_calibration = calibration;
     }
   }
 }
@@ -249,7 +269,29 @@ void ProcessTimeline::CutCosts(int64_t begin_ns, int64_t end_ns,
   }
 }
 
+void ProcessTimeline::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const {
+  for (const CostSample& s : cost_samples_) {
+    if (s.ts_ns >= begin_ns && s.ts_ns <= end_ns) out->push_back(s);
+  }
+}
+
+int64_t ProcessTimeline::ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const {
+  if (cpu_points_.empty()) return -1;
+  auto at = [&](int64_t t) -> double {  // the running total at t, linear between points
+    if (t <= cpu_points_.front().first) return static_cast<double>(cpu_points_.front().second);
+    if (t >= cpu_points_.back().first) return static_cast<double>(cpu_points_.back().second);
+    auto hi = std::lower_bound(cpu_points_.begin(), cpu_points_.end(), t,
+                               [](const std::pair<int64_t, int64_t>& p, int64_t v) { return p.first < v; });
+    auto lo = std::prev(hi);
+    const double f = static_cast<double>(t - lo->first) / static_cast<double>(hi->first - lo->first);
+    return static_cast<double>(lo->second) + f * static_cast<double>(hi->second - lo->second);
+  };
+  return std::max<int64_t>(0, std::llround(at(end_ns) - at(begin_ns)));
+}
+
 void ProcessTimeline::DiscardBefore(int64_t ns) {
+  while (cpu_points_.size() > 1 && cpu_points_[1].first < ns) cpu_points_.pop_front();
+  while (!cost_samples_.empty() && cost_samples_.front().ts_ns < ns) cost_samples_.pop_front();
   for (auto it = cost_marks_.begin(); it != cost_marks_.end();) {
     auto& marks = it->second;
     while (!marks.empty() && marks.front().ts_ns < ns) marks.pop_front();

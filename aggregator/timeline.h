@@ -5,6 +5,8 @@
 // matched by id and may end on another thread, in either arrival order.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -50,6 +52,37 @@ struct CostMark {
   uint8_t flags = 0;  // EventFlags
   int64_t wait_ps = 0;
 };
+
+// A recording call's cost, measured in place by the collector (one call in
+// correction.sample_every per thread; EventKind::kCostSample).
+struct CostSample {
+  int64_t ts_ns = 0;  // when it was recorded (right after the measured event)
+  uint8_t kind = 0;   // the measured event's EventKind
+  uint8_t flags = 0;  // its EventFlags
+  uint64_t ps = 0;    // what the call cost its thread
+};
+
+// Sums of measured costs of one event kind: enough for a mean and its
+// sampling variance.
+struct SampleStats {
+  uint64_t n = 0;
+  double sum_ps = 0, sum_sq_ps2 = 0;
+  void Add(double ps) {
+    ++n;
+    sum_ps += ps;
+    sum_sq_ps2 += ps * ps;
+  }
+  double mean_ps() const { return n == 0 ? 0 : sum_ps / static_cast<double>(n); }
+  // The samples' variance (n - 1), ps^2; 0 below two samples.
+  double var_ps2() const {
+    if (n < 2) return 0;
+    const double m = mean_ps();
+    return std::max(0.0, (sum_sq_ps2 - static_cast<double>(n) * m * m) / static_cast<double>(n - 1));
+  }
+};
+
+// Per EventKind value (index 1..6): a process's cost samples.
+using KindSamples = std::array<SampleStats, 7>;
 
 struct Instant {
   int64_t ts_ns = 0;
@@ -112,6 +145,20 @@ class ProcessTimeline {
   // Every recorded event in [begin, end], per thread, in recording order
   // (the step's closing event paid its cost inside the step).
   void CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const;
+  // The cost samples recorded in [begin, end], all threads.
+  void CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const;
+  // Every cost sample received so far, per kind.
+  const KindSamples& sample_totals() const { return sample_totals_; }
+  // A measured call longer than this was interrupted (the thread was
+  // preempted, or took a signal, inside it): not the profiler's cost, left
+  // out of the costs and counted. Page faults, a wake-up's syscall and cache
+  // misses stay far below it.
+  static constexpr uint64_t kInterruptedSamplePs = 20'000'000;  // 20 us
+  uint64_t interrupted_samples() const { return interrupted_samples_; }
+  // CPU time the collector's own flush thread used in [begin, end] (its
+  // clock), from the running totals its batches carry (Batch.profiler_cpu_ns),
+  // interpolated; -1 when it sent none.
+  int64_t ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const;
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
   void DiscardBefore(int64_t ns);
@@ -173,6 +220,10 @@ class ProcessTimeline {
   std::deque<Instant> instants_;  // in arrival order
   std::deque<GpuRecord> gpu_;      // in arrival order
   std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order
+  std::deque<CostSample> cost_samples_;                  // in arrival order
+  KindSamples sample_totals_;
+  uint64_t interrupted_samples_ = 0;
+  std::deque<std::pair<int64_t, int64_t>> cpu_points_;  // (watermark, flush thread CPU so far)
   uint32_t calibration_name_ = 0;  // id of "rlscope.calibration": those events are left out
   std::unordered_map<uint32_t, int64_t> launches_;  // correlation -> API call start
   int64_t watermark_ns_ = 0;

@@ -14,6 +14,9 @@ Sections (each a function that runs its programs and prints one table):
                       calibration) beside RL-Scope's 16.8 % worst case.
   faults_section      each fault injected into a real run: events emitted,
                       in the output, reported lost, and the loop time.
+  accuracy_section    one profiled run's corrected error at scale 1 (median
+                      and IQR over interleaved rounds), costs measured in
+                      place vs start-up calibration, beside the noise floor.
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -472,23 +475,16 @@ def correction_section(args):
     (`rlscope-ray calibrate`), beside RL-Scope's published worst case."""
     import tempfile
 
+    from accuracy_bench import workloads
     from rlscope_ray.ab_calibration import Runner, calibrate
 
-    apps = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "apps")
     config = {"buffers": {"per_thread_kb": 32768}}
     rows = []
-    dense = [sys.executable, os.path.join(apps, "dense_steps.py"), "--steps", "10", "--ranges", "100000"]
-    workloads = [
-        ("python nvtx.push_range/pop_range", dense + ["--style", "push"]),
-        ("python nvtx.annotate(color=...)", dense + ["--style", "annotate"]),
-        ("Ray driver waiting on an annotated actor",
-         [sys.executable, os.path.join(apps, "ray_wait_app.py"), "--steps", "10", "--ranges", "100000"]),
-    ]
 
     def med(runs):  # the median step over every run's steps but the first (start-up)
         return statistics.median(v for r in runs for n, v in r.items() if n != min(r))
 
-    for label, cmd in workloads:
+    for label, cmd in workloads(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 10, 100000):
         scale = calibrate(cmd, runs=args.runs, config=config, timeout_s=args.timeout_s).scale
         with tempfile.TemporaryDirectory(prefix="rlscope_correction_bench_") as work:
             runner = Runner(cmd, work, config, args.timeout_s)
@@ -533,6 +529,15 @@ def faults_section(args):
     fault_bench.faults_section(args, clean_env, print_table)
 
 
+def accuracy_section(args):
+    """Correction accuracy from one profiled run, costs measured in place
+    against the start-up calibration alone (bench/accuracy_bench.py)."""
+    import accuracy_bench
+
+    args.root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    accuracy_bench.accuracy_section(args, print_table)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "aggregator": aggregator_section,
@@ -546,6 +551,7 @@ SECTIONS = {
     "exit": exit_section,
     "correction": correction_section,
     "faults": faults_section,
+    "accuracy": accuracy_section,
 }
 
 
@@ -559,6 +565,8 @@ def main():
     parser.add_argument("--sleep-ms", type=int, default=30,
                         help="untimed pause between chunks so the collector drains its ring")
     parser.add_argument("--timeout-s", type=int, default=300, help="limit per benchmark process")
+    parser.add_argument("--pairs-accuracy", type=int, default=10,
+                        help="interleaved rounds of the accuracy section (default 10)")
     parser.add_argument("--section", action="append", choices=sorted(SECTIONS),
                         help="run only these sections (default: all)")
     args = parser.parse_args()

@@ -5,6 +5,7 @@
 #include "native/names.h"
 
 using rlscope::Collector;
+using rlscope::CostSampler;
 using rlscope::EventKind;
 using rlscope::ThreadState;
 
@@ -48,7 +49,10 @@ int rlscope_collector_armed(void) {
 void rlscope_range_push(const char* name) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePush(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagNone);
+  if (Enter(&c, &ts)) {
+    CostSampler sampler(c, ts);
+    c->RangePush(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagNone);
+  }
 }
 
 uint32_t rlscope_intern(const char* name) {
@@ -64,31 +68,43 @@ uint32_t rlscope_intern(const char* name) {
 void rlscope_range_push_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
+  if (Enter(&c, &ts)) {
+    CostSampler sampler(c, ts);
+    c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
+  }
 }
 
 uint64_t rlscope_range_start_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  return Enter(&c, &ts) ? c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagNone) : 0;
+  if (!Enter(&c, &ts)) return 0;
+  CostSampler sampler(c, ts);
+  return c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_mark_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  if (EnterArmed(&c, &ts)) c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagNone);
+  if (EnterArmed(&c, &ts)) {
+    CostSampler sampler(c, ts);
+    c->Record(ts, EventKind::kMark, name_id, 0, 0, 0, rlscope::kFlagNone);
+  }
 }
 
 void rlscope_range_push_payload(uint32_t name_id, uint64_t payload) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
+  if (Enter(&c, &ts)) {
+    CostSampler sampler(c, ts);
+    c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
+  }
 }
 
 void rlscope_mark_payload(uint32_t name_id, uint64_t payload) {
   Collector* c;
   ThreadState* ts;
   if (EnterArmed(&c, &ts)) {
+    CostSampler sampler(c, ts);
     c->Record(ts, EventKind::kMark, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
   }
 }
@@ -96,15 +112,18 @@ void rlscope_mark_payload(uint32_t name_id, uint64_t payload) {
 void rlscope_range_pop(void) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) c->RangePop(ts, 0);
+  if (Enter(&c, &ts)) {
+    CostSampler sampler(c, ts);
+    c->RangePop(ts, 0);
+  }
 }
 
 uint64_t rlscope_range_start(const char* name) {
   Collector* c;
   ThreadState* ts;
-  return Enter(&c, &ts) ? c->RangeStart(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0,
-                                        rlscope::kFlagNone)
-                        : 0;
+  if (!Enter(&c, &ts)) return 0;
+  CostSampler sampler(c, ts);
+  return c->RangeStart(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_range_end(uint64_t range_id) {
@@ -114,13 +133,16 @@ void rlscope_range_end(uint64_t range_id) {
   // (The end of a dropped start is counted there too.)
   const uint64_t tracked = Collector::kRecordedRangeBit | Collector::kDroppedRangeBit;
   ThreadState* ts = (range_id & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
-  if (ts != nullptr) c->RangeEnd(ts, 0, range_id);
+  if (ts == nullptr) return;
+  CostSampler sampler(c, ts);
+  c->RangeEnd(ts, 0, range_id);
 }
 
 void rlscope_mark(const char* name) {
   Collector* c;
   ThreadState* ts;
   if (EnterArmed(&c, &ts)) {
+    CostSampler sampler(c, ts);
     c->Record(ts, EventKind::kMark, ts->names.Lookup(name), 0, 0, 0, rlscope::kFlagNone);
   }
 }
@@ -129,6 +151,7 @@ void rlscope_step_begin(int64_t step) {
   Collector* c;
   ThreadState* ts;
   if (Enter(&c, &ts, /*step_call=*/true)) {
+    CostSampler sampler(c, ts);
     c->RangePush(ts, ts->names.Lookup(rlscope::names::kStep), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload);
   }
 }
@@ -145,7 +168,10 @@ void rlscope_set_next_step(int64_t step) {
 void rlscope_step_end(void) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts, /*step_call=*/true)) c->RangePop(ts, 0);
+  if (Enter(&c, &ts, /*step_call=*/true)) {
+    CostSampler sampler(c, ts);
+    c->RangePop(ts, 0);
+  }
 }
 
 void rlscope_capture_start(void) {

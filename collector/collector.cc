@@ -6,11 +6,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "native/names.h"
 #include "native/steps.h"
@@ -213,6 +215,13 @@ Collector* Collector::Start() {
   return Instance();
 }
 
+namespace {
+// Calls between timed ones (CostSampler): none while correction is off.
+uint32_t SampleEvery(const Config& config) {
+  return config.correction.enabled ? static_cast<uint32_t>(config.correction.sample_every) : 0;
+}
+}  // namespace
+
 Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire::Identity identity,
                      std::unique_ptr<TestClock> test_clock)
     : config_(std::move(config)),
@@ -248,6 +257,7 @@ Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire:
       identity_(std::move(identity)),
       converter_(clock_source_) {
   if (test_clock_ != nullptr) costs_ = test_clock_->costs();
+  sample_every_.store(SampleEvery(config_), std::memory_order_relaxed);
   if (!config_.ranks.all && identity_.rank < 0 && !is_controller()) {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
@@ -458,6 +468,7 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     std::lock_guard<std::mutex> lock(arm_mu_);
     steps_ = run.config.steps;
   }
+  sample_every_.store(SampleEvery(run.config), std::memory_order_relaxed);
   if (is_controller() && trigger_ == Trigger::kController && !in_step_.load(std::memory_order_relaxed)) {
     // Between steps (a step under way keeps its window; the next edge follows the run's steps).
     window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
@@ -750,6 +761,17 @@ std::map<std::string, double> Collector::Calibrate() {
     return best;
   };
   const double empty = best_ns([](int) {});
+  // What timing a call adds to what it measures (CostSampler): two clock
+  // reads with nothing between, the median of many.
+  {
+    std::vector<uint64_t> d(1001);
+    for (uint64_t& v : d) {
+      const uint64_t t0 = ReadTicks(clock_source_);
+      v = ReadTicks(clock_source_) - t0;
+    }
+    std::nth_element(d.begin(), d.begin() + 500, d.end());
+    timer_ticks_.store(d[500], std::memory_order_relaxed);
+  }
   // Each body is what a recorded event of that kind costs in its handler:
   // the name lookup, the depth bookkeeping, the record.
   const double push = best_ns([&](int) {
@@ -771,8 +793,13 @@ std::map<std::string, double> Collector::Calibrate() {
   const double mark = best_ns([&](int) {
     Record(&state, EventKind::kMark, state.names.Lookup(kName), 0, 0, 0, kFlagNone);
   });
+  // A cost sample: the timed call's two clock reads and the sample's record.
+  const double sample = best_ns([&](int) {
+    volatile uint64_t t0 = ReadTicks(clock_source_);
+    RecordCostSample(&state, ReadTicks(clock_source_) - t0);
+  });
   std::map<std::string, double> out = {{"push", push - empty}, {"pop", pop - empty}, {"start", start - empty},
-                                       {"end", end - empty}, {"mark", mark - empty}};
+                                       {"end", end - empty}, {"mark", mark - empty}, {"sample", sample - empty}};
   for (auto& [k, v] : out) v = std::max(0.0, v);
   std::lock_guard<std::mutex> lock(meta_mu_);
   for (const auto& [k, v] : out) costs_[k] = v;

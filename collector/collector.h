@@ -41,6 +41,15 @@ struct ThreadState {
   uint64_t dropped_mask = 0;   // bit d: the push at depth d was dropped (so its pop is, counted)
   int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
   int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
+  // In-place cost sampling (CostSampler): calls left until the next timed
+  // one; the kind and flags Record last wrote; the thread's own virtual
+  // costs so far (test clock only).
+  uint32_t sample_countdown = 1;
+  uint32_t sample_rng = 0x9E3779B9;  // xorshift32: the gaps between timed calls vary
+  uint32_t records = 0;  // events Record wrote (wraps)
+  uint8_t recorded_kind = 0;
+  uint8_t recorded_flags = 0;
+  int64_t virtual_own_ns = 0;
   explicit ThreadState(StringTable* table) : names(table) {}
   // Push/pop pairing through recorded_mask; 64 levels deep at most.
   void SetRecorded(int d, bool recorded) {
@@ -139,15 +148,23 @@ class Collector {
   }
 
   // Records one event into `ts`, the calling thread's state. Returns false
-  // when dropped (ring full, counted). `privileged`: a recorded range's close
-  // or a step edge, which may take the ring's reserve (ThreadBuffer::TryPush).
+  // when dropped (ring full, counted unless `counted` is false: a cost
+  // sample). `privileged`: a recorded range's close or a step edge, which may
+  // take the ring's reserve (ThreadBuffer::TryPush).
   bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
-              uint64_t value, uint8_t flags, bool privileged = false) {
+              uint64_t value, uint8_t flags, bool privileged = false, bool counted = true) {
     EventRecord r;
     r.ts = ReadTicks(clock_source_);
     // Test-only virtual costs (test_clock.h; the clock source is then
     // monotonic, so ticks are ns). Constant after start: a predicted branch.
-    if (__builtin_expect(test_clock_ != nullptr, 0)) r.ts += test_clock_->Advance(static_cast<uint8_t>(kind), flags);
+    if (__builtin_expect(test_clock_ != nullptr, 0)) {
+      int64_t own_ns = 0;
+      r.ts += test_clock_->Advance(static_cast<uint8_t>(kind), flags, &own_ns);
+      ts->virtual_own_ns += own_ns;
+    }
+    ts->recorded_kind = static_cast<uint8_t>(kind);
+    ts->recorded_flags = flags;
+    ++ts->records;
     r.value = value;
     r.name = name;
     r.category = category;
@@ -155,11 +172,29 @@ class Collector {
     r.kind = static_cast<uint8_t>(kind);
     r.flags = flags;
     r.reserved = 0;
-    if (!ts->buffer->TryPush(r, privileged)) return false;
+    if (!ts->buffer->TryPush(r, privileged, counted)) return false;
     // Every half ring, the flush thread is woken rather than left to its
     // interval: one eventfd write per (ring / 2) records.
     if (__builtin_expect(ts->buffer->AtHalfMark(), 0)) Wake();
     return true;
+  }
+
+  // In-place cost sampling: now, on the clock a CostSampler times with
+  // (event ticks; a thread's own virtual ns under test costs).
+  uint64_t SampleClock(const ThreadState* ts) const {
+    return __builtin_expect(test_clock_ != nullptr, 0) ? static_cast<uint64_t>(ts->virtual_own_ns)
+                                                       : ReadTicks(clock_source_);
+  }
+  // Calls between timed ones on a thread (correction.sample_every; 0 off).
+  uint32_t sample_every() const { return sample_every_.load(std::memory_order_relaxed); }
+  // After a timed call that recorded an event (ts->recorded_kind): its cost,
+  // `ticks` less what timing it took (the clock read's own, measured at
+  // start-up), as a kCostSample event right after it.
+  void RecordCostSample(ThreadState* ts, uint64_t ticks) {
+    const uint8_t kind = ts->recorded_kind, flags = ts->recorded_flags;
+    const uint64_t timer = timer_ticks_.load(std::memory_order_relaxed);
+    ticks = ticks > timer ? ticks - timer : 0;
+    Record(ts, EventKind::kCostSample, 0, 0, kind, ticks, flags, /*privileged=*/false, /*counted=*/false);
   }
 
   // The calling thread's state when it has one or may get one now: while
@@ -359,6 +394,8 @@ class Collector {
   // bounded: the oldest are forgotten.
   std::vector<std::pair<int64_t, int64_t>> armed_intervals_;
   std::atomic<bool> armed_{false};
+  std::atomic<uint32_t> sample_every_{0};  // correction.sample_every (0 when correction is off)
+  std::atomic<uint64_t> timer_ticks_{0};   // a clock read's own cost, ticks (Calibrate; 0 under test costs)
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
   std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
   std::atomic<int64_t> next_step_{1};        // controller: number of the next unnumbered step
@@ -420,6 +457,54 @@ class Collector {
 
   friend struct ThreadExitHook;
   friend class CollectorTestPeer;
+};
+
+// Times one recording call in Collector::sample_every() on the calling
+// thread, from the handler's entry (its thread state known) to its exit, on
+// the event clock, and records the cost as a kCostSample right after the
+// event the call recorded (correction.h, measured costs): the real hot path,
+// its real buffers and wake-ups. A timed call that recorded no event, or
+// more than one, is no sample (a disarmed thread so pays one decrement per
+// call and two clock reads per N).
+class CostSampler {
+ public:
+  CostSampler(Collector* c, ThreadState* ts) : c_(c), ts_(ts) {
+    if (__builtin_expect(--ts->sample_countdown != 0, 1)) return;
+    const uint32_t every = c->sample_every();
+    if (every == 0) {  // off: looked at again after 2^32 calls
+      ts->sample_countdown = UINT32_MAX;
+      return;
+    }
+    timed_ = true;
+    records_ = ts->records;
+    begin_ = c->SampleClock(ts);
+  }
+  ~CostSampler() {
+    if (__builtin_expect(timed_, 0)) Finish();
+  }
+  CostSampler(const CostSampler&) = delete;
+  CostSampler& operator=(const CostSampler&) = delete;
+
+ private:
+  void Finish() {
+    const uint64_t end = c_->SampleClock(ts_);
+    // The next timed call: 1 to 2N-1 calls on (N on average), not every
+    // N-th, which would time the same kind of a regular pattern (a pop,
+    // never a push, in a loop of pairs with N even).
+    uint32_t x = ts_->sample_rng;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    ts_->sample_rng = x;
+    const uint32_t every = c_->sample_every();
+    ts_->sample_countdown = every == 0 ? UINT32_MAX : 1 + x % (2 * every - 1);
+    if (ts_->records - records_ == 1) c_->RecordCostSample(ts_, end - begin_);
+  }
+  Collector* c_;
+  ThreadState* ts_;
+  bool timed_ = false;
+  uint32_t records_ = 0;
+  uint64_t begin_ = 0;
 };
 
 }  // namespace rlscope

@@ -103,7 +103,8 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   Collector* c = Collector::Instance();            \
   if (c == nullptr) return ret;                    \
   ThreadState* ts = c->TrackedThread();            \
-  if (ts == nullptr) return ret
+  if (ts == nullptr) return ret;                   \
+  CostSampler rlscope_sampler(c, ts)
 
 // Marks are recorded only while armed: a disarmed one returns before the
 // thread is looked up (a first call would register it).
@@ -111,7 +112,8 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   Collector* c = Collector::Instance();            \
   if (c == nullptr || !c->armed()) return;         \
   ThreadState* ts = c->CurrentThread();            \
-  if (ts == nullptr) return
+  if (ts == nullptr) return;                       \
+  CostSampler rlscope_sampler(c, ts)
 
 int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
   return c->RangePush(ts, a.name, domain, a.category, a.value, a.flags);
@@ -134,7 +136,9 @@ void End(uint32_t domain, nvtxRangeId_t handle) {
   // (The end of a dropped start is counted there too.)
   const uint64_t tracked = Collector::kRecordedRangeBit | Collector::kDroppedRangeBit;
   ThreadState* ts = (handle & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
-  if (ts != nullptr) c->RangeEnd(ts, domain, handle);
+  if (ts == nullptr) return;
+  CostSampler sampler(c, ts);
+  c->RangeEnd(ts, domain, handle);
 }
 
 // ---- CORE module ----

@@ -27,6 +27,7 @@ constexpr Key kKeys[] = {
     {"start", EventKind::kRangeStart, false},      {"end", EventKind::kRangeEnd, false},
     {"mark", EventKind::kMark, false},             {"py_nvtx_push", EventKind::kRangePush, true},
     {"py_nvtx_start", EventKind::kRangeStart, true}, {"py_nvtx_mark", EventKind::kMark, true},
+    {"sample", EventKind::kCostSample, false},
 };
 
 std::runtime_error Bad(const std::string& what) {
@@ -40,6 +41,7 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
   if (spec == nullptr || *spec == '\0') return nullptr;
   std::unique_ptr<TestClock> clock(new TestClock());
   const std::string text = spec;
+  double calibrated = 1.0;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find(',', start);
@@ -48,7 +50,21 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
     start = end + 1;
     const size_t eq = item.find('=');
     if (eq == std::string::npos) throw Bad("'" + item + "' is not key=ns");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const std::string key = item.substr(0, eq);
+    std::string value = item.substr(eq + 1);
+    if (key == "calibrated") {
+      char* stop = nullptr;
+      calibrated = std::strtod(value.c_str(), &stop);
+      if (value.empty() || *stop != '\0' || !(calibrated > 0) || calibrated > 100) {
+        throw Bad("'" + item + "': calibrated is a factor in (0, 100]");
+      }
+      continue;
+    }
+    std::string jitter;
+    if (const size_t tilde = value.find('~'); tilde != std::string::npos) {
+      jitter = value.substr(tilde + 1);
+      value.resize(tilde);
+    }
     const Key* k = nullptr;
     for (const Key& candidate : kKeys) {
       if (key == candidate.name) k = &candidate;
@@ -59,10 +75,19 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
     if (value.empty() || *stop != '\0' || ns < 0 || ns > 1000000000) {
       throw Bad("'" + item + "': the cost is an integer number of ns in [0, 1e9]");
     }
+    long long spread = 0;
+    if (!jitter.empty() || item.find('~') != std::string::npos) {
+      spread = std::strtoll(jitter.c_str(), &stop, 10);
+      if (jitter.empty() || *stop != '\0' || spread < 0 || spread > ns) {
+        throw Bad("'" + item + "': the spread after ~ is an integer number of ns in [0, the cost]");
+      }
+    }
     const int kind = static_cast<int>(k->kind);
     (k->nvtx_ex ? clock->nvtx_ex_ns_ : clock->own_ns_)[kind] = ns;
+    (k->nvtx_ex ? clock->ex_jitter_ns_ : clock->own_jitter_ns_)[kind] = spread;
     clock->costs_[key] = static_cast<double>(ns);
   }
+  for (auto& [key, ns] : clock->costs_) ns *= calibrated;
   if (const char* path = std::getenv(names::kEnvTestClock); path != nullptr && *path != '\0') {
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, sizeof(int64_t)) != 0) {

@@ -5,7 +5,14 @@
 // process a known, virtual amount instead of a measured one: the collector
 // adds it to a virtual clock and stamps the event at real time plus that
 // clock, as if the recording had really taken that long, and advertises
-// exactly these costs in its Hello (start-up calibration is off). The rule is
+// exactly these costs in its Hello (start-up calibration is off).
+// `push=2000~500`: each push costs a different amount, uniform in
+// [1500, 2500] (a fixed pseudo-random sequence): costs that vary.
+// `calibrated=0.7`: the Hello advertises the costs times 0.7, as a start-up
+// calibration that under-estimates them would. `sample=N`: what recording a
+// cost sample costs (EventKind::kCostSample; default 0). In-place cost
+// sampling reads the thread's own virtual costs (OwnNs): the handler's
+// part, not the caller-side py_nvtx_* part, which comes before it. The rule is
 // the correction model's (aggregator/correction.h): the cost is spent just
 // before the event's timestamp; an event's own cost by kind, plus, for an
 // opening event that came in through an NVTX *Ex entry point, the `nvtx`
@@ -42,11 +49,17 @@ class TestClock {
   ~TestClock();
 
   // Any thread: advances the clock by what an event of `kind` with `flags`
-  // costs and returns the clock after it (ns, added to the event's time).
-  int64_t Advance(uint8_t kind, uint8_t flags) {
-    const int64_t cost = kind < kKinds ? own_ns_[kind] + ((flags & kFlagViaNvtxEx) != 0 ? nvtx_ex_ns_[kind] : 0) : 0;
+  // costs and returns the clock after it (ns, added to the event's time);
+  // `*own_ns` gets the handler's part of it (without the caller side).
+  int64_t Advance(uint8_t kind, uint8_t flags, int64_t* own_ns) {
+    int64_t own = 0, ex = 0;
+    if (kind < kKinds) {
+      own = Draw(own_ns_[kind], own_jitter_ns_[kind]);
+      if ((flags & kFlagViaNvtxEx) != 0) ex = Draw(nvtx_ex_ns_[kind], ex_jitter_ns_[kind]);
+    }
+    *own_ns = own;
     // Relaxed: the clock only has to add up; each event's stamp is its own.
-    return clock_->fetch_add(cost, std::memory_order_relaxed) + cost;
+    return clock_->fetch_add(own + ex, std::memory_order_relaxed) + own + ex;
   }
   int64_t Now() const { return clock_->load(std::memory_order_relaxed); }
   // The advertised costs (the Hello's), ns per event.
@@ -54,9 +67,21 @@ class TestClock {
 
  private:
   TestClock() = default;
-  static constexpr int kKinds = 6;  // EventKind values 1..5
+  // `base` +- up to `jitter`, uniform, from a fixed sequence.
+  int64_t Draw(int64_t base, int64_t jitter) {
+    if (jitter == 0) return base;
+    uint64_t z = draws_.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull + 1;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return base - jitter + static_cast<int64_t>(z % static_cast<uint64_t>(2 * jitter + 1));
+  }
+  static constexpr int kKinds = 7;  // EventKind values 1..6
   int64_t own_ns_[kKinds] = {};
   int64_t nvtx_ex_ns_[kKinds] = {};
+  int64_t own_jitter_ns_[kKinds] = {};
+  int64_t ex_jitter_ns_[kKinds] = {};
+  std::atomic<uint64_t> draws_{0};
   std::map<std::string, double> costs_;
   std::atomic<int64_t> local_{0};
   std::atomic<int64_t>* clock_ = &local_;  // local_, or the shared file's mapping

@@ -2,6 +2,7 @@
 // zmq.h. Flush thread only.
 #include "collector/transport.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -179,7 +180,13 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
     const std::vector<GpuRecord>& gpu = with_metadata ? out.gpu : no_gpu;
     message_max_ts_ = INT64_MIN;
     for (const GpuRecord& g : gpu) message_max_ts_ = std::max(message_max_ts_, g.end_ns);
-    writer_.Begin(session_, seq_++, last ? out.watermark_ns : 0, out.dropped, last ? out.ack : 0);
+    // The flush thread's own CPU time rides with the watermark (this runs on it).
+    int64_t cpu_ns = -1;
+    if (last) {
+      timespec t{};
+      if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0) cpu_ns = t.tv_sec * 1000000000LL + t.tv_nsec;
+    }
+    writer_.Begin(session_, seq_++, last ? out.watermark_ns : 0, out.dropped, last ? out.ack : 0, cpu_ns);
     writer_.Strings(metadata.strings);
     writer_.ThreadNames(metadata.thread_names);
     writer_.Categories(metadata.categories);
@@ -222,6 +229,9 @@ void Transport::AddEvents(const Outgoing::Thread& thread, const TickConverter& c
           ev.ts_ns = converter.ToNs(r.ts);
           message_max_ts_ = std::max(message_max_ts_, ev.ts_ns);
           ev.value = r.value;
+          // A cost sample's value: ticks in the ring, picoseconds on the wire.
+          // (0: not measurable yet; the aggregator leaves it out of the costs.)
+          if (r.kind == static_cast<uint8_t>(EventKind::kCostSample)) ev.value = converter.DurationPs(r.value);
           ev.name = r.name;
           ev.domain = r.domain;
           ev.category = r.category;

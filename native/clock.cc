@@ -1,6 +1,7 @@
 #include "native/clock.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -46,9 +47,16 @@ void TickConverter::Sample() {
   } else if (best_ticks > first_ticks_ + 1000000) {
     ns_per_tick_ = static_cast<double>(best_ns - first_ns_) /
                    static_cast<double>(best_ticks - first_ticks_);
+    rate_known_ = true;
   }
   last_ticks_ = best_ticks;
   last_ns_ = best_ns;
+}
+
+uint64_t TickConverter::DurationPs(uint64_t ticks) const {
+  if (source_ == ClockSource::kMonotonic) return ticks * 1000;
+  if (!rate_known_) return 0;
+  return static_cast<uint64_t>(std::llround(static_cast<double>(ticks) * ns_per_tick_ * 1000.0));
 }
 
 int64_t TickConverter::ToNs(uint64_t ticks) const {

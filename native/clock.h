@@ -47,6 +47,9 @@ class TickConverter {
   void Sample();
   int64_t ToNs(uint64_t ticks) const;
   double ns_per_tick() const { return ns_per_tick_; }
+  // A duration of `ticks` in picoseconds; 0 while the tick rate is not
+  // measured yet (TSC before its second Sample far enough apart).
+  uint64_t DurationPs(uint64_t ticks) const;
 
  private:
   ClockSource source_;
@@ -56,6 +59,7 @@ class TickConverter {
   uint64_t last_ticks_ = 0;
   int64_t last_ns_ = 0;
   double ns_per_tick_ = 1.0;
+  bool rate_known_ = false;
 };
 
 }  // namespace rlscope

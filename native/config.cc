@@ -259,6 +259,9 @@ const std::vector<KeySpec>& KeySpecs() {
            [](Config& c) -> bool& { return c.correction.enabled; })),
       Run(Double("correction.scale", "multiplies the calibrated per-event costs; `rlscope-ray calibrate` measures it on your workload",
              0.0, 100.0, [](Config& c) -> double& { return c.correction.scale; })),
+      Run(Int("correction.sample_every", "time one recording call in N on each thread, in place, and correct each step with "
+              "the costs measured in it (0: start-up calibration only)", 0, 1000000,
+              [](Config& c) -> int64_t& { return c.correction.sample_every; })),
   };
   return specs;
 }

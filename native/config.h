@@ -60,6 +60,7 @@ struct Config {
   struct Correction {
     bool enabled = true;
     double scale = 1.0;  // applied to every calibrated cost
+    int64_t sample_every = 64;  // in-place cost sampling: one handler call in N per thread is timed; 0 off
   } correction;
   struct Clock {
     int64_t probe_interval_ms = 1000;  // 0 = no clock probes (one host)

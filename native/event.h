@@ -19,6 +19,11 @@ enum class EventKind : uint8_t {
   kRangeStart = 3,  // start/end range opened; `value` is its range id
   kRangeEnd = 4,    // start/end range `value` closed (may be another thread)
   kMark = 5,        // instant event
+  // The measured cost of the handler call that recorded the event just
+  // before it on this thread (in-place cost sampling, correction.h):
+  // `value` is ticks in a record, picoseconds on the wire; `category` the
+  // measured event's kind, `flags` its flags. Not a span or an instant.
+  kCostSample = 6,
 };
 
 enum EventFlags : uint8_t {

@@ -26,11 +26,12 @@ class ThreadBuffer {
   int64_t tid() const { return tid_; }
   size_t capacity() const { return mask_ + 1; }
 
-  // Producer only. Returns false (and counts a drop) when full. An ordinary
-  // record (privileged=false) leaves the last reserve() slots free: they
-  // take only privileged ones, the closes of recorded ranges and the step
-  // edges, so a full ring drops whole ranges and keeps step boundaries.
-  bool TryPush(const EventRecord& record, bool privileged = true) {
+  // Producer only. Returns false (and counts a drop, unless `counted` is
+  // false: the profiler's own records) when full. An ordinary record
+  // (privileged=false) leaves the last reserve() slots free: they take only
+  // privileged ones, the closes of recorded ranges and the step edges, so a
+  // full ring drops whole ranges and keeps step boundaries.
+  bool TryPush(const EventRecord& record, bool privileged = true, bool counted = true) {
     const uint64_t limit = privileged ? mask_ : mask_ - reserve_;
     const uint64_t head = head_.load(std::memory_order_relaxed);  // own index
     if (head - cached_tail_ > limit) {
@@ -39,8 +40,7 @@ class ThreadBuffer {
       cached_tail_ = tail_.load(std::memory_order_acquire);
       if (head - cached_tail_ > limit) {
         // Relaxed: a statistic, read by the consumer after the fact.
-        dropped_.store(dropped_.load(std::memory_order_relaxed) + 1,
-                       std::memory_order_relaxed);
+        if (counted) dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         return false;
       }
     }

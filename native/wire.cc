@@ -305,7 +305,7 @@ bool DecodeEvent(Ctx& c, const object* f, const std::string& where, int64_t* ts,
     return false;
   }
   if (kind < static_cast<uint64_t>(EventKind::kRangePush) ||
-      kind > static_cast<uint64_t>(EventKind::kMark)) {
+      kind > static_cast<uint64_t>(EventKind::kCostSample)) {
     return c.Fail(where + ".kind", "unknown event kind " + std::to_string(kind));
   }
   // Wrapping add: a hostile dts must not be signed-overflow UB.
@@ -348,6 +348,10 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
   if (!Require(c, body, "batch", "watermark_ns", &o) || !GetInt(c, *o, "batch.watermark_ns", &b->watermark_ns)) return false;
   if (!Require(c, body, "batch", "dropped", &o) || !GetUint(c, *o, "batch.dropped", &b->dropped)) return false;
   if ((o = Find(body, "ack")) != nullptr && !GetUint(c, *o, "batch.ack", &b->ack)) return false;
+  if ((o = Find(body, "profiler_cpu_ns")) != nullptr) {
+    if (!GetInt(c, *o, "batch.profiler_cpu_ns", &b->profiler_cpu_ns)) return false;
+    if (b->profiler_cpu_ns < 0) return c.Fail("batch.profiler_cpu_ns", "negative CPU time");
+  }
   if ((o = Find(body, "strings")) != nullptr && !DecodeStrings(c, *o, b)) return false;
   if ((o = Find(body, "thread_names")) != nullptr && !DecodeThreadNames(c, *o, b)) return false;
   if ((o = Find(body, "categories")) != nullptr && !DecodeCategories(c, *o, b)) return false;
@@ -434,9 +438,13 @@ bool DecodeProbe(Ctx& c, const object& body, Probe* p) {
 }  // namespace
 
 void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped,
-                        uint64_t ack) {
+                        uint64_t ack, int64_t profiler_cpu_ns) {
   buffer_.clear();
-  PackHeader(packer_, MessageType::kBatch, 11);
+  PackHeader(packer_, MessageType::kBatch, profiler_cpu_ns >= 0 ? 12 : 11);
+  if (profiler_cpu_ns >= 0) {
+    PackKey(packer_, "profiler_cpu_ns");
+    packer_.pack_int64(profiler_cpu_ns);
+  }
   PackKey(packer_, "ack");
   packer_.pack_uint64(ack);
   PackKey(packer_, "session");
@@ -583,7 +591,7 @@ std::string Encode(const Message& message) {
   }
   if (const auto* b = std::get_if<Batch>(&message)) {
     BatchWriter w;
-    w.Begin(b->session, b->seq, b->watermark_ns, b->dropped, b->ack);
+    w.Begin(b->session, b->seq, b->watermark_ns, b->dropped, b->ack, b->profiler_cpu_ns);
     w.Strings(b->strings);
     w.ThreadNames(b->thread_names);
     w.Categories(b->categories);

@@ -108,6 +108,7 @@ struct Batch {
   int64_t watermark_ns = 0;   // every event stamped before this is in a batch <= seq
   uint64_t dropped = 0;       // events dropped by this collector so far (total)
   uint64_t ack = 0;           // flush token answered by this batch (Control.flush), 0 = none
+  int64_t profiler_cpu_ns = -1;  // CPU time of the collector's flush thread so far (optional; -1 absent)
   std::vector<std::pair<uint32_t, std::string>> strings;   // new ids only
   std::vector<std::pair<int64_t, std::string>> thread_names;
   std::vector<CategoryName> categories;
@@ -184,7 +185,8 @@ using Message = std::variant<Hello, Batch, Bye, Expected, Control, Probe>;
 // may be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
 class BatchWriter {
  public:
-  void Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped, uint64_t ack = 0);
+  void Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped, uint64_t ack = 0,
+             int64_t profiler_cpu_ns = -1);
   void Strings(const std::vector<std::pair<uint32_t, std::string>>& strings);
   void ThreadNames(const std::vector<std::pair<int64_t, std::string>>& names);
   void Categories(const std::vector<CategoryName>& categories);

@@ -30,6 +30,7 @@ TEST_COSTS = {"push": 700, "pop": 300, "start": 500, "end": 400, "mark": 200,
               "py_nvtx_push": 2000, "py_nvtx_start": 1500, "py_nvtx_mark": 900}
 BUFFERS = '{"buffers": {"per_thread_kb": 8192}}'
 TOLERANCE_NS = 1000  # "to the microsecond": the clock fit's drift term, nothing else
+CostModelMinSamples = 4  # aggregator/correction.h CostModel::kMinSamples
 
 
 def virtual_costs(env: dict, tmp_path, costs: dict = TEST_COSTS) -> dict:
@@ -117,6 +118,68 @@ def test_scale_and_off_change_the_correction_exactly(aggregator_factory, tmp_pat
     for n, (raw, corrected, summary) in steps_of(agg, pid, (1, 2)).items():
         assert abs(corrected - (raw - scale * added(report, n))) <= TOLERANCE_NS, (n, raw, corrected)
         assert summary["correction"]["enabled"] is (scale > 0)
+
+
+def _dense_with(agg, tmp_path, costs: str, config: str, steps: int = 3, ranges: int = 4000):
+    report = tmp_path / "dense.json"
+    env = dict(agg.env(role="controller", config=config), RLSCOPE_TEST_COSTS=costs,
+               RLSCOPE_TEST_CLOCK=str(tmp_path / "test_clock"))
+    r = subprocess.run([sys.executable, str(DENSE), "--steps", str(steps), "--ranges", str(ranges), "--report",
+                        str(report)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    agg.wait(timeout=60)
+    report = json.loads(report.read_text())
+    pid = json.loads((agg.out / "run.json").read_text())["processes"][0]["pid"]
+    return report, steps_of(agg, pid, range(1, steps + 1))
+
+
+@pytest.mark.parametrize("sample_every", [64, 0])
+def test_costs_measured_in_place_correct_a_calibration_that_under_estimates(aggregator_factory, tmp_path,
+                                                                            sample_every):
+    # Events really cost push=700, pop=300 (virtual), but the start-up
+    # calibration says 30 % less (`calibrated=0.7`), as it did on the dense
+    # workload. The costs sampled in place (one call in 64) are the real
+    # ones: the corrected step is the uninstrumented one again. Without
+    # sampling the correction is 30 % short, as before.
+    agg = aggregator_factory()
+    config = '{"buffers": {"per_thread_kb": 8192}, "correction": {"sample_every": %d}}' % sample_every
+    report, steps = _dense_with(agg, tmp_path, "push=700,pop=300,calibrated=0.7", config)
+    for n, (raw, corrected, summary) in steps.items():
+        (proc,) = summary["processes"]
+        cost = added(report, n)
+        overhead = proc["overhead"]
+        if sample_every:
+            assert abs(corrected - (raw - cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
+            assert overhead["cost_sources"]["push"] == "step" and overhead["cost_sources"]["pop"] == "step"
+            assert overhead["costs_ns"]["push"] == 700.0 and overhead["costs_ns"]["pop"] == 300.0
+            assert overhead["measured_costs"]["push"]["samples"] >= CostModelMinSamples
+            assert overhead["calibrated_events"] == 0
+            # The flush thread's CPU in the step is reported (not removed).
+            assert 0 <= overhead["profiler_thread_ms"] <= summary["duration_ms"]
+            # Nothing varied: the measured means are exact, so is the correction.
+            assert summary["correction"]["uncertainty_ms"] == 0
+        else:
+            assert overhead["cost_sources"]["push"] == "calibration"
+            assert abs(corrected - (raw - 0.7 * cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
+            assert any("start-up calibration" in note for note in summary["correction"]["notes"])
+
+
+def test_the_uncertainty_grows_when_costs_vary_and_covers_the_error(aggregator_factory, tmp_path):
+    # Each push costs 700 +- 600 ns, each pop 300 +- 250 (a fixed
+    # pseudo-random sequence): the sampled means are estimates, the error of
+    # the corrected step is within a few of their standard errors, and the
+    # stated uncertainty is no longer 0.
+    agg = aggregator_factory()
+    config = '{"buffers": {"per_thread_kb": 8192}, "correction": {"sample_every": 16}}'
+    report, steps = _dense_with(agg, tmp_path, "push=700~600,pop=300~250", config)
+    for n, (raw, corrected, summary) in steps.items():
+        sigma_ns = summary["correction"]["uncertainty_ms"] * 1e6
+        (proc,) = summary["processes"]
+        assert proc["overhead"]["measured_costs"]["push"]["sd_ns"] > 100
+        # 4000 pushes and pops, ~250 samples each: about 4000 * 350 / sqrt(3 * 250) ns
+        assert 20_000 < sigma_ns < 150_000, sigma_ns
+        error = corrected - (raw - added(report, n))
+        assert abs(error) <= 4 * sigma_ns + TOLERANCE_NS, (n, error, sigma_ns)
 
 
 def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(aggregator_factory, tmp_path):

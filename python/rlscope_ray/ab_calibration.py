@@ -105,6 +105,7 @@ class ProfiledRun:
     steps: Dict[int, float]  # wall ms per step, timed by the program
     raw: Dict[int, float] = field(default_factory=dict)  # the profile's step, ms
     corrected: Dict[int, float] = field(default_factory=dict)  # after correction, ms
+    uncertainty: Dict[int, float] = field(default_factory=dict)  # the correction's stated uncertainty, ms
 
     @property
     def removed(self) -> Dict[int, float]:
@@ -202,6 +203,7 @@ class Runner:
             if "duration_ms" in corr_s:
                 run.raw[int(summary["step"])] = summary["duration_ms"]
                 run.corrected[int(summary["step"])] = corr_s["duration_ms"]
+                run.uncertainty[int(summary["step"])] = corr_s.get("uncertainty_ms", 0.0)
             dropped = sum(p.get("dropped_total", 0) for p in summary.get("processes", []))
             if dropped:
                 print(f"rlscope-ray calibrate: warning: step {summary['step']} dropped {dropped} events; "

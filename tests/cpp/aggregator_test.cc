@@ -2159,6 +2159,28 @@ TEST_F(FrameTest, AResumedRunLeavesOutWhatAReplayHoldsFromBeforeItsReleasePoint)
   EXPECT_EQ(std::string(p.String(spans[0].name)), "after");
 }
 
+TEST(ProfilerCpuTest, TheFlushThreadsCpuInAStepIsInterpolatedFromItsRunningTotals) {
+  FakeCollector w(2, "worker", 0, 200);
+  ProcessTimeline p(w.Hello());
+  EXPECT_EQ(p.ProfilerCpuNs(0, 1000), -1);  // none sent
+  for (const auto& [watermark, cpu] : std::vector<std::pair<int64_t, int64_t>>{{100, 10}, {200, 30}, {400, 70}}) {
+    wire::Batch b = w.Flush(watermark);
+    b.profiler_cpu_ns = cpu;
+    p.Add(b, nullptr);
+  }
+  EXPECT_EQ(p.ProfilerCpuNs(100, 400), 60);
+  EXPECT_EQ(p.ProfilerCpuNs(150, 300), 50 - 20);  // 20 at 150, 50 at 300
+  EXPECT_EQ(p.ProfilerCpuNs(0, 100), 0);          // before the first total: nothing known to have run
+  EXPECT_EQ(p.ProfilerCpuNs(400, 900), 0);
+  // On the wire and back.
+  wire::Batch b = w.Flush(500);
+  b.profiler_cpu_ns = 123456789;
+  const std::string bytes = wire::Encode(b);
+  EXPECT_EQ(std::get<wire::Batch>(wire::Decode(bytes.data(), bytes.size()).message).profiler_cpu_ns, 123456789);
+  const std::string without = wire::Encode(w.Flush(600));
+  EXPECT_EQ(std::get<wire::Batch>(wire::Decode(without.data(), without.size()).message).profiler_cpu_ns, -1);
+}
+
 TEST(RunKeyTest, SameSecretSameKeyAndNoSecretNoKey) {
   EXPECT_EQ(Aggregator::RunKey("abc"), Aggregator::RunKey("abc"));
   EXPECT_NE(Aggregator::RunKey("abc"), Aggregator::RunKey("abd"));

@@ -1,8 +1,10 @@
 // The breakdown engine and the overhead corrector on constructed timelines
 // with known answers: overlaps, nesting, idle gaps, GPU streams overlapping
 // each other, and the per-thread shift of overhead correction.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -88,6 +90,62 @@ TEST(Correction, EntryPointCostsApplyToOpeningEventsAndScale) {
   EXPECT_EQ(model.CostPs(pop, kFlagNone), 4000);
   EXPECT_EQ(model.CostPs(200, kFlagNone), 0);  // unknown kinds cost nothing
   EXPECT_DOUBLE_EQ(model.costs_ns().at("py_nvtx_push"), 150.0);
+}
+
+TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop),
+             mark = static_cast<uint8_t>(EventKind::kMark);
+  KindSamples step, run;
+  for (double ps : {90000.0, 110000.0, 100000.0, 100000.0}) step[push].Add(ps);  // 4: enough
+  for (double ps : {50000.0, 50000.0, 50000.0}) step[pop].Add(ps);               // 3: too few
+  for (double ps : {40000.0, 40000.0, 40000.0, 40000.0}) run[pop].Add(ps);
+  const CostModel model({{"push", 10}, {"pop", 10}, {"mark", 10}}, 2.0, &step, &run);
+  EXPECT_EQ(model.CostPs(push, kFlagNone), 200000);  // the step's mean, scaled
+  EXPECT_EQ(model.CostPs(pop, kFlagNone), 80000);    // the run's
+  EXPECT_EQ(model.CostPs(mark, kFlagNone), 20000);   // calibrated
+  EXPECT_EQ(model.sources().at("push"), "step");
+  EXPECT_EQ(model.sources().at("pop"), "run");
+  EXPECT_EQ(model.sources().at("mark"), "calibration");
+  // The mean's variance: s^2 / n, scaled by scale^2 (s^2 = 200e6 / 3 ps^2).
+  EXPECT_NEAR(model.MeanVarPs2(push), (2e8 / 3) / 4 * (2.0 * 2.0), 1e-3);
+  EXPECT_EQ(model.MeanVarPs2(pop), 0.0);
+  EXPECT_EQ(model.measured().at("push").samples, 4u);
+  EXPECT_DOUBLE_EQ(model.measured().at("push").mean_ns, 100.0);
+}
+
+TEST(Correction, TheUncertaintyIsTheSamplingErrorOfTheMeansTimesTheEvents) {
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+  KindSamples step;
+  for (int i = 0; i < 100; ++i) step[push].Add(i % 2 == 0 ? 50000.0 : 150000.0);  // s = 50.25 ns
+  const CostModel model({{"pop", 10}}, 1.0, &step);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  for (int i = 0; i < 1000; ++i) {
+    marks[1].push_back({1000 + 2000 * i, push, 0});
+    marks[1].push_back({2000 + 2000 * i, pop, 0});
+  }
+  const Corrector c(marks, model, 0);
+  // 1000 pushes * sqrt(s^2 / 100 samples); the pops are calibrated (no error stated).
+  const double s = std::sqrt(100.0 * 50000.0 * 50000.0 / 99.0);
+  EXPECT_NEAR(c.uncertainty_ns(), 1000.0 * s / 10.0 / 1000.0, 1.0);
+  EXPECT_EQ(c.calibrated_events(), 1000u);
+  // No spread, no uncertainty.
+  KindSamples exact;
+  for (int i = 0; i < 10; ++i) exact[push].Add(70000.0);
+  EXPECT_EQ(Corrector(marks, CostModel({{"pop", 10}}, 1.0, &exact), 0).uncertainty_ns(), 0);
+}
+
+TEST(Correction, CostsThatDriftWithinAStepAreSaid) {
+  using ::testing::HasSubstr;
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush);
+  KindSamples first, second, noisy;
+  for (int i = 0; i < 20; ++i) {
+    first[push].Add(60000.0 + (i % 3) * 1000.0);
+    second[push].Add(95000.0 + (i % 3) * 1000.0);
+    noisy[push].Add(i % 2 == 0 ? 10000.0 : 160000.0);
+  }
+  EXPECT_THAT(CostDrift(first, second), HasSubstr("push costs drifted during the step: 61 ns in its first half"));
+  EXPECT_EQ(CostDrift(first, first), "");
+  EXPECT_EQ(CostDrift(noisy, second), "");  // within the noise
 }
 
 TEST(Correction, OnlyAwaitedCallsAreWaitedFor) {

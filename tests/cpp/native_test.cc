@@ -677,7 +677,7 @@ TEST(WireTest, ExpectedWithNonStringValueIsRejected) {
 }
 
 TEST(WireTest, RejectsUnknownEventKind) {
-  for (int64_t kind : {0, 6, 255, 256 + 1}) {
+  for (int64_t kind : {0, 7, 255, 256 + 1}) {
     const wire::DecodeResult r = DecodeString(BatchWithEvents({kind, 0, 1, 0, 0, 0, 0}));
     EXPECT_FALSE(r.ok) << "kind " << kind;
     EXPECT_THAT(r.error, HasSubstr("unknown event kind " + std::to_string(kind)));
