@@ -48,7 +48,7 @@ def accuracy_section(args, print_table):
 
     kinds = [("in place (default)", {}), ("start-up calibration only", {"sample_every": 0})]
     rows = []
-    for label, cmd in workloads(args.root, 10, 20000, ray_steps=6):
+    for label, cmd in workloads(args.root, 10, 100000, ray_steps=6):
         with tempfile.TemporaryDirectory(prefix="rlscope_accuracy_bench_") as work:
             runners = {name: Runner(cmd, os.path.join(work, str(i)), {"buffers": {"per_thread_kb": 32768},
                                                                       "correction": corr}, args.timeout_s)
