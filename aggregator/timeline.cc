@@ -114,9 +114,11 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           break;
         }
         case EventKind::kCostSample: {
-          // Not a span or an instant: a measured cost (0: not measurable),
-          // and, as a mark below, an event that cost something itself.
-          // (One of the start-up calibration's events: a loop, not the run.)
+          // Not a span or an instant, nor one of the process's events
+          // (events_received): a measured cost (0: not measurable), and, as
+          // a mark below, an event that cost something itself. (After one
+          // of the start-up calibration's events: a loop, not the run.)
+          --events_received_;
           if (e.value > kInterruptedSamplePs) {
             ++interrupted_samples_;
           } else if (e.value != 0 && e.category < sample_totals_.size() && !after_calibration) {

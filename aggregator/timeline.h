@@ -192,7 +192,7 @@ class ProcessTimeline {
   // nor show it, and its ranges still open end at its last flush.
   bool lost() const { return lost_; }
   void set_lost() { lost_ = true; }
-  uint64_t events_received() const { return events_received_; }
+  uint64_t events_received() const { return events_received_; }  // recorded events and GPU records (not cost samples)
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
   uint64_t last_ack() const { return last_ack_; }
