@@ -42,13 +42,9 @@ struct ThreadState {
   int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
   int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   // In-place cost sampling (CostSampler): calls left until the next timed
-  // one; the kind and flags Record last wrote; the thread's own virtual
-  // costs so far (test clock only).
+  // one; the thread's own virtual costs so far (test clock only).
   uint32_t sample_countdown = 1;
   uint32_t sample_rng = 0x9E3779B9;  // xorshift32: the gaps between timed calls vary
-  uint32_t records = 0;  // events Record wrote (wraps)
-  uint8_t recorded_kind = 0;
-  uint8_t recorded_flags = 0;
   int64_t virtual_own_ns = 0;
   explicit ThreadState(StringTable* table) : names(table) {}
   // Push/pop pairing through recorded_mask; 64 levels deep at most.
@@ -162,9 +158,6 @@ class Collector {
       r.ts += test_clock_->Advance(static_cast<uint8_t>(kind), flags, &own_ns);
       ts->virtual_own_ns += own_ns;
     }
-    ts->recorded_kind = static_cast<uint8_t>(kind);
-    ts->recorded_flags = flags;
-    ++ts->records;
     r.value = value;
     r.name = name;
     r.category = category;
@@ -187,11 +180,11 @@ class Collector {
   }
   // Calls between timed ones on a thread (correction.sample_every; 0 off).
   uint32_t sample_every() const { return sample_every_.load(std::memory_order_relaxed); }
-  // After a timed call that recorded an event (ts->recorded_kind): its cost,
+  // After a timed call that recorded one event (the ring's last): its cost,
   // `ticks` less what timing it took (the clock read's own, measured at
   // start-up), as a kCostSample event right after it.
   void RecordCostSample(ThreadState* ts, uint64_t ticks) {
-    const uint8_t kind = ts->recorded_kind, flags = ts->recorded_flags;
+    const uint8_t kind = ts->buffer->last().kind, flags = ts->buffer->last().flags;
     const uint64_t timer = timer_ticks_.load(std::memory_order_relaxed);
     ticks = ticks > timer ? ticks - timer : 0;
     // Counted apart: the process's events (Stats) are what it recorded, not these.
@@ -480,7 +473,7 @@ class CostSampler {
       return;
     }
     timed_ = true;
-    records_ = ts->records;
+    pushed_ = ts->buffer->pushed();
     begin_ = c->SampleClock(ts);
   }
   ~CostSampler() {
@@ -502,12 +495,12 @@ class CostSampler {
     ts_->sample_rng = x;
     const uint32_t every = c_->sample_every();
     ts_->sample_countdown = every == 0 ? UINT32_MAX : 1 + x % (2 * every - 1);
-    if (ts_->records - records_ == 1) c_->RecordCostSample(ts_, end - begin_);
+    if (ts_->buffer->pushed() - pushed_ == 1) c_->RecordCostSample(ts_, end - begin_);
   }
   Collector* c_;
   ThreadState* ts_;
   bool timed_ = false;
-  uint32_t records_ = 0;
+  uint64_t pushed_ = 0;
   uint64_t begin_ = 0;
 };
 

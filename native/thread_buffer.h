@@ -49,6 +49,10 @@ class ThreadBuffer {
     head_.store(head + 1, std::memory_order_release);
     return true;
   }
+  // Producer only: records pushed so far, and the last one pushed (valid
+  // when pushed() > 0; the consumer only reads slots, so it stays intact).
+  uint64_t pushed() const { return head_.load(std::memory_order_relaxed); }
+  const EventRecord& last() const { return slots_[(head_.load(std::memory_order_relaxed) - 1) & mask_]; }
   // Slots only privileged records may take: an eighth of the ring, at most 256.
   size_t reserve() const { return static_cast<size_t>(reserve_); }
   // Producer only, after a successful TryPush: true once per half ring of

@@ -154,8 +154,9 @@ def test_costs_measured_in_place_correct_a_calibration_that_under_estimates(aggr
             assert overhead["costs_ns"]["push"] == 700.0 and overhead["costs_ns"]["pop"] == 300.0
             assert overhead["measured_costs"]["push"]["samples"] >= CostModelMinSamples
             assert overhead["calibrated_events"] == 0
-            # The flush thread's CPU in the step is reported (not removed).
-            assert 0 <= overhead["profiler_thread_ms"] <= summary["duration_ms"]
+            # The flush thread's CPU in the step is reported (not removed); its
+            # value is real CPU time (the arithmetic is aggregator_test's).
+            assert overhead["profiler_thread_ms"] >= 0
             # Nothing varied: the measured means are exact, so is the correction.
             assert summary["correction"]["uncertainty_ms"] == 0
         else:
