@@ -304,7 +304,9 @@ void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* s
 std::vector<WaitWindow> WaitWindows(const StepProfile& step, const std::vector<std::string>& subtasks) {
   std::vector<WaitWindow> windows;
   for (const Occurrence& o : SubtaskOccurrences(step, subtasks)) {
-    if (windows.empty() || o.begin_ns >= windows.back().end_ns) windows.push_back({o.begin_ns, o.end_ns, o.end_tid});
+    if (windows.empty() || o.begin_ns >= windows.back().end_ns) {
+      windows.push_back({o.begin_ns, o.end_ns, o.end_tid, o.capture});
+    }
   }
   return windows;
 }
@@ -328,6 +330,45 @@ void HoldToEnd(StepProfile* step, int64_t end) {
   }
 }
 
+// StepProfile::waits: per window that got any result, how many were linked
+// to a profiled process's range carrying the same key, and the wait
+// removed from it (`removed_ns`, per window); results got outside every
+// window are listed under "" (not corrected).
+void ReportWaits(StepProfile* step, const std::vector<WaitWindow>& windows, const std::map<uint64_t, int64_t>& got_ray,
+                 const std::map<uint64_t, int64_t>& got_key, const std::map<uint64_t, size_t>& awaited,
+                 const std::vector<int64_t>& removed_ns) {
+  std::set<uint64_t> worked;  // keys some other process's range carries
+  for (const ProcessSlice& slice : step->processes) {
+    if (slice.process->is_controller()) continue;
+    for (const Span& s : slice.spans) {
+      if (s.has_payload && s.step < 0 && (got_ray.count(s.payload) != 0 || got_key.count(s.payload) != 0)) {
+        worked.insert(s.payload);
+      }
+    }
+  }
+  std::vector<StepProfile::WaitLinks> per_window(windows.size());
+  StepProfile::WaitLinks outside;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    per_window[w].capture = windows[w].capture;
+    per_window[w].removed_ns = removed_ns[w];
+  }
+  auto count = [&](const std::map<uint64_t, int64_t>& got, bool by_key) {
+    for (const auto& [key, ts] : got) {
+      auto it = awaited.find(key);
+      StepProfile::WaitLinks& l = it == awaited.end() ? outside : per_window[it->second];
+      const bool linked = it != awaited.end() && worked.count(key) != 0;
+      (by_key ? (linked ? l.linked_key : l.unlinked_key) : (linked ? l.linked_ray : l.unlinked_ray)) += 1;
+    }
+  };
+  count(got_ray, false);
+  count(got_key, true);
+  step->waits.clear();
+  for (StepProfile::WaitLinks& l : per_window) {
+    if (l.linked_ray + l.linked_key + l.unlinked_ray + l.unlinked_key > 0) step->waits.push_back(std::move(l));
+  }
+  if (outside.unlinked_ray + outside.unlinked_key > 0) step->waits.push_back(std::move(outside));
+}
+
 }  // namespace
 
 void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale) {
@@ -339,8 +380,15 @@ void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, do
   for (ProcessSlice& slice : step->processes) {
     if (slice.process->is_controller()) controller = &slice;
   }
-  const std::map<uint64_t, size_t> awaited =
-      controller != nullptr ? AwaitedIn(RayGot(*controller), windows) : std::map<uint64_t, size_t>{};
+  // What the controller got, by Ray call or by a user's key.
+  std::map<uint64_t, int64_t> got_ray, got_key;
+  if (controller != nullptr) {
+    got_ray = RayGot(*controller);
+    got_key = Waited(*controller);
+  }
+  std::map<uint64_t, int64_t> got = got_ray;
+  got.insert(got_key.begin(), got_key.end());
+  const std::map<uint64_t, size_t> awaited = AwaitedIn(got, windows);
   // Workers' costs first, each on its own; what each did last of what a
   // window awaited is taken from its raw times.
   struct Worker {
@@ -394,6 +442,7 @@ void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, do
   };
   if (controller != nullptr) {
     own = MakeCorrector(*step, {}, scale, controller);
+    std::vector<int64_t> removed_ns(windows.size(), 0);
     for (size_t w = 0; w < windows.size(); ++w) {
       anchor_calls_submitted_by(windows[w].end_ns);
       std::vector<AwaitedWork> work;
@@ -410,9 +459,11 @@ void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, do
       int64_t last_end = windows[w].begin_ns;
       for (const AwaitedWork& a : work) last_end = std::max(last_end, a.last.end_ns);
       if (shrink > 0) waits[tid].push_back({last_end, 0, 0, shrink * 1000});
+      removed_ns[w] = std::max<int64_t>(0, shrink);
     }
     anchor_calls_submitted_by(INT64_MAX);
     ApplyCorrection(MakeCorrector(*step, waits, scale, controller), controller);
+    ReportWaits(step, windows, got_ray, got_key, awaited, removed_ns);
   }
   for (Worker& w : workers) ApplyCorrection(w.corrector, w.slice);
   double var = 0;

@@ -19,14 +19,18 @@
 // dispatch before the handler): those are as calibrated.
 //
 // Across processes (waits): a controller's sub-task window that waits on
-// Ray actor calls (verl: dispatch, ray.get, then on) ends when the last of
-// them is done. Once the workers are corrected that call finishes earlier,
+// Ray actor calls (verl: dispatch, ray.get, then on), or on anything else
+// the user links by a key (a queue, a pipe, a collective:
+// rlscope_ray.waited(key) in the controller once the wait is over, and
+// rlscope_ray.range(name, link=key) around the work in the other process),
+// ends when the last of them is done. Once the workers are corrected that call finishes earlier,
 // and so does the window: the controller's thread gets a wait mark where
 // the last awaited work ended, costing the difference, so its "ray.got"
 // marks, the window's end and everything after on that thread move earlier
-// too. Only calls the controller got in the
-// window count (their keys link the two sides); a worker busy on its own is
-// not waited for.
+// too. Only results the controller got in the window count (their keys link
+// the two sides); a worker busy on its own is not waited for. Each step says
+// which waits were linked (StepProfile::waits): a result whose key no
+// profiled process's range carries leaves the wait uncorrected.
 //
 // And the other way (calls): a worker that waited idle for a call starts
 // it when the call arrives, so its overhead from before the wait does not
@@ -159,6 +163,7 @@ struct WaitWindow {
   int64_t begin_ns = 0;
   int64_t end_ns = 0;
   int64_t tid = 0;
+  std::string capture;  // the sub-task occurrence ("gen", "gen_2")
 };
 
 // What a worker did last, of what a window waited for, before correction:

@@ -21,14 +21,25 @@ std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& c
   return submitted;
 }
 
-std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller) {
-  std::map<uint64_t, int64_t> got;
+namespace {
+
+// Marks named `name` with a payload: payload -> the first one's time.
+std::map<uint64_t, int64_t> MarksByPayload(const ProcessSlice& controller, std::string_view name) {
+  std::map<uint64_t, int64_t> out;
   for (const Instant& i : controller.instants) {
-    if (i.has_payload && std::string_view(controller.process->String(i.name)) == names::kRayGot) {
-      got.emplace(i.payload, i.ts_ns);
-    }
+    if (i.has_payload && std::string_view(controller.process->String(i.name)) == name) out.emplace(i.payload, i.ts_ns);
   }
-  return got;
+  return out;
+}
+
+}  // namespace
+
+std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller) {
+  return MarksByPayload(controller, names::kRayGot);
+}
+
+std::map<uint64_t, int64_t> Waited(const ProcessSlice& controller) {
+  return MarksByPayload(controller, names::kWaited);
 }
 
 void CheckCausality(StepProfile* step) {

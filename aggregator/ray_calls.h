@@ -22,6 +22,10 @@ std::map<uint64_t, std::pair<int64_t, int64_t>> RaySubmits(const ProcessSlice& c
 // its result.
 std::map<uint64_t, int64_t> RayGot(const ProcessSlice& controller);
 
+// The controller's "rlscope.waited" marks (rlscope_ray.waited): a user's
+// key -> when the controller's wait on it was over.
+std::map<uint64_t, int64_t> Waited(const ProcessSlice& controller);
+
 // Counts worker executions that the aligned clocks put outside the
 // controller's call (StepProfile::Causality): starting before the submit or
 // ending after the result was got. Clipped spans are not checked.

@@ -57,6 +57,18 @@ struct StepProfile {
   // One standard deviation of what was removed, from the sampling error of
   // the measured costs of every process (correction.h), combined.
   int64_t correction_uncertainty_ns = 0;
+  // The controller's waits on other processes, per sub-task window that had
+  // any (correction.h, waits): results it got, by how they were linked (a
+  // Ray call's key, "ray"; a user's rlscope_ray.waited key, "key"), linked
+  // when a profiled process's range in the step carries the key, and the
+  // wait removed from the window.
+  struct WaitLinks {
+    std::string capture;  // the sub-task occurrence; "" outside every sub-task (not corrected)
+    int linked_ray = 0, linked_key = 0;
+    int unlinked_ray = 0, unlinked_key = 0;
+    int64_t removed_ns = 0;
+  };
+  std::vector<WaitLinks> waits;
   std::shared_ptr<const StepAnalysis> analysis;  // breakdown.h; null = none
   // Clock causality (Ray): worker executions of the controller's calls that
   // start before the call was submitted or end after its result was got.

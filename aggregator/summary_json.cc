@@ -249,6 +249,28 @@ std::string StepSummaryJson(const StepProfile& step) {
                  " events costed by the start-up calibration (too few cost samples of their kind)");
       }
     }
+    for (const StepProfile::WaitLinks& l : step.waits) {
+      const int unlinked = l.unlinked_ray + l.unlinked_key;
+      if (unlinked == 0) continue;
+      const std::string what = std::to_string(unlinked) + (unlinked == 1 ? " result" : " results");
+      w.String(l.capture.empty()
+                   ? what + " got outside every sub-task: those waits keep the other processes' overhead"
+                   : l.capture + ": " + what + " waited for with no profiled range of the same key: those waits "
+                                             "keep the other processes' overhead");
+    }
+    w.EndArray();
+    // Which of the controller's waits on other processes were linked to the
+    // work they waited for (correction.h, waits).
+    w.Key("waits").BeginArray();
+    for (const StepProfile::WaitLinks& l : step.waits) {
+      w.Newline().BeginObject();
+      w.Key("subtask");
+      if (l.capture.empty()) w.Null(); else w.String(l.capture);
+      w.Key("linked").BeginObject().Key("ray").Int(l.linked_ray).Key("key").Int(l.linked_key).EndObject();
+      w.Key("unlinked").BeginObject().Key("ray").Int(l.unlinked_ray).Key("key").Int(l.unlinked_key).EndObject();
+      w.Key("removed_ms").Double(Ms(l.removed_ns));
+      w.EndObject();
+    }
     w.EndArray();
   }
   w.EndObject();

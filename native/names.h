@@ -14,6 +14,10 @@ inline constexpr char kStep[] = "step";              // a controller's training 
 inline constexpr char kRaySubmit[] = "ray.submit";   // controller, just before an actor call
 inline constexpr char kRayTask[] = "ray.task";       // controller, the call's task key (payload)
 inline constexpr char kRayGot[] = "ray.got";         // controller, the call's result is in (payload: key)
+// Controller, a wait on other processes is over (a queue, a pipe, a
+// collective; payload: a key the user gave, rlscope_ray.waited): the work
+// it waited for is any other process's range with the same payload.
+inline constexpr char kWaited[] = "rlscope.waited";
 // Controller, just before a step range whose number the aggregator would not
 // derive from the range itself (payload: the number; steps.h).
 inline constexpr char kStepNumber[] = "rlscope.step_number";
@@ -56,6 +60,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"RAY_SUBMIT", kRaySubmit},
     {"RAY_TASK", kRayTask},
     {"RAY_GOT", kRayGot},
+    {"WAITED", kWaited},
     {"STEP_NUMBER", kStepNumber},
     {"CALIBRATION", kCalibration},
     {"CONTROLLER", kController},

@@ -219,6 +219,9 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
         assert actor["overhead"]["waits_ms"] == 0
         # The driver waited for exactly that, paid inside the awaited call.
         assert controller["overhead"]["waits_ms"] == pytest.approx(actor_cost / 1e6, abs=1e-6)
+        assert summary["correction"]["waits"] == [
+            {"subtask": "gen", "linked": {"ray": 1, "key": 0}, "unlinked": {"ray": 0, "key": 0},
+             "removed_ms": pytest.approx(actor_cost / 1e6, abs=1e-6)}]
         assert abs(corrected - (raw - added(report, n))) <= TOLERANCE_NS, (n, raw, corrected, added(report, n))
         # The corrected "gen" still holds the actor's corrected "generate".
         trace = Trace(agg.out / f"step_{n}" / "trace.json")
@@ -229,6 +232,12 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
         # And it begins after the driver submitted it, ends before it got it
         # (the summary's causality check, on the corrected times).
         assert summary["causality"]["checked"] == 1 and summary["causality"]["violations"] == 0
+
+
+# What wait_pair.py's child pays per step: its "generate" range and 2000
+# `nvtx` push/pop pairs with their caller-side cost.
+CHILD_COST = TEST_COSTS["push"] + TEST_COSTS["pop"] + \
+    2000 * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"])
 
 
 def _wait_pair(agg, tmp_path, *args):
@@ -267,20 +276,46 @@ def test_a_child_profiled_with_the_inherited_controller_role_is_corrected_as_a_w
     report, run = _wait_pair(agg, tmp_path, "--profile-child")
     assert sorted(p["role"] for p in run["processes"]) == ["controller", "worker"]
     controller, child = sorted(run["processes"], key=lambda p: p["events_received"])
-    child_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + \
-        2000 * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"])
     with_child = 0
     for n, (raw, corrected, summary) in steps_of(agg, controller["pid"], (1, 2, 3)).items():
         procs = {p["pid"]: p for p in summary["processes"]}
         assert procs[controller["pid"]]["overhead"]["waits_ms"] == 0
-        assert abs(corrected - (raw - (added(report, n) - child_cost))) <= TOLERANCE_NS, (n, raw, corrected)
+        assert abs(corrected - (raw - (added(report, n) - CHILD_COST))) <= TOLERANCE_NS, (n, raw, corrected)
         # The child connects on its own schedule: a step cut before its Hello
         # came in lacks it (its events then count as late in run.json).
         if child["pid"] in procs:
             with_child += 1
-            assert procs[child["pid"]]["overhead"]["subtracted_ms"] == pytest.approx(child_cost / 1e6, abs=1e-6)
+            assert procs[child["pid"]]["overhead"]["subtracted_ms"] == pytest.approx(CHILD_COST / 1e6, abs=1e-6)
             trace = Trace(agg.out / f"step_{n}" / "trace.json")
             assert trace.slices(controller["pid"], "step") and not trace.slices(child["pid"], "step")
+    assert with_child >= 1
+
+
+def test_a_wait_linked_by_a_key_is_corrected_for_the_other_processs_overhead(aggregator_factory, tmp_path):
+    """The same pair, the wait linked by a key (wait_pair.py --link): the
+    child's "generate" carries it (rlscope_ray.range(link=)), the controller
+    says rlscope_ray.waited(key) once the reply is in. The controller's wait
+    now shrinks by exactly the child's cost, so the step is the
+    uninstrumented one; the summary lists the wait as linked, and the key
+    nothing carried as not linked, with a note."""
+    agg = aggregator_factory()
+    report, run = _wait_pair(agg, tmp_path, "--profile-child", "--link")
+    controller, child = sorted(run["processes"], key=lambda p: p["events_received"])
+    with_child = 0
+    for n, (raw, corrected, summary) in steps_of(agg, controller["pid"], (1, 2, 3)).items():
+        procs = {p["pid"]: p for p in summary["processes"]}
+        waits = summary["correction"]["waits"]
+        if child["pid"] not in procs:  # a step cut before the child's Hello came in (see above)
+            assert waits == [{"subtask": "gen", "linked": {"ray": 0, "key": 0},
+                              "unlinked": {"ray": 0, "key": 2}, "removed_ms": 0.0}], waits
+            continue
+        with_child += 1
+        assert procs[controller["pid"]]["overhead"]["waits_ms"] == pytest.approx(CHILD_COST / 1e6, abs=1e-6)
+        assert abs(corrected - (raw - added(report, n))) <= TOLERANCE_NS, (n, raw, corrected, added(report, n))
+        assert waits == [{"subtask": "gen", "linked": {"ray": 0, "key": 1}, "unlinked": {"ray": 0, "key": 1},
+                          "removed_ms": pytest.approx(CHILD_COST / 1e6, abs=1e-6)}], waits
+        assert "gen: 1 result waited for with no profiled range of the same key: those waits keep the other " \
+               "processes' overhead" in summary["correction"]["notes"]
     assert with_child >= 1
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "collector_path",
     "enabled",
     "flush",
+    "link_key",
     "mark",
     "range",
     "shutdown_collector",
@@ -41,6 +42,7 @@ __all__ = [
     "stats",
     "step",
     "stop",
+    "waited",
 ]
 __version__ = "0.1.0"
 
@@ -124,19 +126,40 @@ def _name_id(name: str) -> int:
     return _native.intern(name)
 
 
+def link_key(key: "str | int") -> int:
+    """The 63-bit payload that links a wait to the work it waited for
+    (``range(name, link=key)``, ``waited(key)``): the first 8 bytes of
+    BLAKE2b over ``str(key)`` in UTF-8, big-endian, top bit cleared. NVTX
+    users in C/C++ may put any payload they like on both sides instead."""
+    import hashlib
+
+    digest = hashlib.blake2b(str(key).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFFFFFFFFFF
+
+
 class range:  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
-    """A named range on the calling thread: context manager or decorator."""
+    """A named range on the calling thread: context manager or decorator.
 
-    __slots__ = ("name", "_id")
+    ``link=key`` marks it as work another process waits for: when the
+    controller says ``waited(key)`` in a sub-task once its wait (a queue, a
+    pipe, a collective) is over, the correction shortens that wait by what
+    profiling cost this range's process (README: correction across
+    processes)."""
 
-    def __init__(self, name: str) -> None:
+    __slots__ = ("name", "_id", "_payload")
+
+    def __init__(self, name: str, link: "str | int | None" = None) -> None:
         self.name = name
         self._id = _name_id(name)
+        self._payload = None if link is None else link_key(link)
 
     def __enter__(self) -> "range":
         if not self._id:  # created before the collector started
             self._id = _name_id(self.name)
-        _native.range_push_id(self._id)
+        if self._payload is None:
+            _native.range_push_id(self._id)
+        else:
+            _native.range_push_payload(self._id, self._payload)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -156,6 +179,22 @@ class range:  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
 def mark(name: str) -> None:
     """An instant event on the calling thread."""
     _native.mark(name)
+
+
+def waited(key: "str | int") -> None:
+    """Controller side: a wait on another process's work is over (a queue
+    get, a pipe read, a collective), the work being that process's
+    ``range(name, link=key)``. Call it right after the wait returns, inside
+    the sub-task that waited; each step's summary lists which waits were
+    linked (``correction.waits``)."""
+    global _waited_id
+    if not _waited_id:
+        _waited_id = _name_id(_native.names.WAITED)
+    if _waited_id:
+        _native.mark_payload(_waited_id, link_key(key))
+
+
+_waited_id = 0
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ class names:
     RAY_SUBMIT: str
     RAY_TASK: str
     RAY_GOT: str
+    WAITED: str
     STEP_NUMBER: str
     CALIBRATION: str
     CONTROLLER: str

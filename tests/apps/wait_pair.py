@@ -2,7 +2,7 @@
 carrying dense annotations and inheriting the controller's environment (so
 it claims RLSCOPE_ROLE=controller too, as a child of a profiled driver does).
 
-    python wait_pair.py --steps N --ranges R [--report FILE] [--profile-child]
+    python wait_pair.py --steps N --ranges R [--report FILE] [--profile-child] [--link]
 
 This process is the controller: it starts the worker (this file, --worker)
 over pipes, and each step (rlscope_ray.step) sends it "go" inside a range
@@ -13,7 +13,10 @@ times its own steps and writes them to --report as JSON, with the test
 clock around each step under test costs (as tests/apps/dense_steps.py).
 The child inherits this process's claim on the profiler's environment and is
 not profiled; --profile-child clears the claim (RLSCOPE_OWNER_PID=) so that
-it is, still saying RLSCOPE_ROLE=controller.
+it is, still saying RLSCOPE_ROLE=controller. --link links the wait to the
+work by a key (the child's "generate" is rlscope_ray.range(..., link=key),
+the controller says rlscope_ray.waited(key) once the reply is in), and the
+controller also says it waited for a key nothing carries ("nobody").
 """
 import argparse
 import json
@@ -37,9 +40,10 @@ def worker(ranges: int) -> None:
     x = 1
     print("ready", flush=True)  # imported (and calibrated, when profiled)
     for line in sys.stdin:
-        if line.strip() != "go":
+        words = line.split()
+        if not words or words[0] != "go":
             break
-        with rlscope_ray.range("generate"):
+        with rlscope_ray.range("generate", link=words[1] if len(words) > 1 else None):
             for _ in range(ranges):
                 nvtx.push_range("op")
                 x = work(x)
@@ -54,6 +58,7 @@ def main() -> None:
     ap.add_argument("--report")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--profile-child", action="store_true")
+    ap.add_argument("--link", action="store_true")
     args = ap.parse_args()
     if args.worker:
         worker(args.ranges)
@@ -69,10 +74,14 @@ def main() -> None:
         with rlscope_ray.step(s):
             g0 = _native.test_clock_ns()
             with rlscope_ray.range("gen"):
-                child.stdin.write("go\n")
+                key = f"batch-{s}"
+                child.stdin.write(f"go {key}\n" if args.link else "go\n")
                 child.stdin.flush()
                 reply = child.stdout.readline()
                 assert reply.startswith("done"), reply
+                if args.link:
+                    rlscope_ray.waited(key)
+                    rlscope_ray.waited("nobody")
             with rlscope_ray.range("adv"):
                 for _ in range(2000):
                     x = work(x)
