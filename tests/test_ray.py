@@ -42,6 +42,8 @@ def test_the_session_is_its_runs_only_and_says_what_it_wrote(session_run):
     assert run["refused_frames"] == 0 and run["refused_hellos"] == 0
     assert {report["pids"][k] for k in ("learner0", "learner1", "rollout")} <= {p["pid"] for p in run["processes"]}
     assert (out.stat().st_mode & 0o777) == 0o700
+    # The aggregator it started runs nicer than the job (aggregator_nice, 10).
+    assert report["nice"]["aggregator"] == min(19, report["nice"]["driver"] + 10), report["nice"]
     said = [line for line in report["stderr"].splitlines() if line.startswith("rlscope: ") and "steps written to" in line]
     assert len(said) == 1 and said[0].startswith(f"rlscope: 2 steps written to {out};"), report["stderr"][-3000:]
 

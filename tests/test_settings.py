@@ -86,3 +86,14 @@ def test_the_runs_config_takes_the_jobs_runtime_env_keys_and_the_endpoint_rule_i
     assert settings.endpoint([None, "auto", "tcp://job:1"], {"aggregator": "tcp://cfg:2"}) == "tcp://job:1"
     assert settings.endpoint([None, ""], {"aggregator": "tcp://cfg:2"}) == "tcp://cfg:2"
     assert settings.endpoint([], {"aggregator": "auto"}) is None
+
+
+@pytest.mark.parametrize("nice", [-1, 20, True, "10"])
+def test_a_bad_aggregator_nice_is_refused_before_anything_starts(nice):
+    import ray
+
+    import rlscope_ray
+
+    with pytest.raises(ValueError, match=r"rlscope_ray.init\(aggregator_nice=...\) must be an int from 0 to 19"):
+        rlscope_ray.init(aggregator_nice=nice)
+    assert not ray.is_initialized()

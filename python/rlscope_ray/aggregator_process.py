@@ -83,7 +83,7 @@ class AggregatorProcess:
 def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], None] = None,
                      listen: str = "tcp://127.0.0.1:*", args: Sequence[str] = (),
                      command: Optional[Sequence[str]] = None, log: Union[PathLike, int, None] = None,
-                     env: Optional[Mapping[str, str]] = None, nice: bool = False,
+                     env: Optional[Mapping[str, str]] = None, nice: Union[bool, int] = False,
                      connect_host: Optional[str] = None, work_dir: Optional[PathLike] = None,
                      deadline_s: float = 30.0, secret: Optional[str] = None) -> AggregatorProcess:
     """Launch `command --listen LISTEN --out OUT [--config C] --endpoint-file F ARGS`.
@@ -96,8 +96,9 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
         `python -m rlscope_ray.cli aggregator` goes here.
     log: the file for its stdout and stderr (default work_dir/aggregator.log),
         or subprocess.PIPE for the caller to read proc.stdout.
-    nice: run at the lowest CPU priority (so it does not slow down what it
-        profiles on a small machine).
+    nice: run at a lower CPU priority (so it does not slow down what it
+        profiles on a small machine): an increment of this process's nice
+        value (os.nice), True the lowest priority (19).
     connect_host: the address others connect to when it binds 0.0.0.0 (the
         endpoint file then says tcp://0.0.0.0:PORT).
     work_dir: where the endpoint file goes; default a new temporary directory.
@@ -126,12 +127,13 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
     log_path = None if isinstance(log, int) else os.fspath(log or os.path.join(work, "aggregator.log"))
     stdout = log if isinstance(log, int) else open(log_path, "w")
     try:
+        increment = 19 if nice is True else int(nice)
         child_env = dict(os.environ if env is None else env)
         if secret:
             child_env[SECRET] = secret
         proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=child_env,
-                                preexec_fn=(lambda: os.nice(19)) if nice else None)
+                                preexec_fn=(lambda: os.nice(increment)) if increment else None)
     finally:
         if not isinstance(stdout, int):
             stdout.close()  # the child has its own copy

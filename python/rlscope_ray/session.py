@@ -65,7 +65,7 @@ def current() -> Optional[Session]:
 def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[str] = None,
          aggregator: Optional[str] = None, output_dir: Optional[str] = None,
          runtime_env: Optional[Dict[str, Any]] = None, profile_driver: bool = True,
-         **ray_init_kwargs: Any) -> Session:
+         aggregator_nice: int = 10, **ray_init_kwargs: Any) -> Session:
     """Start profiling this Ray job; see the module docstring.
 
     config: a YAML path, a dict of config keys, or None (defaults).
@@ -78,6 +78,10 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
     profile_driver: False leaves this driver unprofiled: the controller is
         the process whose steps drive the run (it claims the role at its
         first step, become_controller), as verl's TaskRunner actor does.
+    aggregator_nice: the aggregator this starts runs this much nicer than
+        the driver (0-19; default 10), so that on a busy node it takes CPU
+        from the job only when the job leaves some. It does not drop what
+        it cannot read at once: collectors keep it in their spools.
     """
     global _session
     import ray
@@ -92,6 +96,10 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         if ray.is_initialized():
             raise RuntimeError("rlscope_ray.init() starts or joins Ray itself: call it instead of ray.init() "
                                "(or call ray.shutdown() first)")
+        if isinstance(aggregator_nice, bool) or not isinstance(aggregator_nice, int) or \
+                not 0 <= aggregator_nice <= 19:
+            raise ValueError(f"rlscope_ray.init(aggregator_nice=...) must be an int from 0 to 19, got "
+                             f"{aggregator_nice!r}")
         job_env = dict(runtime_env or {})
         # The run's config, made once here: the driver (the controller), the
         # aggregator and every actor get this one (README "One config per run").
@@ -102,7 +110,7 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
                           secret=os.environ.get(settings.SECRET, "") if endpoint else secrets.token_hex(16),
                           local=address is None)
         if not endpoint:
-            _start_aggregator(session)
+            _start_aggregator(session, aggregator_nice)
 
         env_vars = dict(job_env.get("env_vars") or {})
         env_vars[settings.JOB_AGGREGATOR] = session.endpoint
@@ -225,7 +233,7 @@ def _load_config(config: Union[str, Dict[str, Any], None]) -> Dict[str, Any]:
     return settings.load_config_file(os.fspath(config))
 
 
-def _start_aggregator(session: Session) -> None:
+def _start_aggregator(session: Session, nice: int) -> None:
     import ray
 
     os.makedirs(session.output_dir, mode=0o700, exist_ok=True)
@@ -237,7 +245,7 @@ def _start_aggregator(session: Session) -> None:
         agg = start_aggregator(session.output_dir, config=session.config, listen=listen,
                                args=["--exit-when-done", "--exit-with-parent"],
                                log=os.path.join(session.output_dir, "aggregator.log"),
-                               connect_host=host, secret=session.secret)
+                               connect_host=host, secret=session.secret, nice=nice)
     except AggregatorStartError as e:
         raise AggregatorStartError(f"rlscope: {e}") from None
     session._aggregator = agg

@@ -7,6 +7,7 @@ Exercises: plugin registration by init() on a local cluster, per-instance
 ranges inside an actor. Writes a JSON report of what it did for the test.
 """
 import json
+import os
 import sys
 import time
 
@@ -16,9 +17,9 @@ import ray
 import rlscope_ray
 
 out, report = sys.argv[1], sys.argv[2]
-rlscope_ray.init(config={"steps": [1, 2], "flush": {"step_grace_ms": 10000}}, output_dir=out,
-                 runtime_env={"rlscope": {"role": "worker"}},
-                 num_cpus=2, include_dashboard=False, log_to_driver=False)
+session = rlscope_ray.init(config={"steps": [1, 2], "flush": {"step_grace_ms": 10000}}, output_dir=out,
+                           runtime_env={"rlscope": {"role": "worker"}},
+                           num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 @ray.remote(num_cpus=0)
@@ -67,6 +68,8 @@ for step in (1, 2):
             ray.get(rollout.gen.remote(step))
         with nvtx.annotate("update_actor"):
             ray.get([a.update_actor.remote(300000) for a in learners + [opted_out]])
+nice = {"driver": os.getpriority(os.PRIO_PROCESS, 0),
+        "aggregator": os.getpriority(os.PRIO_PROCESS, session.aggregator.pid)}
 out_dir = rlscope_ray.shutdown()
 with open(report, "w") as f:
-    json.dump({"pids": pids, "errors": errors, "out": out_dir}, f)
+    json.dump({"pids": pids, "errors": errors, "out": out_dir, "nice": nice}, f)
