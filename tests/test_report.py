@@ -155,7 +155,12 @@ def full_summary(step: int) -> dict:
         "clock_warnings": ["rank 1: clock bound 2.1 ms is wider than the 1 ms tolerance"],
         "causality": {"checked": 120, "violations": 2, "max_violation_ns": 1500},
         "totals": {"processes": 3, "spans": 36, "instants": 3, "dropped": 0},
-        "correction": {"enabled": True, "scale": 1.0, "duration_ms": 79.2, "subtracted_ms": 0.8},
+        "correction": {"enabled": True, "scale": 1.0, "duration_ms": 79.2, "subtracted_ms": 0.8,
+                       "uncertainty_ms": 0.05,
+                       "notes": ["rank 0: push costs drifted during the step: 20 ns in its first half, 41 ns in "
+                                 "its second"],
+                       "waits": [{"subtask": "generate", "linked": {"ray": 2, "key": 0},
+                                  "unlinked": {"ray": 0, "key": 1}, "removed_ms": 0.3}]},
         "breakdown": breakdown,
         "gpu_utilization": [{"process": label, "rank": rank, "session": f"s{rank}", "gpu_busy_ms": 30.0 + rank,
                              "gpu_busy_pct": 38.0 + rank, "naive_util_pct": 90.0, "sample_ms": 10.0}
@@ -231,6 +236,15 @@ def test_report_with_every_section_renders_all_charts(full_report, tmp_path):
     assert len(hot) == 1 and "generate" in [e.text for e in page.find("td", part="part-stragglers")]
     warn = page.find("ul", "clock_warnings", section="step-1")
     assert warn and "clock bound 2.1 ms" in page.find("li", section="step-1", part="part-counts")[0].text
+    # The correction: its uncertainty, its notes, which waits were linked.
+    facts = [e.text for e in page.find("dd", section="step-1", part="part-counts")]
+    assert any("corrected step 79.200 ms \u00b1 0.050 ms" in f for f in facts), facts
+    assert page.find("ul", "correction_notes", section="step-1")
+    assert any("push costs drifted" in e.text for e in page.find("li", section="step-1", part="part-counts"))
+    waits = page.find("table", "waits-table", section="step-1")
+    assert len(waits) == 1
+    cells = [e.text for e in page.find("td", section="step-1", part="part-counts")]
+    assert cells[cells.index("generate"):cells.index("generate") + 6] == ["generate", "2", "0", "0", "1", "0.300"], cells
 
     # Step 2 (an older summary): every analysis section says none, no charts.
     for key, (part, chart) in PARTS.items():

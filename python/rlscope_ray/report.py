@@ -294,13 +294,27 @@ def _counts(s: Dict[str, Any]) -> str:
                   f"{_fmt(caus.get('violations'))} (checked {_fmt(caus.get('checked'))}, max "
                   f"{_fmt(caus.get('max_violation_ns'))} ns)" if caus else "none (not checked)"))
     corr = _dict(s.get("correction"))
+    sure = _num(corr.get("uncertainty_ms"))
     facts.append(("overhead correction",
                   f"{'on' if corr.get('enabled') else 'off'}, scale {_fmt(_num(corr.get('scale')))}, "
                   f"subtracted {_ms(corr.get('subtracted_ms'))} ms, corrected step "
-                  f"{_ms(corr.get('duration_ms'))} ms" if corr else "none"))
+                  f"{_ms(corr.get('duration_ms'))} ms"
+                  + (f" &plusmn; {_fmt(sure)} ms (sampling error of the measured costs)" if sure is not None else "")
+                  if corr else "none"))
     parts.append("<dl>" + "".join(f"<dt>{_esc(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")
-    for key, title in (("clock_warnings", "clock warnings"), ("not_profiled", "not profiled")):
-        items = s.get(key)
+    waits = _dicts(corr.get("waits"))
+    if waits:  # the controller's waits on other processes, linked or not (docs/summary_format.md)
+        rows = [[w.get("subtask") if w.get("subtask") is not None else "(outside sub-tasks)",
+                 _dict(w.get("linked")).get("ray"), _dict(w.get("linked")).get("key"),
+                 _dict(w.get("unlinked")).get("ray"), _dict(w.get("unlinked")).get("key"), _num(w.get("removed_ms"))]
+                for w in waits]
+        parts.append("<h4>controller waits on other processes</h4>" + _table(
+            ["sub-task", "linked Ray calls", "linked keys", "unlinked Ray calls", "unlinked keys", "wait removed ms"],
+            rows, "waits-table"))
+    corr_notes = {"correction_notes": corr.get("notes")}
+    for key, title in (("clock_warnings", "clock warnings"), ("not_profiled", "not profiled"),
+                       ("correction_notes", "correction notes")):
+        items = corr_notes[key] if key in corr_notes else s.get(key)
         if isinstance(items, list) and items:
             lis = "".join(f"<li>{_fmt(x)}</li>" for x in items)
             parts.append(f'<h4>{_esc(title)}</h4><ul class="warn {key}">{lis}</ul>')
