@@ -40,6 +40,7 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
     const char* key = CostKey(kind);
     own_ps_[kind] = Ps(get(key));
+    calibrated_own_ps_[kind] = own_ps_[kind];
     if (costs.count(key) != 0) sources_[key] = "calibration";
     if (kind == static_cast<uint8_t>(EventKind::kCostSample)) continue;  // recorded after its own timing
     for (const auto& [stats, source] : {std::make_pair(step, "step"), std::make_pair(run, "run")}) {
@@ -49,6 +50,7 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
       mean_var_ps2_[kind] = s.var_ps2() / static_cast<double>(s.n) * scale * scale;
       costs_ns_[key] = s.mean_ps() * scale / 1000.0;
       sources_[key] = source;
+      measured_kind_[kind] = true;
       measured_[key] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
       break;
     }
@@ -57,6 +59,10 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
   nvtx_ex_ps_[static_cast<int>(EventKind::kRangePush)] = Ps(get("py_nvtx_push"));
   nvtx_ex_ps_[static_cast<int>(EventKind::kRangeStart)] = Ps(get("py_nvtx_start"));
   nvtx_ex_ps_[static_cast<int>(EventKind::kMark)] = Ps(get("py_nvtx_mark"));
+}
+
+int64_t CostModel::CallerPs(uint8_t kind, uint8_t flags) const {
+  return kind < kKinds && (flags & kFlagViaNvtxEx) != 0 ? nvtx_ex_ps_[kind] : 0;
 }
 
 int64_t CostModel::CostPs(uint8_t kind, uint8_t flags) const {
@@ -71,6 +77,8 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     : begin_ns_(begin_ns) {
   int64_t total_ps = 0, waits_ps = 0;
   uint64_t per_kind[CostModel::kKinds] = {};
+  int64_t caller_ps = 0;
+  double measured_own_ps = 0, calibrated_own_ps = 0;  // events whose own cost was measured
   for (const auto& [tid, list] : marks) {
     Thread t;
     std::vector<CostMark> sorted;
@@ -104,6 +112,12 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
       } else if (m.kind != static_cast<uint8_t>(EventKind::kCostSample)) {
         ++events_;
         if (m.kind < CostModel::kKinds) ++per_kind[m.kind];
+        // The caller-side part of what was charged (a capped event's first).
+        caller_ps += std::min(ps, model.CallerPs(m.kind, m.flags));
+        if (model.IsMeasured(m.kind)) {
+          measured_own_ps += static_cast<double>(model.CostPs(m.kind, 0));
+          calibrated_own_ps += static_cast<double>(model.CalibratedOwnPs(m.kind));
+        }
       }
       cum += ps;
       prev_ns = m.ts_ns;
@@ -124,6 +138,11 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     if (source == model.sources().end() || source->second == "calibration") calibrated_events_ += per_kind[kind];
   }
   uncertainty_ns_ = std::llround(std::sqrt(var_ps2) / 1000.0);
+  caller_ns_ = caller_ps / 1000;
+  if (measured_own_ps > 0 && calibrated_own_ps > 0) {
+    in_place_ratio_ = measured_own_ps / calibrated_own_ps;
+    systematic_ns_ = std::llround(static_cast<double>(caller_ns_) * std::abs(in_place_ratio_ - 1.0));
+  }
 }
 
 int64_t Corrector::CostPs(const Thread& th, int64_t t, bool before) {
@@ -471,6 +490,10 @@ void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, do
     if (slice.corrector) var += std::pow(static_cast<double>(slice.corrector->uncertainty_ns()), 2);
   }
   step->correction_uncertainty_ns = std::llround(std::sqrt(var));
+  step->correction_systematic_ns = 0;
+  for (const ProcessSlice& slice : step->processes) {
+    if (slice.corrector) step->correction_systematic_ns += slice.corrector->systematic_ns();
+  }
   if (controller == nullptr) return;
   for (const Span& span : controller->spans) {
     if (span.step == step->step) step->corrected_end_ns = span.end_ns;

@@ -16,7 +16,8 @@
 // removed is the sampling error of those means: per process,
 // sqrt(sum over kinds of (events of the kind)^2 * variance / samples). It
 // does not cover costs the samples cannot see (the caller side, the NVTX
-// dispatch before the handler): those are as calibrated.
+// dispatch before the handler): those are as calibrated, and the
+// systematic part is stated beside it (Corrector::systematic_ns).
 //
 // Across processes (waits): a controller's sub-task window that waits on
 // Ray actor calls (verl: dispatch, ray.get, then on), or on anything else
@@ -72,6 +73,13 @@ class CostModel {
   int64_t CostPs(uint8_t kind, uint8_t flags) const;
   // The variance of kind's own cost as estimated (ps^2; 0 when calibrated).
   double MeanVarPs2(uint8_t kind) const { return kind < kKinds ? mean_var_ps2_[kind] : 0; }
+  // Of CostPs: the caller-side part (always the start-up calibration's), and
+  // what the start-up calibration gave for the own part (as used, when the
+  // own cost was calibrated).
+  int64_t CallerPs(uint8_t kind, uint8_t flags) const;
+  int64_t CalibratedOwnPs(uint8_t kind) const { return kind < kKinds ? calibrated_own_ps_[kind] : 0; }
+  // Whether kind's own cost was measured in place (source "step" or "run").
+  bool IsMeasured(uint8_t kind) const { return kind < kKinds && measured_kind_[kind]; }
   // The costs actually used, ns per event (scaled), for summaries.
   const std::map<std::string, double>& costs_ns() const { return costs_ns_; }
   // Where each used own cost came from: "step", "run" or "calibration";
@@ -85,6 +93,8 @@ class CostModel {
 
  private:
   int64_t own_ps_[kKinds] = {};     // the collector's recording
+  int64_t calibrated_own_ps_[kKinds] = {};
+  bool measured_kind_[kKinds] = {};
   int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (opening events)
   double mean_var_ps2_[kKinds] = {};
   std::map<std::string, double> costs_ns_;
@@ -128,6 +138,16 @@ class Corrector {
   int64_t uncertainty_ns() const { return uncertainty_ns_; }
   // Recorded events whose kind's cost is the start-up calibration's.
   uint64_t calibrated_events() const { return calibrated_events_; }
+  // The systematic part the sampling error leaves out: the caller-side
+  // costs (the `nvtx` package's, py_nvtx_*) are start-up figures, never
+  // measured in place. `in_place_ratio()`: over this step's events whose own
+  // cost was measured, measured / start-up (0: none measured);
+  // `caller_ns()`: the caller-side cost removed; `systematic_ns()`: what
+  // the correction is off by were the caller side off by the same ratio,
+  // caller_ns * |ratio - 1| (0 without a ratio). Stated, not applied.
+  double in_place_ratio() const { return in_place_ratio_; }
+  int64_t caller_ns() const { return caller_ns_; }
+  int64_t systematic_ns() const { return systematic_ns_; }
   // Marks whose cost exceeded the time since the thread's previous mark, so
   // charged only that time (costs overestimated, e.g. calibrated under load).
   uint64_t capped() const { return capped_; }
@@ -151,6 +171,9 @@ class Corrector {
   int64_t total_ns_ = 0;
   int64_t waits_ns_ = 0;
   uint64_t events_ = 0;  // recorded events (not wait marks, not cost samples)
+  double in_place_ratio_ = 0;
+  int64_t caller_ns_ = 0;
+  int64_t systematic_ns_ = 0;
   uint64_t capped_ = 0;
   int64_t uncertainty_ns_ = 0;
   uint64_t calibrated_events_ = 0;

@@ -57,6 +57,8 @@ struct StepProfile {
   // One standard deviation of what was removed, from the sampling error of
   // the measured costs of every process (correction.h), combined.
   int64_t correction_uncertainty_ns = 0;
+  // Corrector::systematic_ns of every process, summed (they err alike).
+  int64_t correction_systematic_ns = 0;
   // The controller's waits on other processes, per sub-task window that had
   // any (correction.h, waits): results it got, by how they were linked (a
   // Ray call's key, "ray"; a user's rlscope_ray.waited key, "key"), linked

@@ -181,6 +181,10 @@ std::string StepSummaryJson(const StepProfile& step) {
       w.EndObject();
       w.Key("uncertainty_ms").Double(Ms(slice.corrector->uncertainty_ns()));
       w.Key("calibrated_events").Uint(slice.corrector->calibrated_events());
+      w.Key("caller_side_ms").Double(Ms(slice.corrector->caller_ns()));
+      w.Key("in_place_ratio");
+      if (slice.corrector->in_place_ratio() > 0) w.Double(slice.corrector->in_place_ratio()); else w.Null();
+      w.Key("systematic_ms").Double(Ms(slice.corrector->systematic_ns()));
       w.Key("note").String(slice.cost_note);
       if (slice.profiler_cpu_ns >= 0) w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
       w.EndObject();
@@ -229,6 +233,7 @@ std::string StepSummaryJson(const StepProfile& step) {
     w.Key("duration_ms").Double(Ms(step.corrected_end_ns - step.begin_ns));
     w.Key("subtracted_ms").Double(Ms(step.end_ns - step.corrected_end_ns));
     w.Key("uncertainty_ms").Double(Ms(step.correction_uncertainty_ns));
+    w.Key("systematic_ms").Double(Ms(step.correction_systematic_ns));
     // Why the correction may be less sure than its uncertainty says.
     w.Key("notes").BeginArray();
     for (const ProcessSlice& slice : step.processes) {
@@ -242,6 +247,18 @@ std::string StepSummaryJson(const StepProfile& step) {
                       ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: on a "
                       "node with no spare core it was taken from the job",
                       slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns);
+        w.String(ProcessLabel(*slice.process) + text);
+      }
+      // The caller side was calibrated only: say when the handler's measured
+      // costs make that doubtful by more than the sampling error and 1 %.
+      if (const int64_t sys = slice.corrector->systematic_ns(), step_ns = step.end_ns - step.begin_ns;
+          sys > slice.corrector->uncertainty_ns() && step_ns > 0 && sys * 100 > step_ns) {
+        char text[260];
+        std::snprintf(text, sizeof(text),
+                      ": recording cost %.2fx its start-up calibration in this step; the `nvtx` package's "
+                      "caller-side costs (%.1f ms removed) are start-up figures only: were they off as much, the "
+                      "correction is off by %.1f ms",
+                      slice.corrector->in_place_ratio(), slice.corrector->caller_ns() / 1e6, sys / 1e6);
         w.String(ProcessLabel(*slice.process) + text);
       }
       if (const uint64_t n = slice.corrector->calibrated_events(); n > 0) {

@@ -157,12 +157,38 @@ def test_costs_measured_in_place_correct_a_calibration_that_under_estimates(aggr
             # The flush thread's CPU in the step is reported (not removed); its
             # value is real CPU time (the arithmetic is aggregator_test's).
             assert overhead["profiler_thread_ms"] >= 0
-            # Nothing varied: the measured means are exact, so is the correction.
+            # Nothing varied: the measured means are exact, so is the correction;
+            # no caller-side costs, nothing systematic.
             assert summary["correction"]["uncertainty_ms"] == 0
+            assert overhead["caller_side_ms"] == 0 and summary["correction"]["systematic_ms"] == 0
         else:
             assert overhead["cost_sources"]["push"] == "calibration"
             assert abs(corrected - (raw - 0.7 * cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
             assert any("start-up calibration" in note for note in summary["correction"]["notes"])
+
+
+def test_the_systematic_part_states_what_a_miscalibrated_caller_side_costs(aggregator_factory, tmp_path):
+    # The calibration under-estimates everything by 30 %, the `nvtx`
+    # package's caller side (2000 ns a pair, advertised 1400) too. In-place
+    # sampling fixes the handler's costs, never the caller side's: the
+    # corrected step is 600 ns a pair long. The summary says by how much the
+    # handler's costs were off (1/0.7) and what that would mean for the
+    # caller side: exactly the error left.
+    agg = aggregator_factory()
+    ranges = 4000
+    report, steps = _dense_with(agg, tmp_path, "push=700,pop=300,py_nvtx_push=2000,calibrated=0.7", BUFFERS,
+                                ranges=ranges)
+    for n, (raw, corrected, summary) in steps.items():
+        (proc,) = summary["processes"]
+        overhead = proc["overhead"]
+        assert overhead["in_place_ratio"] == pytest.approx(1 / 0.7, rel=1e-5)  # written with 6 digits
+        assert overhead["caller_side_ms"] == pytest.approx(ranges * 1400 / 1e6, abs=1e-6)
+        error = corrected - (raw - added(report, n))
+        assert error == pytest.approx(ranges * 600, abs=TOLERANCE_NS), (n, error)
+        assert summary["correction"]["systematic_ms"] == overhead["systematic_ms"]
+        assert overhead["systematic_ms"] * 1e6 == pytest.approx(error, abs=TOLERANCE_NS)
+        assert any("caller-side costs" in note for note in summary["correction"]["notes"]) == \
+            (error * 100 > raw), summary["correction"]["notes"]
 
 
 def test_the_uncertainty_grows_when_costs_vary_and_covers_the_error(aggregator_factory, tmp_path):
