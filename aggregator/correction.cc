@@ -37,10 +37,11 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     costs_ns_[key] = it->second * scale;
     return it->second * scale;
   };
+  double measured_ps = 0, calibrated_ps = 0;  // over the samples of measured kinds
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
     const char* key = CostKey(kind);
     own_ps_[kind] = Ps(get(key));
-    calibrated_own_ps_[kind] = own_ps_[kind];
+    const int64_t calibrated_own_ps = own_ps_[kind];
     if (costs.count(key) != 0) sources_[key] = "calibration";
     if (kind == static_cast<uint8_t>(EventKind::kCostSample)) continue;  // recorded after its own timing
     for (const auto& [stats, source] : {std::make_pair(step, "step"), std::make_pair(run, "run")}) {
@@ -50,15 +51,26 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
       mean_var_ps2_[kind] = s.var_ps2() / static_cast<double>(s.n) * scale * scale;
       costs_ns_[key] = s.mean_ps() * scale / 1000.0;
       sources_[key] = source;
-      measured_kind_[kind] = true;
       measured_[key] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
+      if (calibrated_own_ps > 0) {  // samples are 1 in N of every kind's events: weights as events
+        measured_ps += s.mean_ps() * scale * static_cast<double>(s.n);
+        calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(s.n);
+      }
       break;
     }
   }
-  // Caller-side costs of a whole pair, charged on its opening event.
-  nvtx_ex_ps_[static_cast<int>(EventKind::kRangePush)] = Ps(get("py_nvtx_push"));
-  nvtx_ex_ps_[static_cast<int>(EventKind::kRangeStart)] = Ps(get("py_nvtx_start"));
-  nvtx_ex_ps_[static_cast<int>(EventKind::kMark)] = Ps(get("py_nvtx_mark"));
+  if (measured_ps > 0 && calibrated_ps > 0) in_place_ratio_ = measured_ps / calibrated_ps;
+  // Caller-side costs of a whole pair, charged on its opening event: the
+  // start-up figures, times the in-place ratio when there is one.
+  const double ratio = in_place_ratio_ > 0 ? in_place_ratio_ : 1.0;
+  for (const auto& [kind, key] : {std::make_pair(EventKind::kRangePush, "py_nvtx_push"),
+                                  std::make_pair(EventKind::kRangeStart, "py_nvtx_start"),
+                                  std::make_pair(EventKind::kMark, "py_nvtx_mark")}) {
+    if (costs.count(key) == 0) continue;
+    nvtx_ex_ps_[static_cast<int>(kind)] = Ps(get(key) * ratio);
+    costs_ns_[key] *= ratio;
+    sources_[key] = in_place_ratio_ > 0 ? "scaled calibration" : "calibration";
+  }
 }
 
 int64_t CostModel::CallerPs(uint8_t kind, uint8_t flags) const {
@@ -78,7 +90,6 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   int64_t total_ps = 0, waits_ps = 0;
   uint64_t per_kind[CostModel::kKinds] = {};
   int64_t caller_ps = 0;
-  double measured_own_ps = 0, calibrated_own_ps = 0;  // events whose own cost was measured
   for (const auto& [tid, list] : marks) {
     Thread t;
     std::vector<CostMark> sorted;
@@ -114,10 +125,6 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
         if (m.kind < CostModel::kKinds) ++per_kind[m.kind];
         // The caller-side part of what was charged (a capped event's first).
         caller_ps += std::min(ps, model.CallerPs(m.kind, m.flags));
-        if (model.IsMeasured(m.kind)) {
-          measured_own_ps += static_cast<double>(model.CostPs(m.kind, 0));
-          calibrated_own_ps += static_cast<double>(model.CalibratedOwnPs(m.kind));
-        }
       }
       cum += ps;
       prev_ns = m.ts_ns;
@@ -139,9 +146,9 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   }
   uncertainty_ns_ = std::llround(std::sqrt(var_ps2) / 1000.0);
   caller_ns_ = caller_ps / 1000;
-  if (measured_own_ps > 0 && calibrated_own_ps > 0) {
-    in_place_ratio_ = measured_own_ps / calibrated_own_ps;
-    systematic_ns_ = std::llround(static_cast<double>(caller_ns_) * std::abs(in_place_ratio_ - 1.0));
+  in_place_ratio_ = model.in_place_ratio();
+  if (in_place_ratio_ > 0) {
+    systematic_ns_ = std::llround(static_cast<double>(caller_ns_) * std::abs(1.0 - 1.0 / in_place_ratio_));
   }
 }
 

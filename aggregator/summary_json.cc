@@ -249,15 +249,15 @@ std::string StepSummaryJson(const StepProfile& step) {
                       slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns);
         w.String(ProcessLabel(*slice.process) + text);
       }
-      // The caller side was calibrated only: say when the handler's measured
-      // costs make that doubtful by more than the sampling error and 1 %.
+      // The caller side is a model (its start-up figures scaled): say when
+      // what rests on it exceeds the sampling error and 1 % of the step.
       if (const int64_t sys = slice.corrector->systematic_ns(), step_ns = step.end_ns - step.begin_ns;
           sys > slice.corrector->uncertainty_ns() && step_ns > 0 && sys * 100 > step_ns) {
-        char text[260];
+        char text[300];
         std::snprintf(text, sizeof(text),
-                      ": recording cost %.2fx its start-up calibration in this step; the `nvtx` package's "
-                      "caller-side costs (%.1f ms removed) are start-up figures only: were they off as much, the "
-                      "correction is off by %.1f ms",
+                      ": recording cost %.2fx its start-up calibration in this step, so the `nvtx` package's "
+                      "caller-side costs, never measured in place, were scaled alike (%.1f ms removed): %.1f ms "
+                      "of the correction rest on that model",
                       slice.corrector->in_place_ratio(), slice.corrector->caller_ns() / 1e6, sys / 1e6);
         w.String(ProcessLabel(*slice.process) + text);
       }

@@ -167,13 +167,15 @@ def test_costs_measured_in_place_correct_a_calibration_that_under_estimates(aggr
             assert any("start-up calibration" in note for note in summary["correction"]["notes"])
 
 
-def test_the_systematic_part_states_what_a_miscalibrated_caller_side_costs(aggregator_factory, tmp_path):
+def test_caller_side_costs_are_scaled_as_the_measured_ones_and_the_scaling_is_stated(aggregator_factory,
+                                                                                      tmp_path):
     # The calibration under-estimates everything by 30 %, the `nvtx`
-    # package's caller side (2000 ns a pair, advertised 1400) too. In-place
-    # sampling fixes the handler's costs, never the caller side's: the
-    # corrected step is 600 ns a pair long. The summary says by how much the
-    # handler's costs were off (1/0.7) and what that would mean for the
-    # caller side: exactly the error left.
+    # package's caller side (2000 ns a pair, advertised 1400) too, as it did
+    # on a real machine (bench section accuracy). In-place sampling measures
+    # the handler's costs (1/0.7 of their start-up figures) and the caller
+    # side, never measured, is scaled by the same ratio: the corrected step
+    # is the uninstrumented one again. The summary says what rests on that
+    # model: the 600 ns a pair the scaling added.
     agg = aggregator_factory()
     ranges = 4000
     report, steps = _dense_with(agg, tmp_path, "push=700,pop=300,py_nvtx_push=2000,calibrated=0.7", BUFFERS,
@@ -182,13 +184,14 @@ def test_the_systematic_part_states_what_a_miscalibrated_caller_side_costs(aggre
         (proc,) = summary["processes"]
         overhead = proc["overhead"]
         assert overhead["in_place_ratio"] == pytest.approx(1 / 0.7, rel=1e-5)  # written with 6 digits
-        assert overhead["caller_side_ms"] == pytest.approx(ranges * 1400 / 1e6, abs=1e-6)
-        error = corrected - (raw - added(report, n))
-        assert error == pytest.approx(ranges * 600, abs=TOLERANCE_NS), (n, error)
+        assert overhead["cost_sources"]["py_nvtx_push"] == "scaled calibration"
+        assert overhead["caller_side_ms"] == pytest.approx(ranges * 2000 / 1e6, abs=1e-6)
+        assert abs(corrected - (raw - added(report, n))) <= TOLERANCE_NS, (n, raw, corrected, added(report, n))
+        assert overhead["systematic_ms"] == pytest.approx(ranges * 600 / 1e6, abs=1e-6)
         assert summary["correction"]["systematic_ms"] == overhead["systematic_ms"]
-        assert overhead["systematic_ms"] * 1e6 == pytest.approx(error, abs=TOLERANCE_NS)
-        assert any("caller-side costs" in note for note in summary["correction"]["notes"]) == \
-            (error * 100 > raw), summary["correction"]["notes"]
+        assert any("caller-side costs, never measured in place, were scaled alike" in note
+                   for note in summary["correction"]["notes"]) == (ranges * 600 * 100 > raw), \
+            summary["correction"]["notes"]
 
 
 def test_the_uncertainty_grows_when_costs_vary_and_covers_the_error(aggregator_factory, tmp_path):

@@ -106,6 +106,12 @@ class ProfiledRun:
     raw: Dict[int, float] = field(default_factory=dict)  # the profile's step, ms
     corrected: Dict[int, float] = field(default_factory=dict)  # after correction, ms
     uncertainty: Dict[int, float] = field(default_factory=dict)  # the correction's stated uncertainty, ms
+    systematic: Dict[int, float] = field(default_factory=dict)  # its stated systematic part, ms
+    # What scaling the caller-side costs by each process's in-place ratio
+    # removed beyond their start-up figures (ms, signed; summary
+    # overhead.caller_side_ms and in_place_ratio): adding it back reads the
+    # same run under the unscaled model.
+    caller_scaled_extra: Dict[int, float] = field(default_factory=dict)
 
     @property
     def removed(self) -> Dict[int, float]:
@@ -204,6 +210,10 @@ class Runner:
                 run.raw[int(summary["step"])] = summary["duration_ms"]
                 run.corrected[int(summary["step"])] = corr_s["duration_ms"]
                 run.uncertainty[int(summary["step"])] = corr_s.get("uncertainty_ms", 0.0)
+                run.systematic[int(summary["step"])] = corr_s.get("systematic_ms", 0.0)
+                run.caller_scaled_extra[int(summary["step"])] = sum(
+                    (o.get("caller_side_ms") or 0.0) * (1.0 - 1.0 / (o.get("in_place_ratio") or 1.0))
+                    for o in (p.get("overhead") or {} for p in summary.get("processes", [])))
             dropped = sum(p.get("dropped_total", 0) for p in summary.get("processes", []))
             if dropped:
                 print(f"rlscope-ray calibrate: warning: step {summary['step']} dropped {dropped} events; "
