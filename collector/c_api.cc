@@ -221,6 +221,16 @@ int rlscope_calibrate(void) {
   }
 }
 
+int rlscope_scratch_scope(int on) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr) return 0;
+  try {
+    return c->ScratchScope(on != 0) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 void rlscope_set_label(const char* key, const char* value) {
   Collector* c = Collector::Instance();
   if (c == nullptr || key == nullptr || value == nullptr) return;

@@ -807,6 +807,21 @@ std::map<std::string, double> Collector::Calibrate() {
   return out;
 }
 
+bool Collector::ScratchScope(bool on) {
+  ThreadState* ts = TrackedThread();  // disarmed and never recorded: nothing to keep apart
+  if (ts == nullptr || (ts->scratch != nullptr) == on) return false;
+  if (on) {
+    ts->scratch = std::make_unique<ThreadBuffer>(ts->buffer->tid(), std::max<size_t>(ts->buffer->capacity(), 65536));
+    ts->real_buffer = ts->buffer;
+    ts->buffer = ts->scratch.get();
+  } else {
+    ts->buffer = ts->real_buffer;
+    ts->real_buffer = nullptr;
+    ts->scratch.reset();
+  }
+  return true;
+}
+
 void Collector::ReportExpected(std::vector<std::map<std::string, std::string>> processes) {
   std::lock_guard<std::mutex> lock(meta_mu_);
   expected_ = std::move(processes);

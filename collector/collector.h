@@ -46,6 +46,10 @@ struct ThreadState {
   uint32_t sample_countdown = 1;
   uint32_t sample_rng = 0x9E3779B9;  // xorshift32: the gaps between timed calls vary
   int64_t virtual_own_ns = 0;
+  // Collector::ScratchScope: the thread's own ring while `buffer` is a
+  // scratch ring that nothing reads (calibration loops), else null.
+  ThreadBuffer* real_buffer = nullptr;
+  std::unique_ptr<ThreadBuffer> scratch;
   explicit ThreadState(StringTable* table) : names(table) {}
   // Push/pop pairing through recorded_mask; 64 levels deep at most.
   void SetRecorded(int d, bool recorded) {
@@ -251,6 +255,15 @@ class Collector {
   // "push", "pop", "start", "end", "mark" costs and returns them. Under test
   // costs (test_clock.h) it measures nothing and returns those.
   std::map<std::string, double> Calibrate();
+  // On: the calling thread records into a scratch ring of its own ring's
+  // size (at least 65,536 records) that the flush thread never reads, until
+  // off: a calibration loop (rlscope_ray/calibration.py) pays recording's
+  // real costs, cost samples included, and ships nothing. Off restores the
+  // thread's ring; what the scratch ring holds is discarded. Returns false
+  // when the thread has no state (over the buffer budget) or is already
+  // in (on) or out (off) of a scope, or is disarmed and has never recorded
+  // (it records nothing then).
+  bool ScratchScope(bool on);
   // The test clock (test_clock.h): ns it advanced so far; -1 without one.
   int64_t TestClockNs() const { return test_clock_ != nullptr ? test_clock_->Now() : -1; }
   // Makes this process the run's controller, unless it is one or the

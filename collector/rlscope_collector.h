@@ -67,6 +67,11 @@ RLSCOPE_API void rlscope_set_cost(const char* key, double ns);
 /* Re-measures the collector's own per-event costs on the calling thread
  * (about a millisecond); 0 when no collector runs. */
 RLSCOPE_API int rlscope_calibrate(void);
+/* 1: the calling thread records into a scratch ring nothing ships, at the
+ * real costs, until 0 restores its ring (a calibration loop's events stay in
+ * the process). Returns 1 when the scope changed; 0 when no collector runs,
+ * or it was already so. */
+RLSCOPE_API int rlscope_scratch_scope(int on);
 /* The current calibrated cost of `key`, ns per event; -1 when unknown. */
 RLSCOPE_API double rlscope_cost(const char* key);
 /* Controller only: the processes that should connect, `n` records of

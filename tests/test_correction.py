@@ -375,3 +375,26 @@ def test_an_nvtx_package_of_another_shape_never_fails_the_import(aggregator_fact
     agg.stop()
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
     assert "could not calibrate the `nvtx` package's overhead (AttributeError" in r.stderr
+
+
+def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_factory, tmp_path):
+    """Calibration at import records ~40k `nvtx` events at their real costs
+    (rlscope_ray.calibration) into a scratch ring that is never shipped:
+    the aggregator receives none of them, yet the caller-side costs are
+    measured. Then one range the program records arrives."""
+    agg = aggregator_factory(exit_when_done=False)
+    code = ("import json, rlscope_ray, nvtx; from rlscope_ray import _native\n"
+            "costs = {k: _native.cost(k) for k in ('py_nvtx_push', 'py_nvtx_start', 'py_nvtx_mark')}\n"
+            "before = rlscope_ray.stats()['events']\n"
+            "with rlscope_ray.range('mine'): pass\n"
+            "rlscope_ray.flush()\n"
+            "print(json.dumps({'costs': costs, 'before': before}))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=agg.env(role="worker"), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert all(v > 0 for v in out["costs"].values()), out  # calibrated, at a real cost
+    assert out["before"] == 0, out  # the process's own count: nothing recorded into its rings
+    agg.stop()
+    (proc,) = json.loads((agg.out / "run.json").read_text())["processes"]
+    assert proc["events_received"] == 2, proc  # the range's push and pop, nothing else

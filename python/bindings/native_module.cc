@@ -103,6 +103,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),
         "A calibrated cost, ns per event; -1 when unknown.");
   m.def("calibrate", &rlscope_calibrate, "Re-measure the collector's own per-event costs; 1 if running.");
+  m.def("scratch_scope", &rlscope_scratch_scope, py::arg("on"),
+        "1: this thread records into a scratch ring nothing ships, until 0; 1 when the scope changed.");
   m.def("test_clock_ns", &rlscope_test_clock_ns,
         "Test only: ns the RLSCOPE_TEST_COSTS clock advanced so far; -1 without test costs.");
   // The breakdown engine (aggregator/breakdown.h): pure functions on
