@@ -3,7 +3,13 @@
 //
 //   aggregator_bench [--events N] [--threads T] [--out DIR]
 // Prints one JSON line: events, frames, wire_bytes, bytes_per_event,
-// seconds (decode -> trace.json written), events_per_s, trace_bytes.
+// seconds (decode -> trace.json written), events_per_s, trace_bytes, and the
+// collector side's encoding: encode_ns_per_event (the batches' events
+// through wire::BatchWriter, as the flush thread encodes them) beside
+// packer_ns_per_event (the same events packed field by field with msgpack-c's
+// packer, the reference).
+#include <msgpack.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -53,6 +59,8 @@ int main(int argc, char** argv) {
   }
   uint64_t seq = 0;
   size_t wire_events = 0;
+  double encode_s = 0, packer_s = 0;
+  size_t packer_bytes = 0;
   for (int64_t done = 0; done < per_thread;) {
     const int64_t n = std::min<int64_t>(per_thread - done, 65536 / threads) & ~int64_t{1};
     if (n <= 0) break;
@@ -74,6 +82,47 @@ int main(int argc, char** argv) {
     done += n;
     b.watermark_ns = t0 + done * 1000;
     frames.push_back(wire::Encode(b));
+    // The batch's events encoded as the flush thread does (BatchWriter),
+    // and packed field by field with msgpack-c's packer: fresh buffers
+    // each, in alternating order (the one after may find warm memory).
+    auto ours = [&] {
+      const auto a = std::chrono::steady_clock::now();
+      wire::BatchWriter w;
+      w.Begin(b.session, b.seq, b.watermark_ns, 0);
+      w.BeginThreads(b.threads.size());
+      for (const wire::ThreadEvents& te : b.threads) {
+        w.BeginThread(te.tid, te.events.size());
+        for (const wire::Event& e : te.events) w.AddEvent(e);
+      }
+      encode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+    };
+    auto packer = [&] {
+      const auto a = std::chrono::steady_clock::now();
+      msgpack::sbuffer ref;
+      msgpack::packer<msgpack::sbuffer> pk(ref);
+      for (const wire::ThreadEvents& te : b.threads) {
+        int64_t prev = 0;
+        for (const wire::Event& e : te.events) {
+          pk.pack_uint8(e.kind);
+          pk.pack_int64(e.ts_ns - prev);
+          prev = e.ts_ns;
+          pk.pack_uint32(e.name);
+          pk.pack_uint32(e.domain);
+          pk.pack_uint32(e.category);
+          pk.pack_uint64(e.value);
+          pk.pack_uint8(e.flags);
+        }
+      }
+      packer_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+      packer_bytes += ref.size();
+    };
+    if (seq % 2 == 0) {
+      ours();
+      packer();
+    } else {
+      packer();
+      ours();
+    }
   }
   {
     wire::Batch b;  // final watermark past the step
@@ -101,8 +150,10 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "{\"events\": %zu, \"frames\": %zu, \"wire_bytes\": %zu, \"bytes_per_event\": %.2f, "
-      "\"seconds\": %.4f, \"events_per_s\": %.0f, \"steps_written\": %llu, \"trace_bytes\": %ld}\n",
+      "\"seconds\": %.4f, \"events_per_s\": %.0f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
+      "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu}\n",
       wire_events, frames.size(), wire_bytes, static_cast<double>(wire_bytes) / wire_events, seconds,
-      wire_events / seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes);
+      wire_events / seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes,
+      encode_s * 1e9 / wire_events, packer_s * 1e9 / wire_events, packer_bytes);
   return agg.stats().steps_written == 1 ? 0 : 1;
 }

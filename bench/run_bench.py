@@ -247,11 +247,15 @@ def aggregator_section(args):
             fmt(r["bytes_per_event"], 2),
             str(EVENT_RECORD_BYTES),
             fmt(r["trace_bytes"] / r["events"], 1),
+            fmt(statistics.median(x["encode_ns_per_event"] for x in results), 1),
+            fmt(statistics.median(x["packer_ns_per_event"] for x in results), 1),
             "RL-Scope analysis: 0.145 M events/s",
         ])
-    print_table("Aggregator: wire frames -> step trace.json, one core (median of %d runs)" % args.runs,
+    print_table("Aggregator: wire frames -> step trace.json, one core (median of %d runs); and the collector's "
+                "encoding of the same events" % args.runs,
                 ["workload", "M events/s", "wire bytes/event", "record bytes (in memory)",
-                 "trace.json bytes/event", "reference"], rows)
+                 "trace.json bytes/event", "encode ns/event (ours)", "encode ns/event (msgpack-c packer)",
+                 "reference"], rows)
 
 
 def ray_startup_section(args):

@@ -509,6 +509,50 @@ TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
   EXPECT_EQ(first, wire::Encode(b));
 }
 
+// An event's fields are packed by hand (one buffer write per event): the
+// bytes must be msgpack-c's own, at every encoding's boundary.
+TEST(WireTest, EventsPackAsMsgpackPacksThem) {
+  const std::vector<int64_t> deltas = {0, 1, 31, 127, 128, 255, 256, 65535, 65536, 4294967295LL, 4294967296LL,
+                                       INT64_MAX, -1, -32, -33, -128, -129, -32768, -32769, INT32_MIN,
+                                       static_cast<int64_t>(INT32_MIN) - 1, INT64_MIN};
+  const std::vector<uint64_t> values = {0, 127, 128, 255, 256, 65535, 65536, 4294967295ULL, 4294967296ULL,
+                                        UINT64_MAX};
+  wire::BatchWriter w;
+  w.Begin(1, 2, 3, 0);
+  w.BeginThreads(1);
+  msgpack::sbuffer expected;
+  msgpack::packer<msgpack::sbuffer> pk(expected);
+  const size_t head = w.Finish().size();
+  int64_t ts = 0, prev = 0;
+  size_t n = 0;
+  for (int64_t d : deltas) {
+    for (uint64_t v : values) {
+      ts = static_cast<int64_t>(static_cast<uint64_t>(prev) + static_cast<uint64_t>(d));  // delta d exactly
+      wire::Event e;
+      e.kind = static_cast<uint8_t>(v & 0xff);
+      e.ts_ns = ts;
+      e.name = static_cast<uint32_t>(v);
+      e.domain = static_cast<uint32_t>(v >> 3);
+      e.category = static_cast<uint32_t>(v >> 17);
+      e.value = v;
+      e.flags = static_cast<uint8_t>(v >> 1);
+      w.AddEvent(e);
+      pk.pack_uint8(e.kind);
+      pk.pack_int64(d);
+      pk.pack_uint32(e.name);
+      pk.pack_uint32(e.domain);
+      pk.pack_uint32(e.category);
+      pk.pack_uint64(e.value);
+      pk.pack_uint8(e.flags);
+      prev = ts;
+      ++n;
+    }
+  }
+  ASSERT_EQ(n, deltas.size() * values.size());
+  const std::string got(w.Finish().data() + head, w.Finish().size() - head);
+  EXPECT_EQ(got, std::string(expected.data(), expected.size()));
+}
+
 // Hand-encodes [magic, version, type, body] with `body` packing one map.
 template <typename BodyFn>
 std::string Frame(std::string_view magic, uint64_t version, uint64_t type, BodyFn body) {
