@@ -10,6 +10,12 @@
 //   rlscope_bench_rdtsc_tool     (RLSCOPE_BENCH_RDTSC_TOOL=1, x86-64) the same
 //                                ring written with raw __rdtsc() ticks: the
 //                                bare-rdtsc recorder reference.
+//   rlscope_bench_rdtsc_record32_tool (RLSCOPE_BENCH_RDTSC_TOOL=1 and
+//                                RLSCOPE_BENCH_RECORD32=1) raw ticks in 32-byte
+//                                records, the collector's record size, in a
+//                                prefaulted 64 MiB ring, the collector's bench
+//                                ring: the rdtsc floor with the collector's
+//                                memory traffic per event (no consumer).
 //
 // Both export rlscope_bench_tool_events(): events the calling thread handled,
 // so the bench can confirm the tool really was loaded (NVTX fails silently).
@@ -22,12 +28,16 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #ifndef RLSCOPE_BENCH_CLOCK_TOOL
 #define RLSCOPE_BENCH_CLOCK_TOOL 0
 #endif
 #ifndef RLSCOPE_BENCH_RDTSC_TOOL
 #define RLSCOPE_BENCH_RDTSC_TOOL 0
+#endif
+#ifndef RLSCOPE_BENCH_RECORD32
+#define RLSCOPE_BENCH_RECORD32 0
 #endif
 #if RLSCOPE_BENCH_RDTSC_TOOL
 #if !defined(__x86_64__)
@@ -47,17 +57,37 @@ RLSCOPE_BENCH_TLS uint64_t tls_events = 0;
 // 2^16 timestamps (512 KiB) per thread, heap-allocated on a thread's first
 // event; overwritten when it wraps (no consumer: the cost of writing is what
 // is measured).
+#if RLSCOPE_BENCH_RECORD32
+struct alignas(32) Slot {  // the collector's EventRecord layout (native/event.h)
+  uint64_t ts, value;
+  uint32_t name, domain, category;
+  uint8_t kind, flags;
+  uint16_t reserved;
+};
+constexpr uint64_t kRingSize = uint64_t{1} << 21;  // 64 MiB
+#else
+using Slot = uint64_t;
 constexpr uint64_t kRingSize = uint64_t{1} << 16;
-RLSCOPE_BENCH_TLS uint64_t* tls_ring = nullptr;
+#endif
+RLSCOPE_BENCH_TLS Slot* tls_ring = nullptr;
 
 inline void RecordNow() {
-  uint64_t* ring = tls_ring;
+  Slot* ring = tls_ring;
   if (__builtin_expect(ring == nullptr, 0)) {
-    ring = static_cast<uint64_t*>(std::calloc(kRingSize, sizeof(uint64_t)));
+    ring = static_cast<Slot*>(std::calloc(kRingSize, sizeof(Slot)));
     if (ring == nullptr) return;
+    std::memset(static_cast<void*>(ring), 0, kRingSize * sizeof(Slot));  // prefaulted, as the collector's
     tls_ring = ring;  // leaked at thread exit: fine for a benchmark tool
   }
-#if RLSCOPE_BENCH_RDTSC_TOOL
+#if RLSCOPE_BENCH_RECORD32
+  Slot& r = ring[tls_events & (kRingSize - 1)];
+  r.ts = __rdtsc();
+  r.value = 0;
+  r.name = r.domain = r.category = 0;
+  r.kind = 1;
+  r.flags = 0;
+  r.reserved = 0;
+#elif RLSCOPE_BENCH_RDTSC_TOOL
   ring[tls_events & (kRingSize - 1)] = __rdtsc();
 #else
   timespec ts;

@@ -116,6 +116,9 @@ def nvtx_pair_configs(build_dir):
     if os.path.exists(rdtsc_tool):
         configs.append(("rdtsc recorder tool", {"NVTX_INJECTION64_PATH": rdtsc_tool}, warm,
                         "bare rdtsc recorder ~22 ns/pair"))
+        configs.append(("rdtsc recorder, 32-byte records in a 64 MiB ring",
+                        {"NVTX_INJECTION64_PATH": os.path.join(bench, "librlscope_bench_rdtsc_record32_tool.so")},
+                        warm, "the rdtsc floor with the collector's memory traffic per event"))
     configs += [
         (
             "clock_gettime recorder tool",
