@@ -146,9 +146,8 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   }
   uncertainty_ns_ = std::llround(std::sqrt(var_ps2) / 1000.0);
   caller_ns_ = caller_ps / 1000;
-  in_place_ratio_ = model.in_place_ratio();
-  if (in_place_ratio_ > 0) {
-    systematic_ns_ = std::llround(static_cast<double>(caller_ns_) * std::abs(1.0 - 1.0 / in_place_ratio_));
+  if (const double ratio = model.in_place_ratio(); ratio > 0) {
+    systematic_ns_ = std::llround(static_cast<double>(caller_ns_) * std::abs(1.0 - 1.0 / ratio));
   }
 }
 
@@ -363,13 +362,11 @@ void HoldToEnd(StepProfile* step, int64_t end) {
 void ReportWaits(StepProfile* step, const std::vector<WaitWindow>& windows, const std::map<uint64_t, int64_t>& got_ray,
                  const std::map<uint64_t, int64_t>& got_key, const std::map<uint64_t, size_t>& awaited,
                  const std::vector<int64_t>& removed_ns) {
-  std::set<uint64_t> worked;  // keys some other process's range carries
+  std::set<uint64_t> worked;  // awaited keys some other process's range carries
   for (const ProcessSlice& slice : step->processes) {
     if (slice.process->is_controller()) continue;
     for (const Span& s : slice.spans) {
-      if (s.has_payload && s.step < 0 && (got_ray.count(s.payload) != 0 || got_key.count(s.payload) != 0)) {
-        worked.insert(s.payload);
-      }
+      if (s.has_payload && s.step < 0 && awaited.count(s.payload) != 0) worked.insert(s.payload);
     }
   }
   std::vector<StepProfile::WaitLinks> per_window(windows.size());
@@ -382,7 +379,7 @@ void ReportWaits(StepProfile* step, const std::vector<WaitWindow>& windows, cons
     for (const auto& [key, ts] : got) {
       auto it = awaited.find(key);
       StepProfile::WaitLinks& l = it == awaited.end() ? outside : per_window[it->second];
-      const bool linked = it != awaited.end() && worked.count(key) != 0;
+      const bool linked = worked.count(key) != 0;  // only awaited keys are in it
       (by_key ? (linked ? l.linked_key : l.unlinked_key) : (linked ? l.linked_ray : l.unlinked_ray)) += 1;
     }
   };

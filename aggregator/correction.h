@@ -148,7 +148,6 @@ class Corrector {
   // `caller_ns()`: the caller-side cost removed; `systematic_ns()`: what
   // the scaling changed, caller_ns * |1 - 1 / ratio|: the part of the
   // correction that rests on that model rather than on a measurement.
-  double in_place_ratio() const { return in_place_ratio_; }
   int64_t caller_ns() const { return caller_ns_; }
   int64_t systematic_ns() const { return systematic_ns_; }
   // Marks whose cost exceeded the time since the thread's previous mark, so
@@ -174,7 +173,6 @@ class Corrector {
   int64_t total_ns_ = 0;
   int64_t waits_ns_ = 0;
   uint64_t events_ = 0;  // recorded events (not wait marks, not cost samples)
-  double in_place_ratio_ = 0;
   int64_t caller_ns_ = 0;
   int64_t systematic_ns_ = 0;
   uint64_t capped_ = 0;

@@ -183,7 +183,7 @@ std::string StepSummaryJson(const StepProfile& step) {
       w.Key("calibrated_events").Uint(slice.corrector->calibrated_events());
       w.Key("caller_side_ms").Double(Ms(slice.corrector->caller_ns()));
       w.Key("in_place_ratio");
-      if (slice.corrector->in_place_ratio() > 0) w.Double(slice.corrector->in_place_ratio()); else w.Null();
+      if (slice.costs.in_place_ratio() > 0) w.Double(slice.costs.in_place_ratio()); else w.Null();
       w.Key("systematic_ms").Double(Ms(slice.corrector->systematic_ns()));
       w.Key("note").String(slice.cost_note);
       if (slice.profiler_cpu_ns >= 0) w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
@@ -258,7 +258,7 @@ std::string StepSummaryJson(const StepProfile& step) {
                       ": recording cost %.2fx its start-up calibration in this step, so the `nvtx` package's "
                       "caller-side costs, never measured in place, were scaled alike (%.1f ms removed): %.1f ms "
                       "of the correction rest on that model",
-                      slice.corrector->in_place_ratio(), slice.corrector->caller_ns() / 1e6, sys / 1e6);
+                      slice.costs.in_place_ratio(), slice.corrector->caller_ns() / 1e6, sys / 1e6);
         w.String(ProcessLabel(*slice.process) + text);
       }
       if (const uint64_t n = slice.corrector->calibrated_events(); n > 0) {

@@ -189,9 +189,10 @@ def test_caller_side_costs_are_scaled_as_the_measured_ones_and_the_scaling_is_st
         assert abs(corrected - (raw - added(report, n))) <= TOLERANCE_NS, (n, raw, corrected, added(report, n))
         assert overhead["systematic_ms"] == pytest.approx(ranges * 600 / 1e6, abs=1e-6)
         assert summary["correction"]["systematic_ms"] == overhead["systematic_ms"]
+        # Said when it exceeds 1 % of the step (the summary's own duration: no timing here).
         assert any("caller-side costs, never measured in place, were scaled alike" in note
-                   for note in summary["correction"]["notes"]) == (ranges * 600 * 100 > raw), \
-            summary["correction"]["notes"]
+                   for note in summary["correction"]["notes"]) == \
+            (ranges * 600 * 100 > summary["duration_ms"] * 1e6), summary["correction"]["notes"]
 
 
 def test_the_uncertainty_grows_when_costs_vary_and_covers_the_error(aggregator_factory, tmp_path):
@@ -393,7 +394,7 @@ def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_
                        timeout=60)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert all(v > 0 for v in out["costs"].values()), out  # calibrated, at a real cost
+    assert all(v >= 0 for v in out["costs"].values()), out  # calibrated (-1: never set)
     assert out["before"] == 0, out  # the process's own count: nothing recorded into its rings
     agg.stop()
     (proc,) = json.loads((agg.out / "run.json").read_text())["processes"]
