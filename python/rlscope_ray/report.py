@@ -311,10 +311,9 @@ def _counts(s: Dict[str, Any]) -> str:
         parts.append("<h4>controller waits on other processes</h4>" + _table(
             ["sub-task", "linked Ray calls", "linked keys", "unlinked Ray calls", "unlinked keys", "wait removed ms"],
             rows, "waits-table"))
-    corr_notes = {"correction_notes": corr.get("notes")}
-    for key, title in (("clock_warnings", "clock warnings"), ("not_profiled", "not profiled"),
-                       ("correction_notes", "correction notes")):
-        items = corr_notes[key] if key in corr_notes else s.get(key)
+    for key, title, items in (("clock_warnings", "clock warnings", s.get("clock_warnings")),
+                              ("not_profiled", "not profiled", s.get("not_profiled")),
+                              ("correction_notes", "correction notes", corr.get("notes"))):
         if isinstance(items, list) and items:
             lis = "".join(f"<li>{_fmt(x)}</li>" for x in items)
             parts.append(f'<h4>{_esc(title)}</h4><ul class="warn {key}">{lis}</ul>')
