@@ -232,6 +232,85 @@ def nvtx_pair_section(args):
     )
 
 
+def python_section(args):
+    """One Python range around a small function, per API and tool, each its
+    own process (bench/python_range_bench.py): ns per range less the bare
+    call, median and min over rounds of 100k, median of the runs. Our
+    rows beside the peers: the `nvtx` package with no tool and under a
+    trivial counting tool, the PyTorch profiler's record_function."""
+    import tempfile
+
+    from rlscope_ray import collector_path
+    from rlscope_ray.aggregator_process import start_aggregator
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_range_bench.py")
+    collector = collector_path()  # the installed package's: the one rlscope_ray's own calls reach
+    counting = os.path.join(args.build_dir, "bench", "librlscope_bench_counting_tool.so")
+    try:
+        import nvtx  # noqa: F401
+        have_nvtx = True
+    except ImportError:
+        have_nvtx = False
+    try:
+        import torch  # noqa: F401
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rlscope_python_bench_") as work:
+        with start_aggregator(os.path.join(work, "out"), work_dir=work,
+                              command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]) as agg:
+            ours = {"RLSCOPE_AGGREGATOR": agg.endpoint, "RLSCOPE_ROLE": "worker",
+                    "NVTX_INJECTION64_PATH": collector}
+            configs = [
+                ("rlscope_ray.range", "no collector", "rlscope_range", {}, "target <= 100 ns"),
+                ("rlscope_ray.range", "rlscope collector, recording", "rlscope_range", ours, "target <= 300 ns"),
+                ("rlscope_ray.mark", "no collector", "rlscope_mark", {}, ""),
+                ("rlscope_ray.mark", "rlscope collector, recording", "rlscope_mark", ours, ""),
+            ]
+            if have_nvtx:
+                configs += [
+                    ("nvtx.annotate", "no tool", "nvtx_annotate", {}, "peer"),
+                    ("nvtx.annotate", "counting tool", "nvtx_annotate", {"NVTX_INJECTION64_PATH": counting},
+                     "trivial-tool floor"),
+                    ("nvtx.annotate", "rlscope collector, recording", "nvtx_annotate", ours,
+                     "target: within 1.2x of the counting tool"),
+                    ("nvtx.push_range/pop_range", "no tool", "nvtx_push_pop", {}, "peer"),
+                    ("nvtx.push_range/pop_range", "counting tool", "nvtx_push_pop",
+                     {"NVTX_INJECTION64_PATH": counting}, "trivial-tool floor"),
+                    ("nvtx.push_range/pop_range", "rlscope collector, recording", "nvtx_push_pop", ours,
+                     "target: within 1.2x of the counting tool"),
+                ]
+            if have_torch:
+                configs.append(("torch.profiler.record_function", "torch.profiler.profile(activities=[CPU])",
+                                "torch_record_function", {}, "peer"))
+            results = {i: [] for i in range(len(configs))}
+            for _ in range(args.runs):  # interleaved: a drifting machine moves every row alike
+                for i, (api, tool, mode, overrides, reference) in enumerate(configs):
+                    env = clean_env()
+                    env.update(overrides)
+                    ranges = 20000 if mode.startswith("torch") else 100000
+                    results[i].append(run_json([sys.executable, script, mode, "--ranges", str(ranges)], env,
+                                               args.timeout_s))
+            counting = {api: results[i] for i, (api, tool, *_rest) in enumerate(configs) if tool == "counting tool"}
+            for i, (api, tool, mode, overrides, reference) in enumerate(configs):
+                runs = results[i]
+                events = [r["events"] for r in runs]
+                ratio = None
+                if api in counting and tool.startswith("rlscope"):  # pair by pair, run i against run i
+                    ratio = "%.2fx" % statistics.median(
+                        r["ns_per_range_median"] / c["ns_per_range_median"] for r, c in zip(runs, counting[api]))
+                rows.append([api, tool, statistics.median(r["ns_per_range_median"] for r in runs),
+                             min(r["ns_per_range_min"] for r in runs),
+                             ratio, None if None in events else statistics.median(events),
+                             None if None in events else max(r["dropped"] for r in runs), reference])
+    print_table("Python: one range around a small function, ns per range less the bare call (100k ranges x 7 "
+                "rounds per run, %d interleaved runs; record_function 20k)" % args.runs,
+                ["API", "tool", "ns/range (median)", "ns/range (min)", "vs counting tool (pair by pair)",
+                 "events recorded", "dropped", "reference"],
+                rows)
+
+
 def aggregator_section(args):
     """Decode -> per-step store -> Chrome trace export, one core."""
     binary = os.path.join(args.build_dir, "bench", "aggregator_bench")
@@ -547,6 +626,7 @@ def accuracy_section(args):
 
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
+    "python": python_section,
     "aggregator": aggregator_section,
     "gpu_conversion": gpu_conversion_section,
     "ray_startup": ray_startup_section,

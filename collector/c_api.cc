@@ -46,6 +46,8 @@ int rlscope_collector_armed(void) {
   return c != nullptr && c->armed() ? 1 : 0;
 }
 
+int rlscope_collector_running(void) { return Collector::Instance() != nullptr ? 1 : 0; }
+
 void rlscope_range_push(const char* name) {
   Collector* c;
   ThreadState* ts;

@@ -22,6 +22,9 @@ extern "C" {
 RLSCOPE_API int rlscope_collector_init(void);
 /* 1 when events are being recorded right now. */
 RLSCOPE_API int rlscope_collector_armed(void);
+/* 1 when a collector runs in this process (armed or not): a load and a
+ * compare, for bindings that skip all work without one. */
+RLSCOPE_API int rlscope_collector_running(void);
 
 RLSCOPE_API void rlscope_range_push(const char* name);
 /* The same with a name interned once (for bindings that cannot keep a

@@ -200,6 +200,67 @@ def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
     assert len(trace.instants(ctrl, "after_gen")) == 1
 
 
+def test_python_ranges_nest_through_recursion_exceptions_and_reuse(aggregator_factory, tmp_path):
+    """rlscope_ray.range is a native context manager: one decorated function
+    recursing enters the same range object while it is open, a range left by
+    an exception is closed where it was left, and one object entered twice in
+    a row gives two ranges; every range is a slice, nested as entered."""
+    agg = aggregator_factory()
+    script = (
+        "import rlscope_ray\n"
+        "@rlscope_ray.range('fib')\n"
+        "def fib(n):\n"
+        "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+        "with rlscope_ray.step(1):\n"
+        "    assert fib(3) == 2 and fib.__name__ == 'fib'\n"
+        "    try:\n"
+        "        with rlscope_ray.range('raises'):\n"
+        "            with rlscope_ray.range('inner'):\n"
+        "                raise KeyError('x')\n"
+        "    except KeyError:\n"
+        "        pass\n"
+        "    again = rlscope_ray.range('again')\n"
+        "    with again:\n"
+        "        pass\n"
+        "    with again:\n"
+        "        rlscope_ray.mark('in_again')\n"
+        "for bad in (lambda: rlscope_ray.range(3), lambda: rlscope_ray.range('a', colour=1),\n"
+        "            lambda: rlscope_ray.mark(None)):\n"
+        "    try:\n"
+        "        bad()\n"
+        "    except TypeError as e:\n"
+        "        print(e)\n")
+    env = agg.env(role="controller", inject=False, config="{buffers: {per_thread_kb: 8192}}")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "rlscope_ray.range(name): name must be a str, got int",
+        "rlscope_ray.range() got an unexpected keyword argument 'colour'",
+        "rlscope_ray.mark(name): name must be a str, got NoneType"], r.stdout
+    agg.wait()
+    trace = Trace(agg.out / "step_1" / "trace.json")
+    ctrl = trace.pid_of("(controller)")
+
+    def span(e):
+        return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+
+    def inside(a, b):
+        return span(b)[0] <= span(a)[0] and span(a)[1] <= span(b)[1]
+
+    fibs = sorted(trace.slices(ctrl, "fib"), key=lambda e: (span(e)[0], -span(e)[1]))
+    assert len(fibs) == 5  # fib(3) -> fib(2) -> fib(1), fib(0); fib(1)
+    assert inside(fibs[1], fibs[0]) and inside(fibs[2], fibs[1]) and inside(fibs[3], fibs[1])
+    assert inside(fibs[4], fibs[0]) and not inside(fibs[4], fibs[1])
+    (raises,) = trace.slices(ctrl, "raises")
+    (inner,) = trace.slices(ctrl, "inner")
+    assert inside(inner, raises)
+    agains = sorted(trace.slices(ctrl, "again"), key=lambda e: span(e)[0])
+    assert len(agains) == 2 and span(agains[0])[1] <= span(agains[1])[0]
+    assert not inside(agains[0], raises) and not inside(raises, fibs[0])
+    (mark,) = trace.instants(ctrl, "in_again")
+    assert span(agains[1])[0] <= float(mark["ts"]) <= span(agains[1])[1]
+
+
 def test_nvtx_colour_names_never_crash_the_host(aggregator_factory, tmp_path):
     """verl's marked_timer names colours ("brown", "olive", "pink") that the
     `nvtx` package, once a tool is attached, cannot read without matplotlib:

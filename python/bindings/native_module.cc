@@ -14,6 +14,7 @@
 #include "collector/rlscope_collector.h"
 #include "native/config.h"
 #include "native/names.h"
+#include "python/bindings/fast_api.h"
 
 namespace py = pybind11;
 
@@ -39,8 +40,11 @@ Pairs ToPairs(const std::vector<rlscope::Interval>& v) {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "rlscope-ray collector bindings (private; use the rlscope_ray package)";
+  // range and mark: raw CPython, the per-call path (fast_api.cc).
+  if (!rlscope_py::AddFastApi(m.ptr())) throw py::error_already_set();
   m.def("init", &rlscope_collector_init, "Start the collector from the environment; 1 if running.");
   m.def("armed", &rlscope_collector_armed);
+  m.def("running", [] { return rlscope_collector_running() != 0; }, "True when a collector runs in this process.");
   m.def("range_push", [](const char* name) { rlscope_range_push(name); }, py::arg("name"));
   m.def("range_pop", &rlscope_range_pop);
   m.def("intern", [](const char* name) { return rlscope_intern(name); }, py::arg("name"),
@@ -52,7 +56,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("mark_payload", &rlscope_mark_payload, py::arg("name_id"), py::arg("payload"));
   m.def("range_start", [](const char* name) { return rlscope_range_start(name); }, py::arg("name"));
   m.def("range_end", &rlscope_range_end, py::arg("range_id"));
-  m.def("mark", [](const char* name) { rlscope_mark(name); }, py::arg("name"));
   m.def("step_begin", &rlscope_step_begin, py::arg("step"));
   m.def("step_end", &rlscope_step_end);
   m.def("claim_controller", &rlscope_claim_controller);

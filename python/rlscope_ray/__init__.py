@@ -16,12 +16,11 @@ collector runs, so a later ``import nvtx`` reports into the same collector.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
 import time
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, TypeVar
 
 from . import _native, settings
 
@@ -137,48 +136,28 @@ def link_key(key: "str | int") -> int:
     return int.from_bytes(digest, "big") & 0x7FFFFFFFFFFFFFFF
 
 
-class range:  # noqa: A001 - mirrors nvtx.annotate / torch.cuda.nvtx.range
-    """A named range on the calling thread: context manager or decorator.
-
-    ``link=key`` marks it as work another process waits for: when the
-    controller says ``waited(key)`` in a sub-task once its wait (a queue, a
-    pipe, a collective) is over, the correction shortens that wait by what
-    profiling cost this range's process (README: correction across
-    processes)."""
-
-    __slots__ = ("name", "_id", "_payload")
-
-    def __init__(self, name: str, link: "str | int | None" = None) -> None:
-        self.name = name
-        self._id = _name_id(name)
-        self._payload = None if link is None else link_key(link)
-
-    def __enter__(self) -> "range":
-        if not self._id:  # created before the collector started
-            self._id = _name_id(self.name)
-        if self._payload is None:
-            _native.range_push_id(self._id)
-        else:
-            _native.range_push_payload(self._id, self._payload)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _native.range_pop()
-
-    def __call__(self, fn: _F) -> _F:
-        rng = self
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with rng:
-                return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+# range and mark are native (python/bindings/fast_api.cc): with no collector
+# a range costs an allocation and a compare, recording one C call per edge.
+# `range(name, link=key)` and `@range(name)` call back into the two hooks
+# below. (range mirrors nvtx.annotate / torch.cuda.nvtx.range.)
+range = _native.range  # noqa: A001
+mark = _native.mark
 
 
-def mark(name: str) -> None:
-    """An instant event on the calling thread."""
-    _native.mark(name)
+def _decorate(rng: Any, fn: _F) -> _F:
+    """@rlscope_ray.range(name): fn run inside the range on every call."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with rng:
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+_native._set_hooks(link_key, _decorate)
+# A forked child's collector (if any) is not the parent's: its names differ.
+os.register_at_fork(after_in_child=_native._forget_names)
 
 
 def waited(key: "str | int") -> None:
@@ -197,28 +176,36 @@ def waited(key: "str | int") -> None:
 _waited_id = 0
 
 
-@contextlib.contextmanager
-def step(n: int) -> Iterator[None]:
+class step:
     """Training step ``n`` (controller side): a range named "step" carrying n.
 
     The aggregator cuts every process's events to the controller's steps.
+    A plain class, not a generator: entering runs the controller's duties
+    (once) and the step edge, nothing per range.
     """
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"rlscope_ray.step(n): n must be an int >= 0, got {n!r}")
-    # The process whose steps drive the run is its controller: it claims the
-    # role (a no-op when it has it, or another process does).
-    if _native.claim_controller() and "ray" in sys.modules:
-        _controller_duties()
-    if _session_module is not None:
-        _session_module.before_step()
-    t0 = time.perf_counter_ns() if _step_times_path else 0
-    _native.step_begin(n)
-    try:
-        yield
-    finally:
+
+    __slots__ = ("n", "_t0")
+
+    def __init__(self, n: int) -> None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"rlscope_ray.step(n): n must be an int >= 0, got {n!r}")
+        self.n = n
+        self._t0 = 0
+
+    def __enter__(self) -> None:
+        # The process whose steps drive the run is its controller: it claims
+        # the role (a no-op when it has it, or another process does).
+        if _native.claim_controller() and "ray" in sys.modules:
+            _controller_duties()
+        if _session_module is not None:
+            _session_module.before_step()
+        self._t0 = time.perf_counter_ns() if _step_times_path else 0
+        _native.step_begin(self.n)
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         _native.step_end()
-    if _step_times_path:  # a step that raised is not timed
-        _append_step_time(n, time.perf_counter_ns() - t0)
+        if _step_times_path and exc_type is None:  # a step that raised is not timed
+            _append_step_time(self.n, time.perf_counter_ns() - self._t0)
 
 
 def _controller_duties() -> None:

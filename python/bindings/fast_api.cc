@@ -1,0 +1,286 @@
+// The per-call Python API in raw CPython (no pybind11 dispatch on the hot
+// path): rlscope_ray.range, a context manager and decorator, and
+// rlscope_ray.mark. Contract:
+//   - No collector in this process: a range costs its allocation and one
+//     load-and-compare per enter; nothing else (no interning, no C++ call).
+//   - A collector: a name is interned once per process (a dict from the str
+//     object to its id, cleared in a forked child), then each enter/exit is
+//     one C ABI call (rlscope_range_push_id / rlscope_range_pop).
+//   - __exit__ pops only what this object's __enter__ pushed (a collector
+//     started inside the range never sees a stray pop); the same object may
+//     be entered again while open (a decorated recursive function).
+//   - `link=key` and decorating a function call back into Python (hooks set
+//     by rlscope_ray at import: link_key, _decorate): rare, not per call.
+// Every function runs with the GIL held; the module state below is touched
+// only under it.
+#include "python/bindings/fast_api.h"
+
+#include <structmember.h>
+
+#include <cstdint>
+
+#include "collector/rlscope_collector.h"
+
+namespace {
+
+PyObject* g_ids = nullptr;       // str -> int: names this process's collector interned
+PyObject* g_link_key = nullptr;  // callable(key) -> int payload (rlscope_ray.link_key)
+PyObject* g_decorate = nullptr;  // callable(range, fn) -> wrapper (rlscope_ray._decorate)
+constexpr Py_ssize_t kMaxCachedNames = 1 << 16;  // past this, intern on every call
+
+// The collector's id of `name` (a str), 0 when no collector runs. Never
+// leaves an exception set: a name that cannot be encoded is not recorded.
+uint32_t NameId(PyObject* name) {
+  if (!rlscope_collector_running()) return 0;
+  if (PyObject* v = PyDict_GetItemWithError(g_ids, name)) {  // borrowed
+    return static_cast<uint32_t>(PyLong_AsUnsignedLong(v));
+  }
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  const char* s = PyUnicode_AsUTF8(name);
+  if (s == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  const uint32_t id = rlscope_intern(s);
+  if (id != 0 && PyDict_GET_SIZE(g_ids) < kMaxCachedNames) {
+    if (PyObject* o = PyLong_FromUnsignedLong(id)) {
+      if (PyDict_SetItem(g_ids, name, o) != 0) PyErr_Clear();
+      Py_DECREF(o);
+    } else {
+      PyErr_Clear();
+    }
+  }
+  return id;
+}
+
+struct RangeObject {
+  PyObject_HEAD
+  PyObject* name;     // str
+  uint64_t payload;   // link_key(link) when has_payload
+  uint32_t id;        // 0 until entered with a collector running
+  uint32_t open;      // pushes by this object not yet popped
+  int has_payload;
+};
+
+extern PyTypeObject RangeType;
+
+// A new range of `name` (str) with `link` (nullptr or None: no link).
+PyObject* NewRange(PyTypeObject* type, PyObject* name, PyObject* link) {
+  if (!PyUnicode_Check(name)) {
+    PyErr_Format(PyExc_TypeError, "rlscope_ray.range(name): name must be a str, got %.100s",
+                 Py_TYPE(name)->tp_name);
+    return nullptr;
+  }
+  uint64_t payload = 0;
+  const bool linked = link != nullptr && link != Py_None;
+  if (linked) {
+    if (g_link_key == nullptr) {
+      PyErr_SetString(PyExc_RuntimeError, "rlscope_ray.range(link=...): rlscope_ray is not initialised");
+      return nullptr;
+    }
+    PyObject* key = PyObject_CallOneArg(g_link_key, link);
+    if (key == nullptr) return nullptr;
+    payload = PyLong_AsUnsignedLongLong(key);
+    Py_DECREF(key);
+    if (PyErr_Occurred()) return nullptr;
+  }
+  RangeObject* self = reinterpret_cast<RangeObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  Py_INCREF(name);
+  self->name = name;
+  self->payload = payload;
+  self->id = 0;
+  self->open = 0;
+  self->has_payload = linked ? 1 : 0;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+// range(name, link=None), called as a type: the vectorcall path (no tuple or
+// dict built per call).
+PyObject* RangeVectorcall(PyObject* type, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  PyObject* name = nargs >= 1 ? args[0] : nullptr;
+  PyObject* link = nargs >= 2 ? args[1] : nullptr;
+  if (nargs > 2) {
+    PyErr_Format(PyExc_TypeError, "rlscope_ray.range() takes at most 2 positional arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, i);
+    PyObject** slot = nullptr;
+    if (PyUnicode_CompareWithASCIIString(key, "name") == 0) slot = &name;
+    if (PyUnicode_CompareWithASCIIString(key, "link") == 0) slot = &link;
+    if (slot == nullptr) {
+      PyErr_Format(PyExc_TypeError, "rlscope_ray.range() got an unexpected keyword argument '%U'", key);
+      return nullptr;
+    }
+    if (*slot != nullptr) {
+      PyErr_Format(PyExc_TypeError, "rlscope_ray.range() got multiple values for argument '%U'", key);
+      return nullptr;
+    }
+    *slot = args[nargs + i];
+  }
+  if (name == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "rlscope_ray.range() missing required argument 'name'");
+    return nullptr;
+  }
+  return NewRange(reinterpret_cast<PyTypeObject*>(type), name, link);
+}
+
+// The same through tp_new (subclasses, range.__new__).
+PyObject* RangeNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"name", "link", nullptr};
+  PyObject* name = nullptr;
+  PyObject* link = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:range", const_cast<char**>(kwlist), &name, &link)) {
+    return nullptr;
+  }
+  return NewRange(type, name, link);
+}
+
+void RangeDealloc(PyObject* o) {
+  RangeObject* self = reinterpret_cast<RangeObject*>(o);
+  Py_XDECREF(self->name);
+  Py_TYPE(o)->tp_free(o);
+}
+
+PyObject* RangeEnter(PyObject* o, PyObject* /*unused*/) {
+  RangeObject* self = reinterpret_cast<RangeObject*>(o);
+  if (self->id == 0) self->id = NameId(self->name);
+  if (self->id != 0) {
+    if (self->has_payload) {
+      rlscope_range_push_payload(self->id, self->payload);
+    } else {
+      rlscope_range_push_id(self->id);
+    }
+    ++self->open;
+  }
+  Py_INCREF(o);
+  return o;
+}
+
+PyObject* RangeExit(PyObject* o, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
+  RangeObject* self = reinterpret_cast<RangeObject*>(o);
+  if (self->open != 0) {
+    --self->open;
+    rlscope_range_pop();
+  }
+  Py_RETURN_NONE;  // never swallows the exception
+}
+
+// @rlscope_ray.range("name") on a function: the wrapper is built in Python
+// (functools.wraps), once per decorated function.
+PyObject* RangeCall(PyObject* o, PyObject* args, PyObject* kwargs) {
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) {
+    PyErr_SetString(PyExc_TypeError, "a rlscope_ray.range decorates one function: range(name)(fn)");
+    return nullptr;
+  }
+  if (PyTuple_GET_SIZE(args) != 1 || !PyCallable_Check(PyTuple_GET_ITEM(args, 0))) {
+    PyErr_SetString(PyExc_TypeError, "a rlscope_ray.range decorates one function: range(name)(fn)");
+    return nullptr;
+  }
+  if (g_decorate == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "rlscope_ray.range as a decorator: rlscope_ray is not initialised");
+    return nullptr;
+  }
+  return PyObject_CallFunctionObjArgs(g_decorate, o, PyTuple_GET_ITEM(args, 0), nullptr);
+}
+
+PyObject* RangeRepr(PyObject* o) {
+  RangeObject* self = reinterpret_cast<RangeObject*>(o);
+  return PyUnicode_FromFormat("rlscope_ray.range(%R%s)", self->name, self->has_payload ? ", link=..." : "");
+}
+
+PyMethodDef kRangeMethods[] = {
+    {"__enter__", RangeEnter, METH_NOARGS, "Push the range on the calling thread (a no-op with no collector)."},
+    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(RangeExit)), METH_FASTCALL,
+     "Pop what __enter__ pushed; exceptions propagate."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyMemberDef kRangeMembers[] = {
+    {"name", T_OBJECT, offsetof(RangeObject, name), READONLY, "The range's name."},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+constexpr const char* kRangeDoc =
+    "range(name, link=None)\n--\n\n"
+    "A named range on the calling thread: context manager or decorator.\n\n"
+    "With no collector in the process it costs an allocation and a compare.\n"
+    "``link=key`` marks it as work another process waits for: when the\n"
+    "controller says ``waited(key)`` in a sub-task once its wait (a queue, a\n"
+    "pipe, a collective) is over, the correction shortens that wait by what\n"
+    "profiling cost this range's process (README: correction across processes).";
+
+PyTypeObject RangeType = [] {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = "rlscope_ray.range";
+  t.tp_basicsize = sizeof(RangeObject);
+  t.tp_dealloc = RangeDealloc;
+  t.tp_repr = RangeRepr;
+  t.tp_call = RangeCall;
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
+  t.tp_doc = kRangeDoc;
+  t.tp_methods = kRangeMethods;
+  t.tp_members = kRangeMembers;
+  t.tp_new = RangeNew;
+  t.tp_vectorcall = RangeVectorcall;
+  return t;
+}();
+
+// mark(name): an instant event on the calling thread, while recording.
+PyObject* Mark(PyObject* /*module*/, PyObject* name) {
+  if (!PyUnicode_Check(name)) {
+    PyErr_Format(PyExc_TypeError, "rlscope_ray.mark(name): name must be a str, got %.100s", Py_TYPE(name)->tp_name);
+    return nullptr;
+  }
+  if (const uint32_t id = NameId(name)) rlscope_mark_id(id);
+  Py_RETURN_NONE;
+}
+
+// _set_hooks(link_key, decorate): rlscope_ray's Python halves of the above.
+PyObject* SetHooks(PyObject* /*module*/, PyObject* args) {
+  PyObject* link_key = nullptr;
+  PyObject* decorate = nullptr;
+  if (!PyArg_ParseTuple(args, "OO:_set_hooks", &link_key, &decorate)) return nullptr;
+  Py_INCREF(link_key);
+  Py_INCREF(decorate);
+  Py_XSETREF(g_link_key, link_key);
+  Py_XSETREF(g_decorate, decorate);
+  Py_RETURN_NONE;
+}
+
+// _forget_names(): a forked child starts with no names (its collector, if
+// any, is not the parent's).
+PyObject* ForgetNames(PyObject* /*module*/, PyObject* /*unused*/) {
+  PyDict_Clear(g_ids);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kFunctions[] = {
+    {"mark", Mark, METH_O, "mark(name)\n--\n\nAn instant event on the calling thread (while recording)."},
+    {"_set_hooks", SetHooks, METH_VARARGS, "Set the Python halves of range(link=...) and @range (rlscope_ray)."},
+    {"_forget_names", ForgetNames, METH_NOARGS, "Forget interned names (a forked child)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+namespace rlscope_py {
+
+bool AddFastApi(PyObject* module) {
+  if (g_ids == nullptr && (g_ids = PyDict_New()) == nullptr) return false;
+  if (PyType_Ready(&RangeType) != 0) return false;
+  Py_INCREF(&RangeType);
+  if (PyModule_AddObject(module, "range", reinterpret_cast<PyObject*>(&RangeType)) != 0) {
+    Py_DECREF(&RangeType);
+    return false;
+  }
+  return PyModule_AddFunctions(module, kFunctions) == 0;
+}
+
+}  // namespace rlscope_py
