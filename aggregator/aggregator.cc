@@ -426,11 +426,33 @@ void Aggregator::Finish(int64_t now_ns) {
     while (n < pending_.size() && Emit(pending_[n], true, now_ns)) ++n;  // waits for nothing
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(n));
+  NoteEmptyRun();
   // Final only when every step is written: otherwise an aggregator started
   // again on this directory takes the run up from what the collectors kept.
   if (!exporter_->ExportRun(MakeRunInfo(stats_.write_errors == 0))) ++stats_.write_errors;
   exporter_->Flush(std::chrono::milliseconds(10000));
   exporter_->Shutdown();
+}
+
+void Aggregator::NoteEmptyRun() {
+  if (!steps_written_.empty() || processes_.empty() || resumed_.resumes > 0) return;
+  uint64_t events = 0;
+  for (const auto& [session, p] : processes_) events += p->events_received();
+  std::string why;
+  if (controller_session_ == 0) {
+    why = "no step written: " + std::to_string(processes_.size()) + " processes connected and sent " +
+          std::to_string(events) + " events, but no controller did (the process whose rlscope_ray.step or " +
+          "\"step\" ranges cut the run into steps); without it nothing can be cut. If it ran, its hello never " +
+          "reached this aggregator before it exited: its own stderr says what it could not deliver (on an " +
+          "overloaded host, raise its flush.exit_timeout_ms)";
+  } else if (stats_.steps_seen == 0) {
+    const ProcessTimeline& c = *processes_.at(controller_session_);
+    why = "no step written: the controller (pid " + std::to_string(c.identity().pid) + " on " + c.identity().host +
+          ") connected but began no step (no rlscope_ray.step and no \"step\" range arrived)";
+  }
+  if (why.empty()) return;
+  notes_.push_back(why);
+  all_notes_.push_back(why);
 }
 
 bool Aggregator::RunComplete() const { return ControllerDone() && pending_.empty(); }

@@ -178,6 +178,9 @@ class Aggregator {
   // clock and causality checks and breakdown, before sub-task selection.
   void Analyze(StepProfile* profile) const;
   RunInfo MakeRunInfo(bool final) const;
+  // At the run's end: a run that wrote no step says why in a note (no
+  // controller connected; the controller began no step). Never silent.
+  void NoteEmptyRun();
   // Whether OnFrame takes this message from `peer` (see there).
   bool Admit(const wire::Message& message, const std::string& peer, int64_t now_ns);
   void Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns);

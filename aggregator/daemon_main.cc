@@ -131,6 +131,12 @@ void* Listen(void* ctx, const Options& o, const rlscope::Config& config) {
   void* sock = zmq_socket(ctx, ZMQ_ROUTER);
   const int hwm = 100000;
   zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+  // A cluster's worth of collectors connect at once (ZeroMQ's default
+  // accept queue is 100): an overflowing queue drops their handshakes and
+  // they retry, on an overloaded host for minutes. The kernel caps it at
+  // net.core.somaxconn.
+  const int backlog = 4096;
+  zmq_setsockopt(sock, ZMQ_BACKLOG, &backlog, sizeof(backlog));
   if (zmq_bind(sock, o.listen.c_str()) != 0) {
     std::fprintf(stderr, "rlscope-ray aggregator: cannot listen on '%s': %s\n", o.listen.c_str(),
                  zmq_strerror(zmq_errno()));
@@ -371,6 +377,7 @@ int main(int argc, char** argv) {
   }
   agg.Finish(rlscope::MonotonicNs());
   ReportWritten(agg, config.output_dir, &reported);
+  ReportNotes(agg);  // an empty run says why
   ReportDone(agg, exporter);
   zmq_close(sock);
   zmq_ctx_term(ctx);

@@ -325,6 +325,12 @@ std::string RunJson(const RunInfo& run) {
     w.Key("released_ns").Int(pi.released_ns);
     w.Key("interrupted_cost_samples").Uint(p.interrupted_samples());
     w.Key("said_bye").Bool(p.said_bye());
+    w.Key("events_recorded");  // from its goodbye; null without one
+    if (p.said_bye()) {
+      w.Uint(p.events_recorded());
+    } else {
+      w.Null();
+    }
     w.Key("lost").Bool(p.lost());
     w.Key("truncated_strings").Uint(p.truncated_strings());
     WriteClock(w, p);

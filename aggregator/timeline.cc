@@ -196,6 +196,7 @@ void ProcessTimeline::Close(Span span, StepEdges* edges) {
 
 void ProcessTimeline::Bye(const wire::Bye& bye) {
   said_bye_ = true;
+  events_recorded_ = bye.events;
   dropped_ = std::max(dropped_, bye.dropped);
   unmatched_ += early_ends_.size();
   early_ends_.clear();

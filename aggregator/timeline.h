@@ -187,6 +187,9 @@ class ProcessTimeline {
   std::string CategoryName(uint32_t domain, uint32_t category) const;
   int64_t watermark_ns() const { return watermark_ns_; }
   bool said_bye() const { return said_bye_; }
+  // What the process said it recorded, in its goodbye (0 before one): with
+  // events_received() and dropped(), every event is accounted for.
+  uint64_t events_recorded() const { return events_recorded_; }
   // Gone without a goodbye (silent past AggregatorStats::kSilentAfterNs when
   // a step it had not flushed was written): later steps neither wait for it
   // nor show it, and its ranges still open end at its last flush.
@@ -240,6 +243,7 @@ class ProcessTimeline {
   int64_t last_seen_ns_ = 0;
   ClockFit clock_;
   bool said_bye_ = false;
+  uint64_t events_recorded_ = 0;
   bool lost_ = false;
   uint64_t truncated_strings_ = 0;
   // Cuts `s` to kMaxStringBytes (counted); returns it.

@@ -701,7 +701,7 @@ void Collector::Stats(rlscope_stats_t* out) {
     written += t->buffer->written();
     dropped += t->buffer->dropped();
   }
-  out->events = written - std::min(written, cost_samples_.load(std::memory_order_relaxed));
+  out->events = written;  // cost samples are not in written(): counted apart
   out->dropped = dropped + overflow_dropped_.load(std::memory_order_relaxed) + transport_.events_dropped();
   out->batches_sent = transport_.batches_sent();
   out->batches_dropped = transport_.batches_dropped();

@@ -191,10 +191,9 @@ class Collector {
     const uint8_t kind = ts->buffer->last().kind, flags = ts->buffer->last().flags;
     const uint64_t timer = timer_ticks_.load(std::memory_order_relaxed);
     ticks = ticks > timer ? ticks - timer : 0;
-    // Counted apart: the process's events (Stats) are what it recorded, not these.
-    if (Record(ts, EventKind::kCostSample, 0, 0, kind, ticks, flags, /*privileged=*/false, /*counted=*/false)) {
-      cost_samples_.fetch_add(1, std::memory_order_relaxed);
-    }
+    // Uncounted: the process's events (Stats, the ring's written()) are what
+    // it recorded, not these; in a scratch scope they are not shipped at all.
+    Record(ts, EventKind::kCostSample, 0, 0, kind, ticks, flags, /*privileged=*/false, /*counted=*/false);
   }
 
   // The calling thread's state when it has one or may get one now: while
@@ -405,7 +404,6 @@ class Collector {
   std::atomic<bool> armed_{false};
   std::atomic<uint32_t> sample_every_{0};  // correction.sample_every (0 when correction is off)
   std::atomic<uint64_t> timer_ticks_{0};   // a clock read's own cost, ticks (Calibrate; 0 under test costs)
-  std::atomic<uint64_t> cost_samples_{0};  // CostSample events recorded (one in sample_every calls)
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
   std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
   std::atomic<int64_t> next_step_{1};        // controller: number of the next unnumbered step

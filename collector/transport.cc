@@ -79,6 +79,11 @@ void Transport::Connect(const std::string& endpoint) {
   zmq_setsockopt(socket_, ZMQ_SNDHWM, &hwm, sizeof(hwm));
   zmq_setsockopt(socket_, ZMQ_IMMEDIATE, &immediate, sizeof(immediate));
   zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
+  // Retries back off from 100 ms to 2 s (ZeroMQ retries every 100 ms for
+  // ever by default): hundreds of collectors retrying at once must not keep
+  // the aggregator's accept queue full.
+  const int reconnect_max_ms = 2000;
+  zmq_setsockopt(socket_, ZMQ_RECONNECT_IVL_MAX, &reconnect_max_ms, sizeof(reconnect_max_ms));
   if (zmq_connect(socket_, endpoint.c_str()) != 0) {
     std::fprintf(stderr,
                  "rlscope: cannot use aggregator endpoint '%s' (%s); events will be "

@@ -6,6 +6,7 @@
 // and counts it; the count is read by the consumer with dropped().
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +46,8 @@ class ThreadBuffer {
       }
     }
     slots_[head & mask_] = record;
+    // Relaxed: a statistic (written()), like dropped_.
+    if (!counted) uncounted_.store(uncounted_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // Release publishes the slot contents to the consumer.
     head_.store(head + 1, std::memory_order_release);
     return true;
@@ -84,8 +87,12 @@ class ThreadBuffer {
     return static_cast<size_t>(head_.load(std::memory_order_acquire) -
                                tail_.load(std::memory_order_acquire));
   }
-  // Records accepted since creation.
-  uint64_t written() const { return head_.load(std::memory_order_acquire); }
+  // Records accepted since creation, less the uncounted ones (the
+  // profiler's own: cost samples). What the process recorded.
+  uint64_t written() const {
+    const uint64_t head = head_.load(std::memory_order_acquire);
+    return head - std::min(head, uncounted_.load(std::memory_order_relaxed));
+  }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
 
  private:
@@ -101,6 +108,7 @@ class ThreadBuffer {
   alignas(64) std::atomic<uint64_t> head_{0};  // written by the producer
   uint64_t cached_tail_ = 0;                   // producer's view of tail_
   std::atomic<uint64_t> dropped_{0};           // written by the producer
+  std::atomic<uint64_t> uncounted_{0};         // written by the producer: accepted with counted=false
   alignas(64) std::atomic<uint64_t> tail_{0};  // written by the consumer
 };
 

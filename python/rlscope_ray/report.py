@@ -388,6 +388,9 @@ def _overview(run_dir: Path, run: Optional[Dict[str, Any]], why: Optional[str],
     not_prof = run.get("not_profiled")
     facts.append(("not profiled", _fmt(not_prof) if isinstance(not_prof, list) and not_prof else "none"))
     out.append("<dl>" + "".join(f"<dt>{_esc(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")
+    notes = [n for n in run.get("config_notes") or [] if isinstance(n, str)]
+    if notes:  # the run's own notes: a run that wrote nothing says why here
+        out.append('<ul class="warn run-notes">' + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>")
     procs = _dicts(run.get("processes"))
     if procs:
         out.append(_table(["process", "role", "rank", "selected", "events received", "dropped", "said bye", "lost"],

@@ -222,6 +222,10 @@ def _say_losses(output_dir: str) -> None:
     losses = report.loss_line(run)
     print(f"rlscope: {len(written)} steps written to {output_dir}; "
           + (f"losses: {losses}" if losses else "nothing lost"), file=sys.stderr)
+    if not written:  # never a silent empty run: the aggregator's reason
+        for note in run.get("config_notes") or []:
+            if isinstance(note, str) and note.startswith("no step written"):
+                print(f"rlscope: {note}", file=sys.stderr)
 
 
 def _load_config(config: Union[str, Dict[str, Any], None]) -> Dict[str, Any]:

@@ -101,6 +101,16 @@ TEST(ThreadBufferTest, DrainRespectsMaxRecords) {
   EXPECT_EQ(DrainValues(buf), (std::vector<uint64_t>{4, 5, 6, 7, 8, 9}));
 }
 
+// The profiler's own records (cost samples) are shipped but are not what the
+// process recorded: written() leaves them out, full or not.
+TEST(ThreadBufferTest, UncountedRecordsAreShippedButNotWritten) {
+  ThreadBuffer buf(1, 16);
+  for (uint64_t i = 0; i < 6; ++i) ASSERT_TRUE(buf.TryPush(Record(i), true, /*counted=*/i % 3 != 0));
+  EXPECT_EQ(buf.written(), 4u);
+  EXPECT_EQ(DrainValues(buf).size(), 6u);
+  EXPECT_EQ(buf.written(), 4u);
+}
+
 TEST(ThreadBufferTest, WraparoundDrainsInTwoRuns) {
   ThreadBuffer buf(1, 16);
   for (uint64_t i = 0; i < 10; ++i) ASSERT_TRUE(buf.TryPush(Record(i)));

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""A cluster's worth of collectors on one host: N mostly idle worker processes
+(scale_worker: a 50 us NVTX range every 5 ms) and one controller that runs
+a few steps, all streaming to one aggregator. Used by tests/test_scale.py
+(small N) and bench/scale_bench.py (large N).
+
+    scale_run.py --build-dir B --out DIR --workers N [--steps 5] [--step-ms 200]
+
+The controller tells the aggregator which worker processes to expect (by
+pid, named worker-I), so a worker whose collector never registered is
+reported missing by name. Prints one JSON line: what the aggregator wrote
+(steps, processes registered, missing, events received and lost) and
+the aggregator's peak RSS.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CONTROLLER = r"""
+import json, os, sys, time
+import rlscope_ray
+from rlscope_ray import _native
+expected, steps, step_ms, work = json.loads(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+_native.report_expected(expected)
+for n in range(1, steps + 1):
+    with rlscope_ray.step(n):
+        with rlscope_ray.range("gen"):
+            end = time.perf_counter() + step_ms / 1000
+            while time.perf_counter() < end:
+                pass
+    time.sleep(0.05)
+open(os.path.join(work, "steps_done"), "w").close()
+deadline = time.monotonic() + 600  # a hang guard: the harness says when (its workers said goodbye)
+while not os.path.exists(os.path.join(work, "may_exit")) and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def wait_for(path, proc, timeout_s):
+    """Until path exists (proc still running), or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def vm_hwm_kb(pid):
+    """A running process's peak resident set so far, KiB (0 once it is gone)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--step-ms", type=float, default=200)
+    ap.add_argument("--grace-ms", type=int, default=10000)
+    ap.add_argument("--timeout-s", type=float, default=600)
+    ap.add_argument("--ghosts", type=int, default=0, help="expected processes that never profile")
+    ap.add_argument("--controller-config", default=None, help="RLSCOPE_CONFIG of the controller only")
+    args = ap.parse_args()
+
+    import rlscope_ray
+    from rlscope_ray.aggregator_process import start_aggregator
+
+    worker_exe = os.path.join(args.build_dir, "tests", "apps", "scale_worker")
+    work = tempfile.mkdtemp(prefix="rlscope_scale_")
+    stop = os.path.join(work, "stop")
+    base = {k: v for k, v in os.environ.items()
+            if not (k.startswith("RLSCOPE_") or k in ("NVTX_INJECTION64_PATH", "RANK"))}
+    t0 = time.monotonic()
+    with start_aggregator(args.out, work_dir=work, args=["--grace-ms", str(args.grace_ms), "--exit-when-done"],
+                          log=os.path.join(work, "aggregator.log")) as agg:
+        env = dict(base, RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
+        workers = []
+        for i in range(args.workers):
+            report = os.path.join(work, "worker-%d.txt" % i)
+            workers.append(subprocess.Popen(
+                [worker_exe, "--stop-file", stop, "--report", report, "--max-s", str(args.timeout_s)],
+                env=dict(env, RLSCOPE_ROLE="worker", RLSCOPE_RANK=str(i)), stdout=subprocess.DEVNULL,
+                stderr=open(os.path.join(work, "worker-%d.err" % i), "w")))
+        started_s = time.monotonic() - t0
+        # Processes the controller expects that never profile (not_profiled, by name).
+        ghosts = [subprocess.Popen(["sleep", str(args.timeout_s)]) for _ in range(args.ghosts)]
+        expected = ([{"pid": str(w.pid), "name": "worker-%d" % i} for i, w in enumerate(workers)]
+                    + [{"pid": str(g.pid), "name": "ghost-%d" % i} for i, g in enumerate(ghosts)])
+        ctrl_env = dict(env, RLSCOPE_ROLE="controller")
+        if args.controller_config:
+            ctrl_env["RLSCOPE_CONFIG"] = args.controller_config
+        ctrl = subprocess.Popen([sys.executable, "-c", CONTROLLER, json.dumps(expected), str(args.steps),
+                                 str(args.step_ms), work], env=ctrl_env, stdout=subprocess.DEVNULL,
+                                stderr=open(os.path.join(work, "controller.err"), "w"))
+        # The workers stop once the steps are done and say goodbye (with what
+        # they recorded) while the controller still runs; then it exits, and
+        # the aggregator with it once every step is written.
+        wait_for(os.path.join(work, "steps_done"), ctrl, args.timeout_s)
+        open(stop, "w").close()
+        worker_rc = [w.wait(timeout=args.timeout_s) for w in workers]
+        for g in ghosts:
+            g.kill()
+            g.wait()
+        open(os.path.join(work, "may_exit"), "w").close()
+        ctrl_rc = ctrl.wait(timeout=args.timeout_s)
+        # It exits by itself once the controller is done and every step is
+        # written; its peak RSS (VmHWM) is read until then.
+        peak_rss_kb = 0
+        deadline = time.monotonic() + args.grace_ms / 1000 + 60
+        while agg.proc.poll() is None and time.monotonic() < deadline:
+            peak_rss_kb = max(peak_rss_kb, vm_hwm_kb(agg.proc.pid))
+            time.sleep(0.05)
+        exited_by_itself = agg.proc.poll() is not None  # else stopped below (SIGTERM): it writes what it has
+    wall_s = time.monotonic() - t0
+    run = {}
+    run_path = os.path.join(args.out, "run.json")
+    if os.path.exists(run_path):
+        with open(run_path) as f:
+            run = json.load(f)
+    procs = run.get("processes", [])
+    errors = ""
+    with open(os.path.join(work, "aggregator.log")) as f:
+        errors = f.read()[-2000:]
+    print(json.dumps({
+        "workers": args.workers,
+        "controller_rc": ctrl_rc,
+        "aggregator_exited_by_itself": exited_by_itself,
+        "controller_stderr": open(os.path.join(work, "controller.err")).read()[-2000:],
+        "workers_failed": sum(1 for rc in worker_rc if rc != 0),
+        "workers_started_s": round(started_s, 2),
+        "wall_s": round(wall_s, 2),
+        "steps_written": run.get("steps_written", []),
+        "processes_registered": len(procs),
+        "controller_registered": any(p.get("role") == "controller" for p in procs),
+        "not_profiled": run.get("not_profiled", []),
+        "events_received": sum(p.get("events_received", 0) for p in procs),
+        "events_dropped": sum(p.get("dropped", 0) for p in procs),
+        # Workers that said goodbye whose events are not all received or counted dropped.
+        "unaccounted": {p["label"]: p["events_recorded"] - p["events_received"] - p["dropped"] for p in procs
+                        if p.get("events_recorded") is not None
+                        and p["events_recorded"] != p["events_received"] + p["dropped"]},
+        "said_bye": sum(1 for p in procs if p.get("said_bye")),
+        "processes_lost": sum(1 for p in procs if p.get("lost")),
+        "aggregator_peak_rss_mb": round(peak_rss_kb / 1024, 1),
+        "aggregator_log_tail": errors,
+    }))
+
+
+if __name__ == "__main__":
+    main()
