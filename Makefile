@@ -1,7 +1,8 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   - the main job under the profiler; writes merged step profiles
 #   make test   - installs what is missing, builds, runs every test
-# Also: make bench (overhead and throughput tables), make build, make clean.
+# Also: make bench (headline overhead and throughput tables, a few minutes),
+# make bench-long (every section), make build, make clean.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ PIP := $(PY) -m pip
 BUILD_DIR := build/py
 JOBS ?= 2
 
-.PHONY: all deps venv build test test-cpp test-py demo bench clean gpu-bundle fuzz
+.PHONY: all deps venv build test test-cpp test-py demo bench bench-long clean gpu-bundle fuzz
 
 all: build
 
@@ -41,8 +42,13 @@ test: test-cpp test-py
 demo: build
 	RLSCOPE_BUILD_DIR=$(BUILD_DIR) $(PY) examples/verl/mini_ppo.py --out demo_out
 
+# make bench: the headline tables (hot path, Python ranges, aggregator, scale,
+# the demo on/off) in a few minutes; make bench-long: every section, full size.
 bench: build
 	$(PY) bench/run_bench.py --build-dir $(BUILD_DIR)
+
+bench-long: build
+	$(PY) bench/run_bench.py --build-dir $(BUILD_DIR) --long
 
 # Coverage-guided fuzzing of the frame decoder with libFuzzer (clang, installed
 # if missing); FUZZ_SECONDS long (default 300). `make test` runs the same

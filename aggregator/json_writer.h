@@ -2,6 +2,7 @@
 // summaries, fast enough for millions of events. Not thread-safe.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -25,8 +26,8 @@ class JsonWriter {
     return *this;
   }
   JsonWriter& String(std::string_view s) { Sep(); Quote(s); return *this; }
-  JsonWriter& Int(int64_t v) { Sep(); out_->append(std::to_string(v)); return *this; }
-  JsonWriter& Uint(uint64_t v) { Sep(); out_->append(std::to_string(v)); return *this; }
+  JsonWriter& Int(int64_t v) { Sep(); AppendNumber(v); return *this; }
+  JsonWriter& Uint(uint64_t v) { Sep(); AppendNumber(v); return *this; }
   JsonWriter& Bool(bool v) { Sep(); out_->append(v ? "true" : "false"); return *this; }
   JsonWriter& Null() { Sep(); out_->append("null"); return *this; }
   JsonWriter& Double(double v) {
@@ -44,10 +45,11 @@ class JsonWriter {
       out_->push_back('-');
       ns = -ns;
     }
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%lld.%03lld", static_cast<long long>(ns / 1000),
-                  static_cast<long long>(ns % 1000));
-    out_->append(buf);
+    AppendNumber(ns / 1000);
+    const int frac = static_cast<int>(ns % 1000);
+    const char digits[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+                            static_cast<char>('0' + frac % 10)};
+    out_->append(digits, 4);
     return *this;
   }
   // Starts a new line between top-level items (readable, diff-friendly).
@@ -58,25 +60,36 @@ class JsonWriter {
     if (!first_) out_->push_back(',');
     first_ = false;
   }
+  // Integers without a temporary string (std::to_chars: no locale, no allocation).
+  template <typename T>
+  void AppendNumber(T v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    out_->append(buf, static_cast<size_t>(r.ptr - buf));
+  }
   void Quote(std::string_view s) {
     out_->push_back('"');
-    for (unsigned char c : s) {
+    // Names rarely need escaping: copy the runs between escapes whole.
+    size_t run = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      if (c >= 0x20 && c != '"' && c != '\\') continue;
+      out_->append(s.data() + run, i - run);
+      run = i + 1;
       switch (c) {
         case '"': out_->append("\\\""); break;
         case '\\': out_->append("\\\\"); break;
         case '\n': out_->append("\\n"); break;
         case '\r': out_->append("\\r"); break;
         case '\t': out_->append("\\t"); break;
-        default:
-          if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out_->append(buf);
-          } else {
-            out_->push_back(static_cast<char>(c));
-          }
+        default: {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out_->append(buf);
+        }
       }
     }
+    out_->append(s.data() + run, s.size() - run);
     out_->push_back('"');
   }
 

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -19,6 +20,21 @@
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
 #include "native/wire.h"
+
+namespace {
+// A /proc/self/status field in kB (VmRSS: now, VmHWM: the peak so far); -1 if absent.
+long StatusKb(const char* key) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, key, std::strlen(key)) == 0) kb = std::strtol(line + std::strlen(key), nullptr, 10);
+  }
+  std::fclose(f);
+  return kb;
+}
+}  // namespace
 
 using namespace rlscope;
 
@@ -137,6 +153,7 @@ int main(int argc, char** argv) {
   Config config;
   ChromeTraceExporter exporter(out);
   Aggregator agg(config, &exporter);
+  const long rss_before_kb = StatusKb("VmRSS:");  // the frames, built above, are not the aggregator's
   const auto start = std::chrono::steady_clock::now();
   for (const auto& f : frames) agg.OnFrame(f.data(), f.size(), 0);
   agg.Tick(0);
@@ -151,9 +168,11 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"events\": %zu, \"frames\": %zu, \"wire_bytes\": %zu, \"bytes_per_event\": %.2f, "
       "\"seconds\": %.4f, \"events_per_s\": %.0f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
-      "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu}\n",
+      "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu, "
+      "\"aggregator_peak_mb\": %.1f}\n",
       wire_events, frames.size(), wire_bytes, static_cast<double>(wire_bytes) / wire_events, seconds,
       wire_events / seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes,
-      encode_s * 1e9 / wire_events, packer_s * 1e9 / wire_events, packer_bytes);
+      encode_s * 1e9 / wire_events, packer_s * 1e9 / wire_events, packer_bytes,
+      static_cast<double>(StatusKb("VmHWM:") - rss_before_kb) / 1024);
   return agg.stats().steps_written == 1 ? 0 : 1;
 }

@@ -17,11 +17,17 @@ Sections (each a function that runs its programs and prints one table):
   accuracy_section    one profiled run's corrected error at scale 1 (median
                       and IQR over interleaved rounds), costs measured in
                       place vs start-up calibration, beside the noise floor.
+  python_section      one Python range: rlscope_ray.range and the `nvtx`
+                      package under our collector beside no tool, a counting
+                      tool and torch's record_function.
+  scale_section       collectors sustained by one aggregator on this host.
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
-Stdlib only, but for the correction and exit sections (the installed rlscope_ray). NVTX reads NVTX_INJECTION64_PATH once per process, so every
-configuration runs as its own process.
+`make bench` runs the headline sections quick (a few minutes); --long runs
+every section at full size. Sections that start an aggregator or run Python
+workloads use the installed rlscope_ray. NVTX reads NVTX_INJECTION64_PATH
+once per process, so every configuration runs as its own process.
 """
 
 import argparse
@@ -98,8 +104,11 @@ def run_json(cmd, env, timeout_s):
 # Section: NVTX push+pop pair cost per tool configuration.
 
 
-def nvtx_pair_configs(build_dir):
-    """(name, env overrides, warm-up pairs, reference) per configuration."""
+def nvtx_pair_configs(build_dir, endpoint, endpoint_step99):
+    """(name, env overrides, warm-up pairs, reference) per configuration; the
+    collectors send to a live aggregator: at endpoint (the run's steps: all),
+    or for the configurations outside a selected step at endpoint_step99 (the
+    run's steps: [99]; a worker takes the run's selection over its own)."""
     collector = os.path.join(build_dir, "collector", "librlscope_collector.so")
     bench = os.path.join(build_dir, "bench")
     warm = ring_warmup_pairs(COLLECTOR_RING_KB)
@@ -130,7 +139,7 @@ def nvtx_pair_configs(build_dir):
             f"rlscope collector, recording ({COLLECTOR_RING_KB} KiB ring)",
             {
                 "NVTX_INJECTION64_PATH": collector,
-                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_AGGREGATOR": endpoint,
                 "RLSCOPE_CONFIG": f"{{buffers: {{per_thread_kb: {COLLECTOR_RING_KB}}}}}",
             },
             warm,
@@ -140,7 +149,7 @@ def nvtx_pair_configs(build_dir):
             f"rlscope collector, recording ({COLLECTOR_RING_KB} KiB ring, no warm-up)",
             {
                 "NVTX_INJECTION64_PATH": collector,
-                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_AGGREGATOR": endpoint,
                 "RLSCOPE_CONFIG": f"{{buffers: {{per_thread_kb: {COLLECTOR_RING_KB}}}}}",
             },
             0,
@@ -150,7 +159,7 @@ def nvtx_pair_configs(build_dir):
             f"rlscope collector, recording (default {DEFAULT_RING_KB} KiB ring)",
             {
                 "NVTX_INJECTION64_PATH": collector,
-                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_AGGREGATOR": endpoint,
             },
             ring_warmup_pairs(DEFAULT_RING_KB),
             "target <= 30 ns/pair",
@@ -159,7 +168,7 @@ def nvtx_pair_configs(build_dir):
             "rlscope collector, unselected rank (ranks: [1], rank 0)",
             {
                 "NVTX_INJECTION64_PATH": collector,
-                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_AGGREGATOR": endpoint,
                 "RLSCOPE_CONFIG": "{ranks: [1]}",
                 "RLSCOPE_RANK": "0",
             },
@@ -170,7 +179,7 @@ def nvtx_pair_configs(build_dir):
             "rlscope collector, worker outside a selected step (steps: [99])",
             {
                 "NVTX_INJECTION64_PATH": collector,
-                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_AGGREGATOR": endpoint_step99,
                 "RLSCOPE_CONFIG": "{steps: [99]}",
                 "RLSCOPE_ROLE": "worker",
             },
@@ -181,7 +190,7 @@ def nvtx_pair_configs(build_dir):
             "rlscope collector, controller outside a selected step (steps: [99])",
             {
                 "NVTX_INJECTION64_PATH": collector,
-                "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{free_tcp_port()}",
+                "RLSCOPE_AGGREGATOR": endpoint_step99,
                 "RLSCOPE_CONFIG": "{steps: [99]}",
                 "RLSCOPE_ROLE": "controller",
             },
@@ -196,8 +205,31 @@ def nvtx_pair_section(args):
     exe = os.path.join(args.build_dir, "bench", "nvtx_pair_bench")
     if not os.path.exists(exe):
         raise SystemExit(f"{exe} not found: build nvtx_pair_bench (-DRLSCOPE_BUILD_TESTS=ON)")
+    import tempfile
+
+    from rlscope_ray.aggregator_process import start_aggregator
+
     rows = []
-    for name, overrides, warmup, reference in nvtx_pair_configs(args.build_dir):
+    # A live aggregator (at the lowest priority, on its own core when it can):
+    # what the collector ships goes out, as in a run, not into its spool.
+    command = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
+    with tempfile.TemporaryDirectory(prefix="rlscope_nvtx_pair_bench_") as work, \
+            start_aggregator(os.path.join(work, "out"), work_dir=os.path.join(work, "a"), nice=True,
+                             command=command) as agg, \
+            start_aggregator(os.path.join(work, "out99"), work_dir=os.path.join(work, "b"), nice=True,
+                             command=command, config={"steps": [99]}) as agg99:
+        _nvtx_pair_rows(args, exe, agg.endpoint, agg99.endpoint, rows)
+    print_table(
+        f"NVTX push+pop cost ({args.pairs} timed pairs/run in chunks of {args.chunk}, "
+        f"{args.runs} runs; events include untimed warm-up)",
+        ["configuration", "ns/pair (median of runs)", "ns/pair (min)", "events recorded",
+         "dropped", "reference"],
+        rows,
+    )
+
+
+def _nvtx_pair_rows(args, exe, endpoint, endpoint_step99, rows):
+    for name, overrides, warmup, reference in nvtx_pair_configs(args.build_dir, endpoint, endpoint_step99):
         env = clean_env()
         env.update(overrides)
         tool = overrides.get("NVTX_INJECTION64_PATH")
@@ -223,13 +255,6 @@ def nvtx_pair_section(args):
             None if None in dropped else max(dropped),
             reference,
         ])
-    print_table(
-        f"NVTX push+pop cost ({args.pairs} timed pairs/run in chunks of {args.chunk}, "
-        f"{args.runs} runs; events include untimed warm-up)",
-        ["configuration", "ns/pair (median of runs)", "ns/pair (min)", "events recorded",
-         "dropped", "reference"],
-        rows,
-    )
 
 
 def python_section(args):
@@ -258,7 +283,7 @@ def python_section(args):
         have_torch = False
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlscope_python_bench_") as work:
-        with start_aggregator(os.path.join(work, "out"), work_dir=work,
+        with start_aggregator(os.path.join(work, "out"), work_dir=work, nice=True,
                               command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]) as agg:
             ours = {"RLSCOPE_AGGREGATOR": agg.endpoint, "RLSCOPE_ROLE": "worker",
                     "NVTX_INJECTION64_PATH": collector}
@@ -331,13 +356,14 @@ def aggregator_section(args):
             fmt(r["trace_bytes"] / r["events"], 1),
             fmt(statistics.median(x["encode_ns_per_event"] for x in results), 1),
             fmt(statistics.median(x["packer_ns_per_event"] for x in results), 1),
+            fmt(statistics.median(x["aggregator_peak_mb"] / (x["events"] / 1e6) for x in results), 0),
             "RL-Scope analysis: 0.145 M events/s",
         ])
     print_table("Aggregator: wire frames -> step trace.json, one core (median of %d runs); and the collector's "
                 "encoding of the same events" % args.runs,
                 ["workload", "M events/s", "wire bytes/event", "record bytes (in memory)",
                  "trace.json bytes/event", "encode ns/event (ours)", "encode ns/event (msgpack-c packer)",
-                 "reference"], rows)
+                 "aggregator peak MB per M events (above the frames)", "reference"], rows)
 
 
 def ray_startup_section(args):
@@ -356,27 +382,61 @@ def ray_startup_section(args):
 
 
 def demo_section(args):
-    """The PPO demo with profiling on versus {'enabled': False} on every worker."""
+    """The PPO demo with profiling on versus {'enabled': False} on every
+    worker, in interleaved pairs (a drifting machine moves both alike)."""
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "verl",
                           "mini_ppo.py")
-    rows = []
-    for profile in ("off", "on"):
-        runs = []
-        for i in range(args.runs):
+    steps = 20 if args.quick else 30
+    runs = {"off": [], "on": []}
+    for i in range(args.runs):
+        for profile in ("off", "on"):
             out = os.path.join("/tmp", "rlscope_demo_bench_%d_%s_%d" % (os.getpid(), profile, i))
             timings = out + ".json"
-            cmd = [sys.executable, script, "--steps", "30", "--capture", "all", "--ranks", "all",
+            cmd = [sys.executable, script, "--steps", str(steps), "--capture", "all", "--ranks", "all",
                    "--profile", profile, "--out", out, "--timings", timings]
             proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=args.timeout_s)
             if proc.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
             with open(timings) as f:
-                runs.append(json.load(f))
+                runs[profile].append(json.load(f))
+    rows = []
+    for profile in ("off", "on"):
+        r = runs[profile]
         rows.append(["workers " + ("profiled (all ranks, all steps)" if profile == "on" else "{'enabled': False}")]
-                    + [fmt(statistics.median(r[k] for r in runs), 2) for k in ("wall_s", "setup_s", "loop_s")]
-                    + [fmt(1000 * statistics.median(r["loop_s"] for r in runs) / runs[0]["steps"], 1)])
-    print_table("PPO demo (2 nodes, 4 workers, 30 steps), seconds (median of %d runs)" % args.runs,
+                    + [fmt(statistics.median(x[k] for x in r), 2) for k in ("wall_s", "setup_s", "loop_s")]
+                    + [fmt(1000 * statistics.median(x["loop_s"] for x in r) / steps, 1)])
+    ratio = [on[k] / off[k] for on, off in zip(runs["on"], runs["off"]) for k in ("wall_s",)]
+    loop_ratio = [on["loop_s"] / off["loop_s"] for on, off in zip(runs["on"], runs["off"])]
+    rows.append(["on / off, pair by pair (median)", "%.3f" % statistics.median(ratio), "",
+                 "%.3f" % statistics.median(loop_ratio), ""])
+    print_table("PPO demo (2 nodes, 4 workers, %d steps), seconds (median of %d interleaved pairs)"
+                % (steps, args.runs),
                 ["configuration", "wall", "cluster + workers up", "training loop", "ms per step"], rows)
+
+
+def scale_section(args):
+    """Collectors sustained by one aggregator on this host (tests/apps/
+    scale_run.py): N mostly idle C++ workers (a 50 us NVTX range every 5 ms)
+    and a controller with 5 steps; what registered, what was written, every
+    event accounted for, the aggregator's peak RSS."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "apps",
+                          "scale_run.py")
+    rows = []
+    for n in ((32, 128) if args.quick else (64, 128, 256, 512)):
+        out = os.path.join("/tmp", "rlscope_scale_bench_%d_%d" % (os.getpid(), n))
+        r = run_json([sys.executable, script, "--build-dir", args.build_dir, "--out", out, "--workers", str(n),
+                      "--timeout-s", "400"], clean_env(), timeout_s=1800)
+        events_m = r["events_received"] / 1e6
+        why = [line for line in r["aggregator_log_tail"].splitlines() if "no step written" in line]
+        rows.append([str(n), "%d / %d" % (r["processes_registered"], n + 1),
+                     "yes" if r["controller_registered"] else "no", "%d / 5" % len(r["steps_written"]),
+                     str(r["events_received"]), str(r["events_dropped"]), str(len(r["unaccounted"])),
+                     fmt(r["aggregator_peak_rss_mb"], 0),
+                     fmt(r["aggregator_peak_rss_mb"] / events_m, 0) if events_m > 0 else "n/a",
+                     fmt(r["wall_s"], 1), why[0].split(": ", 1)[1][:90] + "..." if why else ""])
+    print_table("One aggregator, many collectors on this host (2 cores shared by all), no relays",
+                ["workers", "registered", "controller", "steps written", "events received", "dropped",
+                 "processes unaccounted", "aggregator peak RSS MB", "MB per M events", "wall s", "said"], rows)
 
 
 def verl_section(args):
@@ -631,6 +691,7 @@ SECTIONS = {
     "gpu_conversion": gpu_conversion_section,
     "ray_startup": ray_startup_section,
     "demo": demo_section,
+    "scale": scale_section,
     "verl": verl_section,
     "window": window_section,
     "alignment": alignment_section,
@@ -642,12 +703,21 @@ SECTIONS = {
 }
 
 
+# `make bench`: the headline tables in a few minutes; --long: every section,
+# at full size (about 40 minutes).
+QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo"]
+QUICK_PAIRS = 512 * 1024
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build-dir", default="build", help="CMake build directory (default: build)")
-    parser.add_argument("--runs", type=int, default=3, help="runs per configuration (default 3)")
-    parser.add_argument("--pairs", type=int, default=2 * 1024 * 1024,
-                        help="timed push+pop pairs per run (default 2097152)")
+    parser.add_argument("--long", action="store_true",
+                        help="every section at full size (default: the headline sections, quick)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per configuration (default 3; quick: 3, "
+                        "the demo 2 pairs)")
+    parser.add_argument("--pairs", type=int, default=None,
+                        help="timed push+pop pairs per run (default 2097152; quick 524288)")
     parser.add_argument("--chunk", type=int, default=8192, help="pairs per timed chunk")
     parser.add_argument("--sleep-ms", type=int, default=30,
                         help="untimed pause between chunks so the collector drains its ring")
@@ -655,11 +725,21 @@ def main():
     parser.add_argument("--pairs-accuracy", type=int, default=10,
                         help="interleaved rounds of the accuracy section (default 10)")
     parser.add_argument("--section", action="append", choices=sorted(SECTIONS),
-                        help="run only these sections (default: all)")
+                        help="run only these sections (default: all with --long, else the headline ones)")
     args = parser.parse_args()
     args.build_dir = os.path.abspath(args.build_dir)  # NVTX wants a loadable path
-    for name in args.section or list(SECTIONS):
-        SECTIONS[name](args)
+    args.quick = not args.long
+    if args.pairs is None:
+        args.pairs = QUICK_PAIRS if args.quick else 2 * 1024 * 1024
+    sections = args.section or (list(SECTIONS) if args.long else QUICK_SECTIONS)
+    t0 = time.monotonic()
+    for name in sections:
+        runs = args.runs
+        if runs is None:
+            runs = 2 if (args.quick and name == "demo") else 3
+        SECTIONS[name](argparse.Namespace(**{**vars(args), "runs": runs}))
+    print(f"(bench: {', '.join(sections)} in {time.monotonic() - t0:.0f} s"
+          + ("; `make bench-long` runs every section at full size)" if args.quick else ")"))
 
 
 if __name__ == "__main__":

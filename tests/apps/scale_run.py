@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 CONTROLLER = r"""
@@ -81,8 +82,16 @@ def main():
     base = {k: v for k, v in os.environ.items()
             if not (k.startswith("RLSCOPE_") or k in ("NVTX_INJECTION64_PATH", "RANK"))}
     t0 = time.monotonic()
+    peak_rss_kb = [0]
     with start_aggregator(args.out, work_dir=work, args=["--grace-ms", str(args.grace_ms), "--exit-when-done"],
                           log=os.path.join(work, "aggregator.log")) as agg:
+        # Its peak RSS (VmHWM), read until it exits.
+        def watch_rss():
+            while agg.proc.poll() is None:
+                peak_rss_kb[0] = max(peak_rss_kb[0], vm_hwm_kb(agg.proc.pid))
+                time.sleep(0.02)
+
+        threading.Thread(target=watch_rss, daemon=True).start()
         env = dict(base, RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
         workers = []
         for i in range(args.workers):
@@ -113,12 +122,9 @@ def main():
             g.wait()
         open(os.path.join(work, "may_exit"), "w").close()
         ctrl_rc = ctrl.wait(timeout=args.timeout_s)
-        # It exits by itself once the controller is done and every step is
-        # written; its peak RSS (VmHWM) is read until then.
-        peak_rss_kb = 0
+        # It exits by itself once the controller is done and every step is written.
         deadline = time.monotonic() + args.grace_ms / 1000 + 60
         while agg.proc.poll() is None and time.monotonic() < deadline:
-            peak_rss_kb = max(peak_rss_kb, vm_hwm_kb(agg.proc.pid))
             time.sleep(0.05)
         exited_by_itself = agg.proc.poll() is not None  # else stopped below (SIGTERM): it writes what it has
     wall_s = time.monotonic() - t0
@@ -151,7 +157,7 @@ def main():
                         and p["events_recorded"] != p["events_received"] + p["dropped"]},
         "said_bye": sum(1 for p in procs if p.get("said_bye")),
         "processes_lost": sum(1 for p in procs if p.get("lost")),
-        "aggregator_peak_rss_mb": round(peak_rss_kb / 1024, 1),
+        "aggregator_peak_rss_mb": round(peak_rss_kb[0] / 1024, 1),
         "aggregator_log_tail": errors,
     }))
 

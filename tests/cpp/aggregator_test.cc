@@ -28,6 +28,7 @@
 #include "aggregator/clock_fit.h"
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
+#include "aggregator/json_writer.h"
 #include "aggregator/summary_json.h"
 #include "native/names.h"
 #include "aggregator/timeline.h"
@@ -2190,3 +2191,24 @@ TEST(RunKeyTest, SameSecretSameKeyAndNoSecretNoKey) {
 
 }  // namespace
 }  // namespace rlscope
+
+// The writer every trace.json and summary goes through: escapes, integers at
+// their limits and microseconds with three decimals, byte for byte.
+TEST(JsonWriterTest, EscapesNumbersAndMicrosExactly) {
+  std::string out;
+  rlscope::JsonWriter w(&out);
+  w.BeginObject()
+      .Key("plain").String("gen/update_actor")
+      .Key("esc").String(std::string("a\"b\\c\nd\re\tf\x01g", 13))
+      .Key("i").Int(INT64_MIN)
+      .Key("u").Uint(UINT64_MAX)
+      .Key("z").Int(0)
+      .Key("us").Micros(1234567)
+      .Key("us0").Micros(5)
+      .Key("neg").Micros(-1000)
+      .EndObject();
+  EXPECT_EQ(out,
+            "{\"plain\":\"gen/update_actor\",\"esc\":\"a\\\"b\\\\c\\nd\\re\\tf\\u0001g\","
+            "\"i\":-9223372036854775808,\"u\":18446744073709551615,\"z\":0,\"us\":1234.567,\"us0\":0.005,"
+            "\"neg\":-1.000}");
+}
