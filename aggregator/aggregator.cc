@@ -8,6 +8,7 @@
 #include "aggregator/breakdown.h"
 #include "aggregator/correction.h"
 #include "aggregator/ray_calls.h"
+#include "aggregator/relay.h"
 #include "aggregator/subtasks.h"
 #include "native/names.h"
 #include "native/steps.h"
@@ -649,7 +650,10 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.config_notes = all_notes_;
   for (const auto& [session, p] : processes_) {
     auto r = released_ns_.find(session);
-    run.processes.push_back({session, p.get(), Selected(*p), r != released_ns_.end() ? r->second : 0});
+    auto peer = peers_.find(session);
+    std::string_view relay, inner;
+    const bool via_relay = peer != peers_.end() && SplitRelayPeer(peer->second, &relay, &inner);
+    run.processes.push_back({session, p.get(), Selected(*p), r != released_ns_.end() ? r->second : 0, via_relay});
   }
   run.steps_written = steps_written_;
   run.expected = expected_;

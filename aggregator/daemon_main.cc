@@ -10,6 +10,9 @@
 //   --resume: take up a --out whose run.json is not final even when it is
 //   not this run's (no secret, or another one).
 //   rlscope-ray-aggregator check FILE [--keys]
+//   rlscope-ray-aggregator --relay-to ROOT --listen ENDPOINT [--endpoint-file F]
+//   [--exit-with-parent]: a node's relay (aggregator/relay.h): forwards its
+//   collectors' frames to the root aggregator and the answers back.
 //
 // SIGINT/SIGTERM: write every closed step, finalise run.json, exit 0.
 // A step or run.json that cannot be written (disk full, read-only): said at
@@ -38,6 +41,7 @@
 
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
+#include "aggregator/relay.h"
 #include "native/clock.h"
 #include "native/config.h"
 #include "native/names.h"
@@ -51,6 +55,8 @@ int Usage() {
   std::fprintf(stderr,
                "usage: rlscope-ray-aggregator --listen ENDPOINT --out DIR [--config FILE]\n"
                "           [--grace-ms N] [--exit-when-done] [--exit-with-parent] [--resume] [--endpoint-file FILE]\n"
+               "       rlscope-ray-aggregator --relay-to ROOT_ENDPOINT --listen ENDPOINT [--endpoint-file FILE]\n"
+               "           [--exit-with-parent]\n"
                "       rlscope-ray-aggregator check CONFIG [--keys]\n");
   return 2;
 }
@@ -73,7 +79,7 @@ int Check(int argc, char** argv) {
 }
 
 struct Options {
-  std::string listen, out, config_path, endpoint_file;
+  std::string listen, out, config_path, endpoint_file, relay_to;
   long grace_ms = -1;
   bool exit_when_done = false;
   bool exit_with_parent = false;
@@ -95,6 +101,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--out") { if (!value(&o->out)) return Usage(); }
     else if (a == "--config") { if (!value(&o->config_path)) return Usage(); }
     else if (a == "--endpoint-file") { if (!value(&o->endpoint_file)) return Usage(); }
+    else if (a == "--relay-to") { if (!value(&o->relay_to)) return Usage(); }
     else if (a == "--grace-ms") { if (!value(&v)) return Usage(); o->grace_ms = std::stol(v); }
     else if (a == "--exit-when-done") o->exit_when_done = true;
     else if (a == "--exit-with-parent") o->exit_with_parent = true;
@@ -125,6 +132,13 @@ bool LoadConfig(const Options& o, rlscope::Config* config, rlscope::KeySet* keys
   return true;
 }
 
+// Writes `bound` to --endpoint-file (atomically: a reader sees all or nothing).
+void WriteEndpointFile(const Options& o, const char* bound) {
+  if (o.endpoint_file.empty()) return;
+  std::ofstream(o.endpoint_file + ".tmp") << bound << "\n";
+  std::rename((o.endpoint_file + ".tmp").c_str(), o.endpoint_file.c_str());
+}
+
 // The ROUTER socket bound to --listen, its endpoint written to
 // --endpoint-file and announced; nullptr (error printed) if it cannot bind.
 void* Listen(void* ctx, const Options& o, const rlscope::Config& config) {
@@ -145,10 +159,7 @@ void* Listen(void* ctx, const Options& o, const rlscope::Config& config) {
   char bound[256] = {0};
   size_t bound_len = sizeof(bound);
   zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, bound, &bound_len);
-  if (!o.endpoint_file.empty()) {
-    std::ofstream(o.endpoint_file + ".tmp") << bound << "\n";
-    std::rename((o.endpoint_file + ".tmp").c_str(), o.endpoint_file.c_str());
-  }
+  WriteEndpointFile(o, bound);
   std::printf("rlscope-ray aggregator: listening on %s, writing %s\n", bound, config.output_dir.c_str());
   std::fflush(stdout);
   return sock;
@@ -175,20 +186,25 @@ class Server {
   ~Server() { zmq_msg_close(&part_); }
 
   // Feeds what is queued to the aggregator (bounded, so Tick runs
-  // regularly under load), answering after each message.
+  // regularly under load), answering after each message. A message is a
+  // routing id and frames, or a routing id and a relay's three parts
+  // (kRelayTag, the collector's routing id at the relay, its frame).
   void Drain() {
     for (int n = 0; n < 10000; ++n) {
       if (zmq_msg_recv(&part_, sock_, ZMQ_DONTWAIT) < 0) break;  // routing id frame
       const std::string rid(static_cast<const char*>(zmq_msg_data(&part_)), zmq_msg_size(&part_));
-      int more = 0;
-      size_t more_len = sizeof(more);
-      zmq_getsockopt(sock_, ZMQ_RCVMORE, &more, &more_len);
-      while (more) {
+      std::string peer = rid;
+      while (More()) {
         zmq_msg_recv(&part_, sock_, 0);
+        if (Part() == rlscope::kRelayTag && More()) {  // a relayed frame: its collector is the peer
+          zmq_msg_recv(&part_, sock_, 0);
+          peer = rlscope::RelayPeer(rid, Part());
+          if (!More()) break;
+          zmq_msg_recv(&part_, sock_, 0);
+        }
         const uint64_t session = agg_->OnFrame(static_cast<const char*>(zmq_msg_data(&part_)),
-                                               zmq_msg_size(&part_), rlscope::MonotonicNs(), rid);
-        if (session != 0) routes_[session] = rid;
-        zmq_getsockopt(sock_, ZMQ_RCVMORE, &more, &more_len);
+                                               zmq_msg_size(&part_), rlscope::MonotonicNs(), peer);
+        if (session != 0) routes_[session] = peer;
       }
       SendOutgoing();
     }
@@ -197,26 +213,42 @@ class Server {
   void SendOutgoing() {
     for (const rlscope::Outgoing& o : agg_->TakeOutgoing()) {
       if (!o.peer.empty()) {  // a connection, known or not (Control.hello)
-        if (zmq_send(sock_, o.peer.data(), o.peer.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
-          zmq_send(sock_, o.bytes.data(), o.bytes.size(), ZMQ_DONTWAIT);
-        }
+        SendTo(o.peer, o.bytes);
         continue;
       }
-      for (const auto& [session, rid] : routes_) {
+      for (const auto& [session, peer] : routes_) {
         if (o.session != 0 && o.session != session) continue;
-        // Never blocks: a peer that cannot take it now misses this message.
-        if (zmq_send(sock_, rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
-          zmq_send(sock_, o.bytes.data(), o.bytes.size(), ZMQ_DONTWAIT);
-        }
+        SendTo(peer, o.bytes);
       }
     }
   }
 
  private:
+  bool More() {
+    int more = 0;
+    size_t len = sizeof(more);
+    zmq_getsockopt(sock_, ZMQ_RCVMORE, &more, &len);
+    return more != 0;
+  }
+  std::string_view Part() { return {static_cast<const char*>(zmq_msg_data(&part_)), zmq_msg_size(&part_)}; }
+  // Never blocks: a peer that cannot take it now misses this message.
+  void SendTo(const std::string& peer, const std::string& bytes) {
+    std::string_view relay, inner;
+    if (rlscope::SplitRelayPeer(peer, &relay, &inner)) {
+      if (zmq_send(sock_, relay.data(), relay.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+        zmq_send(sock_, rlscope::kRelayTag.data(), rlscope::kRelayTag.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+        zmq_send(sock_, inner.data(), inner.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+        zmq_send(sock_, bytes.data(), bytes.size(), ZMQ_DONTWAIT);
+      }
+    } else if (zmq_send(sock_, peer.data(), peer.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+      zmq_send(sock_, bytes.data(), bytes.size(), ZMQ_DONTWAIT);
+    }
+  }
+
   void* sock_;
   rlscope::Aggregator* agg_;
   zmq_msg_t part_;
-  std::map<uint64_t, std::string> routes_;  // session -> ROUTER routing id of its collector
+  std::map<uint64_t, std::string> routes_;  // session -> its connection (a routing id, or a relay peer)
 };
 
 // Announces the steps written since the last call (`*reported` of them
@@ -308,10 +340,98 @@ void RemoveTemporaries(const std::string& out) {
 
 }  // namespace
 
+// Relay mode: a ROUTER for the node's collectors, a DEALER to the root. A
+// collector's frame goes up only while the root's connection can take it
+// (else it waits in the collector's socket and spool: backpressure, never a
+// drop here); the root's answers come down to their collector, or are
+// dropped when it is gone (the root repeats what matters).
+int RunRelay(void* ctx, const Options& o) {
+  void* front = zmq_socket(ctx, ZMQ_ROUTER);
+  void* back = zmq_socket(ctx, ZMQ_DEALER);
+  const int hwm = 100000, backlog = 4096, reconnect_max_ms = 2000;
+  zmq_setsockopt(front, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+  zmq_setsockopt(front, ZMQ_BACKLOG, &backlog, sizeof(backlog));
+  zmq_setsockopt(back, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+  zmq_setsockopt(back, ZMQ_RECONNECT_IVL_MAX, &reconnect_max_ms, sizeof(reconnect_max_ms));
+  if (zmq_bind(front, o.listen.c_str()) != 0 || zmq_connect(back, o.relay_to.c_str()) != 0) {
+    std::fprintf(stderr, "rlscope-ray relay: cannot listen on '%s' or reach '%s': %s\n", o.listen.c_str(),
+                 o.relay_to.c_str(), zmq_strerror(zmq_errno()));
+    return 2;
+  }
+  char bound[256] = {0};
+  size_t bound_len = sizeof(bound);
+  zmq_getsockopt(front, ZMQ_LAST_ENDPOINT, bound, &bound_len);
+  WriteEndpointFile(o, bound);
+  std::printf("rlscope-ray relay: listening on %s, relaying to %s\n", bound, o.relay_to.c_str());
+  std::fflush(stdout);
+  StopOnSignals(o.exit_with_parent);
+  zmq_msg_t part;
+  zmq_msg_init(&part);
+  auto more = [](void* sock) {
+    int m = 0;
+    size_t len = sizeof(m);
+    zmq_getsockopt(sock, ZMQ_RCVMORE, &m, &len);
+    return m != 0;
+  };
+  uint64_t up = 0, down = 0, down_dropped = 0;
+  while (!g_stop) {
+    zmq_pollitem_t out{back, 0, ZMQ_POLLOUT, 0};
+    zmq_poll(&out, 1, 0);  // can the root's connection take a frame now?
+    const bool can_send = (out.revents & ZMQ_POLLOUT) != 0;
+    zmq_pollitem_t wait[2] = {{back, 0, ZMQ_POLLIN, 0}, {front, 0, ZMQ_POLLIN, 0}};
+    zmq_poll(wait, can_send ? 2 : 1, 50);
+    // Down: [tag, collector's routing id, bytes] -> [routing id, bytes].
+    while (zmq_msg_recv(&part, back, ZMQ_DONTWAIT) >= 0) {
+      const bool tagged = std::string_view(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part)) ==
+                          rlscope::kRelayTag;
+      if (!tagged || !more(back)) {  // not for a collector: skip the message
+        while (more(back)) zmq_msg_recv(&part, back, 0);
+        continue;
+      }
+      zmq_msg_recv(&part, back, 0);
+      const std::string rid(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+      if (!more(back)) continue;
+      zmq_msg_recv(&part, back, 0);
+      if (zmq_send(front, rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+          zmq_msg_send(&part, front, ZMQ_DONTWAIT) >= 0) {
+        ++down;
+      } else {
+        ++down_dropped;
+      }
+      while (more(back)) zmq_msg_recv(&part, back, 0);
+    }
+    // Up: [routing id, frame...] -> [tag, routing id, frame] per frame, while
+    // the root's connection takes them.
+    for (int n = 0; can_send && n < 10000; ++n) {
+      if (zmq_msg_recv(&part, front, ZMQ_DONTWAIT) < 0) break;
+      const std::string rid(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+      while (more(front)) {
+        zmq_msg_recv(&part, front, 0);
+        zmq_send(back, rlscope::kRelayTag.data(), rlscope::kRelayTag.size(), ZMQ_SNDMORE);
+        zmq_send(back, rid.data(), rid.size(), ZMQ_SNDMORE);
+        zmq_msg_send(&part, back, 0);  // blocks only past the high-water mark: backpressure
+        ++up;
+      }
+    }
+  }
+  zmq_msg_close(&part);
+  std::printf("rlscope-ray relay: done: %llu frames up, %llu down, %llu down to collectors gone\n",
+              static_cast<unsigned long long>(up), static_cast<unsigned long long>(down),
+              static_cast<unsigned long long>(down_dropped));
+  std::fflush(stdout);
+  const int linger = 2000;  // what is queued for the root goes, for a while
+  zmq_setsockopt(back, ZMQ_LINGER, &linger, sizeof(linger));
+  zmq_close(front);
+  zmq_close(back);
+  zmq_ctx_term(ctx);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "check") == 0) return Check(argc, argv);
   Options options;
   if (const std::optional<int> rc = ParseArgs(argc, argv, &options)) return *rc;
+  if (!options.relay_to.empty()) return RunRelay(zmq_ctx_new(), options);
   rlscope::Config config;
   rlscope::KeySet config_keys;
   if (!LoadConfig(options, &config, &config_keys)) return 2;

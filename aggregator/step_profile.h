@@ -88,6 +88,8 @@ struct ProcessInfo {
   // The last Control.release_ns it was sent (its clock; 0 none): a restarted
   // aggregator leaves out what its replay holds from before (SkipBefore).
   int64_t released_ns = 0;
+  // Its hello came through a node's relay (aggregator/relay.h), not straight.
+  bool via_relay = false;
 };
 
 // The run as a whole, for run.json.

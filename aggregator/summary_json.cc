@@ -323,6 +323,7 @@ std::string RunJson(const RunInfo& run) {
     w.Key("dropped").Uint(p.dropped());
     w.Key("unmatched").Uint(p.unmatched());
     w.Key("released_ns").Int(pi.released_ns);
+    w.Key("via_relay").Bool(pi.via_relay);
     w.Key("interrupted_cost_samples").Uint(p.interrupted_samples());
     w.Key("said_bye").Bool(p.said_bye());
     w.Key("events_recorded");  // from its goodbye; null without one

@@ -11,7 +11,9 @@ works at any uptime and inside any namespace the suite itself runs in."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,16 +43,34 @@ def _namespaces_work() -> str:
 pytestmark = pytest.mark.skipif(bool(_namespaces_work()), reason=_namespaces_work() or "ok")
 
 
-def test_workers_with_shifted_clocks_land_on_the_aggregators_timeline(build_dir, aggregator_factory, tmp_path):
+@pytest.mark.parametrize("via", ["direct", "relay"])
+def test_workers_with_shifted_clocks_land_on_the_aggregators_timeline(build_dir, aggregator_factory, tmp_path, via):
+    """via relay: the workers reach the root through a node's relay
+    (rlscope-ray-aggregator --relay-to) in a time namespace of its own; its
+    clock plays no part, the bound covers both hops."""
     agg = aggregator_factory(prefix=unshare(BASE_S))
     stop = tmp_path / "stop"
+    relay = None
+    endpoint = agg.endpoint
+    if via == "relay":
+        import rlscope_ray
+
+        endpoint_file = tmp_path / "relay.endpoint"
+        relay = subprocess.Popen(unshare(BASE_S + 77) + [rlscope_ray.aggregator_path(), "--relay-to", agg.endpoint,
+                                                         "--listen", "tcp://127.0.0.1:*", "--endpoint-file",
+                                                         str(endpoint_file)], start_new_session=True)
+        deadline = time.monotonic() + 60  # a hang guard
+        while not endpoint_file.exists():
+            assert relay.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        endpoint = endpoint_file.read_text().strip()
     workers = []
     for rank, rel in enumerate(RELATIVE_S):
         report = tmp_path / f"worker{rank}.json"
         ready = tmp_path / f"worker{rank}.ready"
         # RLSCOPE_CLOCK=monotonic: the stamps are the clock the worker reads
         # itself (no TSC conversion), so only alignment is being checked.
-        env = dict(agg.env(role="worker", rank=rank), RLSCOPE_CLOCK="monotonic")
+        env = dict(agg.env(role="worker", rank=rank), RLSCOPE_CLOCK="monotonic", RLSCOPE_AGGREGATOR=endpoint)
         cmd = unshare(BASE_S + rel) + [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"), "--duration", "120",
                                        "--stop-file", str(stop), "--report", str(report), "--ready", str(ready)]
         workers.append((rel, report, ready, subprocess.Popen(cmd, env=env)))
@@ -65,7 +85,12 @@ def test_workers_with_shifted_clocks_land_on_the_aggregators_timeline(build_dir,
     for _, _, _, proc in workers:
         assert proc.wait(timeout=60) == 0
     log = agg.wait(timeout=60)
+    if relay is not None:  # unshare --fork ignores SIGTERM: its group, the relay in it, gets one
+        os.killpg(relay.pid, signal.SIGTERM)
+        assert relay.wait(timeout=60) == 0
     assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_1", "step_2", "step_3"], log
+    run = json.loads((agg.out / "run.json").read_text())
+    assert sorted(p["via_relay"] for p in run["processes"]) == [False] + [via == "relay"] * len(RELATIVE_S)
 
     trace = Trace(agg.out / "step_2" / "trace.json")
     (step,) = trace.slices(trace.pid_of("(controller)"), "step")

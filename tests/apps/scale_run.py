@@ -69,6 +69,9 @@ def main():
     ap.add_argument("--step-ms", type=float, default=200)
     ap.add_argument("--grace-ms", type=int, default=10000)
     ap.add_argument("--timeout-s", type=float, default=600)
+    ap.add_argument("--relays", type=int, default=0,
+                    help="relays between the workers and the root (worker i uses relay i mod R); the controller "
+                         "connects to the root, as a driver on the root's node does")
     ap.add_argument("--ghosts", type=int, default=0, help="expected processes that never profile")
     ap.add_argument("--controller-config", default=None, help="RLSCOPE_CONFIG of the controller only")
     args = ap.parse_args()
@@ -93,12 +96,25 @@ def main():
 
         threading.Thread(target=watch_rss, daemon=True).start()
         env = dict(base, RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
+        relays = []  # (process, endpoint): rlscope-ray-aggregator --relay-to ROOT
+        for r in range(args.relays):
+            endpoint_file = os.path.join(work, "relay-%d.endpoint" % r)
+            proc = subprocess.Popen([rlscope_ray.aggregator_path(), "--relay-to", agg.endpoint, "--listen",
+                                     "tcp://127.0.0.1:*", "--endpoint-file", endpoint_file],
+                                    stdout=open(os.path.join(work, "relay-%d.log" % r), "w"), stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 60  # a hang guard
+            while not os.path.exists(endpoint_file) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            with open(endpoint_file) as f:
+                relays.append((proc, f.read().strip()))
         workers = []
         for i in range(args.workers):
             report = os.path.join(work, "worker-%d.txt" % i)
             workers.append(subprocess.Popen(
                 [worker_exe, "--stop-file", stop, "--report", report, "--max-s", str(args.timeout_s)],
-                env=dict(env, RLSCOPE_ROLE="worker", RLSCOPE_RANK=str(i)), stdout=subprocess.DEVNULL,
+                env=dict(env, RLSCOPE_ROLE="worker", RLSCOPE_RANK=str(i),
+                         **({"RLSCOPE_AGGREGATOR": relays[i % len(relays)][1]} if relays else {})),
+                stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(work, "worker-%d.err" % i), "w")))
         started_s = time.monotonic() - t0
         # Processes the controller expects that never profile (not_profiled, by name).
@@ -127,6 +143,12 @@ def main():
         while agg.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         exited_by_itself = agg.proc.poll() is not None  # else stopped below (SIGTERM): it writes what it has
+        relay_logs = []
+        for r, (proc, _) in enumerate(relays):
+            proc.terminate()
+            proc.wait(timeout=60)
+            with open(os.path.join(work, "relay-%d.log" % r)) as f:
+                relay_logs.append(f.read()[-500:])
     wall_s = time.monotonic() - t0
     run = {}
     run_path = os.path.join(args.out, "run.json")
@@ -147,6 +169,9 @@ def main():
         "wall_s": round(wall_s, 2),
         "steps_written": run.get("steps_written", []),
         "processes_registered": len(procs),
+        "relays": args.relays,
+        "via_relay": sum(1 for p in procs if p.get("via_relay")),
+        "relay_logs": relay_logs,
         "controller_registered": any(p.get("role") == "controller" for p in procs),
         "not_profiled": run.get("not_profiled", []),
         "events_received": sum(p.get("events_received", 0) for p in procs),
