@@ -172,3 +172,27 @@ def test_discrete_captures_of_the_ray_demo(build_dir, tmp_path):
         (call,) = trace.slices(worker, method)
         assert inside(call, own)
         assert not trace.slices(worker, other)
+
+
+def test_the_demo_on_three_nodes_through_a_relay(build_dir, tmp_path):
+    """relays="on": a relay per host (one here: the three nodes share this
+    machine), a Ray actor pinned to a node; every profiled worker's collector
+    reaches the aggregator through it, the driver straight; the step is
+    written with every rank and the relay is stopped with the session."""
+    out = tmp_path / "out"
+    env = clean_env("RAY_ADDRESS", "RANK")
+    r = subprocess.run([sys.executable, str(ROOT / "examples/verl/mini_ppo.py"), "--steps", "2", "--capture", "2",
+                        "--ranks", "all", "--nodes", "3", "--relays", "on", "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "rlscope: 1 relay(s), one per host" in r.stderr
+    run = json.loads((out / "run.json").read_text())
+    workers = [p for p in run["processes"] if p["role"] == "worker"]
+    assert sorted(p["rank"] for p in workers) == [0, 1, 2, 3]
+    assert all(p["via_relay"] for p in workers)
+    assert [p["via_relay"] for p in run["processes"] if p["role"] == "controller"] == [False]
+    assert run["steps_written"] == [2]
+    summary = json.loads((out / "step_2" / "summary.json").read_text())
+    assert sorted(p["rank"] for p in summary["processes"] if p["role"] == "worker") == [0, 1, 2, 3]
+    nodes = {p["labels"].get("node_id") for p in workers}
+    assert len(nodes) == 3  # ranks on all three nodes, one relay for the host

@@ -3,6 +3,7 @@ gives a worker, and the errors a user sees at actor creation."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -97,3 +98,34 @@ def test_a_bad_aggregator_nice_is_refused_before_anything_starts(nice):
     with pytest.raises(ValueError, match=r"rlscope_ray.init\(aggregator_nice=...\) must be an int from 0 to 19"):
         rlscope_ray.init(aggregator_nice=nice)
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("relays", ["yes", True, None])
+def test_a_bad_relays_value_is_refused_before_anything_starts(relays):
+    import ray
+
+    import rlscope_ray
+
+    with pytest.raises(ValueError, match=r"rlscope_ray.init\(relays=...\) must be one of auto, on, off"):
+        rlscope_ray.init(relays=relays)
+    assert not ray.is_initialized()
+
+
+def test_a_worker_on_a_host_with_the_runs_relay_connects_to_it(tmp_path, monkeypatch):
+    """The plugin's resolution on a host: the run's relay file (written by
+    the host's relay actor) names the endpoint; another run's relay, or an
+    actor that names its own aggregator, is not taken."""
+    from rlscope_ray import settings
+    from rlscope_ray.relay import relay_file
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    job = {settings.JOB_AGGREGATOR: "tcp://10.0.0.1:5557", settings.JOB_SECRET: "s" * 32}
+    assert settings.resolve({}, job)[settings.AGGREGATOR] == "tcp://10.0.0.1:5557"
+    path = relay_file("s" * 32)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write("tcp://127.0.0.1:40001\n")
+    assert settings.resolve({}, job)[settings.AGGREGATOR] == "tcp://127.0.0.1:40001"
+    assert settings.resolve({}, dict(job, **{settings.JOB_SECRET: "t" * 32}))[settings.AGGREGATOR] == \
+        "tcp://10.0.0.1:5557"
+    assert settings.resolve({"aggregator": "tcp://10.0.0.2:1"}, job)[settings.AGGREGATOR] == "tcp://10.0.0.2:1"

@@ -287,6 +287,10 @@ def main() -> int:
                     help="one capture per sub-task occurrence: <out>/step_<N>/<subtask>/trace.json")
     ap.add_argument("--profile", choices=("on", "off"), default="on",
                     help="off: the same job with runtime_env {'rlscope': {'enabled': False}} on every worker")
+    ap.add_argument("--nodes", type=int, default=NODES, help=f"Ray nodes on this machine (default {NODES})")
+    ap.add_argument("--relays", choices=("auto", "on", "off"), default="auto",
+                    help="rlscope_ray.init(relays=...): auto (default) relays only across hosts; on: one per host "
+                         "even here")
     ap.add_argument("--timings", help="write wall/setup/loop seconds as JSON to this file (benchmarks)")
     args = ap.parse_args()
     out = Path(args.out).resolve()
@@ -304,18 +308,19 @@ def main() -> int:
 
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "resources": {"node0": 4}, "include_dashboard": False})
-    cluster.add_node(num_cpus=1, resources={"node1": 4})
+    for n in range(1, args.nodes):
+        cluster.add_node(num_cpus=1, resources={f"node{n}": 4})
     cluster.wait_for_nodes()
     try:
         config = {"steps": parse_ints(args.capture), "ranks": parse_ints(args.ranks),
                   "flush": {"step_grace_ms": 3000}, "discrete": args.discrete}
         if args.subtasks:
             config["subtasks"] = args.subtasks.split(",")
-        rlscope_ray.init(config=config, address=cluster.address, output_dir=str(out),
+        rlscope_ray.init(config=config, address=cluster.address, output_dir=str(out), relays=args.relays,
                          logging_level="warning", log_to_driver=True)
         rlscope_value = (lambda r: {"rank": r}) if args.profile == "on" else (lambda r: {"enabled": False})
         workers = [PPOWorker.options(runtime_env={"rlscope": rlscope_value(r)},
-                                     resources={f"node{r % NODES}": 0.01}).remote(r)
+                                     resources={f"node{r % args.nodes}": 0.01}).remote(r)
                    for r in range(WORLD_SIZE)]
         nodes = ray.get([w.node_id.remote() for w in workers])  # all four are up
         t_setup = time.monotonic() - t_start

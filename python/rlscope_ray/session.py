@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Union
 from . import _native, settings
 from .aggregator_process import AggregatorProcess, AggregatorStartError, start_aggregator
 from .ray_plugin import PLUGIN_SPEC
+from .relay import RELAYS
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Session:
     # RLSCOPE_SECRET it was started with (from this environment), if any.
     secret: str = ""
     local: bool = False  # a new local Ray: the aggregator listens on loopback only
+    relays: List[Any] = field(default_factory=list)  # rlscope_ray.relay.RelayActor handles, one per host
 
 
 _session: Optional[Session] = None
@@ -65,7 +67,7 @@ def current() -> Optional[Session]:
 def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[str] = None,
          aggregator: Optional[str] = None, output_dir: Optional[str] = None,
          runtime_env: Optional[Dict[str, Any]] = None, profile_driver: bool = True,
-         aggregator_nice: int = 10, **ray_init_kwargs: Any) -> Session:
+         aggregator_nice: int = 10, relays: str = "auto", **ray_init_kwargs: Any) -> Session:
     """Start profiling this Ray job; see the module docstring.
 
     config: a YAML path, a dict of config keys, or None (defaults).
@@ -82,6 +84,11 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         the driver (0-19; default 10), so that on a busy node it takes CPU
         from the job only when the job leaves some. It does not drop what
         it cannot read at once: collectors keep it in their spools.
+    relays: "auto" (default): when the cluster spans more than one host, a
+        relay per host (rlscope_ray.relay: a Ray actor pinned to the host)
+        takes the host's profiled workers and forwards to the aggregator over
+        one connection; "on": a relay on every host, even one; "off": every
+        collector connects to the aggregator itself.
     """
     global _session
     import ray
@@ -96,6 +103,8 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         if ray.is_initialized():
             raise RuntimeError("rlscope_ray.init() starts or joins Ray itself: call it instead of ray.init() "
                                "(or call ray.shutdown() first)")
+        if relays not in RELAYS:
+            raise ValueError(f"rlscope_ray.init(relays=...) must be one of {', '.join(RELAYS)}, got {relays!r}")
         if isinstance(aggregator_nice, bool) or not isinstance(aggregator_nice, int) or \
                 not 0 <= aggregator_nice <= 19:
             raise ValueError(f"rlscope_ray.init(aggregator_nice=...) must be an int from 0 to 19, got "
@@ -144,6 +153,7 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
                     "are not profiled (they are listed as not profiled in the summaries). Start every node with "
                     f"RAY_RUNTIME_ENV_PLUGINS='{json.dumps([PLUGIN_SPEC])}' before `ray start`.", stacklevel=2)
 
+        _start_relays(session, relays)
         if profile_driver:
             ctx = ray.get_runtime_context()
             os.environ.update({
@@ -191,6 +201,7 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
         # once its flush barrier is answered, milliseconds after it closed, so
         # after a second what is still pending is written as it is (SIGTERM).
         _stop_aggregator(session, timeout=timeout_s if session.profile_driver else min(timeout_s, 1.0))
+        _stop_relays(session)
         if session.output_dir and os.path.isdir(session.output_dir):
             # <out>/report.html: the run's steps at a glance (rlscope_ray.report).
             from . import report
@@ -206,6 +217,54 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _start_relays(session: Session, relays: str) -> None:
+    """One relay per host (rlscope_ray.relay) when `relays` asks for them; a
+    relay that cannot start leaves its host's collectors on the aggregator,
+    said once, never failing init."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .relay import RelayActor
+
+    if relays == "off" or not session.endpoint:
+        return
+    hosts: Dict[str, str] = {}  # host address -> a node there with the plugin
+    for node in ray.nodes():
+        if node.get("Alive") and node["NodeID"] not in session.unregistered_nodes:
+            hosts.setdefault(node["NodeManagerAddress"], node["NodeID"])
+    if relays == "auto" and len(hosts) < 2:
+        return
+    actor = ray.remote(num_cpus=0, max_restarts=0)(RelayActor)
+    try:
+        session.relays = [actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                                        runtime_env={"rlscope": {"enabled": False}}).remote(session.endpoint,
+                                                                                            session.secret)
+                          for node_id in hosts.values()]
+        ray.get([r.endpoint.remote() for r in session.relays], timeout=60)
+    except Exception as e:  # noqa: BLE001 - the run works without relays
+        print(f"rlscope: relays not started ({type(e).__name__}: {e}); every collector connects to the aggregator "
+              "itself", file=sys.stderr)
+        _stop_relays(session)
+        return
+    print(f"rlscope: {len(session.relays)} relay(s), one per host: collectors there connect to it",
+          file=sys.stderr)
+
+
+def _stop_relays(session: Session) -> None:
+    """After the aggregator: what the relays held for it went first."""
+    import ray
+
+    relays, session.relays = session.relays, []
+    if not relays or not ray.is_initialized():
+        return
+    try:
+        ray.get([r.stop.remote() for r in relays], timeout=30)
+    except Exception:  # noqa: BLE001 - gone already
+        pass
+    for r in relays:
+        ray.kill(r)
 
 
 def _say_losses(output_dir: str) -> None:

@@ -149,6 +149,12 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
         env[RANK] = str(merged["rank"])
     if job_env.get(JOB_SECRET):
         env[SECRET] = job_env[JOB_SECRET]
+        if not merged.get("aggregator"):
+            # The run's relay on this host (rlscope_ray.relay), when it has
+            # one: the worker's collector connects to it, not to the root.
+            from .relay import host_relay
+
+            env[AGGREGATOR] = host_relay(job_env[JOB_SECRET]) or env[AGGREGATOR]
     return env
 
 

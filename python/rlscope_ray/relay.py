@@ -1,0 +1,112 @@
+"""Per-host relays for runs that span hosts (rlscope_ray.init(relays=...)).
+
+One relay per host, a Ray actor pinned to one of the host's nodes, runs
+`rlscope-ray-aggregator --relay-to ROOT` on loopback and writes its endpoint
+to a host-local file named after the run (relay_file). The plugin, in the
+same host's runtime-env agent, points each profiled worker it sets up at
+that file's endpoint instead of the root (settings.resolve), so the root
+holds one connection per host, not one per process. The relay keeps
+nothing: the collectors' spools keep every batch until the root releases
+its step, so a relay that dies loses nothing; the actor starts it again on
+the same port (supervised), and collectors reconnect by themselves.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Optional
+
+RELAYS = ("auto", "on", "off")
+
+
+def run_key(secret: str) -> str:
+    """A digest of the run's secret that names its files (never the secret)."""
+    return hashlib.blake2b(secret.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def relay_file(secret: str) -> str:
+    """Where this host's relay of the run with `secret` writes its endpoint."""
+    return os.path.join(tempfile.gettempdir(), f"rlscope-relays-{os.getuid()}", run_key(secret) + ".endpoint")
+
+
+def host_relay(secret: str) -> Optional[str]:
+    """This host's relay endpoint for the run, None when it has none."""
+    if not secret:
+        return None
+    try:
+        with open(relay_file(secret), encoding="ascii") as f:
+            endpoint = f.read().strip()
+    except OSError:
+        return None
+    return endpoint or None
+
+
+class RelayActor:
+    """The relay daemon of one host, supervised: started again on the same
+    endpoint if it exits before stop(). Created by rlscope_ray.session with
+    num_cpus=0, pinned to its node, never profiled itself."""
+
+    def __init__(self, root: str, secret: str) -> None:
+        from . import aggregator_path
+
+        self._root, self._secret = root, secret
+        self._command = [aggregator_path(), "--relay-to", root, "--exit-with-parent"]
+        self._stopping = threading.Event()
+        self.restarts = 0
+        work = tempfile.mkdtemp(prefix="rlscope_relay_")
+        self._log = os.path.join(work, "relay.log")
+        self._endpoint_file = os.path.join(work, "endpoint")
+        self._proc = self._start("tcp://127.0.0.1:*")  # node-local collectors only: loopback
+        deadline = time.monotonic() + 30  # a hang guard
+        while not os.path.exists(self._endpoint_file):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the relay did not start: {open(self._log).read()[-2000:]}")
+            time.sleep(0.02)
+        with open(self._endpoint_file, encoding="ascii") as f:
+            self._endpoint = f.read().strip()
+        path = relay_file(secret)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(path + ".tmp", "w", encoding="ascii") as f:
+            f.write(self._endpoint + "\n")
+        os.replace(path + ".tmp", path)
+        threading.Thread(target=self._supervise, daemon=True).start()
+
+    def _start(self, listen: str) -> subprocess.Popen:
+        return subprocess.Popen(self._command + ["--listen", listen, "--endpoint-file", self._endpoint_file],
+                                stdout=open(self._log, "a"), stderr=subprocess.STDOUT)
+
+    def _supervise(self) -> None:
+        while not self._stopping.is_set():
+            if self._proc.poll() is not None and not self._stopping.is_set():
+                print(f"rlscope: the relay on this host exited ({self._proc.returncode}); starting it again on "
+                      f"{self._endpoint}", file=sys.stderr)
+                self.restarts += 1
+                self._proc = self._start(self._endpoint)
+            self._stopping.wait(0.5)
+
+    def endpoint(self) -> str:
+        return self._endpoint
+
+    def stats(self) -> dict:
+        return {"endpoint": self._endpoint, "restarts": self.restarts, "pid": self._proc.pid}
+
+    def stop(self) -> str:
+        """Stops the daemon (what it holds for the root goes first) and
+        removes the host's relay file; returns its log's tail."""
+        self._stopping.set()
+        try:
+            os.unlink(relay_file(self._secret))
+        except OSError:
+            pass
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        with open(self._log) as f:
+            return f.read()[-2000:]
