@@ -72,6 +72,9 @@ def main():
     ap.add_argument("--relays", type=int, default=0,
                     help="relays between the workers and the root (worker i uses relay i mod R); the controller "
                          "connects to the root, as a driver on the root's node does")
+    ap.add_argument("--kill-relays", action="store_true",
+                    help="kill every relay (SIGKILL) once the first step is done and start it again on the same "
+                         "endpoint: the collectors' spools must replay what it held")
     ap.add_argument("--ghosts", type=int, default=0, help="expected processes that never profile")
     ap.add_argument("--controller-config", default=None, help="RLSCOPE_CONFIG of the controller only")
     args = ap.parse_args()
@@ -96,17 +99,20 @@ def main():
 
         threading.Thread(target=watch_rss, daemon=True).start()
         env = dict(base, RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
-        relays = []  # (process, endpoint): rlscope-ray-aggregator --relay-to ROOT
-        for r in range(args.relays):
+        def start_relay(r, listen):
             endpoint_file = os.path.join(work, "relay-%d.endpoint" % r)
-            proc = subprocess.Popen([rlscope_ray.aggregator_path(), "--relay-to", agg.endpoint, "--listen",
-                                     "tcp://127.0.0.1:*", "--endpoint-file", endpoint_file],
-                                    stdout=open(os.path.join(work, "relay-%d.log" % r), "w"), stderr=subprocess.STDOUT)
+            if os.path.exists(endpoint_file):
+                os.unlink(endpoint_file)
+            proc = subprocess.Popen([rlscope_ray.aggregator_path(), "--relay-to", agg.endpoint, "--listen", listen,
+                                     "--endpoint-file", endpoint_file],
+                                    stdout=open(os.path.join(work, "relay-%d.log" % r), "a"), stderr=subprocess.STDOUT)
             deadline = time.monotonic() + 60  # a hang guard
             while not os.path.exists(endpoint_file) and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             with open(endpoint_file) as f:
-                relays.append((proc, f.read().strip()))
+                return proc, f.read().strip()
+
+        relays = [start_relay(r, "tcp://127.0.0.1:*") for r in range(args.relays)]  # rlscope-ray-aggregator --relay-to
         workers = []
         for i in range(args.workers):
             report = os.path.join(work, "worker-%d.txt" % i)
@@ -130,6 +136,12 @@ def main():
         # The workers stop once the steps are done and say goodbye (with what
         # they recorded) while the controller still runs; then it exits, and
         # the aggregator with it once every step is written.
+        if args.kill_relays:
+            wait_for(os.path.join(args.out, "step_1", "summary.json"), ctrl, args.timeout_s)
+            for r, (proc, endpoint) in enumerate(relays):
+                proc.kill()
+                proc.wait()
+                relays[r] = start_relay(r, endpoint)
         wait_for(os.path.join(work, "steps_done"), ctrl, args.timeout_s)
         open(stop, "w").close()
         worker_rc = [w.wait(timeout=args.timeout_s) for w in workers]
