@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -19,9 +20,22 @@ class JsonWriter {
   JsonWriter& BeginArray() { Sep(); out_->push_back('['); first_ = true; return *this; }
   JsonWriter& EndArray() { out_->push_back(']'); first_ = false; return *this; }
   JsonWriter& Key(std::string_view k) {
-    Sep();
-    Quote(k);
-    out_->push_back(':');
+    // Keys are short identifiers: ,"key": in one append when nothing needs escaping.
+    char buf[64];
+    if (k.size() <= sizeof(buf) - 4 && !NeedsEscape(k)) {
+      size_t n = 0;
+      if (!first_) buf[n++] = ',';
+      buf[n++] = '"';
+      std::memcpy(buf + n, k.data(), k.size());
+      n += k.size();
+      buf[n++] = '"';
+      buf[n++] = ':';
+      out_->append(buf, n);
+    } else {
+      Sep();
+      Quote(k);
+      out_->push_back(':');
+    }
     first_ = true;  // the value follows without a comma
     return *this;
   }
@@ -66,6 +80,13 @@ class JsonWriter {
     char buf[24];
     const auto r = std::to_chars(buf, buf + sizeof(buf), v);
     out_->append(buf, static_cast<size_t>(r.ptr - buf));
+  }
+  static bool NeedsEscape(std::string_view s) {
+    for (const char ch : s) {
+      const unsigned char c = static_cast<unsigned char>(ch);
+      if (c < 0x20 || c == '"' || c == '\\') return true;
+    }
+    return false;
   }
   void Quote(std::string_view s) {
     out_->push_back('"');

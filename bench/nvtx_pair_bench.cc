@@ -8,10 +8,10 @@
 // the timed region so a recording tool's flush thread can drain its ring and
 // nothing is dropped (--busy-gaps: it spins instead, so the core never
 // idles between chunks). Reports the median and the min over chunks. On a
-// 2-core machine the collector records at the rdtsc floor back to back
-// (--sleep-ms 0: 19.7 ns/pair) but at about 47 after any gap, idle or busy,
-// of 1 to 30 ms, while an rdtsc recorder of the same record size stays at
-// 20: what the collector does in a gap costs the next chunk.
+// quiet 2-core machine the collector records at 25.4-26.6 ns/pair against
+// 19.0 for an rdtsc recorder, gaps or none (--sleep-ms 0 or 30); on a loaded
+// one both move, the collector more (47-54 beside hundreds of busy
+// processes): compare rows of the same run only.
 //
 // Output: one line of JSON on stdout:
 //   {"ns_per_pair_median":..,"ns_per_pair_min":..,"pairs":..,"threads":..,

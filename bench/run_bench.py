@@ -422,21 +422,26 @@ def scale_section(args):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "apps",
                           "scale_run.py")
     rows = []
-    for n in ((32, 128) if args.quick else (64, 128, 256, 512)):
-        out = os.path.join("/tmp", "rlscope_scale_bench_%d_%d" % (os.getpid(), n))
+    runs = ((32, 0), (128, 0), (128, 4)) if args.quick else ((64, 0), (128, 0), (256, 0), (256, 8), (512, 0),
+                                                             (512, 16))
+    for n, relays in runs:
+        out = os.path.join("/tmp", "rlscope_scale_bench_%d_%d_%d" % (os.getpid(), n, relays))
         r = run_json([sys.executable, script, "--build-dir", args.build_dir, "--out", out, "--workers", str(n),
-                      "--timeout-s", "400"], clean_env(), timeout_s=1800)
+                      "--relays", str(relays), "--timeout-s", "400"], clean_env(), timeout_s=1800)
         events_m = r["events_received"] / 1e6
         why = [line for line in r["aggregator_log_tail"].splitlines() if "no step written" in line]
-        rows.append([str(n), "%d / %d" % (r["processes_registered"], n + 1),
+        rows.append([str(n), str(relays) if relays else "none", str(relays + 1 if relays else n + 1),
+                     "%d / %d" % (r["processes_registered"], n + 1),
                      "yes" if r["controller_registered"] else "no", "%d / 5" % len(r["steps_written"]),
                      str(r["events_received"]), str(r["events_dropped"]), str(len(r["unaccounted"])),
                      fmt(r["aggregator_peak_rss_mb"], 0),
                      fmt(r["aggregator_peak_rss_mb"] / events_m, 0) if events_m > 0 else "n/a",
                      fmt(r["wall_s"], 1), why[0].split(": ", 1)[1][:90] + "..." if why else ""])
-    print_table("One aggregator, many collectors on this host (2 cores shared by all), no relays",
-                ["workers", "registered", "controller", "steps written", "events received", "dropped",
-                 "processes unaccounted", "aggregator peak RSS MB", "MB per M events", "wall s", "said"], rows)
+    print_table("One root aggregator, many collectors on this host (2 cores shared by all), without and with "
+                "relays (worker i on relay i mod R; the controller straight to the root)",
+                ["workers", "relays", "root connections", "registered", "controller", "steps written",
+                 "events received", "dropped", "processes unaccounted", "root peak RSS MB", "MB per M events",
+                 "wall s", "said"], rows)
 
 
 def verl_section(args):
