@@ -67,6 +67,12 @@ struct RangeObject {
 
 extern PyTypeObject RangeType;
 
+// Freed ranges kept for reuse (a `with range(...)` per call allocates one):
+// the exact type only, at most kFreeListSize, under the GIL like everything here.
+constexpr int kFreeListSize = 32;
+RangeObject* g_free[kFreeListSize];
+int g_free_count = 0;
+
 // A new range of `name` (str) with `link` (nullptr or None: no link).
 PyObject* NewRange(PyTypeObject* type, PyObject* name, PyObject* link) {
   if (!PyUnicode_Check(name)) {
@@ -87,8 +93,14 @@ PyObject* NewRange(PyTypeObject* type, PyObject* name, PyObject* link) {
     Py_DECREF(key);
     if (PyErr_Occurred()) return nullptr;
   }
-  RangeObject* self = reinterpret_cast<RangeObject*>(type->tp_alloc(type, 0));
-  if (self == nullptr) return nullptr;
+  RangeObject* self;
+  if (type == &RangeType && g_free_count > 0) {  // the common case: reuse a freed one
+    self = g_free[--g_free_count];
+    PyObject_Init(reinterpret_cast<PyObject*>(self), type);
+  } else {
+    self = reinterpret_cast<RangeObject*>(type->tp_alloc(type, 0));
+    if (self == nullptr) return nullptr;
+  }
   Py_INCREF(name);
   self->name = name;
   self->payload = payload;
@@ -144,7 +156,11 @@ PyObject* RangeNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 
 void RangeDealloc(PyObject* o) {
   RangeObject* self = reinterpret_cast<RangeObject*>(o);
-  Py_XDECREF(self->name);
+  Py_CLEAR(self->name);
+  if (Py_TYPE(o) == &RangeType && g_free_count < kFreeListSize) {
+    g_free[g_free_count++] = self;  // kept for the next range (no allocator round trip)
+    return;
+  }
   Py_TYPE(o)->tp_free(o);
 }
 
