@@ -5,6 +5,8 @@ run that writes nothing says why, never silently."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,17 +18,39 @@ from conftest import ROOT
 WORKERS = 24
 
 
-@pytest.mark.parametrize("relays,kill", [(0, False), (3, False), (3, True)],
-                         ids=["direct", "through-relays", "relays-killed-and-restarted"])
-def test_many_collectors_register_account_for_every_event_and_write_every_step(build_dir, tmp_path, relays, kill):
+def _netns_missing() -> str:
+    """Why network namespaces cannot be hosts here ("" when they can)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return "network namespaces as hosts need root and iproute2 (ip)"
+    name = "rlsprobe%d" % os.getpid()
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"ip netns add is not permitted here: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return ""
+
+
+NETNS = pytest.mark.skipif(bool(_netns_missing()), reason=_netns_missing() or "ok")
+
+
+@pytest.mark.parametrize("relays,kill,hosts", [
+    (0, False, 0), (3, False, 0), (3, True, 0),
+    pytest.param(0, False, 3, marks=NETNS), pytest.param(3, False, 3, marks=NETNS)],
+    ids=["direct", "through-relays", "relays-killed-and-restarted", "netns-hosts-direct", "netns-hosts-relays"])
+def test_many_collectors_register_account_for_every_event_and_write_every_step(build_dir, tmp_path, relays, kill,
+                                                                               hosts):
     """through relays: the workers reach the root through three relays
     (rlscope-ray-aggregator --relay-to), the controller straight; killed:
     every relay is killed (SIGKILL) once step 1 is written and started again
-    on the same endpoint, and what it held is replayed from the spools."""
+    on the same endpoint, and what it held is replayed from the spools.
+    netns hosts: the workers run in three network namespaces, each a host
+    with its own loopback that reaches the root over a veth pair only (with
+    relays: one per host, on that host's loopback)."""
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(ROOT / "tests/apps/scale_run.py"), "--build-dir", str(build_dir),
                         "--out", str(out), "--workers", str(WORKERS), "--ghosts", "1", "--steps", "3",
-                        "--step-ms", "100", "--timeout-s", "300", "--relays", str(relays)]
+                        "--step-ms", "100", "--timeout-s", "300", "--relays", str(relays),
+                        "--netns-hosts", str(hosts)]
                        + (["--kill-relays"] if kill else []),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -15,6 +15,7 @@ the aggregator's peak RSS.
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -75,22 +76,82 @@ def main():
     ap.add_argument("--kill-relays", action="store_true",
                     help="kill every relay (SIGKILL) once the first step is done and start it again on the same "
                          "endpoint: the collectors' spools must replay what it held")
+    ap.add_argument("--netns-hosts", type=int, default=0,
+                    help="run the workers (and relays) in this many network namespaces, each a host with its own "
+                         "loopback that reaches the root only over a veth pair (host h: worker i with i mod H = h; "
+                         "with --relays, one relay per host); needs root and iproute2")
     ap.add_argument("--ghosts", type=int, default=0, help="expected processes that never profile")
     ap.add_argument("--controller-config", default=None, help="RLSCOPE_CONFIG of the controller only")
     args = ap.parse_args()
-
-    import rlscope_ray
-    from rlscope_ray.aggregator_process import start_aggregator
-
-    worker_exe = os.path.join(args.build_dir, "tests", "apps", "scale_worker")
     work = tempfile.mkdtemp(prefix="rlscope_scale_")
     stop = os.path.join(work, "stop")
     base = {k: v for k, v in os.environ.items()
             if not (k.startswith("RLSCOPE_") or k in ("NVTX_INJECTION64_PATH", "RANK"))}
+    if args.netns_hosts and args.relays and args.relays != args.netns_hosts:
+        raise SystemExit("--netns-hosts H with --relays R: one relay per host, R must be H")
+    hosts = NetnsHosts(args.netns_hosts) if args.netns_hosts else None
+    try:
+        run(args, work, stop, base, hosts)
+    finally:
+        if hosts is not None:
+            hosts.remove()
+
+
+class NetnsHosts:
+    """H network namespaces, each a "host": its own loopback, and a veth pair
+    to this namespace (10.201.h.1 here, 10.201.h.2 there)."""
+
+    def __init__(self, n):
+        self.names = []
+        tag = os.getpid() % 100000
+        try:
+            for h in range(n):
+                ns, veth = "rls%dh%d" % (tag, h), "rlv%dh%d" % (tag, h)
+                self.names.append(ns)
+                for cmd in (["ip", "netns", "add", ns],
+                            ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+                            ["ip", "addr", "add", "10.201.%d.1/24" % h, "dev", veth],
+                            ["ip", "link", "set", veth, "up"],
+                            ["ip", "netns", "exec", ns, "ip", "addr", "add", "10.201.%d.2/24" % h, "dev", "eth0"],
+                            ["ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up"],
+                            ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]):
+                    subprocess.run(cmd, check=True, capture_output=True, text=True)
+        except Exception:
+            self.remove()
+            raise
+
+    def prefix(self, h):
+        return ["ip", "netns", "exec", self.names[h]]
+
+    @staticmethod
+    def root_address(h):
+        return "10.201.%d.1" % h
+
+    def remove(self):
+        for ns in self.names:  # its end of the veth pair goes with it
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def run(args, work, stop, base, hosts):
+    import rlscope_ray
+    from rlscope_ray.aggregator_process import start_aggregator
+
+    worker_exe = os.path.join(args.build_dir, "tests", "apps", "scale_worker")
     t0 = time.monotonic()
     peak_rss_kb = [0]
+    # With namespace hosts the root listens on every interface (the hosts
+    # reach it over their veth pairs); the controller still uses loopback.
+    listen = "tcp://0.0.0.0:*" if hosts else "tcp://127.0.0.1:*"
+    secret = secrets.token_hex(16)  # as rlscope_ray.init makes one per run
     with start_aggregator(args.out, work_dir=work, args=["--grace-ms", str(args.grace_ms), "--exit-when-done"],
-                          log=os.path.join(work, "aggregator.log")) as agg:
+                          log=os.path.join(work, "aggregator.log"), listen=listen, secret=secret,
+                          connect_host="127.0.0.1" if hosts else None) as agg:
+        port = agg.endpoint.rsplit(":", 1)[1]
+
+        def root_for(h):
+            """The root's endpoint as host h reaches it."""
+            return "tcp://%s:%s" % (hosts.root_address(h), port) if hosts else agg.endpoint
+
         # Its peak RSS (VmHWM), read until it exits.
         def watch_rss():
             while agg.proc.poll() is None:
@@ -98,13 +159,15 @@ def main():
                 time.sleep(0.02)
 
         threading.Thread(target=watch_rss, daemon=True).start()
-        env = dict(base, RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
+        env = dict(base, RLSCOPE_AGGREGATOR=agg.endpoint, RLSCOPE_SECRET=secret,
+                   NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
         def start_relay(r, listen):
             endpoint_file = os.path.join(work, "relay-%d.endpoint" % r)
             if os.path.exists(endpoint_file):
                 os.unlink(endpoint_file)
-            proc = subprocess.Popen([rlscope_ray.aggregator_path(), "--relay-to", agg.endpoint, "--listen", listen,
-                                     "--endpoint-file", endpoint_file],
+            proc = subprocess.Popen((hosts.prefix(r) if hosts else [])
+                                    + [rlscope_ray.aggregator_path(), "--relay-to", root_for(r), "--listen", listen,
+                                       "--endpoint-file", endpoint_file],
                                     stdout=open(os.path.join(work, "relay-%d.log" % r), "a"), stderr=subprocess.STDOUT)
             deadline = time.monotonic() + 60  # a hang guard
             while not os.path.exists(endpoint_file) and proc.poll() is None and time.monotonic() < deadline:
@@ -116,10 +179,12 @@ def main():
         workers = []
         for i in range(args.workers):
             report = os.path.join(work, "worker-%d.txt" % i)
+            h = i % args.netns_hosts if hosts else 0
             workers.append(subprocess.Popen(
-                [worker_exe, "--stop-file", stop, "--report", report, "--max-s", str(args.timeout_s)],
+                (hosts.prefix(h) if hosts else [])
+                + [worker_exe, "--stop-file", stop, "--report", report, "--max-s", str(args.timeout_s)],
                 env=dict(env, RLSCOPE_ROLE="worker", RLSCOPE_RANK=str(i),
-                         **({"RLSCOPE_AGGREGATOR": relays[i % len(relays)][1]} if relays else {})),
+                         RLSCOPE_AGGREGATOR=relays[i % len(relays)][1] if relays else root_for(h)),
                 stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(work, "worker-%d.err" % i), "w")))
         started_s = time.monotonic() - t0
@@ -182,6 +247,7 @@ def main():
         "steps_written": run.get("steps_written", []),
         "processes_registered": len(procs),
         "relays": args.relays,
+        "netns_hosts": args.netns_hosts,
         "via_relay": sum(1 for p in procs if p.get("via_relay")),
         "relay_logs": relay_logs,
         "controller_registered": any(p.get("role") == "controller" for p in procs),
