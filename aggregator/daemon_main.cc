@@ -26,6 +26,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -194,14 +195,27 @@ class Server {
       if (zmq_msg_recv(&part_, sock_, ZMQ_DONTWAIT) < 0) break;  // routing id frame
       const std::string rid(static_cast<const char*>(zmq_msg_data(&part_)), zmq_msg_size(&part_));
       std::string peer = rid;
+      bool first = true;
       while (More()) {
         zmq_msg_recv(&part_, sock_, 0);
-        if (Part() == rlscope::kRelayTag && More()) {  // a relayed frame: its collector is the peer
+        if (first && Part() == rlscope::kRelayTag) {  // exactly [tag, collector's routing id, frame]
+          std::string inner;
+          if (More()) {
+            zmq_msg_recv(&part_, sock_, 0);
+            inner.assign(Part());
+          }
+          if (inner.empty() || !More()) {  // malformed: nothing of it is taken
+            while (More()) zmq_msg_recv(&part_, sock_, 0);
+            break;
+          }
           zmq_msg_recv(&part_, sock_, 0);
-          peer = rlscope::RelayPeer(rid, Part());
-          if (!More()) break;
-          zmq_msg_recv(&part_, sock_, 0);
+          if (More()) {
+            while (More()) zmq_msg_recv(&part_, sock_, 0);
+            break;
+          }
+          peer = rlscope::RelayPeer(rid, inner);
         }
+        first = false;
         const uint64_t session = agg_->OnFrame(static_cast<const char*>(zmq_msg_data(&part_)),
                                                zmq_msg_size(&part_), rlscope::MonotonicNs(), peer);
         if (session != 0) routes_[session] = peer;
@@ -341,16 +355,19 @@ void RemoveTemporaries(const std::string& out) {
 }  // namespace
 
 // Relay mode: a ROUTER for the node's collectors, a DEALER to the root. A
-// collector's frame goes up only while the root's connection can take it
-// (else it waits in the collector's socket and spool: backpressure, never a
-// drop here); the root's answers come down to their collector, or are
-// dropped when it is gone (the root repeats what matters).
+// collector's frame goes up only while the root's connection takes it (else
+// it waits in the collector's socket and spool: backpressure, never a drop
+// here); the root's answers come down to their collector, or are dropped
+// and counted when it is gone (the root repeats what matters). Never blocks:
+// SIGTERM stops it at once, what is queued for the root lingers 2 s.
 int RunRelay(void* ctx, const Options& o) {
   void* front = zmq_socket(ctx, ZMQ_ROUTER);
   void* back = zmq_socket(ctx, ZMQ_DEALER);
-  const int hwm = 100000, backlog = 4096, reconnect_max_ms = 2000;
+  const int hwm = 100000, backlog = 4096, reconnect_max_ms = 2000, mandatory = 1, no_linger = 0;
   zmq_setsockopt(front, ZMQ_RCVHWM, &hwm, sizeof(hwm));
   zmq_setsockopt(front, ZMQ_BACKLOG, &backlog, sizeof(backlog));
+  zmq_setsockopt(front, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory));  // a gone collector: an error
+  zmq_setsockopt(front, ZMQ_LINGER, &no_linger, sizeof(no_linger));
   zmq_setsockopt(back, ZMQ_SNDHWM, &hwm, sizeof(hwm));
   zmq_setsockopt(back, ZMQ_RECONNECT_IVL_MAX, &reconnect_max_ms, sizeof(reconnect_max_ms));
   if (zmq_bind(front, o.listen.c_str()) != 0 || zmq_connect(back, o.relay_to.c_str()) != 0) {
@@ -365,59 +382,66 @@ int RunRelay(void* ctx, const Options& o) {
   std::printf("rlscope-ray relay: listening on %s, relaying to %s\n", bound, o.relay_to.c_str());
   std::fflush(stdout);
   StopOnSignals(o.exit_with_parent);
-  zmq_msg_t part;
-  zmq_msg_init(&part);
   auto more = [](void* sock) {
     int m = 0;
     size_t len = sizeof(m);
     zmq_getsockopt(sock, ZMQ_RCVMORE, &m, &len);
     return m != 0;
   };
-  uint64_t up = 0, down = 0, down_dropped = 0;
+  auto part_string = [](zmq_msg_t* m) {
+    return std::string(static_cast<const char*>(zmq_msg_data(m)), zmq_msg_size(m));
+  };
+  // Frames read from collectors, not yet taken by the root's connection:
+  // (routing id, frame). Collectors are read only while it is short.
+  std::deque<std::pair<std::string, std::string>> up_queue;
+  constexpr size_t kMaxQueued = 256;
+  uint64_t up = 0, down = 0, down_dropped = 0, malformed = 0;
+  zmq_msg_t part;
+  zmq_msg_init(&part);
   while (!g_stop) {
-    zmq_pollitem_t out{back, 0, ZMQ_POLLOUT, 0};
-    zmq_poll(&out, 1, 0);  // can the root's connection take a frame now?
-    const bool can_send = (out.revents & ZMQ_POLLOUT) != 0;
-    zmq_pollitem_t wait[2] = {{back, 0, ZMQ_POLLIN, 0}, {front, 0, ZMQ_POLLIN, 0}};
-    zmq_poll(wait, can_send ? 2 : 1, 50);
+    zmq_pollitem_t items[2] = {{back, 0, static_cast<short>(ZMQ_POLLIN | (up_queue.empty() ? 0 : ZMQ_POLLOUT)), 0},
+                               {front, 0, ZMQ_POLLIN, 0}};
+    zmq_poll(items, up_queue.size() < kMaxQueued ? 2 : 1, 50);
     // Down: [tag, collector's routing id, bytes] -> [routing id, bytes].
-    while (zmq_msg_recv(&part, back, ZMQ_DONTWAIT) >= 0) {
-      const bool tagged = std::string_view(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part)) ==
-                          rlscope::kRelayTag;
-      if (!tagged || !more(back)) {  // not for a collector: skip the message
-        while (more(back)) zmq_msg_recv(&part, back, 0);
+    while (!g_stop && zmq_msg_recv(&part, back, ZMQ_DONTWAIT) >= 0) {
+      std::vector<std::string> parts{part_string(&part)};
+      while (more(back) && zmq_msg_recv(&part, back, 0) >= 0) parts.push_back(part_string(&part));
+      if (parts.size() != 3 || parts[0] != rlscope::kRelayTag) {
+        ++malformed;  // not for a collector
         continue;
       }
-      zmq_msg_recv(&part, back, 0);
-      const std::string rid(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
-      if (!more(back)) continue;
-      zmq_msg_recv(&part, back, 0);
-      if (zmq_send(front, rid.data(), rid.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
-          zmq_msg_send(&part, front, ZMQ_DONTWAIT) >= 0) {
+      if (zmq_send(front, parts[1].data(), parts[1].size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+          zmq_send(front, parts[2].data(), parts[2].size(), ZMQ_DONTWAIT) >= 0) {
         ++down;
       } else {
-        ++down_dropped;
+        ++down_dropped;  // the collector is gone (ROUTER_MANDATORY) or cannot take it now
       }
-      while (more(back)) zmq_msg_recv(&part, back, 0);
     }
-    // Up: [routing id, frame...] -> [tag, routing id, frame] per frame, while
-    // the root's connection takes them.
-    for (int n = 0; can_send && n < 10000; ++n) {
-      if (zmq_msg_recv(&part, front, ZMQ_DONTWAIT) < 0) break;
-      const std::string rid(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
-      while (more(front)) {
-        zmq_msg_recv(&part, front, 0);
-        zmq_send(back, rlscope::kRelayTag.data(), rlscope::kRelayTag.size(), ZMQ_SNDMORE);
-        zmq_send(back, rid.data(), rid.size(), ZMQ_SNDMORE);
-        zmq_msg_send(&part, back, 0);  // blocks only past the high-water mark: backpressure
-        ++up;
+    // Up: read [routing id, frame...] while the queue is short; send each
+    // frame as [tag, routing id, frame] while the root's connection takes it.
+    while (!g_stop && up_queue.size() < kMaxQueued && zmq_msg_recv(&part, front, ZMQ_DONTWAIT) >= 0) {
+      const std::string rid = part_string(&part);
+      while (more(front) && zmq_msg_recv(&part, front, 0) >= 0) up_queue.emplace_back(rid, part_string(&part));
+    }
+    while (!g_stop && !up_queue.empty()) {
+      const auto& [rid, frame] = up_queue.front();
+      // Only the first part can meet the high-water mark; the rest of a
+      // message then always goes (ZeroMQ queues a message whole).
+      if (zmq_send(back, rlscope::kRelayTag.data(), rlscope::kRelayTag.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        break;  // EAGAIN (the root is slow or away) or EINTR: tried again next pass
       }
+      zmq_send(back, rid.data(), rid.size(), ZMQ_SNDMORE);
+      zmq_send(back, frame.data(), frame.size(), 0);
+      up_queue.pop_front();
+      ++up;
     }
   }
   zmq_msg_close(&part);
-  std::printf("rlscope-ray relay: done: %llu frames up, %llu down, %llu down to collectors gone\n",
+  std::printf("rlscope-ray relay: done: %llu frames up, %llu down, %llu down to collectors gone, %llu frames "
+              "not for a collector, %zu frames not sent up (their collectors replay them)\n",
               static_cast<unsigned long long>(up), static_cast<unsigned long long>(down),
-              static_cast<unsigned long long>(down_dropped));
+              static_cast<unsigned long long>(down_dropped), static_cast<unsigned long long>(malformed),
+              up_queue.size());
   std::fflush(stdout);
   const int linger = 2000;  // what is queued for the root goes, for a while
   zmq_setsockopt(back, ZMQ_LINGER, &linger, sizeof(linger));

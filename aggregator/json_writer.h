@@ -55,12 +55,11 @@ class JsonWriter {
   // Chrome trace convention; exact for any int64 ns value.
   JsonWriter& Micros(int64_t ns) {
     Sep();
-    if (ns < 0) {
-      out_->push_back('-');
-      ns = -ns;
-    }
-    AppendNumber(ns / 1000);
-    const int frac = static_cast<int>(ns % 1000);
+    // The magnitude as unsigned: -INT64_MIN does not fit an int64.
+    const uint64_t mag = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+    if (ns < 0) out_->push_back('-');
+    AppendNumber(mag / 1000);
+    const int frac = static_cast<int>(mag % 1000);
     const char digits[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
                             static_cast<char>('0' + frac % 10)};
     out_->append(digits, 4);

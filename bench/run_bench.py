@@ -440,7 +440,8 @@ def scale_section(args):
         why = [line for line in r["aggregator_log_tail"].splitlines() if "no step written" in line]
         rows.append([str(n), "%d (one per namespace host)" % relays if hosts else str(relays) if relays else "none",
                      str(relays + 1 if relays else n + 1),
-                     "%d / %d" % (r["processes_registered"], n + 1),
+                     "%d / %d" % (r["processes_registered"], n + 1), str(len(r["not_profiled"])),
+                     str(r["processes_lost"]),
                      "yes" if r["controller_registered"] else "no", "%d / 5" % len(r["steps_written"]),
                      str(r["events_received"]), str(r["events_dropped"]), str(len(r["unaccounted"])),
                      fmt(r["aggregator_peak_rss_mb"], 0),
@@ -448,7 +449,8 @@ def scale_section(args):
                      fmt(r["wall_s"], 1), why[0].split(": ", 1)[1][:90] + "..." if why else ""])
     print_table("One root aggregator, many collectors on this host (2 cores shared by all), without and with "
                 "relays (worker i on relay i mod R; the controller straight to the root)",
-                ["workers", "relays", "root connections", "registered", "controller", "steps written",
+                ["workers", "relays", "root connections", "registered", "missing (named in not_profiled)",
+                 "lost (silent without a goodbye)", "controller", "steps written",
                  "events received", "dropped", "processes unaccounted", "root peak RSS MB", "MB per M events",
                  "wall s", "said"], rows)
 

@@ -212,6 +212,7 @@ def test_python_ranges_nest_through_recursion_exceptions_and_reuse(aggregator_fa
         "def fib(n):\n"
         "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
         "with rlscope_ray.step(1):\n"
+        "    rlscope_ray.range('stray').__exit__(None, None, None)  # an exit with no enter pops nothing\n"
         "    assert fib(3) == 2 and fib.__name__ == 'fib'\n"
         "    try:\n"
         "        with rlscope_ray.range('raises'):\n"
@@ -259,6 +260,29 @@ def test_python_ranges_nest_through_recursion_exceptions_and_reuse(aggregator_fa
     assert not inside(agains[0], raises) and not inside(raises, fibs[0])
     (mark,) = trace.instants(ctrl, "in_again")
     assert span(agains[1])[0] <= float(mark["ts"]) <= span(agains[1])[1]
+    (step,) = trace.slices(ctrl, "step")
+    assert all(inside(e, step) for e in fibs + agains + [raises, inner])
+
+
+def test_a_range_and_a_decorated_function_pickle_as_ray_ships_them():
+    """Ray ships a driver's functions with cloudpickle: a decorated function
+    and a linked range travel, and work on the other side."""
+    import pickle
+
+    from ray import cloudpickle
+
+    import rlscope_ray
+
+    r = pickle.loads(pickle.dumps(rlscope_ray.range("gen", link="k")))
+    assert r.name == "gen" and repr(r) == "rlscope_ray.range('gen', link=...)"
+    assert repr(pickle.loads(pickle.dumps(rlscope_ray.range("gen")))) == "rlscope_ray.range('gen')"
+
+    @rlscope_ray.range("update")
+    def update(x):
+        return x + 1
+
+    shipped = cloudpickle.loads(cloudpickle.dumps(update))
+    assert shipped(1) == 2 and shipped.__name__ == "update"
 
 
 def test_nvtx_colour_names_never_crash_the_host(aggregator_factory, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -124,8 +125,13 @@ def test_a_worker_on_a_host_with_the_runs_relay_connects_to_it(tmp_path, monkeyp
     path = relay_file("s" * 32)
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as f:
-        f.write("tcp://127.0.0.1:40001\n")
+        f.write(f"tcp://127.0.0.1:40001 {os.getpid()}\n")  # the relay's endpoint and pid (alive: this one)
     assert settings.resolve({}, job)[settings.AGGREGATOR] == "tcp://127.0.0.1:40001"
     assert settings.resolve({}, dict(job, **{settings.JOB_SECRET: "t" * 32}))[settings.AGGREGATOR] == \
         "tcp://10.0.0.1:5557"
     assert settings.resolve({"aggregator": "tcp://10.0.0.2:1"}, job)[settings.AGGREGATOR] == "tcp://10.0.0.2:1"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with open(path, "w") as f:
+        f.write(f"tcp://127.0.0.1:40001 {gone.pid}\n")  # a relay whose process is gone: the root
+    assert settings.resolve({}, job)[settings.AGGREGATOR] == "tcp://10.0.0.1:5557"

@@ -6,9 +6,13 @@
 //   - A collector: a name is interned once per process (a dict from the str
 //     object to its id, cleared in a forked child), then each enter/exit is
 //     one C ABI call (rlscope_range_push_id / rlscope_range_pop).
-//   - __exit__ pops only what this object's __enter__ pushed (a collector
-//     started inside the range never sees a stray pop); the same object may
-//     be entered again while open (a decorated recursive function).
+//   - __exit__ pops only what the matching __enter__ on the same thread
+//     pushed (a per-thread stack of "pushed" bits, as `with` blocks nest per
+//     thread): a collector started inside a range never sees a stray pop,
+//     and one object may be entered on several threads at once or again
+//     while open (a decorated function, recursive or not).
+//   - Picklable (cloudpickle ships decorated functions to Ray workers): by
+//     name and link payload.
 //   - `link=key` and decorating a function call back into Python (hooks set
 //     by rlscope_ray at import: link_key, _decorate): rare, not per call.
 // Every function runs with the GIL held; the module state below is touched
@@ -61,9 +65,14 @@ struct RangeObject {
   PyObject* name;     // str
   uint64_t payload;   // link_key(link) when has_payload
   uint32_t id;        // 0 until entered with a collector running
-  uint32_t open;      // pushes by this object not yet popped
   int has_payload;
 };
+
+// This thread's open ranges (entered, not yet exited): bit d of
+// t_pushed says whether the one at depth d was pushed; deeper than 64, what
+// the collector's presence says at exit.
+thread_local uint64_t t_pushed = 0;
+thread_local uint32_t t_depth = 0;
 
 extern PyTypeObject RangeType;
 
@@ -105,7 +114,6 @@ PyObject* NewRange(PyTypeObject* type, PyObject* name, PyObject* link) {
   self->name = name;
   self->payload = payload;
   self->id = 0;
-  self->open = 0;
   self->has_payload = linked ? 1 : 0;
   return reinterpret_cast<PyObject*>(self);
 }
@@ -167,25 +175,41 @@ void RangeDealloc(PyObject* o) {
 PyObject* RangeEnter(PyObject* o, PyObject* /*unused*/) {
   RangeObject* self = reinterpret_cast<RangeObject*>(o);
   if (self->id == 0) self->id = NameId(self->name);
-  if (self->id != 0) {
+  const bool pushed = self->id != 0;
+  if (pushed) {
     if (self->has_payload) {
       rlscope_range_push_payload(self->id, self->payload);
     } else {
       rlscope_range_push_id(self->id);
     }
-    ++self->open;
   }
+  const uint32_t d = t_depth++;
+  if (d < 64) t_pushed = pushed ? t_pushed | (uint64_t{1} << d) : t_pushed & ~(uint64_t{1} << d);
   Py_INCREF(o);
   return o;
 }
 
-PyObject* RangeExit(PyObject* o, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
-  RangeObject* self = reinterpret_cast<RangeObject*>(o);
-  if (self->open != 0) {
-    --self->open;
-    rlscope_range_pop();
+PyObject* RangeExit(PyObject* /*o*/, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
+  if (t_depth != 0) {  // else an exit without its enter on this thread: nothing to pop
+    const uint32_t d = --t_depth;
+    if (d < 64 ? ((t_pushed >> d) & 1) != 0 : rlscope_collector_running() != 0) rlscope_range_pop();
   }
   Py_RETURN_NONE;  // never swallows the exception
+}
+
+// pickle / cloudpickle: rebuilt by name and link payload (_restore_range).
+PyObject* g_restore = nullptr;  // the module's _restore_range
+
+PyObject* RangeReduce(PyObject* o, PyObject* /*unused*/) {
+  RangeObject* self = reinterpret_cast<RangeObject*>(o);
+  if (g_restore == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "rlscope_ray.range cannot be pickled: rlscope_ray._native is not ready");
+    return nullptr;
+  }
+  if (self->has_payload) {
+    return Py_BuildValue("O(OK)", g_restore, self->name, static_cast<unsigned long long>(self->payload));
+  }
+  return Py_BuildValue("O(OO)", g_restore, self->name, Py_None);
 }
 
 // @rlscope_ray.range("name") on a function: the wrapper is built in Python
@@ -215,6 +239,7 @@ PyMethodDef kRangeMethods[] = {
     {"__enter__", RangeEnter, METH_NOARGS, "Push the range on the calling thread (a no-op with no collector)."},
     {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(RangeExit)), METH_FASTCALL,
      "Pop what __enter__ pushed; exceptions propagate."},
+    {"__reduce__", RangeReduce, METH_NOARGS, "Pickled by name and link payload."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -258,6 +283,24 @@ PyObject* Mark(PyObject* /*module*/, PyObject* name) {
   Py_RETURN_NONE;
 }
 
+// _restore_range(name, payload): a range as pickled (payload None: no link).
+PyObject* RestoreRange(PyObject* /*module*/, PyObject* args) {
+  PyObject* name = nullptr;
+  PyObject* payload = nullptr;
+  if (!PyArg_ParseTuple(args, "OO:_restore_range", &name, &payload)) return nullptr;
+  PyObject* r = NewRange(&RangeType, name, nullptr);
+  if (r != nullptr && payload != Py_None) {
+    RangeObject* self = reinterpret_cast<RangeObject*>(r);
+    self->payload = PyLong_AsUnsignedLongLong(payload);
+    if (PyErr_Occurred()) {
+      Py_DECREF(r);
+      return nullptr;
+    }
+    self->has_payload = 1;
+  }
+  return r;
+}
+
 // _set_hooks(link_key, decorate): rlscope_ray's Python halves of the above.
 PyObject* SetHooks(PyObject* /*module*/, PyObject* args) {
   PyObject* link_key = nullptr;
@@ -280,6 +323,7 @@ PyObject* ForgetNames(PyObject* /*module*/, PyObject* /*unused*/) {
 PyMethodDef kFunctions[] = {
     {"mark", Mark, METH_O, "mark(name)\n--\n\nAn instant event on the calling thread (while recording)."},
     {"_set_hooks", SetHooks, METH_VARARGS, "Set the Python halves of range(link=...) and @range (rlscope_ray)."},
+    {"_restore_range", RestoreRange, METH_VARARGS, "A range as pickled: _restore_range(name, payload or None)."},
     {"_forget_names", ForgetNames, METH_NOARGS, "Forget interned names (a forked child)."},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -296,7 +340,9 @@ bool AddFastApi(PyObject* module) {
     Py_DECREF(&RangeType);
     return false;
   }
-  return PyModule_AddFunctions(module, kFunctions) == 0;
+  if (PyModule_AddFunctions(module, kFunctions) != 0) return false;
+  g_restore = PyObject_GetAttrString(module, "_restore_range");  // kept for the process's life
+  return g_restore != nullptr;
 }
 
 }  // namespace rlscope_py

@@ -9,9 +9,14 @@ holds one connection per host, not one per process. The relay keeps
 nothing: the collectors' spools keep every batch until the root releases
 its step, so a relay that dies loses nothing; the actor starts it again on
 the same port (supervised), and collectors reconnect by themselves.
+Ray's runtime-env agent keeps the context it made for a runtime_env, so a
+worker started later with the same runtime_env gets the same endpoint: a
+relay that stays gone (after MAX_RESTARTS) leaves those workers waiting in
+their spools, each saying so on its stderr.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import subprocess
@@ -22,6 +27,7 @@ import time
 from typing import Optional
 
 RELAYS = ("auto", "on", "off")
+MAX_RESTARTS = 10  # then the host's workers go to the aggregator itself
 
 
 def run_key(secret: str) -> str:
@@ -35,15 +41,17 @@ def relay_file(secret: str) -> str:
 
 
 def host_relay(secret: str) -> Optional[str]:
-    """This host's relay endpoint for the run, None when it has none."""
+    """This host's relay endpoint for the run, None when it has none (no
+    file, or the relay it names is gone: its process no longer runs)."""
     if not secret:
         return None
     try:
         with open(relay_file(secret), encoding="ascii") as f:
-            endpoint = f.read().strip()
-    except OSError:
+            endpoint, pid = f.read().split()
+        os.kill(int(pid), 0)  # still there (a relay killed with its actor leaves its file behind)
+    except (OSError, ValueError):
         return None
-    return endpoint or None
+    return endpoint
 
 
 class RelayActor:
@@ -69,12 +77,23 @@ class RelayActor:
             time.sleep(0.02)
         with open(self._endpoint_file, encoding="ascii") as f:
             self._endpoint = f.read().strip()
-        path = relay_file(secret)
+        self._publish()
+        atexit.register(self._unpublish)  # the actor's process ends: its host's workers go to the root
+        threading.Thread(target=self._supervise, daemon=True).start()
+
+    def _publish(self) -> None:
+        """`endpoint pid` in the host's file for the run (settings.resolve reads it)."""
+        path = relay_file(self._secret)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         with open(path + ".tmp", "w", encoding="ascii") as f:
-            f.write(self._endpoint + "\n")
+            f.write(f"{self._endpoint} {self._proc.pid}\n")
         os.replace(path + ".tmp", path)
-        threading.Thread(target=self._supervise, daemon=True).start()
+
+    def _unpublish(self) -> None:
+        try:
+            os.unlink(relay_file(self._secret))
+        except OSError:
+            pass
 
     def _start(self, listen: str) -> subprocess.Popen:
         return subprocess.Popen(self._command + ["--listen", listen, "--endpoint-file", self._endpoint_file],
@@ -83,10 +102,16 @@ class RelayActor:
     def _supervise(self) -> None:
         while not self._stopping.is_set():
             if self._proc.poll() is not None and not self._stopping.is_set():
+                if self.restarts >= MAX_RESTARTS:
+                    print(f"rlscope: the relay on this host exited {self.restarts + 1} times; not starting it "
+                          "again: this host's new workers connect to the aggregator itself", file=sys.stderr)
+                    self._unpublish()
+                    return
                 print(f"rlscope: the relay on this host exited ({self._proc.returncode}); starting it again on "
                       f"{self._endpoint}", file=sys.stderr)
                 self.restarts += 1
                 self._proc = self._start(self._endpoint)
+                self._publish()  # its new pid
             self._stopping.wait(0.5)
 
     def endpoint(self) -> str:
@@ -99,10 +124,7 @@ class RelayActor:
         """Stops the daemon (what it holds for the root goes first) and
         removes the host's relay file; returns its log's tail."""
         self._stopping.set()
-        try:
-            os.unlink(relay_file(self._secret))
-        except OSError:
-            pass
+        self._unpublish()
         self._proc.terminate()
         try:
             self._proc.wait(timeout=10)

@@ -172,6 +172,9 @@ def run(args, work, stop, base, hosts):
             deadline = time.monotonic() + 60  # a hang guard
             while not os.path.exists(endpoint_file) and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
+            if not os.path.exists(endpoint_file):
+                with open(os.path.join(work, "relay-%d.log" % r)) as f:
+                    raise SystemExit("relay %d did not start: %s" % (r, f.read()[-2000:]))
             with open(endpoint_file) as f:
                 return proc, f.read().strip()
 

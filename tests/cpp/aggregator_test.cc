@@ -2207,9 +2207,10 @@ TEST(JsonWriterTest, EscapesNumbersAndMicrosExactly) {
       .Key("us0").Micros(5)
       .Key("neg").Micros(-1000)
       .Key("odd\"key").Null()
+      .Key("min").Micros(INT64_MIN)
       .EndObject();
   EXPECT_EQ(out,
             "{\"plain\":\"gen/update_actor\",\"esc\":\"a\\\"b\\\\c\\nd\\re\\tf\\u0001g\","
             "\"i\":-9223372036854775808,\"u\":18446744073709551615,\"z\":0,\"us\":1234.567,\"us0\":0.005,"
-            "\"neg\":-1.000,\"odd\\\"key\":null}");
+            "\"neg\":-1.000,\"odd\\\"key\":null,\"min\":-9223372036854775.808}");
 }
