@@ -509,12 +509,14 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
   p.Cut(begin, end, &slice.spans, &slice.instants);
   p.CutGpu(begin, end, &slice.gpu);
+  p.CutCpuSamples(begin, end, &slice.cpu_samples);
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
   for (Span& span : slice.spans) {
     span.begin_ns = clock.ToAggregator(span.begin_ns);
     span.end_ns = clock.ToAggregator(span.end_ns);
   }
   for (Instant& i : slice.instants) i.ts_ns = clock.ToAggregator(i.ts_ns);
+  for (CpuSample& c : slice.cpu_samples) c.ts_ns = clock.ToAggregator(c.ts_ns);
   for (GpuRecord& g : slice.gpu) {
     g.start_ns = clock.ToAggregator(g.start_ns);
     g.end_ns = clock.ToAggregator(g.end_ns);
@@ -539,6 +541,8 @@ void SortSlice(ProcessSlice* slice) {
             [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
   std::sort(slice->gpu.begin(), slice->gpu.end(),
             [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
+  std::stable_sort(slice->cpu_samples.begin(), slice->cpu_samples.end(),
+                   [](const CpuSample& a, const CpuSample& b) { return a.ts_ns < b.ts_ns; });
 }
 
 }  // namespace
@@ -639,6 +643,7 @@ void Aggregator::Analyze(StepProfile* profile) const {
   profile->not_profiled = NotProfiled();
   profile->clock_warn_bound_ns = config_.clock.warn_bound_us * 1000;
   CheckCausality(profile);
+  ClassifyStepSamples(profile, AttributionRules(config_.attribution));
   // On the whole step, before sub-task filtering drops what lies outside.
   profile->analysis = std::make_shared<const StepAnalysis>(AnalyzeStep(*profile, config_.subtasks));
 }

@@ -1,8 +1,10 @@
 #include "aggregator/breakdown.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "aggregator/correction.h"
@@ -125,9 +127,12 @@ struct Window {
 
 // Per process: CPU busy (minus sync waits) and GPU busy intervals. Sorted
 // and disjoint (UnionClipped to the step), so Overlapping() can cut a window
-// out of them.
+// out of them. And for attribution: the sampled CPU time on the wall clock,
+// the CUDA API calls (any thread), and what one sample cost (ns).
 struct Busy {
   std::vector<Interval> cpu, gpu;
+  std::vector<Interval> sampled, api;
+  double sample_cost_ns = 0;
 };
 
 // Worker busy time per sub-task name: name -> process index -> ns.
@@ -185,8 +190,61 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     }
     busy[p].cpu = Subtract(UnionClipped(cpu, step_begin, step_end), UnionClipped(waits, step_begin, step_end));
     busy[p].gpu = UnionClipped(busy[p].gpu, step_begin, step_end);
+    std::vector<Interval> api;
+    for (const GpuRecord& g : s.gpu) {
+      const auto k = static_cast<GpuKind>(g.kind);
+      if (k == GpuKind::kRuntimeApi || k == GpuKind::kDriverApi) api.push_back({g.start_ns, g.end_ns});
+    }
+    busy[p].api = UnionClipped(api, step_begin, step_end);
+    busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
+    // The sampler's own cost per sample (start-up figure, times the scale when corrected).
+    const auto& used = s.costs.costs_ns();
+    if (auto it = used.find("cpu_sample"); it != used.end()) {
+      busy[p].sample_cost_ns = it->second;
+    } else if (auto h = s.process->hello().costs.find("cpu_sample"); h != s.process->hello().costs.end()) {
+      busy[p].sample_cost_ns = h->second;
+    }
   }
   return busy;
+}
+
+// Where process `s`'s CPU time in [lo, hi) went (attribution.h).
+Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo, int64_t hi) {
+  Attribution a;
+  const auto& samples = s.cpu_samples;
+  auto it = std::lower_bound(samples.begin(), samples.end(), lo,
+                             [](const CpuSample& c, int64_t t) { return c.ts_ns < t; });
+  for (; it != samples.end() && it->ts_ns < hi; ++it) {
+    const int64_t w = it->weight_ns;
+    a.ns[std::min<size_t>(it->category, kCpuCategories - 1)] += w;
+    ++a.samples;
+    a.cpu_ns += w;
+    a.weight_sq_ns2 += static_cast<double>(w) * static_cast<double>(w);
+    a.max_weight_ns = std::max(a.max_weight_ns, w);
+  }
+  // The sampler's own signals ran on the thread's CPU clock too, so their
+  // time is in the weights, spread over what the samples landed in: taken
+  // back from the job's categories in proportion, and given to the profiler.
+  const size_t profiler = static_cast<size_t>(CpuCategory::kProfiler);
+  const int64_t job = a.cpu_ns - a.ns[profiler];
+  const int64_t own = std::min<int64_t>(job, std::llround(busy.sample_cost_ns * static_cast<double>(a.samples)));
+  if (own > 0 && job > 0) {
+    int64_t taken = 0;
+    for (size_t c = 0; c < kCpuCategories; ++c) {
+      if (c == profiler) continue;
+      const int64_t t = static_cast<int64_t>(static_cast<double>(a.ns[c]) * static_cast<double>(own) / static_cast<double>(job));
+      a.ns[c] -= t;
+      taken += t;
+    }
+    a.ns[profiler] += taken;
+  }
+  a.gpu_ns = TotalLength(UnionClipped(Overlapping(busy.gpu, lo, hi), lo, hi));
+  std::vector<Interval> on = Overlapping(busy.sampled, lo, hi);
+  const std::vector<Interval> gpu = Overlapping(busy.gpu, lo, hi);
+  on.insert(on.end(), gpu.begin(), gpu.end());
+  a.idle_ns = std::max<int64_t>(0, (hi - lo) - TotalLength(UnionClipped(on, lo, hi)));
+  if (!busy.api.empty()) a.cuda_api_wall_ns = TotalLength(UnionClipped(Overlapping(busy.api, lo, hi), lo, hi));
+  return a;
 }
 
 Overlap OverlapIn(const Busy& busy, int64_t lo, int64_t hi) {
@@ -215,6 +273,7 @@ std::vector<BreakdownRow> Rows(const StepProfile& profile, const std::vector<Bus
     row.window_ns = step_end - step_begin;
     row.overlap = ResourceOverlap(busy[p].cpu, busy[p].gpu, step_begin, step_end);
     row.overhead_ns = RemovedNs(profile.processes[p], profile.begin_ns, profile.end_ns);
+    row.attribution = AttributeWindow(profile.processes[p], busy[p], step_begin, step_end);
     rows.push_back(row);
   }
   for (const std::string& name : names) {
@@ -232,6 +291,7 @@ std::vector<BreakdownRow> Rows(const StepProfile& profile, const std::vector<Bus
         row.overlap.cpu_gpu += o.cpu_gpu;
         row.overlap.idle += o.idle;
         row.overhead_ns += RemovedNs(profile.processes[p], w.raw_begin, w.raw_end);
+        row.attribution.Add(AttributeWindow(profile.processes[p], busy[p], w.begin, w.end));
       }
       rows.push_back(row);
     }
@@ -341,6 +401,19 @@ std::vector<GpuUtilization> GpuUtilizations(const std::vector<Busy>& busy, int64
 }
 
 }  // namespace
+
+std::vector<Interval> SampledCpuIntervals(const std::vector<CpuSample>& samples) {
+  std::vector<Interval> out;
+  out.reserve(samples.size());
+  std::unordered_map<int64_t, int64_t> previous;  // tid -> its last sample's time
+  for (const CpuSample& s : samples) {
+    auto [it, first] = previous.emplace(s.tid, INT64_MIN);
+    const int64_t begin = std::max(it->second, s.ts_ns - s.weight_ns);
+    if (begin < s.ts_ns) out.push_back({begin, s.ts_ns});
+    it->second = s.ts_ns;
+  }
+  return out;
+}
 
 StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks) {
   StepAnalysis a;

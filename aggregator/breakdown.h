@@ -3,7 +3,8 @@
 // A sweep over interval sets (RL-Scope's resource overlap): CPU busy time
 // (annotated ranges and Ray methods on any thread, minus CUDA
 // synchronisation waits) against GPU busy time (kernels, copies, sets on any
-// stream), each split into CPU only, GPU only, both, and idle. Pure
+// stream), each split into CPU only, GPU only, both, and idle; and, from the
+// CPU samples, where the CPU time went (attribution.h). Pure
 // functions on intervals plus AnalyzeStep, which applies them to a corrected
 // step profile; no I/O. docs/summary_format.md says what each number means.
 #pragma once
@@ -12,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "aggregator/attribution.h"
 
 namespace rlscope {
 
@@ -49,6 +52,9 @@ struct BreakdownRow {
   int64_t window_ns = 0;
   Overlap overlap;
   int64_t overhead_ns = 0;  // profiler time removed from this process in the window
+  // Where its CPU time went (attribution.h), from its CPU samples in the
+  // window; samples 0 when it had none.
+  Attribution attribution;
 };
 
 struct CriticalSegment {
@@ -89,8 +95,14 @@ struct StepAnalysis {
   std::vector<GpuUtilization> gpu;
 };
 
+// The thread CPU time `samples` (sorted by time) stand for, placed on the
+// wall clock: each sample's weight just before it, after its thread's
+// previous sample. Sorted, disjoint, over all threads.
+std::vector<Interval> SampledCpuIntervals(const std::vector<CpuSample>& samples);
+
 // `subtasks`: the config's sub-task names; empty = the controller's ranges
-// directly inside its step range.
+// directly inside its step range. The slices' CPU samples are classified
+// already (ClassifyStepSamples).
 StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks);
 
 }  // namespace rlscope

@@ -38,6 +38,73 @@ int64_t StreamTrack(const GpuRecord& g) {
   return (int64_t{1} << 40) + static_cast<int64_t>(g.device) * 1000000 + g.stream;
 }
 
+// A sampled thread's category track: beside the thread (same sort index,
+// a larger id).
+int64_t SampleTrack(int64_t tid) { return (int64_t{1} << 42) + tid; }
+
+// CPU samples of one process (attribution.h): per sampled thread a track of
+// its own, one slice per run of samples in one category, each sample's CPU
+// time placed just before it (after the thread's previous sample); `where`
+// is what most of the run's samples were in (the Python module, else the
+// shared object's file name).
+// The slices are clipped to the step's bounds [begin_ns, end_ns].
+void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
+  const ProcessTimeline& p = *slice.process;
+  std::map<int64_t, std::vector<const CpuSample*>> by_tid;
+  for (const CpuSample& c : slice.cpu_samples) by_tid[c.tid].push_back(&c);
+  for (const auto& [tid, list] : by_tid) {
+    const int64_t track = SampleTrack(tid);
+    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_name");
+    w.Key("pid").Int(pid).Key("tid").Int(track);
+    w.Key("args").BeginObject().Key("name").String(p.ThreadName(tid) + " \u00b7 CPU (sampled)").EndObject();
+    w.EndObject();
+    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_sort_index");
+    w.Key("pid").Int(pid).Key("tid").Int(track);
+    w.Key("args").BeginObject().Key("sort_index").Int(tid == p.identity().pid ? 0 : tid).EndObject();
+    w.EndObject();
+    struct Run {
+      int64_t begin = 0, end = 0, cpu_ns = 0;
+      int samples = 0;
+      uint8_t category = 0;
+      std::map<std::string, int> where;
+    } run;
+    auto flush = [&] {
+      if (run.samples == 0) return;
+      std::string where;
+      int most = 0;
+      for (const auto& [name, n] : run.where) {
+        if (n > most) most = n, where = name;
+      }
+      w.Newline().BeginObject().Key("ph").String("X");
+      w.Key("name").String(CpuCategoryName(static_cast<CpuCategory>(run.category)));
+      w.Key("cat").String(names::kCatCpuSamples).Key("pid").Int(pid).Key("tid").Int(track);
+      w.Key("ts").Micros(run.begin).Key("dur").Micros(run.end - run.begin);
+      w.Key("args").BeginObject().Key("samples").Int(run.samples).Key("cpu_ms").Double(run.cpu_ns / 1e6);
+      if (!where.empty()) w.Key("where").String(where);
+      w.EndObject().EndObject();
+      run = Run{};
+    };
+    int64_t previous = INT64_MIN;
+    for (const CpuSample* c : list) {
+      const int64_t begin = std::max(previous, c->ts_ns - c->weight_ns);
+      previous = c->ts_ns;
+      // One run while the category holds and the thread kept running.
+      if (run.samples > 0 && (c->category != run.category || begin > run.end + c->weight_ns / 2)) flush();
+      if (run.samples == 0) run.begin = std::max(begin, begin_ns), run.category = c->category;
+      run.end = std::min(c->ts_ns, end_ns);
+      run.cpu_ns += c->weight_ns;
+      ++run.samples;
+      std::string name = p.String(c->module);
+      if (name.empty()) {
+        name = p.String(c->object);
+        if (const size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
+      }
+      if (!name.empty()) ++run.where[name];
+    }
+    flush();
+  }
+}
+
 const char* MemcpyKindName(uint32_t kind) {
   switch (kind) {  // CUpti_ActivityMemcpyKind
     case 1: return "HtoD";
@@ -254,6 +321,8 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
         }
       }
     }
+    WriteCpuSamples(w, slice, pid, step.begin_ns,
+                    step.corrected_end_ns > 0 ? std::max(step.corrected_end_ns, step.end_ns) : step.end_ns);
     for (const Instant& i : slice.instants) {
       const char* name = p.String(i.name);
       w.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");

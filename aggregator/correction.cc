@@ -25,6 +25,7 @@ const char* CostKey(uint8_t kind) {
     case EventKind::kRangeEnd: return "end";
     case EventKind::kMark: return "mark";
     case EventKind::kCostSample: return "sample";
+    case EventKind::kCpuSample: return "cpu_sample";
   }
   return "";
 }
@@ -43,7 +44,11 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     own_ps_[kind] = Ps(get(key));
     const int64_t calibrated_own_ps = own_ps_[kind];
     if (costs.count(key) != 0) sources_[key] = "calibration";
-    if (kind == static_cast<uint8_t>(EventKind::kCostSample)) continue;  // recorded after its own timing
+    // A cost sample is recorded after its own timing; a CPU sample's signal
+    // is never timed in place.
+    if (kind == static_cast<uint8_t>(EventKind::kCostSample) || kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+      continue;
+    }
     for (const auto& [stats, source] : {std::make_pair(step, "step"), std::make_pair(run, "run")}) {
       if (stats == nullptr || (*stats)[kind].n < kMinSamples) continue;
       const SampleStats& s = (*stats)[kind];
@@ -87,7 +92,7 @@ int64_t CostModel::CostPs(uint8_t kind, uint8_t flags) const {
 Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model,
                      int64_t begin_ns)
     : begin_ns_(begin_ns) {
-  int64_t total_ps = 0, waits_ps = 0;
+  int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0;
   uint64_t per_kind[CostModel::kKinds] = {};
   int64_t caller_ps = 0;
   for (const auto& [tid, list] : marks) {
@@ -105,6 +110,8 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     t.cum_ps.reserve(sorted.size());
     int64_t cum = 0;
     int64_t prev_ns = begin_ns;  // the thread's previous mark (or the step's begin)
+    int64_t prev_event_ns = begin_ns;  // its previous mark that is no CPU sample
+    int64_t since_event_ps = 0;        // charged to CPU samples since then
     for (const CostMark& m : sorted) {
       // An event never costs more than the time since the thread's previous
       // mark: what it paid there cannot exceed what passed, and corrected
@@ -112,7 +119,11 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
       // nested). A calibration made on a busier machine than the run's
       // overestimates the costs; counted. (A wait mark shares its time with
       // the event that ends the wait: it is what waiting took, not capped.)
-      const int64_t gap_ps = (m.ts_ns - prev_ns) * 1000;
+      // A CPU sample can land inside the recording call whose cost comes
+      // before an event: an event's bound is the time since the previous
+      // mark that is not one, less what the samples there were charged.
+      const bool cpu_sample = m.kind == static_cast<uint8_t>(EventKind::kCpuSample);
+      const int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
       int64_t ps = m.kind == 0 ? m.wait_ps : model.CostPs(m.kind, m.flags);
       if (m.kind != 0 && ps > gap_ps) {
         ps = std::max<int64_t>(0, gap_ps);
@@ -120,6 +131,9 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
       }
       if (m.kind == 0) {
         waits_ps += ps;
+      } else if (m.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+        ++cpu_samples_;
+        cpu_samples_ps += ps;
       } else if (m.kind != static_cast<uint8_t>(EventKind::kCostSample)) {
         ++events_;
         if (m.kind < CostModel::kKinds) ++per_kind[m.kind];
@@ -128,6 +142,12 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
       }
       cum += ps;
       prev_ns = m.ts_ns;
+      if (cpu_sample) {
+        since_event_ps += ps;
+      } else {
+        prev_event_ns = m.ts_ns;
+        since_event_ps = 0;
+      }
       t.ts.push_back(m.ts_ns);
       t.cum_ps.push_back(cum);
     }
@@ -137,6 +157,7 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   }
   total_ns_ = total_ps / 1000;
   waits_ns_ = waits_ps / 1000;
+  cpu_samples_ns_ = cpu_samples_ps / 1000;
   double var_ps2 = 0;
   for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
     const double n = static_cast<double>(per_kind[kind]);
@@ -303,6 +324,7 @@ void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* s
     span.end_ns = std::max(span.begin_ns, c.Correct(span.end_tid, span.end_ns));
   }
   for (Instant& i : slice->instants) i.ts_ns = c.Correct(i.tid, i.ts_ns);
+  for (CpuSample& s : slice->cpu_samples) s.ts_ns = c.Correct(s.tid, s.ts_ns);
   // CPU-side GPU records shift with their thread; device-side ones with the
   // thread that launched them (by correlation), at its launch.
   std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, raw start)

@@ -63,7 +63,7 @@ class CostModel {
  public:
   // Fewest samples of a kind whose mean replaces the next source.
   static constexpr uint64_t kMinSamples = 4;
-  static constexpr int kKinds = 7;  // EventKind values 1..6
+  static constexpr int kKinds = 8;  // EventKind values 1..7
   CostModel() = default;
   // `costs`: the Hello's (start-up calibration). `step`: what was measured
   // in the step, per kind, and `run`: in the run so far (either may be
@@ -106,7 +106,8 @@ class CostModel {
   std::map<std::string, Measured> measured_;
 };
 
-// The key of an event kind's own cost in Hello::costs ("push", ... "sample").
+// The key of an event kind's own cost in Hello::costs ("push", ... "sample",
+// "cpu_sample").
 const char* CostKey(uint8_t kind);
 
 // The time shift of one process in one step.
@@ -137,6 +138,10 @@ class Corrector {
     return CostPs(tid, to) / 1000 - CostPs(tid, from - 1) / 1000;
   }
   uint64_t events() const { return events_; }
+  // CPU samples in the step (cpu_sampler.h) and what they were charged:
+  // the sampler's own cost, removed like any event's.
+  uint64_t cpu_samples() const { return cpu_samples_; }
+  int64_t cpu_samples_ns() const { return cpu_samples_ns_; }
   // The sampling error of total_ns() (CostModel::MeanVarPs2), one standard
   // deviation; waits not included (the workers' own carry theirs).
   int64_t uncertainty_ns() const { return uncertainty_ns_; }
@@ -172,7 +177,9 @@ class Corrector {
   std::vector<int64_t> tids_;
   int64_t total_ns_ = 0;
   int64_t waits_ns_ = 0;
-  uint64_t events_ = 0;  // recorded events (not wait marks, not cost samples)
+  uint64_t events_ = 0;  // recorded events (not wait marks, not cost or CPU samples)
+  uint64_t cpu_samples_ = 0;
+  int64_t cpu_samples_ns_ = 0;
   int64_t caller_ns_ = 0;
   int64_t systematic_ns_ = 0;
   uint64_t capped_ = 0;

@@ -22,6 +22,7 @@ struct ProcessSlice {
   std::vector<Span> spans;        // clipped to the step, sorted (tid, begin, -end)
   std::vector<Instant> instants;  // inside the step, sorted by time
   std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
+  std::vector<CpuSample> cpu_samples;  // CPU samples in the step (attribution.h), by time; categories set by AnalyzeStep
   bool late = false;              // had not flushed past the step end in time
   bool lost = false;              // late and gone without a goodbye (ProcessTimeline::lost)
   // Overhead correction (correction.h); null when off. Times above are corrected.

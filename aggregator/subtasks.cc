@@ -106,16 +106,16 @@ void RestrictToIntervals(ProcessSlice* slice, const Intervals& merged) {
     spans.push_back(s);
   }
   slice->spans = std::move(spans);
-  std::vector<Instant> instants;
-  for (const Instant& i : slice->instants) {
-    for (const auto& iv : merged) {
-      if (i.ts_ns >= iv.first && i.ts_ns < iv.second) {
-        instants.push_back(i);
-        break;
-      }
-    }
-  }
-  slice->instants = std::move(instants);
+  // Instants and CPU samples: those at a time inside one of the intervals.
+  auto keep_inside = [&](auto& points) {
+    auto outside = [&](const auto& p) {
+      return std::none_of(merged.begin(), merged.end(),
+                          [&](const auto& iv) { return p.ts_ns >= iv.first && p.ts_ns < iv.second; });
+    };
+    points.erase(std::remove_if(points.begin(), points.end(), outside), points.end());
+  };
+  keep_inside(slice->instants);
+  keep_inside(slice->cpu_samples);
   // GPU records: device-side ones by their launch (the API call with the same
   // correlation id) when it is here, the rest by their own time.
   std::map<uint32_t, int64_t> launch;

@@ -69,6 +69,36 @@ void WhoKeys(JsonWriter& w, const StepProfile& step, int index, const char* rank
   w.Key(process_key).String(ProcessLabel(p));
 }
 
+// A breakdown row's attribution (attribution.h), null without samples.
+void WriteAttribution(JsonWriter& w, const Attribution& a) {
+  w.Key("attribution");
+  if (a.samples == 0) {
+    w.Null();
+    return;
+  }
+  w.BeginObject();
+  w.Key("cpu_ms").Double(Ms(a.cpu_ns)).Key("samples").Int(a.samples);
+  for (size_t c = 0; c < kCpuCategories; ++c) {
+    w.Key(std::string(CpuCategoryName(static_cast<CpuCategory>(c))) + "_ms").Double(Ms(a.ns[c]));
+  }
+  w.Key("gpu_ms").Double(Ms(a.gpu_ns)).Key("idle_ms").Double(Ms(a.idle_ns));
+  w.Key("cuda_api_wall_ms");
+  if (a.cuda_api_wall_ns >= 0) w.Double(Ms(a.cuda_api_wall_ns)); else w.Null();
+  w.Key("shares").BeginObject();  // of the job's CPU time (the profiler's left out)
+  for (size_t c = 0; c < kCpuCategories; ++c) {
+    if (static_cast<CpuCategory>(c) == CpuCategory::kProfiler) continue;
+    w.Key(CpuCategoryName(static_cast<CpuCategory>(c))).Double(a.Share(static_cast<CpuCategory>(c)));
+  }
+  w.EndObject();
+  w.Key("error_ms").BeginObject();  // one standard deviation, from sampling
+  for (size_t c = 0; c < kCpuCategories; ++c) {
+    w.Key(CpuCategoryName(static_cast<CpuCategory>(c))).Double(a.ErrorNs(static_cast<CpuCategory>(c)) / 1e6);
+  }
+  w.EndObject();
+  w.Key("max_sample_ms").Double(Ms(a.max_weight_ns));
+  w.EndObject();
+}
+
 // docs/summary_format.md: breakdown, gpu_utilization, critical_path, stragglers.
 void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a) {
   w.Key("breakdown").BeginArray();
@@ -84,6 +114,7 @@ void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a
     w.Key("cpu_gpu_ms").Double(Ms(r.overlap.cpu_gpu));
     w.Key("idle_ms").Double(Ms(r.overlap.idle));
     w.Key("overhead_ms").Double(Ms(r.overhead_ns));
+    WriteAttribution(w, r.attribution);
     w.EndObject();
   }
   w.EndArray();
@@ -157,6 +188,12 @@ std::string StepSummaryJson(const StepProfile& step) {
     w.Key("dropped_total").Uint(p.dropped());
     w.Key("unmatched_total").Uint(p.unmatched());
     w.Key("late").Bool(slice.late);
+    w.Key("cpu_samples").Uint(slice.cpu_samples.size());
+    {
+      const auto& labels = p.identity().labels;
+      auto it = labels.find("cpu_sampling");
+      w.Key("cpu_sampling").String(it != labels.end() ? it->second : "absent: its collector did not say (no CPU sampler)");
+    }
     WriteClock(w, p);
     if (slice.corrector) {
       w.Key("overhead").BeginObject();
@@ -164,6 +201,8 @@ std::string StepSummaryJson(const StepProfile& step) {
       w.Key("capped_events").Uint(slice.corrector->capped());
       w.Key("subtracted_ms").Double(Ms(slice.corrector->total_ns()));
       w.Key("waits_ms").Double(Ms(slice.corrector->waits_ns()));
+      w.Key("cpu_samples").Uint(slice.corrector->cpu_samples());
+      w.Key("cpu_samples_ms").Double(Ms(slice.corrector->cpu_samples_ns()));
       w.Key("costs_ns").BeginObject();
       for (const auto& [k, ns] : slice.costs.costs_ns()) w.Key(k).Double(ns);
       w.EndObject();
@@ -325,6 +364,7 @@ std::string RunJson(const RunInfo& run) {
     w.Key("released_ns").Int(pi.released_ns);
     w.Key("via_relay").Bool(pi.via_relay);
     w.Key("interrupted_cost_samples").Uint(p.interrupted_samples());
+    w.Key("cpu_samples_received").Uint(p.cpu_samples_received());
     w.Key("said_bye").Bool(p.said_bye());
     w.Key("events_recorded");  // from its goodbye; null without one
     if (p.said_bye()) {

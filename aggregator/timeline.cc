@@ -127,6 +127,15 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           }
           break;
         }
+        case EventKind::kCpuSample: {
+          // Not a span, an instant or one of the process's events: where
+          // the thread ran (attribution.h), and, as a mark below, an event
+          // that cost its thread something (the sampler's signal).
+          --events_received_;
+          ++cpu_samples_received_;
+          cpu_samples_.push_back({e.ts_ns, block.tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0});
+          break;
+        }
         case EventKind::kMark: {
           if (calibration) break;
           if (step_number_name_ != 0 && e.name == step_number_name_) {
@@ -145,7 +154,14 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           break;
         }
       }
-      if (!calibration) marks.push_back({e.ts_ns, e.kind, e.flags});
+      if (e.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+        // Samples come in a block of their own: into recording order by time.
+        auto at = marks.end();
+        while (at != marks.begin() && std::prev(at)->ts_ns > e.ts_ns) --at;
+        marks.insert(at, CostMark{e.ts_ns, e.kind, e.flags, 0});
+      } else if (!calibration) {
+        marks.push_back({e.ts_ns, e.kind, e.flags});
+      }
       after_calibration = calibration;
     }
   }
@@ -272,6 +288,12 @@ void ProcessTimeline::CutCosts(int64_t begin_ns, int64_t end_ns,
   }
 }
 
+void ProcessTimeline::CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vector<CpuSample>* out) const {
+  for (const CpuSample& s : cpu_samples_) {
+    if (s.ts_ns >= begin_ns && s.ts_ns < end_ns) out->push_back(s);
+  }
+}
+
 void ProcessTimeline::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const {
   for (const CostSample& s : cost_samples_) {
     if (s.ts_ns >= begin_ns && s.ts_ns <= end_ns) out->push_back(s);
@@ -295,6 +317,10 @@ int64_t ProcessTimeline::ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const {
 void ProcessTimeline::DiscardBefore(int64_t ns) {
   while (cpu_points_.size() > 1 && cpu_points_[1].first < ns) cpu_points_.pop_front();
   while (!cost_samples_.empty() && cost_samples_.front().ts_ns < ns) cost_samples_.pop_front();
+  // Threads' samples arrive in blocks of their own, not in one time order.
+  cpu_samples_.erase(std::remove_if(cpu_samples_.begin(), cpu_samples_.end(),
+                                    [ns](const CpuSample& s) { return s.ts_ns < ns; }),
+                     cpu_samples_.end());
   for (auto it = cost_marks_.begin(); it != cost_marks_.end();) {
     auto& marks = it->second;
     while (!marks.empty() && marks.front().ts_ns < ns) marks.pop_front();

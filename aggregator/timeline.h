@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/attribution.h"
 #include "aggregator/clock_fit.h"
 #include "native/wire.h"
 
@@ -81,8 +82,8 @@ struct SampleStats {
   }
 };
 
-// Per EventKind value (index 1..6): a process's cost samples.
-using KindSamples = std::array<SampleStats, 7>;
+// Per EventKind value (index 1..7): a process's cost samples.
+using KindSamples = std::array<SampleStats, 8>;
 
 struct Instant {
   int64_t ts_ns = 0;
@@ -147,6 +148,9 @@ class ProcessTimeline {
   void CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const;
   // The cost samples recorded in [begin, end], all threads.
   void CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const;
+  // The CPU samples (attribution.h) recorded in [begin, end), all threads.
+  void CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vector<CpuSample>* out) const;
+  uint64_t cpu_samples_received() const { return cpu_samples_received_; }
   // Every cost sample received so far, per kind.
   const KindSamples& sample_totals() const { return sample_totals_; }
   // A measured call longer than this was interrupted (the thread was
@@ -195,7 +199,7 @@ class ProcessTimeline {
   // nor show it, and its ranges still open end at its last flush.
   bool lost() const { return lost_; }
   void set_lost() { lost_ = true; }
-  uint64_t events_received() const { return events_received_; }  // recorded events and GPU records (not cost samples)
+  uint64_t events_received() const { return events_received_; }  // recorded events and GPU records (not cost or CPU samples)
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
   uint64_t last_ack() const { return last_ack_; }
@@ -224,6 +228,8 @@ class ProcessTimeline {
   std::deque<GpuRecord> gpu_;      // in arrival order
   std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order
   std::deque<CostSample> cost_samples_;                  // in arrival order
+  std::deque<CpuSample> cpu_samples_;                    // in arrival order
+  uint64_t cpu_samples_received_ = 0;
   KindSamples sample_totals_;
   uint64_t interrupted_samples_ = 0;
   std::deque<std::pair<int64_t, int64_t>> cpu_points_;  // (watermark, flush thread CPU so far)

@@ -21,6 +21,10 @@ Sections (each a function that runs its programs and prints one table):
                       package under our collector beside no tool, a counting
                       tool and torch's record_function.
   scale_section       collectors sustained by one aggregator on this host.
+  sampler_section     cross-stack attribution: the CPU sampler's cost at 1 and
+                      10 kHz beside sampling off, its accuracy on a program
+                      with a known answer, and py-spy --native beside it
+                      (bench/sampler_bench.py).
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -700,6 +704,15 @@ def accuracy_section(args):
     accuracy_bench.accuracy_section(args, print_table)
 
 
+def sampler_section(args):
+    """Cross-stack attribution: sampler cost, accuracy, py-spy beside it
+    (bench/sampler_bench.py)."""
+    import sampler_bench
+
+    args.root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sampler_bench.sampler_section(args, print_table, clean_env, run_json)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "python": python_section,
@@ -716,12 +729,13 @@ SECTIONS = {
     "correction": correction_section,
     "faults": faults_section,
     "accuracy": accuracy_section,
+    "sampler": sampler_section,
 }
 
 
 # `make bench`: the headline tables in a few minutes; --long: every section,
 # at full size (about 40 minutes).
-QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo"]
+QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler"]
 QUICK_PAIRS = 512 * 1024
 
 

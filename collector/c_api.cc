@@ -266,6 +266,10 @@ void rlscope_report_expected(const char* const* records, uint64_t n) {
   }
 }
 
+void rlscope_set_py_module_reader(rlscope_py_module_reader_t reader, const char* what) {
+  rlscope::CpuSampler::SetPythonReader(reader, what);
+}
+
 int64_t rlscope_test_clock_ns(void) {
   Collector* c = Collector::Instance();
   return c != nullptr ? c->TestClockNs() : -1;

@@ -258,6 +258,7 @@ Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire:
       converter_(clock_source_) {
   if (test_clock_ != nullptr) costs_ = test_clock_->costs();
   sample_every_.store(SampleEvery(config_), std::memory_order_relaxed);
+  sampling_hz_.store(config_.cpu.sampling_hz, std::memory_order_relaxed);
   if (!config_.ranks.all && identity_.rank < 0 && !is_controller()) {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
@@ -469,6 +470,7 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     steps_ = run.config.steps;
   }
   sample_every_.store(SampleEvery(run.config), std::memory_order_relaxed);
+  sampling_hz_.store(run.config.cpu.sampling_hz, std::memory_order_relaxed);
   if (is_controller() && trigger_ == Trigger::kController && !in_step_.load(std::memory_order_relaxed)) {
     // Between steps (a step under way keeps its window; the next edge follows the run's steps).
     window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
@@ -583,6 +585,8 @@ ThreadState* Collector::RegisterThread() {
     hook.entry = threads_.back().get();
     tls_state_ = threads_.back()->state.get();
   }
+  // Sampled from its first window on: the flush thread gives it a timer now.
+  if (armed() && sampling_hz_.load(std::memory_order_relaxed) > 0) Wake();
   return tls_state_;
 }
 
@@ -590,7 +594,9 @@ void Collector::RetireExitedThreads() {
   std::lock_guard<std::mutex> lock(registry_mu_);
   for (auto it = threads_.begin(); it != threads_.end();) {
     ThreadEntry* e = it->get();
-    if (e->exited.load(std::memory_order_acquire) && e->buffer->size() == 0 && e->name_sent) {
+    if (e->exited.load(std::memory_order_acquire) && e->buffer->size() == 0 && e->name_sent &&
+        (e->sampled.ring == nullptr || e->sampled.ring->size() == 0)) {
+      sampler_.Release(&e->sampled);
       retired_dropped_ += e->buffer->dropped();
       retired_written_ += e->buffer->written();
       bytes_reserved_ -= static_cast<size_t>(config_.buffers.per_thread_kb) * 1024;
@@ -706,6 +712,68 @@ void Collector::Stats(rlscope_stats_t* out) {
   out->batches_sent = transport_.batches_sent();
   out->batches_dropped = transport_.batches_dropped();
   out->threads = threads_.size();
+  out->cpu_samples = sampler_.samples();
+  out->cpu_samples_dropped = sampler_.dropped();
+  out->cpu_signals = sampler_.signals();
+  out->cpu_timers = static_cast<uint64_t>(sampler_.timers());
+  out->cpu_signal = static_cast<uint64_t>(sampler_.signal_number());
+}
+
+void Collector::ReconcileSampling(bool stop) {
+  const int64_t hz = sampling_hz_.load(std::memory_order_relaxed);
+  bool on = !stop && !sampling_off_for_good_ && hz > 0 && armed();
+  std::string label = sampling_label_;
+  if (on && !sampler_.set_up()) {
+    std::string why;
+    if (!sampler_.Setup(&why)) {
+      sampling_off_for_good_ = true;
+      on = false;
+      label = "unavailable: " + why;
+      std::fprintf(stderr, "rlscope: pid %d: CPU sampling is off in this process: %s\n", static_cast<int>(getpid()),
+                   why.c_str());
+    } else {
+      SetCost("cpu_sample", sampler_.sample_cost_ns());
+    }
+  }
+  if (sampler_.set_up() && !sampling_off_for_good_) {
+    if (std::string why; !sampler_.StillOurs(&why)) {
+      sampling_off_for_good_ = true;
+      on = false;
+      label = "stopped: " + why;
+      std::fprintf(stderr, "rlscope: pid %d: %s\n", static_cast<int>(getpid()), why.c_str());
+    }
+  }
+  if (sampler_.set_up()) {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    for (auto& t : threads_) {
+      if (stop) {
+        sampler_.Release(&t->sampled);
+      } else if (!t->exited.load(std::memory_order_acquire)) {  // an exited thread's timer goes with its entry
+        sampler_.Reconcile(&t->sampled, t->state.get(), t->buffer->tid(), on, hz);
+      }
+    }
+  }
+  if (on) sampler_.MaintainReadableMap(MonotonicNs());
+  if (!sampling_off_for_good_) {
+    if (hz == 0) {
+      label = "off: cpu.sampling_hz is 0";
+    } else if (sampler_.set_up()) {
+      const std::string reader = CpuSampler::PythonReaderName();
+      label = "on: " + std::to_string(hz) + " Hz of each thread's CPU time, signal " +
+              std::to_string(sampler_.signal_number()) + "; python frames: " +
+              (reader.empty() ? std::string("none (rlscope_ray not imported in this process)") : reader);
+    } else {
+      label = "pending: starts with the first capture window";
+    }
+  }
+  if (label != sampling_label_) {
+    sampling_label_ = label;
+    SetLabel("cpu_sampling", label);
+  }
+  if (const uint64_t dropped = sampler_.dropped(); dropped != samples_dropped_said_) {
+    samples_dropped_said_ = dropped;
+    SetLabel("cpu_samples_dropped", std::to_string(dropped));
+  }
 }
 
 void Collector::SetLabel(const std::string& key, const std::string& value) {

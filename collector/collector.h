@@ -26,6 +26,7 @@
 #include "native/string_table.h"
 #include "native/thread_buffer.h"
 #include "native/wire.h"
+#include "collector/cpu_sampler.h"
 #include "collector/rlscope_collector.h"
 #include "collector/test_clock.h"
 #include "collector/transport.h"
@@ -50,6 +51,12 @@ struct ThreadState {
   // scratch ring that nothing reads (calibration loops), else null.
   ThreadBuffer* real_buffer = nullptr;
   std::unique_ptr<ThreadBuffer> scratch;
+  // CPU sampling (cpu_sampler.h): the ring its signal handler records into
+  // (set by the flush thread with the thread's timer, null before), and the
+  // signals taken so far (a timed recording call a signal lands in is no
+  // cost sample: the signal's cost is not the handler's).
+  std::atomic<ThreadBuffer*> sample_ring{nullptr};
+  std::atomic<uint32_t> signals{0};
   explicit ThreadState(StringTable* table) : names(table) {}
   // Push/pop pairing through recorded_mask; 64 levels deep at most.
   void SetRecorded(int d, bool recorded) {
@@ -204,6 +211,10 @@ class Collector {
     return tls_state_;
   }
 
+  // The calling thread's state or null, never registering: for the CPU
+  // sampler's signal handler (an initial-exec TLS read is async-signal-safe).
+  static ThreadState* SignalThreadState() { return tls_state_; }
+
   // The calling thread's state; registers the thread on its first event.
   // nullptr when the per-process buffer budget is used up (counted as drops).
   ThreadState* CurrentThread() {
@@ -331,6 +342,7 @@ class Collector {
     std::unique_ptr<ThreadState> state;
     std::atomic<bool> exited{false};  // set by the thread's TLS destructor
     bool name_sent = false;
+    SampledThread sampled;  // its CPU-time timer and sample ring (flush thread)
   };
 
   // The flush thread (flush_thread.cc); all but FlushLoop are its steps.
@@ -347,8 +359,14 @@ class Collector {
   // The Hello it sends: identity, selection, costs (defined in collector.cc,
   // beside SetLabel and SetCost). Caller holds meta_mu_.
   wire::Hello MakeHello() const;
-  // One flush: Snapshot, the transport sends, RetireExitedThreads.
+  // One flush: ReconcileSampling, Snapshot, the transport sends,
+  // RetireExitedThreads.
   void DrainAndSend();
+  // Brings every thread's CPU-time timer in line with the arming (on while
+  // armed with cpu.sampling_hz > 0), setting the sampler up the first time;
+  // says in the cpu_sampling label how it runs or why not. `stop`: exit,
+  // every timer deleted.
+  void ReconcileSampling(bool stop);
   // What this flush sends: the rings' sizes now, the queued GPU records, the
   // metadata those events need, the drop total, the ack owed.
   Outgoing Snapshot();
@@ -403,6 +421,7 @@ class Collector {
   std::vector<std::pair<int64_t, int64_t>> armed_intervals_;
   std::atomic<bool> armed_{false};
   std::atomic<uint32_t> sample_every_{0};  // correction.sample_every (0 when correction is off)
+  std::atomic<int64_t> sampling_hz_{0};     // the run's cpu.sampling_hz (AdoptRunConfig)
   std::atomic<uint64_t> timer_ticks_{0};   // a clock read's own cost, ticks (Calibrate; 0 under test costs)
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
   std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
@@ -455,6 +474,12 @@ class Collector {
   std::atomic<uint64_t> gpu_dropped_{0};
   std::atomic<void (*)()> gpu_flush_hook_{nullptr};
 
+  // CPU sampling (cpu_sampler.h): set up, timers and names on the flush thread.
+  CpuSampler sampler_{this, clock_source_, test_clock_.get()};
+  std::string sampling_label_;     // the cpu_sampling label last set (flush thread)
+  bool sampling_off_for_good_ = false;  // could not be set up, or the host took its signal
+  uint64_t samples_dropped_said_ = 0;
+
   // Owned by the flush thread.
   int64_t window_close_at_ns_ = 0;  // a closed window disarms at this time (slack), 0 = none
   uint64_t pending_ack_ = 0;        // flush token to acknowledge (ApplyControl); 0 = none
@@ -472,8 +497,8 @@ class Collector {
 // the event clock, and records the cost as a kCostSample right after the
 // event the call recorded (correction.h, measured costs): the real hot path,
 // its real buffers and wake-ups. A timed call that recorded no event, or
-// more than one, is no sample (a disarmed thread so pays one decrement per
-// call and two clock reads per N).
+// more than one, or that a CPU sampler's signal landed in, is no sample (a
+// disarmed thread so pays one decrement per call and two clock reads per N).
 class CostSampler {
  public:
   CostSampler(Collector* c, ThreadState* ts) : c_(c), ts_(ts) {
@@ -485,6 +510,7 @@ class CostSampler {
     }
     timed_ = true;
     pushed_ = ts->buffer->pushed();
+    signals_ = ts->signals.load(std::memory_order_relaxed);  // relaxed: this thread's own handler writes it
     begin_ = c->SampleClock(ts);
   }
   ~CostSampler() {
@@ -506,11 +532,14 @@ class CostSampler {
     ts_->sample_rng = x;
     const uint32_t every = c_->sample_every();
     ts_->sample_countdown = every == 0 ? UINT32_MAX : 1 + x % (2 * every - 1);
-    if (ts_->buffer->pushed() - pushed_ == 1) c_->RecordCostSample(ts_, end - begin_);
+    if (ts_->buffer->pushed() - pushed_ == 1 && ts_->signals.load(std::memory_order_relaxed) == signals_) {
+      c_->RecordCostSample(ts_, end - begin_);
+    }
   }
   Collector* c_;
   ThreadState* ts_;
   bool timed_ = false;
+  uint32_t signals_ = 0;
   uint64_t pushed_ = 0;
   uint64_t begin_ = 0;
 };

@@ -73,6 +73,7 @@ void Collector::FlushLoop() {
     flushed_cv_.notify_all();
     if (stop) break;
   }
+  ReconcileSampling(/*stop=*/true);  // no timer outlives the collector
   // flush.exit_timeout_ms bounds all of the exit: what waits in the spool
   // goes first, for three quarters of it (the rest is counted lost), still
   // answering the aggregator (a restarted one asks for a hello first); then
@@ -141,6 +142,7 @@ void Collector::SendControl() {
 }
 
 void Collector::DrainAndSend() {
+  ReconcileSampling(/*stop=*/false);
   converter_.Sample();
   Outgoing out = Snapshot();
   const Transport::SendResult sent = transport_.SendBatches(out, converter_);
@@ -189,7 +191,16 @@ Outgoing Collector::Snapshot() {
     std::lock_guard<std::mutex> lock(registry_mu_);
     for (auto& t : threads_) entries.push_back(t.get());
   }
-  for (ThreadEntry* e : entries) out.threads.push_back({e->buffer.get(), e->buffer->size()});
+  for (ThreadEntry* e : entries) {
+    out.threads.push_back({e->buffer.get(), e->buffer->size()});
+    // CPU samples ship as a block of their own with the thread's tid; their
+    // shared objects and modules are named now, before the names are collected.
+    if (ThreadBuffer* ring = e->sampled.ring.get(); ring != nullptr && ring->size() > 0) {
+      const size_t n = ring->size();
+      sampler_.Resolve(ring, n, &strings_);
+      out.threads.push_back({ring, n});
+    }
+  }
   // GPU records queued by CUPTI's callbacks (their names are interned already).
   {
     std::lock_guard<std::mutex> lock(gpu_mu_);

@@ -7,6 +7,7 @@
 #ifndef RLSCOPE_COLLECTOR_H_
 #define RLSCOPE_COLLECTOR_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -82,6 +83,19 @@ RLSCOPE_API double rlscope_cost(const char* key);
  * node_id, pid). Replaces the previous list. */
 RLSCOPE_API void rlscope_report_expected(const char* const* records, uint64_t n);
 
+/* Cross-stack attribution (collector/cpu_sampler.h): a reader of the module
+ * of the calling thread's current Python frame, called in the CPU sampler's
+ * signal handler on the sampled thread. It must not lock, allocate or make a
+ * system call, and may dereference only memory that `readable` (given to it)
+ * accepts; it copies the module's name (ASCII) into out[0, cap) and returns
+ * its length, or 0 when there is no Python frame or it cannot be read.
+ * rlscope_ray._native registers one built against the running CPython's own
+ * headers; NULL unregisters it (at interpreter exit, before thread states
+ * go). `what` names it (e.g. "CPython 3.11") and must stay valid. Works
+ * whether a collector runs or not. */
+typedef size_t (*rlscope_py_module_reader_t)(int (*readable)(const void* p, size_t n), char* out, size_t cap);
+RLSCOPE_API void rlscope_set_py_module_reader(rlscope_py_module_reader_t reader, const char* what);
+
 /* Test only (collector/test_clock.h): ns the test clock of
  * RLSCOPE_TEST_COSTS advanced so far; -1 when no collector runs or it has no
  * test costs. */
@@ -93,6 +107,11 @@ typedef struct rlscope_stats {
   uint64_t batches_sent;
   uint64_t batches_dropped; /* the aggregator's queue was full */
   uint64_t threads;         /* threads with a buffer now (exited ones are freed) */
+  uint64_t cpu_samples;     /* CPU samples recorded (cpu.sampling_hz) */
+  uint64_t cpu_samples_dropped; /* a thread's sample ring was full */
+  uint64_t cpu_signals;     /* sampler timer signals taken, recorded or not (outside a window) */
+  uint64_t cpu_timers;      /* CPU-time timers that exist now (one per sampled thread) */
+  uint64_t cpu_signal;      /* the sampler's signal number, 0 before it is set up */
 } rlscope_stats_t;
 RLSCOPE_API void rlscope_collector_stats(rlscope_stats_t* out);
 

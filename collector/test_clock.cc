@@ -28,6 +28,7 @@ constexpr Key kKeys[] = {
     {"mark", EventKind::kMark, false},             {"py_nvtx_push", EventKind::kRangePush, true},
     {"py_nvtx_start", EventKind::kRangeStart, true}, {"py_nvtx_mark", EventKind::kMark, true},
     {"sample", EventKind::kCostSample, false},
+    {"cpu_sample", EventKind::kCpuSample, false},
 };
 
 std::runtime_error Bad(const std::string& what) {

@@ -10,7 +10,8 @@
 // [1500, 2500] (a fixed pseudo-random sequence): costs that vary.
 // `calibrated=0.7`: the Hello advertises the costs times 0.7, as a start-up
 // calibration that under-estimates them would. `sample=N`: what recording a
-// cost sample costs (EventKind::kCostSample; default 0). In-place cost
+// cost sample costs (EventKind::kCostSample; default 0), `cpu_sample=N` what
+// a CPU sample costs its thread (EventKind::kCpuSample, cpu_sampler.h). In-place cost
 // sampling reads the thread's own virtual costs (OwnNs): the handler's
 // part, not the caller-side py_nvtx_* part, which comes before it. The rule is
 // the correction model's (aggregator/correction.h): the cost is spent just
@@ -76,7 +77,7 @@ class TestClock {
     z ^= z >> 31;
     return base - jitter + static_cast<int64_t>(z % static_cast<uint64_t>(2 * jitter + 1));
   }
-  static constexpr int kKinds = 7;  // EventKind values 1..6
+  static constexpr int kKinds = 8;  // EventKind values 1..7
   int64_t own_ns_[kKinds] = {};
   int64_t nvtx_ex_ns_[kKinds] = {};
   int64_t own_jitter_ns_[kKinds] = {};

@@ -182,13 +182,21 @@ KeySpec Selection(const char* path, const char* help, Field<IntSelection> f) {
           }};
 }
 
-KeySpec StringList(const char* path, const char* help, Field<std::vector<std::string>> f) {
+// A list of names: sub-task names, or (with `item_error`) attribution
+// patterns, each checked by `check_item` ("" valid, else why not).
+KeySpec StringList(const char* path, const char* help, Field<std::vector<std::string>> f,
+                   const char* list_error = "expected a list of names like [gen, update_actor]",
+                   const char* item_error = "list items must be names",
+                   std::function<std::string(const std::string&)> check_item = nullptr) {
   return {path, help,
-          [f](const YAML::Node& n, Config& c) -> std::string {
+          [f, list_error, item_error, check_item](const YAML::Node& n, Config& c) -> std::string {
             std::vector<std::string> v;
-            if (!n.IsSequence()) return "expected a list of names like [gen, update_actor]";
+            if (!n.IsSequence()) return list_error;
             for (const auto& item : n) {
-              if (!item.IsScalar() || item.Scalar().empty()) return "list items must be names";
+              if (!item.IsScalar() || item.Scalar().empty()) return item_error;
+              if (check_item) {
+                if (std::string why = check_item(item.Scalar()); !why.empty()) return why;
+              }
               v.push_back(item.Scalar());
             }
             f(c) = v;
@@ -200,6 +208,17 @@ KeySpec StringList(const char* path, const char* help, Field<std::vector<std::st
             list.SetStyle(YAML::EmitterStyle::Flow);
             return list;
           }};
+}
+
+// A list of attribution patterns (config.h Attribution): globs or names.
+KeySpec PatternList(const char* path, const char* help, Field<std::vector<std::string>> f) {
+  return StringList(path, help, f, "expected a list of patterns like [\"libtorch*\", jax] (an empty list: none)",
+                    "list items must be shared-object or module names or globs, like mujoco or \"gymnasium.*\"",
+                    [](const std::string& pattern) -> std::string {
+                      int brackets = 0;
+                      for (char ch : pattern) brackets += ch == '[' ? 1 : ch == ']' ? -1 : 0;
+                      return brackets != 0 ? "'" + pattern + "' has an unbalanced [ ] in its glob" : "";
+                    });
 }
 
 const std::vector<KeySpec>& KeySpecs() {
@@ -224,6 +243,19 @@ const std::vector<KeySpec>& KeySpecs() {
       Bool("cpu.nvtx", "record NVTX ranges and marks (false: NVTX calls stay no-ops)", [](Config& c) -> bool& { return c.cpu.nvtx; }),
       Bool("cpu.python_api", "record rlscope_ray.range/mark (steps are always recorded)",
            [](Config& c) -> bool& { return c.cpu.python_api; }),
+      Run(Int("cpu.sampling_hz",
+              "CPU samples per second of each profiled thread's CPU time, in capture windows, for cross-stack "
+              "attribution (Python, ML backend, CUDA API, simulator, other native); 0: off",
+              0, 100000, [](Config& c) -> int64_t& { return c.cpu.sampling_hz; })),
+      Run(PatternList("attribution.python", "shared objects and Python modules that are the Python interpreter",
+                      [](Config& c) -> std::vector<std::string>& { return c.attribution.python; })),
+      Run(PatternList("attribution.backend", "shared objects and Python modules that are the ML backend (libtorch and friends)",
+                      [](Config& c) -> std::vector<std::string>& { return c.attribution.backend; })),
+      Run(PatternList("attribution.cuda_api", "shared objects that are the CUDA runtime and driver API",
+                      [](Config& c) -> std::vector<std::string>& { return c.attribution.cuda_api; })),
+      Run(PatternList("attribution.simulator",
+                      "shared objects and Python modules that are the simulator / environment (e.g. [mujoco, \"gymnasium.*\"])",
+                      [](Config& c) -> std::vector<std::string>& { return c.attribution.simulator; })),
       Bool("gpu.kernels", "CUPTI kernels (CONCURRENT_KERNEL); any gpu.* on traces the GPU when CUDA loads the collector", [](Config& c) -> bool& { return c.gpu.kernels; }),
       Bool("gpu.memcpy", "CUPTI memory copies", [](Config& c) -> bool& { return c.gpu.memcpy; }),
       Bool("gpu.memset", "CUPTI memsets", [](Config& c) -> bool& { return c.gpu.memset; }),

@@ -33,7 +33,29 @@ struct Config {
   struct Cpu {
     bool nvtx = true;
     bool python_api = true;
+    // CPU sampling for cross-stack attribution (collector/cpu_sampler.h):
+    // samples per second of each profiled thread's own CPU time, inside
+    // capture windows only; 0 off. The kernel checks CPU timers at its tick
+    // (CONFIG_HZ, often 250): above that, one sample stands for several periods.
+    int64_t sampling_hz = 1000;
   } cpu;
+  // Cross-stack attribution (aggregator/attribution.h): which shared objects
+  // and Python modules count as which category. Each list replaces its
+  // default. A pattern matches a shared object by its file name (glob:
+  // "libtorch*"), a bare name also its library stem ("mujoco" matches
+  // libmujoco.so.3) and, for objects in site-packages, the dotted module
+  // path ("jaxlib.xla_extension"); a pattern with a '/' the whole path. It
+  // matches a Python module by glob ("gymnasium.*") or, bare, the module and
+  // its submodules ("gymnasium" matches gymnasium.envs.cartpole).
+  struct Attribution {
+    std::vector<std::string> python = {"python*", "libpython*", "*/lib-dynload/*"};
+    std::vector<std::string> backend = {"libtorch*", "libc10*", "libshm*", "torch._C", "libcublas*", "libcudnn*",
+                                        "libnccl*", "libcufft*", "libcurand*", "libcusparse*", "libcusolver*",
+                                        "libgomp*", "libiomp*", "libmkl*", "libopenblas*", "libdnnl*",
+                                        "libsleef*", "jaxlib", "libtensorflow*"};
+    std::vector<std::string> cuda_api = {"libcuda.*", "libcudart*", "libcupti*", "libnvidia-*"};
+    std::vector<std::string> simulator = {};
+  } attribution;
   struct Gpu {
     bool kernels = true;
     bool memcpy = true;
@@ -98,7 +120,8 @@ std::string ConfigToYaml(const Config& config, const KeySet* only = nullptr);
 std::string ConfigKeyHelp();
 
 // ---- One config per run.
-// The run keys (ranks, steps, subtasks, discrete, controller, correction.*)
+// The run keys (ranks, steps, subtasks, discrete, controller, correction.*,
+// cpu.sampling_hz, attribution.*)
 // are decided once per run, by the run's config: the aggregator's own (its
 // --config, else the defaults) with the run keys the controller's config sets
 // over it (under rlscope_ray.init the driver, the aggregator and every actor

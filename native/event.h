@@ -24,6 +24,14 @@ enum class EventKind : uint8_t {
   // `value` is ticks in a record, picoseconds on the wire; `category` the
   // measured event's kind, `flags` its flags. Not a span or an instant.
   kCostSample = 6,
+  // A CPU sample (collector/cpu_sampler.h): the thread's CPU-time timer fired
+  // while it ran here. `value` is the interrupted instruction's address;
+  // `name` the interned path of the shared object holding it (0 unknown);
+  // `category` the interned name of the module of the thread's current
+  // Python frame (0 none); `domain` the thread CPU time the sample stands
+  // for, microseconds ((1 + the timer's overruns) x its period). Not a span
+  // or an instant, nor one of the process's recorded events.
+  kCpuSample = 7,
 };
 
 enum EventFlags : uint8_t {

@@ -53,6 +53,17 @@ inline constexpr char kCatCudaApi[] = "cuda_api";
 inline constexpr char kCatCudaSync[] = "cuda_sync";
 inline constexpr char kCatCuptiOverhead[] = "cupti_overhead";
 inline constexpr char kCatLaunch[] = "launch";  // launch -> kernel flow arrows
+// The category tracks of CPU samples, one per sampled thread.
+inline constexpr char kCatCpuSamples[] = "cpu_samples";
+
+// Cross-stack attribution's categories (aggregator/attribution.h): keys of
+// summary.json's breakdown[].attribution, names of the trace's sample slices.
+inline constexpr char kCpuPython[] = "python";
+inline constexpr char kCpuBackend[] = "backend";
+inline constexpr char kCpuCudaApi[] = "cuda_api";
+inline constexpr char kCpuSimulator[] = "simulator";
+inline constexpr char kCpuOther[] = "other";
+inline constexpr char kCpuProfiler[] = "profiler";
 
 // Every name above, as Python sees it (rlscope_ray._native.names.<NAME>).
 inline constexpr std::pair<const char*, const char*> kAll[] = {
@@ -83,6 +94,13 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"CAT_CUDA_SYNC", kCatCudaSync},
     {"CAT_CUPTI_OVERHEAD", kCatCuptiOverhead},
     {"CAT_LAUNCH", kCatLaunch},
+    {"CAT_CPU_SAMPLES", kCatCpuSamples},
+    {"CPU_PYTHON", kCpuPython},
+    {"CPU_BACKEND", kCpuBackend},
+    {"CPU_CUDA_API", kCpuCudaApi},
+    {"CPU_SIMULATOR", kCpuSimulator},
+    {"CPU_OTHER", kCpuOther},
+    {"CPU_PROFILER", kCpuProfiler},
 };
 
 }  // namespace rlscope::names

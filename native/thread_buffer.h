@@ -82,6 +82,19 @@ class ThreadBuffer {
     return n;
   }
 
+  // Consumer only. Calls fn(EventRecord&) on each of the first `n` records
+  // present (n <= size()), in order, without freeing them: the consumer owns
+  // the slots between its index and the producer's, so it may rewrite them
+  // before Drain (the CPU sampler resolves addresses to names there).
+  template <typename Fn>
+  void VisitPending(size_t n, Fn&& fn) {
+    const uint64_t tail = tail_.load(std::memory_order_relaxed);  // own index
+    // Acquire: the producer's writes to these slots are visible.
+    const uint64_t head = head_.load(std::memory_order_acquire);
+    if (n > head - tail) n = static_cast<size_t>(head - tail);
+    for (size_t i = 0; i < n; ++i) fn(slots_[(tail + i) & mask_]);
+  }
+
   // Records currently buffered (approximate when racing with the producer).
   size_t size() const {
     return static_cast<size_t>(head_.load(std::memory_order_acquire) -

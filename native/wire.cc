@@ -303,7 +303,7 @@ bool DecodeEventFast(const object* f, int64_t* ts, Event* ev) {
     }
   }
   const uint64_t kind = f[0].via.u64;
-  if (kind < static_cast<uint64_t>(EventKind::kRangePush) || kind > static_cast<uint64_t>(EventKind::kCostSample) ||
+  if (kind < static_cast<uint64_t>(EventKind::kRangePush) || kind > static_cast<uint64_t>(EventKind::kCpuSample) ||
       f[2].via.u64 > UINT32_MAX || f[3].via.u64 > UINT32_MAX || f[4].via.u64 > UINT32_MAX ||
       f[6].via.u64 > UINT8_MAX) {
     return false;
@@ -333,7 +333,7 @@ bool DecodeEvent(Ctx& c, const object* f, const std::string& where, int64_t* ts,
     return false;
   }
   if (kind < static_cast<uint64_t>(EventKind::kRangePush) ||
-      kind > static_cast<uint64_t>(EventKind::kCostSample)) {
+      kind > static_cast<uint64_t>(EventKind::kCpuSample)) {
     return c.Fail(where + ".kind", "unknown event kind " + std::to_string(kind));
   }
   // Wrapping add: a hostile dts must not be signed-overflow UB.

@@ -123,9 +123,14 @@ class Trace:
         assert len(pids) == 1, f"{label_part!r} matches {pids} in {self.process_names}"
         return pids[0]
 
-    def slices(self, pid: int, name: Optional[str] = None) -> List[dict]:
+    def slices(self, pid: int, name: Optional[str] = None, samples: bool = False) -> List[dict]:
+        """Its X slices: ranges, Ray methods, GPU records; with `samples`, the
+        CPU samples' category tracks (cat cpu_samples) instead."""
+        from rlscope_ray import _native
+
+        cat = _native.names.CAT_CPU_SAMPLES
         return [e for e in self.events if e["ph"] == "X" and e["pid"] == pid
-                and (name is None or e["name"] == name)]
+                and (name is None or e["name"] == name) and (e.get("cat") == cat) == samples]
 
     def asyncs(self, pid: int, name: str) -> List[dict]:
         """(begin, end) pairs of async ranges, as one dict each."""

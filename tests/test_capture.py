@@ -270,11 +270,13 @@ def test_nvtx_range_trigger_opens_and_closes_the_capture(aggregator_factory, tmp
     _controller(agg, tmp_path, "--steps", "3", "--step-ms", "30", "--gap-ms", "10", "--trigger-range", "2",
                 config="{capture_range: 'nvtx:capture'}")
     agg.wait()
-    recorded = {n: {e["name"] for e in Trace(agg.out / f"step_{n}" / "trace.json").events if e["ph"] in "Xi"}
-                for n in (1, 2, 3)}
+    traces = {n: Trace(agg.out / f"step_{n}" / "trace.json").events for n in (1, 2, 3)}
+    recorded = {n: {e["name"] for e in events if e["ph"] in "Xi" and e.get("cat") != "cpu_samples"}
+                for n, events in traces.items()}
     # The controller's step ranges are always recorded (they number the
-    # steps); everything else only inside the "capture" range.
+    # steps); everything else only inside the "capture" range, CPU samples too.
     assert recorded == {1: {"step"}, 2: {"step", "capture", "gen", "update_actor"}, 3: {"step"}}
+    assert not any(e.get("cat") == "cpu_samples" for n in (1, 3) for e in traces[n])
     run = _run_json(agg)
     assert run["processes"][0]["events_received"] == 3 * 2 + 3 * 2  # steps; capture, gen, update_actor
 
@@ -284,9 +286,11 @@ def test_api_trigger_records_between_start_and_stop(aggregator_factory, tmp_path
     _controller(agg, tmp_path, "--steps", "3", "--step-ms", "30", "--gap-ms", "10", "--api-window", "2",
                 config="{capture_range: api}")
     agg.wait()
-    names = {n: {e["name"] for e in Trace(agg.out / f"step_{n}" / "trace.json").events if e["ph"] in "Xi"}
-             for n in (1, 2, 3)}
+    traces = {n: Trace(agg.out / f"step_{n}" / "trace.json").events for n in (1, 2, 3)}
+    names = {n: {e["name"] for e in events if e["ph"] in "Xi" and e.get("cat") != "cpu_samples"}
+             for n, events in traces.items()}
     assert names == {1: {"step"}, 2: {"step", "before_subtasks", "gen", "update_actor"}, 3: {"step"}}
+    assert not any(e.get("cat") == "cpu_samples" for n in (1, 3) for e in traces[n])  # nor CPU samples
     run = _run_json(agg)
     # The steps' ranges, and gen, update_actor and a mark between start() and stop().
     assert run["processes"][0]["events_received"] == 3 * 2 + 2 * 2 + 1

@@ -141,6 +141,23 @@ def test_critical_path_names_the_worker_that_finished_last(demo, n):
     assert stragglers == {name for name, method in SUBTASKS if method}
 
 
+@pytest.mark.parametrize("n", CAPTURED)
+def test_ray_workers_and_the_driver_are_cpu_sampled_with_their_python_frames(demo, n):
+    out, _ = demo
+    summary = json.loads((out / f"step_{n}" / "summary.json").read_text())
+    for p in summary["processes"]:
+        # Ray workers import rlscope_ray (the plugin's setup hook), so their
+        # Python frames are read; the driver is the controller.
+        assert p["cpu_sampling"].startswith("on: "), (p["label"], p["cpu_sampling"])
+        assert "python frames: CPython" in p["cpu_sampling"], (p["label"], p["cpu_sampling"])
+    rows = [r for r in summary["breakdown"] if r["attribution"]]
+    for r in rows:  # what there is adds up, and leaves the profiler's share out of the shares
+        a = r["attribution"]
+        parts = sum(a[f"{c}_ms"] for c in ("python", "backend", "cuda_api", "simulator", "other", "profiler"))
+        assert parts == pytest.approx(a["cpu_ms"], abs=0.01), a
+        assert sum(a["shares"].values()) == pytest.approx(1.0, abs=1e-4) or a["cpu_ms"] == a["profiler_ms"]
+
+
 def test_unselected_ranks_send_zero_events(demo):
     out, _ = demo
     run = json.loads((out / "run.json").read_text())

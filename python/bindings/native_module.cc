@@ -15,6 +15,7 @@
 #include "native/config.h"
 #include "native/names.h"
 #include "python/bindings/fast_api.h"
+#include "python/bindings/py_frame.h"
 
 namespace py = pybind11;
 
@@ -146,6 +147,21 @@ PYBIND11_MODULE(_native, m) {
     d["batches_sent"] = s.batches_sent;
     d["batches_dropped"] = s.batches_dropped;
     d["threads"] = s.threads;
+    d["cpu_samples"] = s.cpu_samples;
+    d["cpu_samples_dropped"] = s.cpu_samples_dropped;
+    d["cpu_signals"] = s.cpu_signals;
+    d["cpu_timers"] = s.cpu_timers;
+    d["cpu_signal"] = s.cpu_signal;
     return d;
   });
+  // The CPU sampler reads the module of a sampled thread's Python frame
+  // through this interpreter's own frame layout (py_frame.c); from import on,
+  // until stop_python_frames (rlscope_ray registers it with atexit: before
+  // thread states are freed).
+  const char* reader_name = "";
+  rlscope_py_module_reader_t reader = RlscopePyModuleReader(&reader_name);
+  rlscope_set_py_module_reader(reader, reader_name);
+  m.attr("PYTHON_FRAMES") = reader_name;
+  m.def("stop_python_frames", [] { rlscope_set_py_module_reader(nullptr, nullptr); },
+        "The CPU sampler stops reading Python frames (interpreter exit).");
 }

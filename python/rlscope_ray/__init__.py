@@ -16,6 +16,7 @@ collector runs, so a later ``import nvtx`` reports into the same collector.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
@@ -23,6 +24,11 @@ import time
 from typing import Any, Callable, TypeVar
 
 from . import _native, settings
+
+# The CPU sampler reads sampled threads' Python frames (cross-stack
+# attribution) until the interpreter starts freeing thread states: atexit
+# handlers run before that.
+atexit.register(_native.stop_python_frames)
 
 __all__ = [
     "aggregator_path",
@@ -257,7 +263,10 @@ def shutdown_collector() -> None:
 
 
 def stats() -> dict:
-    """This process's collector counters: events, dropped, batches, threads."""
+    """This process's collector counters: events, dropped, batches, threads,
+    and the CPU sampler's (cpu_samples, cpu_samples_dropped, cpu_signals:
+    timer signals taken, recorded or not; cpu_timers: timers that exist now;
+    cpu_signal: its signal number, 0 before it is set up)."""
     return dict(_native.stats())
 
 

@@ -31,7 +31,10 @@ NAIVE_SAMPLE_NS: int = _native.NAIVE_SAMPLE_NS
 # Trace categories (aggregator/chrome_trace.cc) that are not CPU work.
 _names = _native.names
 _GPU_CATS = {_names.CAT_KERNEL, _names.CAT_MEMCPY, _names.CAT_MEMSET}
-_NOT_CPU_CATS = _GPU_CATS | {_names.CAT_CUDA_API, _names.CAT_CUDA_SYNC, _names.CAT_CUPTI_OVERHEAD, _names.CAT_LAUNCH}
+# (CPU samples' category tracks say where sampled CPU time went, not which
+# ranges were open: the breakdown's CPU busy time does not come from them.)
+_NOT_CPU_CATS = _GPU_CATS | {_names.CAT_CUDA_API, _names.CAT_CUDA_SYNC, _names.CAT_CUPTI_OVERHEAD, _names.CAT_LAUNCH,
+                             _names.CAT_CPU_SAMPLES}
 
 
 @dataclass

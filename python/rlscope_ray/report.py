@@ -15,7 +15,7 @@ the data (process labels come from user programs) is escaped.
 
 Page contract (used by tests/test_report.py): each chart container has
 ``class="chart <kind>"`` with kind one of ``breakdown-chart``,
-``critical-path-chart``, ``gpu-util-chart``; when the script is done,
+``attribution-chart``, ``critical-path-chart``, ``gpu-util-chart``; when the script is done,
 ``document.body.dataset.rendered`` holds the number of charts drawn; script
 errors and unhandled rejections are appended to ``<pre id="errors">``.
 """
@@ -38,6 +38,20 @@ SEGMENTS: Tuple[Tuple[str, str, str], ...] = (
     ("cpu_gpu_ms", "CPU + GPU", "cpu_gpu"),
     ("idle_ms", "idle", "idle"),
     ("overhead_ms", "profiler overhead (removed)", "overhead"),
+)
+# Cross-stack attribution (a breakdown row's "attribution"): (key, legend
+# label, CSS class suffix). The CPU categories are thread CPU time, GPU the
+# process's GPU busy time, idle the window time with neither; the profiler's
+# own share is drawn hatched, as the overhead above.
+CATEGORIES: Tuple[Tuple[str, str, str], ...] = (
+    ("python_ms", "Python", "cat-python"),
+    ("backend_ms", "ML backend", "cat-backend"),
+    ("cuda_api_ms", "CUDA API", "cat-cuda_api"),
+    ("simulator_ms", "simulator", "cat-simulator"),
+    ("other_ms", "other native", "cat-other"),
+    ("gpu_ms", "GPU busy", "cat-gpu"),
+    ("idle_ms", "idle", "idle"),
+    ("profiler_ms", "profiler (removed)", "overhead"),
 )
 STRAGGLER_RATIO = 1.2  # stragglers above this slowest/median ratio are highlighted
 
@@ -195,6 +209,50 @@ def _breakdown(step: int, s: Dict[str, Any], charts: _Charts) -> str:
     return chart + _table(headers, table, "breakdown-table")
 
 
+def _attribution(step: int, s: Dict[str, Any], charts: _Charts) -> str:
+    rows = [r for r in _dicts(s.get("breakdown")) if _dict(r.get("attribution"))]
+    if not rows:
+        why = sorted({str(p.get("cpu_sampling")) for p in _dicts(s.get("processes")) if p.get("cpu_sampling")})
+        return _none("CPU samples") + (f'<p class="note">CPU sampling: {_esc("; ".join(why))}</p>' if why else "")
+    bars = []
+    table = []
+    for r in rows:
+        a = _dict(r.get("attribution"))
+        subtask = str(r.get("subtask", "?"))
+        process = str(r.get("process") or r.get("role") or "?")
+        who = _rank_text(r["rank"]) if _num(r.get("rank")) is not None else str(r.get("role") or process)
+        shares = _dict(a.get("shares"))
+        errors = _dict(a.get("error_ms"))
+        top = max(shares.items(), key=lambda kv: _nonneg(kv[1]), default=("", 0))
+        bars.append({"label": _short(f"{subtask} \u00b7 {who}"),
+                     "title": (f"{subtask} / {process}; {_nonneg(a.get('cpu_ms')):.3f} ms CPU in "
+                               f"{_fmt(a.get('samples'))} samples"
+                               + (f", {100 * _nonneg(top[1]):.0f} % {top[0]}" if top[0] else "")),
+                     "values": [_nonneg(a.get(k)) for k, _, _ in CATEGORIES]})
+        cells = []
+        for k, _, _ in CATEGORIES:
+            cat = k[:-3]
+            v = _num(a.get(k))
+            share, err = _num(shares.get(cat)), _num(errors.get(cat))
+            text = f"{v:,.3f}" if v is not None else "\u2013"
+            if share is not None and share > 0:
+                text += f" ({100 * share:.0f} %)"
+            if err is not None and err > 0 and v:
+                text += f" \u00b1 {err:,.3f}"
+            cells.append(text)
+        table.append([subtask, r.get("rank"), process, a.get("samples"), _num(a.get("cpu_ms"))] + cells)
+    legend = _legend([(f"seg-{c}", t) for _, t, c in CATEGORIES])
+    chart = charts.add("attribution-chart", f"step{step}-attribution",
+                       {"kinds": [{"key": c, "label": t} for _, t, c in CATEGORIES], "rows": bars}, legend)
+    headers = (["sub-task", "rank", "process", "samples", "CPU ms"]
+               + [f"{t} ms" for _, t, _ in CATEGORIES])
+    note = ('<p class="note">CPU categories are thread CPU time from samples driven by each thread\'s own CPU '
+            'clock (share of the job\'s CPU time, &plusmn; one standard deviation of sampling); GPU busy and idle '
+            'are wall time (idle: neither a sampled thread on a CPU nor the GPU busy). A bar may exceed the '
+            'window where threads ran in parallel or the CPU overlapped the GPU.</p>')
+    return chart + note + _table(headers, table, "attribution-table")
+
+
 def _critical_path(step: int, s: Dict[str, Any], charts: _Charts) -> str:
     cp = _dict(s.get("critical_path"))
     segs = _dicts(cp.get("segments"))
@@ -333,6 +391,8 @@ def _step_section(step: int, s: Optional[Dict[str, Any]], why: Optional[str], ch
                + f'; reason: {_fmt(s.get("reason"))}.</p>')
     for part, title, body in (
             ("breakdown", "Resource breakdown per sub-task and rank", _breakdown(step, s, charts)),
+            ("attribution", "Where the CPU time went: Python, ML backend, CUDA API, simulator (sampled)",
+             _attribution(step, s, charts)),
             ("critical-path", "Critical path", _critical_path(step, s, charts)),
             ("stragglers", "Stragglers", _stragglers(s)),
             ("gpu", "GPU utilisation: true busy vs naive", _gpu(step, s, charts)),
@@ -509,6 +569,9 @@ dt { color: #555; } dd { margin: 0; }
 .seg-cpu_only { background: #4e79a7; fill: #4e79a7; } .seg-gpu_only { background: #59a14f; fill: #59a14f; }
 .seg-cpu_gpu { background: #b07aa1; fill: #b07aa1; } .seg-idle { background: #e9e9e9; fill: #e9e9e9; }
 .seg-overhead { background: repeating-linear-gradient(45deg, #999 0 2px, #ddd 2px 5px); }
+.seg-cat-python { background: #4e79a7; fill: #4e79a7; } .seg-cat-backend { background: #f28e2b; fill: #f28e2b; }
+.seg-cat-cuda_api { background: #e15759; fill: #e15759; } .seg-cat-simulator { background: #76b7b2; fill: #76b7b2; }
+.seg-cat-other { background: #edc948; fill: #edc948; } .seg-cat-gpu { background: #59a14f; fill: #59a14f; }
 .cp-seg { background: #f28e2b; fill: #f28e2b; } .cp-nocrit { background: #bbb; fill: #bbb; }
 .gpu-busy { background: #59a14f; fill: #59a14f; } .gpu-naive { background: #c9d7e8; fill: #c9d7e8; }
 section.step { margin-bottom: 2.5em; }
@@ -616,7 +679,8 @@ _JS = r"""
     });
   }
 
-  var draw = {"breakdown-chart": breakdown, "critical-path-chart": criticalPath, "gpu-util-chart": gpuUtil};
+  var draw = {"breakdown-chart": breakdown, "attribution-chart": breakdown, "critical-path-chart": criticalPath,
+              "gpu-util-chart": gpuUtil};
   var drawn = 0;
   Array.prototype.forEach.call(document.querySelectorAll(".chart[data-chart]"), function (c) {
     var id = c.getAttribute("data-chart"), d = data.charts[id], fn = null;

@@ -111,6 +111,22 @@ class FakeCollector {
     }
     return Add(tid, e);
   }
+  // A CPU sample (EventKind::kCpuSample) of `weight_us` of thread CPU time
+  // in the shared object `object` while the thread's Python frame was in
+  // `module` ("" none); in a block of its own for the thread, as the
+  // collector's sample ring ships them.
+  FakeCollector& Sample(int64_t tid, int64_t ts, const std::string& object, const std::string& module,
+                        uint32_t weight_us) {
+    wire::Event e;
+    e.kind = static_cast<uint8_t>(EventKind::kCpuSample);
+    e.ts_ns = ts;
+    e.value = 0x400000;
+    e.name = object.empty() ? 0 : Intern(object);
+    e.category = module.empty() ? 0 : Intern(module);
+    e.domain = weight_us;
+    pending_sample_blocks_.push_back({tid, {e}});
+    return *this;
+  }
   FakeCollector& ThreadName(int64_t tid, const std::string& name) {
     pending_thread_names_.emplace_back(tid, name);
     return *this;
@@ -125,9 +141,11 @@ class FakeCollector {
     b.strings = std::move(pending_strings_);
     b.thread_names = std::move(pending_thread_names_);
     b.threads = std::move(pending_threads_);
+    b.threads.insert(b.threads.end(), pending_sample_blocks_.begin(), pending_sample_blocks_.end());
     pending_strings_.clear();
     pending_thread_names_.clear();
     pending_threads_.clear();
+    pending_sample_blocks_.clear();
     return b;
   }
 
@@ -170,6 +188,7 @@ class FakeCollector {
   std::vector<std::pair<uint32_t, std::string>> pending_strings_;
   std::vector<std::pair<int64_t, std::string>> pending_thread_names_;
   std::vector<wire::ThreadEvents> pending_threads_;
+  std::vector<wire::ThreadEvents> pending_sample_blocks_;
 };
 
 // ------------------------------------------------------- recording exporter
@@ -791,6 +810,111 @@ TEST_F(AggregatorTest, GpuRecordsFollowTheirLaunchIntoStepsAndTraces) {
   const std::string json2 = StepTraceJson(exporter_.steps[1], {{1, 100}});
   EXPECT_THAT(json2, HasSubstr("\"name\":\"Memcpy HtoD\",\"cat\":\"gpu_memcpy\""));
   EXPECT_THAT(json2, HasSubstr("\"bytes\":1000,\"bandwidth_GBps\":5"));
+}
+
+// ------------------------------------------------------ cross-stack attribution
+
+TEST_F(AggregatorTest, CpuSamplesSayWhereEachSubtasksCpuTimeWentWithTheConfigsPatterns) {
+  // A controller's step [0, 100 ms) with three sub-tasks on thread 1:
+  // "native" [10, 40) in a library the config calls the backend, "python"
+  // [40, 70) in the interpreter, "sim" [70, 100) interpreting a module the
+  // config calls the simulator; one sample of 1 ms every ms, in the middle
+  // of each ms, one of them in the collector itself. Thread 2 runs the
+  // simulator's native code for the whole "sim" window. A sample costs 1 us.
+  Init(ConfigFrom("attribution: {simulator: [rlscope_test_sim], backend: [\"librlscope_test_burn*\"]}\n"
+                  "correction: {enabled: false}\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  ctl.Costs({{"cpu_sample", 1000}});
+  Connect(ctl);
+  const std::string burn = "/build/tests/apps/librlscope_test_burn.so", py = "/py/lib/libpython3.11.so.1.0";
+  ctl.Push(1, 0, "step").Push(1, 10 * kMs, "native").Pop(1, 40 * kMs);
+  ctl.Push(1, 40 * kMs, "python").Pop(1, 70 * kMs).Push(1, 70 * kMs, "sim").Pop(1, 100 * kMs).Pop(1, 100 * kMs);
+  for (int ms = 10; ms < 100; ++ms) {
+    const int64_t ts = ms * kMs + kMs / 2;
+    if (ms == 20) ctl.Sample(1, ts, "/v/site-packages/rlscope_ray/librlscope_collector.so", "__main__", 1000);
+    else if (ms < 40) ctl.Sample(1, ts, burn, "__main__", 1000);
+    else if (ms < 70) ctl.Sample(1, ts, py, "__main__", 1000);
+    else ctl.Sample(1, ts, py, "rlscope_test_sim", 1000);
+    if (ms >= 70) ctl.Sample(2, ts, "/v/site-packages/numpy/core/_umath.so", "rlscope_test_sim.physics", 1000);
+  }
+  Send(ctl.Flush(200 * kMs));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepProfile& step = exporter_.steps[0];
+  ASSERT_TRUE(step.analysis);
+  auto row = [&](const std::string& subtask) -> const Attribution& {
+    for (const BreakdownRow& r : step.analysis->rows) {
+      if (r.subtask == subtask) return r.attribution;
+    }
+    ADD_FAILURE() << "no row " << subtask;
+    static const Attribution kNone;
+    return kNone;
+  };
+  auto ns = [](const Attribution& a, CpuCategory c) { return a.ns[static_cast<size_t>(c)]; };
+  // native: 29 samples in the library, 1 in the collector, and 30 us of the
+  // samples' own cost moved from what they landed in to the profiler.
+  const Attribution& native = row("native");
+  EXPECT_EQ(native.samples, 30);
+  EXPECT_EQ(native.cpu_ns, 30 * kMs);
+  EXPECT_EQ(ns(native, CpuCategory::kBackend), 29 * kMs - 30000);
+  EXPECT_EQ(ns(native, CpuCategory::kProfiler), 1 * kMs + 30000);
+  EXPECT_EQ(ns(native, CpuCategory::kPython), 0);
+  EXPECT_NEAR(native.Share(CpuCategory::kBackend), 1.0, 1e-12);
+  EXPECT_EQ(native.idle_ns, 0);  // a sample every ms of 1 ms: the thread ran throughout
+  const Attribution& python = row("python");
+  EXPECT_EQ(ns(python, CpuCategory::kPython), 30 * kMs - 30000);
+  EXPECT_EQ(ns(python, CpuCategory::kSimulator), 0);
+  // sim: thread 1 interprets the simulator module, thread 2 runs native code
+  // it called (named by no pattern, so the simulator's): 60 ms of CPU in a
+  // 30 ms window, on two threads.
+  const Attribution& sim = row("sim");
+  EXPECT_EQ(sim.samples, 60);
+  EXPECT_EQ(ns(sim, CpuCategory::kSimulator), 60 * kMs - 60000);
+  EXPECT_EQ(sim.gpu_ns, 0);
+  EXPECT_EQ(sim.cuda_api_wall_ns, -1);
+  const Attribution& whole = row("step");
+  EXPECT_EQ(whole.samples, 120);
+  EXPECT_EQ(whole.idle_ns, 10 * kMs);  // [0, 10 ms): no sample covers it
+  // The summary and the trace say the same.
+  const std::string summary = StepSummaryJson(step);
+  EXPECT_THAT(summary, HasSubstr("\"subtask\":\"native\""));
+  EXPECT_THAT(summary, HasSubstr("\"attribution\":{\"cpu_ms\":30,\"samples\":30,\"python_ms\":0,\"backend_ms\":28.97,"));
+  EXPECT_THAT(summary, HasSubstr("\"cpu_samples\":120"));
+  const std::string trace = StepTraceJson(step, {{1, 100}});
+  EXPECT_THAT(trace, HasSubstr("CPU (sampled)"));
+  EXPECT_THAT(trace, HasSubstr("\"name\":\"backend\",\"cat\":\"cpu_samples\""));
+  EXPECT_THAT(trace, HasSubstr("\"name\":\"profiler\",\"cat\":\"cpu_samples\""));
+  EXPECT_THAT(trace, HasSubstr("\"name\":\"simulator\",\"cat\":\"cpu_samples\""));
+  EXPECT_THAT(trace, HasSubstr("\"where\":\"rlscope_test_sim\""));
+  // Samples are neither spans nor the process's events.
+  EXPECT_EQ(FindSlice(step, 1)->process->events_received(), 8u);  // 4 pushes, 4 pops
+  EXPECT_EQ(FindSlice(step, 1)->process->cpu_samples_received(), 120u);
+}
+
+TEST_F(AggregatorTest, SamplesInsideACudaApiCallAreTheCudaApisWhateverCodeRanThere) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 0, "step").Push(1, 10 * kMs, "update").Pop(1, 50 * kMs).Pop(1, 60 * kMs);
+  ctl.Sample(1, 20 * kMs, "/usr/lib/x86_64-linux-gnu/libc.so.6", "__main__", 1000);  // memcpy in cudaMemcpy
+  ctl.Sample(1, 30 * kMs, "/py/lib/libpython3.11.so.1.0", "__main__", 1000);
+  wire::Batch b = ctl.Flush(200 * kMs);
+  GpuRecord api;
+  api.kind = static_cast<uint8_t>(GpuKind::kRuntimeApi);
+  api.start_ns = 15 * kMs;
+  api.end_ns = 25 * kMs;
+  api.tid = 1;
+  b.gpu = {api};
+  Send(b);
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  for (const BreakdownRow& r : exporter_.steps[0].analysis->rows) {
+    if (r.subtask != "update") continue;
+    EXPECT_EQ(r.attribution.ns[static_cast<size_t>(CpuCategory::kCudaApi)], 1 * kMs);
+    EXPECT_EQ(r.attribution.ns[static_cast<size_t>(CpuCategory::kPython)], 1 * kMs);
+    EXPECT_EQ(r.attribution.cuda_api_wall_ns, 10 * kMs);
+    return;
+  }
+  ADD_FAILURE() << "no update row";
 }
 
 // A collector whose clock runs `offset` behind the aggregator's and drifts by

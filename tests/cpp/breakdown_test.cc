@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "aggregator/attribution.h"
 #include "aggregator/breakdown.h"
 #include "aggregator/correction.h"
 #include "native/event.h"
@@ -259,6 +260,119 @@ TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
   EXPECT_EQ(c.events(), 3u);
   EXPECT_EQ(c.waits_ns(), 5);
   EXPECT_EQ(c.total_ns(), 25);
+}
+
+TEST(Correction, CpuSamplesAreChargedTheirCostButAreNotEvents) {
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), sample = static_cast<uint8_t>(EventKind::kCpuSample);
+  const CostModel model({{"push", 10}, {"cpu_sample", 3}}, 1.0);
+  EXPECT_EQ(model.CostPs(sample, 0), 3000);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[1] = {{100, push, 0}, {150, sample, 0}, {180, sample, 0}, {200, push, 0}};
+  const Corrector c(marks, model, 50);
+  EXPECT_EQ(c.Correct(1, 199), 199 - 10 - 6);
+  EXPECT_EQ(c.events(), 2u);
+  EXPECT_EQ(c.cpu_samples(), 2u);
+  EXPECT_EQ(c.cpu_samples_ns(), 6);
+  EXPECT_EQ(c.calibrated_events(), 2u);  // the pushes; samples are not recorded events
+}
+
+TEST(Correction, ACpuSampleDoesNotCapTheEventAfterIt) {
+  // push @100 and @200 costing 90 each: a free CPU sample @195 (inside the
+  // second push's recording call) leaves it its 90; a sample costing 20 @195
+  // leaves it 80, so the two together take what passed since the first push.
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), sample = static_cast<uint8_t>(EventKind::kCpuSample);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[1] = {{100, push, 0}, {195, sample, 0}, {200, push, 0}};
+  const Corrector free_samples(marks, CostModel({{"push", 90}}, 1.0), 0);
+  EXPECT_EQ(free_samples.total_ns(), 180);
+  EXPECT_EQ(free_samples.capped(), 0u);
+  const Corrector costly(marks, CostModel({{"push", 90}, {"cpu_sample", 20}}, 1.0), 0);
+  EXPECT_EQ(costly.Correct(1, 200) - costly.Correct(1, 100), 0);  // order kept, nothing more removed than passed
+  EXPECT_EQ(costly.cpu_samples_ns(), 20);
+  EXPECT_EQ(costly.total_ns(), 90 + 20 + 80);
+}
+
+// ---- Cross-stack attribution (attribution.h)
+
+TEST(Attribution, ObjectPatternsMatchFileNamesStemsAndSitePackagesModules) {
+  EXPECT_TRUE(MatchesObject("libtorch*", "/x/site-packages/torch/lib/libtorch_cpu.so"));
+  EXPECT_TRUE(MatchesObject("libtorch*", "/x/site-packages/torch/lib/libtorch_python.so"));
+  EXPECT_FALSE(MatchesObject("libtorch*", "/x/site-packages/numpy/core/_multiarray_umath.so"));
+  EXPECT_TRUE(MatchesObject("mujoco", "/opt/mujoco/lib/libmujoco.so.3.1.6"));        // the library stem
+  EXPECT_TRUE(MatchesObject("mujoco", "/v/lib/python3.11/site-packages/mujoco/_functions.cpython-311-x86_64-linux-gnu.so"));
+  EXPECT_TRUE(MatchesObject("jaxlib", "/v/site-packages/jaxlib/xla_extension.so"));  // a package of the module path
+  EXPECT_TRUE(MatchesObject("jax*", "/v/site-packages/jaxlib/xla_extension.so"));
+  EXPECT_FALSE(MatchesObject("jax", "/v/site-packages/jaxlib/xla_extension.so"));    // bare: the package jax only
+  EXPECT_TRUE(MatchesObject("torch._C", "/v/site-packages/torch/_C.cpython-311-x86_64-linux-gnu.so"));
+  EXPECT_TRUE(MatchesObject("*/lib-dynload/*", "/py/lib/python3.11/lib-dynload/_struct.cpython-311-x86_64-linux-gnu.so"));
+  EXPECT_TRUE(MatchesObject("python*", "/root/.pyenv/versions/3.11.7/bin/python3.11"));
+  EXPECT_FALSE(MatchesObject("libcuda.*", "/usr/local/cuda/lib64/libcudart.so.13"));
+  EXPECT_TRUE(MatchesObject("libcudart*", "/usr/local/cuda/lib64/libcudart.so.13"));
+  EXPECT_FALSE(MatchesObject("mujoco", ""));
+}
+
+TEST(Attribution, ModulePatternsAreGlobsOrAPackageWithItsSubmodules) {
+  EXPECT_TRUE(MatchesModule("gymnasium", "gymnasium"));
+  EXPECT_TRUE(MatchesModule("gymnasium", "gymnasium.envs.classic_control.cartpole"));
+  EXPECT_FALSE(MatchesModule("gym", "gymnasium.envs"));
+  EXPECT_TRUE(MatchesModule("gymnasium.*", "gymnasium.envs"));
+  EXPECT_FALSE(MatchesModule("gymnasium.*", "gymnasium"));
+  EXPECT_TRUE(MatchesModule("*sim*", "my_simulator"));
+}
+
+TEST(Attribution, ClassifiesByObjectThenPythonModuleWithTheConfigsPatterns) {
+  Config::Attribution patterns;  // the defaults
+  patterns.simulator = {"mujoco", "gymnasium"};
+  const AttributionRules rules(patterns);
+  const std::string libpython = "/py/lib/libpython3.11.so.1.0";
+  EXPECT_EQ(rules.Classify(libpython, "__main__"), CpuCategory::kPython);
+  EXPECT_EQ(rules.Classify("/py/bin/python3.11", ""), CpuCategory::kPython);  // a static interpreter
+  EXPECT_EQ(rules.Classify(libpython, "gymnasium.envs.cartpole"), CpuCategory::kSimulator);
+  EXPECT_EQ(rules.Classify("/v/site-packages/torch/lib/libtorch_cpu.so", "gymnasium.envs"), CpuCategory::kBackend);
+  EXPECT_EQ(rules.Classify("/v/site-packages/numpy/core/_multiarray_umath.cpython-311.so", "gymnasium.envs"),
+            CpuCategory::kSimulator);  // native code an environment called, named by no pattern
+  EXPECT_EQ(rules.Classify("/v/site-packages/numpy/core/_multiarray_umath.cpython-311.so", "__main__"),
+            CpuCategory::kOther);
+  EXPECT_EQ(rules.Classify("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "__main__"), CpuCategory::kCudaApi);
+  EXPECT_EQ(rules.Classify("/opt/lib/libmujoco.so.3", ""), CpuCategory::kSimulator);
+  EXPECT_EQ(rules.Classify("", ""), CpuCategory::kOther);  // an address in no shared object (generated code)
+  // The profiler's own code, native or Python.
+  EXPECT_EQ(rules.Classify("/v/site-packages/rlscope_ray/librlscope_collector.so", "__main__"), CpuCategory::kProfiler);
+  EXPECT_EQ(rules.Classify("/v/site-packages/rlscope_ray/_native.cpython-311-x86_64-linux-gnu.so", "x"),
+            CpuCategory::kProfiler);
+  EXPECT_EQ(rules.Classify(libpython, "rlscope_ray.ray_worker"), CpuCategory::kProfiler);
+  // A list replaces its default: libtorch is no backend without it.
+  Config::Attribution jax_only;
+  jax_only.backend = {"jax*"};
+  EXPECT_EQ(AttributionRules(jax_only).Classify("/v/site-packages/torch/lib/libtorch_cpu.so", ""), CpuCategory::kOther);
+  EXPECT_EQ(AttributionRules(jax_only).Classify(libpython, "jax._src.core"), CpuCategory::kBackend);
+}
+
+TEST(Attribution, SampledCpuTimeLiesJustBeforeEachSampleAfterTheThreadsPrevious) {
+  // Thread 1 ran [0, 30) (samples of 10 at 10, 20, 30), slept, and ran 10
+  // before its sample at 100. Thread 2's sample at 15 overlaps thread 1's
+  // time: the union counts wall time once.
+  const std::vector<CpuSample> samples = {{10, 1, 0, 0, 10, 0}, {15, 2, 0, 0, 10, 0}, {20, 1, 0, 0, 10, 0},
+                                          {30, 1, 0, 0, 10, 0}, {100, 1, 0, 0, 10, 0}};
+  const std::vector<Interval> on = UnionClipped(SampledCpuIntervals(samples), 0, 200);
+  ASSERT_EQ(on.size(), 2u);
+  EXPECT_EQ(on[0].begin, 0);
+  EXPECT_EQ(on[0].end, 30);
+  EXPECT_EQ(on[1].begin, 90);
+  EXPECT_EQ(on[1].end, 100);
+}
+
+TEST(Attribution, TheSamplingErrorIsBinomialOverTheEffectiveSamples) {
+  Attribution a;
+  a.ns[static_cast<size_t>(CpuCategory::kPython)] = 75;
+  a.ns[static_cast<size_t>(CpuCategory::kBackend)] = 25;
+  a.cpu_ns = 100;
+  a.samples = 100;
+  a.weight_sq_ns2 = 100;  // 100 samples of 1 ns
+  EXPECT_DOUBLE_EQ(a.Share(CpuCategory::kPython), 0.75);
+  EXPECT_NEAR(a.ErrorNs(CpuCategory::kPython), 100 * std::sqrt(0.75 * 0.25 / 100), 1e-9);
+  a.weight_sq_ns2 = 400;  // the same CPU time in 25 samples of 4: twice the error
+  EXPECT_NEAR(a.ErrorNs(CpuCategory::kBackend), 100 * std::sqrt(0.75 * 0.25 / 25), 1e-9);
 }
 
 }  // namespace

@@ -420,6 +420,22 @@ TEST(WireTest, BatchRoundTrips) {
   EXPECT_EQ(wire::Encode(r.message), bytes);
 }
 
+TEST(WireTest, CpuSamplesRoundTrip) {
+  wire::Batch b;
+  b.session = 3;
+  wire::Event e;
+  e.kind = static_cast<uint8_t>(EventKind::kCpuSample);
+  e.ts_ns = 123456789;
+  e.value = 0x7f0012345678;  // an instruction address
+  e.name = 4;                // the shared object's path
+  e.category = 5;            // the Python frame's module
+  e.domain = 4000;           // us of thread CPU time
+  b.threads = {{77, {e}}};
+  const wire::DecodeResult r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(std::get<wire::Batch>(r.message).threads[0].events[0], e);
+}
+
 TEST(WireTest, EmptyBatchRoundTrips) {
   wire::Batch b;
   b.session = 1;
@@ -731,7 +747,7 @@ TEST(WireTest, ExpectedWithNonStringValueIsRejected) {
 }
 
 TEST(WireTest, RejectsUnknownEventKind) {
-  for (int64_t kind : {0, 7, 255, 256 + 1}) {
+  for (int64_t kind : {0, 8, 255, 256 + 1}) {
     const wire::DecodeResult r = DecodeString(BatchWithEvents({kind, 0, 1, 0, 0, 0, 0}));
     EXPECT_FALSE(r.ok) << "kind " << kind;
     EXPECT_THAT(r.error, HasSubstr("unknown event kind " + std::to_string(kind)));
@@ -1054,6 +1070,39 @@ TEST(ConfigTest, UnknownNestedKeyNamesFullPath) {
   EXPECT_THAT(r.errors[0], HasSubstr("gpu.kernal"));
   EXPECT_THAT(r.errors[0], HasSubstr("unknown key"));
   EXPECT_THAT(r.errors[0], HasSubstr("did you mean 'gpu.kernels'"));
+}
+
+TEST(ConfigTest, AttributionPatternsReplaceTheirDefaultsAndAreRunKeys) {
+  const ConfigResult r = ParseConfig(
+      "cpu: {sampling_hz: 250}\n"
+      "attribution: {simulator: [mujoco, \"gymnasium.*\"], backend: [\"libtorch*\", jax]}\n", "a.yaml");
+  ASSERT_TRUE(r.ok()) << JoinErrors(r);
+  EXPECT_EQ(r.config.cpu.sampling_hz, 250);
+  EXPECT_EQ(r.config.attribution.simulator, (std::vector<std::string>{"mujoco", "gymnasium.*"}));
+  EXPECT_EQ(r.config.attribution.backend, (std::vector<std::string>{"libtorch*", "jax"}));
+  EXPECT_EQ(r.config.attribution.python, Config().attribution.python);  // unset: the default
+  EXPECT_EQ(RunKeysIn(r.keys), (KeySet{"attribution.backend", "attribution.simulator", "cpu.sampling_hz"}));
+  Config adopted;
+  AdoptRunKeys(r.config, &adopted);
+  EXPECT_EQ(adopted.attribution.simulator, r.config.attribution.simulator);
+  EXPECT_EQ(adopted.cpu.sampling_hz, 250);
+  EXPECT_EQ(Config().cpu.sampling_hz, 1000);
+}
+
+TEST(ConfigTest, BadAttributionSaysWhatAndWhere) {
+  const ConfigResult typo = ParseConfig("steps: all\nattribution: {simulatr: [mujoco]}\n", "a.yaml");
+  ASSERT_EQ(typo.errors.size(), 1u) << JoinErrors(typo);
+  EXPECT_THAT(typo.errors[0], HasSubstr("a.yaml:2:15: attribution.simulatr: unknown key"));
+  EXPECT_THAT(typo.errors[0], HasSubstr("did you mean 'attribution.simulator'"));
+  const ConfigResult scalar = ParseConfig("attribution:\n  backend: libtorch\n", "a.yaml");
+  ASSERT_EQ(scalar.errors.size(), 1u) << JoinErrors(scalar);
+  EXPECT_THAT(scalar.errors[0], HasSubstr("a.yaml:2:12: attribution.backend: expected a list of patterns"));
+  const ConfigResult glob = ParseConfig("attribution: {python: [\"lib[py\"]}\n", "a.yaml");
+  ASSERT_EQ(glob.errors.size(), 1u) << JoinErrors(glob);
+  EXPECT_THAT(glob.errors[0], HasSubstr("attribution.python: 'lib[py' has an unbalanced [ ]"));
+  const ConfigResult rate = ParseConfig("cpu: {sampling_hz: -5}\n", "a.yaml");
+  ASSERT_EQ(rate.errors.size(), 1u) << JoinErrors(rate);
+  EXPECT_THAT(rate.errors[0], HasSubstr("cpu.sampling_hz: -5 is out of range [0, 100000]"));
 }
 
 TEST(ConfigTest, SectionMustBeAMap) {

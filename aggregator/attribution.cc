@@ -1,0 +1,194 @@
+#include "aggregator/attribution.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "aggregator/step_profile.h"
+#include "native/gpu_record.h"
+#include "native/names.h"
+
+namespace rlscope {
+
+namespace {
+
+bool IsGlob(std::string_view p) { return p.find_first_of("*?[") != std::string_view::npos; }
+
+bool Glob(std::string_view pattern, std::string_view text) {
+  return fnmatch(std::string(pattern).c_str(), std::string(text).c_str(), 0) == 0;
+}
+
+std::string_view BaseName(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// "libmujoco.so.3.1" -> "mujoco"; "_functions.cpython-311-x86_64-linux-gnu.so" -> "_functions".
+std::string_view Stem(std::string_view base) {
+  if (base.rfind("lib", 0) == 0 && base.size() > 3) base.remove_prefix(3);
+  return base.substr(0, base.find('.'));
+}
+
+// An object under site-packages or dist-packages as a dotted module path:
+// ".../site-packages/mujoco/_functions.cpython-311.so" -> "mujoco._functions"; "" elsewhere.
+std::string ModulePath(std::string_view path) {
+  size_t at = std::string_view::npos, skip = 0;
+  for (std::string_view dir : {"site-packages/", "dist-packages/"}) {
+    const size_t p = path.rfind(dir);
+    if (p != std::string_view::npos && (at == std::string_view::npos || p > at)) at = p, skip = dir.size();
+  }
+  if (at == std::string_view::npos) return "";
+  std::string rel(path.substr(at + skip));
+  const size_t slash = rel.rfind('/');
+  const size_t dot = rel.find('.', slash == std::string::npos ? 0 : slash + 1);
+  if (dot != std::string::npos) rel.resize(dot);
+  std::replace(rel.begin(), rel.end(), '/', '.');
+  return rel;
+}
+
+bool AnyObject(const std::vector<std::string>& patterns, std::string_view path) {
+  if (path.empty()) return false;
+  for (const std::string& p : patterns) {
+    if (MatchesObject(p, path)) return true;
+  }
+  return false;
+}
+
+bool AnyModule(const std::vector<std::string>& patterns, std::string_view module) {
+  if (module.empty()) return false;
+  for (const std::string& p : patterns) {
+    if (MatchesModule(p, module)) return true;
+  }
+  return false;
+}
+
+// The profiler's own code: the collector library and rlscope_ray's native
+// module (where its Python API runs); its Python frames (Ray's method
+// wrapper, the step class).
+const std::vector<std::string>& ProfilerObjects() {
+  static const std::vector<std::string> p = {"librlscope_collector*", "rlscope_ray"};
+  return p;
+}
+const std::vector<std::string>& ProfilerModules() {
+  static const std::vector<std::string> p = {"rlscope_ray"};
+  return p;
+}
+
+}  // namespace
+
+const char* CpuCategoryName(CpuCategory c) {
+  switch (c) {
+    case CpuCategory::kPython: return names::kCpuPython;
+    case CpuCategory::kBackend: return names::kCpuBackend;
+    case CpuCategory::kCudaApi: return names::kCpuCudaApi;
+    case CpuCategory::kSimulator: return names::kCpuSimulator;
+    case CpuCategory::kOther: return names::kCpuOther;
+    case CpuCategory::kProfiler: return names::kCpuProfiler;
+  }
+  return names::kCpuOther;
+}
+
+bool MatchesModule(std::string_view pattern, std::string_view module) {
+  if (pattern.empty() || module.empty()) return false;
+  if (IsGlob(pattern)) return Glob(pattern, module);
+  return module == pattern || (module.size() > pattern.size() && module.substr(0, pattern.size()) == pattern &&
+                               module[pattern.size()] == '.');
+}
+
+bool MatchesObject(std::string_view pattern, std::string_view path) {
+  if (pattern.empty() || path.empty()) return false;
+  if (pattern.find('/') != std::string_view::npos) return Glob(pattern, path);
+  const std::string_view base = BaseName(path);
+  if (Glob(pattern, base)) return true;
+  if (!IsGlob(pattern) && Stem(base) == pattern) return true;
+  const std::string module = ModulePath(path);
+  return !module.empty() && MatchesModule(pattern, module);
+}
+
+AttributionRules::AttributionRules(const Config::Attribution& patterns) : patterns_(patterns) {}
+
+CpuCategory AttributionRules::Classify(std::string_view object, std::string_view module) const {
+  if (AnyObject(ProfilerObjects(), object)) return CpuCategory::kProfiler;
+  if (AnyObject(patterns_.cuda_api, object)) return CpuCategory::kCudaApi;
+  if (AnyObject(patterns_.backend, object)) return CpuCategory::kBackend;
+  if (AnyObject(patterns_.simulator, object)) return CpuCategory::kSimulator;
+  const bool interpreter = AnyObject(patterns_.python, object);
+  if (AnyModule(ProfilerModules(), module)) return CpuCategory::kProfiler;
+  if (AnyModule(patterns_.simulator, module)) return CpuCategory::kSimulator;
+  if (AnyModule(patterns_.backend, module)) return CpuCategory::kBackend;
+  if (AnyModule(patterns_.cuda_api, module)) return CpuCategory::kCudaApi;
+  return interpreter ? CpuCategory::kPython : CpuCategory::kOther;
+}
+
+void Attribution::Add(const Attribution& o) {
+  for (size_t c = 0; c < kCpuCategories; ++c) ns[c] += o.ns[c];
+  samples += o.samples;
+  cpu_ns += o.cpu_ns;
+  weight_sq_ns2 += o.weight_sq_ns2;
+  max_weight_ns = std::max(max_weight_ns, o.max_weight_ns);
+  gpu_ns += o.gpu_ns;
+  idle_ns += o.idle_ns;
+  if (o.cuda_api_wall_ns >= 0) cuda_api_wall_ns = std::max<int64_t>(0, cuda_api_wall_ns) + o.cuda_api_wall_ns;
+}
+
+double Attribution::Share(CpuCategory c) const {
+  const int64_t job = job_cpu_ns();
+  if (c == CpuCategory::kProfiler || job <= 0) return 0;
+  return static_cast<double>(ns[static_cast<size_t>(c)]) / static_cast<double>(job);
+}
+
+double Attribution::ErrorNs(CpuCategory c) const {
+  // Binomial over the effective number of samples (weights differ: a sample
+  // after the kernel's tick missed some periods stands for several).
+  if (cpu_ns <= 0 || weight_sq_ns2 <= 0) return 0;
+  const double total = static_cast<double>(cpu_ns);
+  const double n_eff = total * total / weight_sq_ns2;
+  const double p = static_cast<double>(ns[static_cast<size_t>(c)]) / total;
+  return total * std::sqrt(std::max(0.0, p * (1 - p)) / n_eff);
+}
+
+void ClassifyStepSamples(StepProfile* step, const AttributionRules& rules) {
+  for (ProcessSlice& slice : step->processes) {
+    if (slice.cpu_samples.empty()) continue;
+    // Each thread's CUDA API calls (CUPTI, where traced), in time order.
+    std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> api;
+    for (const GpuRecord& g : slice.gpu) {
+      const auto kind = static_cast<GpuKind>(g.kind);
+      if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.tid != 0) {
+        api[g.tid].emplace_back(g.start_ns, g.end_ns);
+      }
+    }
+    for (auto& [tid, calls] : api) {  // sorted and merged: a driver call inside a runtime call is one
+      std::sort(calls.begin(), calls.end());
+      std::vector<std::pair<int64_t, int64_t>> merged;
+      for (const auto& c : calls) {
+        if (!merged.empty() && c.first <= merged.back().second) merged.back().second = std::max(merged.back().second, c.second);
+        else merged.push_back(c);
+      }
+      calls = std::move(merged);
+    }
+    std::unordered_map<uint64_t, CpuCategory> by_names;
+    const ProcessTimeline& p = *slice.process;
+    for (CpuSample& s : slice.cpu_samples) {
+      if (auto it = api.find(s.tid); it != api.end()) {
+        const auto& calls = it->second;  // the last call beginning at or before the sample
+        auto c = std::upper_bound(calls.begin(), calls.end(), std::make_pair(s.ts_ns, INT64_MAX));
+        if (c != calls.begin() && std::prev(c)->second >= s.ts_ns) {
+          s.category = static_cast<uint8_t>(CpuCategory::kCudaApi);
+          continue;
+        }
+      }
+      const uint64_t key = (static_cast<uint64_t>(s.object) << 32) | s.module;
+      auto it = by_names.find(key);
+      if (it == by_names.end()) it = by_names.emplace(key, rules.Classify(p.String(s.object), p.String(s.module))).first;
+      s.category = static_cast<uint8_t>(it->second);
+    }
+  }
+}
+
+}  // namespace rlscope

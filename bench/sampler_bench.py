@@ -1,0 +1,209 @@
+"""The sampler section of run_bench.py: cross-stack attribution measured.
+
+1. What CPU sampling costs the work it samples: a fixed amount of work (a pure
+   Python loop and a native loop, bench/sampler_workload.py) inside a captured
+   range, with cpu.sampling_hz 0 (off), 1000 and 10000, in interleaved rounds;
+   its thread CPU time and wall time, each beside sampling off in the same
+   round (pair by pair).
+2. Attribution against the known answer: tests/apps/attribution_app.py burns
+   known thread CPU time in a shared library (the config's backend), a pure
+   Python loop and a Python module (the config's simulator); per sub-task, what
+   each phase measured of its own thread CPU time against what the summary
+   says, with the summary's own sampling error.
+3. The same program under py-spy's native mode (py-spy record --native, 1000
+   samples per second of wall time), as a peer: whole-run time by category
+   from its leaf frames, beside ours and the truth, and the wall time of the
+   program plain, under our collector and under py-spy (interleaved).
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ATTRIBUTION = {"simulator": ["rlscope_test_sim"], "backend": ["librlscope_test_burn*"]}
+CATEGORIES = ("python", "backend", "simulator", "other")
+
+
+def _env(base_env, endpoint=None, config=None):
+    env = dict(base_env)
+    if endpoint:
+        env["RLSCOPE_AGGREGATOR"] = endpoint
+    if config is not None:
+        env["RLSCOPE_CONFIG"] = json.dumps(config)
+    return env
+
+
+def _ratio_text(values):
+    return "%.3fx (%.3f-%.3f)" % (statistics.median(values), min(values), max(values))
+
+
+def _cost_rows(args, clean_env, run_json, lib, agg_endpoint):
+    workload = os.path.join(args.root, "bench", "sampler_workload.py")
+    rates = [0, 1000, 10000]
+    per_rate = {hz: [] for hz in rates}
+    rounds = 3 if args.quick else 7
+    for i in range(rounds):
+        order = rates[i % len(rates):] + rates[:i % len(rates)]
+        for hz in order:
+            config = {"capture_range": "api", "cpu": {"sampling_hz": hz}}
+            per_rate[hz].append(run_json([sys.executable, workload, "--lib", lib], _env(clean_env(), agg_endpoint,
+                                                                                      config), args.timeout_s))
+    rows = []
+    for hz in rates:
+        runs = per_rate[hz]
+        cpu = [r["cpu_ms"] for r in runs]
+        wall = [r["wall_ms"] for r in runs]
+        cpu_ratio = [r["cpu_ms"] / off["cpu_ms"] for r, off in zip(runs, per_rate[0])]
+        wall_ratio = [r["wall_ms"] / off["wall_ms"] for r, off in zip(runs, per_rate[0])]
+        samples = statistics.median(r["samples"] for r in runs)
+        per_s = samples / (statistics.median(cpu) / 1000) if samples else 0
+        rows.append(["off" if hz == 0 else "%d Hz" % hz, "%.1f" % statistics.median(cpu),
+                     "%.1f" % statistics.median(wall), "1" if hz == 0 else _ratio_text(cpu_ratio),
+                     "1" if hz == 0 else _ratio_text(wall_ratio), "%d" % samples, "%.0f" % per_s,
+                     "sampling off, same round"])
+    return rounds, rows
+
+
+def _run_app(args, env, report, lib, prefix=()):
+    app = os.path.join(args.root, "tests", "apps", "attribution_app.py")
+    t0 = time.monotonic()
+    subprocess.run([*prefix, sys.executable, app, "--lib", lib, "--steps", "3", "--report", report], env=env,
+                   check=True, timeout=args.timeout_s, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def _pyspy_categories(path):
+    """ms per category from py-spy's raw output, by each stack's leaf frame."""
+    out = {c: 0.0 for c in CATEGORIES}
+    samples = 0
+    with open(path) as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not count.isdigit():
+                continue
+            n = int(count)
+            samples += n
+            leaf = stack.split(";")[-1]
+            m = re.search(r"\(([^():]+)(?::\d+)?\)\s*$", leaf)
+            where = m.group(1) if m else ""
+            if where == "rlscope_test_sim.py":
+                cat = "simulator"
+            elif where.endswith(".py"):
+                cat = "python"
+            elif where in ("burn.cc",) or where.startswith("librlscope_test_burn"):
+                cat = "backend"
+            elif where.startswith("libpython") or where.endswith(".c") and "ctypes" not in where:
+                cat = "python"  # the interpreter's own C frames (ceval.c, ...)
+            else:
+                cat = "other"
+            out[cat] += n  # at --rate 1000: 1 ms each
+    return out, samples
+
+
+def _attribution_rows(args, clean_env, lib, pyspy):
+    from rlscope_ray.aggregator_process import start_aggregator
+
+    rows, whole = [], []
+    walls = {"plain": [], "rlscope": [], "py-spy --native": []}
+    rounds = 2 if args.quick else 3
+    ours_total = {c: 0.0 for c in CATEGORIES}
+    truth_total = {c: 0.0 for c in CATEGORIES}
+    spy_total = None
+    with tempfile.TemporaryDirectory(prefix="rlscope_sampler_bench_") as work:
+        for i in range(rounds):
+            jobs = ["plain", "rlscope"] + (["py-spy --native"] if pyspy else [])
+            for kind in jobs[i % len(jobs):] + jobs[:i % len(jobs)]:
+                report = os.path.join(work, f"{kind.split()[0]}_{i}.json")
+                if kind == "plain":
+                    walls[kind].append(_run_app(args, clean_env(), report, lib))
+                elif kind == "rlscope":
+                    out = os.path.join(work, f"out_{i}")
+                    command = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
+                    config = {"attribution": ATTRIBUTION}
+                    with start_aggregator(out, work_dir=os.path.join(work, f"agg_{i}"), command=command,
+                                          config=config, nice=True, args=["--exit-when-done"]) as agg:
+                        env = _env(clean_env(), agg.endpoint, config)
+                        env["RLSCOPE_ROLE"] = "controller"
+                        walls[kind].append(_run_app(args, env, report, lib))
+                        agg.stop(60, term_timeout=10)
+                    app = json.load(open(report))
+                    if i == 0:
+                        rows += _phase_rows(out, app)
+                    for step in (1, 2, 3):
+                        s = json.load(open(os.path.join(out, f"step_{step}", "summary.json")))
+                        a = next(r["attribution"] for r in s["breakdown"] if r["subtask"] == "step")
+                        for c in CATEGORIES:
+                            ours_total[c] += a[f"{c}_ms"] / rounds
+                        t = app["steps"][str(step)]
+                        truth_total["backend"] += 1000 * t["native"] / rounds
+                        truth_total["python"] += 1000 * t["python"] / rounds
+                        truth_total["simulator"] += 1000 * (t["sim"] + t["helper"]) / rounds
+                else:
+                    raw = os.path.join(work, f"pyspy_{i}.txt")
+                    walls[kind].append(_run_app(args, clean_env(), report, lib,
+                                                prefix=[pyspy, "record", "--native", "--rate", "1000", "--format",
+                                                        "raw", "--threads", "--output", raw, "--"]))
+                    cats, _ = _pyspy_categories(raw)
+                    if spy_total is None:
+                        spy_total = {c: 0.0 for c in CATEGORIES}
+                    for c in CATEGORIES:
+                        spy_total[c] += cats[c] / rounds
+    for c in CATEGORIES:
+        whole.append([c, "%.0f" % truth_total[c], "%.0f" % ours_total[c],
+                      "%.0f" % spy_total[c] if spy_total else "n/a (py-spy not installed)"])
+    base = statistics.median(walls["plain"])
+    wall_rows = [[k, "%.2f" % statistics.median(v), "%.3fx" % (statistics.median(v) / base)]
+                 for k, v in walls.items() if v]
+    return rounds, rows, whole, wall_rows
+
+
+def _phase_rows(out, app):
+    rows = []
+    for step in (2, 3):
+        s = json.load(open(os.path.join(out, f"step_{step}", "summary.json")))
+        t = {k: 1000 * v for k, v in app["steps"][str(step)].items()}
+        by = {r["subtask"]: r["attribution"] for r in s["breakdown"] if r["process"] and r["attribution"]}
+        for subtask, cat, truth in (("native", "backend", t["native"]), ("python", "python", t["python"]),
+                                    ("sim", "simulator", t["sim"] + t["helper"])):
+            a = by[subtask]
+            got = a[f"{cat}_ms"]
+            rows.append([step, subtask, cat, "%.1f" % truth, "%.1f" % got, "%+.1f %%" % (100 * (got / truth - 1)),
+                         "%.1f" % a["error_ms"][cat], "%.1f" % a["max_sample_ms"],
+                         "%.0f %%" % (100 * a["shares"][cat]), a["samples"]])
+    return rows
+
+
+def sampler_section(args, print_table, clean_env, run_json):
+    from rlscope_ray.aggregator_process import start_aggregator
+
+    lib = os.path.join(args.build_dir, "tests", "apps", "librlscope_test_burn.so")
+    if not os.path.exists(lib):
+        raise SystemExit(f"{lib} not found: build with -DRLSCOPE_BUILD_TESTS=ON")
+    pyspy = shutil.which("py-spy") or (os.path.join(os.path.dirname(sys.executable), "py-spy")
+                                       if os.path.exists(os.path.join(os.path.dirname(sys.executable), "py-spy"))
+                                       else None)
+    with tempfile.TemporaryDirectory(prefix="rlscope_sampler_cost_") as work:
+        command = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
+        with start_aggregator(os.path.join(work, "out"), work_dir=os.path.join(work, "a"), command=command,
+                              nice=True) as agg:
+            rounds, cost = _cost_rows(args, clean_env, run_json, lib, agg.endpoint)
+    print_table("CPU sampler cost: a fixed Python + native workload in a captured range (%d interleaved rounds; "
+                "median, and pair by pair against sampling off in the same round)" % rounds,
+                ["cpu.sampling_hz", "work thread CPU ms", "work wall ms", "CPU vs off", "wall vs off",
+                 "samples", "samples per CPU second", "baseline"], cost)
+    rounds, phases, whole, walls = _attribution_rows(args, clean_env, lib, pyspy)
+    print_table("Attribution on the known answer (tests/apps/attribution_app.py, 250 ms of thread CPU per phase; "
+                "the sim phase runs on two threads): what each phase measured vs the summary",
+                ["step", "sub-task", "category", "measured ms", "summary ms", "error", "stated 1-sd ms",
+                 "max sample ms", "share", "samples"], phases)
+    print_table("The same program, whole run by category (ms, mean of %d runs): truth, rlscope-ray (CPU samples, "
+                "steps 1-3), py-spy --native (1000 Hz wall-clock samples, leaf frames; sleeping and GIL-waiting "
+                "threads included)" % rounds,
+                ["category", "measured (truth)", "rlscope-ray", "py-spy --native"], whole)
+    print_table("Wall time of that program (median of %d interleaved runs)" % rounds,
+                ["how", "wall s", "vs plain"], walls)

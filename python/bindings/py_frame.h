@@ -1,0 +1,19 @@
+/* The Python frame reader the CPU sampler calls (py_frame.c). */
+#ifndef RLSCOPE_PY_FRAME_H_
+#define RLSCOPE_PY_FRAME_H_
+
+#include "collector/rlscope_collector.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The reader for this interpreter and its name ("CPython 3.11"), or NULL
+ * (and "") when this CPython's frames are not read (before 3.11, after 3.13). */
+rlscope_py_module_reader_t RlscopePyModuleReader(const char** what);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RLSCOPE_PY_FRAME_H_ */
