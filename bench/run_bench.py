@@ -230,6 +230,57 @@ def nvtx_pair_section(args):
          "dropped", "reference"],
         rows,
     )
+    instruction_rows = _instructions_per_pair(args, exe)
+    if instruction_rows:
+        print_table("NVTX push+pop pair, instructions on the recording thread (callgrind: exact and the same on a "
+                    "busy machine, so a regression of the hot path shows here first)",
+                    ["configuration", "instructions/pair", "vs counting tool", "reference"], instruction_rows)
+
+
+def _instructions_per_pair(args, exe):
+    """Instructions per pair on the recording thread, under callgrind: the
+    difference between two runs of different lengths (start-up cancels)."""
+    import shutil
+    import tempfile
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
+        return []
+    bench = os.path.join(args.build_dir, "bench")
+    collector = os.path.join(args.build_dir, "collector", "librlscope_collector.so")
+    nowhere = f"tcp://127.0.0.1:{free_tcp_port()}"  # no aggregator: the flush thread is another thread anyway
+    configs = [
+        ("counting tool", {"NVTX_INJECTION64_PATH": os.path.join(bench, "librlscope_bench_counting_tool.so")},
+         "trivial-tool floor"),
+        ("rdtsc recorder, 32-byte records", {"NVTX_INJECTION64_PATH": os.path.join(
+            bench, "librlscope_bench_rdtsc_record32_tool.so")}, "the recording floor"),
+        ("rlscope collector, recording", {"NVTX_INJECTION64_PATH": collector, "RLSCOPE_AGGREGATOR": nowhere,
+                                          "RLSCOPE_CONFIG": "{buffers: {per_thread_kb: 65536}, flush: {exit_timeout_ms: 0}}"},
+         "246 when measured (was 370 before the record path was inlined)"),
+        ("rlscope collector, unselected rank", {"NVTX_INJECTION64_PATH": collector, "RLSCOPE_AGGREGATOR": nowhere,
+                                                "RLSCOPE_CONFIG": "{ranks: [1], flush: {exit_timeout_ms: 0}}",
+                                                "RLSCOPE_RANK": "0"}, "disarmed"),
+    ]
+    rows, floor = [], None
+    with tempfile.TemporaryDirectory(prefix="rlscope_callgrind_") as work:
+        for name, overrides, reference in configs:
+            totals = []
+            for pairs in (20000, 60000):
+                out = os.path.join(work, f"cg.{len(rows)}.{pairs}")
+                env = clean_env()
+                env.update(overrides)
+                subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+                                exe, "--pairs", str(pairs), "--chunk", "1000", "--sleep-ms", "0", "--warmup-pairs", "0"],
+                               env=env, capture_output=True, timeout=args.timeout_s)
+                text = subprocess.run(["callgrind_annotate", out + "-01"], capture_output=True, text=True).stdout
+                line = next((x for x in text.splitlines() if "PROGRAM TOTALS" in x), "")
+                totals.append(int(line.split()[0].replace(",", "")) if line else None)
+            if None in totals:
+                rows.append([name, None, None, reference])
+                continue
+            per_pair = (totals[1] - totals[0]) / 40000
+            floor = floor or per_pair
+            rows.append([name, "%.0f" % per_pair, "%.1fx" % (per_pair / floor), reference])
+    return rows
 
 
 def _nvtx_pair_rows(args, exe, endpoint, endpoint_step99, rows):

@@ -62,9 +62,11 @@ def _cost_rows(args, clean_env, run_json, lib, agg_endpoint):
         wall_ratio = [r["wall_ms"] / off["wall_ms"] for r, off in zip(runs, per_rate[0])]
         samples = statistics.median(r["samples"] for r in runs)
         per_s = samples / (statistics.median(cpu) / 1000) if samples else 0
+        cost = statistics.median(r["sample_cost_ns"] for r in runs)
         rows.append(["off" if hz == 0 else "%d Hz" % hz, "%.1f" % statistics.median(cpu),
                      "%.1f" % statistics.median(wall), "1" if hz == 0 else _ratio_text(cpu_ratio),
                      "1" if hz == 0 else _ratio_text(wall_ratio), "%d" % samples, "%.0f" % per_s,
+                     "-" if hz == 0 else "%.0f ns (%.3f %% of the CPU)" % (cost, 100 * cost * per_s / 1e9),
                      "sampling off, same round"])
     return rounds, rows
 
@@ -153,9 +155,13 @@ def _attribution_rows(args, clean_env, lib, pyspy):
                         spy_total = {c: 0.0 for c in CATEGORIES}
                     for c in CATEGORIES:
                         spy_total[c] += cats[c] / rounds
+    def cell(totals, c):
+        all_ms = sum(totals.values())
+        return "%.0f (%.0f %%)" % (totals[c], 100 * totals[c] / all_ms) if all_ms else "0"
+
     for c in CATEGORIES:
-        whole.append([c, "%.0f" % truth_total[c], "%.0f" % ours_total[c],
-                      "%.0f" % spy_total[c] if spy_total else "n/a (py-spy not installed)"])
+        whole.append([c, cell(truth_total, c), cell(ours_total, c),
+                      cell(spy_total, c) if spy_total else "n/a (py-spy not installed)"])
     base = statistics.median(walls["plain"])
     wall_rows = [[k, "%.2f" % statistics.median(v), "%.3fx" % (statistics.median(v) / base)]
                  for k, v in walls.items() if v]
@@ -195,13 +201,14 @@ def sampler_section(args, print_table, clean_env, run_json):
     print_table("CPU sampler cost: a fixed Python + native workload in a captured range (%d interleaved rounds; "
                 "median, and pair by pair against sampling off in the same round)" % rounds,
                 ["cpu.sampling_hz", "work thread CPU ms", "work wall ms", "CPU vs off", "wall vs off",
-                 "samples", "samples per CPU second", "baseline"], cost)
+                 "samples", "samples per CPU second", "one sample's cost (start-up calibration), share",
+                 "baseline"], cost)
     rounds, phases, whole, walls = _attribution_rows(args, clean_env, lib, pyspy)
     print_table("Attribution on the known answer (tests/apps/attribution_app.py, 250 ms of thread CPU per phase; "
                 "the sim phase runs on two threads): what each phase measured vs the summary",
                 ["step", "sub-task", "category", "measured ms", "summary ms", "error", "stated 1-sd ms",
                  "max sample ms", "share", "samples"], phases)
-    print_table("The same program, whole run by category (ms, mean of %d runs): truth, rlscope-ray (CPU samples, "
+    print_table("The same program, whole run by category (ms and share, mean of %d runs): truth, rlscope-ray (CPU samples, "
                 "steps 1-3), py-spy --native (1000 Hz wall-clock samples, leaf frames; sleeping and GIL-waiting "
                 "threads included)" % rounds,
                 ["category", "measured (truth)", "rlscope-ray", "py-spy --native"], whole)

@@ -34,7 +34,8 @@ def main() -> None:
     rlscope_ray.flush()
     s = rlscope_ray.stats()
     print(json.dumps({"cpu_ms": (c1 - c0) / 1e6, "wall_ms": (w1 - w0) / 1e6, "samples": s.get("cpu_samples", 0),
-                      "signals": s.get("cpu_signals", 0)}))
+                      "signals": s.get("cpu_signals", 0),
+                      "sample_cost_ns": rlscope_ray._native.cost("cpu_sample")}))
 
 
 if __name__ == "__main__":

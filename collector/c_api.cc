@@ -281,4 +281,10 @@ void rlscope_collector_stats(rlscope_stats_t* out) {
   if (Collector* c = Collector::Instance()) c->Stats(out);
 }
 
+void rlscope_sampler_stats(rlscope_sampler_stats_t* out) {
+  if (out == nullptr) return;
+  *out = rlscope_sampler_stats_t{};
+  if (Collector* c = Collector::Instance()) c->SamplerStats(out);
+}
+
 }  // extern "C"

@@ -20,7 +20,7 @@
 namespace rlscope {
 
 std::atomic<Collector*> Collector::instance_{nullptr};
-thread_local ThreadState* Collector::tls_state_ __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local ThreadState* Collector::tls_state_ __attribute__((tls_model("initial-exec"))) = nullptr;
 thread_local bool Collector::tls_over_budget_ = false;
 thread_local bool Collector::tls_exiting_ = false;
 
@@ -712,11 +712,14 @@ void Collector::Stats(rlscope_stats_t* out) {
   out->batches_sent = transport_.batches_sent();
   out->batches_dropped = transport_.batches_dropped();
   out->threads = threads_.size();
-  out->cpu_samples = sampler_.samples();
-  out->cpu_samples_dropped = sampler_.dropped();
-  out->cpu_signals = sampler_.signals();
-  out->cpu_timers = static_cast<uint64_t>(sampler_.timers());
-  out->cpu_signal = static_cast<uint64_t>(sampler_.signal_number());
+}
+
+void Collector::SamplerStats(rlscope_sampler_stats_t* out) const {
+  out->samples = sampler_.samples();
+  out->dropped = sampler_.dropped();
+  out->signals = sampler_.signals();
+  out->timers = static_cast<uint64_t>(sampler_.timers());
+  out->signal = static_cast<uint64_t>(sampler_.signal_number());
 }
 
 void Collector::ReconcileSampling(bool stop) {

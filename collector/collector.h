@@ -31,6 +31,12 @@
 #include "collector/test_clock.h"
 #include "collector/transport.h"
 
+// The hot path is inlined into each entry point (NVTX handlers, the C ABI,
+// the Python fast path): a call with nine arguments spills and reloads more
+// than the record itself costs (tests: the instruction count per pair in
+// bench/nvtx_pair_bench under callgrind).
+#define RLSCOPE_HOT inline __attribute__((always_inline))
+
 namespace rlscope {
 
 // One recording thread's state, reached through a thread_local pointer.
@@ -108,8 +114,8 @@ class Collector {
   // either (pairs stay whole): kDroppedRangeBit in a start's handle.
   static constexpr uint64_t kRecordedRangeBit = uint64_t{1} << 63;
   static constexpr uint64_t kDroppedRangeBit = uint64_t{1} << 62;
-  int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
-                uint8_t flags) {
+  RLSCOPE_HOT int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
+                            uint8_t flags) {
     const bool special = watching() && OnRangeOpen(ts, name, flags, payload, false, 0);
     const bool attempted = special || armed();
     const bool recorded =
@@ -119,7 +125,7 @@ class Collector {
     ts->SetDropped(depth, attempted && !recorded);
     return depth;
   }
-  int RangePop(ThreadState* ts, uint32_t domain) {
+  RLSCOPE_HOT int RangePop(ThreadState* ts, uint32_t domain) {
     if (ts->depth == 0) return -1;  // nothing open on this thread (or opened before it was tracked)
     const int depth = --ts->depth;
     const bool special = watching() && OnRangeClose(ts, false, 0);
@@ -131,8 +137,8 @@ class Collector {
     }
     return depth;
   }
-  uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
-                      uint64_t payload, uint8_t flags) {
+  RLSCOPE_HOT uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
+                                  uint64_t payload, uint8_t flags) {
     // Disarmed and not watching: no id is needed (NVTX's own no-op returns 0
     // too), so the shared counter is not touched.
     if (!watching() && !armed()) return 0;
@@ -144,7 +150,7 @@ class Collector {
     return id | kRecordedRangeBit;
   }
   // `handle` is what RangeStart returned.
-  void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle) {
+  RLSCOPE_HOT void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle) {
     const uint64_t id = handle & ~(kRecordedRangeBit | kDroppedRangeBit);
     const bool special = watching() && OnRangeClose(ts, true, id);
     if (special || (handle & kRecordedRangeBit) != 0) {
@@ -158,8 +164,8 @@ class Collector {
   // when dropped (ring full, counted unless `counted` is false: a cost
   // sample). `privileged`: a recorded range's close or a step edge, which may
   // take the ring's reserve (ThreadBuffer::TryPush).
-  bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
-              uint64_t value, uint8_t flags, bool privileged = false, bool counted = true) {
+  RLSCOPE_HOT bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
+                          uint64_t value, uint8_t flags, bool privileged = false, bool counted = true) {
     EventRecord r;
     r.ts = ReadTicks(clock_source_);
     // Test-only virtual costs (test_clock.h; the clock source is then
@@ -241,6 +247,7 @@ class Collector {
   // Final flush, goodbye, socket close (bounded by flush.exit_timeout_ms).
   void Shutdown();
   void Stats(rlscope_stats_t* out);
+  void SamplerStats(rlscope_sampler_stats_t* out) const;
   // pthread_atfork child handler: the child gets no collector (see .cc).
   static void DetachInForkedChild();
   // pthread_atfork parent handler: one line at the first fork, and the count
@@ -380,8 +387,9 @@ class Collector {
 
   static std::atomic<Collector*> instance_;
   // initial-exec: one load on the hot path (a dlopen'ed library may use a few
-  // bytes of the static TLS surplus that glibc keeps for this).
-  static thread_local ThreadState* tls_state_ __attribute__((tls_model("initial-exec")));
+  // bytes of the static TLS surplus that glibc keeps for this); constinit:
+  // no TLS wrapper call is needed to read it from another file.
+  static constinit thread_local ThreadState* tls_state_ __attribute__((tls_model("initial-exec")));
   static thread_local bool tls_over_budget_;
   static thread_local bool tls_exiting_;  // set by the thread-exit hook: never re-register
 

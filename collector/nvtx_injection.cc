@@ -115,16 +115,16 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   if (ts == nullptr) return;                       \
   CostSampler rlscope_sampler(c, ts)
 
-int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
+RLSCOPE_HOT int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
   return c->RangePush(ts, a.name, domain, a.category, a.value, a.flags);
 }
 
-int Pop(Collector* c, ThreadState* ts, uint32_t domain) {
+RLSCOPE_HOT int Pop(Collector* c, ThreadState* ts, uint32_t domain) {
   const int depth = c->RangePop(ts, domain);
   return depth < 0 ? NVTX_NO_PUSH_POP_TRACKING : depth;
 }
 
-nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
+RLSCOPE_HOT nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
   return c->RangeStart(ts, a.name, domain, a.category, a.value, a.flags);
 }
 

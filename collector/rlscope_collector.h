@@ -107,13 +107,19 @@ typedef struct rlscope_stats {
   uint64_t batches_sent;
   uint64_t batches_dropped; /* the aggregator's queue was full */
   uint64_t threads;         /* threads with a buffer now (exited ones are freed) */
-  uint64_t cpu_samples;     /* CPU samples recorded (cpu.sampling_hz) */
-  uint64_t cpu_samples_dropped; /* a thread's sample ring was full */
-  uint64_t cpu_signals;     /* sampler timer signals taken, recorded or not (outside a window) */
-  uint64_t cpu_timers;      /* CPU-time timers that exist now (one per sampled thread) */
-  uint64_t cpu_signal;      /* the sampler's signal number, 0 before it is set up */
 } rlscope_stats_t;
 RLSCOPE_API void rlscope_collector_stats(rlscope_stats_t* out);
+
+/* The CPU sampler's counters (collector/cpu_sampler.h). A struct of its own:
+ * rlscope_stats_t keeps its layout for callers built against it. */
+typedef struct rlscope_sampler_stats {
+  uint64_t samples;         /* CPU samples recorded (cpu.sampling_hz) */
+  uint64_t dropped;         /* samples lost: a thread's sample ring was full */
+  uint64_t signals;         /* timer signals taken, recorded or not (outside a window) */
+  uint64_t timers;          /* CPU-time timers that exist now (one per sampled thread) */
+  uint64_t signal;          /* its signal number, 0 before it is set up */
+} rlscope_sampler_stats_t;
+RLSCOPE_API void rlscope_sampler_stats(rlscope_sampler_stats_t* out);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,8 @@ class ThreadBuffer {
   // (privileged=false) leaves the last reserve() slots free: they take only
   // privileged ones, the closes of recorded ranges and the step edges, so a
   // full ring drops whole ranges and keeps step boundaries.
-  bool TryPush(const EventRecord& record, bool privileged = true, bool counted = true) {
+  inline __attribute__((always_inline)) bool TryPush(const EventRecord& record, bool privileged = true,
+                                                     bool counted = true) {
     const uint64_t limit = privileged ? mask_ : mask_ - reserve_;
     const uint64_t head = head_.load(std::memory_order_relaxed);  // own index
     if (head - cached_tail_ > limit) {

@@ -147,11 +147,13 @@ PYBIND11_MODULE(_native, m) {
     d["batches_sent"] = s.batches_sent;
     d["batches_dropped"] = s.batches_dropped;
     d["threads"] = s.threads;
-    d["cpu_samples"] = s.cpu_samples;
-    d["cpu_samples_dropped"] = s.cpu_samples_dropped;
-    d["cpu_signals"] = s.cpu_signals;
-    d["cpu_timers"] = s.cpu_timers;
-    d["cpu_signal"] = s.cpu_signal;
+    rlscope_sampler_stats_t c;
+    rlscope_sampler_stats(&c);
+    d["cpu_samples"] = c.samples;
+    d["cpu_samples_dropped"] = c.dropped;
+    d["cpu_signals"] = c.signals;
+    d["cpu_timers"] = c.timers;
+    d["cpu_signal"] = c.signal;
     return d;
   });
   // The CPU sampler reads the module of a sampled thread's Python frame
