@@ -45,8 +45,8 @@ int64_t SampleTrack(int64_t tid) { return (int64_t{1} << 42) + tid; }
 // CPU samples of one process (attribution.h): per sampled thread a track of
 // its own, one slice per run of samples in one category, each sample's CPU
 // time placed just before it (after the thread's previous sample); `where`
-// is what most of the run's samples were in (the Python module, else the
-// shared object's file name).
+// is what most of the run's samples were in: the Python module for python
+// and simulator samples, the shared object's file name for the others.
 // The slices are clipped to the step's bounds [begin_ns, end_ns].
 void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
   const ProcessTimeline& p = *slice.process;
@@ -94,11 +94,14 @@ void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int6
       run.end = std::min(c->ts_ns, end_ns);
       run.cpu_ns += c->weight_ns;
       ++run.samples;
-      std::string name = p.String(c->module);
-      if (name.empty()) {
-        name = p.String(c->object);
-        if (const size_t slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
-      }
+      // Python and the simulator are told by the frame's module, the rest
+      // by the shared object (libc under Ray's worker loop is "other").
+      std::string object = p.String(c->object);
+      if (const size_t slash = object.rfind('/'); slash != std::string::npos) object = object.substr(slash + 1);
+      const std::string module = p.String(c->module);
+      const auto category = static_cast<CpuCategory>(c->category);
+      const bool by_module = category == CpuCategory::kPython || category == CpuCategory::kSimulator;
+      std::string name = by_module ? (module.empty() ? object : module) : (object.empty() ? module : object);
       if (!name.empty()) ++run.where[name];
     }
     flush();

@@ -11,7 +11,9 @@
  * object by its type before its fields are. What fails a check gives 0 (no
  * module): the sample still counts, as Python, never a fault. No lock, no
  * allocation, no system call; no Python API but the thread-state lookup,
- * which reads a thread-specific key. */
+ * which reads a thread-specific key. The module is the frame's function's
+ * __module__: module-level code has none on 3.11 (its function is made
+ * without one), so a sample there counts by its shared object alone. */
 #define Py_BUILD_CORE 1
 #include <Python.h>
 
