@@ -128,7 +128,7 @@ def test_cpp_and_python_programs_merge_into_step_traces(build_dir, aggregator_fa
     for a in annotated:
         if a["args"].get("clipped_begin") or a["args"].get("clipped_end"):
             continue
-        b, e = _ns(a["ts"]), _ns(a["ts"]) + _ns(a["dur"])
+        b, e = _raw(a)
         assert len([r for r in own if _where_it_happened(r, b, e, slack)]) == 1, (a, slack)
         checked += 1
     assert checked >= 1

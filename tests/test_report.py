@@ -28,9 +28,12 @@ needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed; scripts/install_deps.sh installs it")
 ARTIFACTS = ROOT / "build" / "test-artifacts"
 SEGMENT_KINDS = ("cpu_only", "gpu_only", "cpu_gpu", "idle", "overhead")
-CHART_CLASSES = ("breakdown-chart", "critical-path-chart", "gpu-util-chart")
-# summary key -> (part of the step section, chart class or None for a table-only part)
+CHART_CLASSES = ("breakdown-chart", "attribution-chart", "critical-path-chart", "gpu-util-chart")
+CATEGORY_KINDS = ("cat-python", "cat-backend", "cat-cuda_api", "cat-simulator", "cat-other", "cat-gpu")
+# summary key -> (part of the step section, chart class or None for a table-only part);
+# "attribution" is the breakdown rows' attribution (present when a row has one).
 PARTS = {"breakdown": ("part-breakdown", "breakdown-chart"),
+         "attribution": ("part-attribution", "attribution-chart"),
          "critical_path": ("part-critical-path", "critical-path-chart"),
          "stragglers": ("part-stragglers", None),
          "gpu_utilization": ("part-gpu", "gpu-util-chart")}
@@ -143,10 +146,17 @@ def full_summary(step: int) -> dict:
     for subtask, window in (("generate", 40.0), ("update_actor", 25.0)):
         for rank, label in workers.items():
             cpu, gpu, both = 0.3 * window, 0.2 * window + rank, 0.25 * window
+            # Where the CPU time went: 60 % Python, the rest spread, every category non-zero.
+            cats = {"python": 0.6, "backend": 0.2, "cuda_api": 0.1, "simulator": 0.05, "other": 0.05}
+            cpu_ms = cpu + both
+            attribution = {"cpu_ms": cpu_ms + 0.1, "samples": 40, "profiler_ms": 0.1, "gpu_ms": gpu + both,
+                           "idle_ms": window - cpu - gpu - both, "cuda_api_wall_ms": 3.0, "max_sample_ms": 1.0,
+                           "shares": cats, "error_ms": {c: 0.5 for c in list(cats) + ["profiler"]},
+                           **{f"{c}_ms": share * cpu_ms for c, share in cats.items()}}
             breakdown.append({"subtask": subtask, "occurrences": 1, "rank": rank, "process": label,
                               "session": f"s{rank}", "role": "worker", "window_ms": window, "cpu_only_ms": cpu,
                               "gpu_only_ms": gpu, "cpu_gpu_ms": both, "idle_ms": window - cpu - gpu - both,
-                              "overhead_ms": 0.4 + rank})
+                              "overhead_ms": 0.4 + rank, "attribution": attribution})
     return {
         "step": step, "begin_ns": 1_000_000, "end_ns": 81_000_000, "duration_ms": 80.0, "reason": "complete",
         "processes": [_proc("node 10.0.0.1 / driver.py (controller) / pid 99", "controller", None, 0)]
@@ -220,10 +230,18 @@ def test_report_with_every_section_renders_all_charts(full_report, tmp_path):
     charts = {c: page.find(cls=c) for c in CHART_CLASSES}
     assert {c: len(v) for c, v in charts.items()} == {c: 1 for c in CHART_CLASSES}
     assert all(e.section == "step-1" and "chart" in e.classes for v in charts.values() for e in v)
-    assert page.rendered == "3"
+    assert page.rendered == "4"
     for kind in SEGMENT_KINDS:  # 2 sub-tasks x 2 ranks, every segment non-zero
-        rects = page.find("rect", f"seg-{kind}", section="step-1")
+        rects = page.find("rect", f"seg-{kind}", section="step-1", part="part-breakdown")
         assert len(rects) == 4, (kind, len(rects))
+    for kind in CATEGORY_KINDS:  # the attribution's bars: every category of every row
+        rects = page.find("rect", f"seg-{kind}", section="step-1", part="part-attribution")
+        assert len(rects) == 4, (kind, len(rects))
+    titles = [e.text for e in page.find("title", section="step-1", part="part-attribution")]
+    assert any(t.startswith("Python: 13.200 ms") for t in titles), titles[:5]  # 60 % of generate's 22 ms of CPU
+    assert any("60 % python" in t for t in titles), titles[:5]
+    cells = [e.text for e in page.find("td", section="step-1", part="part-attribution")]
+    assert "13.200 (60 %) ± 0.500" in cells, cells[:20]  # update_actor, rank 0: 60 % of 22 ms
     assert len(page.find("rect", "cp-seg")) == 2 and len(page.find("rect", "cp-nocrit")) == 1
     assert len(page.find("rect", "gpu-busy")) == 2 and len(page.find("rect", "gpu-naive")) == 2
     # Hover values: every segment carries its value in ms in an SVG <title>.
@@ -282,7 +300,7 @@ def test_error_detectors_catch_a_deliberate_error(full_report, tmp_path):
     page, console = render(broken, tmp_path)
     errors = page.by_id("errors").text
     assert "chart step1-gpu: no drawer or data" in errors and "deliberate failure" in errors, errors
-    assert page.rendered == "2"
+    assert page.rendered == "3"  # of the four
     assert any("Uncaught" in line and "deliberate failure" in line for line in console), console
     assert any("deliberate console error" in line for line in console), console
     with pytest.raises(AssertionError, match="the page reported errors"):
@@ -310,7 +328,10 @@ def test_report_of_a_real_run(build_dir, aggregator_factory, tmp_path):
         assert page.find("section", section=section), section
         assert any("nvtx_app" in e.text for e in page.find("td", section=section, part="part-counts"))
         for key, (part, chart) in PARTS.items():
-            present = bool(summary.get(key)) and (key != "critical_path" or summary[key].get("segments"))
+            if key == "attribution":
+                present = any(r.get("attribution") for r in summary.get("breakdown", []))
+            else:
+                present = bool(summary.get(key)) and (key != "critical_path" or summary[key].get("segments"))
             if present and chart:
                 assert len(page.find(cls=chart, section=section)) == 1, (section, key)
                 expected_charts += 1
