@@ -6,17 +6,18 @@
 // functions, no I/O; docs/summary_format.md says what each number means.
 //
 // Classification of one sample, first match wins:
-//   1. profiler: the collector's own library, rlscope_ray's native module,
-//      or a Python frame in the rlscope_ray package;
-//   2. cuda_api: inside a CUDA runtime or driver API call of its thread
-//      (CUPTI records, where a GPU is traced), whatever code ran there;
+//   1. cuda_api: inside a CUDA runtime or driver API call of its thread
+//      (CUPTI records, where a GPU is traced), whatever code ran there
+//      (ClassifyStepSamples);
+//   2. profiler: the collector's own library or rlscope_ray's native module;
 //   3. the shared object it was in, against the config's patterns, in the
-//      order cuda_api, backend, simulator, python (config.h Attribution);
-//   4. the module of the thread's current Python frame against the
-//      simulator, backend and cuda_api patterns: Python code of a simulator
-//      module, or native code it called (numpy inside an environment's
-//      step) that no pattern of step 3 named, is the simulator's;
-//   5. the interpreter (step 3's python) is python; anything else, other.
+//      order cuda_api, backend, simulator (config.h Attribution);
+//   4. the module of the thread's current Python frame: the rlscope_ray
+//      package is the profiler's, then the simulator, backend and cuda_api
+//      patterns: Python code of a simulator module, or native code it
+//      called (numpy inside an environment's step) that no pattern of step 3
+//      named, is the simulator's;
+//   5. the interpreter (the python patterns) is python; anything else, other.
 // The native code is the interrupted instruction's only: libc's memcpy
 // called by libtorch counts as other (no native stack is unwound).
 #pragma once

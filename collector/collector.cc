@@ -252,8 +252,8 @@ Collector::Collector(Config config, KeySet own_keys, std::string endpoint, wire:
       step_number_name_id_(strings_.Intern(names::kStepNumber)),
       trigger_name_id_(trigger_ == Trigger::kNvtxRange ? strings_.Intern(config_.capture_range.substr(5)) : 0),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      secret_(Env(names::kEnvSecret)),
       steps_(config_.steps),
+      secret_(Env(names::kEnvSecret)),
       identity_(std::move(identity)),
       converter_(clock_source_) {
   if (test_clock_ != nullptr) costs_ = test_clock_->costs();
