@@ -128,7 +128,6 @@ CpuCategory AttributionRules::Classify(std::string_view object, std::string_view
 void Attribution::Add(const Attribution& o) {
   for (size_t c = 0; c < kCpuCategories; ++c) ns[c] += o.ns[c];
   samples += o.samples;
-  cpu_ns += o.cpu_ns;
   weight_sq_ns2 += o.weight_sq_ns2;
   max_weight_ns = std::max(max_weight_ns, o.max_weight_ns);
   gpu_ns += o.gpu_ns;
@@ -145,8 +144,8 @@ double Attribution::Share(CpuCategory c) const {
 double Attribution::ErrorNs(CpuCategory c) const {
   // Binomial over the effective number of samples (weights differ: a sample
   // after the kernel's tick missed some periods stands for several).
-  if (cpu_ns <= 0 || weight_sq_ns2 <= 0) return 0;
-  const double total = static_cast<double>(cpu_ns);
+  const double total = static_cast<double>(cpu_ns());
+  if (total <= 0 || weight_sq_ns2 <= 0) return 0;
   const double n_eff = total * total / weight_sq_ns2;
   const double p = static_cast<double>(ns[static_cast<size_t>(c)]) / total;
   return total * std::sqrt(std::max(0.0, p * (1 - p)) / n_eff);

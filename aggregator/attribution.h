@@ -86,15 +86,19 @@ struct CpuSample {
 struct Attribution {
   std::array<int64_t, kCpuCategories> ns{};  // CPU time per category; profiler includes the sampler's own cost
   int64_t samples = 0;
-  int64_t cpu_ns = 0;       // all categories
   double weight_sq_ns2 = 0;  // the samples' weights squared, summed: the sampling error's
   int64_t max_weight_ns = 0;
   int64_t gpu_ns = 0;       // the process's GPU busy time (kernels, copies, sets)
   int64_t idle_ns = 0;      // window time with neither its threads on a CPU (as sampled) nor its GPU busy
   int64_t cuda_api_wall_ns = -1;  // its threads' CUDA API calls, wall time (CUPTI); -1 none traced
   void Add(const Attribution& o);
-  // CPU time less the profiler's, and category c's share of it.
-  int64_t job_cpu_ns() const { return cpu_ns - ns[static_cast<size_t>(CpuCategory::kProfiler)]; }
+  // CPU time in all categories; less the profiler's; category c's share of that.
+  int64_t cpu_ns() const {
+    int64_t total = 0;
+    for (int64_t v : ns) total += v;
+    return total;
+  }
+  int64_t job_cpu_ns() const { return cpu_ns() - ns[static_cast<size_t>(CpuCategory::kProfiler)]; }
   double Share(CpuCategory c) const;
   // One standard deviation of category c's time from sampling (as random
   // sampling would err; CPU-time sampling of long phases errs less).

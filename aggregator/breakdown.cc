@@ -218,7 +218,6 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
     const int64_t w = it->weight_ns;
     a.ns[std::min<size_t>(it->category, kCpuCategories - 1)] += w;
     ++a.samples;
-    a.cpu_ns += w;
     a.weight_sq_ns2 += static_cast<double>(w) * static_cast<double>(w);
     a.max_weight_ns = std::max(a.max_weight_ns, w);
   }
@@ -226,7 +225,7 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
   // time is in the weights, spread over what the samples landed in: taken
   // back from the job's categories in proportion, and given to the profiler.
   const size_t profiler = static_cast<size_t>(CpuCategory::kProfiler);
-  const int64_t job = a.cpu_ns - a.ns[profiler];
+  const int64_t job = a.job_cpu_ns();
   const int64_t own = std::min<int64_t>(job, std::llround(busy.sample_cost_ns * static_cast<double>(a.samples)));
   if (own > 0 && job > 0) {
     int64_t taken = 0;
@@ -238,9 +237,9 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
     }
     a.ns[profiler] += taken;
   }
-  a.gpu_ns = TotalLength(UnionClipped(Overlapping(busy.gpu, lo, hi), lo, hi));
-  std::vector<Interval> on = Overlapping(busy.sampled, lo, hi);
   const std::vector<Interval> gpu = Overlapping(busy.gpu, lo, hi);
+  a.gpu_ns = TotalLength(UnionClipped(gpu, lo, hi));
+  std::vector<Interval> on = Overlapping(busy.sampled, lo, hi);
   on.insert(on.end(), gpu.begin(), gpu.end());
   a.idle_ns = std::max<int64_t>(0, (hi - lo) - TotalLength(UnionClipped(on, lo, hi)));
   if (!busy.api.empty()) a.cuda_api_wall_ns = TotalLength(UnionClipped(Overlapping(busy.api, lo, hi), lo, hi));

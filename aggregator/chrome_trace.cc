@@ -324,8 +324,7 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
         }
       }
     }
-    WriteCpuSamples(w, slice, pid, step.begin_ns,
-                    step.corrected_end_ns > 0 ? std::max(step.corrected_end_ns, step.end_ns) : step.end_ns);
+    WriteCpuSamples(w, slice, pid, step.begin_ns, step.end_ns);
     for (const Instant& i : slice.instants) {
       const char* name = p.String(i.name);
       w.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");

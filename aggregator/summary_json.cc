@@ -77,7 +77,7 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
     return;
   }
   w.BeginObject();
-  w.Key("cpu_ms").Double(Ms(a.cpu_ns)).Key("samples").Int(a.samples);
+  w.Key("cpu_ms").Double(Ms(a.cpu_ns())).Key("samples").Int(a.samples);
   for (size_t c = 0; c < kCpuCategories; ++c) {
     w.Key(std::string(CpuCategoryName(static_cast<CpuCategory>(c))) + "_ms").Double(Ms(a.ns[c]));
   }

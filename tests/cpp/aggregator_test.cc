@@ -855,7 +855,7 @@ TEST_F(AggregatorTest, CpuSamplesSayWhereEachSubtasksCpuTimeWentWithTheConfigsPa
   // samples' own cost moved from what they landed in to the profiler.
   const Attribution& native = row("native");
   EXPECT_EQ(native.samples, 30);
-  EXPECT_EQ(native.cpu_ns, 30 * kMs);
+  EXPECT_EQ(native.cpu_ns(), 30 * kMs);
   EXPECT_EQ(ns(native, CpuCategory::kBackend), 29 * kMs - 30000);
   EXPECT_EQ(ns(native, CpuCategory::kProfiler), 1 * kMs + 30000);
   EXPECT_EQ(ns(native, CpuCategory::kPython), 0);

@@ -366,7 +366,6 @@ TEST(Attribution, TheSamplingErrorIsBinomialOverTheEffectiveSamples) {
   Attribution a;
   a.ns[static_cast<size_t>(CpuCategory::kPython)] = 75;
   a.ns[static_cast<size_t>(CpuCategory::kBackend)] = 25;
-  a.cpu_ns = 100;
   a.samples = 100;
   a.weight_sq_ns2 = 100;  // 100 samples of 1 ns
   EXPECT_DOUBLE_EQ(a.Share(CpuCategory::kPython), 0.75);
