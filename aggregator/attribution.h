@@ -79,6 +79,7 @@ struct CpuSample {
   uint32_t module = 0;     // string id of the Python frame's module, 0 none
   int64_t weight_ns = 0;   // thread CPU time it stands for
   uint8_t category = 0;    // CpuCategory, set by ClassifySamples
+  bool frame_unread = false;  // its Python frame could not be read (kFlagFrameUnread): module 0
 };
 
 // Where one window's (or several windows') CPU time went: what a

@@ -46,8 +46,10 @@ int64_t SampleTrack(int64_t tid) { return (int64_t{1} << 42) + tid; }
 // its own, one slice per run of samples in one category, each sample's CPU
 // time placed just before it (after the thread's previous sample); `where`
 // is what most of the run's samples were in: the Python module for python
-// and simulator samples, the shared object's file name for the others.
-// The slices are clipped to the step's bounds [begin_ns, end_ns].
+// and simulator samples, the shared object's file name for the others;
+// `frames_unread` (when any) how many of them had a Python frame the
+// sampler could not read. The slices are clipped to the step's bounds
+// [begin_ns, end_ns].
 void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
   const ProcessTimeline& p = *slice.process;
   std::map<int64_t, std::vector<const CpuSample*>> by_tid;
@@ -64,7 +66,7 @@ void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int6
     w.EndObject();
     struct Run {
       int64_t begin = 0, end = 0, cpu_ns = 0;
-      int samples = 0;
+      int samples = 0, unread = 0;
       uint8_t category = 0;
       std::map<std::string, int> where;
     } run;
@@ -81,6 +83,7 @@ void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int6
       w.Key("ts").Micros(run.begin).Key("dur").Micros(run.end - run.begin);
       w.Key("args").BeginObject().Key("samples").Int(run.samples).Key("cpu_ms").Double(run.cpu_ns / 1e6);
       if (!where.empty()) w.Key("where").String(where);
+      if (run.unread > 0) w.Key("frames_unread").Int(run.unread);
       w.EndObject().EndObject();
       run = Run{};
     };
@@ -94,6 +97,7 @@ void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int6
       run.end = std::min(c->ts_ns, end_ns);
       run.cpu_ns += c->weight_ns;
       ++run.samples;
+      run.unread += c->frame_unread ? 1 : 0;
       // Python and the simulator are told by the frame's module, the rest
       // by the shared object (libc under Ray's worker loop is "other").
       std::string object = p.String(c->object);

@@ -1,5 +1,6 @@
 #include "aggregator/summary_json.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "aggregator/breakdown.h"
@@ -189,6 +190,9 @@ std::string StepSummaryJson(const StepProfile& step) {
     w.Key("unmatched_total").Uint(p.unmatched());
     w.Key("late").Bool(slice.late);
     w.Key("cpu_samples").Uint(slice.cpu_samples.size());
+    w.Key("cpu_frames_unread")
+        .Uint(std::count_if(slice.cpu_samples.begin(), slice.cpu_samples.end(),
+                            [](const CpuSample& c) { return c.frame_unread; }));
     {
       const auto& labels = p.identity().labels;
       auto it = labels.find("cpu_sampling");

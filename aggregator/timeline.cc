@@ -133,7 +133,8 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
           // that cost its thread something (the sampler's signal).
           --events_received_;
           ++cpu_samples_received_;
-          cpu_samples_.push_back({e.ts_ns, block.tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0});
+          cpu_samples_.push_back({e.ts_ns, block.tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0,
+                                  (e.flags & kFlagFrameUnread) != 0});
           break;
         }
         case EventKind::kMark: {

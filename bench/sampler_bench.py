@@ -14,6 +14,10 @@
    samples per second of wall time), as a peer: whole-run time by category
    from its leaf frames, beside ours and the truth, and the wall time of the
    program plain, under our collector and under py-spy (interleaved).
+4. What one sample costs in its handler, measured in place on the workload's
+   Python thread: with the frame read by guarded loads, and through the
+   kernel (process_vm_readv, the fallback when a host handler came first),
+   beside the same handler reading no frame.
 """
 import json
 import os
@@ -68,6 +72,29 @@ def _cost_rows(args, clean_env, run_json, lib, agg_endpoint):
                      "1" if hz == 0 else _ratio_text(wall_ratio), "%d" % samples, "%.0f" % per_s,
                      "-" if hz == 0 else "%.0f ns (%.3f %% of the CPU)" % (cost, 100 * cost * per_s / 1e9),
                      "sampling off, same round"])
+    return rounds, rows
+
+
+def _handler_rows(args, clean_env, run_json, lib, agg_endpoint):
+    workload = os.path.join(args.root, "bench", "sampler_workload.py")
+    config = {"capture_range": "api", "cpu": {"sampling_hz": 1000}}
+    flags_of = {"none read (baseline)": ["--no-frames"], "guarded loads": [],
+                "through the kernel (faulthandler enabled after)": ["--faulthandler-after"]}
+    kinds = {k: [] for k in flags_of}
+    rounds = 3 if args.quick else 7
+    for i in range(rounds):
+        order = list(kinds)[i % len(kinds):] + list(kinds)[:i % len(kinds)]
+        for kind in order:
+            flags = flags_of[kind]
+            kinds[kind].append(run_json([sys.executable, workload, "--lib", lib, "--rounds", "8", *flags],
+                                        _env(clean_env(), agg_endpoint, config), args.timeout_s))
+    rows = []
+    for kind, runs in kinds.items():
+        handler = [r["handler_ns"] for r in runs if r["handler_ns"] > 0]
+        rows.append([kind, "%.0f (%.0f-%.0f)" % (statistics.median(handler), min(handler), max(handler)),
+                     "%d of %d" % (sum(r["kernel_reads"] for r in runs), sum(r["samples"] for r in runs)),
+                     sum(r["frames_unread"] for r in runs),
+                     "%.0f" % statistics.median(r["sample_cost_ns"] for r in runs)])
     return rounds, rows
 
 
@@ -198,11 +225,17 @@ def sampler_section(args, print_table, clean_env, run_json):
         with start_aggregator(os.path.join(work, "out"), work_dir=os.path.join(work, "a"), command=command,
                               nice=True) as agg:
             rounds, cost = _cost_rows(args, clean_env, run_json, lib, agg.endpoint)
+            handler_rounds, handler = _handler_rows(args, clean_env, run_json, lib, agg.endpoint)
     print_table("CPU sampler cost: a fixed Python + native workload in a captured range (%d interleaved rounds; "
                 "median, and pair by pair against sampling off in the same round)" % rounds,
                 ["cpu.sampling_hz", "work thread CPU ms", "work wall ms", "CPU vs off", "wall vs off",
                  "samples", "samples per CPU second", "one sample's cost (start-up calibration), share",
                  "baseline"], cost)
+    print_table("One sample's handler, measured in place on a Python thread at 1000 Hz (median over %d interleaved "
+                "runs, min-max): the Python frame read by guarded loads or through the kernel" % handler_rounds,
+                ["python frame", "handler ns per sample", "samples read through the kernel", "frames unread",
+                 "start-up calibration of a sample on the flush thread, ns (delivery included, caches warm)"],
+                handler)
     rounds, phases, whole, walls = _attribution_rows(args, clean_env, lib, pyspy)
     print_table("Attribution on the known answer (tests/apps/attribution_app.py, 250 ms of thread CPU per phase; "
                 "the sim phase runs on two threads): what each phase measured vs the summary",

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "collector/safe_read.h"
 #include "native/names.h"
 #include "native/steps.h"
 
@@ -111,9 +112,15 @@ void ParentAfterFork() {
 struct ThreadExitHook {
   Collector::ThreadEntry* entry = nullptr;
   ~ThreadExitHook() {
-    if (entry != nullptr) entry->exited.store(true, std::memory_order_release);
+    // The thread's state first, then its entry: once `exited` is seen the
+    // flush thread may free both, and the CPU sampler's handler, which can
+    // interrupt this thread anywhere, finds the state through tls_state_
+    // alone (the signal fence keeps the compiler from swapping the stores
+    // as this thread's handler sees them).
     Collector::tls_state_ = nullptr;
     Collector::tls_exiting_ = true;  // events from later TLS destructors are dropped
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (entry != nullptr) entry->exited.store(true, std::memory_order_release);
   }
 };
 
@@ -720,6 +727,10 @@ void Collector::SamplerStats(rlscope_sampler_stats_t* out) const {
   out->signals = sampler_.signals();
   out->timers = static_cast<uint64_t>(sampler_.timers());
   out->signal = static_cast<uint64_t>(sampler_.signal_number());
+  out->frames_unread = sampler_.frames_unread();
+  out->kernel_reads = sampler_.kernel_reads();
+  out->guard_faults = FaultGuard::faults();
+  out->handler_ns = sampler_.handler_ns();
 }
 
 void Collector::ReconcileSampling(bool stop) {
@@ -756,7 +767,6 @@ void Collector::ReconcileSampling(bool stop) {
       }
     }
   }
-  if (on) sampler_.MaintainReadableMap(MonotonicNs());
   if (!sampling_off_for_good_) {
     if (hz == 0) {
       label = "off: cpu.sampling_hz is 0";
@@ -764,7 +774,8 @@ void Collector::ReconcileSampling(bool stop) {
       const std::string reader = CpuSampler::PythonReaderName();
       label = "on: " + std::to_string(hz) + " Hz of each thread's CPU time, signal " +
               std::to_string(sampler_.signal_number()) + "; python frames: " +
-              (reader.empty() ? std::string("none (rlscope_ray not imported in this process)") : reader);
+              (reader.empty() ? std::string("none (rlscope_ray not imported in this process)")
+                              : reader + ", reads " + sampler_.FrameReads());
     } else {
       label = "pending: starts with the first capture window";
     }
@@ -776,6 +787,11 @@ void Collector::ReconcileSampling(bool stop) {
   if (const uint64_t dropped = sampler_.dropped(); dropped != samples_dropped_said_) {
     samples_dropped_said_ = dropped;
     SetLabel("cpu_samples_dropped", std::to_string(dropped));
+  }
+  sampler_.UpdateHandlerNs(converter_);
+  if (const uint64_t unread = sampler_.frames_unread(); unread != frames_unread_said_) {
+    frames_unread_said_ = unread;
+    SetLabel("cpu_frames_unread", std::to_string(unread));
   }
 }
 

@@ -487,6 +487,7 @@ class Collector {
   std::string sampling_label_;     // the cpu_sampling label last set (flush thread)
   bool sampling_off_for_good_ = false;  // could not be set up, or the host took its signal
   uint64_t samples_dropped_said_ = 0;
+  uint64_t frames_unread_said_ = 0;  // the cpu_frames_unread label last set (flush thread)
 
   // Owned by the flush thread.
   int64_t window_close_at_ns_ = 0;  // a closed window disarms at this time (slack), 0 = none

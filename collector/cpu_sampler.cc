@@ -1,7 +1,6 @@
 #include "collector/cpu_sampler.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <link.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "collector/collector.h"
+#include "collector/safe_read.h"
 #include "collector/test_clock.h"
 
 namespace rlscope {
@@ -27,16 +27,14 @@ namespace {
 
 std::atomic<rlscope_py_module_reader_t> g_py_reader{nullptr};
 std::atomic<const char*> g_py_reader_name{""};
+// Handlers between loading g_py_reader and leaving the reader it loaded
+// (seq_cst with that load and SetPythonReader's store: a replaced reader is
+// either never entered or waited for).
+std::atomic<int> g_in_reader{0};
 
 // The calibration's scratch ring (Setup, on the flush thread): a signal the
 // thread sends itself is recorded there, and counted nowhere.
 thread_local ThreadBuffer* tls_calibration_ring __attribute__((tls_model("initial-exec"))) = nullptr;
-// While a handler runs on this thread: the readable ranges it entered.
-struct ReadableView {
-  const void* ranges = nullptr;
-  size_t size = 0;
-};
-thread_local ReadableView tls_readable __attribute__((tls_model("initial-exec")));
 
 // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) of the Linux ABI, as glibc's
 // pthread_getcpuclockid computes it: the CPU clock of thread `tid` of this
@@ -51,11 +49,11 @@ uint64_t Hash(const char* s, size_t n) {
   return h == 0 ? 1 : h;
 }
 
-uint64_t InstructionPointer(void* ucontext) {
+uint64_t InstructionPointer(const void* ucontext) {
 #if defined(__x86_64__)
-  return static_cast<uint64_t>(static_cast<ucontext_t*>(ucontext)->uc_mcontext.gregs[REG_RIP]);
+  return static_cast<uint64_t>(static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs[REG_RIP]);
 #elif defined(__aarch64__)
-  return static_cast<uint64_t>(static_cast<ucontext_t*>(ucontext)->uc_mcontext.pc);
+  return static_cast<uint64_t>(static_cast<const ucontext_t*>(ucontext)->uc_mcontext.pc);
 #else
   (void)ucontext;
   return 0;
@@ -92,7 +90,14 @@ CpuSampler::~CpuSampler() {
 void CpuSampler::SetPythonReader(rlscope_py_module_reader_t reader, const char* what) {
   // The name is a literal or a string the caller keeps for the process's life.
   g_py_reader_name.store(reader != nullptr && what != nullptr ? what : "", std::memory_order_release);
-  g_py_reader.store(reader, std::memory_order_release);
+  const rlscope_py_module_reader_t before = g_py_reader.exchange(reader);
+  if (before == nullptr || before == reader) return;
+  // Handlers still in the old reader (a few microseconds each): the caller
+  // may be about to free what it reads (interpreter exit). A handler that
+  // never leaves (its thread stopped in a debugger) is not waited for long.
+  for (int spin = 0; g_in_reader.load() != 0 && spin < 10000; ++spin) {
+    std::this_thread::sleep_for(std::chrono::microseconds(10));
+  }
 }
 
 std::string CpuSampler::PythonReaderName() {
@@ -132,7 +137,10 @@ bool CpuSampler::Setup(std::string* why) {
     return false;
   }
   installed_ = true;
-  RefreshReadableMap();
+  // Faults in the frame reader's reads become failed reads; without the
+  // guard the reads go through the kernel (FrameReads says so).
+  std::string no_guard;
+  FaultGuard::Install(&no_guard);
   // What a sample costs its thread: a signal this thread sends itself, taken
   // through the same handler into a scratch ring, less a bare system call
   // (the timer's expiry is raised without one). Best of a few rounds.
@@ -175,7 +183,9 @@ bool CpuSampler::StillOurs(std::string* why) {
 void CpuSampler::Reconcile(SampledThread* t, ThreadState* state, int64_t tid, bool on, int64_t hz) {
   if (!installed_ || t->failed || (!on && !t->armed)) return;
   if (on && !t->has_timer) {
-    t->ring = std::make_unique<ThreadBuffer>(tid, kRingRecords);
+    // One ring for the thread's life: once published, a handler may be
+    // writing it until the thread's entry goes.
+    if (t->ring == nullptr) t->ring = std::make_unique<ThreadBuffer>(tid, kRingRecords);
     sigevent sev{};
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = signal_;
@@ -183,7 +193,6 @@ void CpuSampler::Reconcile(SampledThread* t, ThreadState* state, int64_t tid, bo
     sev._sigev_un._tid = static_cast<pid_t>(tid);
     if (timer_create(ThreadCpuClock(tid), &sev, &t->timer) != 0) {
       t->failed = true;  // gone already, or over RLIMIT_SIGPENDING: not sampled
-      t->ring.reset();
       return;
     }
     t->has_timer = true;
@@ -222,9 +231,9 @@ void CpuSampler::OnSignal(int sig, siginfo_t* info, void* ucontext) {
     return;  // a collector that is gone (exit, a forked child): nothing of ours to do
   }
   if (ThreadBuffer* cal = tls_calibration_ring) {  // Setup's own signals
-    s->TakeSample(cal, InstructionPointer(ucontext), 0);
+    s->TakeSample(cal, ucontext, 0);
   } else if (info->si_code != SI_TIMER) {
-    s->Forward(sig, info, ucontext);  // someone else's signal
+    PassToPrevious(s->previous_, sig, info, ucontext);  // someone else's signal
   } else {
     s->signals_.fetch_add(1, std::memory_order_relaxed);
     ThreadState* ts = Collector::SignalThreadState();
@@ -235,73 +244,60 @@ void CpuSampler::OnSignal(int sig, siginfo_t* info, void* ucontext) {
       Collector* c = Collector::Instance();
       // Outside a window the flush thread is about to disarm the timer: not recorded.
       if (ring != nullptr && c == s->owner_ && c->armed()) {
+        const uint64_t entry = ReadTicks(s->clock_);
         const int64_t periods = 1 + static_cast<int64_t>(std::max(0, info->si_overrun));
         const int64_t us = periods * s->period_us_.load(std::memory_order_relaxed);
-        s->TakeSample(ring, InstructionPointer(ucontext), static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX)));
+        if (s->TakeSample(ring, ucontext, static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX)))) {
+          s->handler_ticks_.fetch_add(ReadTicks(s->clock_) - entry, std::memory_order_relaxed);
+        }
       }
     }
   }
   errno = saved_errno;
 }
 
-void CpuSampler::TakeSample(ThreadBuffer* ring, uint64_t ip, uint32_t weight_us) {
+bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t weight_us) {
   const bool calibrating = tls_calibration_ring != nullptr;
   uint32_t module = 0;
-  if (rlscope_py_module_reader_t reader = g_py_reader.load(std::memory_order_acquire)) {
-    // Count in on the published readable map; the flush thread rewrites
-    // only a map nobody is in (seq_cst: the count and the re-check of
-    // active_ must not pass each other).
-    int i;
-    while (true) {
-      i = active_.load();
-      readers_[i].fetch_add(1);
-      if (active_.load() == i) break;
-      readers_[i].fetch_sub(1);
-    }
-    tls_readable.ranges = readable_[i].data();
-    tls_readable.size = readable_size_[i].load();
+  bool unread = false, through_kernel = false;
+  g_in_reader.fetch_add(1);  // seq_cst: see g_in_reader
+  if (rlscope_py_module_reader_t reader = g_py_reader.load()) {
     char name[kMaxModuleName + 1];
-    const size_t n = reader(&CpuSampler::Readable, name, sizeof(name));
-    tls_readable = ReadableView{};
-    readers_[i].fetch_sub(1);
-    if (n > 0 && !calibrating) module = ModuleSlot(name, std::min(n, kMaxModuleName));
+    SafeReadScope reads(ucontext);
+    const size_t n = reader(&SafeRead, name, sizeof(name));
+    unread = reads.failed();  // the sample is kept, without a module
+    through_kernel = reads.through_kernel();
+    if (!unread && n > 0 && !calibrating) module = ModuleSlot(name, std::min(n, kMaxModuleName));
   }
+  g_in_reader.fetch_sub(1);
   EventRecord r;
   r.ts = ReadTicks(clock_);
   if (test_clock_ != nullptr) {  // test costs (test_clock.h): lock-free, so safe here
     int64_t own_ns = 0;
     r.ts += test_clock_->Advance(static_cast<uint8_t>(EventKind::kCpuSample), 0, &own_ns);
   }
-  r.value = ip;
+  r.value = InstructionPointer(ucontext);
   r.name = 0;  // the shared object: resolved on the flush thread (Resolve)
   r.category = module;  // its slot + 1 until Resolve interns it
   r.domain = weight_us;
   r.kind = static_cast<uint8_t>(EventKind::kCpuSample);
-  r.flags = kFlagNone;
+  r.flags = unread ? kFlagFrameUnread : kFlagNone;
   r.reserved = 0;
+  if (calibrating) return ring->TryPush(r, /*privileged=*/true, /*counted=*/false);
   if (!ring->TryPush(r, /*privileged=*/true, /*counted=*/false)) {
-    if (!calibrating) dropped_.fetch_add(1, std::memory_order_relaxed);
-    return;
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return false;
   }
-  if (!calibrating) samples_.fetch_add(1, std::memory_order_relaxed);
+  samples_.fetch_add(1, std::memory_order_relaxed);
+  if (unread) frames_unread_.fetch_add(1, std::memory_order_relaxed);
+  if (through_kernel) kernel_reads_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
-int CpuSampler::Readable(const void* p, size_t n) {
-  const auto* ranges = static_cast<const Range*>(tls_readable.ranges);
-  const size_t size = tls_readable.size;
-  const uint64_t a = reinterpret_cast<uint64_t>(p);
-  if (ranges == nullptr || a + n < a) return 0;
-  size_t lo = 0, hi = size;  // the first range ending after a
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (ranges[mid].end <= a) lo = mid + 1;
-    else hi = mid;
-  }
-  if (lo < size && ranges[lo].begin <= a && a + n <= ranges[lo].end) return 1;
-  if (CpuSampler* s = installed_instance_.load(std::memory_order_acquire)) {
-    s->readable_misses_.fetch_add(1, std::memory_order_relaxed);
-  }
-  return 0;
+void CpuSampler::UpdateHandlerNs(const TickConverter& converter) {
+  const uint64_t n = samples_.load(std::memory_order_relaxed);
+  const uint64_t ps = converter.DurationPs(handler_ticks_.load(std::memory_order_relaxed));
+  if (n > 0 && ps > 0) handler_ns_.store(static_cast<double>(ps) / 1000.0 / static_cast<double>(n), std::memory_order_relaxed);
 }
 
 uint32_t CpuSampler::ModuleSlot(const char* name, size_t n) {
@@ -328,21 +324,6 @@ uint32_t CpuSampler::ModuleSlot(const char* name, size_t n) {
   }
   unnamed_modules_.fetch_add(1, std::memory_order_relaxed);
   return 0;
-}
-
-void CpuSampler::Forward(int sig, siginfo_t* info, void* ucontext) {
-  if ((previous_.sa_flags & SA_SIGINFO) != 0 && previous_.sa_sigaction != nullptr) {
-    previous_.sa_sigaction(sig, info, ucontext);
-  } else if (previous_.sa_handler == SIG_IGN) {
-    // Ignored, as it was.
-  } else if (previous_.sa_handler == SIG_DFL) {
-    // As without us: a real-time signal's default action ends the process
-    // (once this handler returns and the signal is unblocked).
-    signal(sig, SIG_DFL);
-    raise(sig);
-  } else {
-    previous_.sa_handler(sig);
-  }
 }
 
 void CpuSampler::RefreshObjects(StringTable* strings) {
@@ -406,46 +387,12 @@ void CpuSampler::Resolve(ThreadBuffer* ring, size_t n, StringTable* strings) {
   });
 }
 
-void CpuSampler::MaintainReadableMap(int64_t now_ns) {
-  if (!installed_ || g_py_reader.load(std::memory_order_acquire) == nullptr) return;
-  const uint64_t misses = readable_misses_.load(std::memory_order_relaxed);
-  const int64_t age = now_ns - readable_at_ns_;
-  if ((misses != misses_seen_ && age >= 100000000) || age >= 2000000000 || !readable_ready_) RefreshReadableMap();
-}
-
-void CpuSampler::RefreshReadableMap() {
-  readable_at_ns_ = MonotonicNs();
-  misses_seen_ = readable_misses_.load(std::memory_order_relaxed);
-  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  std::string text;
-  char buf[65536];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const int next = 1 - active_.load();
-  // Nobody may be in the map to rewrite: handlers are short; give up this
-  // round after a millisecond (the next flush tries again).
-  for (int spin = 0; readers_[next].load() != 0; ++spin) {
-    if (spin > 1000) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(1));
+std::string CpuSampler::FrameReads() const {
+  if (!FaultGuard::Installed()) return "through the kernel (no fault guard on this CPU)";
+  if (!FaultGuard::First(nullptr)) {
+    return "through the kernel (the host's SIGSEGV or SIGBUS handler was installed after the sampler's guard)";
   }
-  std::vector<Range>& out = readable_[next];
-  out.clear();
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    unsigned long long begin = 0, end = 0;
-    char perms[5] = {};
-    if (std::sscanf(text.c_str() + pos, "%llx-%llx %4s", &begin, &end, perms) == 3 && perms[0] == 'r') {
-      if (!out.empty() && out.back().end == begin) out.back().end = end;
-      else out.push_back({begin, end});
-    }
-    pos = eol + 1;
-  }
-  readable_size_[next].store(out.size());
-  active_.store(next);
-  readable_ready_ = true;
+  return "guarded";
 }
 
 }  // namespace rlscope

@@ -10,16 +10,17 @@
 // thread's sample ring, its own SPSC ring apart from the event ring (a signal
 // may land in the middle of a TryPush there): the interrupted instruction's
 // address and, when rlscope_ray registered a Python frame reader, the module
-// of the thread's current Python frame. The handler takes no lock, allocates
-// nothing and makes no syscall (the kernel's delivery and sigreturn are the
-// timer's own); it saves and restores errno.
+// of the thread's current Python frame, read with fault-proof reads only
+// (safe_read.h): a frame it cannot read leaves the sample without a module,
+// flagged kFlagFrameUnread and counted. The handler takes no lock and
+// allocates nothing; its only system calls are the fault guard's two
+// sigaction queries per sample with a frame reader (and process_vm_readv
+// where reads go through the kernel); it saves and restores errno.
 //
 // Everything else runs on the collector's flush thread: installing the
-// handler, creating, arming, disarming and deleting timers (Reconcile,
-// Release), resolving addresses to shared objects and interning module
-// names before the samples ship (Resolve), keeping the map of readable
-// memory the frame reader checks each pointer against (readable ranges of
-// /proc/self/maps, refreshed when the reader met an address outside them).
+// handler and the fault guard, creating, arming, disarming and deleting
+// timers (Reconcile, Release), resolving addresses to shared objects and
+// interning module names before the samples ship (Resolve).
 //
 // Where sampling cannot be set up safely it stays off and says why (the
 // Hello label cpu_sampling): Linux before 5.11 or not x86-64 (there the
@@ -97,10 +98,9 @@ class CpuSampler {
   // they ship: `name` the interned path of the shared object holding the
   // address, `category` the interned module name. Interns into `strings`.
   void Resolve(ThreadBuffer* ring, size_t n, StringTable* strings);
-  // Flush thread, each flush while armed with a frame reader: refreshes the
-  // readable memory map when the reader met addresses outside it (at most
-  // every 100 ms) and every 2 s.
-  void MaintainReadableMap(int64_t now_ns);
+  // Flush thread: how frames are read now, for the cpu_sampling label
+  // ("guarded reads", or through the kernel and why).
+  std::string FrameReads() const;
 
   // What a sample costs its thread, ns (Setup measures it; -1 before).
   double sample_cost_ns() const { return sample_cost_ns_; }
@@ -110,24 +110,32 @@ class CpuSampler {
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   uint64_t signals() const { return signals_.load(std::memory_order_relaxed); }
   uint64_t unnamed_modules() const { return unnamed_modules_.load(std::memory_order_relaxed); }
+  uint64_t frames_unread() const { return frames_unread_.load(std::memory_order_relaxed); }
+  uint64_t kernel_reads() const { return kernel_reads_.load(std::memory_order_relaxed); }
+  // The handler's own time per recorded sample, measured in place (clock
+  // ticks from its entry to its return, summed), in ns: the flush thread
+  // converts it (UpdateHandlerNs with its converter); -1 before any sample
+  // or while the tick rate is not known.
+  void UpdateHandlerNs(const TickConverter& converter);
+  double handler_ns() const { return handler_ns_.load(std::memory_order_relaxed); }
   int timers() const { return timers_.load(std::memory_order_relaxed); }
 
   // The frame reader rlscope_ray._native registers (rlscope_collector.h),
-  // process-wide, whether a collector runs or not; "" when none.
+  // process-wide, whether a collector runs or not; "" when none. Replacing
+  // or removing one returns once no handler is still in it (bounded).
   static void SetPythonReader(rlscope_py_module_reader_t reader, const char* what);
   static std::string PythonReaderName();
 
  private:
   static void OnSignal(int sig, siginfo_t* info, void* ucontext);
-  // The readable-memory check handed to the frame reader (signal handler).
-  static int Readable(const void* p, size_t n);
-  // Records a sample into `ring` (signal handler; ring may be a scratch one).
-  void TakeSample(ThreadBuffer* ring, uint64_t ip, uint32_t weight_us);
+  // Records a sample into `ring` (signal handler; ring may be a scratch
+  // one): the instruction `ucontext` was interrupted at, and its thread's
+  // Python module when a frame reader is registered. False: not recorded
+  // (the ring was full).
+  bool TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t weight_us);
   // The module table's slot of `name` + 1, adding it; 0 when full (handler).
   uint32_t ModuleSlot(const char* name, size_t n);
-  void RefreshReadableMap();
   void RefreshObjects(StringTable* strings);
-  void Forward(int sig, siginfo_t* info, void* ucontext);
 
   Collector* const owner_;
   const ClockSource clock_;
@@ -138,6 +146,9 @@ class CpuSampler {
   std::atomic<int64_t> period_us_{1000};
   double sample_cost_ns_ = -1;
   std::atomic<uint64_t> samples_{0}, dropped_{0}, signals_{0}, unnamed_modules_{0};
+  std::atomic<uint64_t> frames_unread_{0}, kernel_reads_{0};  // samples: a read failed; read through the kernel
+  std::atomic<uint64_t> handler_ticks_{0};                   // summed over recorded samples
+  std::atomic<double> handler_ns_{-1};
   std::atomic<int> timers_{0};
 
   // Module names: filled by handlers (any sampled thread), read by the
@@ -159,21 +170,6 @@ class CpuSampler {
   };
   std::vector<ObjectRange> objects_;
   uint64_t objects_adds_ = ~uint64_t{0}, objects_subs_ = ~uint64_t{0};
-
-  // Readable memory for the frame reader: two buffers, one published
-  // (active_); a handler counts itself in on the buffer it reads, so the
-  // flush thread rewrites only the other one once nobody is in it.
-  struct Range {
-    uint64_t begin, end;
-  };
-  std::vector<Range> readable_[2];
-  std::atomic<size_t> readable_size_[2] = {0, 0};
-  std::atomic<int> active_{0};
-  std::atomic<int> readers_[2] = {0, 0};
-  std::atomic<uint64_t> readable_misses_{0};
-  uint64_t misses_seen_ = 0;
-  int64_t readable_at_ns_ = 0;
-  bool readable_ready_ = false;
 
   static std::atomic<CpuSampler*> installed_instance_;
 };

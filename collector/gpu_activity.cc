@@ -314,8 +314,10 @@ uint32_t ActivityConverter::OverheadName(ActivitySink& sink, uint32_t overhead_k
 
 ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_size,
                                            ActivitySink& sink, std::vector<GpuRecord>* out) {
-  thread_local std::vector<const CUpti_Activity*> records;
-  records.clear();
+  // A local, not a thread_local: CUPTI may complete a buffer on a thread
+  // whose thread_locals exit() destroyed already (one allocation per
+  // buffer of megabytes).
+  std::vector<const CUpti_Activity*> records;
   ConversionStats st;
   st.truncated = !Walk(api_, buffer, valid_size, &records);
   st.records = records.size();

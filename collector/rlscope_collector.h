@@ -86,14 +86,19 @@ RLSCOPE_API void rlscope_report_expected(const char* const* records, uint64_t n)
 /* Cross-stack attribution (collector/cpu_sampler.h): a reader of the module
  * of the calling thread's current Python frame, called in the CPU sampler's
  * signal handler on the sampled thread. It must not lock, allocate or make a
- * system call, and may dereference only memory that `readable` (given to it)
- * accepts; it copies the module's name (ASCII) into out[0, cap) and returns
- * its length, or 0 when there is no Python frame or it cannot be read.
+ * system call, and reads memory that is not its own only through `read`,
+ * given to it: a fault-proof copy (collector/safe_read.h) that copies n
+ * bytes from src to dst and returns 1, or returns 0 when any of them cannot
+ * be read (dst undefined; the sampler counts the sample's frame unread). It
+ * copies the module's name (ASCII) into out[0, cap) and returns its length,
+ * or 0 when there is no Python frame or it cannot be read.
  * rlscope_ray._native registers one built against the running CPython's own
- * headers; NULL unregisters it (at interpreter exit, before thread states
- * go). `what` names it (e.g. "CPython 3.11") and must stay valid. Works
- * whether a collector runs or not. */
-typedef size_t (*rlscope_py_module_reader_t)(int (*readable)(const void* p, size_t n), char* out, size_t cap);
+ * headers; NULL unregisters it, and returns once no handler is still in the
+ * one it replaces (at interpreter exit, before thread states go). `what`
+ * names it (e.g. "CPython 3.11") and must stay valid. Works whether a
+ * collector runs or not. */
+typedef int (*rlscope_safe_read_t)(void* dst, const void* src, size_t n);
+typedef size_t (*rlscope_py_module_reader_t)(rlscope_safe_read_t read, char* out, size_t cap);
 RLSCOPE_API void rlscope_set_py_module_reader(rlscope_py_module_reader_t reader, const char* what);
 
 /* Test only (collector/test_clock.h): ns the test clock of
@@ -118,6 +123,11 @@ typedef struct rlscope_sampler_stats {
   uint64_t signals;         /* timer signals taken, recorded or not (outside a window) */
   uint64_t timers;          /* CPU-time timers that exist now (one per sampled thread) */
   uint64_t signal;          /* its signal number, 0 before it is set up */
+  /* Fields are appended here, never reordered (callers are this package's). */
+  uint64_t frames_unread;   /* samples whose Python frame could not be read (a read failed) */
+  uint64_t kernel_reads;    /* samples whose frame was read through the kernel, not guarded loads */
+  uint64_t guard_faults;    /* faults the guarded reads caught (safe_read.h) */
+  double handler_ns;        /* the signal handler's own time per sample, measured in place; -1 none yet */
 } rlscope_sampler_stats_t;
 RLSCOPE_API void rlscope_sampler_stats(rlscope_sampler_stats_t* out);
 

@@ -40,6 +40,9 @@ enum EventFlags : uint8_t {
   // Came in through an NVTX *Ex entry point (event attributes): overhead
   // correction charges it the `nvtx` Python package's calibrated cost.
   kFlagViaNvtxEx = 1 << 1,
+  // On a kCpuSample: the thread's Python frame could not be read (a read of
+  // it failed: memory unmapped under the sampler); `category` is 0.
+  kFlagFrameUnread = 1 << 2,
 };
 
 struct EventRecord {

@@ -154,6 +154,10 @@ PYBIND11_MODULE(_native, m) {
     d["cpu_signals"] = c.signals;
     d["cpu_timers"] = c.timers;
     d["cpu_signal"] = c.signal;
+    d["cpu_frames_unread"] = c.frames_unread;
+    d["cpu_kernel_reads"] = c.kernel_reads;
+    d["cpu_guard_faults"] = c.guard_faults;
+    d["cpu_handler_ns"] = c.handler_ns;
     return d;
   });
   // The CPU sampler reads the module of a sampled thread's Python frame

@@ -5,15 +5,17 @@
  * Built against the running CPython's own internal headers, so the frame
  * layout read here is this interpreter's (3.11 to 3.13; other versions
  * register no reader and the sampler says so). A signal can land anywhere,
- * even while the interpreter is half way through pushing a frame, so no
- * pointer is trusted: each one is checked with `readable` (the process's
- * readable memory, as the collector last read it) before it is read, and each
- * object by its type before its fields are. What fails a check gives 0 (no
- * module): the sample still counts, as Python, never a fault. No lock, no
- * allocation, no system call; no Python API but the thread-state lookup,
- * which reads a thread-specific key. The module is the frame's function's
- * __module__: module-level code has none on 3.11 (its function is made
- * without one), so a sample there counts by its shared object alone. */
+ * even while the interpreter is half way through pushing or popping a frame
+ * (a frame in a data-stack chunk unmapped a moment ago, an uninitialised
+ * pointer), so nothing is dereferenced in place: every struct is copied out
+ * with `read`, the collector's fault-proof copy, and each object is checked
+ * by its type before its fields are used. A read that fails, or a check,
+ * gives 0 (no module): the sample still counts, as Python, never a fault.
+ * No lock, no allocation, no system call of its own; no Python API but the
+ * thread-state lookup, which reads a thread-specific key. The module is the
+ * frame's function's __module__: module-level code has none on 3.11 (its
+ * function is made without one), so a sample there counts by its shared
+ * object alone. */
 #define Py_BUILD_CORE 1
 #include <Python.h>
 
@@ -27,40 +29,46 @@
 #include "python/bindings/py_frame.h"
 
 #ifdef RLSCOPE_PY_FRAMES
-static size_t CurrentModule(int (*readable)(const void* p, size_t n), char* out, size_t cap) {
+/* Copies the object at `p` into `out` (of `size` bytes) when `read` can and
+ * it has the type `type`. */
+static int ReadObject(rlscope_safe_read_t read, const void* p, void* out, size_t size, PyTypeObject* type) {
+  return p != NULL && read(out, p, size) && Py_TYPE((PyObject*)out) == type;
+}
+
+static size_t CurrentModule(rlscope_safe_read_t read, char* out, size_t cap) {
   if (cap == 0) return 0;
   PyThreadState* ts = PyGILState_GetThisThreadState();
-  if (ts == NULL || !readable(ts, sizeof(PyThreadState))) return 0;
+  if (ts == NULL) return 0;
+  _PyInterpreterFrame* f = NULL;
 #if PY_VERSION_HEX >= 0x030D0000
-  _PyInterpreterFrame* f = ts->current_frame;
+  if (!read(&f, &ts->current_frame, sizeof(f))) return 0;
 #else
-  _PyCFrame* cf = ts->cframe;
-  if (cf == NULL || !readable(cf, sizeof(_PyCFrame))) return 0;
-  _PyInterpreterFrame* f = cf->current_frame;
+  _PyCFrame* cf = NULL;
+  if (!read(&cf, &ts->cframe, sizeof(cf)) || cf == NULL || !read(&f, &cf->current_frame, sizeof(f))) return 0;
 #endif
   /* The innermost frame with a function: entry frames of calls from C
    * (3.12 on) have none; a few at most. */
   for (int depth = 0; f != NULL && depth < 4; ++depth) {
-    if (!readable(f, sizeof(_PyInterpreterFrame))) return 0;
+    _PyInterpreterFrame frame;
+    if (!read(&frame, f, sizeof(frame))) return 0;
 #if PY_VERSION_HEX >= 0x030C0000
-    if (f->owner == FRAME_OWNED_BY_CSTACK) {
-      f = f->previous;
+    if (frame.owner == FRAME_OWNED_BY_CSTACK) {
+      f = frame.previous;
       continue;
     }
-    PyObject* func = f->f_funcobj;
+    const void* func = frame.f_funcobj;
 #else
-    PyObject* func = (PyObject*)f->f_func;
+    const void* func = frame.f_func;
 #endif
-    if (func == NULL || !readable(func, sizeof(PyFunctionObject)) || Py_TYPE(func) != &PyFunction_Type) return 0;
-    PyObject* module = ((PyFunctionObject*)func)->func_module;
-    if (module == NULL || !readable(module, sizeof(PyASCIIObject)) || Py_TYPE(module) != &PyUnicode_Type) return 0;
-    PyASCIIObject* a = (PyASCIIObject*)module;
-    if (!a->state.compact || !a->state.ascii) return 0; /* a non-ASCII module name: not read */
-    size_t n = (size_t)a->length;
+    PyFunctionObject fn;
+    if (!ReadObject(read, func, &fn, sizeof(fn), &PyFunction_Type)) return 0;
+    PyASCIIObject name;
+    if (!ReadObject(read, fn.func_module, &name, sizeof(name), &PyUnicode_Type)) return 0;
+    if (!name.state.compact || !name.state.ascii) return 0; /* a non-ASCII module name: not read */
+    size_t n = (size_t)name.length;
     if (n >= cap) n = cap - 1;
-    const char* data = (const char*)(a + 1);
-    if (!readable(data, n)) return 0;
-    memcpy(out, data, n);
+    /* A compact ASCII string's characters follow its header. */
+    if (!read(out, (const char*)fn.func_module + sizeof(PyASCIIObject), n)) return 0;
     return n;
   }
   return 0;

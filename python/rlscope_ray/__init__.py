@@ -266,7 +266,12 @@ def stats() -> dict:
     """This process's collector counters: events, dropped, batches, threads,
     and the CPU sampler's (cpu_samples, cpu_samples_dropped, cpu_signals:
     timer signals taken, recorded or not; cpu_timers: timers that exist now;
-    cpu_signal: its signal number, 0 before it is set up)."""
+    cpu_signal: its signal number, 0 before it is set up; cpu_frames_unread:
+    samples whose Python frame could not be read, kept without a module;
+    cpu_kernel_reads: samples whose frame was read through the kernel, not
+    with guarded loads; cpu_guard_faults: faults the guarded loads caught;
+    cpu_handler_ns: the sampler's signal handler's own time per sample,
+    measured in place, -1 before the first)."""
     return dict(_native.stats())
 
 

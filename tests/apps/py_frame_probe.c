@@ -1,16 +1,19 @@
 /* A probe of the CPU sampler's Python frame reader (python/bindings/py_frame.c)
  * outside a signal handler, for tests/test_py_frame.py: an extension module,
  * built against each CPython the test finds, whose current_module() returns
- * what the reader reads as the module of its caller's frame (every pointer
- * taken as readable: the layout is what is under test, not the checks). */
+ * what the reader reads as the module of its caller's frame (reads are plain
+ * copies here: the layout is what is under test, not the fault-proof read). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "python/bindings/py_frame.h"
 
-static int AllReadable(const void* p, size_t n) {
-  (void)n;
-  return p != NULL;
+#include <string.h>
+
+static int PlainRead(void* dst, const void* src, size_t n) {
+  if (src == NULL) return 0;
+  memcpy(dst, src, n);
+  return 1;
 }
 
 static PyObject* CurrentModule(PyObject* self, PyObject* unused) {
@@ -20,7 +23,7 @@ static PyObject* CurrentModule(PyObject* self, PyObject* unused) {
   rlscope_py_module_reader_t reader = RlscopePyModuleReader(&what);
   if (reader == NULL) Py_RETURN_NONE;
   char name[128];
-  const size_t n = reader(&AllReadable, name, sizeof(name));
+  const size_t n = reader(&PlainRead, name, sizeof(name));
   return Py_BuildValue("(s#s)", name, (Py_ssize_t)n, what);
 }
 

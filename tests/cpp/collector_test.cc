@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,7 +15,13 @@
 #include "collector/collector.h"
 #include "collector/cupti_trigger.h"
 #include "collector/rlscope_collector.h"
+#include "collector/safe_read.h"
 #include "collector/spool.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 #if RLSCOPE_HAVE_CUPTI
 #include <cupti_driver_cbid.h>
@@ -410,6 +417,86 @@ TEST(Spool, AtExitWhatWasNeverSentIsCountedLost) {
   EXPECT_EQ(spool.lost_messages(), 2u);
   EXPECT_EQ(spool.unsent_events(), 0u);
   EXPECT_TRUE(spool.idle());
+}
+
+// Fault-proof reads (safe_read.h), outside a signal handler: the copy and
+// the guard do not depend on where they run. Each test leaves the guard as
+// the first SIGSEGV/SIGBUS handler, as it found it.
+class SafeReadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    ASSERT_TRUE(FaultGuard::Install(&why)) << why;
+    page_ = static_cast<char*>(mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(page_, MAP_FAILED);
+    for (size_t i = 0; i < 2 * kPage; ++i) page_[i] = static_cast<char>(i * 7);
+  }
+  void TearDown() override { munmap(page_, 2 * kPage); }
+  static constexpr size_t kPage = 4096;
+  char* page_ = nullptr;
+};
+
+TEST_F(SafeReadTest, CopiesReadableMemoryExactlyWithGuardedLoads) {
+  SafeReadScope scope(nullptr);
+  ASSERT_FALSE(scope.through_kernel());
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{80}, size_t{163}}) {
+    char out[200] = {};
+    ASSERT_EQ(SafeRead(out, page_ + 3, n), 1) << n;
+    EXPECT_EQ(std::memcmp(out, page_ + 3, n), 0) << n;
+    EXPECT_EQ(out[n], 0) << "wrote past n = " << n;
+  }
+  EXPECT_FALSE(scope.failed());
+}
+
+TEST_F(SafeReadTest, UnmappedMemoryIsAFailedReadCountedAsAFaultNotACrash) {
+  munmap(page_ + kPage, kPage);  // the second page goes
+  SafeReadScope scope(nullptr);
+  const uint64_t faults = FaultGuard::faults();
+  char out[64];
+  EXPECT_EQ(SafeRead(out, page_ + 2 * kPage - 16, 32), 0);  // straddles the edge
+  EXPECT_EQ(SafeRead(out, page_ + kPage, 1), 0);
+  EXPECT_EQ(FaultGuard::faults(), faults + 2);
+  EXPECT_TRUE(scope.failed());
+  EXPECT_EQ(SafeRead(out, page_ + kPage - 16, 16), 1);  // up to the edge: readable
+}
+
+TEST_F(SafeReadTest, UnderAHostHandlerInstalledAfterTheGuardReadsGoThroughTheKernel) {
+  struct sigaction host {}, ours {};
+  host.sa_handler = [](int) {};
+  sigemptyset(&host.sa_mask);
+  ASSERT_EQ(sigaction(SIGSEGV, &host, &ours), 0);
+  EXPECT_FALSE(FaultGuard::First(nullptr));
+  {
+    SafeReadScope scope(nullptr);
+    EXPECT_TRUE(scope.through_kernel());
+    const uint64_t faults = FaultGuard::faults();
+    char out[16];
+    ASSERT_EQ(SafeRead(out, page_, sizeof(out)), 1);
+    EXPECT_EQ(std::memcmp(out, page_, sizeof(out)), 0);
+    EXPECT_FALSE(scope.failed());
+    munmap(page_ + kPage, kPage);
+    EXPECT_EQ(SafeRead(out, page_ + kPage, sizeof(out)), 0);
+    EXPECT_TRUE(scope.failed());
+    EXPECT_EQ(FaultGuard::faults(), faults);  // nothing faulted: the host's handler was never in play
+  }
+  ASSERT_EQ(sigaction(SIGSEGV, &ours, nullptr), 0);
+  EXPECT_TRUE(FaultGuard::First(nullptr));
+}
+
+TEST_F(SafeReadTest, InterruptedCodeThatBlocksSigsegvIsReadThroughTheKernel) {
+  ucontext_t interrupted{};
+  sigemptyset(&interrupted.uc_sigmask);
+  EXPECT_TRUE(FaultGuard::First(&interrupted));
+  sigaddset(&interrupted.uc_sigmask, SIGSEGV);  // a fault there would end the process
+  EXPECT_FALSE(FaultGuard::First(&interrupted));
+  SafeReadScope scope(&interrupted);
+  EXPECT_TRUE(scope.through_kernel());
+}
+
+TEST(SafeRead, OutsideAScopeReadsNothing) {
+  char src[8] = "abcdefg", out[8] = {};
+  EXPECT_EQ(SafeRead(out, src, sizeof(src)), 0);
+  EXPECT_EQ(out[0], 0);
 }
 
 }  // namespace

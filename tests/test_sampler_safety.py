@@ -1,0 +1,155 @@
+"""The CPU sampler never crashes, hangs or changes its host: every read its
+signal handler makes of memory the collector does not own is fault-proof
+(collector/safe_read.h), a read that fails leaves the sample without the
+part it could not read and is counted, and the host's own SIGSEGV handling
+is as without the profiler.
+
+- Memory unmapped under the frame reader (tests/apps/fault_app.py with a
+  reader of tests/apps/fault_lib.c, which unmaps the page it reads): before
+  the reads were fault-proof, a check against a snapshot of the process's
+  readable memory let such a read through and the process died with SIGSEGV
+  every time. Now every such sample is kept, counted unread, in the
+  process's counters and in the step's summary.
+- The host's handler: installed before sampling starts or once it runs, it
+  gets every fault of its own and nothing of ours; a crash in host code ends
+  the process as without the profiler, with faulthandler's report where it
+  is enabled.
+- Frames and memory churned while sampled at 10 kHz in many short runs
+  under CPU load (tests/apps/churn_app.py): no run crashes, and every read
+  that failed is a fault the guard caught."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, Trace, clean_env
+from test_attribution import _kernel_samples_safely
+
+pytestmark = pytest.mark.skipif(not _kernel_samples_safely(),
+                                reason="CPU sampling needs Linux >= 5.11 on x86_64 (it stays off elsewhere)")
+
+CONFIG = '{"steps": [2], "cpu": {"sampling_hz": 1000}}'
+
+
+def _fault_lib(build_dir) -> str:
+    return str(build_dir / "tests" / "apps" / "librlscope_test_fault.so")
+
+
+def _fault_app(build_dir, env, mode: str, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tests/apps/fault_app.py"), mode, "--lib", _fault_lib(build_dir),
+                           *flags], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _result(run: subprocess.CompletedProcess) -> dict:
+    assert run.returncode == 0, (run.returncode, run.stderr[-3000:])
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _step_process(agg, step: int) -> dict:
+    (proc,) = json.loads((agg.out / f"step_{step}" / "summary.json").read_text())["processes"]
+    return proc
+
+
+def test_a_frame_unmapped_under_the_reader_is_counted_and_never_a_crash(build_dir, aggregator_factory):
+    agg = aggregator_factory(CONFIG)
+    out = _result(_fault_app(build_dir, agg.env(role="controller", config=CONFIG), "unmapped"))
+    log = agg.wait(timeout=60)
+    stats = out["stats"]
+    # Samples were read before the page went, failed while it was gone, and
+    # were kept: each a fault the guard caught, none through the kernel.
+    assert stats["cpu_frames_unread"] > 0, stats
+    assert stats["cpu_guard_faults"] == stats["cpu_frames_unread"], stats
+    assert stats["cpu_kernel_reads"] == 0, stats
+    assert stats["cpu_samples"] > stats["cpu_frames_unread"], stats
+    # Every unread sample fell inside step 2 (the page was gone only there):
+    # the step's summary counts each of them, beside the samples kept.
+    proc = _step_process(agg, 2)
+    assert proc["cpu_frames_unread"] == stats["cpu_frames_unread"], (proc, log)
+    assert proc["cpu_samples"] > proc["cpu_frames_unread"]
+    assert "reads guarded" in proc["cpu_sampling"], proc["cpu_sampling"]
+    # The trace's sample slices say how many of their frames were not read.
+    trace = Trace(agg.out / "step_2" / "trace.json")
+    slices = trace.slices(trace.pid_of("fault_app.py"), samples=True)
+    assert sum(e["args"].get("frames_unread", 0) for e in slices) == stats["cpu_frames_unread"], slices
+    run = json.loads((agg.out / "run.json").read_text())
+    assert run["processes"][0]["labels"]["cpu_frames_unread"] == str(stats["cpu_frames_unread"])
+
+
+def test_under_a_host_handler_installed_after_the_guard_reads_go_through_the_kernel(build_dir, aggregator_factory):
+    """The host's handler comes first once installed; the sampler never puts
+    its guard above it again. Its reads then cannot fault at all: the host's
+    handler is given nothing, and the unread samples are counted as before."""
+    agg = aggregator_factory(CONFIG)
+    out = _result(_fault_app(build_dir, agg.env(role="controller", config=CONFIG), "unmapped", "--host-after"))
+    agg.wait(timeout=60)
+    stats = out["stats"]
+    assert stats["cpu_frames_unread"] > 0 and stats["cpu_kernel_reads"] >= stats["cpu_frames_unread"], stats
+    assert stats["cpu_guard_faults"] == 0, stats
+    assert out["host_seen"] == 0, out
+    proc = _step_process(agg, 2)
+    assert proc["cpu_frames_unread"] == stats["cpu_frames_unread"]
+    assert "reads through the kernel" in proc["cpu_sampling"], proc["cpu_sampling"]
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_the_hosts_segv_handler_gets_its_own_faults_and_nothing_else(build_dir, aggregator_factory, order):
+    agg = aggregator_factory(CONFIG)
+    flags = ["--before"] if order == "before" else []
+    out = _result(_fault_app(build_dir, agg.env(role="controller", config=CONFIG), "host", *flags))
+    agg.wait(timeout=60)
+    assert out["host_faults"] == out["touches"] == 200, out
+    assert out["host_seen"] == out["touches"], out
+    assert out["stats"]["cpu_samples"] > 0, out
+
+
+@pytest.mark.parametrize("faulthandler", [False, True])
+def test_a_crash_in_host_code_ends_the_process_as_without_the_profiler(build_dir, aggregator_factory, faulthandler):
+    flags = ["--faulthandler"] if faulthandler else []
+    bare = _fault_app(build_dir, clean_env(), "crash", *flags)
+    agg = aggregator_factory(CONFIG)
+    profiled = _fault_app(build_dir, agg.env(role="controller", config=CONFIG), "crash", *flags)
+    agg.stop()
+    assert bare.returncode == -signal.SIGSEGV, (bare.returncode, bare.stderr[-2000:])
+    assert profiled.returncode == bare.returncode, (profiled.returncode, profiled.stderr[-2000:])
+    assert "crashing" in profiled.stderr
+    report = "Fatal Python error: Segmentation fault"
+    assert (report in profiled.stderr) == (report in bare.stderr) == faulthandler, profiled.stderr[-2000:]
+
+
+@pytest.fixture
+def cpu_load():
+    """Two busy processes for the test's duration (this machine's cores)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    yield
+    for h in hogs:
+        h.kill()
+        h.wait()
+
+
+def test_frames_and_memory_churned_under_load_never_crash_the_sampled_program(aggregator_factory, cpu_load):
+    """Many short runs, each churning frames, chunks, arenas and threads while
+    sampled at 10 kHz of each thread's CPU (every tick), on a machine whose
+    cores are busy. No run may crash; a read that failed is a fault the guard
+    caught, counted on its sample."""
+    agg = aggregator_factory(exit_when_done=False)
+    config = '{"capture_range": "api", "cpu": {"sampling_hz": 10000}}'
+    runs, samples, unread = 8, 0, 0
+    for i in range(runs):
+        run = subprocess.run([sys.executable, str(ROOT / "tests/apps/churn_app.py"), "--seconds", "1.0"],
+                             capture_output=True, text=True, env=agg.env(config=config), timeout=300)
+        assert run.returncode == 0, (i, run.returncode, run.stderr[-3000:])
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        stats = out["stats"]
+        assert out["boundaries"] > 0, out  # it found chunk boundaries to churn
+        assert stats["cpu_samples"] > 0, stats
+        assert stats["cpu_kernel_reads"] == 0, stats  # Python code never blocks SIGSEGV: the guard read them all
+        assert stats["cpu_guard_faults"] == stats["cpu_frames_unread"], stats
+        samples += stats["cpu_samples"]
+        unread += stats["cpu_frames_unread"]
+    agg.stop()
+    assert samples > 0 and unread <= samples
