@@ -59,7 +59,7 @@ fuzz: deps
 	mkdir -p build/fuzz/corpus
 	clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. \
 	  -DMSGPACK_NO_BOOST -DMSGPACK_DEFAULT_API_VERSION=3 \
-	  tests/fuzz/wire_fuzz.cc native/wire.cc -o build/fuzz/wire_fuzz
+	  tests/fuzz/wire_fuzz.cc native/wire*.cc -o build/fuzz/wire_fuzz
 	build/fuzz/wire_fuzz -max_total_time=$(FUZZ_SECONDS) build/fuzz/corpus
 
 # build/gpu-bundle: what tests/gpu/run_gpu_checks.sh runs on a GPU machine

@@ -15,7 +15,8 @@
 #include <cstring>
 #include <thread>
 
-#include "collector/collector.h"
+#include "collector/arming.h"
+#include "collector/recording.h"
 #include "collector/safe_read.h"
 #include "collector/test_clock.h"
 
@@ -77,8 +78,8 @@ std::string KernelProblem() {
 
 }  // namespace
 
-CpuSampler::CpuSampler(Collector* owner, ClockSource clock, TestClock* test_clock)
-    : owner_(owner), clock_(clock), test_clock_(test_clock) {}
+CpuSampler::CpuSampler(const Arming* arming, ClockSource clock, TestClock* test_clock)
+    : arming_(arming), clock_(clock), test_clock_(test_clock) {}
 
 CpuSampler::~CpuSampler() {
   // The handler stays installed (a pending signal must never meet the
@@ -236,14 +237,13 @@ void CpuSampler::OnSignal(int sig, siginfo_t* info, void* ucontext) {
     PassToPrevious(s->previous_, sig, info, ucontext);  // someone else's signal
   } else {
     s->signals_.fetch_add(1, std::memory_order_relaxed);
-    ThreadState* ts = Collector::SignalThreadState();
+    ThreadState* ts = Recording::Current();
     // A timer is created for one thread's state and delivered to it alone.
     if (ts != nullptr && info->si_value.sival_ptr == ts) {
       ts->signals.fetch_add(1, std::memory_order_relaxed);  // a timed recording call it lands in is no cost sample
       ThreadBuffer* ring = ts->sample_ring.load(std::memory_order_acquire);
-      Collector* c = Collector::Instance();
       // Outside a window the flush thread is about to disarm the timer: not recorded.
-      if (ring != nullptr && c == s->owner_ && c->armed()) {
+      if (ring != nullptr && s->arming_->armed()) {
         const uint64_t entry = ReadTicks(s->clock_);
         const int64_t periods = 1 + static_cast<int64_t>(std::max(0, info->si_overrun));
         const int64_t us = periods * s->period_us_.load(std::memory_order_relaxed);

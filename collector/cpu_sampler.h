@@ -51,7 +51,7 @@
 
 namespace rlscope {
 
-class Collector;
+class Arming;
 class TestClock;
 
 // One profiled thread's sampling state, owned by its registry entry; the
@@ -75,7 +75,8 @@ class CpuSampler {
   static constexpr size_t kModuleSlots = 2048;
   static constexpr size_t kMaxModuleName = 117;
 
-  CpuSampler(Collector* owner, ClockSource clock, TestClock* test_clock);
+  // Records only while `arming` says the process is armed.
+  CpuSampler(const Arming* arming, ClockSource clock, TestClock* test_clock);
   ~CpuSampler();
   CpuSampler(const CpuSampler&) = delete;
   CpuSampler& operator=(const CpuSampler&) = delete;
@@ -137,7 +138,7 @@ class CpuSampler {
   uint32_t ModuleSlot(const char* name, size_t n);
   void RefreshObjects(StringTable* strings);
 
-  Collector* const owner_;
+  const Arming* const arming_;
   const ClockSource clock_;
   TestClock* const test_clock_;
   bool installed_ = false;

@@ -22,7 +22,7 @@
 //
 // Struct versions: the CUDA 13.0 toolkit (CUPTI_API_VERSION 130001) has
 // CUpti_ActivityKernel10, Memcpy6, Memset4, API, Synchronization2 and
-// Overhead3; gpu_activity.cc picks them by CUPTI_API_VERSION and
+// Overhead3; cupti_records.h picks them by CUPTI_API_VERSION and gpu_activity.cc
 // static_asserts the offsets it reads.
 #pragma once
 

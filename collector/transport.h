@@ -34,7 +34,7 @@ struct Metadata {
   void Clear();  // keeps the capacity
 };
 
-// What one flush sends, taken from the recording side (Collector::Snapshot).
+// What one flush sends, taken from the units (Collector::FlushOnce, flush_thread.cc).
 struct Outgoing {
   // The first `count` records of one thread's ring.
   struct Thread {

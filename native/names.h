@@ -21,7 +21,7 @@ inline constexpr char kWaited[] = "rlscope.waited";
 // Controller, just before a step range whose number the aggregator would not
 // derive from the range itself (payload: the number; steps.h).
 inline constexpr char kStepNumber[] = "rlscope.step_number";
-// Events of in-process calibration (collector.cc, rlscope_ray/calibration.py):
+// Events of in-process calibration (collector/cost_sampling.cc, rlscope_ray/calibration.py):
 // recorded and shipped to measure costs, left out of every step.
 inline constexpr char kCalibration[] = "rlscope.calibration";
 

@@ -1,6 +1,6 @@
 // Steps: how a controller's "step" ranges are numbered and when a capture
 // window is open. One rule for both sides: the controller's collector arms
-// itself with it (collector.cc), the aggregator numbers the steps it cuts
+// itself with it (collector/arming.cc), the aggregator numbers the steps it cuts
 // (timeline.cc) and opens workers' windows (aggregator.cc) with it.
 #pragma once
 

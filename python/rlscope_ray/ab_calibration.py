@@ -1,6 +1,6 @@
 """``rlscope-ray calibrate``: an explicit A/B calibration on the user's workload.
 
-Start-up calibration (rlscope_ray.calibration, Collector::Calibrate) times
+Start-up calibration (rlscope_ray.calibration, CostSampling::Calibrate) times
 each annotation in a loop of its own, so its cost per event is right for
 code like that loop and off for code that hides or amplifies it (caches,
 branch predictors, what runs between annotations). This command measures

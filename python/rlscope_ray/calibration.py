@@ -1,7 +1,7 @@
 """Caller-side overhead calibration, measured in this Python process.
 
 The collector calibrates its own cost per recorded event at start-up (C++,
-``Collector::Calibrate``). In Python the larger part of an annotation's cost
+``CostSampling::Calibrate``). In Python the larger part of an annotation's cost
 is on the caller's side: the ``nvtx`` package does nothing when no tool is
 attached (its domain is a dummy), but builds event attributes on every call
 once one is, about 100-200 ns per event, an order of magnitude more than the

@@ -37,7 +37,7 @@ SECRET = _names.ENV_SECRET
 #: disabled), so a driver can tell whether a node has the plugin registered.
 PLUGIN_MARKER = "RLSCOPE_PLUGIN_VERSION"
 PLUGIN_VERSION = "1"
-#: The process the profiler's environment was set up for (collector/collector.cc,
+#: The process the profiler's environment was set up for (collector/environment.cc,
 #: Collector::Start): its collector sets it to its pid, so that a process that
 #: merely inherited the environment (a child, Ray's helper processes) is not
 #: profiled. Empty: not claimed yet, as the plugin leaves it for each worker.

@@ -26,7 +26,7 @@
 #endif
 
 namespace rlscope {
-// Test hook in gpu_activity.cc.
+// Test hook in gpu_tracing.cc.
 void ResetGpuTracingForTest();
 
 namespace {

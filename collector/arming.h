@@ -1,0 +1,136 @@
+// Arming: when this process records. Whether its rank and role are
+// profiled under the run's config (selected), which trigger opens its
+// captures, the controller's steps (numbering, windows around selected
+// steps) and its role, a worker's windows from the aggregator, and the
+// armed periods GPU records are matched against later.
+//
+// Threads: armed() and watching() are read on the hot path (relaxed loads);
+// OnRangeOpen/OnRangeClose run on recording threads (the controller's step
+// ranges, a trigger range); the window and run-config changes on the flush
+// thread; the claims on whatever thread calls them. arm_mu_ serialises the
+// arming itself, so the last edge wins, never a stale one.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "collector/context.h"
+#include "collector/recording.h"
+#include "native/config.h"
+#include "native/wire.h"
+
+namespace rlscope {
+
+// What opens and closes a process's capture (config `capture_range`).
+enum class Trigger : uint8_t {
+  kController,       // the controller's selected steps (workers: windows from the aggregator)
+  kApi,              // rlscope_ray.start()/stop()
+  kNvtxRange,        // a range named `nvtx:<name>` in this process
+  kCudaProfilerApi,  // cuProfilerStart/Stop, through CUPTI callbacks (cupti_trigger.cc)
+};
+
+class Arming {
+ public:
+  Arming(CollectorContext& ctx, Recording& recording, bool controller, int64_t rank);
+
+  // Hot path: relaxed is enough for "armed", a hint read once per event; the
+  // flush barrier, not this flag, orders data with the aggregator.
+  bool armed() const { return armed_.load(std::memory_order_relaxed); }
+  // Whether disarmed ranges are looked at: a controller finding its "step"
+  // ranges (always recorded: they number the steps), or an nvtx:<name>
+  // trigger. Relaxed: a range opened while it flips is simply not a step.
+  bool watching() const { return watching_.load(std::memory_order_relaxed); }
+  // This rank/role is profiled under the run's config (an unselected one
+  // never arms); its own config's until the aggregator sends the run's.
+  bool selected() const { return selected_.load(std::memory_order_relaxed); }
+  bool is_controller() const { return is_controller_.load(std::memory_order_relaxed); }
+  Trigger trigger() const { return trigger_; }
+
+  // Slow paths of a watching process, on the recording thread: true when
+  // the range opens/closes a step or a trigger range (it is then recorded
+  // whatever the arming). A step whose number the aggregator would not
+  // derive itself is announced with a `rlscope.step_number` mark.
+  bool OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
+  bool OnRangeClose(ThreadState* ts, bool async, uint64_t range_id);
+
+  // Opens/closes the capture of the api, nvtx:<name> and cudaProfilerApi
+  // triggers (no effect on the controller trigger's windows).
+  void SetCaptureActive(bool active);
+  // True when this process was armed at some time in [begin_ns, end_ns]
+  // (collector clock): GPU records outside every window are dropped.
+  bool WasArmedDuring(int64_t begin_ns, int64_t end_ns) const;
+
+  // Makes this process the controller unless it already is (kAlready) or the
+  // aggregator named another (kRefused).
+  enum class Claim { kClaimed, kAlready, kRefused };
+  Claim ClaimController();
+  // The aggregator named another controller: records as a worker from now
+  // on (windows from the aggregator). Flush thread.
+  void BecomeWorker();
+  // The number of the next step range that carries none. n >= 0.
+  void SetNextStep(int64_t n);
+  // After a hello again (a restarted aggregator numbers steps from its
+  // resume point): the next step's number is announced, not derived.
+  void AnnounceNextStep() { derived_next_step_.store(-1, std::memory_order_relaxed); }
+
+  // The run's config arrived (flush thread): its steps arm a controller,
+  // and it says whether this process is selected. True when the selection
+  // changed.
+  bool AdoptRunKeys(const Config& run);
+  // A window from the aggregator (flush thread; workers under the
+  // controller trigger only): opens now, closes after flush.window_slack_ms.
+  void ApplyWindow(wire::Control::Window window);
+  // Flush thread: when a closing window disarms (MonotonicNs), 0 none; and
+  // the close itself once that time came.
+  int64_t window_close_at() const { return window_close_at_ns_; }
+  void CloseWindowIfDue(int64_t now_ns);
+  // Disarms for good (exit).
+  void Stop();
+
+ private:
+  void UpdateArmed();
+  // Whether the controller records step `n` / before step `n` (steps.h).
+  bool StepArmedDuring(int64_t n) const;
+  bool StepArmedBefore(int64_t n) const;
+  bool OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
+  // Between steps, a controller under the controller trigger is armed for
+  // the next one (steps.h).
+  void ArmForNextStep();
+
+  CollectorContext& ctx_;
+  Recording& recording_;
+  const int64_t rank_;
+  const Trigger trigger_;
+  const uint32_t step_name_id_;         // interned "step"
+  const uint32_t step_number_name_id_;  // interned "rlscope.step_number"
+  const uint32_t trigger_name_id_;      // interned <name> of nvtx:<name>, 0 otherwise
+
+  std::atomic<bool> selected_;
+  // Starts as RLSCOPE_ROLE says; set by ClaimController; cleared when the
+  // aggregator says another process is the run's controller, which also
+  // sets demoted_ (no claim after that).
+  std::atomic<bool> is_controller_;
+  std::atomic<bool> demoted_{false};
+  std::atomic<bool> watching_;
+
+  mutable std::mutex arm_mu_;  // serialises UpdateArmed; guards armed_intervals_, steps_
+  IntSelection steps_;         // the run's `steps` (own config's until the run's arrives)
+  // Armed periods [begin, end] (end INT64_MAX while armed), newest last;
+  // bounded: the oldest are forgotten.
+  std::vector<std::pair<int64_t, int64_t>> armed_intervals_;
+  std::atomic<bool> armed_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
+  std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
+  std::atomic<int64_t> next_step_{1};        // controller: number of the next unnumbered step
+  std::atomic<int64_t> derived_next_step_{1};  // what the aggregator numbers it without an announcement
+  std::atomic<bool> in_step_{false};         // controller: a step range is open
+  std::atomic<uint64_t> step_range_id_{0};     // controller's open start/end "step" range
+  std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
+  int64_t window_close_at_ns_ = 0;  // flush thread: a closed window disarms at this time (slack), 0 = none
+};
+
+}  // namespace rlscope

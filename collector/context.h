@@ -1,0 +1,58 @@
+// What every unit of the collector shares (collector.h composes the units):
+// the process's facts, fixed when the collector starts, and the few things
+// that every unit uses (the string table, the clock, the flush thread's
+// wake-up). Owned by the Collector, the root object of the injection entry
+// points; each unit keeps a reference for the process's life.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "collector/test_clock.h"
+#include "native/clock.h"
+#include "native/config.h"
+#include "native/string_table.h"
+
+namespace rlscope {
+
+struct CollectorContext {
+  CollectorContext(Config config, KeySet own_keys, std::string endpoint, std::string secret,
+                   std::unique_ptr<TestClock> test_clock, ClockSource clock_source, int wake_fd);
+
+  // This process's own config (RLSCOPE_CONFIG), and the keys it set. Its run
+  // keys are the run's only until the aggregator sends the run's config
+  // (Arming and the units it tells say which apply now).
+  const Config config;
+  const KeySet own_keys;
+  const std::string endpoint;  // the aggregator's (or the node relay's) ZeroMQ endpoint
+  const std::string secret;    // RLSCOPE_SECRET: Hello.secret
+  const uint64_t session;      // this collector's id on the wire, random
+  const int owner_pid;         // the process it was started in (a forked child is not it)
+  const int64_t start_ns;      // MonotonicNs at start
+  // Test-only virtual costs (test_clock.h); nullptr in production. With
+  // them the clock source is monotonic: ticks are ns.
+  const std::unique_ptr<TestClock> test_clock;
+  const ClockSource clock_source;
+  // Names and their ids (thread-safe; ids are never reused).
+  StringTable strings;
+  // The flush thread's converter of clock ticks to ns (flush thread only).
+  TickConverter converter;
+  // eventfd the flush thread waits on; -1 when unavailable (it then runs on
+  // its interval alone).
+  const int wake_fd;
+
+  // Wakes the flush thread (an eventfd write, best effort: a full counter
+  // already means "wake up"). Any thread, async-signal-safe.
+  void Wake() const {
+    if (wake_fd < 0) return;
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd, &one, sizeof(one));
+  }
+  // The test clock's ns so far; -1 without one.
+  int64_t TestClockNs() const { return test_clock != nullptr ? test_clock->Now() : -1; }
+};
+
+}  // namespace rlscope

@@ -1,0 +1,68 @@
+// CPU sampling as a unit of the collector: the CpuSampler (cpu_sampler.h)
+// brought in line with the arming at every flush (a CPU-time timer per
+// recording thread while armed at cpu.sampling_hz), its sample rings shipped
+// with the flush, and what it does said in the process's labels
+// (cpu_sampling, cpu_samples_dropped, cpu_frames_unread).
+//
+// Threads: the flush thread, but for SetHz (any) and Stats (any).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "collector/arming.h"
+#include "collector/context.h"
+#include "collector/cpu_sampler.h"
+#include "collector/recording.h"
+#include "collector/rlscope_collector.h"
+#include "collector/transport.h"
+
+namespace rlscope {
+
+class CpuSampling {
+ public:
+  // Labels go through `set_label` (Link::SetLabel), the sampler's measured
+  // cost through `set_cost` (Link::SetCost).
+  CpuSampling(CollectorContext& ctx, Recording& recording, const Arming& arming,
+              std::function<void(const std::string&, const std::string&)> set_label,
+              std::function<void(const std::string&, double)> set_cost);
+
+  // cpu.sampling_hz of the config that applies (0: off).
+  void SetHz(int64_t hz) { hz_.store(hz, std::memory_order_relaxed); }
+  int64_t hz() const { return hz_.load(std::memory_order_relaxed); }
+
+  // Flush thread, each flush: every thread's timer in line with the arming
+  // (on while armed with cpu.sampling_hz > 0), the sampler set up the first
+  // time it is on; the labels say how it runs or why not.
+  void Flush();
+  // Flush thread, after the rings' snapshot: each sampled thread's pending
+  // samples, their shared objects and modules named, as blocks of their own.
+  void TakeSamples(Outgoing* out);
+  // Flush thread: a thread's timer goes with its entry.
+  void Release(ThreadEntry& entry) { sampler_.Release(&entry.sampled); }
+  // Flush thread, at exit: every timer deleted.
+  void Stop();
+  void Stats(rlscope_sampler_stats_t* out) const;
+
+ private:
+  void Reconcile(bool on);
+  std::string Label() const;
+  void SayCounts();
+
+  CollectorContext& ctx_;
+  Recording& recording_;
+  const Arming* const arming_;
+  CpuSampler sampler_;
+  std::function<void(const std::string&, const std::string&)> set_label_;
+  std::function<void(const std::string&, double)> set_cost_;
+  std::atomic<int64_t> hz_{0};
+  // Flush thread only.
+  std::string label_;               // the cpu_sampling label last set
+  bool off_for_good_ = false;       // could not be set up, or the host took its signal
+  uint64_t dropped_said_ = 0, unread_said_ = 0;  // the counts' labels last set
+  std::string why_off_;             // why it is off for good
+};
+
+}  // namespace rlscope

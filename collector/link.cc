@@ -1,0 +1,224 @@
+#include "collector/link.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "native/names.h"
+
+namespace rlscope {
+
+namespace {
+
+// A controller's own config is the run's (config.h): the aggregator decides
+// the run's from the keys it set.
+std::string HelloConfig(const CollectorContext& ctx, bool controller) {
+  return controller && !ctx.own_keys.empty() ? ConfigToYaml(ctx.config, &ctx.own_keys) : std::string();
+}
+
+}  // namespace
+
+Link::Link(CollectorContext& ctx, Recording& recording, Arming& arming, wire::Identity identity)
+    : ctx_(ctx),
+      recording_(recording),
+      arming_(arming),
+      transport_(ctx.config, ctx.session, ctx.wake_fd),
+      identity_(std::move(identity)),
+      hello_config_(HelloConfig(ctx, arming.is_controller())) {
+  if (ctx.test_clock != nullptr) costs_ = ctx.test_clock->costs();
+}
+
+void Link::SetLabel(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  identity_.labels[key] = value;
+  ++hello_gen_;
+}
+
+void Link::SetCost(const std::string& key, double ns) { SetCosts({{key, ns}}); }
+
+void Link::SetCosts(const std::map<std::string, double>& costs) {
+  if (ctx_.test_clock != nullptr) return;
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  for (const auto& [key, ns] : costs) costs_[key] = ns;
+  ++hello_gen_;
+}
+
+double Link::Cost(const std::string& key) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  auto it = costs_.find(key);
+  return it == costs_.end() ? -1 : it->second;
+}
+
+void Link::SetRole(bool controller) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  identity_.role = controller ? names::kController : names::kWorker;
+  hello_config_ = HelloConfig(ctx_, controller);
+  ++hello_gen_;
+}
+
+void Link::SelectionChanged() {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  ++hello_gen_;  // the aggregator learns it from the next Hello
+}
+
+void Link::ReportExpected(std::vector<std::map<std::string, std::string>> processes) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  expected_ = std::move(processes);
+  ++expected_gen_;
+}
+
+wire::Hello Link::MakeHello() const {
+  wire::Hello hello;
+  hello.session = ctx_.session;
+  hello.identity = identity_;
+  hello.clock = "monotonic";
+  hello.start_ns = ctx_.start_ns;
+  hello.selected = arming_.selected();
+  if (arming_.is_controller()) hello.config = hello_config_;
+  hello.costs = costs_;
+  hello.secret = ctx_.secret;
+  return hello;
+}
+
+std::string Link::MakePreamble() {
+  wire::Batch b;
+  b.session = ctx_.session;
+  b.seq = transport_.NextSeq();
+  recording_.AllNames(&b);
+  return wire::Encode(b);
+}
+
+void Link::Start() {
+  transport_.SetPreambleMaker([this] { return MakePreamble(); });
+  transport_.Connect(ctx_.endpoint);
+}
+
+void Link::SendControl() {
+  if (!transport_.connected() || refused_) return;
+  const bool again = rehello_;
+  std::string hello_msg, expected_msg;
+  uint64_t hello_gen = 0, expected_gen = 0;
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    hello_gen = hello_gen_;
+    expected_gen = expected_gen_;
+    if (again || hello_gen_ != hello_sent_gen_) hello_msg = wire::Encode(MakeHello());
+    if (expected_gen_ != 0 && (again || expected_gen_ != expected_sent_gen_)) {
+      expected_msg = wire::Encode(wire::Expected{ctx_.session, expected_});
+    }
+  }
+  // A control message that cannot be queued now is retried on the next flush.
+  if (!hello_msg.empty() && transport_.Send(hello_msg)) {
+    {
+      std::lock_guard<std::mutex> lock(meta_mu_);
+      hello_sent_gen_ = hello_gen;
+    }
+    if (again) {
+      rehello_ = false;
+      transport_.Rewind(MakePreamble());
+      // The new aggregator numbers steps from its resume point: the next
+      // step's number is announced (steps.h) rather than left to it.
+      arming_.AnnounceNextStep();
+    }
+    transport_.SetReady(true);
+  }
+  if (!expected_msg.empty() && transport_.ready() && transport_.Send(expected_msg)) {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    expected_sent_gen_ = expected_gen;
+  }
+}
+
+bool Link::Apply(const wire::Control& control) {
+  heard_from_aggregator_ = true;
+  if (control.role == wire::kRoleRefused) {
+    if (!refused_) {
+      refused_ = true;
+      transport_.SetReady(false);  // for good: what it records waits in the spool, then is dropped (counted)
+      std::fprintf(stderr,
+                   "rlscope: pid %d: the aggregator at %s refused this process: its hello %s the run's secret "
+                   "(%s); nothing it records reaches the run\n",
+                   static_cast<int>(getpid()), ctx_.endpoint.c_str(),
+                   ctx_.secret.empty() ? "lacks" : "does not carry", names::kEnvSecret);
+    }
+    return false;
+  }
+  if (refused_) return false;
+  if (control.hello && !rehello_) {
+    // An aggregator that does not know this collector (it restarted): hello
+    // again, then the spool's replay; nothing else goes out before.
+    rehello_ = true;
+    transport_.SetReady(false);
+  }
+  if (control.release_ns != 0) transport_.Release(control.release_ns);
+  if (control.flush > pending_ack_) pending_ack_ = control.flush;
+  return true;
+}
+
+uint64_t Link::SendBatches(Outgoing& out) {
+  out.ack = pending_ack_;
+  const Transport::SendResult sent = transport_.SendBatches(out, ctx_.converter);
+  if (sent.acked) pending_ack_ = 0;
+  return sent.gpu_lost;
+}
+
+void Link::SayTrouble(uint64_t dropped) {
+  // One line each, the first time: a loss the user would otherwise see only
+  // in the summaries (or, with no aggregator, nowhere).
+  constexpr int64_t kSilenceNs = 5'000'000'000;
+  const Config& config = ctx_.config;
+  if (!said_unreachable_ && !heard_from_aggregator_ && MonotonicNs() - ctx_.start_ns > kSilenceNs) {
+    said_unreachable_ = true;
+    std::fprintf(stderr,
+                 "rlscope: pid %d: no answer from the aggregator at %s after %lld s; events wait in the spool "
+                 "(buffers.spool_mb=%lld in memory, then buffers.spool_file_mb=%lld on disk), then the oldest are "
+                 "dropped and counted\n",
+                 static_cast<int>(getpid()), ctx_.endpoint.c_str(), static_cast<long long>(kSilenceNs / 1000000000),
+                 static_cast<long long>(config.buffers.spool_mb), static_cast<long long>(config.buffers.spool_file_mb));
+  }
+  if (!said_dropping_ && dropped > 0) {
+    said_dropping_ = true;
+    std::fprintf(stderr,
+                 "rlscope: pid %d: dropping events (%llu so far): a thread recorded faster than the flush thread "
+                 "emptied its ring (buffers.per_thread_kb=%lld, flush.interval_ms=%lld); whole ranges are "
+                 "dropped, step boundaries kept, and every step's summary counts them\n",
+                 static_cast<int>(getpid()), static_cast<unsigned long long>(dropped),
+                 static_cast<long long>(config.buffers.per_thread_kb), static_cast<long long>(config.flush.interval_ms));
+  }
+}
+
+void Link::Stop(const Transport::ControlHandler& apply,
+                const std::function<std::pair<uint64_t, uint64_t>()>& totals) {
+  // flush.exit_timeout_ms bounds all of the exit: what waits in the spool
+  // goes first, for three quarters of it (the rest is counted lost), still
+  // answering the aggregator (a restarted one asks for a hello first); then
+  // the goodbye, which must not overtake it; then the socket lingers for
+  // what is queued, at least the last quarter. A refused process waits for
+  // nothing.
+  const int64_t start = MonotonicNs(), timeout_ns = ctx_.config.flush.exit_timeout_ms * 1000000;
+  const int64_t drain_deadline = start + timeout_ns * 3 / 4, deadline = start + timeout_ns;
+  if (transport_.connected()) {
+    while (!refused_) {
+      transport_.ReceiveControls(apply);
+      SendControl();  // the hello again, when asked
+      transport_.Pump();
+      // Done when nothing waits (and no hello again is due: its replay would).
+      if ((transport_.spool().idle() && !rehello_) || MonotonicNs() >= drain_deadline) break;
+      transport_.Wait(5000000);
+    }
+    if (const uint64_t unsent = transport_.AbandonSpool(); unsent > 0) {
+      std::fprintf(stderr,
+                   "rlscope: pid %d: exiting with %llu recorded events the aggregator at %s never received "
+                   "(%s); they are lost\n",
+                   static_cast<int>(getpid()), static_cast<unsigned long long>(unsent), ctx_.endpoint.c_str(),
+                   refused_ ? "it refused this process" : "it could not be reached before flush.exit_timeout_ms");
+    }
+    if (transport_.ready()) {
+      const auto [events, dropped] = totals();
+      transport_.Send(wire::Encode(wire::Bye{ctx_.session, events, dropped + transport_.events_dropped()}));
+    }
+  }
+  transport_.Close(deadline, refused_);
+}
+
+}  // namespace rlscope

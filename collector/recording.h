@@ -1,0 +1,197 @@
+// Recording: the hot path and the threads that record.
+//
+// Each application thread that records gets a ThreadState and a ring of its
+// own (ThreadBuffer), registered here on its first event and reached through
+// an initial-exec thread_local; Record writes one packed record into it.
+// Nothing on the hot path locks, allocates or makes a system call, except a
+// thread's first event (registration) and an eventfd write every half ring.
+// The flush thread (collector.h) snapshots the rings, ships the names the
+// events need, and retires the rings of threads that exited.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collector/context.h"
+#include "collector/cpu_sampler.h"
+#include "collector/transport.h"
+#include "native/event.h"
+#include "native/string_table.h"
+#include "native/thread_buffer.h"
+#include "native/wire.h"
+
+// The hot path is inlined into each entry point (NVTX handlers, the C ABI,
+// the Python fast path): a call with nine arguments spills and reloads more
+// than the record itself costs (tests: the instruction count per pair in
+// bench/nvtx_pair_bench under callgrind).
+#define RLSCOPE_HOT inline __attribute__((always_inline))
+
+namespace rlscope {
+
+// A start/end range's handle (what RangeStart returns to NVTX callers): its
+// id, with the bit that says its start was recorded (so its end is, on any
+// thread) or dropped (so its end is counted, not recorded).
+inline constexpr uint64_t kRecordedRangeBit = uint64_t{1} << 63;
+inline constexpr uint64_t kDroppedRangeBit = uint64_t{1} << 62;
+
+// One recording thread's state, reached through a thread_local pointer; its
+// own thread alone writes it (the CPU sampler's handler, on that thread,
+// reads sample_ring and bumps signals).
+struct ThreadState {
+  ThreadBuffer* buffer = nullptr;  // owned by the registry's entry
+  NameCache names;
+  int depth = 0;           // open push/pop ranges, returned to NVTX callers
+  uint64_t recorded_mask = 0;  // bit d: the push at depth d was recorded (so its pop is)
+  uint64_t dropped_mask = 0;   // bit d: the push at depth d was dropped (so its pop is, counted)
+  int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
+  int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
+  // In-place cost sampling (cost_sampling.h): calls left until the next
+  // timed one; the thread's own virtual costs so far (test clock only).
+  uint32_t sample_countdown = 1;
+  uint32_t sample_rng = 0x9E3779B9;  // xorshift32: the gaps between timed calls vary
+  int64_t virtual_own_ns = 0;
+  // CostSampling::ScratchScope: the thread's own ring while `buffer` is a
+  // scratch ring that nothing reads (calibration loops), else null.
+  ThreadBuffer* real_buffer = nullptr;
+  std::unique_ptr<ThreadBuffer> scratch;
+  // CPU sampling (cpu_sampler.h): the ring its signal handler records into
+  // (set by the flush thread with the thread's timer, null before), and the
+  // signals taken so far (a timed recording call a signal lands in is no
+  // cost sample: the signal's cost is not the handler's).
+  std::atomic<ThreadBuffer*> sample_ring{nullptr};
+  std::atomic<uint32_t> signals{0};
+  explicit ThreadState(StringTable* table) : names(table) {}
+  // Push/pop pairing through recorded_mask; 64 levels deep at most.
+  void SetRecorded(int d, bool recorded) {
+    if (d < 64) recorded_mask = recorded ? recorded_mask | (uint64_t{1} << d) : recorded_mask & ~(uint64_t{1} << d);
+  }
+  // Whether the push at depth d was recorded; deeper, `deeper`.
+  bool WasRecorded(int d, bool deeper) const { return d < 64 ? ((recorded_mask >> d) & 1) != 0 : deeper; }
+  void SetDropped(int d, bool dropped) {
+    if (d < 64) dropped_mask = dropped ? dropped_mask | (uint64_t{1} << d) : dropped_mask & ~(uint64_t{1} << d);
+  }
+  bool WasDropped(int d) const { return d < 64 && ((dropped_mask >> d) & 1) != 0; }
+};
+
+// A registered thread: its ring and state, freed by the flush thread once
+// the thread exited and everything it recorded was shipped.
+struct ThreadEntry {
+  std::unique_ptr<ThreadBuffer> buffer;
+  std::unique_ptr<ThreadState> state;
+  std::atomic<bool> exited{false};  // set by the thread's TLS destructor
+  bool name_sent = false;           // flush thread
+  SampledThread sampled;            // its CPU-time timer and sample ring (cpu_sampling.h; flush thread)
+};
+
+class Recording {
+ public:
+  explicit Recording(CollectorContext& ctx);
+
+  // Records one event into `ts`, the calling thread's state. Returns false
+  // when dropped (ring full, counted unless `counted` is false: a cost
+  // sample). `privileged`: a recorded range's close or a step edge, which may
+  // take the ring's reserve (ThreadBuffer::TryPush).
+  RLSCOPE_HOT bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
+                          uint64_t value, uint8_t flags, bool privileged = false, bool counted = true) {
+    EventRecord r;
+    r.ts = ReadTicks(clock_source_);
+    // Test-only virtual costs (test_clock.h; the clock source is then
+    // monotonic, so ticks are ns). Constant after start: a predicted branch.
+    if (__builtin_expect(test_clock_ != nullptr, 0)) {
+      int64_t own_ns = 0;
+      r.ts += test_clock_->Advance(static_cast<uint8_t>(kind), flags, &own_ns);
+      ts->virtual_own_ns += own_ns;
+    }
+    r.value = value;
+    r.name = name;
+    r.category = category;
+    r.domain = domain;
+    r.kind = static_cast<uint8_t>(kind);
+    r.flags = flags;
+    r.reserved = 0;
+    if (!ts->buffer->TryPush(r, privileged, counted)) return false;
+    // Every half ring, the flush thread is woken rather than left to its
+    // interval: one eventfd write per (ring / 2) records.
+    if (__builtin_expect(ts->buffer->AtHalfMark(), 0)) ctx_.Wake();
+    return true;
+  }
+  // An event not recorded (a thread over the budget, the close of a dropped
+  // open): counted as dropped.
+  void CountDropped() { overflow_dropped_.fetch_add(1, std::memory_order_relaxed); }
+  // A start/end range's id. Relaxed: ids only need to be unique, not
+  // ordered with anything.
+  uint64_t NextRangeId() { return next_range_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // The calling thread's state, or null (not registered, or exiting).
+  static ThreadState* Current() { return tls_state_; }
+  // Registers the calling thread (its first event): nullptr when the
+  // per-process buffer budget is used up or recording closed (counted).
+  ThreadState* Register();
+  // No thread registers from now on (exit).
+  void Close() { closed_.store(true, std::memory_order_relaxed); }
+
+  void NameThread(int64_t tid, const std::string& name);
+  void NameCategory(uint32_t domain, uint32_t category, const std::string& name);
+
+  // Flush thread. Calls fn on each registered entry, under the registry's
+  // lock (fn must not register threads or take it again).
+  void ForEachThread(const std::function<void(ThreadEntry&)>& fn);
+  // Flush thread: the rings' sizes now, as this flush's event blocks.
+  void SnapshotRings(Outgoing* out);
+  // Flush thread, after everything this flush ships was interned: names new
+  // since the last flush (strings, threads, categories).
+  void TakeMetadata(Metadata* out);
+  // Every name shipped so far (strings, threads, categories), for a batch
+  // that re-sends them all (Link's preamble).
+  void AllNames(wire::Batch* batch);
+  // Flush thread: frees the rings of threads that exited and are fully
+  // drained; `release` is called on each before it goes (its timer).
+  void RetireExitedThreads(const std::function<void(ThreadEntry&)>& release);
+  // Events recorded (cost samples apart) and dropped, registered threads.
+  struct Counts {
+    uint64_t written = 0, dropped = 0, threads = 0;
+  };
+  Counts Count();
+
+ private:
+  friend struct ThreadExitHook;
+  std::string ThreadName(int64_t tid);  // explicit (NVTX) or the kernel's; caller holds meta_mu_
+
+  CollectorContext& ctx_;
+  // Copies of the context's, for the hot path (no indirection).
+  const ClockSource clock_source_;
+  TestClock* const test_clock_;
+  // initial-exec: one load on the hot path (a dlopen'ed library may use a few
+  // bytes of the static TLS surplus that glibc keeps for this); constinit:
+  // no TLS wrapper call is needed to read it from another file.
+  static constinit thread_local ThreadState* tls_state_ __attribute__((tls_model("initial-exec")));
+  static thread_local bool tls_over_budget_;
+  static thread_local bool tls_exiting_;  // set by the thread-exit hook: never re-register
+
+  std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> next_range_id_{1};
+  // Events of threads over budget, and closes not recorded because their
+  // open was dropped.
+  std::atomic<uint64_t> overflow_dropped_{0};
+
+  std::mutex registry_mu_;  // guards threads_, bytes_reserved_, retired_*
+  std::vector<std::unique_ptr<ThreadEntry>> threads_;
+  size_t bytes_reserved_ = 0;
+  uint64_t retired_dropped_ = 0;   // drops of threads already removed
+  uint64_t retired_written_ = 0;   // records of threads already removed
+
+  std::mutex meta_mu_;  // guards thread_names_, renamed_threads_, categories_
+  std::map<int64_t, std::string> thread_names_;  // explicit (NVTX) names
+  std::vector<int64_t> renamed_threads_;
+  std::vector<wire::CategoryName> categories_;
+  size_t categories_sent_ = 0;
+  uint32_t next_string_id_ = 1;  // flush thread: strings below it were shipped
+};
+
+}  // namespace rlscope
