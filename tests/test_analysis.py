@@ -1,6 +1,6 @@
-"""rlscope_ray.analysis: the breakdown engine's sweep from Python, on
-constructed intervals with known answers and on a real run, where it must
-reproduce summary.json's breakdown from the step's trace.json."""
+"""rlscope_ray.analysis: the breakdown engine's sweep from Python on
+constructed intervals with known answers, and the breakdown the aggregator
+wrote, read back from a real run's summary.json."""
 from __future__ import annotations
 
 import json
@@ -33,7 +33,32 @@ def test_sweep_on_constructed_intervals():
         a.naive_utilization([], 0, 10**15, 1000)
 
 
-def test_trace_sweep_reproduces_the_summary_breakdown(build_dir, aggregator_factory, tmp_path):
+_ROW_MS = ("window_ms", "cpu_only_ms", "gpu_only_ms", "cpu_gpu_ms", "idle_ms", "overhead_ms")
+
+
+def test_breakdown_reads_the_rows_and_refuses_what_is_not_a_summary(tmp_path):
+    from rlscope_ray import analysis as a
+
+    row = {"subtask": "gen", "occurrences": 2, "rank": 3, "process": "w / pid 7", "session": "s", "role": "worker",
+           "window_ms": 10.0, "cpu_only_ms": 4.0, "gpu_only_ms": 3.0, "cpu_gpu_ms": 2.0, "idle_ms": 1.0,
+           "overhead_ms": 0.5, "attribution": None}
+    (tmp_path / "step_1").mkdir()
+    (tmp_path / "step_1" / "summary.json").write_text(json.dumps({"step": 1, "breakdown": [row]}))
+    (r,) = a.breakdown(tmp_path / "step_1")
+    assert (r.subtask, r.process, r.rank, r.role, r.occurrences) == ("gen", "w / pid 7", 3, "worker", 2)
+    assert [getattr(r, k) for k in _ROW_MS] == [row[k] for k in _ROW_MS] and r.attribution is None
+    assert r.overlap == a.Overlap(4_000_000, 3_000_000, 2_000_000, 1_000_000) and r.overlap.total == 10_000_000
+    assert a.breakdown(str(tmp_path / "step_1" / "summary.json")) == [r]
+    old = tmp_path / "old.json"  # written before summaries had a breakdown
+    old.write_text(json.dumps({"step": 1}))
+    assert a.breakdown(old) == []
+    for text, why in (("[]", "not a step summary"), ('{"breakdown": [{"subtask": "gen"}]}', r"breakdown\[0\]")):
+        old.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            a.breakdown(old)
+
+
+def test_breakdown_is_the_summarys_for_a_real_run(build_dir, aggregator_factory, tmp_path):
     from rlscope_ray import analysis as a
 
     agg = aggregator_factory()
@@ -53,19 +78,18 @@ def test_trace_sweep_reproduces_the_summary_breakdown(build_dir, aggregator_fact
     for n in (1, 2):
         step_dir = agg.out / f"step_{n}"
         summary = json.loads((step_dir / "summary.json").read_text())
-        procs = a.trace_intervals(str(step_dir / "trace.json"))
-        trace = json.loads((step_dir / "trace.json").read_text())
-        (step_ev,) = [e for e in trace["traceEvents"] if e.get("name") == "step" and e.get("ph") == "X"]
-        lo = round(step_ev["ts"] * 1000)
-        hi = lo + round(step_ev["dur"] * 1000)  # the corrected step
-        (w,) = [p for p in procs.values() if "nvtx_worker.py" in p.label]
-        assert w.cpu, log
-        cpu = a.subtract(a.union(w.cpu, lo, hi), a.union(w.waits, lo, hi))
-        o = a.resource_overlap(cpu, w.gpu, lo, hi)
-        (row,) = [r for r in summary["breakdown"] if r["subtask"] == "step" and r["process"] == w.label]
-        # The worker runs in its ranges throughout; summary.json prints 6
-        # significant digits.
-        assert o.cpu_only > 0
-        assert o.cpu_only / 1e6 == pytest.approx(row["cpu_only_ms"], rel=1e-5, abs=1e-4)
-        assert o.idle / 1e6 == pytest.approx(row["idle_ms"], rel=1e-5, abs=1e-4)
-        assert o.gpu_only == o.cpu_gpu == 0 and row["gpu_only_ms"] == row["cpu_gpu_ms"] == 0
+        rows = a.breakdown(step_dir)
+        assert len(rows) == len(summary["breakdown"]) >= 2, log
+        for row, r in zip(rows, summary["breakdown"]):
+            assert (row.subtask, row.process, row.rank, row.role, row.session, row.occurrences) == \
+                (r["subtask"], r["process"], r["rank"], r["role"], r["session"], r["occurrences"])
+            assert [getattr(row, k) for k in _ROW_MS] == [r[k] for k in _ROW_MS]
+            assert row.attribution == r.get("attribution")
+            # The four segments add up to the window (summary.json prints 6 significant digits).
+            assert row.overlap.total / 1e6 == pytest.approx(row.window_ms, rel=1e-5, abs=1e-4)
+        # Both sides of the step, the controller's windows among them: what
+        # re-deriving the breakdown from trace.json used to get wrong.
+        roles = {row.role for row in rows if row.subtask == "step"}
+        assert roles == {"controller", "worker"}, rows
+        (w,) = [row for row in rows if row.subtask == "step" and "nvtx_worker.py" in row.process]
+        assert w.rank == 1 and w.cpu_only_ms > 0 and w.gpu_only_ms == w.cpu_gpu_ms == 0

@@ -68,6 +68,13 @@ class names:
     CAT_CUDA_SYNC: str
     CAT_CUPTI_OVERHEAD: str
     CAT_LAUNCH: str
+    CAT_CPU_SAMPLES: str
+    CPU_PYTHON: str
+    CPU_BACKEND: str
+    CPU_CUDA_API: str
+    CPU_SIMULATOR: str
+    CPU_OTHER: str
+    CPU_PROFILER: str
 def set_cost(key: str, ns: float) -> None: ...
 def cost(key: str) -> float: ...
 def calibrate() -> int: ...

@@ -1,25 +1,29 @@
-"""The breakdown engine from Python: where a window's time went.
+"""The breakdown from Python: where a window's time went.
 
-The aggregator's breakdown (``summary.json``: ``breakdown``,
-``gpu_utilization``) is a sweep over interval sets in C++
-(aggregator/breakdown.h). The same functions are here, for questions the
-summary does not answer: any window, any process, any grouping.
+The aggregator computes the breakdown (``summary.json``: ``breakdown``, per
+sub-task and process, after overhead correction; docs/summary_format.md) by a
+sweep over interval sets in C++ (aggregator/breakdown.h). ``breakdown(step)``
+reads those rows as the aggregator wrote them; nothing here re-derives them
+from trace.json, which lacks what the aggregator knew (which of the
+controller's time was a wait on its workers, what the correction removed).
+The sweep's functions are here too, the same C++ code, for intervals of your
+own: any window, any grouping.
 
     from rlscope_ray import analysis
-    procs = analysis.trace_intervals("out/step_3/trace.json")
-    for pid, p in procs.items():
-        cpu = analysis.subtract(analysis.union(p.cpu, t0, t1), analysis.union(p.waits, t0, t1))
-        print(p.label, analysis.resource_overlap(cpu, p.gpu, t0, t1))
+    for row in analysis.breakdown("out/step_3"):
+        print(row.subtask, row.process, row.cpu_only_ms, row.gpu_only_ms, row.cpu_gpu_ms, row.idle_ms)
+    cpu = analysis.subtract(analysis.union(ranges, t0, t1), analysis.union(syncs, t0, t1))
+    print(analysis.resource_overlap(cpu, kernels, t0, t1))
 
-Intervals are ``(begin_ns, end_ns)`` pairs, end exclusive, in any order;
-times in a trace are the aggregator's clock, already overhead-corrected
-(the recorded ones are in each event's ``args.raw_ts``/``raw_dur``).
+Intervals are ``(begin_ns, end_ns)`` pairs, end exclusive, in any order.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Tuple
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import _native
 
@@ -27,14 +31,6 @@ Interval = Tuple[int, int]
 
 #: nvidia-smi's shortest sampling period, the bin of ``naive_utilization``.
 NAIVE_SAMPLE_NS: int = _native.NAIVE_SAMPLE_NS
-
-# Trace categories (aggregator/chrome_trace.cc) that are not CPU work.
-_names = _native.names
-_GPU_CATS = {_names.CAT_KERNEL, _names.CAT_MEMCPY, _names.CAT_MEMSET}
-# (CPU samples' category tracks say where sampled CPU time went, not which
-# ranges were open: the breakdown's CPU busy time does not come from them.)
-_NOT_CPU_CATS = _GPU_CATS | {_names.CAT_CUDA_API, _names.CAT_CUDA_SYNC, _names.CAT_CUPTI_OVERHEAD, _names.CAT_LAUNCH,
-                             _names.CAT_CPU_SAMPLES}
 
 
 @dataclass
@@ -84,51 +80,61 @@ def total(disjoint: Iterable[Interval]) -> int:
     return sum(e - b for b, e in disjoint)
 
 
-@dataclass
-class ProcessIntervals:
-    """One process of a step trace, as the breakdown sees it."""
+@dataclass(frozen=True)
+class BreakdownRow:
+    """One row of a step's breakdown (summary.json ``breakdown[]``): one
+    sub-task ("step" for the whole step) in one process, in ms after
+    correction, summed over the sub-task's occurrences. The four segments add
+    up to ``window_ms``; ``overhead_ms`` is the profiler time removed from it."""
 
-    label: str
-    cpu: List[Interval] = field(default_factory=list)  # annotated ranges and Ray methods, not the step range
-    gpu: List[Interval] = field(default_factory=list)  # kernels, copies, sets on any stream
-    waits: List[Interval] = field(default_factory=list)  # CUDA synchronisation: the CPU waits, not works
+    subtask: str
+    process: str  # the process's label (trace track name)
+    rank: Optional[int]
+    role: str
+    session: str
+    occurrences: int
+    window_ms: float
+    cpu_only_ms: float
+    gpu_only_ms: float
+    cpu_gpu_ms: float
+    idle_ms: float
+    overhead_ms: float
+    attribution: Optional[Dict[str, Any]]  # where its CPU time went; None without CPU samples
+
+    @property
+    def overlap(self) -> Overlap:
+        """The four segments in ns, to set beside ``resource_overlap`` of
+        intervals of your own (the summary keeps 6 significant digits)."""
+        return Overlap(*(round(ms * 1e6) for ms in (self.cpu_only_ms, self.gpu_only_ms, self.cpu_gpu_ms,
+                                                    self.idle_ms)))
 
 
-def _ns(us: float) -> int:
-    return round(us * 1000)
+def breakdown(step: Union[str, os.PathLike]) -> List[BreakdownRow]:
+    """The breakdown the aggregator computed for one step, in the summary's
+    order. ``step`` is a step directory (``<out>/step_<N>``) or its
+    summary.json; a summary written before there was a breakdown has no rows.
+    Raises OSError when the file cannot be read and ValueError when it is not
+    a step summary (docs/summary_format.md)."""
+    path = Path(step)
+    if path.is_dir():
+        path = path / "summary.json"
+    with open(path, encoding="utf-8") as f:
+        summary = json.load(f)
+    rows = summary.get("breakdown", []) if isinstance(summary, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: not a step summary (docs/summary_format.md): no breakdown list")
+    return [_row(path, i, r) for i, r in enumerate(rows)]
 
 
-def trace_intervals(trace_path: str) -> Dict[int, ProcessIntervals]:
-    """Per process (trace pid): its CPU, GPU and wait intervals in a step's
-    trace.json. The controller's sub-task windows are CPU here; the
-    summary's controller rows count them as waiting on the workers. The
-    controller's "step" ranges are left out."""
-    with open(trace_path) as f:
-        trace = json.load(f)
-    procs: Dict[int, ProcessIntervals] = {}
-    open_async: Dict[Tuple[int, str, object], int] = {}
-
-    def proc(pid: int) -> ProcessIntervals:
-        return procs.setdefault(pid, ProcessIntervals(label=str(pid)))
-
-    for e in trace.get("traceEvents", []):
-        ph, pid, cat = e.get("ph"), e.get("pid"), e.get("cat", "")
-        if ph == "M":
-            if e.get("name") == "process_name":
-                proc(pid).label = (e.get("args") or {}).get("name", str(pid))
-            continue
-        if ph == "X":
-            iv = (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
-            if cat in _GPU_CATS:
-                proc(pid).gpu.append(iv)
-            elif cat == _names.CAT_CUDA_SYNC:
-                proc(pid).waits.append(iv)
-            elif cat not in _NOT_CPU_CATS and not (e.get("name") == _names.STEP and "payload" in (e.get("args") or {})):
-                proc(pid).cpu.append(iv)
-        elif ph in ("b", "e") and cat not in _NOT_CPU_CATS:  # start/end ranges, possibly across threads
-            key = (pid, cat, e.get("id"))
-            if ph == "b":
-                open_async[key] = _ns(e["ts"])
-            elif key in open_async:
-                proc(pid).cpu.append((open_async.pop(key), _ns(e["ts"])))
-    return procs
+def _row(path: Path, i: int, r: Any) -> BreakdownRow:
+    try:
+        return BreakdownRow(
+            subtask=str(r["subtask"]), process=str(r["process"]),
+            rank=None if r.get("rank") is None else int(r["rank"]), role=str(r.get("role") or ""),
+            session=str(r.get("session") or ""), occurrences=int(r.get("occurrences", 1)),
+            window_ms=float(r["window_ms"]), cpu_only_ms=float(r["cpu_only_ms"]),
+            gpu_only_ms=float(r["gpu_only_ms"]), cpu_gpu_ms=float(r["cpu_gpu_ms"]), idle_ms=float(r["idle_ms"]),
+            overhead_ms=float(r.get("overhead_ms", 0.0)), attribution=r.get("attribution"))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path}: breakdown[{i}] is not a breakdown row ({type(e).__name__}: {e}); "
+                         "see docs/summary_format.md") from e
