@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -199,9 +200,18 @@ class BatchWriter {
   const msgpack::sbuffer& Finish();
 
  private:
+  // Writes a body key, counted in body_keys_; returns packer_ for its value.
+  msgpack::packer<msgpack::sbuffer>& Key(std::string_view key);
+
   msgpack::sbuffer buffer_;
   msgpack::packer<msgpack::sbuffer> packer_{buffer_};
   int64_t prev_ts_ = 0;
+  // The body map's size is left open by Begin and stored by Finish: the
+  // count of keys written since (native/wire_pack.h). body_open_: Finish has
+  // not stored it yet.
+  size_t body_at_ = 0;
+  uint32_t body_keys_ = 0;
+  bool body_open_ = false;
 };
 
 std::string Encode(const Message& message);
