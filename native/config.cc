@@ -1,6 +1,9 @@
 #include "native/config.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,6 +23,8 @@ struct KeySpec {
   // Returns "" when `node` is valid (and stores it), else the error text.
   std::function<std::string(const YAML::Node& node, Config& c)> parse;
   std::function<YAML::Node(const Config& c)> dump;
+  // The value as JSON, typed (ConfigToJson; the dump's scalars are text).
+  std::function<std::string(const Config& c)> json;
   // A run key: decided once per run (config.h AdoptRunKeys), not per process.
   bool run = false;
 };
@@ -34,6 +39,36 @@ using Field = std::function<T&(Config&)>;
 
 std::string Scalar(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : std::string(); }
 
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonStrings(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + JsonString(v[i]);
+  return out + "]";
+}
+
+std::string JsonDouble(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
 KeySpec Bool(const char* path, const char* help, Field<bool> f) {
   return {path, help,
           [f](const YAML::Node& n, Config& c) -> std::string {
@@ -44,7 +79,8 @@ KeySpec Bool(const char* path, const char* help, Field<bool> f) {
             f(c) = v;
             return "";
           },
-          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); },
+          [f](const Config& c) { return std::string(f(const_cast<Config&>(c)) ? "true" : "false"); }};
 }
 
 KeySpec Int(const char* path, const char* help, int64_t min, int64_t max, Field<int64_t> f) {
@@ -61,7 +97,8 @@ KeySpec Int(const char* path, const char* help, int64_t min, int64_t max, Field<
             f(c) = v;
             return "";
           },
-          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); },
+          [f](const Config& c) { return std::to_string(f(const_cast<Config&>(c))); }};
 }
 
 KeySpec Double(const char* path, const char* help, double min, double max, Field<double> f) {
@@ -77,7 +114,8 @@ KeySpec Double(const char* path, const char* help, double min, double max, Field
             f(c) = v;
             return "";
           },
-          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); },
+          [f](const Config& c) { return JsonDouble(f(const_cast<Config&>(c))); }};
 }
 
 KeySpec Enum(const char* path, const char* help, std::vector<std::string> allowed,
@@ -96,7 +134,8 @@ KeySpec Enum(const char* path, const char* help, std::vector<std::string> allowe
             f(c) = v;
             return "";
           },
-          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); },
+          [f](const Config& c) { return JsonString(f(const_cast<Config&>(c))); }};
 }
 
 KeySpec String(const char* path, const char* help, Field<std::string> f) {
@@ -106,7 +145,8 @@ KeySpec String(const char* path, const char* help, Field<std::string> f) {
             f(c) = n.Scalar();
             return "";
           },
-          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); }};
+          [f](const Config& c) { return YAML::Node(f(const_cast<Config&>(c))); },
+          [f](const Config& c) { return JsonString(f(const_cast<Config&>(c))); }};
 }
 
 // Parses one item of a selection: an integer, or "a-b", or "a,b-c".
@@ -179,6 +219,13 @@ KeySpec Selection(const char* path, const char* help, Field<IntSelection> f) {
             for (int64_t v : s.values) list.push_back(v);
             list.SetStyle(YAML::EmitterStyle::Flow);
             return list;
+          },
+          [f](const Config& c) {
+            const IntSelection& s = f(const_cast<Config&>(c));
+            if (s.all) return std::string("\"all\"");
+            std::string out = "[";
+            for (size_t i = 0; i < s.values.size(); ++i) out += (i ? "," : "") + std::to_string(s.values[i]);
+            return out + "]";
           }};
 }
 
@@ -207,7 +254,8 @@ KeySpec StringList(const char* path, const char* help, Field<std::vector<std::st
             for (const auto& s : f(const_cast<Config&>(c))) list.push_back(s);
             list.SetStyle(YAML::EmitterStyle::Flow);
             return list;
-          }};
+          },
+          [f](const Config& c) { return JsonStrings(f(const_cast<Config&>(c))); }};
 }
 
 // A list of attribution patterns (config.h Attribution): globs or names.
@@ -442,6 +490,78 @@ void AdoptRunKeys(const Config& run, Config* into, const KeySet* only) {
   for (const auto& s : KeySpecs()) {
     if (s.run && (only == nullptr || only->count(s.path) != 0)) s.parse(s.dump(run), *into);  // a dump parses
   }
+}
+
+namespace {
+
+// `error` as ParseConfig wrote it ("source:line:col: ..."), without the
+// line and column: they mean nothing in a text the user did not write.
+std::string Unlocated(const std::string& error, const std::string& source) {
+  if (error.rfind(source + ":", 0) != 0) return error;
+  size_t p = source.size() + 1;
+  auto digits = [&] {
+    const size_t start = p;
+    while (p < error.size() && std::isdigit(static_cast<unsigned char>(error[p]))) ++p;
+    return p > start;
+  };
+  if (!digits() || p >= error.size() || error[p] != ':') return error;
+  ++p;
+  if (!digits() || error.compare(p, 2, ": ") != 0) return error;
+  return source + error.substr(p);
+}
+
+}  // namespace
+
+ConfigResult MergeConfigLayers(const std::vector<ConfigLayer>& layers) {
+  ConfigResult out;
+  for (const ConfigLayer& layer : layers) {
+    ConfigResult r = ParseConfig(layer.text, layer.source);
+    for (const std::string& e : r.errors) out.errors.push_back(layer.located ? e : Unlocated(e, layer.source));
+    if (!r.ok()) continue;
+    for (const auto& s : KeySpecs()) {
+      if (r.keys.count(s.path) != 0) s.parse(s.dump(r.config), out.config);  // a dump parses
+    }
+    out.keys.insert(r.keys.begin(), r.keys.end());
+  }
+  return out;
+}
+
+std::string ConfigToJson(const Config& config, const KeySet* only) {
+  // Top-level keys and sections in the order of their first key (the key
+  // table's order); a section's members in order within it.
+  struct Member {
+    std::string name;
+    std::vector<std::string> entries;  // "\"key\":value"
+    bool section;
+  };
+  std::vector<Member> members;
+  for (const auto& s : KeySpecs()) {
+    const std::string path = s.path;
+    if (only != nullptr && only->count(path) == 0) continue;
+    const size_t dot = path.find('.');
+    const bool section = dot != std::string::npos;
+    const std::string name = section ? path.substr(0, dot) : path;
+    const std::string entry = JsonString(section ? path.substr(dot + 1) : path) + ":" + s.json(config);
+    auto it = std::find_if(members.begin(), members.end(), [&](const Member& m) { return section && m.name == name; });
+    if (it == members.end()) {
+      members.push_back({name, {entry}, section});
+    } else {
+      it->entries.push_back(entry);
+    }
+  }
+  std::string out = "{";
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Member& m = members[i];
+    out += i ? "," : "";
+    if (!m.section) {
+      out += m.entries[0];
+      continue;
+    }
+    out += JsonString(m.name) + ":{";
+    for (size_t j = 0; j < m.entries.size(); ++j) out += (j ? "," : "") + m.entries[j];
+    out += "}";
+  }
+  return out + "}";
 }
 
 KeySet RunKeysIn(const KeySet& keys) {

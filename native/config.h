@@ -115,6 +115,24 @@ ConfigResult LoadConfigFromEnvValue(const std::string& value);
 // The resolved configuration as YAML: every key, defaults filled in; or only
 // the keys in `only`.
 std::string ConfigToYaml(const Config& config, const KeySet* only = nullptr);
+// The same as JSON, typed (booleans, numbers, strings, lists; a selection is
+// "all" or a list of integers), sections as nested objects.
+std::string ConfigToJson(const Config& config, const KeySet* only = nullptr);
+
+// ---- Layers: the one merge.
+// A config arrives in layers (rlscope_ray.init's config, a config file, the
+// keys of a runtime_env "rlscope" value, the job's over an actor's own);
+// each layer is YAML or JSON text, checked by this parser.
+struct ConfigLayer {
+  std::string text;
+  std::string source;    // names the layer in errors
+  bool located = true;   // false: a generated text; its errors name the source without line and column
+};
+// The layers in order, each over those before it: a key a later layer sets
+// wins, one no layer sets keeps its default. `keys`: the keys any layer set.
+// Every error of every layer, naming its layer. The only place layers are
+// merged: Python (rlscope_ray.init, the Ray plugin, the verl plugin) calls it.
+ConfigResult MergeConfigLayers(const std::vector<ConfigLayer>& layers);
 
 // One line per key: "  key: default  # help". For `rlscope-ray check --keys`.
 std::string ConfigKeyHelp();

@@ -71,8 +71,9 @@ def test_no_aggregator_says_what_to_do():
 
 
 def test_a_config_file_reads_as_the_native_parser_reads_it(tmp_path):
-    """Python takes the values from the native parser's resolved output, only
-    the keys the file set (so merges keep the other layers), dotted or nested."""
+    """Python takes the values from the native parser (its merge of layers),
+    only the keys the file set (so merges keep the other layers), dotted or
+    nested, typed as JSON."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text('steps: "2-4"\ncorrection.scale: 1.04\ncorrection:\n  enabled: true\nranks: all\n')
     assert settings.load_config_file(str(cfg)) == {
@@ -82,7 +83,7 @@ def test_a_config_file_reads_as_the_native_parser_reads_it(tmp_path):
 def test_the_runs_config_takes_the_jobs_runtime_env_keys_and_the_endpoint_rule_is_one(tmp_path):
     job_file = tmp_path / "job.yaml"
     job_file.write_text("ranks: [0]\n")
-    run = settings.run_config({"steps": [1, 2], "flush": {"step_grace_ms": 9}},
+    run = settings.run_config([settings.dict_layer({"steps": [1, 2], "flush": {"step_grace_ms": 9}}, "init")],
                               {"config": str(job_file), "steps": [2], "rank": 3, "role": "worker"})
     assert run == {"steps": [2], "ranks": [0], "flush": {"step_grace_ms": 9}}
     assert settings.endpoint([None, "auto", "tcp://job:1"], {"aggregator": "tcp://cfg:2"}) == "tcp://job:1"

@@ -1,173 +1,24 @@
-// rlscope_ray._native: one function per C ABI call, no policy (that lives in
-// python/rlscope_ray). Strings are passed as UTF-8; every call is a no-op when
-// no collector runs in this process. Also the breakdown engine's pure
-// functions on intervals (rlscope_ray.analysis), which need no collector.
+// rlscope_ray._native: the private module under the rlscope_ray package,
+// one file per concept (bindings.h): the collector's C ABI
+// (collector_bindings.cc), config checks and merges (config_bindings.cc),
+// interval sweeps (analysis_bindings.cc), the per-call range and mark in raw
+// CPython (fast_api.cc), and the names shared with C++ (native/names.h).
 #include <pybind11/pybind11.h>
 
-#include <pybind11/stl.h>
-
-#include <map>
-#include <string>
-#include <vector>
-
-#include "aggregator/breakdown.h"
-#include "collector/rlscope_collector.h"
-#include "native/config.h"
 #include "native/names.h"
+#include "python/bindings/bindings.h"
 #include "python/bindings/fast_api.h"
-#include "python/bindings/py_frame.h"
 
 namespace py = pybind11;
-
-namespace {
-
-using Pairs = std::vector<std::pair<int64_t, int64_t>>;
-
-std::vector<rlscope::Interval> ToIntervals(const Pairs& v) {
-  std::vector<rlscope::Interval> out;
-  out.reserve(v.size());
-  for (const auto& [b, e] : v) out.push_back({b, e});
-  return out;
-}
-
-Pairs ToPairs(const std::vector<rlscope::Interval>& v) {
-  Pairs out;
-  out.reserve(v.size());
-  for (const rlscope::Interval& i : v) out.emplace_back(i.begin, i.end);
-  return out;
-}
-
-}  // namespace
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "rlscope-ray collector bindings (private; use the rlscope_ray package)";
   // range and mark: raw CPython, the per-call path (fast_api.cc).
   if (!rlscope_py::AddFastApi(m.ptr())) throw py::error_already_set();
-  m.def("init", &rlscope_collector_init, "Start the collector from the environment; 1 if running.");
-  m.def("armed", &rlscope_collector_armed);
-  m.def("running", [] { return rlscope_collector_running() != 0; }, "True when a collector runs in this process.");
-  m.def("range_push", [](const char* name) { rlscope_range_push(name); }, py::arg("name"));
-  m.def("range_pop", &rlscope_range_pop);
-  m.def("intern", [](const char* name) { return rlscope_intern(name); }, py::arg("name"),
-        "The name's id in this process's collector (0 when none runs).");
-  m.def("range_push_id", &rlscope_range_push_id, py::arg("name_id"));
-  m.def("range_start_id", &rlscope_range_start_id, py::arg("name_id"));
-  m.def("mark_id", &rlscope_mark_id, py::arg("name_id"));
-  m.def("range_push_payload", &rlscope_range_push_payload, py::arg("name_id"), py::arg("payload"));
-  m.def("mark_payload", &rlscope_mark_payload, py::arg("name_id"), py::arg("payload"));
-  m.def("range_start", [](const char* name) { return rlscope_range_start(name); }, py::arg("name"));
-  m.def("range_end", &rlscope_range_end, py::arg("range_id"));
-  m.def("step_begin", &rlscope_step_begin, py::arg("step"));
-  m.def("step_end", &rlscope_step_end);
-  m.def("claim_controller", &rlscope_claim_controller);
-  m.def("set_next_step", &rlscope_set_next_step, py::arg("step"));
-  m.def("capture_start", &rlscope_capture_start);
-  m.def("capture_stop", &rlscope_capture_stop);
-  m.def("flush", &rlscope_flush, py::arg("timeout_ms") = 2000,
-        py::call_guard<py::gil_scoped_release>());
-  m.def("shutdown", &rlscope_collector_shutdown, py::call_guard<py::gil_scoped_release>());
-  m.def("set_label", [](const std::string& k, const std::string& v) { rlscope_set_label(k.c_str(), v.c_str()); },
-        py::arg("key"), py::arg("value"));
-  m.def(
-      "report_expected",
-      [](const std::vector<std::map<std::string, std::string>>& processes) {
-        std::vector<std::string> records;
-        for (const auto& p : processes) {
-          std::string r;
-          for (const auto& [k, v] : p) r += k + "=" + v + "\n";
-          records.push_back(std::move(r));
-        }
-        std::vector<const char*> ptrs;
-        for (const auto& r : records) ptrs.push_back(r.c_str());
-        rlscope_report_expected(ptrs.data(), ptrs.size());
-      },
-      py::arg("processes"));
-  m.def(
-      "check_config",
-      [](const std::string& text, const std::string& source) {
-        const rlscope::ConfigResult r = rlscope::ParseConfig(text, source);
-        return py::make_tuple(r.ok() ? rlscope::ConfigToYaml(r.config) : std::string(), r.errors);
-      },
-      py::arg("text"), py::arg("source"),
-      "Validate a YAML/JSON config: (resolved_yaml, errors); errors name source:line:col and key.");
-  m.def(
-      "resolve_endpoint",
-      [](const std::vector<std::string>& explicit_values, const std::string& config_aggregator) {
-        rlscope::Config c;
-        c.aggregator = config_aggregator.empty() ? "auto" : config_aggregator;
-        return rlscope::ResolveEndpoint(explicit_values, c);
-      },
-      py::arg("explicit_values"), py::arg("config_aggregator"),
-      "The aggregator endpoint by the one rule (native/config.h ResolveEndpoint); \"\" = none.");
   // Names that cross languages (native/names.h): rlscope_ray._native.names.STEP, ...
   py::module_ names = m.def_submodule("names", "Names shared with the C++ side (native/names.h).");
   for (const auto& [key, value] : rlscope::names::kAll) names.attr(key) = value;
-  m.def("set_cost", [](const std::string& k, double ns) { rlscope_set_cost(k.c_str(), ns); },
-        py::arg("key"), py::arg("ns"), "Set one calibrated cost, ns per event (overhead correction).");
-  m.def("cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),
-        "A calibrated cost, ns per event; -1 when unknown.");
-  m.def("calibrate", &rlscope_calibrate, "Re-measure the collector's own per-event costs; 1 if running.");
-  m.def("scratch_scope", &rlscope_scratch_scope, py::arg("on"),
-        "1: this thread records into a scratch ring nothing ships, until 0; 1 when the scope changed.");
-  m.def("test_clock_ns", &rlscope_test_clock_ns,
-        "Test only: ns the RLSCOPE_TEST_COSTS clock advanced so far; -1 without test costs.");
-  // The breakdown engine (aggregator/breakdown.h): pure functions on
-  // (begin, end) pairs, ns, end exclusive. The GIL is released: a sweep over
-  // a big trace may take a while.
-  m.def(
-      "union_clipped",
-      [](const Pairs& v, int64_t lo, int64_t hi) { return ToPairs(rlscope::UnionClipped(ToIntervals(v), lo, hi)); },
-      py::arg("intervals"), py::arg("begin"), py::arg("end"), py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "subtract",
-      [](const Pairs& a, const Pairs& b) { return ToPairs(rlscope::Subtract(ToIntervals(a), ToIntervals(b))); },
-      py::arg("a"), py::arg("b"), py::call_guard<py::gil_scoped_release>());
-  m.def(
-      "resource_overlap",
-      [](const Pairs& cpu, const Pairs& gpu, int64_t lo, int64_t hi) {
-        const rlscope::Overlap o = rlscope::ResourceOverlap(ToIntervals(cpu), ToIntervals(gpu), lo, hi);
-        return std::make_tuple(o.cpu_only, o.gpu_only, o.cpu_gpu, o.idle);
-      },
-      py::arg("cpu"), py::arg("gpu"), py::arg("begin"), py::arg("end"), py::call_guard<py::gil_scoped_release>(),
-      "(cpu_only, gpu_only, cpu_gpu, idle) ns of [begin, end).");
-  m.def(
-      "naive_utilization",
-      [](const Pairs& gpu, int64_t lo, int64_t hi, int64_t sample_ns) {
-        return rlscope::NaiveUtilization(ToIntervals(gpu), lo, hi, sample_ns);
-      },
-      py::arg("gpu"), py::arg("begin"), py::arg("end"), py::arg("sample_ns") = rlscope::kNaiveSampleNs,
-      py::call_guard<py::gil_scoped_release>());
-  m.attr("NAIVE_SAMPLE_NS") = rlscope::kNaiveSampleNs;
-  m.def("stats", [] {
-    rlscope_stats_t s;
-    rlscope_collector_stats(&s);
-    py::dict d;
-    d["events"] = s.events;
-    d["dropped"] = s.dropped;
-    d["batches_sent"] = s.batches_sent;
-    d["batches_dropped"] = s.batches_dropped;
-    d["threads"] = s.threads;
-    rlscope_sampler_stats_t c;
-    rlscope_sampler_stats(&c);
-    d["cpu_samples"] = c.samples;
-    d["cpu_samples_dropped"] = c.dropped;
-    d["cpu_signals"] = c.signals;
-    d["cpu_timers"] = c.timers;
-    d["cpu_signal"] = c.signal;
-    d["cpu_frames_unread"] = c.frames_unread;
-    d["cpu_kernel_reads"] = c.kernel_reads;
-    d["cpu_guard_faults"] = c.guard_faults;
-    d["cpu_handler_ns"] = c.handler_ns;
-    return d;
-  });
-  // The CPU sampler reads the module of a sampled thread's Python frame
-  // through this interpreter's own frame layout (py_frame.c); from import on,
-  // until stop_python_frames (rlscope_ray registers it with atexit: before
-  // thread states are freed).
-  const char* reader_name = "";
-  rlscope_py_module_reader_t reader = RlscopePyModuleReader(&reader_name);
-  rlscope_set_py_module_reader(reader, reader_name);
-  m.attr("PYTHON_FRAMES") = reader_name;
-  m.def("stop_python_frames", [] { rlscope_set_py_module_reader(nullptr, nullptr); },
-        "The CPU sampler stops reading Python frames (interpreter exit).");
+  rlscope_py::AddCollectorBindings(m);
+  rlscope_py::AddConfigBindings(m);
+  rlscope_py::AddAnalysisBindings(m);
 }

@@ -170,11 +170,11 @@ class Runner:
     def profiled(self, scale: float = 1.0) -> ProfiledRun:
         """One run under a fresh aggregator, correcting at ``scale``."""
         out = os.path.join(self.work, f"profile_{self._n + 1:02d}")
-        cfg = json.loads(json.dumps(self.config))
-        corr = cfg.setdefault("correction", {})
-        if not isinstance(corr, dict):
-            raise CalibrationError("the config's `correction` must be a mapping")
-        corr["enabled"], corr["scale"] = True, scale
+        try:
+            cfg = settings.merge([settings.dict_layer(self.config, "the config"),
+                                  settings.dict_layer({"correction": {"enabled": True, "scale": scale}}, "calibrate")])
+        except settings.RLScopeConfigError as e:
+            raise CalibrationError(str(e)) from None
         agg_log = out + ".aggregator.log"
         shutil.rmtree(out, ignore_errors=True)  # a --keep directory used before
         # At the lowest priority: on a small machine the aggregator's trace

@@ -112,7 +112,7 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         job_env = dict(runtime_env or {})
         # The run's config, made once here: the driver (the controller), the
         # aggregator and every actor get this one (README "One config per run").
-        cfg = settings.run_config(_load_config(config), job_env.get("rlscope"))
+        cfg = settings.run_config(_config_layers(config), job_env.get("rlscope"))
         out = os.path.abspath(output_dir or cfg.get("output_dir") or "rlscope_out")
         endpoint = settings.endpoint([aggregator], cfg)
         session = Session(endpoint=endpoint or "", output_dir=out, config=cfg, profile_driver=profile_driver,
@@ -287,13 +287,14 @@ def _say_losses(output_dir: str) -> None:
                 print(f"rlscope: {note}", file=sys.stderr)
 
 
-def _load_config(config: Union[str, Dict[str, Any], None]) -> Dict[str, Any]:
+def _config_layers(config: Union[str, Dict[str, Any], None]) -> List[settings.Layer]:
+    """init's ``config`` as config layers (settings.merge)."""
     if config is None:
-        return {}
+        return []
     if isinstance(config, dict):
-        settings.check_value({k: v for k, v in config.items()})  # names the bad key
-        return dict(config)
-    return settings.load_config_file(os.fspath(config))
+        settings.check_value(dict(config))  # names the bad key
+        return [settings.dict_layer(config, "rlscope_ray.init(config=...)")]
+    return [settings.file_layer(os.fspath(config))]
 
 
 def _start_aggregator(session: Session, nice: int) -> None:

@@ -12,8 +12,7 @@ actor's own value.
 from __future__ import annotations
 
 import json
-import re
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _native
 
@@ -47,34 +46,50 @@ OWNER_PID = _names.ENV_OWNER_PID
 CHAINED_SETUP_HOOK = "RLSCOPE_CHAINED_SETUP_HOOK"
 WHERE = "runtime_env['rlscope']"
 
-_LOCATION = re.compile(r"^[^:]*(?::\d+:\d+)?: ")
-
 
 class RLScopeConfigError(ValueError):
     """A bad "rlscope" value or config; the message says which key and why."""
 
 
-def check_config_text(text: str, source: str) -> Dict[str, Any]:
-    """Validates YAML/JSON config text natively; returns the keys it sets.
+#: One config layer: (YAML or JSON text, its source, whether its errors may
+#: name lines: False for a text generated here from a dict).
+Layer = Tuple[str, str, bool]
 
-    Errors name ``source:line:col`` and the key, as `rlscope-ray check` does.
-    Only the native parser reads the user's text: what is returned is read
-    back from its resolved output, the keys the text set and nothing else
-    (so that a merge with other layers keeps their values).
-    """
-    resolved, errors = _native.check_config(text, source)
+
+def merge(layers: Sequence[Layer]) -> Dict[str, Any]:
+    """The layers merged natively, each over those before it (native/config.h
+    MergeConfigLayers: the one merge there is); the keys they set, as the
+    native parser read them. Errors name each layer's source:line:col and key."""
+    text, errors = _native.merge_config(list(layers))
     if errors:
         raise RLScopeConfigError("\n".join(errors))
-    return _set_keys(_parse_yaml(resolved) or {}, _parse_yaml(text) or {})
+    return json.loads(text)
+
+
+def dict_layer(config: Mapping[str, Any], source: str = WHERE) -> Layer:
+    """A layer of config keys given as a dict (its errors name `source`)."""
+    return (json.dumps(dict(config)), source, False)
+
+
+def file_layer(path: str) -> Layer:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return (f.read(), path, True)
+    except OSError as e:
+        raise RLScopeConfigError(f"{path}: cannot read the config file ({e.strerror})") from None
 
 
 def load_config_file(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise RLScopeConfigError(f"{path}: cannot read the config file ({e.strerror})") from None
-    return check_config_text(text, path)  # errors with line numbers
+    """The keys a config file sets (errors with line numbers)."""
+    return merge([file_layer(path)])
+
+
+def value_layers(value: Mapping[str, Any]) -> List[Layer]:
+    """The config layers of an "rlscope" value: its config file, then its
+    own keys over it."""
+    layers = [file_layer(value["config"])] if value.get("config") else []
+    inline = {k: v for k, v in value.items() if k not in PLUGIN_KEYS}
+    return layers + ([dict_layer(inline)] if inline else [])
 
 
 def endpoint(explicit: "list[Optional[str]]", config: Mapping[str, Any]) -> Optional[str]:
@@ -105,7 +120,7 @@ def check_value(value: Any) -> Dict[str, Any]:
             raise RLScopeConfigError(f"{WHERE}['{key}'] must be a non-empty string, got {value[key]!r}")
     inline = {k: v for k, v in value.items() if k not in PLUGIN_KEYS}
     if inline:
-        _check_inline(inline)
+        merge([dict_layer(inline)])  # names the bad key
     return value
 
 
@@ -117,14 +132,20 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
     """
     own = check_value(value)
     defaults = json.loads(job_env.get(JOB_DEFAULTS) or "{}")
-    merged = deep_merge(defaults, own)
+    # The plugin's own keys: the actor's over the job's (single values).
+    merged = {k: v for k, v in {**defaults, **own}.items() if k in PLUGIN_KEYS}
     if merged.get("enabled", True) is False:
         return None
-    config = json.loads(job_env.get(JOB_CONFIG) or "{}")
+    # The config: the run's, then the config file, then the job's keys, then
+    # the actor's own.
+    layers: List[Layer] = [(job_env.get(JOB_CONFIG) or "{}", JOB_CONFIG, False)]
     if merged.get("config"):
-        config = deep_merge(config, load_config_file(merged["config"]))
-    config = deep_merge(config, {k: v for k, v in merged.items() if k not in PLUGIN_KEYS})
-    _check_inline(config)
+        layers.append(file_layer(merged["config"]))
+    for part in (defaults, own):
+        inline = {k: v for k, v in part.items() if k not in PLUGIN_KEYS}
+        if inline:
+            layers.append(dict_layer(inline))
+    config = merge(layers)
     aggregator = endpoint([merged.get("aggregator"), job_env.get(JOB_AGGREGATOR)], config)
     if aggregator is None:
         raise RLScopeConfigError(
@@ -158,59 +179,9 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
     return env
 
 
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
-    """``over`` wins; nested dicts merge key by key."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def run_config(config: Mapping[str, Any], job_value: Any) -> Dict[str, Any]:
-    """The run's config (README "One config per run"): init's ``config`` with
-    the config file and keys of the job's "rlscope" value over it, as every
-    actor's collector gets them (resolve); the driver (the controller) and the
-    aggregator use the same."""
-    value = check_value(job_value)
-    out = dict(config)
-    if value.get("config"):
-        out = deep_merge(out, load_config_file(value["config"]))
-    return deep_merge(out, {k: v for k, v in value.items() if k not in PLUGIN_KEYS})
-
-
-def _set_keys(resolved: Mapping[str, Any], given: Any) -> Dict[str, Any]:
-    """``resolved`` restricted to the keys present in ``given``, nested as in
-    ``resolved`` (a dotted key like ``correction.scale: 1.04`` is a key too)."""
-    out: Dict[str, Any] = {}
-    if not isinstance(given, dict):
-        return out
-    for key, value in given.items():
-        *sections, leaf = str(key).split(".")
-        node: Any = resolved
-        for part in sections:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
-            continue  # not a key the native parser knows (it said so already)
-        picked = _set_keys(node[leaf], value) if isinstance(value, dict) and isinstance(node[leaf], dict) \
-            else node[leaf]
-        target = out
-        for part in sections:
-            target = target.setdefault(part, {})
-        target[leaf] = deep_merge(target[leaf], picked) if isinstance(target.get(leaf), dict) else picked
-    return out
-
-
-def _check_inline(config: Dict[str, Any]) -> None:
-    _, errors = _native.check_config(json.dumps(config), WHERE)
-    if errors:
-        # Line numbers of a generated JSON text mean nothing to the user.
-        raise RLScopeConfigError("\n".join(WHERE + ": " + _LOCATION.sub("", e) for e in errors))
-
-
-def _parse_yaml(text: str) -> Any:
-    try:
-        import yaml  # PyYAML: a dependency of Ray, so present wherever this runs
-    except ImportError:  # pragma: no cover - only without Ray
-        return json.loads(text)
-    return yaml.safe_load(text)
-
+def run_config(layers: Sequence[Layer], job_value: Any) -> Dict[str, Any]:
+    """The run's config (README "One config per run"): init's ``config``
+    layers with the config file and keys of the job's "rlscope" value over
+    them, as every actor's collector gets them (resolve); the driver (the
+    controller) and the aggregator use the same."""
+    return merge(list(layers) + value_layers(check_value(job_value)))

@@ -119,13 +119,13 @@ def config_from_verl(cfg: Any) -> Dict[str, Any]:
     if extra:
         if not isinstance(extra, dict):
             raise RLScopeConfigError(f"{EXTRA_KEYS} must be a mapping of rlscope config keys, got {extra!r}")
-        from .settings import check_value, deep_merge
+        from .settings import check_value, dict_layer, merge
 
         try:
             check_value(extra)
+            out = merge([dict_layer(out, "verl's global_profiler"), dict_layer(extra, EXTRA_KEYS)])
         except RLScopeConfigError as e:
             raise RLScopeConfigError(f"{EXTRA_KEYS}: {e}") from None
-        out = deep_merge(out, extra)
     return out
 
 

@@ -1323,5 +1323,45 @@ TEST(StepsTest, WorkersAreArmedAStepAheadTheControllerOnlyForItsStep) {
   EXPECT_FALSE(steps::WorkersArmedBefore(s, 4) || steps::ControllerArmedBefore(s, 4));
 }
 
+// The one merge of config layers (config.h MergeConfigLayers), as Python's
+// rlscope_ray.init, the Ray plugin and the verl plugin use it.
+TEST(ConfigLayersTest, LaterLayersWinKeyByKeyAndSectionsMerge) {
+  const ConfigResult r = MergeConfigLayers({{"steps: [2, 3]\nflush: {step_grace_ms: 100}\n", "run.yaml"},
+                                            {"{\"flush\": {\"interval_ms\": 5}, \"steps\": \"4-5\"}", "actor", false}});
+  ASSERT_TRUE(r.ok()) << r.errors[0];
+  EXPECT_EQ(r.config.steps.values, (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(r.config.flush.step_grace_ms, 100);
+  EXPECT_EQ(r.config.flush.interval_ms, 5);
+  EXPECT_EQ(r.keys, (KeySet{"steps", "flush.step_grace_ms", "flush.interval_ms"}));
+  EXPECT_EQ(ConfigToJson(r.config, &r.keys), "{\"steps\":[4,5],\"flush\":{\"interval_ms\":5,\"step_grace_ms\":100}}");
+}
+
+TEST(ConfigLayersTest, EveryLayersErrorsNameItAGeneratedOneWithoutLineAndColumn) {
+  const ConfigResult r = MergeConfigLayers({{"ranks: [0, -2]\n", "a.yaml"},
+                                            {"{\"stepz\": [1]}", "runtime_env['rlscope']", false},
+                                            {"discrete: true", "b.yaml"}});
+  ASSERT_EQ(r.errors.size(), 2u);
+  EXPECT_EQ(r.errors[0], "a.yaml:1:8: ranks: -2 is negative (values are >= 0)");  // the list's line and column
+  EXPECT_EQ(r.errors[1], "runtime_env['rlscope']: stepz: unknown key (did you mean 'steps'?)");
+  EXPECT_TRUE(r.config.discrete);  // a valid layer after them still counts
+}
+
+TEST(ConfigLayersTest, JsonIsTypedAndEveryKeyRoundTrips) {
+  Config c;
+  c.output_dir = "a \"quoted\" dir\n";
+  c.correction.scale = 1.04;
+  c.ranks.all = false;
+  c.ranks.values = {0, 3};
+  c.attribution.simulator = {"mujoco", "gymnasium.*"};
+  const std::string json = ConfigToJson(c);
+  EXPECT_THAT(json, ::testing::HasSubstr("\"output_dir\":\"a \\\"quoted\\\" dir\\u000a\""));
+  EXPECT_THAT(json, ::testing::HasSubstr("\"ranks\":[0,3],\"steps\":\"all\""));
+  EXPECT_THAT(json, ::testing::HasSubstr("\"scale\":1.04"));
+  EXPECT_THAT(json, ::testing::HasSubstr("\"discrete\":false"));
+  const ConfigResult back = ParseConfig(json, "json");  // JSON is YAML: every key reads back as it was
+  ASSERT_TRUE(back.ok()) << back.errors[0];
+  EXPECT_EQ(ConfigToYaml(back.config), ConfigToYaml(c));
+}
+
 }  // namespace
 }  // namespace rlscope

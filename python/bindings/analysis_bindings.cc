@@ -1,0 +1,67 @@
+// rlscope_ray._native's interval sweeps: the breakdown engine's pure
+// functions (aggregator/breakdown.h), the same code that writes summary.json's
+// breakdown, for rlscope_ray.analysis. They need no collector.
+#include <pybind11/stl.h>
+
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "aggregator/breakdown.h"
+#include "python/bindings/bindings.h"
+
+namespace py = pybind11;
+
+namespace rlscope_py {
+
+namespace {
+
+using Pairs = std::vector<std::pair<int64_t, int64_t>>;
+
+std::vector<rlscope::Interval> ToIntervals(const Pairs& v) {
+  std::vector<rlscope::Interval> out;
+  out.reserve(v.size());
+  for (const auto& [b, e] : v) out.push_back({b, e});
+  return out;
+}
+
+Pairs ToPairs(const std::vector<rlscope::Interval>& v) {
+  Pairs out;
+  out.reserve(v.size());
+  for (const rlscope::Interval& i : v) out.emplace_back(i.begin, i.end);
+  return out;
+}
+
+}  // namespace
+
+void AddAnalysisBindings(py::module_& m) {
+  // The breakdown engine (aggregator/breakdown.h): pure functions on
+  // (begin, end) pairs, ns, end exclusive. The GIL is released: a sweep over
+  // a big trace may take a while.
+  m.def(
+      "union_clipped",
+      [](const Pairs& v, int64_t lo, int64_t hi) { return ToPairs(rlscope::UnionClipped(ToIntervals(v), lo, hi)); },
+      py::arg("intervals"), py::arg("begin"), py::arg("end"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "subtract",
+      [](const Pairs& a, const Pairs& b) { return ToPairs(rlscope::Subtract(ToIntervals(a), ToIntervals(b))); },
+      py::arg("a"), py::arg("b"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "resource_overlap",
+      [](const Pairs& cpu, const Pairs& gpu, int64_t lo, int64_t hi) {
+        const rlscope::Overlap o = rlscope::ResourceOverlap(ToIntervals(cpu), ToIntervals(gpu), lo, hi);
+        return std::make_tuple(o.cpu_only, o.gpu_only, o.cpu_gpu, o.idle);
+      },
+      py::arg("cpu"), py::arg("gpu"), py::arg("begin"), py::arg("end"), py::call_guard<py::gil_scoped_release>(),
+      "(cpu_only, gpu_only, cpu_gpu, idle) ns of [begin, end).");
+  m.def(
+      "naive_utilization",
+      [](const Pairs& gpu, int64_t lo, int64_t hi, int64_t sample_ns) {
+        return rlscope::NaiveUtilization(ToIntervals(gpu), lo, hi, sample_ns);
+      },
+      py::arg("gpu"), py::arg("begin"), py::arg("end"), py::arg("sample_ns") = rlscope::kNaiveSampleNs,
+      py::call_guard<py::gil_scoped_release>());
+  m.attr("NAIVE_SAMPLE_NS") = rlscope::kNaiveSampleNs;
+}
+
+}  // namespace rlscope_py

@@ -1,0 +1,49 @@
+// rlscope_ray._native's config functions: the native parser checks every
+// text (errors name source:line:col and the key), merges config layers (the
+// one merge there is: native/config.h MergeConfigLayers), and resolves the
+// endpoint by the one rule, so Python keeps no precedence rules of its own.
+#include <pybind11/stl.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "native/config.h"
+#include "python/bindings/bindings.h"
+
+namespace py = pybind11;
+
+namespace rlscope_py {
+
+void AddConfigBindings(py::module_& m) {
+  m.def(
+      "check_config",
+      [](const std::string& text, const std::string& source) {
+        const rlscope::ConfigResult r = rlscope::ParseConfig(text, source);
+        return py::make_tuple(r.ok() ? rlscope::ConfigToYaml(r.config) : std::string(), r.errors);
+      },
+      py::arg("text"), py::arg("source"),
+      "Validate a YAML/JSON config: (resolved_yaml, errors); errors name source:line:col and key.");
+  m.def(
+      "resolve_endpoint",
+      [](const std::vector<std::string>& explicit_values, const std::string& config_aggregator) {
+        rlscope::Config c;
+        c.aggregator = config_aggregator.empty() ? "auto" : config_aggregator;
+        return rlscope::ResolveEndpoint(explicit_values, c);
+      },
+      py::arg("explicit_values"), py::arg("config_aggregator"),
+      "The aggregator endpoint by the one rule (native/config.h ResolveEndpoint); \"\" = none.");
+  m.def(
+      "merge_config",
+      [](const std::vector<std::tuple<std::string, std::string, bool>>& layers) {
+        std::vector<rlscope::ConfigLayer> in;
+        for (const auto& [text, source, located] : layers) in.push_back({text, source, located});
+        const rlscope::ConfigResult r = rlscope::MergeConfigLayers(in);
+        return py::make_tuple(rlscope::ConfigToJson(r.config, &r.keys), r.errors);
+      },
+      py::arg("layers"),
+      "Merge config layers [(text, source, located)], each over those before: (JSON of the keys they set, "
+      "errors). located False: a generated text, its errors without line and column.");
+}
+
+}  // namespace rlscope_py
