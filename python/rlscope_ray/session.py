@@ -91,24 +91,10 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
         collector connects to the aggregator itself.
     """
     global _session
-    import ray
-
     with _lock:
         if _session is not None:
             return _session
-        if _ended:
-            raise RuntimeError("rlscope_ray.init() runs once per process: this process's collector was shut "
-                               "down by rlscope_ray.shutdown() and cannot record again; profile the next run "
-                               "from a new driver process")
-        if ray.is_initialized():
-            raise RuntimeError("rlscope_ray.init() starts or joins Ray itself: call it instead of ray.init() "
-                               "(or call ray.shutdown() first)")
-        if relays not in RELAYS:
-            raise ValueError(f"rlscope_ray.init(relays=...) must be one of {', '.join(RELAYS)}, got {relays!r}")
-        if isinstance(aggregator_nice, bool) or not isinstance(aggregator_nice, int) or \
-                not 0 <= aggregator_nice <= 19:
-            raise ValueError(f"rlscope_ray.init(aggregator_nice=...) must be an int from 0 to 19, got "
-                             f"{aggregator_nice!r}")
+        _check_init(relays, aggregator_nice)
         job_env = dict(runtime_env or {})
         # The run's config, made once here: the driver (the controller), the
         # aggregator and every actor get this one (README "One config per run").
@@ -120,58 +106,95 @@ def init(config: Union[str, Dict[str, Any], None] = None, *, address: Optional[s
                           local=address is None)
         if not endpoint:
             _start_aggregator(session, aggregator_nice)
-
-        env_vars = dict(job_env.get("env_vars") or {})
-        env_vars[settings.JOB_AGGREGATOR] = session.endpoint
-        env_vars[settings.JOB_CONFIG] = json.dumps(cfg, sort_keys=True)
-        if job_env.get("rlscope") is not None:
-            env_vars[settings.JOB_DEFAULTS] = json.dumps(job_env["rlscope"], sort_keys=True)
-        if session.secret:
-            env_vars[settings.JOB_SECRET] = session.secret
-        job_env["env_vars"] = env_vars
-
-        # This driver is the profiled process, whatever it inherited: Ray's
-        # processes started from here inherit the claim and are not profiled
-        # (the plugin clears it for each profiled worker).
-        os.environ[settings.OWNER_PID] = str(os.getpid())
-        if address is None:
-            _register_plugin_for_local_cluster()
-            session.started_ray = True
-        try:
-            # address=None starts a new local Ray (never silently joins one
-            # running on this machine, whose nodes may lack the plugin).
-            session.ray_context = ray.init(address="local" if address is None else address, runtime_env=job_env,
-                                           **ray_init_kwargs)
-        except Exception:
-            _stop_aggregator(session, timeout=0)
-            raise
-        if address is not None:
-            session.unregistered_nodes = _nodes_without_plugin()
-            for node in session.unregistered_nodes:
-                warnings.warn(
-                    f"rlscope: Ray node {node} does not have the rlscope plugin registered, so actors there "
-                    "are not profiled (they are listed as not profiled in the summaries). Start every node with "
-                    f"RAY_RUNTIME_ENV_PLUGINS='{json.dumps([PLUGIN_SPEC])}' before `ray start`.", stacklevel=2)
-
+        _start_ray(session, address, _job_runtime_env(session, job_env), ray_init_kwargs)
         _start_relays(session, relays)
         if profile_driver:
-            ctx = ray.get_runtime_context()
-            os.environ.update({
-                settings.AGGREGATOR: session.endpoint,
-                settings.SECRET: session.secret,
-                settings.ROLE: _native.names.CONTROLLER,
-                settings.CONFIG: json.dumps(cfg, sort_keys=True),
-                _native.names.ENV_LABEL_PREFIX + "NODE_ID": ctx.get_node_id(),
-                _native.names.ENV_LABEL_PREFIX + "NODE_IP": ray.util.get_node_ip_address(),
-                _native.names.ENV_LABEL_PREFIX + "JOB_ID": ctx.get_job_id(),
-            })
-            from . import start_collector
-
-            start_collector()
-            _start_controller_duties(session)
+            _profile_driver(session)
         _session = session
         atexit.register(shutdown)
         return session
+
+
+def _check_init(relays: str, aggregator_nice: int) -> None:
+    """Refuses init() before anything starts: a second run in this process,
+    a Ray started by someone else, bad arguments."""
+    import ray
+
+    if _ended:
+        raise RuntimeError("rlscope_ray.init() runs once per process: this process's collector was shut "
+                           "down by rlscope_ray.shutdown() and cannot record again; profile the next run "
+                           "from a new driver process")
+    if ray.is_initialized():
+        raise RuntimeError("rlscope_ray.init() starts or joins Ray itself: call it instead of ray.init() "
+                           "(or call ray.shutdown() first)")
+    if relays not in RELAYS:
+        raise ValueError(f"rlscope_ray.init(relays=...) must be one of {', '.join(RELAYS)}, got {relays!r}")
+    if isinstance(aggregator_nice, bool) or not isinstance(aggregator_nice, int) or \
+            not 0 <= aggregator_nice <= 19:
+        raise ValueError(f"rlscope_ray.init(aggregator_nice=...) must be an int from 0 to 19, got "
+                         f"{aggregator_nice!r}")
+
+
+def _job_runtime_env(session: Session, job_env: Dict[str, Any]) -> Dict[str, Any]:
+    """The job's runtime_env with what every profiled actor's plugin reads:
+    the endpoint, the run's config, the job's "rlscope" value, the secret."""
+    env_vars = dict(job_env.get("env_vars") or {})
+    env_vars[settings.JOB_AGGREGATOR] = session.endpoint
+    env_vars[settings.JOB_CONFIG] = json.dumps(session.config, sort_keys=True)
+    if job_env.get("rlscope") is not None:
+        env_vars[settings.JOB_DEFAULTS] = json.dumps(job_env["rlscope"], sort_keys=True)
+    if session.secret:
+        env_vars[settings.JOB_SECRET] = session.secret
+    return {**job_env, "env_vars": env_vars}
+
+
+def _start_ray(session: Session, address: Optional[str], job_env: Dict[str, Any], kwargs: Dict[str, Any]) -> None:
+    """Starts a local Ray with the plugin (address None) or joins a cluster,
+    warning about nodes without the plugin."""
+    import ray
+
+    # This driver is the profiled process, whatever it inherited: Ray's
+    # processes started from here inherit the claim and are not profiled
+    # (the plugin clears it for each profiled worker).
+    os.environ[settings.OWNER_PID] = str(os.getpid())
+    if address is None:
+        _register_plugin_for_local_cluster()
+        session.started_ray = True
+    try:
+        # address=None starts a new local Ray (never silently joins one
+        # running on this machine, whose nodes may lack the plugin).
+        session.ray_context = ray.init(address="local" if address is None else address, runtime_env=job_env,
+                                       **kwargs)
+    except Exception:
+        _stop_aggregator(session, timeout=0)
+        raise
+    if address is not None:
+        session.unregistered_nodes = _nodes_without_plugin()
+        for node in session.unregistered_nodes:
+            warnings.warn(
+                f"rlscope: Ray node {node} does not have the rlscope plugin registered, so actors there "
+                "are not profiled (they are listed as not profiled in the summaries). Start every node with "
+                f"RAY_RUNTIME_ENV_PLUGINS='{json.dumps([PLUGIN_SPEC])}' before `ray start`.", stacklevel=4)
+
+
+def _profile_driver(session: Session) -> None:
+    """This driver records as the run's controller."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    os.environ.update({
+        settings.AGGREGATOR: session.endpoint,
+        settings.SECRET: session.secret,
+        settings.ROLE: _native.names.CONTROLLER,
+        settings.CONFIG: json.dumps(session.config, sort_keys=True),
+        _native.names.ENV_LABEL_PREFIX + "NODE_ID": ctx.get_node_id(),
+        _native.names.ENV_LABEL_PREFIX + "NODE_IP": ray.util.get_node_ip_address(),
+        _native.names.ENV_LABEL_PREFIX + "JOB_ID": ctx.get_job_id(),
+    })
+    from . import start_collector
+
+    start_collector()
+    _start_controller_duties(session)
 
 
 def shutdown(timeout_s: float = 60.0) -> Optional[str]:
