@@ -23,21 +23,21 @@ Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int
     : ctx_(ctx),
       recording_(recording),
       rank_(rank),
-      trigger_(ParseTrigger(ctx.config.capture_range)),
+      trigger_(ParseTrigger(ctx.own.config.capture_range)),
       step_name_id_(ctx.strings.Intern(names::kStep)),
       step_number_name_id_(ctx.strings.Intern(names::kStepNumber)),
-      trigger_name_id_(trigger_ == Trigger::kNvtxRange ? ctx.strings.Intern(ctx.config.capture_range.substr(5)) : 0),
-      selected_(SelectsProcess(ctx.config, controller, rank)),
+      trigger_name_id_(trigger_ == Trigger::kNvtxRange ? ctx.strings.Intern(ctx.own.config.capture_range.substr(5)) : 0),
+      selected_(SelectsProcess(ctx.own.config, controller, rank)),
       is_controller_(controller),
       // A controller always records its "step" ranges: they number the steps,
       // whatever opens its captures.
       watching_(controller || trigger_ == Trigger::kNvtxRange),
-      steps_(ctx.config.steps) {
-  if (!ctx.config.ranks.all && rank < 0 && !controller) {
+      steps_(ctx.own.config.steps) {
+  if (!ctx.own.config.ranks.all && rank < 0 && !controller) {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
                  "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
-                 ctx.config.ranks.ToString().c_str());
+                 ctx.own.config.ranks.ToString().c_str());
   }
   // Controller trigger: the window is open during a selected step and from
   // the end of the step before it (here: before step 1, if selected). A
@@ -173,7 +173,7 @@ Arming::Claim Arming::ClaimController() {
   watching_.store(true, std::memory_order_relaxed);
   // Under the run's config when it came (the aggregator re-sends it with its
   // reply to the new Hello: AdoptRunKeys), else its own.
-  selected_.store(SelectsProcess(ctx_.config, true, rank_), std::memory_order_relaxed);
+  selected_.store(SelectsProcess(ctx_.own.config, true, rank_), std::memory_order_relaxed);
   ArmForNextStep();
   UpdateArmed();
   return Claim::kClaimed;
@@ -185,7 +185,7 @@ void Arming::BecomeWorker() {
   // The windows come from the aggregator now (this Control's, then its
   // broadcasts); until then, as a worker that has not heard of one.
   window_open_.store(false, std::memory_order_relaxed);
-  selected_.store(SelectsProcess(ctx_.config, false, rank_), std::memory_order_relaxed);
+  selected_.store(SelectsProcess(ctx_.own.config, false, rank_), std::memory_order_relaxed);
   UpdateArmed();
 }
 
@@ -200,7 +200,7 @@ void Arming::SetNextStep(int64_t n) {
 
 bool Arming::AdoptRunKeys(const Config& run) {
   const bool selected = SelectsProcess(run, is_controller(), rank_);
-  if (!run.ranks.all && ctx_.config.ranks.all && rank_ < 0 && !is_controller()) {
+  if (!run.ranks.all && ctx_.own.config.ranks.all && rank_ < 0 && !is_controller()) {
     std::fprintf(stderr,  // as at start, when its own config selected ranks
                  "rlscope: the run's config selects ranks %s but this process has no rank "
                  "(set RLSCOPE_RANK or RANK); treating it as rank 0\n",
@@ -227,7 +227,7 @@ void Arming::ApplyWindow(wire::Control::Window window) {
     UpdateArmed();
   } else if (window_open_.load(std::memory_order_relaxed) && window_close_at_ns_ == 0) {
     // Stay armed a little longer: events in flight at the step's end are kept.
-    window_close_at_ns_ = MonotonicNs() + ctx_.config.flush.window_slack_ms * 1000000;
+    window_close_at_ns_ = MonotonicNs() + ctx_.own.config.flush.window_slack_ms * 1000000;
   }
 }
 

@@ -46,11 +46,10 @@ uint64_t NewSession() {
 
 }  // namespace
 
-CollectorContext::CollectorContext(Config config_in, KeySet own_keys_in, std::string endpoint_in,
-                                   std::string secret_in, std::unique_ptr<TestClock> test_clock_in,
-                                   ClockSource clock_source_in, int wake_fd_in)
-    : config(std::move(config_in)),
-      own_keys(std::move(own_keys_in)),
+CollectorContext::CollectorContext(ProcessConfig own_in, std::string endpoint_in, std::string secret_in,
+                                   std::unique_ptr<TestClock> test_clock_in, ClockSource clock_source_in,
+                                   int wake_fd_in)
+    : own(std::move(own_in)),
       endpoint(std::move(endpoint_in)),
       secret(std::move(secret_in)),
       session(NewSession()),
@@ -104,7 +103,7 @@ Collector* Collector::Start() {
 }
 
 Collector::Collector(CollectorSettings settings)
-    : context_(std::move(settings.config), std::move(settings.own_keys), std::move(settings.endpoint),
+    : context_(std::move(settings.own), std::move(settings.endpoint),
                std::move(settings.secret), std::move(settings.test_clock), settings.clock_source,
                eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       arming_(context_, recording_, settings.identity.role == names::kController, settings.identity.rank),
@@ -164,7 +163,7 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
     return;
   }
   // Said only of the keys this process's own config set: a default is no choice.
-  if (const auto diff = RunKeyDifferences(context_.config, run.config, &context_.own_keys); !diff.empty()) {
+  if (const auto diff = RunKeyDifferences(context_.own.config, run.config, &context_.own.keys); !diff.empty()) {
     std::string list;
     for (const std::string& d : diff) list += (list.empty() ? "" : "; ") + d;
     std::fprintf(stderr, "rlscope: pid %d: this process's %s disagrees with the run's config (%s): using the run's\n",

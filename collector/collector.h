@@ -138,7 +138,7 @@ class Collector {
   }
 
   // This process's own config (context.h).
-  const Config& config() const { return context_.config; }
+  const Config& config() const { return context_.own.config; }
   bool selected() const { return arming_.selected(); }
   Trigger trigger() const { return arming_.trigger(); }
   void SetCaptureActive(bool active) { arming_.SetCaptureActive(active); }

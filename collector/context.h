@@ -19,14 +19,13 @@
 namespace rlscope {
 
 struct CollectorContext {
-  CollectorContext(Config config, KeySet own_keys, std::string endpoint, std::string secret,
-                   std::unique_ptr<TestClock> test_clock, ClockSource clock_source, int wake_fd);
+  CollectorContext(ProcessConfig own, std::string endpoint, std::string secret, std::unique_ptr<TestClock> test_clock,
+                   ClockSource clock_source, int wake_fd);
 
-  // This process's own config (RLSCOPE_CONFIG), and the keys it set. Its run
+  // This process's own config (RLSCOPE_CONFIG) and the keys it set. Its run
   // keys are the run's only until the aggregator sends the run's config
   // (Arming and the units it tells say which apply now).
-  const Config config;
-  const KeySet own_keys;
+  const ProcessConfig own;
   const std::string endpoint;  // the aggregator's (or the node relay's) ZeroMQ endpoint
   const std::string secret;    // RLSCOPE_SECRET: Hello.secret
   const uint64_t session;      // this collector's id on the wire, random

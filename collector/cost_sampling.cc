@@ -10,7 +10,7 @@ namespace rlscope {
 
 CostSampling::CostSampling(CollectorContext& ctx, Recording& recording)
     : ctx_(ctx), recording_(recording), clock_source_(ctx.clock_source), test_clock_(ctx.test_clock.get()) {
-  SetSampleEvery(ctx.config);
+  SetSampleEvery(ctx.own.config);
 }
 
 void CostSampling::SetSampleEvery(const Config& config) {
@@ -33,7 +33,7 @@ std::map<std::string, double> CostSampling::Calibrate() {
   constexpr int kEvents = 2048, kRounds = 7;
   // As large as a real ring: the early wake-up every half ring (Record) is
   // paid as often per event as it is when recording.
-  ThreadBuffer scratch(0, std::max<size_t>(kEvents, static_cast<size_t>(ctx_.config.buffers.per_thread_kb) * 1024 /
+  ThreadBuffer scratch(0, std::max<size_t>(kEvents, static_cast<size_t>(ctx_.own.config.buffers.per_thread_kb) * 1024 /
                                                         sizeof(EventRecord)));
   ThreadState state(&ctx_.strings);
   state.buffer = &scratch;

@@ -18,7 +18,7 @@ CpuSampling::CpuSampling(CollectorContext& ctx, Recording& recording, const Armi
       sampler_(&arming, ctx.clock_source, ctx.test_clock.get()),
       set_label_(std::move(set_label)),
       set_cost_(std::move(set_cost)) {
-  SetHz(ctx.config.cpu.sampling_hz);
+  SetHz(ctx.own.config.cpu.sampling_hz);
 }
 
 void CpuSampling::Flush() {

@@ -127,8 +127,7 @@ StartVerdict ReadEnvironment(CollectorSettings* settings) {
                                : ClockSource::kMonotonic;
   settings->identity = ReadIdentity(cr.config);
   settings->secret = Env(names::kEnvSecret);
-  settings->config = std::move(cr.config);
-  settings->own_keys = std::move(cr.keys);
+  settings->own = {std::move(cr.config), std::move(cr.keys)};
   // Claimed (children inherit this; Python's os.environ is updated by
   // rlscope_ray). Before any thread of ours exists.
   setenv(names::kEnvOwnerPid, std::to_string(getpid()).c_str(), 1);

@@ -16,8 +16,7 @@
 namespace rlscope {
 
 struct CollectorSettings {
-  Config config;
-  KeySet own_keys;  // the keys RLSCOPE_CONFIG set
+  ProcessConfig own;  // RLSCOPE_CONFIG's
   std::string endpoint;
   std::string secret;
   wire::Identity identity;  // host, pid, rank, role, process name, labels

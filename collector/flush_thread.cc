@@ -22,7 +22,7 @@
 namespace rlscope {
 
 void Collector::FlushLoop() {
-  if (arming_.selected() && context_.config.correction.enabled && context_.test_clock == nullptr) Calibrate();
+  if (arming_.selected() && context_.own.config.correction.enabled && context_.test_clock == nullptr) Calibrate();
   link_.Start();
   const Transport::ControlHandler apply = [this](const wire::Control& control) { ApplyControl(control); };
   Transport& transport = link_.transport();
@@ -60,7 +60,7 @@ void Collector::FlushLoop() {
       if (ticket > flushes_done_) woken = true;
     }
     if (!woken && !stop && now < next_flush_ns) continue;
-    next_flush_ns = now + context_.config.flush.interval_ms * 1000000;
+    next_flush_ns = now + context_.own.config.flush.interval_ms * 1000000;
     const bool armed_now = armed();
     FlushOnce(stop, was_armed && !armed_now);
     was_armed = armed_now;

@@ -3,7 +3,7 @@
 namespace rlscope {
 
 void GpuQueue::Add(std::vector<GpuRecord>&& records) {
-  const size_t cap = (static_cast<size_t>(ctx_.config.buffers.max_mb) << 20) / sizeof(GpuRecord);
+  const size_t cap = (static_cast<size_t>(ctx_.own.config.buffers.max_mb) << 20) / sizeof(GpuRecord);
   std::lock_guard<std::mutex> lock(mu_);
   if (records_.size() + records.size() > cap) {
     CountLost(records.size());

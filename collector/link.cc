@@ -14,7 +14,7 @@ namespace {
 // A controller's own config is the run's (config.h): the aggregator decides
 // the run's from the keys it set.
 std::string HelloConfig(const CollectorContext& ctx, bool controller) {
-  return controller && !ctx.own_keys.empty() ? ConfigToYaml(ctx.config, &ctx.own_keys) : std::string();
+  return controller && !ctx.own.keys.empty() ? ConfigToYaml(ctx.own.config, &ctx.own.keys) : std::string();
 }
 
 }  // namespace
@@ -23,7 +23,7 @@ Link::Link(CollectorContext& ctx, Recording& recording, Arming& arming, wire::Id
     : ctx_(ctx),
       recording_(recording),
       arming_(arming),
-      transport_(ctx.config, ctx.session, ctx.wake_fd),
+      transport_(ctx.own.config, ctx.session, ctx.wake_fd),
       identity_(std::move(identity)),
       hello_config_(HelloConfig(ctx, arming.is_controller())) {
   if (ctx.test_clock != nullptr) costs_ = ctx.test_clock->costs();
@@ -166,7 +166,7 @@ void Link::SayTrouble(uint64_t dropped) {
   // One line each, the first time: a loss the user would otherwise see only
   // in the summaries (or, with no aggregator, nowhere).
   constexpr int64_t kSilenceNs = 5'000'000'000;
-  const Config& config = ctx_.config;
+  const Config& config = ctx_.own.config;
   if (!said_unreachable_ && !heard_from_aggregator_ && MonotonicNs() - ctx_.start_ns > kSilenceNs) {
     said_unreachable_ = true;
     std::fprintf(stderr,
@@ -195,7 +195,7 @@ void Link::Stop(const Transport::ControlHandler& apply,
   // the goodbye, which must not overtake it; then the socket lingers for
   // what is queued, at least the last quarter. A refused process waits for
   // nothing.
-  const int64_t start = MonotonicNs(), timeout_ns = ctx_.config.flush.exit_timeout_ms * 1000000;
+  const int64_t start = MonotonicNs(), timeout_ns = ctx_.own.config.flush.exit_timeout_ms * 1000000;
   const int64_t drain_deadline = start + timeout_ns * 3 / 4, deadline = start + timeout_ns;
   if (transport_.connected()) {
     while (!refused_) {

@@ -47,10 +47,10 @@ ThreadState* Recording::Register() {
     CountDropped();
     return nullptr;
   }
-  const size_t bytes = static_cast<size_t>(ctx_.config.buffers.per_thread_kb) * 1024;
+  const size_t bytes = static_cast<size_t>(ctx_.own.config.buffers.per_thread_kb) * 1024;
   {
     std::lock_guard<std::mutex> lock(registry_mu_);  // reserve the budget first
-    if (bytes_reserved_ + bytes > static_cast<size_t>(ctx_.config.buffers.max_mb) << 20) {
+    if (bytes_reserved_ + bytes > static_cast<size_t>(ctx_.own.config.buffers.max_mb) << 20) {
       tls_over_budget_ = true;
       CountDropped();
       return nullptr;
@@ -144,7 +144,7 @@ void Recording::RetireExitedThreads(const std::function<void(ThreadEntry&)>& rel
       release(*e);
       retired_dropped_ += e->buffer->dropped();
       retired_written_ += e->buffer->written();
-      bytes_reserved_ -= static_cast<size_t>(ctx_.config.buffers.per_thread_kb) * 1024;
+      bytes_reserved_ -= static_cast<size_t>(ctx_.own.config.buffers.per_thread_kb) * 1024;
       it = threads_.erase(it);
     } else {
       ++it;

@@ -137,6 +137,15 @@ ConfigResult MergeConfigLayers(const std::vector<ConfigLayer>& layers);
 // One line per key: "  key: default  # help". For `rlscope-ray check --keys`.
 std::string ConfigKeyHelp();
 
+// A process's own config: the values it started with (a collector's
+// RLSCOPE_CONFIG, the aggregator's --config) and the keys that set them
+// (the others are defaults). Its run keys hold only until the run's config
+// is decided (aggregator/run_config.h, the run config) and adopted.
+struct ProcessConfig {
+  Config config;
+  KeySet keys;
+};
+
 // ---- One config per run.
 // The run keys (ranks, steps, subtasks, discrete, controller, correction.*,
 // cpu.sampling_hz, attribution.*)
