@@ -70,10 +70,13 @@ struct sigaction g_previous[2];
 
 int GuardedIndex(int sig) { return sig == SIGBUS ? 1 : 0; }
 
-enum class ReadMode : uint8_t { kNone, kGuarded, kKernel };
+// kPending: in a scope, the mode not decided yet (at the first read: a
+// sample whose reader reads nothing pays no sigaction queries).
+enum class ReadMode : uint8_t { kNone, kPending, kGuarded, kKernel };
 struct ReadState {
   ReadMode mode = ReadMode::kNone;
   bool failed = false;
+  const void* interrupted = nullptr;  // the scope's ucontext_t
 };
 // The sampled thread's scope (its signal handler's), initial-exec: no
 // allocation, async-signal-safe.
@@ -190,7 +193,8 @@ void PassToPrevious(const struct sigaction& previous, int sig, siginfo_t* info, 
 
 SafeReadScope::SafeReadScope(const void* interrupted) {
   tls_read.failed = false;
-  tls_read.mode = FaultGuard::First(interrupted) ? ReadMode::kGuarded : ReadMode::kKernel;
+  tls_read.interrupted = interrupted;
+  tls_read.mode = ReadMode::kPending;
 }
 
 SafeReadScope::~SafeReadScope() { tls_read.mode = ReadMode::kNone; }
@@ -201,6 +205,7 @@ bool SafeReadScope::through_kernel() const { return tls_read.mode == ReadMode::k
 
 int SafeRead(void* dst, const void* src, size_t n) {
   ReadState& s = tls_read;
+  if (s.mode == ReadMode::kPending) s.mode = FaultGuard::First(s.interrupted) ? ReadMode::kGuarded : ReadMode::kKernel;
   bool ok = false;
   switch (s.mode) {
 #if defined(__x86_64__)

@@ -13,8 +13,8 @@
 //    (FaultGuard) that sends a fault raised inside that routine to its
 //    failure exit; nothing else. Costs a plain copy; used when, at the
 //    sample, the guard is the first handler of both signals and the
-//    interrupted code does not block them (checked per sample: two
-//    sigaction queries).
+//    interrupted code does not block them (checked at a sample's first
+//    read: two sigaction queries).
 //  - through the kernel: process_vm_readv on this process, which fails
 //    with EFAULT where a load would fault. A system call per read; used
 //    where the guard cannot be first (a host installed its own handler
@@ -79,7 +79,8 @@ class SafeReadScope {
   SafeReadScope& operator=(const SafeReadScope&) = delete;
   // A read in this scope could not be made (the memory was not readable).
   bool failed() const;
-  // The reads went through the kernel (the guard was not first).
+  // The reads went through the kernel (the guard was not first); false
+  // when nothing was read.
   bool through_kernel() const;
 };
 
