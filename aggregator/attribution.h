@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregator/records.h"
 #include "native/config.h"
 
 namespace rlscope {
@@ -70,17 +71,6 @@ class AttributionRules {
 };
 
 struct StepProfile;  // step_profile.h
-
-// One CPU sample as the analyses see it (timeline.h keeps them per process).
-struct CpuSample {
-  int64_t ts_ns = 0;
-  int64_t tid = 0;
-  uint32_t object = 0;     // string id of the shared object's path, 0 unknown
-  uint32_t module = 0;     // string id of the Python frame's module, 0 none
-  int64_t weight_ns = 0;   // thread CPU time it stands for
-  uint8_t category = 0;    // CpuCategory, set by ClassifySamples
-  bool frame_unread = false;  // its Python frame could not be read (kFlagFrameUnread): module 0
-};
 
 // Where one window's (or several windows') CPU time went: what a
 // breakdown row carries (breakdown.h).

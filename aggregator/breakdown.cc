@@ -7,7 +7,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "aggregator/correction.h"
 #include "aggregator/step_profile.h"
 #include "aggregator/subtasks.h"
 #include "native/names.h"
@@ -198,9 +197,8 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     busy[p].api = UnionClipped(api, step_begin, step_end);
     busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
     // The sampler's own cost per sample (start-up figure, times the scale when corrected).
-    const auto& used = s.costs.costs_ns();
-    if (auto it = used.find("cpu_sample"); it != used.end()) {
-      busy[p].sample_cost_ns = it->second;
+    if (s.overhead && s.overhead->costs.ns.count("cpu_sample") != 0) {
+      busy[p].sample_cost_ns = s.overhead->costs.ns.at("cpu_sample");
     } else if (auto h = s.process->hello().costs.find("cpu_sample"); h != s.process->hello().costs.end()) {
       busy[p].sample_cost_ns = h->second;
     }
@@ -252,10 +250,7 @@ Overlap OverlapIn(const Busy& busy, int64_t lo, int64_t hi) {
 
 // Profiler time removed from the process in raw [from, to].
 int64_t RemovedNs(const ProcessSlice& s, int64_t raw_from, int64_t raw_to) {
-  if (!s.corrector) return 0;
-  int64_t n = 0;
-  for (int64_t tid : s.corrector->tids()) n += s.corrector->RemovedNs(tid, raw_from, raw_to);
-  return n;
+  return s.overhead ? s.overhead->RemovedNs(raw_from, raw_to) : 0;
 }
 
 // Rows: the whole step, then each sub-task name (its occurrences summed),

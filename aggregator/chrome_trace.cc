@@ -10,7 +10,9 @@
 #include <map>
 #include <set>
 
+#include "aggregator/attribution.h"
 #include "aggregator/json_writer.h"
+#include "aggregator/run_json.h"
 #include "aggregator/summary_json.h"
 #include "native/names.h"
 
@@ -42,6 +44,20 @@ int64_t StreamTrack(const GpuRecord& g) {
 // a larger id).
 int64_t SampleTrack(int64_t tid) { return (int64_t{1} << 42) + tid; }
 
+// A track's metadata: its name and sort index (`kind`: "process" or
+// "thread"; a process track's tid is 0).
+void WriteTrack(JsonWriter& w, const char* kind, int64_t pid, int64_t tid, const std::string& name,
+                int64_t sort_index) {
+  w.Newline().BeginObject().Key("ph").String("M").Key("name").String(std::string(kind) + "_name");
+  w.Key("pid").Int(pid).Key("tid").Int(tid);
+  w.Key("args").BeginObject().Key("name").String(name).EndObject();
+  w.EndObject();
+  w.Newline().BeginObject().Key("ph").String("M").Key("name").String(std::string(kind) + "_sort_index");
+  w.Key("pid").Int(pid).Key("tid").Int(tid);
+  w.Key("args").BeginObject().Key("sort_index").Int(sort_index).EndObject();
+  w.EndObject();
+}
+
 // CPU samples of one process (attribution.h): per sampled thread a track of
 // its own, one slice per run of samples in one category, each sample's CPU
 // time placed just before it (after the thread's previous sample); `where`
@@ -56,14 +72,7 @@ void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int6
   for (const CpuSample& c : slice.cpu_samples) by_tid[c.tid].push_back(&c);
   for (const auto& [tid, list] : by_tid) {
     const int64_t track = SampleTrack(tid);
-    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_name");
-    w.Key("pid").Int(pid).Key("tid").Int(track);
-    w.Key("args").BeginObject().Key("name").String(p.ThreadName(tid) + " \u00b7 CPU (sampled)").EndObject();
-    w.EndObject();
-    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_sort_index");
-    w.Key("pid").Int(pid).Key("tid").Int(track);
-    w.Key("args").BeginObject().Key("sort_index").Int(tid == p.identity().pid ? 0 : tid).EndObject();
-    w.EndObject();
+    WriteTrack(w, "thread", pid, track, p.ThreadName(tid) + " \u00b7 CPU (sampled)", tid == p.identity().pid ? 0 : tid);
     struct Run {
       int64_t begin = 0, end = 0, cpu_ns = 0;
       int samples = 0, unread = 0;
@@ -153,14 +162,8 @@ void WriteGpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, std::set<in
   for (const GpuRecord& g : slice.gpu) {
     if (OnDevice(g)) {
       if (streams.insert(StreamTrack(g)).second) {
-        w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_name");
-        w.Key("pid").Int(pid).Key("tid").Int(StreamTrack(g));
-        w.Key("args").BeginObject().Key("name").String("stream " + std::to_string(g.stream) + " (GPU " +
-                                                      std::to_string(g.device) + ")");
-        w.EndObject().EndObject();
-        w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_sort_index");
-        w.Key("pid").Int(pid).Key("tid").Int(StreamTrack(g));
-        w.Key("args").BeginObject().Key("sort_index").Int(StreamTrack(g)).EndObject().EndObject();
+        const std::string name = "stream " + std::to_string(g.stream) + " (GPU " + std::to_string(g.device) + ")";
+        WriteTrack(w, "thread", pid, StreamTrack(g), name, StreamTrack(g));
       }
     } else if (g.tid != 0) {
       cpu_tids->insert(g.tid);
@@ -235,16 +238,10 @@ int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
   return tp;
 }
 
-std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
-  std::string out;
-  out.reserve(256 + 160 * [&] {
-    size_t n = 0;
-    for (const auto& p : step.processes) n += p.spans.size() + p.instants.size();
-    return n;
-  }());
-  JsonWriter w(&out);
-  w.BeginObject();
-  w.Key("displayTimeUnit").String("ns");
+namespace {
+
+// "otherData": the step, and every process's clock against the aggregator's.
+void WriteOtherData(JsonWriter& w, const StepProfile& step) {
   w.Key("otherData").BeginObject();
   w.Key("step").Int(step.step);
   if (!step.capture.empty()) w.Key("capture").String(step.capture);
@@ -255,7 +252,7 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
   w.Key("clocks").BeginObject();
   for (const ProcessSlice& slice : step.processes) {
     w.Key(ProcessLabel(*slice.process)).BeginObject();
-    const ClockEstimate& e = slice.process->clock().estimate();
+    const ClockEstimate& e = slice.process->clock();
     w.Key("offset_ns").Int(e.offset_ns).Key("drift_ppm").Double(e.drift * 1e6);
     w.Key("bound_ns");
     if (e.bound_ns >= 0) w.Int(e.bound_ns); else w.Null();
@@ -263,81 +260,92 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
   }
   w.EndObject();
   w.EndObject();
+}
+
+// A range's args: payload, category, how it was cut, and where it was before
+// overhead correction moved it.
+void WriteSpanArgs(JsonWriter& w, const ProcessTimeline& p, const Span& s) {
+  w.Key("args").BeginObject();
+  if (s.has_payload) w.Key("payload").Uint(s.payload);
+  if (s.category != 0) {
+    const std::string cn = p.CategoryName(s.domain, s.category);
+    w.Key("category");
+    if (cn.empty()) w.Uint(s.category); else w.String(cn);
+  }
+  if (s.clipped_begin) w.Key("clipped_begin").Bool(true);
+  if (s.clipped_end) w.Key("clipped_end").Bool(true);
+  if (s.open) w.Key("open").Bool(true);
+  if (s.async && !s.open) w.Key("end_tid").Int(s.end_tid);
+  if (s.raw_begin_ns != s.begin_ns || s.raw_end_ns != s.end_ns) {
+    w.Key("raw_ts").Micros(s.raw_begin_ns).Key("raw_dur").Micros(s.raw_end_ns - s.raw_begin_ns);
+  }
+  w.EndObject();
+}
+
+// A push/pop range as an "X" slice; a start/end range as an async "b"/"e" pair.
+void WriteSpan(JsonWriter& w, const ProcessTimeline& p, const Span& s, int64_t pid) {
+  const char* name = p.String(s.name);
+  const std::string cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
+  if (!s.async) {
+    w.Newline().BeginObject().Key("ph").String("X").Key("name").String(*name ? name : "(unnamed)");
+    w.Key("cat").String(cat).Key("pid").Int(pid).Key("tid").Int(s.tid);
+    w.Key("ts").Micros(s.begin_ns).Key("dur").Micros(s.end_ns - s.begin_ns);
+    WriteSpanArgs(w, p, s);
+    w.EndObject();
+    return;
+  }
+  for (int phase = 0; phase < 2; ++phase) {
+    w.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
+    w.Key("name").String(*name ? name : "(unnamed)");
+    w.Key("cat").String(cat + ".async").Key("id").Uint(s.range_id);
+    w.Key("pid").Int(pid).Key("tid").Int(s.tid);
+    w.Key("ts").Micros(phase == 0 ? s.begin_ns : s.end_ns);
+    if (phase == 0) WriteSpanArgs(w, p, s);
+    w.EndObject();
+  }
+}
+
+void WriteInstant(JsonWriter& w, const ProcessTimeline& p, const Instant& i, int64_t pid) {
+  const char* name = p.String(i.name);
+  w.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
+  w.Key("name").String(*name ? name : "(unnamed)");
+  w.Key("cat").String(i.domain != 0 ? p.String(i.domain) : "nvtx");
+  w.Key("pid").Int(pid).Key("tid").Int(i.tid).Key("ts").Micros(i.ts_ns);
+  if (i.has_payload) w.Key("args").BeginObject().Key("payload").Uint(i.payload).EndObject();
+  w.EndObject();
+}
+
+// One process's tracks and events: its GPU work, its threads' ranges, CPU
+// samples and marks.
+void WriteProcessEvents(JsonWriter& w, const StepProfile& step, const ProcessSlice& slice, int64_t pid) {
+  const ProcessTimeline& p = *slice.process;
+  WriteTrack(w, "process", pid, 0, ProcessLabel(p), SortIndex(p));
+  std::set<int64_t> tids;
+  for (const Span& s : slice.spans) tids.insert(s.tid);
+  for (const Instant& i : slice.instants) tids.insert(i.tid);
+  WriteGpu(w, slice, pid, &tids);
+  for (int64_t tid : tids) WriteTrack(w, "thread", pid, tid, p.ThreadName(tid), tid == p.identity().pid ? 0 : tid);
+  for (const Span& s : slice.spans) WriteSpan(w, p, s, pid);
+  WriteCpuSamples(w, slice, pid, step.begin_ns, step.end_ns);
+  for (const Instant& i : slice.instants) WriteInstant(w, p, i, pid);
+}
+
+}  // namespace
+
+std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
+  std::string out;
+  out.reserve(256 + 160 * [&] {
+    size_t n = 0;
+    for (const auto& p : step.processes) n += p.spans.size() + p.instants.size();
+    return n;
+  }());
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Key("displayTimeUnit").String("ns");
+  WriteOtherData(w, step);
   w.Key("traceEvents").BeginArray();
   for (const ProcessSlice& slice : step.processes) {
-    const ProcessTimeline& p = *slice.process;
-    const int64_t pid = trace_pids.at(p.hello().session);
-    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("process_name");
-    w.Key("pid").Int(pid).Key("tid").Int(0);
-    w.Key("args").BeginObject().Key("name").String(ProcessLabel(p)).EndObject();
-    w.EndObject();
-    w.Newline().BeginObject().Key("ph").String("M").Key("name").String("process_sort_index");
-    w.Key("pid").Int(pid).Key("tid").Int(0);
-    w.Key("args").BeginObject().Key("sort_index").Int(SortIndex(p)).EndObject();
-    w.EndObject();
-    std::set<int64_t> tids;
-    for (const Span& s : slice.spans) tids.insert(s.tid);
-    for (const Instant& i : slice.instants) tids.insert(i.tid);
-    WriteGpu(w, slice, pid, &tids);
-    for (int64_t tid : tids) {
-      w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_name");
-      w.Key("pid").Int(pid).Key("tid").Int(tid);
-      w.Key("args").BeginObject().Key("name").String(p.ThreadName(tid)).EndObject();
-      w.EndObject();
-      w.Newline().BeginObject().Key("ph").String("M").Key("name").String("thread_sort_index");
-      w.Key("pid").Int(pid).Key("tid").Int(tid);
-      w.Key("args").BeginObject().Key("sort_index").Int(tid == p.identity().pid ? 0 : tid).EndObject();
-      w.EndObject();
-    }
-    for (const Span& s : slice.spans) {
-      const char* name = p.String(s.name);
-      const std::string cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
-      auto args = [&] {
-        w.Key("args").BeginObject();
-        if (s.has_payload) w.Key("payload").Uint(s.payload);
-        if (s.category != 0) {
-          const std::string cn = p.CategoryName(s.domain, s.category);
-          w.Key("category");
-          if (cn.empty()) w.Uint(s.category); else w.String(cn);
-        }
-        if (s.clipped_begin) w.Key("clipped_begin").Bool(true);
-        if (s.clipped_end) w.Key("clipped_end").Bool(true);
-        if (s.open) w.Key("open").Bool(true);
-        if (s.async && !s.open) w.Key("end_tid").Int(s.end_tid);
-        // Overhead correction moved it: where and how long it was as recorded.
-        if (s.raw_begin_ns != s.begin_ns || s.raw_end_ns != s.end_ns) {
-          w.Key("raw_ts").Micros(s.raw_begin_ns).Key("raw_dur").Micros(s.raw_end_ns - s.raw_begin_ns);
-        }
-        w.EndObject();
-      };
-      if (!s.async) {
-        w.Newline().BeginObject().Key("ph").String("X").Key("name").String(*name ? name : "(unnamed)");
-        w.Key("cat").String(cat).Key("pid").Int(pid).Key("tid").Int(s.tid);
-        w.Key("ts").Micros(s.begin_ns).Key("dur").Micros(s.end_ns - s.begin_ns);
-        args();
-        w.EndObject();
-      } else {
-        for (int phase = 0; phase < 2; ++phase) {
-          w.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
-          w.Key("name").String(*name ? name : "(unnamed)");
-          w.Key("cat").String(cat + ".async").Key("id").Uint(s.range_id);
-          w.Key("pid").Int(pid).Key("tid").Int(s.tid);
-          w.Key("ts").Micros(phase == 0 ? s.begin_ns : s.end_ns);
-          if (phase == 0) args();
-          w.EndObject();
-        }
-      }
-    }
-    WriteCpuSamples(w, slice, pid, step.begin_ns, step.end_ns);
-    for (const Instant& i : slice.instants) {
-      const char* name = p.String(i.name);
-      w.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
-      w.Key("name").String(*name ? name : "(unnamed)");
-      w.Key("cat").String(i.domain != 0 ? p.String(i.domain) : "nvtx");
-      w.Key("pid").Int(pid).Key("tid").Int(i.tid).Key("ts").Micros(i.ts_ns);
-      if (i.has_payload) w.Key("args").BeginObject().Key("payload").Uint(i.payload).EndObject();
-      w.EndObject();
-    }
+    WriteProcessEvents(w, step, slice, trace_pids.at(slice.process->hello().session));
   }
   w.Newline().EndArray();
   w.EndObject();
@@ -393,7 +401,7 @@ bool ChromeTraceExporter::ExportRun(const RunInfo& run) noexcept {
       last_error_ = "cannot create " + out_dir_ + ": " + std::strerror(errno);
       return false;
     }
-    return WriteFile(out_dir_ + "/run.json", RunJson(run));
+    return WriteFile(out_dir_ + "/" + kRunJsonFile, RunJson(run));
   } catch (const std::exception& e) {
     last_error_ = e.what();
     return false;

@@ -102,19 +102,4 @@ void ClockFit::Refit() {
   estimate_ = e;
 }
 
-int64_t ClockFit::ToAggregator(int64_t collector_ns) const {
-  if (!estimate_.valid) return collector_ns;
-  const double dx = static_cast<double>(collector_ns - estimate_.ref_ns);
-  return collector_ns + estimate_.offset_ns + static_cast<int64_t>(std::llround(estimate_.drift * dx));
-}
-
-int64_t ClockFit::FromAggregator(int64_t aggregator_ns) const {
-  if (!estimate_.valid) return aggregator_ns;
-  // agg = c + off + d (c - ref)  =>  c = (agg - off + d ref) / (1 + d)
-  const double c = (static_cast<double>(aggregator_ns - estimate_.offset_ns) +
-                    estimate_.drift * static_cast<double>(estimate_.ref_ns)) /
-                   (1.0 + estimate_.drift);
-  return static_cast<int64_t>(std::llround(c));
-}
-
 }  // namespace rlscope

@@ -15,27 +15,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "aggregator/records.h"
 #include "native/wire.h"
 
 namespace rlscope {
 
-struct ClockEstimate {
-  bool valid = false;       // false: no probe answered yet (times taken as they are)
-  int64_t offset_ns = 0;    // aggregator - collector, at ref_ns
-  double drift = 0;         // d(offset)/d(collector time), e.g. 1e-6 = 1 ppm
-  int64_t ref_ns = 0;       // collector time the offset refers to
-  int64_t bound_ns = -1;    // stated error bound; -1 unknown
-  int64_t probes = 0;       // samples received
-  int64_t bursts = 0;       // bursts used
-};
-
+// The estimator: fed every probe sample of one collector, it refits the
+// estimate (records.h ClockEstimate, which converts times) after each.
 class ClockFit {
  public:
   void Add(const std::vector<wire::ProbeSample>& samples);
   const ClockEstimate& estimate() const { return estimate_; }
-  // Collector time -> aggregator time, and back (exact inverses).
-  int64_t ToAggregator(int64_t collector_ns) const;
-  int64_t FromAggregator(int64_t aggregator_ns) const;
 
  private:
   void Refit();

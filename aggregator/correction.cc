@@ -35,7 +35,7 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
   auto get = [&](const char* key) {
     auto it = costs.find(key);
     if (it == costs.end()) return 0.0;
-    costs_ns_[key] = it->second * scale;
+    used_.ns[key] = it->second * scale;
     return it->second * scale;
   };
   double measured_ps = 0, calibrated_ps = 0;  // over the samples of measured kinds
@@ -43,7 +43,7 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     const char* key = CostKey(kind);
     own_ps_[kind] = Ps(get(key));
     const int64_t calibrated_own_ps = own_ps_[kind];
-    if (costs.count(key) != 0) sources_[key] = "calibration";
+    if (costs.count(key) != 0) used_.sources[key] = "calibration";
     // A cost sample is recorded after its own timing; a CPU sample's signal
     // is never timed in place.
     if (kind == static_cast<uint8_t>(EventKind::kCostSample) || kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
@@ -54,9 +54,9 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
       const SampleStats& s = (*stats)[kind];
       own_ps_[kind] = std::llround(s.mean_ps() * scale);
       mean_var_ps2_[kind] = s.var_ps2() / static_cast<double>(s.n) * scale * scale;
-      costs_ns_[key] = s.mean_ps() * scale / 1000.0;
-      sources_[key] = source;
-      measured_[key] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
+      used_.ns[key] = s.mean_ps() * scale / 1000.0;
+      used_.sources[key] = source;
+      used_.measured[key] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
       if (calibrated_own_ps > 0) {  // samples are 1 in N of every kind's events: weights as events
         measured_ps += s.mean_ps() * scale * static_cast<double>(s.n);
         calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(s.n);
@@ -64,17 +64,17 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
       break;
     }
   }
-  if (measured_ps > 0 && calibrated_ps > 0) in_place_ratio_ = measured_ps / calibrated_ps;
+  if (measured_ps > 0 && calibrated_ps > 0) used_.in_place_ratio = measured_ps / calibrated_ps;
   // Caller-side costs of a whole pair, charged on its opening event: the
   // start-up figures, times the in-place ratio when there is one.
-  const double ratio = in_place_ratio_ > 0 ? in_place_ratio_ : 1.0;
+  const double ratio = used_.in_place_ratio > 0 ? used_.in_place_ratio : 1.0;
   for (const auto& [kind, key] : {std::make_pair(EventKind::kRangePush, "py_nvtx_push"),
                                   std::make_pair(EventKind::kRangeStart, "py_nvtx_start"),
                                   std::make_pair(EventKind::kMark, "py_nvtx_mark")}) {
     if (costs.count(key) == 0) continue;
     nvtx_ex_ps_[static_cast<int>(kind)] = Ps(get(key) * ratio);
-    costs_ns_[key] *= ratio;
-    sources_[key] = in_place_ratio_ > 0 ? "scaled calibration" : "calibration";
+    used_.ns[key] *= ratio;
+    used_.sources[key] = used_.in_place_ratio > 0 ? "scaled calibration" : "calibration";
   }
 }
 
@@ -89,130 +89,139 @@ int64_t CostModel::CostPs(uint8_t kind, uint8_t flags) const {
   return ps;
 }
 
+namespace {
+
+// What a step's marks were charged, all threads: the sums behind Overhead.
+struct Charged {
+  int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0, caller_ps = 0;
+  uint64_t events = 0, capped = 0, cpu_samples = 0;
+  uint64_t per_kind[CostModel::kKinds] = {};  // recorded events
+};
+
+// One thread's marks (after the step's begin `begin_ns`), charged: each its
+// cost, never more than the time since the thread's previous mark.
+ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, int64_t begin_ns, Charged* sums) {
+  std::vector<CostMark> sorted;
+  sorted.reserve(list.size());
+  for (const CostMark& m : list) {
+    if (m.ts_ns > begin_ns) sorted.push_back(m);  // the step's own begin is the anchor
+  }
+  // Recording order is time order on one thread, except for clock-fit
+  // rounding; keep it stable.
+  std::stable_sort(sorted.begin(), sorted.end(), [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; });
+  ThreadCosts t;
+  t.ts.reserve(sorted.size());
+  t.cum_ps.reserve(sorted.size());
+  int64_t cum = 0;
+  int64_t prev_ns = begin_ns;        // the thread's previous mark (or the step's begin)
+  int64_t prev_event_ns = begin_ns;  // its previous mark that is no CPU sample
+  int64_t since_event_ps = 0;        // charged to CPU samples since then
+  for (const CostMark& m : sorted) {
+    // An event never costs more than the time since the thread's previous
+    // mark: what it paid there cannot exceed what passed, and corrected
+    // times must keep their order (a range nested in another stays
+    // nested). A calibration made on a busier machine than the run's
+    // overestimates the costs; counted. (A wait mark shares its time with
+    // the event that ends the wait: it is what waiting took, not capped.)
+    // A CPU sample can land inside the recording call whose cost comes
+    // before an event: an event's bound is the time since the previous
+    // mark that is not one, less what the samples there were charged.
+    const bool cpu_sample = m.kind == static_cast<uint8_t>(EventKind::kCpuSample);
+    const int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
+    int64_t ps = m.kind == 0 ? m.wait_ps : model.CostPs(m.kind, m.flags);
+    if (m.kind != 0 && ps > gap_ps) {
+      ps = std::max<int64_t>(0, gap_ps);
+      ++sums->capped;
+    }
+    if (m.kind == 0) {
+      sums->waits_ps += ps;
+    } else if (cpu_sample) {
+      ++sums->cpu_samples;
+      sums->cpu_samples_ps += ps;
+    } else if (m.kind != static_cast<uint8_t>(EventKind::kCostSample)) {
+      ++sums->events;
+      if (m.kind < CostModel::kKinds) ++sums->per_kind[m.kind];
+      // The caller-side part of what was charged (a capped event's first).
+      sums->caller_ps += std::min(ps, model.CallerPs(m.kind, m.flags));
+    }
+    cum += ps;
+    prev_ns = m.ts_ns;
+    if (cpu_sample) {
+      since_event_ps += ps;
+    } else {
+      prev_event_ns = m.ts_ns;
+      since_event_ps = 0;
+    }
+    t.ts.push_back(m.ts_ns);
+    t.cum_ps.push_back(cum);
+  }
+  sums->total_ps += cum;
+  return t;
+}
+
+}  // namespace
+
 Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model,
                      int64_t begin_ns)
     : begin_ns_(begin_ns) {
-  int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0;
-  uint64_t per_kind[CostModel::kKinds] = {};
-  int64_t caller_ps = 0;
-  for (const auto& [tid, list] : marks) {
-    Thread t;
-    std::vector<CostMark> sorted;
-    sorted.reserve(list.size());
-    for (const CostMark& m : list) {
-      if (m.ts_ns > begin_ns) sorted.push_back(m);  // the step's own begin is the anchor
-    }
-    // Recording order is time order on one thread, except for clock-fit
-    // rounding; keep it stable.
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; });
-    t.ts.reserve(sorted.size());
-    t.cum_ps.reserve(sorted.size());
-    int64_t cum = 0;
-    int64_t prev_ns = begin_ns;  // the thread's previous mark (or the step's begin)
-    int64_t prev_event_ns = begin_ns;  // its previous mark that is no CPU sample
-    int64_t since_event_ps = 0;        // charged to CPU samples since then
-    for (const CostMark& m : sorted) {
-      // An event never costs more than the time since the thread's previous
-      // mark: what it paid there cannot exceed what passed, and corrected
-      // times must keep their order (a range nested in another stays
-      // nested). A calibration made on a busier machine than the run's
-      // overestimates the costs; counted. (A wait mark shares its time with
-      // the event that ends the wait: it is what waiting took, not capped.)
-      // A CPU sample can land inside the recording call whose cost comes
-      // before an event: an event's bound is the time since the previous
-      // mark that is not one, less what the samples there were charged.
-      const bool cpu_sample = m.kind == static_cast<uint8_t>(EventKind::kCpuSample);
-      const int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
-      int64_t ps = m.kind == 0 ? m.wait_ps : model.CostPs(m.kind, m.flags);
-      if (m.kind != 0 && ps > gap_ps) {
-        ps = std::max<int64_t>(0, gap_ps);
-        ++capped_;
-      }
-      if (m.kind == 0) {
-        waits_ps += ps;
-      } else if (m.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
-        ++cpu_samples_;
-        cpu_samples_ps += ps;
-      } else if (m.kind != static_cast<uint8_t>(EventKind::kCostSample)) {
-        ++events_;
-        if (m.kind < CostModel::kKinds) ++per_kind[m.kind];
-        // The caller-side part of what was charged (a capped event's first).
-        caller_ps += std::min(ps, model.CallerPs(m.kind, m.flags));
-      }
-      cum += ps;
-      prev_ns = m.ts_ns;
-      if (cpu_sample) {
-        since_event_ps += ps;
-      } else {
-        prev_event_ns = m.ts_ns;
-        since_event_ps = 0;
-      }
-      t.ts.push_back(m.ts_ns);
-      t.cum_ps.push_back(cum);
-    }
-    total_ps += cum;
-    tids_.push_back(tid);
-    threads_.emplace(tid, std::move(t));
-  }
-  total_ns_ = total_ps / 1000;
-  waits_ns_ = waits_ps / 1000;
-  cpu_samples_ns_ = cpu_samples_ps / 1000;
+  Charged sums;
+  for (const auto& [tid, list] : marks) overhead_.threads.emplace(tid, Charge(list, model, begin_ns, &sums));
+  Overhead& o = overhead_;
+  o.total_ns = sums.total_ps / 1000;
+  o.waits_ns = sums.waits_ps / 1000;
+  o.cpu_samples_ns = sums.cpu_samples_ps / 1000;
+  o.events = sums.events;
+  o.capped = sums.capped;
+  o.cpu_samples = sums.cpu_samples;
   double var_ps2 = 0;
   for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
-    const double n = static_cast<double>(per_kind[kind]);
+    const double n = static_cast<double>(sums.per_kind[kind]);
     var_ps2 += n * n * model.MeanVarPs2(kind);
-    auto source = model.sources().find(CostKey(kind));
-    if (source == model.sources().end() || source->second == "calibration") calibrated_events_ += per_kind[kind];
+    auto source = model.used().sources.find(CostKey(kind));
+    if (source == model.used().sources.end() || source->second == "calibration") {
+      o.calibrated_events += sums.per_kind[kind];
+    }
   }
-  uncertainty_ns_ = std::llround(std::sqrt(var_ps2) / 1000.0);
-  caller_ns_ = caller_ps / 1000;
-  if (const double ratio = model.in_place_ratio(); ratio > 0) {
-    systematic_ns_ = std::llround(static_cast<double>(caller_ns_) * std::abs(1.0 - 1.0 / ratio));
+  o.uncertainty_ns = std::llround(std::sqrt(var_ps2) / 1000.0);
+  o.caller_ns = sums.caller_ps / 1000;
+  if (const double ratio = model.used().in_place_ratio; ratio > 0) {
+    o.systematic_ns = std::llround(static_cast<double>(o.caller_ns) * std::abs(1.0 - 1.0 / ratio));
   }
+  o.costs = model.used();
 }
 
-int64_t Corrector::CostPs(const Thread& th, int64_t t, bool before) {
-  // Events at or before t (strictly before, with `before`).
-  const auto end = before ? std::lower_bound(th.ts.begin(), th.ts.end(), t)
-                          : std::upper_bound(th.ts.begin(), th.ts.end(), t);
-  const size_t n = static_cast<size_t>(end - th.ts.begin());
-  return n == 0 ? 0 : th.cum_ps[n - 1];
-}
-
-int64_t Corrector::CostPs(int64_t tid, int64_t t) const {
-  auto it = threads_.find(tid);
-  return it == threads_.end() ? 0 : CostPs(it->second, t, false);
-}
-
-int64_t Corrector::ShiftPs(const Thread& th, int64_t t) const {
-  auto a = std::upper_bound(th.anchors.begin(), th.anchors.end(), t,
+int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t) {
+  auto a = std::upper_bound(anchors.begin(), anchors.end(), t,
                             [](int64_t v, const std::pair<int64_t, int64_t>& x) { return v < x.first; });
-  if (a == th.anchors.begin()) return CostPs(th, t, false);
+  if (a == anchors.begin()) return costs.PaidPs(t);
   --a;  // the last re-anchoring at or before t
-  return a->second + CostPs(th, t, false) - CostPs(th, a->first, true);
+  return a->second + costs.PaidPs(t) - costs.PaidPs(a->first, true);
 }
 
 int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
-  auto it = threads_.find(tid);
-  return it == threads_.end() ? 0 : ShiftPs(it->second, t) / 1000;
+  auto it = overhead_.threads.find(tid);
+  if (it == overhead_.threads.end()) return 0;
+  static const Anchors kNone;
+  auto a = anchors_.find(tid);
+  return ShiftPs(it->second, a == anchors_.end() ? kNone : a->second, t) / 1000;
 }
 
 bool Corrector::Reanchor(int64_t tid, int64_t begin_ns, int64_t caller_shift_ns) {
-  auto it = threads_.find(tid);
-  if (it == threads_.end()) return false;  // paid nothing in the step: nothing moves
-  Thread& th = it->second;
-  if (!th.anchors.empty() && begin_ns <= th.anchors.back().first) return false;  // not in time order
+  auto it = overhead_.threads.find(tid);
+  if (it == overhead_.threads.end()) return false;  // paid nothing in the step: nothing moves
+  const ThreadCosts& th = it->second;
+  Anchors& anchors = anchors_[tid];
+  if (!anchors.empty() && begin_ns <= anchors.back().first) return false;  // not in time order
   // The thread was free from its last event before `begin_ns` (or the
   // step's begin) on: the call, with what its first events cost before
   // `begin_ns`, cannot start before that event, corrected.
   const auto prev = std::lower_bound(th.ts.begin(), th.ts.end(), begin_ns);
   const int64_t free_ns = prev == th.ts.begin() ? begin_ns_ : *(prev - 1);
-  const int64_t free_shift_ps = prev == th.ts.begin() ? 0 : ShiftPs(th, free_ns);
-  const int64_t at_begin_ps = CostPs(th, begin_ns, false) - CostPs(th, begin_ns, true);
+  const int64_t free_shift_ps = prev == th.ts.begin() ? 0 : ShiftPs(th, anchors, free_ns);
+  const int64_t at_begin_ps = th.PaidPs(begin_ns) - th.PaidPs(begin_ns, true);
   const int64_t base_ps =
       std::min(caller_shift_ns * 1000, (begin_ns - free_ns) * 1000 + free_shift_ps - at_begin_ps);
-  th.anchors.emplace_back(begin_ns, std::max<int64_t>(0, base_ps));
+  anchors.emplace_back(begin_ns, std::max<int64_t>(0, base_ps));
   return true;
 }
 
@@ -283,16 +292,15 @@ std::string CostDrift(const KindSamples& first, const KindSamples& second) {
 namespace {
 
 // One process's shifts from its own recorded events plus `waits`
-// (aggregator clock); sets the slice's costs.
-std::shared_ptr<Corrector> MakeCorrector(const StepProfile& step,
-                                         const std::map<int64_t, std::vector<CostMark>>& waits, double scale,
-                                         ProcessSlice* slice) {
+// (aggregator clock), with the costs it used and whether they drifted.
+std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits,
+                                         double scale, const ProcessSlice& slice) {
   // Marks are cut on the process's clock like the spans (a nanosecond wider:
   // the clock fit's rounding), moved onto the aggregator's, where the step
   // begins, and held to [begin, end] there, as the spans were; waits are on
   // the aggregator's clock already.
-  const ProcessTimeline& p = *slice->process;
-  const ClockFit& clock = p.clock();
+  const ProcessTimeline& p = *slice.process;
+  const ClockEstimate& clock = p.clock();
   std::map<int64_t, std::vector<CostMark>> marks;
   p.CutCosts(clock.FromAggregator(step.begin_ns) - 1, clock.FromAggregator(step.end_ns) + 1, &marks);
   for (auto& [tid, list] : marks) {
@@ -311,14 +319,14 @@ std::shared_ptr<Corrector> MakeCorrector(const StepProfile& step,
     in_step[s.kind].Add(static_cast<double>(s.ps));
     (s.ts_ns < begin + (end - begin) / 2 ? first : second)[s.kind].Add(static_cast<double>(s.ps));
   }
-  slice->costs = CostModel(p.hello().costs, scale, &in_step, &p.sample_totals());
-  slice->cost_note = CostDrift(first, second);
-  return std::make_shared<Corrector>(marks, slice->costs, step.begin_ns);
+  auto corrector =
+      std::make_unique<Corrector>(marks, CostModel(p.hello().costs, scale, &in_step, &p.sample_totals()), step.begin_ns);
+  corrector->set_cost_note(CostDrift(first, second));
+  return corrector;
 }
 
-// Moves the slice's times by `corrector`, which the slice then keeps.
-void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* slice) {
-  const Corrector& c = *corrector;
+// Moves the slice's times by `c`, whose overhead the slice then keeps.
+void ApplyCorrection(Corrector& c, ProcessSlice* slice) {
   for (Span& span : slice->spans) {
     span.begin_ns = c.Correct(span.tid, span.begin_ns);
     span.end_ns = std::max(span.begin_ns, c.Correct(span.end_tid, span.end_ns));
@@ -343,7 +351,7 @@ void ApplyCorrection(std::shared_ptr<const Corrector> corrector, ProcessSlice* s
     g.end_ns -= shift;
     if (g.end_ns < g.start_ns) g.end_ns = g.start_ns;
   }
-  slice->corrector = std::move(corrector);
+  slice->overhead = c.TakeOverhead();
 }
 
 // The controller's sub-task windows (raw), nested ones left out: each
@@ -414,117 +422,164 @@ void ReportWaits(StepProfile* step, const std::vector<WaitWindow>& windows, cons
   if (outside.unlinked_ray + outside.unlinked_key > 0) step->waits.push_back(std::move(outside));
 }
 
-}  // namespace
+// One step's correction, in correction.h's order: the workers alone; then
+// the controller, window by window, with its waits on them (re-anchoring
+// each worker's execution of a call once the waits before its submit are
+// known); then the workers' times; then the step's totals and end.
+class StepCorrection {
+ public:
+  StepCorrection(StepProfile* step, const std::vector<std::string>& subtasks, double scale);
+  void Run();
 
-void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale) {
-  step->corrected = true;
-  step->correction_scale = scale;
-  step->corrected_end_ns = step->end_ns;  // until the controller's step range says otherwise
-  const std::vector<WaitWindow> windows = WaitWindows(*step, subtasks);
-  ProcessSlice* controller = nullptr;
-  for (ProcessSlice& slice : step->processes) {
-    if (slice.process->is_controller()) controller = &slice;
-  }
-  // What the controller got, by Ray call or by a user's key.
-  std::map<uint64_t, int64_t> got_ray, got_key;
-  if (controller != nullptr) {
-    got_ray = RayGot(*controller);
-    got_key = Waited(*controller);
-  }
-  std::map<uint64_t, int64_t> got = got_ray;
-  got.insert(got_key.begin(), got_key.end());
-  const std::map<uint64_t, size_t> awaited = AwaitedIn(got, windows);
-  // Workers' costs first, each on its own; what each did last of what a
-  // window awaited is taken from its raw times.
+ private:
   struct Worker {
     ProcessSlice* slice;
-    std::shared_ptr<Corrector> corrector;
+    std::unique_ptr<Corrector> corrector;
     std::vector<LastWork> last;  // per window
   };
-  std::vector<Worker> workers;
-  for (ProcessSlice& slice : step->processes) {
-    if (&slice == controller) continue;
-    workers.push_back({&slice, MakeCorrector(*step, {}, scale, &slice), LastWorkIn(slice.spans, awaited, windows)});
-  }
-  // The calls the controller submitted, in submit order: each worker's
-  // execution of one is re-anchored at the controller's shift at its submit
-  // (correction.h, calls), once the waits before that submit are known.
+  // A call the controller submitted, executed by a worker (its method range).
   struct Call {
     int64_t submit_ns, submit_tid;
     Corrector* worker;
     const Span* span;
   };
-  std::vector<Call> calls;
-  std::set<uint64_t> anchored;
-  if (controller != nullptr) {
-    const std::map<uint64_t, std::pair<int64_t, int64_t>> submits = RaySubmits(*controller);
-    for (Worker& w : workers) {
-      for (const Span& span : w.slice->spans) {
-        auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload)
-                                                                            : submits.end();
-        if (it != submits.end()) calls.push_back({it->second.first, it->second.second, w.corrector.get(), &span});
-      }
-    }
-    std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+  // Each worker's costs, on its own; what it did last of what a window
+  // awaited, from its raw times.
+  void CorrectWorkersAlone();
+  // The calls the controller submitted, in submit order.
+  void ListCalls();
+  // The controller's shift at raw t on thread `tid`, its waits so far included.
+  int64_t ControllerShift(int64_t tid, int64_t t);
+  void AnchorCallsSubmittedBy(int64_t t);
+  // Window w's wait mark on the controller's thread; returns what it removed.
+  int64_t WaitOn(size_t w);
+  void CorrectController();
+  void Totals();
+
+  StepProfile* step_;
+  double scale_;
+  const std::vector<WaitWindow> windows_;
+  ProcessSlice* controller_ = nullptr;
+  std::map<uint64_t, int64_t> got_ray_, got_key_;  // what the controller got, by Ray call or by a user's key
+  std::map<uint64_t, size_t> awaited_;
+  std::vector<Worker> workers_;
+  std::vector<Call> calls_;
+  size_t next_call_ = 0;
+  std::set<uint64_t> anchored_;  // keys of the calls re-anchored
+  std::map<int64_t, std::vector<CostMark>> waits_;  // the controller's wait marks, by tid
+  std::unique_ptr<Corrector> own_;  // the controller's own costs, without waits
+};
+
+StepCorrection::StepCorrection(StepProfile* step, const std::vector<std::string>& subtasks, double scale)
+    : step_(step), scale_(scale), windows_(WaitWindows(*step, subtasks)) {
+  for (ProcessSlice& slice : step->processes) {
+    if (slice.process->is_controller()) controller_ = &slice;
   }
-  // The controller: its own costs, and, window by window, the waits that
-  // the workers' corrected ends shrink.
-  std::map<int64_t, std::vector<CostMark>> waits;
-  std::shared_ptr<Corrector> own;
-  auto controller_shift = [&](int64_t tid, int64_t t) {
-    int64_t ns = own->ShiftNs(tid, t);
-    for (const CostMark& m : waits[tid]) ns += m.ts_ns <= t ? m.wait_ps / 1000 : 0;
-    return ns;
-  };
-  size_t next_call = 0;
-  auto anchor_calls_submitted_by = [&](int64_t t) {
-    for (; next_call < calls.size() && calls[next_call].submit_ns <= t; ++next_call) {
-      const Call& c = calls[next_call];
-      if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, controller_shift(c.submit_tid, c.submit_ns))) {
-        anchored.insert(c.span->payload);
-      }
-    }
-  };
-  if (controller != nullptr) {
-    own = MakeCorrector(*step, {}, scale, controller);
-    std::vector<int64_t> removed_ns(windows.size(), 0);
-    for (size_t w = 0; w < windows.size(); ++w) {
-      anchor_calls_submitted_by(windows[w].end_ns);
-      std::vector<AwaitedWork> work;
-      for (const Worker& worker : workers) {
-        const LastWork& l = worker.last[w];
-        work.push_back({worker.corrector.get(), l, anchored.count(l.key) != 0});
-      }
-      const int64_t tid = windows[w].tid;
-      const int64_t shrink = std::min(WaitShrinkNs(work, windows[w].begin_ns,
-                                                   [&](int64_t t) { return controller_shift(tid, t); }),
-                                      windows[w].end_ns - windows[w].begin_ns);
-      // The wait ends when the last awaited work does: from there on the
-      // controller's thread (its "ray.got" marks, the window's end) moves.
-      int64_t last_end = windows[w].begin_ns;
-      for (const AwaitedWork& a : work) last_end = std::max(last_end, a.last.end_ns);
-      if (shrink > 0) waits[tid].push_back({last_end, 0, 0, shrink * 1000});
-      removed_ns[w] = std::max<int64_t>(0, shrink);
-    }
-    anchor_calls_submitted_by(INT64_MAX);
-    ApplyCorrection(MakeCorrector(*step, waits, scale, controller), controller);
-    ReportWaits(step, windows, got_ray, got_key, awaited, removed_ns);
+  if (controller_ != nullptr) {
+    got_ray_ = RayGot(*controller_);
+    got_key_ = Waited(*controller_);
   }
-  for (Worker& w : workers) ApplyCorrection(w.corrector, w.slice);
+  std::map<uint64_t, int64_t> got = got_ray_;
+  got.insert(got_key_.begin(), got_key_.end());
+  awaited_ = AwaitedIn(got, windows_);
+}
+
+void StepCorrection::CorrectWorkersAlone() {
+  for (ProcessSlice& slice : step_->processes) {
+    if (&slice == controller_) continue;
+    workers_.push_back({&slice, MakeCorrector(*step_, {}, scale_, slice), LastWorkIn(slice.spans, awaited_, windows_)});
+  }
+}
+
+void StepCorrection::ListCalls() {
+  const std::map<uint64_t, std::pair<int64_t, int64_t>> submits = RaySubmits(*controller_);
+  for (Worker& w : workers_) {
+    for (const Span& span : w.slice->spans) {
+      auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload) : submits.end();
+      if (it != submits.end()) calls_.push_back({it->second.first, it->second.second, w.corrector.get(), &span});
+    }
+  }
+  std::sort(calls_.begin(), calls_.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+}
+
+int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {
+  int64_t ns = own_->ShiftNs(tid, t);
+  for (const CostMark& m : waits_[tid]) ns += m.ts_ns <= t ? m.wait_ps / 1000 : 0;
+  return ns;
+}
+
+void StepCorrection::AnchorCallsSubmittedBy(int64_t t) {
+  for (; next_call_ < calls_.size() && calls_[next_call_].submit_ns <= t; ++next_call_) {
+    const Call& c = calls_[next_call_];
+    if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, ControllerShift(c.submit_tid, c.submit_ns))) {
+      anchored_.insert(c.span->payload);
+    }
+  }
+}
+
+int64_t StepCorrection::WaitOn(size_t w) {
+  const WaitWindow& window = windows_[w];
+  AnchorCallsSubmittedBy(window.end_ns);
+  std::vector<AwaitedWork> work;
+  for (const Worker& worker : workers_) {
+    const LastWork& l = worker.last[w];
+    work.push_back({worker.corrector.get(), l, anchored_.count(l.key) != 0});
+  }
+  const int64_t tid = window.tid;
+  const int64_t shrink =
+      std::min(WaitShrinkNs(work, window.begin_ns, [&](int64_t t) { return ControllerShift(tid, t); }),
+               window.end_ns - window.begin_ns);
+  // The wait ends when the last awaited work does: from there on the
+  // controller's thread (its "ray.got" marks, the window's end) moves.
+  int64_t last_end = window.begin_ns;
+  for (const AwaitedWork& a : work) last_end = std::max(last_end, a.last.end_ns);
+  if (shrink > 0) waits_[tid].push_back({last_end, 0, 0, shrink * 1000});
+  return std::max<int64_t>(0, shrink);
+}
+
+void StepCorrection::CorrectController() {
+  own_ = MakeCorrector(*step_, {}, scale_, *controller_);
+  std::vector<int64_t> removed_ns(windows_.size(), 0);
+  for (size_t w = 0; w < windows_.size(); ++w) removed_ns[w] = WaitOn(w);
+  AnchorCallsSubmittedBy(INT64_MAX);
+  ApplyCorrection(*MakeCorrector(*step_, waits_, scale_, *controller_), controller_);
+  ReportWaits(step_, windows_, got_ray_, got_key_, awaited_, removed_ns);
+}
+
+void StepCorrection::Totals() {
   double var = 0;
-  for (const ProcessSlice& slice : step->processes) {
-    if (slice.corrector) var += std::pow(static_cast<double>(slice.corrector->uncertainty_ns()), 2);
+  for (const ProcessSlice& slice : step_->processes) {
+    if (slice.overhead) var += std::pow(static_cast<double>(slice.overhead->uncertainty_ns), 2);
   }
-  step->correction_uncertainty_ns = std::llround(std::sqrt(var));
-  step->correction_systematic_ns = 0;
-  for (const ProcessSlice& slice : step->processes) {
-    if (slice.corrector) step->correction_systematic_ns += slice.corrector->systematic_ns();
+  step_->correction_uncertainty_ns = std::llround(std::sqrt(var));
+  step_->correction_systematic_ns = 0;
+  for (const ProcessSlice& slice : step_->processes) {
+    if (slice.overhead) step_->correction_systematic_ns += slice.overhead->systematic_ns;
   }
-  if (controller == nullptr) return;
-  for (const Span& span : controller->spans) {
-    if (span.step == step->step) step->corrected_end_ns = span.end_ns;
+}
+
+void StepCorrection::Run() {
+  step_->corrected = true;
+  step_->correction_scale = scale_;
+  step_->corrected_end_ns = step_->end_ns;  // until the controller's step range says otherwise
+  CorrectWorkersAlone();
+  if (controller_ != nullptr) {
+    ListCalls();
+    CorrectController();
   }
-  HoldToEnd(step, step->corrected_end_ns);
+  for (Worker& w : workers_) ApplyCorrection(*w.corrector, w.slice);
+  Totals();
+  if (controller_ == nullptr) return;
+  for (const Span& span : controller_->spans) {
+    if (span.step == step_->step) step_->corrected_end_ns = span.end_ns;
+  }
+  HoldToEnd(step_, step_->corrected_end_ns);
+}
+
+}  // namespace
+
+void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale) {
+  StepCorrection(step, subtasks, scale).Run();
 }
 
 }  // namespace rlscope

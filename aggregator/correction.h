@@ -52,11 +52,10 @@
 #include <utility>
 #include <vector>
 
-#include "aggregator/timeline.h"
+#include "aggregator/records.h"
+#include "aggregator/step_profile.h"
 
 namespace rlscope {
-
-struct StepProfile;  // step_profile.h
 
 // What one event of a process costs, by kind and entry point.
 class CostModel {
@@ -76,41 +75,32 @@ class CostModel {
   double MeanVarPs2(uint8_t kind) const { return kind < kKinds ? mean_var_ps2_[kind] : 0; }
   // Of CostPs: the caller-side part.
   int64_t CallerPs(uint8_t kind, uint8_t flags) const;
-  // Over the cost samples behind the own costs measured in place: their
-  // mean / the start-up figures of the same kinds (weighted as the samples
-  // fall, 1 in N events of every kind); 0 when no own cost was measured.
-  // The caller-side costs (py_nvtx_*, never measured in place) are their
-  // start-up figures times this ratio: the machine state that slowed the
-  // handler against its start-up loop (caches, a busy core) slows the
-  // caller side alike (bench section accuracy: on this 2-core machine it
-  // took the push/pop workload's median error from +64 % to +6 %).
-  double in_place_ratio() const { return in_place_ratio_; }
-  // The costs actually used, ns per event (scaled), for summaries.
-  const std::map<std::string, double>& costs_ns() const { return costs_ns_; }
-  // Where each used own cost came from: "step", "run" or "calibration";
-  // and the measurements behind the first two.
-  const std::map<std::string, std::string>& sources() const { return sources_; }
-  struct Measured {
-    double mean_ns = 0, sd_ns = 0;
-    uint64_t samples = 0;
-  };
-  const std::map<std::string, Measured>& measured() const { return measured_; }
+  // The costs actually used (ns per event, scaled), where each own cost
+  // came from ("step", "run" or "calibration") and the measurements behind
+  // the first two, for summaries. Its in_place_ratio: over the cost samples
+  // behind the own costs measured in place, their mean / the start-up
+  // figures of the same kinds (weighted as the samples fall, 1 in N events
+  // of every kind); 0 when no own cost was measured. The caller-side costs
+  // (py_nvtx_*, never measured in place) are their start-up figures times
+  // this ratio: the machine state that slowed the handler against its
+  // start-up loop (caches, a busy core) slows the caller side alike (bench
+  // section accuracy: on this 2-core machine it took the push/pop workload's
+  // median error from +64 % to +6 %).
+  const UsedCosts& used() const { return used_; }
 
  private:
   int64_t own_ps_[kKinds] = {};     // the collector's recording
-  double in_place_ratio_ = 0;
   int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (opening events)
   double mean_var_ps2_[kKinds] = {};
-  std::map<std::string, double> costs_ns_;
-  std::map<std::string, std::string> sources_;
-  std::map<std::string, Measured> measured_;
+  UsedCosts used_;
 };
 
 // The key of an event kind's own cost in Hello::costs ("push", ... "sample",
 // "cpu_sample").
 const char* CostKey(uint8_t kind);
 
-// The time shift of one process in one step.
+// The time shift of one process in one step, and what it removed (the
+// Overhead a slice keeps, step_profile.h).
 class Corrector {
  public:
   // `marks`: per thread, the events recorded in the step (aggregator clock),
@@ -128,63 +118,26 @@ class Corrector {
   // one thread in time order.
   // Returns false, doing nothing, for a call not after the thread's last.
   bool Reanchor(int64_t tid, int64_t begin_ns, int64_t caller_shift_ns);
-  // Summed over threads: the time removed in the whole step, and the part
-  // of it that was waiting on other processes' overhead (wait marks).
-  int64_t total_ns() const { return total_ns_; }
-  int64_t waits_ns() const { return waits_ns_; }
   // What thread `tid` paid in [from, to] (its own events and wait marks;
   // re-anchoring moves times, it costs nothing).
-  int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const {
-    return CostPs(tid, to) / 1000 - CostPs(tid, from - 1) / 1000;
-  }
-  uint64_t events() const { return events_; }
-  // CPU samples in the step (cpu_sampler.h) and what they were charged:
-  // the sampler's own cost, removed like any event's.
-  uint64_t cpu_samples() const { return cpu_samples_; }
-  int64_t cpu_samples_ns() const { return cpu_samples_ns_; }
-  // The sampling error of total_ns() (CostModel::MeanVarPs2), one standard
-  // deviation; waits not included (the workers' own carry theirs).
-  int64_t uncertainty_ns() const { return uncertainty_ns_; }
-  // Recorded events whose kind's cost is the start-up calibration's.
-  uint64_t calibrated_events() const { return calibrated_events_; }
-  // The systematic part the sampling error leaves out: the caller-side
-  // costs (the `nvtx` package's, py_nvtx_*) are never measured in place but
-  // scaled by the model's in-place ratio (CostModel::in_place_ratio, 0: none).
-  // `caller_ns()`: the caller-side cost removed; `systematic_ns()`: what
-  // the scaling changed, caller_ns * |1 - 1 / ratio|: the part of the
-  // correction that rests on that model rather than on a measurement.
-  int64_t caller_ns() const { return caller_ns_; }
-  int64_t systematic_ns() const { return systematic_ns_; }
-  // Marks whose cost exceeded the time since the thread's previous mark, so
-  // charged only that time (costs overestimated, e.g. calibrated under load).
-  uint64_t capped() const { return capped_; }
-  const std::vector<int64_t>& tids() const { return tids_; }
+  int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const { return overhead_.RemovedNs(tid, from, to); }
+  // What was removed: totals over threads, the sampling error (from
+  // CostModel::MeanVarPs2 of each kind), the caller side and what rests on
+  // its model (caller_ns * |1 - 1 / in_place_ratio|), the costs used.
+  const Overhead& overhead() const { return overhead_; }
+  // Why the costs may be off (CostDrift), kept with the overhead.
+  void set_cost_note(std::string note) { overhead_.cost_note = std::move(note); }
+  // The overhead, for the slice that keeps it; the corrector is spent.
+  Overhead TakeOverhead() { return std::move(overhead_); }
 
  private:
-  struct Thread {
-    std::vector<int64_t> ts;     // sorted event times
-    std::vector<int64_t> cum_ps; // cost of events [0, i], picoseconds
-    // Re-anchorings, in time order: from `ts` on, the shift is `base_ps`
-    // plus what was paid at or after `ts`.
-    std::vector<std::pair<int64_t, int64_t>> anchors;  // (ts, base_ps)
-  };
-  // What `tid` paid in (step begin, t], picoseconds; `before`: in (.., t).
-  int64_t CostPs(int64_t tid, int64_t t) const;
-  static int64_t CostPs(const Thread& th, int64_t t, bool before);
-  int64_t ShiftPs(const Thread& th, int64_t t) const;
+  using Anchors = std::vector<std::pair<int64_t, int64_t>>;  // (ts, base_ps), in time order
+  // What a thread with `costs` and `anchors` shifts by at t, ps: from each
+  // re-anchoring's ts on, its base_ps plus what was paid at or after ts.
+  static int64_t ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t);
   int64_t begin_ns_ = 0;
-  std::map<int64_t, Thread> threads_;
-  std::vector<int64_t> tids_;
-  int64_t total_ns_ = 0;
-  int64_t waits_ns_ = 0;
-  uint64_t events_ = 0;  // recorded events (not wait marks, not cost or CPU samples)
-  uint64_t cpu_samples_ = 0;
-  int64_t cpu_samples_ns_ = 0;
-  int64_t caller_ns_ = 0;
-  int64_t systematic_ns_ = 0;
-  uint64_t capped_ = 0;
-  int64_t uncertainty_ns_ = 0;
-  uint64_t calibrated_events_ = 0;
+  Overhead overhead_;
+  std::map<int64_t, Anchors> anchors_;  // Reanchor, by tid
 };
 
 // A controller window that waits on workers: raw times, aggregator clock;
@@ -244,7 +197,7 @@ std::string CostDrift(const KindSamples& first, const KindSamples& second);
 // controller with its waits on them (its windows: the occurrences of
 // `subtasks`, subtasks.h), then the workers with their calls re-anchored at
 // the controller's corrected submits. Costs are each process's Hello costs
-// times `scale`. Every slice gets its corrector and costs, the step
+// times `scale`. Every slice gets its Overhead (step_profile.h), the step
 // `corrected`, `correction_scale` and `corrected_end_ns` (the controller's
 // step range's corrected end), and every time is held to that end.
 void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale);

@@ -1,20 +1,87 @@
 // The aggregator's data model: what a cut step and the run hand to the
 // analyses (correction, causality, sub-tasks, breakdown) and to exporters.
-// Plain data; times on the aggregator's clock.
+// Plain values (the per-event records are records.h's); times on the
+// aggregator's clock. The analyses fill them and read them; this header and
+// what it includes depend on no analysis.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "aggregator/correction.h"
+#include "aggregator/records.h"
 #include "aggregator/timeline.h"
+#include "native/gpu_record.h"
 
 namespace rlscope {
 
-struct StepAnalysis;  // breakdown.h
+struct StepAnalysis;  // breakdown.h, which fills it
+
+// What one thread paid the profiler in a step, as the overhead correction
+// charged it (correction.h): its marks' times (raw, aggregator clock,
+// sorted) and the cost summed up to each, picoseconds.
+struct ThreadCosts {
+  std::vector<int64_t> ts;
+  std::vector<int64_t> cum_ps;  // cost of marks [0, i]
+  // Paid at or before `t` (strictly before, with `before`).
+  int64_t PaidPs(int64_t t, bool before = false) const {
+    const auto end = before ? std::lower_bound(ts.begin(), ts.end(), t) : std::upper_bound(ts.begin(), ts.end(), t);
+    const size_t n = static_cast<size_t>(end - ts.begin());
+    return n == 0 ? 0 : cum_ps[n - 1];
+  }
+};
+
+// The samples behind a cost measured in place ("step" or "run").
+struct MeasuredCost {
+  double mean_ns = 0, sd_ns = 0;
+  uint64_t samples = 0;
+};
+
+// The costs a process's correction used (correction.h CostModel), by cost
+// key ("push", ..., "py_nvtx_push").
+struct UsedCosts {
+  std::map<std::string, double> ns;            // per event, scaled
+  std::map<std::string, std::string> sources;  // "step", "run", "calibration" or "scaled calibration"
+  std::map<std::string, MeasuredCost> measured;  // behind a "step" or "run" cost
+  // The in-place costs over their start-up figures (CostModel::in_place_ratio); 0 none.
+  double in_place_ratio = 0;
+};
+
+// What the overhead correction removed from one process in one step
+// (correction.h fills it; see there for the model). Times summed over its
+// threads.
+struct Overhead {
+  int64_t total_ns = 0;        // removed in the whole step
+  int64_t waits_ns = 0;        // of which waiting on other processes' overhead (wait marks)
+  uint64_t events = 0;         // recorded events (not wait marks, not cost or CPU samples)
+  uint64_t capped = 0;         // marks charged only the time since the thread's previous one
+  uint64_t cpu_samples = 0;    // CPU samples, charged the sampler's own cost
+  int64_t cpu_samples_ns = 0;
+  int64_t uncertainty_ns = 0;  // sampling error of total_ns, one standard deviation (waits not included)
+  uint64_t calibrated_events = 0;  // events whose kind's cost is the start-up calibration's
+  int64_t caller_ns = 0;       // the caller-side (py_nvtx_*) cost removed
+  int64_t systematic_ns = 0;   // what scaling the caller side changed: rests on a model, not a measurement
+  UsedCosts costs;
+  std::string cost_note;  // why it may be off ("" none): costs that drifted in the step
+  std::map<int64_t, ThreadCosts> threads;  // by tid
+
+  // What thread `tid` paid in raw [from, to] (its own events and wait marks).
+  int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const {
+    auto it = threads.find(tid);
+    if (it == threads.end()) return 0;
+    return it->second.PaidPs(to) / 1000 - it->second.PaidPs(from - 1) / 1000;
+  }
+  // The same, all threads.
+  int64_t RemovedNs(int64_t from, int64_t to) const {
+    int64_t n = 0;
+    for (const auto& [tid, costs] : threads) n += RemovedNs(tid, from, to);
+    return n;
+  }
+};
 
 // One process's part of a step.
 struct ProcessSlice {
@@ -22,14 +89,11 @@ struct ProcessSlice {
   std::vector<Span> spans;        // clipped to the step, sorted (tid, begin, -end)
   std::vector<Instant> instants;  // inside the step, sorted by time
   std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
-  std::vector<CpuSample> cpu_samples;  // CPU samples in the step (attribution.h), by time; categories set by AnalyzeStep
+  std::vector<CpuSample> cpu_samples;  // CPU samples in the step, by time; categories set by ClassifyStepSamples
   bool late = false;              // had not flushed past the step end in time
   bool lost = false;              // late and gone without a goodbye (ProcessTimeline::lost)
-  // Overhead correction (correction.h); null when off. Times above are corrected.
-  std::shared_ptr<const Corrector> corrector;
-  CostModel costs;
-  // Why its correction may be off ("" none): costs that drifted in the step.
-  std::string cost_note;
+  // Overhead correction (correction.h); none when off. Times above are corrected.
+  std::optional<Overhead> overhead;
   // CPU its collector's flush thread used in the step (-1 unknown): not
   // removed; on a node with no spare core it was taken from the job.
   int64_t profiler_cpu_ns = -1;

@@ -5,56 +5,10 @@
 
 #include "aggregator/breakdown.h"
 #include "aggregator/json_writer.h"
+#include "aggregator/process_json.h"
 
 namespace rlscope {
 namespace {
-
-std::string Hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-// `selected`: profiled under the run's config (the aggregator's decision).
-void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected) {
-  const wire::Identity& id = p.identity();
-  w.Key("session").String(Hex(p.hello().session));
-  w.Key("label").String(ProcessLabel(p));
-  w.Key("host").String(id.host);
-  w.Key("pid").Int(id.pid);
-  w.Key("rank");
-  if (id.rank >= 0) w.Int(id.rank); else w.Null();
-  w.Key("role").String(id.role);
-  w.Key("name").String(id.name);
-  w.Key("selected").Bool(selected);
-  w.Key("labels").BeginObject();
-  for (const auto& [k, v] : id.labels) w.Key(k).String(v);
-  w.EndObject();
-}
-
-// The process's clock against the aggregator's (clock_fit.h).
-void WriteClock(JsonWriter& w, const ProcessTimeline& p) {
-  const ClockEstimate& e = p.clock().estimate();
-  w.Key("clock").BeginObject();
-  w.Key("aligned").Bool(e.valid);
-  w.Key("offset_ns").Int(e.offset_ns);
-  w.Key("drift_ppm").Double(e.drift * 1e6);
-  w.Key("bound_ns");
-  if (e.bound_ns >= 0) w.Int(e.bound_ns); else w.Null();
-  w.Key("probes").Int(e.probes);
-  w.Key("bursts").Int(e.bursts);
-  w.EndObject();
-}
-
-void WriteExpected(JsonWriter& w, const std::vector<ExpectedProcess>& list) {
-  w.BeginArray();
-  for (const ExpectedProcess& e : list) {
-    w.BeginObject();
-    for (const auto& [k, v] : e) w.Key(k).String(v);
-    w.EndObject();
-  }
-  w.EndArray();
-}
 
 double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
@@ -108,7 +62,7 @@ void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a
     w.Newline().BeginObject();
     w.Key("subtask").String(r.subtask).Key("occurrences").Int(r.occurrences);
     WhoKeys(w, step, r.process, "rank", "process");
-    w.Key("session").String(Hex(p.hello().session)).Key("role").String(p.identity().role);
+    w.Key("session").String(HexSession(p.hello().session)).Key("role").String(p.identity().role);
     w.Key("window_ms").Double(Ms(r.window_ns));
     w.Key("cpu_only_ms").Double(Ms(r.overlap.cpu_only));
     w.Key("gpu_only_ms").Double(Ms(r.overlap.gpu_only));
@@ -123,7 +77,7 @@ void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a
   for (const GpuUtilization& u : a.gpu) {
     w.Newline().BeginObject();
     WhoKeys(w, step, u.process, "rank", "process");
-    w.Key("session").String(Hex(step.processes[u.process].process->hello().session));
+    w.Key("session").String(HexSession(step.processes[u.process].process->hello().session));
     w.Key("gpu_busy_ms").Double(Ms(u.busy_ns));
     w.Key("gpu_busy_pct").Double(100.0 * u.busy_fraction);
     w.Key("naive_util_pct").Double(100.0 * u.naive_fraction);
@@ -159,6 +113,194 @@ void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a
   w.EndArray();
 }
 
+// What the overhead correction removed from the process and the costs it
+// used (correction.h).
+void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
+  const Overhead& o = *slice.overhead;
+  w.Key("overhead").BeginObject();
+  w.Key("events").Uint(o.events);
+  w.Key("capped_events").Uint(o.capped);
+  w.Key("subtracted_ms").Double(Ms(o.total_ns));
+  w.Key("waits_ms").Double(Ms(o.waits_ns));
+  w.Key("cpu_samples").Uint(o.cpu_samples);
+  w.Key("cpu_samples_ms").Double(Ms(o.cpu_samples_ns));
+  w.Key("costs_ns").BeginObject();
+  for (const auto& [k, ns] : o.costs.ns) w.Key(k).Double(ns);
+  w.EndObject();
+  w.Key("cost_sources").BeginObject();  // "step", "run" or "calibration"
+  for (const auto& [k, source] : o.costs.sources) w.Key(k).String(source);
+  w.EndObject();
+  w.Key("measured_costs").BeginObject();  // the samples behind a "step" or "run" cost
+  for (const auto& [k, m] : o.costs.measured) {
+    w.Key(k).BeginObject();
+    w.Key("mean_ns").Double(m.mean_ns);
+    w.Key("sd_ns").Double(m.sd_ns);
+    w.Key("samples").Uint(m.samples);
+    w.EndObject();
+  }
+  w.EndObject();
+  w.Key("uncertainty_ms").Double(Ms(o.uncertainty_ns));
+  w.Key("calibrated_events").Uint(o.calibrated_events);
+  w.Key("caller_side_ms").Double(Ms(o.caller_ns));
+  w.Key("in_place_ratio");
+  if (o.costs.in_place_ratio > 0) w.Double(o.costs.in_place_ratio); else w.Null();
+  w.Key("systematic_ms").Double(Ms(o.systematic_ns));
+  w.Key("note").String(o.cost_note);
+  if (slice.profiler_cpu_ns >= 0) w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
+  w.EndObject();
+}
+
+// One of the step's processes: who, what it had in the step, its clock and overhead.
+void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
+  const ProcessTimeline& p = *slice.process;
+  w.Newline().BeginObject();
+  WriteIdentity(w, p, true);  // a step holds only selected processes
+  w.Key("spans").Uint(slice.spans.size());
+  w.Key("instants").Uint(slice.instants.size());
+  w.Key("gpu_records").Uint(slice.gpu.size());
+  w.Key("events_received_total").Uint(p.events_received());
+  w.Key("dropped_total").Uint(p.dropped());
+  w.Key("unmatched_total").Uint(p.unmatched());
+  w.Key("late").Bool(slice.late);
+  w.Key("cpu_samples").Uint(slice.cpu_samples.size());
+  w.Key("cpu_frames_unread")
+      .Uint(std::count_if(slice.cpu_samples.begin(), slice.cpu_samples.end(),
+                          [](const CpuSample& c) { return c.frame_unread; }));
+  const auto& labels = p.identity().labels;
+  auto it = labels.find("cpu_sampling");
+  w.Key("cpu_sampling").String(it != labels.end() ? it->second : "absent: its collector did not say (no CPU sampler)");
+  WriteClock(w, p);
+  if (slice.overhead) WriteOverhead(w, slice);
+  w.EndObject();
+}
+
+// Labels of the processes that were late, and of those lost (late, and gone
+// without a goodbye).
+void WriteLateAndLost(JsonWriter& w, const StepProfile& step) {
+  w.Key("late_processes").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.late) w.String(ProcessLabel(*slice.process));
+  }
+  w.EndArray();
+  w.Key("lost_processes").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.lost) w.String(ProcessLabel(*slice.process));
+  }
+  w.EndArray();
+}
+
+// Clock causality (ray_calls.h), and clocks whose stated error bound is
+// above clock.warn_bound_us: their events may sit off by up to that much
+// against the others.
+void WriteClockChecks(JsonWriter& w, const StepProfile& step) {
+  w.Key("causality").BeginObject();
+  w.Key("checked").Int(step.causality.checked);
+  w.Key("violations").Int(step.causality.violations);
+  w.Key("max_violation_ns").Int(step.causality.max_violation_ns);
+  w.EndObject();
+  w.Key("clock_warnings").BeginArray();
+  for (const ProcessSlice& slice : step.processes) {
+    const ClockEstimate& e = slice.process->clock();
+    if (e.valid && e.bound_ns > step.clock_warn_bound_ns) {
+      w.String(ProcessLabel(*slice.process) + ": clock error bound " + std::to_string(e.bound_ns / 1000) +
+               " us exceeds " + std::to_string(step.clock_warn_bound_ns / 1000) + " us");
+    }
+  }
+  w.EndArray();
+}
+
+// Why one process's correction may be less sure than its uncertainty says.
+void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessSlice& slice) {
+  const Overhead& o = *slice.overhead;
+  if (!o.cost_note.empty()) w.String(ProcessLabel(*slice.process) + ": " + o.cost_note);
+  const int64_t step_ns = step.end_ns - step.begin_ns;
+  // The flush thread's CPU is not removed: say when it was a real share.
+  if (step_ns > 0 && slice.profiler_cpu_ns * 20 > step_ns) {
+    char text[200];
+    std::snprintf(text, sizeof(text),
+                  ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: on a "
+                  "node with no spare core it was taken from the job",
+                  slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns);
+    w.String(ProcessLabel(*slice.process) + text);
+  }
+  // The caller side is a model (its start-up figures scaled): say when
+  // what rests on it exceeds the sampling error and 1 % of the step.
+  if (const int64_t sys = o.systematic_ns; sys > o.uncertainty_ns && step_ns > 0 && sys * 100 > step_ns) {
+    char text[300];
+    std::snprintf(text, sizeof(text),
+                  ": recording cost %.2fx its start-up calibration in this step, so the `nvtx` package's "
+                  "caller-side costs, never measured in place, were scaled alike (%.1f ms removed): %.1f ms "
+                  "of the correction rest on that model",
+                  o.costs.in_place_ratio, o.caller_ns / 1e6, sys / 1e6);
+    w.String(ProcessLabel(*slice.process) + text);
+  }
+  if (const uint64_t n = o.calibrated_events; n > 0) {
+    w.String(ProcessLabel(*slice.process) + ": " + std::to_string(n) +
+             " events costed by the start-up calibration (too few cost samples of their kind)");
+  }
+}
+
+// Which of the controller's waits on other processes were linked to the
+// work they waited for (correction.h, waits).
+void WriteWaits(JsonWriter& w, const StepProfile& step) {
+  w.Key("waits").BeginArray();
+  for (const StepProfile::WaitLinks& l : step.waits) {
+    w.Newline().BeginObject();
+    w.Key("subtask");
+    if (l.capture.empty()) w.Null(); else w.String(l.capture);
+    w.Key("linked").BeginObject().Key("ray").Int(l.linked_ray).Key("key").Int(l.linked_key).EndObject();
+    w.Key("unlinked").BeginObject().Key("ray").Int(l.unlinked_ray).Key("key").Int(l.unlinked_key).EndObject();
+    w.Key("removed_ms").Double(Ms(l.removed_ns));
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+// The step's overhead correction: on or off, and when on what it removed,
+// how sure it is and why not surer, and the controller's waits.
+void WriteCorrection(JsonWriter& w, const StepProfile& step) {
+  w.Key("correction").BeginObject();
+  w.Key("enabled").Bool(step.corrected);
+  w.Key("scale").Double(step.correction_scale);
+  if (step.corrected) {
+    w.Key("duration_ms").Double(Ms(step.corrected_end_ns - step.begin_ns));
+    w.Key("subtracted_ms").Double(Ms(step.end_ns - step.corrected_end_ns));
+    w.Key("uncertainty_ms").Double(Ms(step.correction_uncertainty_ns));
+    w.Key("systematic_ms").Double(Ms(step.correction_systematic_ns));
+    w.Key("notes").BeginArray();
+    for (const ProcessSlice& slice : step.processes) {
+      if (slice.overhead) WriteCorrectionNotes(w, step, slice);
+    }
+    for (const StepProfile::WaitLinks& l : step.waits) {
+      const int unlinked = l.unlinked_ray + l.unlinked_key;
+      if (unlinked == 0) continue;
+      const std::string what = std::to_string(unlinked) + (unlinked == 1 ? " result" : " results");
+      w.String(l.capture.empty()
+                   ? what + " got outside every sub-task: those waits keep the other processes' overhead"
+                   : l.capture + ": " + what + " waited for with no profiled range of the same key: those waits "
+                                             "keep the other processes' overhead");
+    }
+    w.EndArray();
+    WriteWaits(w, step);
+  }
+  w.EndObject();
+}
+
+void WriteTotals(JsonWriter& w, const StepProfile& step) {
+  uint64_t spans = 0, instants = 0, dropped = 0;
+  for (const ProcessSlice& slice : step.processes) {
+    spans += slice.spans.size();
+    instants += slice.instants.size();
+    dropped += slice.process->dropped();
+  }
+  w.Key("totals").BeginObject();
+  w.Key("processes").Uint(step.processes.size());
+  w.Key("spans").Uint(spans);
+  w.Key("instants").Uint(instants);
+  w.Key("dropped").Uint(dropped);
+  w.EndObject();
+}
+
 }  // namespace
 
 std::string StepSummaryJson(const StepProfile& step) {
@@ -176,237 +318,18 @@ std::string StepSummaryJson(const StepProfile& step) {
     for (const auto& c : step.captures) w.String(c);
     w.EndArray();
   }
-  uint64_t spans = 0, instants = 0, dropped = 0;
   w.Key("processes").BeginArray();
-  for (const ProcessSlice& slice : step.processes) {
-    const ProcessTimeline& p = *slice.process;
-    w.Newline().BeginObject();
-    WriteIdentity(w, p, true);  // a step holds only selected processes
-    w.Key("spans").Uint(slice.spans.size());
-    w.Key("instants").Uint(slice.instants.size());
-    w.Key("gpu_records").Uint(slice.gpu.size());
-    w.Key("events_received_total").Uint(p.events_received());
-    w.Key("dropped_total").Uint(p.dropped());
-    w.Key("unmatched_total").Uint(p.unmatched());
-    w.Key("late").Bool(slice.late);
-    w.Key("cpu_samples").Uint(slice.cpu_samples.size());
-    w.Key("cpu_frames_unread")
-        .Uint(std::count_if(slice.cpu_samples.begin(), slice.cpu_samples.end(),
-                            [](const CpuSample& c) { return c.frame_unread; }));
-    {
-      const auto& labels = p.identity().labels;
-      auto it = labels.find("cpu_sampling");
-      w.Key("cpu_sampling").String(it != labels.end() ? it->second : "absent: its collector did not say (no CPU sampler)");
-    }
-    WriteClock(w, p);
-    if (slice.corrector) {
-      w.Key("overhead").BeginObject();
-      w.Key("events").Uint(slice.corrector->events());
-      w.Key("capped_events").Uint(slice.corrector->capped());
-      w.Key("subtracted_ms").Double(Ms(slice.corrector->total_ns()));
-      w.Key("waits_ms").Double(Ms(slice.corrector->waits_ns()));
-      w.Key("cpu_samples").Uint(slice.corrector->cpu_samples());
-      w.Key("cpu_samples_ms").Double(Ms(slice.corrector->cpu_samples_ns()));
-      w.Key("costs_ns").BeginObject();
-      for (const auto& [k, ns] : slice.costs.costs_ns()) w.Key(k).Double(ns);
-      w.EndObject();
-      w.Key("cost_sources").BeginObject();  // "step", "run" or "calibration"
-      for (const auto& [k, source] : slice.costs.sources()) w.Key(k).String(source);
-      w.EndObject();
-      w.Key("measured_costs").BeginObject();  // the samples behind a "step" or "run" cost
-      for (const auto& [k, m] : slice.costs.measured()) {
-        w.Key(k).BeginObject();
-        w.Key("mean_ns").Double(m.mean_ns);
-        w.Key("sd_ns").Double(m.sd_ns);
-        w.Key("samples").Uint(m.samples);
-        w.EndObject();
-      }
-      w.EndObject();
-      w.Key("uncertainty_ms").Double(Ms(slice.corrector->uncertainty_ns()));
-      w.Key("calibrated_events").Uint(slice.corrector->calibrated_events());
-      w.Key("caller_side_ms").Double(Ms(slice.corrector->caller_ns()));
-      w.Key("in_place_ratio");
-      if (slice.costs.in_place_ratio() > 0) w.Double(slice.costs.in_place_ratio()); else w.Null();
-      w.Key("systematic_ms").Double(Ms(slice.corrector->systematic_ns()));
-      w.Key("note").String(slice.cost_note);
-      if (slice.profiler_cpu_ns >= 0) w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
-      w.EndObject();
-    }
-    w.EndObject();
-    spans += slice.spans.size();
-    instants += slice.instants.size();
-    dropped += p.dropped();
-  }
+  for (const ProcessSlice& slice : step.processes) WriteProcess(w, slice);
   w.EndArray();
-  w.Key("late_processes").BeginArray();
-  for (const ProcessSlice& slice : step.processes) {
-    if (slice.late) w.String(ProcessLabel(*slice.process));
-  }
-  w.EndArray();
-  w.Key("lost_processes").BeginArray();  // late, and gone without a goodbye
-  for (const ProcessSlice& slice : step.processes) {
-    if (slice.lost) w.String(ProcessLabel(*slice.process));
-  }
-  w.EndArray();
-  // Clocks whose stated error bound is above clock.warn_bound_us: their
-  // events may sit off by up to that much against the others.
-  w.Key("causality").BeginObject();
-  w.Key("checked").Int(step.causality.checked);
-  w.Key("violations").Int(step.causality.violations);
-  w.Key("max_violation_ns").Int(step.causality.max_violation_ns);
-  w.EndObject();
-  w.Key("clock_warnings").BeginArray();
-  for (const ProcessSlice& slice : step.processes) {
-    const ClockEstimate& e = slice.process->clock().estimate();
-    if (e.valid && e.bound_ns > step.clock_warn_bound_ns) {
-      w.String(ProcessLabel(*slice.process) + ": clock error bound " +
-               std::to_string(e.bound_ns / 1000) + " us exceeds " +
-               std::to_string(step.clock_warn_bound_ns / 1000) + " us");
-    }
-  }
-  w.EndArray();
+  WriteLateAndLost(w, step);
+  WriteClockChecks(w, step);
   // Asked to be profiled (by the controller) but never connected, e.g. a Ray
   // node started without the rlscope plugin registered.
   w.Key("not_profiled");
   WriteExpected(w, step.not_profiled);
-  w.Key("correction").BeginObject();
-  w.Key("enabled").Bool(step.corrected);
-  w.Key("scale").Double(step.correction_scale);
-  if (step.corrected) {
-    w.Key("duration_ms").Double(Ms(step.corrected_end_ns - step.begin_ns));
-    w.Key("subtracted_ms").Double(Ms(step.end_ns - step.corrected_end_ns));
-    w.Key("uncertainty_ms").Double(Ms(step.correction_uncertainty_ns));
-    w.Key("systematic_ms").Double(Ms(step.correction_systematic_ns));
-    // Why the correction may be less sure than its uncertainty says.
-    w.Key("notes").BeginArray();
-    for (const ProcessSlice& slice : step.processes) {
-      if (!slice.corrector) continue;
-      if (!slice.cost_note.empty()) w.String(ProcessLabel(*slice.process) + ": " + slice.cost_note);
-      // The flush thread's CPU is not removed: say when it was a real share.
-      if (const int64_t step_ns = step.end_ns - step.begin_ns;
-          step_ns > 0 && slice.profiler_cpu_ns * 20 > step_ns) {
-        char text[200];
-        std::snprintf(text, sizeof(text),
-                      ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: on a "
-                      "node with no spare core it was taken from the job",
-                      slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns);
-        w.String(ProcessLabel(*slice.process) + text);
-      }
-      // The caller side is a model (its start-up figures scaled): say when
-      // what rests on it exceeds the sampling error and 1 % of the step.
-      if (const int64_t sys = slice.corrector->systematic_ns(), step_ns = step.end_ns - step.begin_ns;
-          sys > slice.corrector->uncertainty_ns() && step_ns > 0 && sys * 100 > step_ns) {
-        char text[300];
-        std::snprintf(text, sizeof(text),
-                      ": recording cost %.2fx its start-up calibration in this step, so the `nvtx` package's "
-                      "caller-side costs, never measured in place, were scaled alike (%.1f ms removed): %.1f ms "
-                      "of the correction rest on that model",
-                      slice.costs.in_place_ratio(), slice.corrector->caller_ns() / 1e6, sys / 1e6);
-        w.String(ProcessLabel(*slice.process) + text);
-      }
-      if (const uint64_t n = slice.corrector->calibrated_events(); n > 0) {
-        w.String(ProcessLabel(*slice.process) + ": " + std::to_string(n) +
-                 " events costed by the start-up calibration (too few cost samples of their kind)");
-      }
-    }
-    for (const StepProfile::WaitLinks& l : step.waits) {
-      const int unlinked = l.unlinked_ray + l.unlinked_key;
-      if (unlinked == 0) continue;
-      const std::string what = std::to_string(unlinked) + (unlinked == 1 ? " result" : " results");
-      w.String(l.capture.empty()
-                   ? what + " got outside every sub-task: those waits keep the other processes' overhead"
-                   : l.capture + ": " + what + " waited for with no profiled range of the same key: those waits "
-                                             "keep the other processes' overhead");
-    }
-    w.EndArray();
-    // Which of the controller's waits on other processes were linked to the
-    // work they waited for (correction.h, waits).
-    w.Key("waits").BeginArray();
-    for (const StepProfile::WaitLinks& l : step.waits) {
-      w.Newline().BeginObject();
-      w.Key("subtask");
-      if (l.capture.empty()) w.Null(); else w.String(l.capture);
-      w.Key("linked").BeginObject().Key("ray").Int(l.linked_ray).Key("key").Int(l.linked_key).EndObject();
-      w.Key("unlinked").BeginObject().Key("ray").Int(l.unlinked_ray).Key("key").Int(l.unlinked_key).EndObject();
-      w.Key("removed_ms").Double(Ms(l.removed_ns));
-      w.EndObject();
-    }
-    w.EndArray();
-  }
-  w.EndObject();
+  WriteCorrection(w, step);
   if (step.analysis) WriteAnalysis(w, step, *step.analysis);
-  w.Key("totals").BeginObject();
-  w.Key("processes").Uint(step.processes.size());
-  w.Key("spans").Uint(spans);
-  w.Key("instants").Uint(instants);
-  w.Key("dropped").Uint(dropped);
-  w.EndObject();
-  w.EndObject();
-  out.push_back('\n');
-  return out;
-}
-
-std::string RunJson(const RunInfo& run) {
-  std::string out;
-  JsonWriter w(&out);
-  w.BeginObject();
-  w.Key("format").String("rlscope-ray run v1");
-  w.Key("final").Bool(run.final);
-  w.Key("config_yaml").String(run.config_yaml);
-  w.Key("config_source").String(run.config_source);
-  w.Key("config_notes").BeginArray();
-  for (const std::string& note : run.config_notes) w.String(note);
-  w.EndArray();
-  w.Key("processes").BeginArray();
-  for (const ProcessInfo& pi : run.processes) {
-    const ProcessTimeline& p = *pi.process;
-    w.Newline().BeginObject();
-    WriteIdentity(w, p, pi.selected);
-    w.Key("events_received").Uint(p.events_received());
-    w.Key("dropped").Uint(p.dropped());
-    w.Key("unmatched").Uint(p.unmatched());
-    w.Key("released_ns").Int(pi.released_ns);
-    w.Key("via_relay").Bool(pi.via_relay);
-    w.Key("interrupted_cost_samples").Uint(p.interrupted_samples());
-    w.Key("cpu_samples_received").Uint(p.cpu_samples_received());
-    w.Key("said_bye").Bool(p.said_bye());
-    w.Key("events_recorded");  // from its goodbye; null without one
-    if (p.said_bye()) {
-      w.Uint(p.events_recorded());
-    } else {
-      w.Null();
-    }
-    w.Key("lost").Bool(p.lost());
-    w.Key("truncated_strings").Uint(p.truncated_strings());
-    WriteClock(w, p);
-    w.Key("threads").BeginObject();
-    for (const auto& [tid, name] : p.thread_names()) w.Key(std::to_string(tid)).String(name);
-    w.EndObject();
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("steps_written").BeginArray();
-  for (int64_t s : run.steps_written) w.Int(s);
-  w.EndArray();
-  w.Key("expected");
-  WriteExpected(w, run.expected);
-  w.Key("not_profiled");
-  WriteExpected(w, run.not_profiled);
-  w.Key("steps_seen").Uint(run.steps_seen);
-  w.Key("late_events").Uint(run.late_events);
-  w.Key("decode_errors").Uint(run.decode_errors);
-  w.Key("last_decode_error").String(run.last_decode_error);
-  w.Key("refused_frames").Uint(run.refused_frames);
-  w.Key("refused_hellos").Uint(run.refused_hellos);
-  w.Key("last_refused").String(run.last_refused);
-  w.Key("duplicate_frames").Uint(run.duplicate_frames);
-  w.Key("resume").BeginObject();
-  w.Key("last_step").Int(run.last_step);
-  w.Key("controller_session").String(Hex(run.controller_session));  // as processes[].session
-  w.Key("controller_ns").Int(run.controller_resume_ns);
-  w.Key("resumes").Int(run.resumes);
-  w.Key("run_key").String(run.run_key);
-  w.EndObject();
+  WriteTotals(w, step);
   w.EndObject();
   out.push_back('\n');
   return out;

@@ -1,6 +1,6 @@
-// summary.json (one per step or capture) and run.json (the run), as JSON
-// text; docs/summary_format.md says what each key means. No I/O: the
-// exporter (chrome_trace.h) writes them beside the trace.
+// summary.json (one per step or capture), as JSON text;
+// docs/summary_format.md says what each key means. No I/O: the exporter
+// (chrome_trace.h) writes it beside the trace. run.json is run_json.h's.
 #pragma once
 
 #include <string>
@@ -11,7 +11,5 @@ namespace rlscope {
 
 // The step's summary.json content.
 std::string StepSummaryJson(const StepProfile& step);
-// run.json: the run's processes, steps written and losses so far.
-std::string RunJson(const RunInfo& run);
 
 }  // namespace rlscope

@@ -9,7 +9,28 @@
 
 namespace rlscope {
 
+namespace {
+
+// A range opened by event `e` on thread `tid` (push or start).
+Span SpanOpenedBy(int64_t tid, const wire::Event& e) {
+  Span s;
+  s.begin_ns = e.ts_ns;
+  s.tid = s.end_tid = tid;
+  s.name = e.name;
+  s.domain = e.domain;
+  s.category = e.category;
+  return s;
+}
+
+}  // namespace
+
 void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
+  AddNamesAndProgress(batch);
+  AddGpu(batch);
+  for (const auto& block : batch.threads) AddThreadEvents(block, steps);
+}
+
+void ProcessTimeline::AddNamesAndProgress(const wire::Batch& batch) {
   for (const auto& [id, s] : batch.strings) {
     if (s == names::kStep) step_name_id_ = id;
     if (s == names::kCalibration) calibration_name_ = id;
@@ -21,12 +42,13 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
   watermark_ns_ = std::max(watermark_ns_, batch.watermark_ns);
   dropped_ = std::max(dropped_, batch.dropped);
   last_ack_ = std::max(last_ack_, batch.ack);
-  clock_.Add(batch.probes);
   if (batch.profiler_cpu_ns >= 0 && batch.watermark_ns != 0 &&
       (cpu_points_.empty() || batch.watermark_ns > cpu_points_.back().first)) {
     cpu_points_.emplace_back(batch.watermark_ns, batch.profiler_cpu_ns);
   }
+}
 
+void ProcessTimeline::AddGpu(const wire::Batch& batch) {
   for (const GpuRecord& g : batch.gpu) {
     if (g.end_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
     const auto kind = static_cast<GpuKind>(g.kind);
@@ -36,136 +58,136 @@ void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* steps) {
     gpu_.push_back(g);
   }
   events_received_ += batch.gpu.size();
-  for (const auto& block : batch.threads) {
-    events_received_ += block.events.size();
-    auto& marks = cost_marks_[block.tid];
-    bool after_calibration = false;  // the event before was rlscope_ray's start-up calibration
-    for (const auto& e : block.events) {
-      if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
-      // Events of rlscope_ray's start-up calibration (named
-      // "rlscope.calibration") are matched as usual, then left out.
-      bool calibration = calibration_name_ != 0 && e.name == calibration_name_;
-      const bool has_payload = (e.flags & kFlagHasPayload) != 0;
-      switch (static_cast<EventKind>(e.kind)) {
-        case EventKind::kRangePush: {
-          auto& stack = stacks_[{block.tid, e.domain}];
-          Span s;
-          s.begin_ns = e.ts_ns;
-          s.tid = s.end_tid = block.tid;
-          s.name = e.name;
-          s.domain = e.domain;
-          s.category = e.category;
-          s.payload = e.value;
-          s.has_payload = has_payload;
-          s.depth = static_cast<uint16_t>(std::min<size_t>(stack.size(), UINT16_MAX));
-          Open(s, has_payload, steps);
-          stack.push_back(s);
-          break;
-        }
-        case EventKind::kRangePop: {
-          auto it = stacks_.find({block.tid, e.domain});
-          if (it == stacks_.end() || it->second.empty()) {
-            ++unmatched_;
-            break;
-          }
-          Span s = it->second.back();
-          it->second.pop_back();
-          calibration = calibration_name_ != 0 && s.name == calibration_name_;
-          if (calibration) break;
-          s.end_ns = e.ts_ns;
-          Close(s, steps);
-          break;
-        }
-        case EventKind::kRangeStart: {
-          Span s;
-          s.begin_ns = e.ts_ns;
-          s.tid = block.tid;
-          s.end_tid = block.tid;
-          s.name = e.name;
-          s.domain = e.domain;
-          s.category = e.category;
-          s.range_id = e.value;
-          s.async = true;
-          Open(s, false, steps);  // a start's value is its id, not a payload
-          if (auto early = early_ends_.find(e.value); early != early_ends_.end()) {
-            s.end_ns = early->second.first;
-            s.end_tid = early->second.second;
-            early_ends_.erase(early);
-            Close(s, steps);
-          } else {
-            open_async_[e.value] = s;
-          }
-          break;
-        }
-        case EventKind::kRangeEnd: {
-          auto it = open_async_.find(e.value);
-          if (it == open_async_.end()) {
-            // The start may still be in flight from another thread's buffer.
-            early_ends_[e.value] = {e.ts_ns, block.tid};
-            break;
-          }
-          Span s = it->second;
-          open_async_.erase(it);
-          calibration = calibration_name_ != 0 && s.name == calibration_name_;
-          if (calibration) break;
-          s.end_ns = e.ts_ns;
-          s.end_tid = block.tid;
-          Close(s, steps);
-          break;
-        }
-        case EventKind::kCostSample: {
-          // Not a span or an instant, nor one of the process's events
-          // (events_received): a measured cost (0: not measurable), and, as
-          // a mark below, an event that cost something itself. (After one
-          // of the start-up calibration's events: a loop, not the run.)
-          --events_received_;
-          if (e.value > kInterruptedSamplePs) {
-            ++interrupted_samples_;
-          } else if (e.value != 0 && e.category < sample_totals_.size() && !after_calibration) {
-            cost_samples_.push_back({e.ts_ns, static_cast<uint8_t>(e.category), e.flags, e.value});
-            sample_totals_[e.category].Add(static_cast<double>(e.value));
-          }
-          break;
-        }
-        case EventKind::kCpuSample: {
-          // Not a span, an instant or one of the process's events: where
-          // the thread ran (attribution.h), and, as a mark below, an event
-          // that cost its thread something (the sampler's signal).
-          --events_received_;
-          ++cpu_samples_received_;
-          cpu_samples_.push_back({e.ts_ns, block.tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0,
-                                  (e.flags & kFlagFrameUnread) != 0});
-          break;
-        }
-        case EventKind::kMark: {
-          if (calibration) break;
-          if (step_number_name_ != 0 && e.name == step_number_name_) {
-            announced_step_ = static_cast<int64_t>(e.value);  // numbers the step range that follows
-            break;
-          }
-          Instant i;
-          i.ts_ns = e.ts_ns;
-          i.tid = block.tid;
-          i.name = e.name;
-          i.domain = e.domain;
-          i.category = e.category;
-          i.payload = e.value;
-          i.has_payload = has_payload;
-          instants_.push_back(i);
-          break;
-        }
-      }
-      if (e.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
-        // Samples come in a block of their own: into recording order by time.
-        auto at = marks.end();
-        while (at != marks.begin() && std::prev(at)->ts_ns > e.ts_ns) --at;
-        marks.insert(at, CostMark{e.ts_ns, e.kind, e.flags, 0});
-      } else if (!calibration) {
-        marks.push_back({e.ts_ns, e.kind, e.flags});
-      }
-      after_calibration = calibration;
+}
+
+void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges* steps) {
+  events_received_ += block.events.size();
+  auto& marks = cost_marks_[block.tid];
+  bool after_calibration = false;  // the event before was rlscope_ray's start-up calibration
+  for (const auto& e : block.events) {
+    if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
+    const bool calibration = AddEvent(block.tid, e, after_calibration, steps);
+    if (e.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+      // Samples come in a block of their own: into recording order by time.
+      auto at = marks.end();
+      while (at != marks.begin() && std::prev(at)->ts_ns > e.ts_ns) --at;
+      marks.insert(at, CostMark{e.ts_ns, e.kind, e.flags, 0});
+    } else if (!calibration) {
+      marks.push_back({e.ts_ns, e.kind, e.flags});
     }
+    after_calibration = calibration;
   }
+}
+
+bool ProcessTimeline::AddEvent(int64_t tid, const wire::Event& e, bool after_calibration, StepEdges* steps) {
+  // Events of rlscope_ray's start-up calibration (named
+  // "rlscope.calibration") are matched as usual, then left out.
+  const bool calibration = calibration_name_ != 0 && e.name == calibration_name_;
+  switch (static_cast<EventKind>(e.kind)) {
+    case EventKind::kRangePush: OnPush(tid, e, steps); break;
+    case EventKind::kRangePop: return OnPop(tid, e, calibration, steps);
+    case EventKind::kRangeStart: OnStart(tid, e, steps); break;
+    case EventKind::kRangeEnd: return OnEnd(tid, e, calibration, steps);
+    case EventKind::kCostSample: OnCostSample(e, after_calibration); break;
+    case EventKind::kCpuSample: OnCpuSample(tid, e); break;
+    case EventKind::kMark: if (!calibration) OnMark(tid, e); break;
+  }
+  return calibration;
+}
+
+void ProcessTimeline::OnPush(int64_t tid, const wire::Event& e, StepEdges* steps) {
+  auto& stack = stacks_[{tid, e.domain}];
+  Span s = SpanOpenedBy(tid, e);
+  s.payload = e.value;
+  s.has_payload = (e.flags & kFlagHasPayload) != 0;
+  s.depth = static_cast<uint16_t>(std::min<size_t>(stack.size(), UINT16_MAX));
+  Open(s, s.has_payload, steps);
+  stack.push_back(s);
+}
+
+bool ProcessTimeline::OnPop(int64_t tid, const wire::Event& e, bool calibration, StepEdges* steps) {
+  auto it = stacks_.find({tid, e.domain});
+  if (it == stacks_.end() || it->second.empty()) {
+    ++unmatched_;
+    return calibration;
+  }
+  Span s = it->second.back();
+  it->second.pop_back();
+  if (calibration_name_ != 0 && s.name == calibration_name_) return true;
+  s.end_ns = e.ts_ns;
+  Close(s, steps);
+  return false;
+}
+
+void ProcessTimeline::OnStart(int64_t tid, const wire::Event& e, StepEdges* steps) {
+  Span s = SpanOpenedBy(tid, e);
+  s.range_id = e.value;
+  s.async = true;
+  Open(s, false, steps);  // a start's value is its id, not a payload
+  if (auto early = early_ends_.find(e.value); early != early_ends_.end()) {
+    s.end_ns = early->second.first;
+    s.end_tid = early->second.second;
+    early_ends_.erase(early);
+    Close(s, steps);
+  } else {
+    open_async_[e.value] = s;
+  }
+}
+
+bool ProcessTimeline::OnEnd(int64_t tid, const wire::Event& e, bool calibration, StepEdges* steps) {
+  auto it = open_async_.find(e.value);
+  if (it == open_async_.end()) {
+    // The start may still be in flight from another thread's buffer.
+    early_ends_[e.value] = {e.ts_ns, tid};
+    return calibration;
+  }
+  Span s = it->second;
+  open_async_.erase(it);
+  if (calibration_name_ != 0 && s.name == calibration_name_) return true;
+  s.end_ns = e.ts_ns;
+  s.end_tid = tid;
+  Close(s, steps);
+  return false;
+}
+
+void ProcessTimeline::OnCostSample(const wire::Event& e, bool after_calibration) {
+  // Not a span or an instant, nor one of the process's events
+  // (events_received): a measured cost (0: not measurable), and, as a mark,
+  // an event that cost something itself. (After one of the start-up
+  // calibration's events: a loop, not the run.)
+  --events_received_;
+  if (e.value > kInterruptedSamplePs) {
+    ++interrupted_samples_;
+  } else if (e.value != 0 && e.category < sample_totals_.size() && !after_calibration) {
+    cost_samples_.push_back({e.ts_ns, static_cast<uint8_t>(e.category), e.flags, e.value});
+    sample_totals_[e.category].Add(static_cast<double>(e.value));
+  }
+}
+
+void ProcessTimeline::OnCpuSample(int64_t tid, const wire::Event& e) {
+  // Not a span, an instant or one of the process's events: where the thread
+  // ran (attribution.h), and, as a mark, an event that cost its thread
+  // something (the sampler's signal).
+  --events_received_;
+  ++cpu_samples_received_;
+  cpu_samples_.push_back({e.ts_ns, tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0,
+                          (e.flags & kFlagFrameUnread) != 0});
+}
+
+void ProcessTimeline::OnMark(int64_t tid, const wire::Event& e) {
+  if (step_number_name_ != 0 && e.name == step_number_name_) {
+    announced_step_ = static_cast<int64_t>(e.value);  // numbers the step range that follows
+    return;
+  }
+  Instant i;
+  i.ts_ns = e.ts_ns;
+  i.tid = tid;
+  i.name = e.name;
+  i.domain = e.domain;
+  i.category = e.category;
+  i.payload = e.value;
+  i.has_payload = (e.flags & kFlagHasPayload) != 0;
+  instants_.push_back(i);
 }
 
 std::string ProcessTimeline::Bounded(std::string s) {

@@ -1,12 +1,14 @@
-// One collector's events turned into spans and instants, on its own clock.
+// One collector's events turned into spans and instants (records.h), on its
+// own clock, with the names and identity it sent.
 //
-// Pure data structure: fed decoded wire batches in arrival order, no sockets,
-// no threads. Push/pop ranges nest per (thread, domain); start/end ranges are
-// matched by id and may end on another thread, in either arrival order.
+// Pure data structure: fed decoded wire batches in arrival order (one
+// handler per event kind), no sockets, no threads. Push/pop ranges nest per
+// (thread, domain); start/end ranges are matched by id and may end on
+// another thread, in either arrival order. Its clock against the
+// aggregator's is a value the aggregator sets (SetClock), fitting it from
+// the probes the batches carry (clock_fit.h).
 #pragma once
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -15,98 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "aggregator/attribution.h"
-#include "aggregator/clock_fit.h"
+#include "aggregator/records.h"
 #include "native/wire.h"
 
 namespace rlscope {
-
-struct Span {
-  int64_t begin_ns = 0;
-  int64_t end_ns = 0;
-  int64_t tid = 0;      // thread that opened it
-  int64_t end_tid = 0;  // thread that closed it (start/end ranges)
-  uint64_t payload = 0;
-  uint64_t range_id = 0;  // start/end ranges only
-  uint32_t name = 0;
-  uint32_t domain = 0;
-  uint32_t category = 0;
-  uint16_t depth = 0;     // nesting depth on its (thread, domain) stack
-  bool has_payload = false;
-  bool async = false;     // a start/end range
-  bool open = false;      // not closed (yet) when cut
-  bool clipped_begin = false;  // began before the step; begin_ns is the step's
-  bool clipped_end = false;    // ended after the step (or open); end_ns is the step's
-  int64_t step = -1;           // a controller's "step" range: its step number
-  // Before overhead correction (correction.h); equal to begin/end when none applied.
-  int64_t raw_begin_ns = 0;
-  int64_t raw_end_ns = 0;
-};
-
-// One recorded event of a thread, kept for overhead correction: when it was
-// recorded and what it cost (by kind and entry point, costed by CostModel).
-// kind 0 is no event but a wait mark: the controller's wait on workers'
-// overhead (correction.h, waits), which costs `wait_ps`.
-struct CostMark {
-  int64_t ts_ns = 0;
-  uint8_t kind = 0;   // EventKind; 0: a wait
-  uint8_t flags = 0;  // EventFlags
-  int64_t wait_ps = 0;
-};
-
-// A recording call's cost, measured in place by the collector (one call in
-// correction.sample_every per thread; EventKind::kCostSample).
-struct CostSample {
-  int64_t ts_ns = 0;  // when it was recorded (right after the measured event)
-  uint8_t kind = 0;   // the measured event's EventKind
-  uint8_t flags = 0;  // its EventFlags
-  uint64_t ps = 0;    // what the call cost its thread
-};
-
-// Sums of measured costs of one event kind: enough for a mean and its
-// sampling variance.
-struct SampleStats {
-  uint64_t n = 0;
-  double sum_ps = 0, sum_sq_ps2 = 0;
-  void Add(double ps) {
-    ++n;
-    sum_ps += ps;
-    sum_sq_ps2 += ps * ps;
-  }
-  double mean_ps() const { return n == 0 ? 0 : sum_ps / static_cast<double>(n); }
-  // The samples' variance (n - 1), ps^2; 0 below two samples.
-  double var_ps2() const {
-    if (n < 2) return 0;
-    const double m = mean_ps();
-    return std::max(0.0, (sum_sq_ps2 - static_cast<double>(n) * m * m) / static_cast<double>(n - 1));
-  }
-};
-
-// Per EventKind value (index 1..7): a process's cost samples.
-using KindSamples = std::array<SampleStats, 8>;
-
-struct Instant {
-  int64_t ts_ns = 0;
-  int64_t tid = 0;
-  uint64_t payload = 0;
-  uint32_t name = 0;
-  uint32_t domain = 0;
-  uint32_t category = 0;
-  bool has_payload = false;
-};
-
-// A span that is a training step on a controller.
-struct StepSpan {
-  int64_t number = 0;
-  int64_t begin_ns = 0;
-  int64_t end_ns = 0;
-};
-
-// The controller's step edges found in one batch (end_ns is 0 for begun).
-struct StepEdges {
-  std::vector<StepSpan> begun;
-  std::vector<StepSpan> closed;
-};
 
 class ProcessTimeline {
  public:
@@ -116,8 +30,9 @@ class ProcessTimeline {
   static constexpr size_t kMaxStringBytes = 4096;
   explicit ProcessTimeline(wire::Hello hello) : hello_(std::move(hello)) { BoundIdentity(); }
 
-  // Appends a batch. With `edges` (the run's controller), its "step" ranges
-  // are numbered when they open (payload, else 1, 2, 3...) and reported.
+  // Appends a batch (all but its clock probes). With `edges` (the run's
+  // controller), its "step" ranges are numbered when they open (payload,
+  // else 1, 2, 3...) and reported.
   void Add(const wire::Batch& batch, StepEdges* edges);
   void Bye(const wire::Bye& bye);
   // A hello that arrives after the process's first batch replaces the
@@ -203,9 +118,11 @@ class ProcessTimeline {
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
   uint64_t last_ack() const { return last_ack_; }
-  // This collector's clock against the aggregator's (clock_fit.h). Times in
-  // the timeline stay on the collector's clock; the aggregator converts.
-  const ClockFit& clock() const { return clock_; }
+  // This collector's clock against the aggregator's, as the aggregator last
+  // fitted it (clock_fit.h). Times in the timeline stay on the collector's
+  // clock; the aggregator converts.
+  const ClockEstimate& clock() const { return clock_; }
+  void SetClock(const ClockEstimate& clock) { clock_ = clock; }
   // Aggregator time of the last message from this process (the daemon's clock).
   int64_t last_seen_ns() const { return last_seen_ns_; }
   void Touch(int64_t now_ns) { last_seen_ns_ = now_ns; }
@@ -213,6 +130,21 @@ class ProcessTimeline {
   size_t buffered_spans() const { return done_.size() + instants_.size() + gpu_.size(); }
 
  private:
+  // Add, in parts: names, watermark, drops, acks and the flush thread's
+  // CPU; GPU records; one thread's events, each applied by AddEvent, whose
+  // handlers (one per event kind) say whether the event belongs to the
+  // start-up calibration (left out of the cost marks).
+  void AddNamesAndProgress(const wire::Batch& batch);
+  void AddGpu(const wire::Batch& batch);
+  void AddThreadEvents(const wire::ThreadEvents& block, StepEdges* steps);
+  bool AddEvent(int64_t tid, const wire::Event& e, bool after_calibration, StepEdges* steps);
+  void OnPush(int64_t tid, const wire::Event& e, StepEdges* steps);
+  bool OnPop(int64_t tid, const wire::Event& e, bool calibration, StepEdges* steps);
+  void OnStart(int64_t tid, const wire::Event& e, StepEdges* steps);
+  bool OnEnd(int64_t tid, const wire::Event& e, bool calibration, StepEdges* steps);
+  void OnCostSample(const wire::Event& e, bool after_calibration);
+  void OnCpuSample(int64_t tid, const wire::Event& e);
+  void OnMark(int64_t tid, const wire::Event& e);
   void Open(Span& span, bool has_payload, StepEdges* edges);
   void Close(Span span, StepEdges* edges);
 
@@ -247,7 +179,7 @@ class ProcessTimeline {
   uint64_t unmatched_ = 0;  // pops on an empty stack, ends of unknown ids
   uint64_t last_ack_ = 0;   // highest flush-barrier token acknowledged
   int64_t last_seen_ns_ = 0;
-  ClockFit clock_;
+  ClockEstimate clock_;
   bool said_bye_ = false;
   uint64_t events_recorded_ = 0;
   bool lost_ = false;

@@ -29,6 +29,7 @@
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
 #include "aggregator/json_writer.h"
+#include "aggregator/run_json.h"
 #include "aggregator/summary_json.h"
 #include "native/names.h"
 #include "aggregator/timeline.h"
@@ -751,8 +752,8 @@ std::vector<wire::ProbeSample> Probes(int64_t offset, double ppm, int64_t from, 
 TEST(ClockFitTest, NoProbesMeansTimesAsTheyAre) {
   ClockFit fit;
   EXPECT_FALSE(fit.estimate().valid);
-  EXPECT_EQ(fit.ToAggregator(123), 123);
-  EXPECT_EQ(fit.FromAggregator(123), 123);
+  EXPECT_EQ(fit.estimate().ToAggregator(123), 123);
+  EXPECT_EQ(fit.estimate().FromAggregator(123), 123);
 }
 
 TEST(ClockFitTest, OffsetWithinTheStatedBound) {
@@ -764,7 +765,7 @@ TEST(ClockFitTest, OffsetWithinTheStatedBound) {
     const int64_t error = std::llabs(e.offset_ns - offset);
     EXPECT_LE(error, e.bound_ns) << offset;
     EXPECT_LE(e.bound_ns, 40000);  // half the best round trip of the burst
-    EXPECT_EQ(fit.FromAggregator(fit.ToAggregator(7000000000)), 7000000000);
+    EXPECT_EQ(fit.estimate().FromAggregator(fit.estimate().ToAggregator(7000000000)), 7000000000);
   }
 }
 
@@ -776,7 +777,7 @@ TEST(ClockFitTest, DriftIsFittedAcrossBursts) {
   EXPECT_NEAR(e.drift * 1e6, 50, 5);
   for (int64_t c : {from, from + 5000000000, from + 9000000000}) {
     const int64_t truth = c + offset + static_cast<int64_t>(50e-6 * (c - from));
-    EXPECT_LE(std::llabs(fit.ToAggregator(c) - truth), e.bound_ns) << c;
+    EXPECT_LE(std::llabs(fit.estimate().ToAggregator(c) - truth), e.bound_ns) << c;
   }
 }
 
@@ -1648,8 +1649,8 @@ TEST_F(CorrectStepTest, EveryEventAfterTheBeginCostsItsThreadIncludingTheStepsOw
   ASSERT_NE(c, nullptr);
   // The step's own push paid before its begin; after it: a's push (100) and
   // pop (50), the mark (10), and the step's pop (50).
-  EXPECT_EQ(c->corrector->total_ns(), 210);
-  EXPECT_EQ(c->corrector->events(), 4u);
+  EXPECT_EQ(c->overhead->total_ns, 210);
+  EXPECT_EQ(c->overhead->events, 4u);
   EXPECT_EQ(step.corrected_end_ns, 5000 - 210);
   const Span* a = FindSpan(c, "a");
   ASSERT_NE(a, nullptr);
@@ -1668,14 +1669,14 @@ TEST_F(CorrectStepTest, EveryEventAfterTheBeginCostsItsThreadIncludingTheStepsOw
 TEST_F(CorrectStepTest, ScaleMultipliesEveryCost) {
   const StepProfile& step = RunSimpleStep("correction: {scale: 2.5}\n");
   EXPECT_EQ(step.corrected_end_ns, 5000 - 525);
-  EXPECT_EQ(FindSlice(step, 1)->corrector->total_ns(), 525);
+  EXPECT_EQ(FindSlice(step, 1)->overhead->total_ns, 525);
 }
 
 TEST_F(CorrectStepTest, CorrectionOffLeavesEveryTimeAsRecorded) {
   const StepProfile& step = RunSimpleStep("correction: {enabled: false}\n");
   EXPECT_FALSE(step.corrected);
   const ProcessSlice* c = FindSlice(step, 1);
-  EXPECT_EQ(c->corrector, nullptr);
+  EXPECT_FALSE(c->overhead.has_value());
   const Span* a = FindSpan(c, "a");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->begin_ns, 2000);
@@ -1709,8 +1710,8 @@ TEST_F(CorrectStepTest, TheControllerWaitsAsMuchLessAsTheCallItAwaitedWhenItsWor
   const ProcessSlice* wb = FindSlice(step, 3);
   ASSERT_TRUE(c && wa && wb);
   // Workers on their own.
-  EXPECT_EQ(wa->corrector->total_ns(), 600);
-  EXPECT_EQ(wa->corrector->waits_ns(), 0);
+  EXPECT_EQ(wa->overhead->total_ns, 600);
+  EXPECT_EQ(wa->overhead->waits_ns, 0);
   const Span* generate = FindSpan(wa, "generate");
   ASSERT_NE(generate, nullptr);
   EXPECT_EQ(generate->begin_ns, 3000 - 200);
@@ -1719,9 +1720,9 @@ TEST_F(CorrectStepTest, TheControllerWaitsAsMuchLessAsTheCallItAwaitedWhenItsWor
   ASSERT_NE(own, nullptr);
   EXPECT_EQ(own->end_ns, 8500 - 2000);
   // The controller: its own 210 ns, and a wait mark of 600 ns at gen's end.
-  EXPECT_EQ(c->corrector->waits_ns(), 600);
-  EXPECT_EQ(c->corrector->total_ns(), 810);
-  EXPECT_EQ(c->corrector->events(), 4u);  // the wait mark is not an event
+  EXPECT_EQ(c->overhead->waits_ns, 600);
+  EXPECT_EQ(c->overhead->total_ns, 810);
+  EXPECT_EQ(c->overhead->events, 4u);  // the wait mark is not an event
   const Span* gen = FindSpan(c, "gen");
   ASSERT_NE(gen, nullptr);
   EXPECT_EQ(gen->begin_ns, 2000 - 100);
@@ -1766,11 +1767,11 @@ TEST_F(CorrectStepTest, ACallStartsAfterItsSubmitOnceBothAreCorrected) {
   EXPECT_EQ(op->begin_ns, 9000 - 110 - 4000);
   EXPECT_EQ(op->end_ns, 10500 - 110 - 5000);
   EXPECT_EQ(generate->end_ns, 12000 - 110 - 6000);
-  EXPECT_EQ(w->corrector->total_ns(), 9000);  // what it paid; moving the call costs nothing
+  EXPECT_EQ(w->overhead->total_ns, 9000);  // what it paid; moving the call costs nothing
   // The controller: 120 ns paid by 12000, so its own correction puts the
   // call's end at 11880; the call really ends at 5890: it waited 5990 more.
-  EXPECT_EQ(c->corrector->waits_ns(), 5990);
-  EXPECT_EQ(c->corrector->total_ns(), 230 + 5990);
+  EXPECT_EQ(c->overhead->waits_ns, 5990);
+  EXPECT_EQ(c->overhead->total_ns, 230 + 5990);
   const Instant* submit = nullptr;
   const Instant* got = nullptr;
   for (const Instant& i : c->instants) {
@@ -1832,7 +1833,7 @@ TEST_F(CorrectStepTest, ASecondControllerIsCorrectedAsAWorkerAndDoesNotMoveTheSt
   EXPECT_EQ(step.corrected_end_ns, 5000 - 100);
   const ProcessSlice* ch = FindSlice(step, 5);
   ASSERT_NE(ch, nullptr);
-  EXPECT_EQ(ch->corrector->total_ns(), 2000);
+  EXPECT_EQ(ch->overhead->total_ns, 2000);
   EXPECT_EQ(FindSpan(ch, "generate")->end_ns, 3000 - 2000);
 }
 
@@ -2000,6 +2001,41 @@ TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheR
   Frame(w.Flush(1000), "peer-w");
   agg_->Tick(0);
   EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 300}, {2, 200}}));
+}
+
+// run.json both ways (run_json.h): what an unfinished run wrote there is
+// what an aggregator started again on the directory takes up.
+TEST(RunJsonTest, WhatAnUnfinishedRunWroteIsTheResumePointReadBack) {
+  TempDir dir;
+  ChromeTraceExporter chrome(dir.path());
+  Aggregator agg(Config(), &chrome);
+  agg.SetSecret("s");
+  FakeCollector ctl(1, "controller", -1, 100), w(2, "worker", 0, 200);
+  agg.OnMessage(ctl.Hello(), 0);
+  agg.OnMessage(w.Hello(), 0);
+  ctl.Push(1, 100, "step").Pop(1, 200);
+  w.Push(1, 120, "work").Pop(1, 130);
+  agg.OnMessage(Fitted(ctl.Flush(1000)), 0);
+  agg.OnMessage(Fitted(w.Flush(1000)), 0);
+  agg.Tick(0);
+  std::string error;
+  const std::optional<ResumePoint> p = ReadResumePoint(dir.path(), &error);
+  ASSERT_TRUE(p.has_value()) << error;
+  EXPECT_EQ(p->steps_written, (std::vector<int64_t>{1}));
+  EXPECT_EQ(p->steps_seen, 1u);
+  EXPECT_EQ(p->last_step, 1);
+  EXPECT_EQ(p->controller_session, 1u);
+  EXPECT_EQ(p->controller_ns, 200);
+  EXPECT_EQ(p->resumes, 0);
+  EXPECT_EQ(p->run_key, Aggregator::RunKey("s"));
+  EXPECT_EQ(p->awaited, (std::vector<uint64_t>{1, 2}));  // selected, no goodbye yet
+  EXPECT_EQ(p->released, (std::map<uint64_t, int64_t>{{1, 100}, {2, 200}}));
+  agg.Finish(0);
+  EXPECT_FALSE(ReadResumePoint(dir.path(), &error).has_value());  // final: nothing to take up
+  EXPECT_TRUE(error.empty());
+  std::ofstream(dir.path() + "/run.json") << "{not json";
+  EXPECT_FALSE(ReadResumePoint(dir.path(), &error).has_value());
+  EXPECT_FALSE(error.empty());
 }
 
 // Fails ExportStep for one step number.

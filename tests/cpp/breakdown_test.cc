@@ -79,7 +79,7 @@ TEST(Correction, LaterEventsShiftAndEnclosingRangesShrink) {
   EXPECT_EQ(c.Correct(1, 300) - c.Correct(1, 200), 100 - 10);
   // Threads are independent.
   EXPECT_EQ(c.Correct(2, 400), 390);
-  EXPECT_EQ(c.total_ns(), 50);
+  EXPECT_EQ(c.overhead().total_ns, 50);
   EXPECT_EQ(c.RemovedNs(1, 150, 350), 20);
 }
 
@@ -90,7 +90,7 @@ TEST(Correction, EntryPointCostsApplyToOpeningEventsAndScale) {
   EXPECT_EQ(model.CostPs(push, kFlagViaNvtxEx | kFlagHasPayload), 154000);
   EXPECT_EQ(model.CostPs(pop, kFlagNone), 4000);
   EXPECT_EQ(model.CostPs(200, kFlagNone), 0);  // unknown kinds cost nothing
-  EXPECT_DOUBLE_EQ(model.costs_ns().at("py_nvtx_push"), 150.0);
+  EXPECT_DOUBLE_EQ(model.used().ns.at("py_nvtx_push"), 150.0);
 }
 
 TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {
@@ -104,14 +104,14 @@ TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {
   EXPECT_EQ(model.CostPs(push, kFlagNone), 200000);  // the step's mean, scaled
   EXPECT_EQ(model.CostPs(pop, kFlagNone), 80000);    // the run's
   EXPECT_EQ(model.CostPs(mark, kFlagNone), 20000);   // calibrated
-  EXPECT_EQ(model.sources().at("push"), "step");
-  EXPECT_EQ(model.sources().at("pop"), "run");
-  EXPECT_EQ(model.sources().at("mark"), "calibration");
+  EXPECT_EQ(model.used().sources.at("push"), "step");
+  EXPECT_EQ(model.used().sources.at("pop"), "run");
+  EXPECT_EQ(model.used().sources.at("mark"), "calibration");
   // The mean's variance: s^2 / n, scaled by scale^2 (s^2 = 200e6 / 3 ps^2).
   EXPECT_NEAR(model.MeanVarPs2(push), (2e8 / 3) / 4 * (2.0 * 2.0), 1e-3);
   EXPECT_EQ(model.MeanVarPs2(pop), 0.0);
-  EXPECT_EQ(model.measured().at("push").samples, 4u);
-  EXPECT_DOUBLE_EQ(model.measured().at("push").mean_ns, 100.0);
+  EXPECT_EQ(model.used().measured.at("push").samples, 4u);
+  EXPECT_DOUBLE_EQ(model.used().measured.at("push").mean_ns, 100.0);
 }
 
 TEST(Correction, TheUncertaintyIsTheSamplingErrorOfTheMeansTimesTheEvents) {
@@ -127,12 +127,12 @@ TEST(Correction, TheUncertaintyIsTheSamplingErrorOfTheMeansTimesTheEvents) {
   const Corrector c(marks, model, 0);
   // 1000 pushes * sqrt(s^2 / 100 samples); the pops are calibrated (no error stated).
   const double s = std::sqrt(100.0 * 50000.0 * 50000.0 / 99.0);
-  EXPECT_NEAR(c.uncertainty_ns(), 1000.0 * s / 10.0 / 1000.0, 1.0);
-  EXPECT_EQ(c.calibrated_events(), 1000u);
+  EXPECT_NEAR(c.overhead().uncertainty_ns, 1000.0 * s / 10.0 / 1000.0, 1.0);
+  EXPECT_EQ(c.overhead().calibrated_events, 1000u);
   // No spread, no uncertainty.
   KindSamples exact;
   for (int i = 0; i < 10; ++i) exact[push].Add(70000.0);
-  EXPECT_EQ(Corrector(marks, CostModel({{"pop", 10}}, 1.0, &exact), 0).uncertainty_ns(), 0);
+  EXPECT_EQ(Corrector(marks, CostModel({{"pop", 10}}, 1.0, &exact), 0).overhead().uncertainty_ns, 0);
 }
 
 TEST(Correction, CostsThatDriftWithinAStepAreSaid) {
@@ -152,7 +152,7 @@ TEST(Correction, CostsThatDriftWithinAStepAreSaid) {
 TEST(Correction, OnlyAwaitedCallsAreWaitedFor) {
   // Windows [100,200) and [300,400). The controller got call 11 at 195 and
   // call 12 at 390; call 13 at 250, between windows.
-  const std::vector<WaitWindow> windows = {{100, 200, 1}, {300, 400, 1}};
+  const std::vector<WaitWindow> windows = {{100, 200, 1, ""}, {300, 400, 1, ""}};
   const auto awaited = AwaitedIn({{11, 195}, {12, 390}, {13, 250}}, windows);
   ASSERT_EQ(awaited.size(), 2u);
   EXPECT_EQ(awaited.at(11), 0u);
@@ -242,8 +242,8 @@ TEST(Correction, AnEventCostsAtMostTheTimeSinceItsThreadsPreviousMark) {
   EXPECT_EQ(c.Correct(1, 125), 60);   // 25 ns passed: 25 charged
   EXPECT_EQ(c.Correct(1, 150), 60);
   EXPECT_EQ(c.Correct(1, 300), 170);  // 150 ns passed: 40
-  EXPECT_EQ(c.capped(), 2u);
-  EXPECT_EQ(c.total_ns(), 130);
+  EXPECT_EQ(c.overhead().capped, 2u);
+  EXPECT_EQ(c.overhead().total_ns, 130);
 }
 
 TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
@@ -257,9 +257,9 @@ TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
   EXPECT_EQ(c.Correct(1, 199), 189);
   EXPECT_EQ(c.Correct(1, 200), 185);  // the window ends 5 ns earlier on top
   EXPECT_EQ(c.Correct(1, 300), 275);
-  EXPECT_EQ(c.events(), 3u);
-  EXPECT_EQ(c.waits_ns(), 5);
-  EXPECT_EQ(c.total_ns(), 25);
+  EXPECT_EQ(c.overhead().events, 3u);
+  EXPECT_EQ(c.overhead().waits_ns, 5);
+  EXPECT_EQ(c.overhead().total_ns, 25);
 }
 
 TEST(Correction, CpuSamplesAreChargedTheirCostButAreNotEvents) {
@@ -270,10 +270,10 @@ TEST(Correction, CpuSamplesAreChargedTheirCostButAreNotEvents) {
   marks[1] = {{100, push, 0}, {150, sample, 0}, {180, sample, 0}, {200, push, 0}};
   const Corrector c(marks, model, 50);
   EXPECT_EQ(c.Correct(1, 199), 199 - 10 - 6);
-  EXPECT_EQ(c.events(), 2u);
-  EXPECT_EQ(c.cpu_samples(), 2u);
-  EXPECT_EQ(c.cpu_samples_ns(), 6);
-  EXPECT_EQ(c.calibrated_events(), 2u);  // the pushes; samples are not recorded events
+  EXPECT_EQ(c.overhead().events, 2u);
+  EXPECT_EQ(c.overhead().cpu_samples, 2u);
+  EXPECT_EQ(c.overhead().cpu_samples_ns, 6);
+  EXPECT_EQ(c.overhead().calibrated_events, 2u);  // the pushes; samples are not recorded events
 }
 
 TEST(Correction, ACpuSampleDoesNotCapTheEventAfterIt) {
@@ -284,12 +284,12 @@ TEST(Correction, ACpuSampleDoesNotCapTheEventAfterIt) {
   std::map<int64_t, std::vector<CostMark>> marks;
   marks[1] = {{100, push, 0}, {195, sample, 0}, {200, push, 0}};
   const Corrector free_samples(marks, CostModel({{"push", 90}}, 1.0), 0);
-  EXPECT_EQ(free_samples.total_ns(), 180);
-  EXPECT_EQ(free_samples.capped(), 0u);
+  EXPECT_EQ(free_samples.overhead().total_ns, 180);
+  EXPECT_EQ(free_samples.overhead().capped, 0u);
   const Corrector costly(marks, CostModel({{"push", 90}, {"cpu_sample", 20}}, 1.0), 0);
   EXPECT_EQ(costly.Correct(1, 200) - costly.Correct(1, 100), 0);  // order kept, nothing more removed than passed
-  EXPECT_EQ(costly.cpu_samples_ns(), 20);
-  EXPECT_EQ(costly.total_ns(), 90 + 20 + 80);
+  EXPECT_EQ(costly.overhead().cpu_samples_ns, 20);
+  EXPECT_EQ(costly.overhead().total_ns, 90 + 20 + 80);
 }
 
 // ---- Cross-stack attribution (attribution.h)

@@ -1,0 +1,143 @@
+// The aggregator's plain records: what a collector's events become (spans,
+// instants, cost marks and samples, CPU samples), a controller's step edges,
+// and a collector's clock against the aggregator's. Values only: neither this
+// header nor what it includes holds an algorithm. The timeline (timeline.h)
+// makes them, clock_fit.h fits the clock; the analyses and exporters read
+// them (step_profile.h).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace rlscope {
+
+struct Span {
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+  int64_t tid = 0;      // thread that opened it
+  int64_t end_tid = 0;  // thread that closed it (start/end ranges)
+  uint64_t payload = 0;
+  uint64_t range_id = 0;  // start/end ranges only
+  uint32_t name = 0;
+  uint32_t domain = 0;
+  uint32_t category = 0;
+  uint16_t depth = 0;     // nesting depth on its (thread, domain) stack
+  bool has_payload = false;
+  bool async = false;     // a start/end range
+  bool open = false;      // not closed (yet) when cut
+  bool clipped_begin = false;  // began before the step; begin_ns is the step's
+  bool clipped_end = false;    // ended after the step (or open); end_ns is the step's
+  int64_t step = -1;           // a controller's "step" range: its step number
+  // Before overhead correction (correction.h); equal to begin/end when none applied.
+  int64_t raw_begin_ns = 0;
+  int64_t raw_end_ns = 0;
+};
+
+// One recorded event of a thread, kept for overhead correction: when it was
+// recorded and what it cost (by kind and entry point, costed by CostModel).
+// kind 0 is no event but a wait mark: the controller's wait on workers'
+// overhead (correction.h, waits), which costs `wait_ps`.
+struct CostMark {
+  int64_t ts_ns = 0;
+  uint8_t kind = 0;   // EventKind; 0: a wait
+  uint8_t flags = 0;  // EventFlags
+  int64_t wait_ps = 0;
+};
+
+// A recording call's cost, measured in place by the collector (one call in
+// correction.sample_every per thread; EventKind::kCostSample).
+struct CostSample {
+  int64_t ts_ns = 0;  // when it was recorded (right after the measured event)
+  uint8_t kind = 0;   // the measured event's EventKind
+  uint8_t flags = 0;  // its EventFlags
+  uint64_t ps = 0;    // what the call cost its thread
+};
+
+// Sums of measured costs of one event kind: enough for a mean and its
+// sampling variance.
+struct SampleStats {
+  uint64_t n = 0;
+  double sum_ps = 0, sum_sq_ps2 = 0;
+  void Add(double ps) {
+    ++n;
+    sum_ps += ps;
+    sum_sq_ps2 += ps * ps;
+  }
+  double mean_ps() const { return n == 0 ? 0 : sum_ps / static_cast<double>(n); }
+  // The samples' variance (n - 1), ps^2; 0 below two samples.
+  double var_ps2() const {
+    if (n < 2) return 0;
+    const double m = mean_ps();
+    return std::max(0.0, (sum_sq_ps2 - static_cast<double>(n) * m * m) / static_cast<double>(n - 1));
+  }
+};
+
+// Per EventKind value (index 1..7): a process's cost samples.
+using KindSamples = std::array<SampleStats, 8>;
+
+struct Instant {
+  int64_t ts_ns = 0;
+  int64_t tid = 0;
+  uint64_t payload = 0;
+  uint32_t name = 0;
+  uint32_t domain = 0;
+  uint32_t category = 0;
+  bool has_payload = false;
+};
+
+// A span that is a training step on a controller.
+struct StepSpan {
+  int64_t number = 0;
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+};
+
+// The controller's step edges found in one batch (end_ns is 0 for begun).
+struct StepEdges {
+  std::vector<StepSpan> begun;
+  std::vector<StepSpan> closed;
+};
+
+// One CPU sample as the analyses see it (timeline.h keeps them per process;
+// attribution.h classifies them).
+struct CpuSample {
+  int64_t ts_ns = 0;
+  int64_t tid = 0;
+  uint32_t object = 0;     // string id of the shared object's path, 0 unknown
+  uint32_t module = 0;     // string id of the Python frame's module, 0 none
+  int64_t weight_ns = 0;   // thread CPU time it stands for
+  uint8_t category = 0;    // CpuCategory (attribution.h), set by ClassifyStepSamples
+  bool frame_unread = false;  // its Python frame could not be read (kFlagFrameUnread): module 0
+};
+
+// A collector's clock against the aggregator's, as ClockFit (clock_fit.h)
+// last estimated it from probes; the conversions are exact inverses.
+struct ClockEstimate {
+  bool valid = false;       // false: no probe answered yet (times taken as they are)
+  int64_t offset_ns = 0;    // aggregator - collector, at ref_ns
+  double drift = 0;         // d(offset)/d(collector time), e.g. 1e-6 = 1 ppm
+  int64_t ref_ns = 0;       // collector time the offset refers to
+  int64_t bound_ns = -1;    // stated error bound; -1 unknown
+  int64_t probes = 0;       // samples received
+  int64_t bursts = 0;       // bursts used
+
+  // Collector time -> aggregator time.
+  int64_t ToAggregator(int64_t collector_ns) const {
+    if (!valid) return collector_ns;
+    const double dx = static_cast<double>(collector_ns - ref_ns);
+    return collector_ns + offset_ns + static_cast<int64_t>(std::llround(drift * dx));
+  }
+  // Aggregator time -> collector time.
+  int64_t FromAggregator(int64_t aggregator_ns) const {
+    if (!valid) return aggregator_ns;
+    // agg = c + off + d (c - ref)  =>  c = (agg - off + d ref) / (1 + d)
+    const double c =
+        (static_cast<double>(aggregator_ns - offset_ns) + drift * static_cast<double>(ref_ns)) / (1.0 + drift);
+    return static_cast<int64_t>(std::llround(c));
+  }
+};
+
+}  // namespace rlscope

@@ -1,0 +1,72 @@
+#include "aggregator/step_cut.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "aggregator/attribution.h"
+#include "aggregator/breakdown.h"
+#include "aggregator/correction.h"
+#include "aggregator/ray_calls.h"
+
+namespace rlscope {
+
+ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
+  ProcessSlice slice;
+  slice.process = &p;
+  const ClockEstimate& clock = p.clock();
+  const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
+  p.Cut(begin, end, &slice.spans, &slice.instants);
+  p.CutGpu(begin, end, &slice.gpu);
+  p.CutCpuSamples(begin, end, &slice.cpu_samples);
+  slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
+  for (Span& span : slice.spans) {
+    span.begin_ns = clock.ToAggregator(span.begin_ns);
+    span.end_ns = clock.ToAggregator(span.end_ns);
+  }
+  for (Instant& i : slice.instants) i.ts_ns = clock.ToAggregator(i.ts_ns);
+  for (CpuSample& c : slice.cpu_samples) c.ts_ns = clock.ToAggregator(c.ts_ns);
+  for (GpuRecord& g : slice.gpu) {
+    g.start_ns = clock.ToAggregator(g.start_ns);
+    g.end_ns = clock.ToAggregator(g.end_ns);
+  }
+  for (Span& span : slice.spans) {
+    if (span.begin_ns < s.begin_ns) span.begin_ns = s.begin_ns, span.clipped_begin = true;
+    if (span.end_ns > s.end_ns || span.open) span.end_ns = s.end_ns, span.clipped_end = true;
+    span.raw_begin_ns = span.begin_ns;
+    span.raw_end_ns = span.end_ns;
+  }
+  return slice;
+}
+
+namespace {
+
+// The orders ProcessSlice promises (step_profile.h).
+void SortSlice(ProcessSlice* slice) {
+  std::sort(slice->spans.begin(), slice->spans.end(), [](const Span& a, const Span& b) {
+    if (a.tid != b.tid) return a.tid < b.tid;
+    if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
+    return a.end_ns > b.end_ns;  // enclosing first
+  });
+  std::sort(slice->instants.begin(), slice->instants.end(),
+            [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
+  std::sort(slice->gpu.begin(), slice->gpu.end(),
+            [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
+  std::stable_sort(slice->cpu_samples.begin(), slice->cpu_samples.end(),
+                   [](const CpuSample& a, const CpuSample& b) { return a.ts_ns < b.ts_ns; });
+}
+
+}  // namespace
+
+void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled) {
+  if (config.correction.enabled) CorrectStep(profile, config.subtasks, config.correction.scale);
+  for (ProcessSlice& slice : profile->processes) SortSlice(&slice);
+  profile->not_profiled = std::move(not_profiled);
+  profile->clock_warn_bound_ns = config.clock.warn_bound_us * 1000;
+  CheckCausality(profile);
+  ClassifyStepSamples(profile, AttributionRules(config.attribution));
+  // On the whole step, before sub-task filtering drops what lies outside.
+  profile->analysis = std::make_shared<const StepAnalysis>(AnalyzeStep(*profile, config.subtasks));
+}
+
+}  // namespace rlscope

@@ -1,0 +1,26 @@
+// A closed step cut out of a process, and the analyses run over a cut step
+// before it is exported (in this order): overhead correction
+// (correction.h), event order, clock causality (ray_calls.h), CPU sample
+// attribution (attribution.h) and the breakdown (breakdown.h). Sub-task
+// selection (subtasks.h) comes after, on the analysed step. Pure.
+#pragma once
+
+#include <vector>
+
+#include "aggregator/records.h"
+#include "aggregator/step_profile.h"
+#include "aggregator/timeline.h"
+#include "native/config.h"
+
+namespace rlscope {
+
+// One process's part of step `s`: cut on the process's own clock, then
+// what was cut moved onto the aggregator's (clock_fit.h), where the step's
+// bounds are, and clipped to them.
+ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s);
+
+// The analyses above, under the run's `config`; `not_profiled`: the
+// expected processes missing now (expected.h).
+void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled);
+
+}  // namespace rlscope

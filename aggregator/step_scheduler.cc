@@ -1,0 +1,104 @@
+#include "aggregator/step_scheduler.h"
+
+#include <string>
+#include <utility>
+
+#include "native/steps.h"
+
+namespace rlscope {
+
+StepScheduler::StepScheduler(AggregatorContext* context, const RunConfig* run)
+    : context_(context), run_(run), window_open_(steps::WorkersArmedBefore(run->config().steps, 1)) {}
+
+void StepScheduler::Resume(int resumes, const std::vector<uint64_t>& awaited) {
+  barrier_token_ = static_cast<uint64_t>(resumes) << 40;
+  awaited_.insert(awaited.begin(), awaited.end());
+}
+
+void StepScheduler::Where(wire::Control* control) const {
+  control->window = window_open_ ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
+  control->step = window_step_;
+  control->run_config = run_->yaml();
+}
+
+void StepScheduler::SetWindow(bool open, int64_t step) {
+  window_step_ = step;
+  if (open == window_open_) return;
+  window_open_ = open;
+  wire::Control c;
+  c.window = open ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
+  c.step = step;
+  c.run_config = run_->yaml();  // again: a collector that missed it (a full queue) adopts it now
+  context_->Send(0, c);
+}
+
+void StepScheduler::RunConfigDecided() {
+  if (!step_begun_) SetWindow(steps::WorkersArmedBefore(run_->config().steps, 1), 1);
+}
+
+void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t now_ns) {
+  const IntSelection& selected = run_->config().steps;
+  // Steps live on the aggregator's clock from here on (the controller's own
+  // end of each is kept: a resumed run skips by it, exactly).
+  std::vector<int64_t> raw_ends;
+  for (const StepSpan& s : edges.closed) raw_ends.push_back(s.end_ns);
+  for (std::vector<StepSpan>* list : {&edges.begun, &edges.closed}) {
+    for (StepSpan& s : *list) {
+      s.begin_ns = clock.ToAggregator(s.begin_ns);
+      if (s.end_ns != 0) s.end_ns = clock.ToAggregator(s.end_ns);
+    }
+  }
+  // Workers are armed a step ahead: from the beginning of the step before a
+  // selected one. The broadcast takes a millisecond or more to reach them,
+  // and a controller often starts the next step's first call at once.
+  for (const StepSpan& s : edges.begun) {
+    step_begun_ = true;
+    SetWindow(steps::WorkersArmedDuring(selected, s.number), s.number);
+  }
+  for (size_t i = 0; i < edges.closed.size(); ++i) {
+    const StepSpan& s = edges.closed[i];
+    ++context_->stats.steps_seen;
+    PendingStep step{s, now_ns, 0, raw_ends[i]};
+    if (selected.Contains(s.number)) {
+      // Flush barrier: every collector flushes now and acknowledges.
+      step.barrier = ++barrier_token_;
+      wire::Control flush;
+      flush.step = s.number;
+      flush.flush = step.barrier;
+      flush.run_config = run_->yaml();  // again, as with windows
+      context_->Send(0, flush);
+    }
+    pending_.push_back(step);
+    SetWindow(steps::WorkersArmedBefore(selected, s.number + 1), s.number + 1);
+  }
+}
+
+bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) {
+  const bool acked = step.barrier != 0 && p.last_ack() >= step.barrier;
+  const bool flushed_past = p.watermark_ns() != 0 && p.clock().ToAggregator(p.watermark_ns()) >= step.span.end_ns;
+  return p.said_bye() || acked || flushed_past;
+}
+
+bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes) const {
+  if (now_ns - step.closed_at_ns >= run_->config().flush.step_grace_ms * 1000000) return true;
+  if (!awaited_.empty()) return false;  // a resumed run's processes, not back yet
+  for (const auto& [session, p] : processes) {
+    if (!run_->Selected(*p)) continue;
+    if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye
+    if (!CaughtUp(*p, step)) return false;
+  }
+  return true;
+}
+
+const PendingStep* StepScheduler::NextReady(int64_t now_ns, const ProcessMap& processes) {
+  if (pending_.empty() || !Ready(pending_.front(), now_ns, processes)) return nullptr;
+  if (!awaited_.empty()) {  // ready only by the grace time: they are not coming back
+    context_->notes.Record(std::to_string(awaited_.size()) +
+                           " processes of this run did not say hello again after the aggregator restarted; steps no "
+                           "longer wait for them");
+    awaited_.clear();
+  }
+  return &pending_.front();
+}
+
+}  // namespace rlscope
