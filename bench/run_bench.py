@@ -255,7 +255,7 @@ def _instructions_per_pair(args, exe):
             bench, "librlscope_bench_rdtsc_record32_tool.so")}, "the recording floor"),
         ("rlscope collector, recording", {"NVTX_INJECTION64_PATH": collector, "RLSCOPE_AGGREGATOR": nowhere,
                                           "RLSCOPE_CONFIG": "{buffers: {per_thread_kb: 65536}, flush: {exit_timeout_ms: 0}}"},
-         "247 here (370 before the record path was inlined)"),
+         "246 here (247 before the collector became units, 370 before the record path was inlined)"),
         ("rlscope collector, unselected rank", {"NVTX_INJECTION64_PATH": collector, "RLSCOPE_AGGREGATOR": nowhere,
                                                 "RLSCOPE_CONFIG": "{ranks: [1], flush: {exit_timeout_ms: 0}}",
                                                 "RLSCOPE_RANK": "0"}, "disarmed"),
