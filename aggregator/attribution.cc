@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -79,6 +80,23 @@ const std::vector<std::string>& ProfilerModules() {
   return p;
 }
 
+// The system's libraries, that every kind of code calls: a chain that
+// reaches the interpreter through these alone is the interpreter's own work
+// (a memcpy of a Python bytes object).
+const std::vector<std::string>& SystemObjects() {
+  static const std::vector<std::string> p = {"libc.so*", "libm.so*", "libpthread*", "ld-linux*", "libdl.so*",
+                                             "librt.so*", "libgcc_s*", "libstdc++*", "linux-vdso*", "libffi*"};
+  return p;
+}
+
+// What the native chain says: the first object, from the leaf outwards and
+// before the interpreter, that a category's patterns name.
+struct ChainVerdict {
+  bool named = false;
+  CpuCategory category = CpuCategory::kOther;
+  bool interpreter = false;  // reached the interpreter through system libraries alone
+};
+
 }  // namespace
 
 const char* CpuCategoryName(CpuCategory c) {
@@ -112,21 +130,47 @@ bool MatchesObject(std::string_view pattern, std::string_view path) {
 
 AttributionRules::AttributionRules(const Config::Attribution& patterns) : patterns_(patterns) {}
 
-CpuCategory AttributionRules::Classify(std::string_view object, std::string_view module) const {
-  if (AnyObject(ProfilerObjects(), object)) return CpuCategory::kProfiler;
-  if (AnyObject(patterns_.cuda_api, object)) return CpuCategory::kCudaApi;
-  if (AnyObject(patterns_.backend, object)) return CpuCategory::kBackend;
-  if (AnyObject(patterns_.simulator, object)) return CpuCategory::kSimulator;
-  const bool interpreter = AnyObject(patterns_.python, object);
+CpuCategory AttributionRules::Classify(std::string_view object, std::string_view module,
+                                       std::string_view callers) const {
+  ChainVerdict chain;
+  bool system_only = true;
+  std::string_view rest = callers;
+  for (std::string_view obj = object;;) {
+    if (AnyObject(ProfilerObjects(), obj)) chain = {true, CpuCategory::kProfiler, false};
+    else if (AnyObject(patterns_.cuda_api, obj)) chain = {true, CpuCategory::kCudaApi, false};
+    else if (AnyObject(patterns_.backend, obj)) chain = {true, CpuCategory::kBackend, false};
+    else if (AnyObject(patterns_.simulator, obj)) chain = {true, CpuCategory::kSimulator, false};
+    else if (AnyObject(patterns_.python, obj)) chain.interpreter = system_only;
+    if (chain.named || AnyObject(patterns_.python, obj) || rest.empty()) break;
+    if (!AnyObject(SystemObjects(), obj)) system_only = false;
+    const size_t nl = rest.find('\n');
+    obj = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+  }
+  if (chain.named && chain.category != CpuCategory::kBackend) return chain.category;
   if (AnyModule(ProfilerModules(), module)) return CpuCategory::kProfiler;
+  // An environment's step is the simulator's, the numerics it calls included.
   if (AnyModule(patterns_.simulator, module)) return CpuCategory::kSimulator;
+  if (chain.named) return chain.category;
   if (AnyModule(patterns_.backend, module)) return CpuCategory::kBackend;
   if (AnyModule(patterns_.cuda_api, module)) return CpuCategory::kCudaApi;
-  return interpreter ? CpuCategory::kPython : CpuCategory::kOther;
+  return chain.interpreter ? CpuCategory::kPython : CpuCategory::kOther;
+}
+
+const char* OffCpuReasonName(int reason) {
+  static const char* const kNames[kOffCpuReasons] = {"other", "gil", "lock", "poll", "io", "sleep", "cpu_wait", "cuda_sync"};
+  return reason >= 0 && reason < kOffCpuReasons ? kNames[reason] : "other";
 }
 
 void Attribution::Add(const Attribution& o) {
   for (size_t c = 0; c < kCpuCategories; ++c) ns[c] += o.ns[c];
+  for (int r = 0; r < kOffCpuReasons; ++r) off_ns[r] += o.off_ns[r];
+  off_samples += o.off_samples;
+  if (o.process_cpu_ns >= 0) {
+    process_cpu_ns = std::max<int64_t>(0, process_cpu_ns) + o.process_cpu_ns;
+    covered_cpu_ns += o.covered_cpu_ns;
+  }
+  threads = std::max(threads, o.threads);
   samples += o.samples;
   weight_sq_ns2 += o.weight_sq_ns2;
   max_weight_ns = std::max(max_weight_ns, o.max_weight_ns);
@@ -171,21 +215,35 @@ void ClassifyStepSamples(StepProfile* step, const AttributionRules& rules) {
       }
       calls = std::move(merged);
     }
-    std::unordered_map<uint64_t, CpuCategory> by_names;
+    // Whether thread `tid` was inside one of its CUDA API calls at `ts`.
+    auto in_api = [&](int64_t tid, int64_t ts) {
+      auto it = api.find(tid);
+      if (it == api.end()) return false;
+      const auto& calls = it->second;  // the last call beginning at or before ts
+      auto c = std::upper_bound(calls.begin(), calls.end(), std::make_pair(ts, INT64_MAX));
+      return c != calls.begin() && std::prev(c)->second >= ts;
+    };
+    std::map<std::tuple<uint32_t, uint32_t, uint32_t>, CpuCategory> by_names;
     const ProcessTimeline& p = *slice.process;
     for (CpuSample& s : slice.cpu_samples) {
-      if (auto it = api.find(s.tid); it != api.end()) {
-        const auto& calls = it->second;  // the last call beginning at or before the sample
-        auto c = std::upper_bound(calls.begin(), calls.end(), std::make_pair(s.ts_ns, INT64_MAX));
-        if (c != calls.begin() && std::prev(c)->second >= s.ts_ns) {
-          s.category = static_cast<uint8_t>(CpuCategory::kCudaApi);
-          continue;
-        }
+      if (s.profiler_thread) {
+        s.category = static_cast<uint8_t>(CpuCategory::kProfiler);
+        continue;
       }
-      const uint64_t key = (static_cast<uint64_t>(s.object) << 32) | s.module;
+      if (in_api(s.tid, s.ts_ns)) {
+        s.category = static_cast<uint8_t>(CpuCategory::kCudaApi);
+        continue;
+      }
+      const auto key = std::make_tuple(s.object, s.module, s.stack);
       auto it = by_names.find(key);
-      if (it == by_names.end()) it = by_names.emplace(key, rules.Classify(p.String(s.object), p.String(s.module))).first;
+      if (it == by_names.end()) {
+        it = by_names.emplace(key, rules.Classify(p.String(s.object), p.String(s.module), p.String(s.stack))).first;
+      }
       s.category = static_cast<uint8_t>(it->second);
+    }
+    // A thread off CPU inside a CUDA API call waits for the GPU.
+    for (OffCpuSample& o : slice.off_cpu) {
+      if (in_api(o.tid, o.ts_ns)) o.reason = static_cast<uint8_t>(OffCpuReason::kCudaSync);
     }
   }
 }

@@ -206,6 +206,48 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
   return busy;
 }
 
+// The process's CPU time at `t`, linear between its points; false outside them.
+bool ProcessCpuAt(const std::vector<ProcessCpuPoint>& points, int64_t t, double* cpu_ns) {
+  auto hi = std::lower_bound(points.begin(), points.end(), t,
+                             [](const ProcessCpuPoint& p, int64_t v) { return p.ts_ns < v; });
+  if (hi == points.end()) return false;
+  if (hi->ts_ns == t) {
+    *cpu_ns = static_cast<double>(hi->cpu_ns);
+    return true;
+  }
+  if (hi == points.begin()) return false;
+  const auto lo = std::prev(hi);
+  const double f = static_cast<double>(t - lo->ts_ns) / static_cast<double>(hi->ts_ns - lo->ts_ns);
+  *cpu_ns = static_cast<double>(lo->cpu_ns) + f * static_cast<double>(hi->cpu_ns - lo->cpu_ns);
+  return true;
+}
+
+// Off-CPU time per reason in [lo, hi), and the coverage: the CPU samples'
+// time against the process's CPU time over the part of the window its CPU
+// points cover (the first is taken at the window's first flush).
+void OffCpuAndCoverage(const ProcessSlice& s, int64_t lo, int64_t hi, Attribution* a) {
+  for (const OffCpuSample& o : s.off_cpu) {
+    if (o.ts_ns < lo || o.ts_ns >= hi) continue;
+    a->off_ns[std::min<int>(o.reason, kOffCpuReasons - 1)] += o.weight_ns;
+    ++a->off_samples;
+  }
+  std::set<int64_t> threads;
+  for (const CpuSample& c : s.cpu_samples) {
+    if (c.ts_ns >= lo && c.ts_ns < hi) threads.insert(c.tid);
+  }
+  a->threads = static_cast<int>(threads.size());
+  const auto& points = s.process_cpu;
+  if (points.size() < 2) return;
+  const int64_t from = std::max(lo, points.front().ts_ns), to = std::min(hi, points.back().ts_ns);
+  double cpu_from = 0, cpu_to = 0;
+  if (to <= from || !ProcessCpuAt(points, from, &cpu_from) || !ProcessCpuAt(points, to, &cpu_to)) return;
+  a->process_cpu_ns = std::max<int64_t>(0, std::llround(cpu_to - cpu_from));
+  a->covered_cpu_ns = 0;
+  for (const CpuSample& c : s.cpu_samples) {
+    if (c.ts_ns >= from && c.ts_ns < to) a->covered_cpu_ns += c.weight_ns;
+  }
+}
+
 // Where process `s`'s CPU time in [lo, hi) went (attribution.h).
 Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo, int64_t hi) {
   Attribution a;
@@ -241,6 +283,7 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
   on.insert(on.end(), gpu.begin(), gpu.end());
   a.idle_ns = std::max<int64_t>(0, (hi - lo) - TotalLength(UnionClipped(on, lo, hi)));
   if (!busy.api.empty()) a.cuda_api_wall_ns = TotalLength(UnionClipped(Overlapping(busy.api, lo, hi), lo, hi));
+  OffCpuAndCoverage(s, lo, hi, &a);
   return a;
 }
 

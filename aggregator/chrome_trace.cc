@@ -43,6 +43,7 @@ int64_t StreamTrack(const GpuRecord& g) {
 // A sampled thread's category track: beside the thread (same sort index,
 // a larger id).
 int64_t SampleTrack(int64_t tid) { return (int64_t{1} << 42) + tid; }
+int64_t OffCpuTrack(int64_t tid) { return (int64_t{1} << 43) + tid; }
 
 // A track's metadata: its name and sort index (`kind`: "process" or
 // "thread"; a process track's tid is 0).
@@ -66,6 +67,37 @@ void WriteTrack(JsonWriter& w, const char* kind, int64_t pid, int64_t tid, const
 // `frames_unread` (when any) how many of them had a Python frame the
 // sampler could not read. The slices are clipped to the step's bounds
 // [begin_ns, end_ns].
+// Each recording thread's off-CPU samples (thread_states.h) on a track of
+// its own: one slice per run of looks with the same reason.
+void WriteOffCpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
+  const ProcessTimeline& p = *slice.process;
+  std::map<int64_t, std::vector<const OffCpuSample*>> by_tid;
+  for (const OffCpuSample& o : slice.off_cpu) by_tid[o.tid].push_back(&o);
+  for (const auto& [tid, list] : by_tid) {
+    const int64_t track = OffCpuTrack(tid);
+    WriteTrack(w, "thread", pid, track, p.ThreadName(tid) + " \u00b7 off CPU (sampled)", tid == p.identity().pid ? 0 : tid);
+    size_t i = 0;
+    while (i < list.size()) {
+      const uint8_t reason = list[i]->reason;
+      const int64_t begin = std::max(begin_ns, list[i]->ts_ns - list[i]->weight_ns);
+      int64_t end = list[i]->ts_ns, off_ns = 0;
+      int looks = 0;
+      // A run: the same reason, each look starting where the one before ended.
+      for (; i < list.size() && list[i]->reason == reason && list[i]->ts_ns - list[i]->weight_ns <= end + 1000000; ++i) {
+        end = list[i]->ts_ns;
+        off_ns += list[i]->weight_ns;
+        ++looks;
+      }
+      w.Newline().BeginObject().Key("ph").String("X");
+      w.Key("name").String(std::string("off CPU: ") + OffCpuReasonName(reason));
+      w.Key("cat").String(names::kCatOffCpu).Key("pid").Int(pid).Key("tid").Int(track);
+      w.Key("ts").Micros(begin).Key("dur").Micros(std::max<int64_t>(0, std::min(end, end_ns) - begin));
+      w.Key("args").BeginObject().Key("looks").Int(looks).Key("off_cpu_ms").Double(off_ns / 1e6).EndObject();
+      w.EndObject();
+    }
+  }
+}
+
 void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
   const ProcessTimeline& p = *slice.process;
   std::map<int64_t, std::vector<const CpuSample*>> by_tid;
@@ -327,6 +359,7 @@ void WriteProcessEvents(JsonWriter& w, const StepProfile& step, const ProcessSli
   for (int64_t tid : tids) WriteTrack(w, "thread", pid, tid, p.ThreadName(tid), tid == p.identity().pid ? 0 : tid);
   for (const Span& s : slice.spans) WriteSpan(w, p, s, pid);
   WriteCpuSamples(w, slice, pid, step.begin_ns, step.end_ns);
+  WriteOffCpu(w, slice, pid, step.begin_ns, step.end_ns);
   for (const Instant& i : slice.instants) WriteInstant(w, p, i, pid);
 }
 

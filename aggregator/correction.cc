@@ -26,6 +26,8 @@ const char* CostKey(uint8_t kind) {
     case EventKind::kMark: return "mark";
     case EventKind::kCostSample: return "sample";
     case EventKind::kCpuSample: return "cpu_sample";
+    case EventKind::kOffCpuSample:
+    case EventKind::kProcessCpu: return "";  // the flush thread's looks: no cost charged
   }
   return "";
 }
@@ -333,6 +335,7 @@ void ApplyCorrection(Corrector& c, ProcessSlice* slice) {
   }
   for (Instant& i : slice->instants) i.ts_ns = c.Correct(i.tid, i.ts_ns);
   for (CpuSample& s : slice->cpu_samples) s.ts_ns = c.Correct(s.tid, s.ts_ns);
+  for (OffCpuSample& s : slice->off_cpu) s.ts_ns = c.Correct(s.tid, s.ts_ns);
   // CPU-side GPU records shift with their thread; device-side ones with the
   // thread that launched them (by correlation), at its launch.
   std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, raw start)

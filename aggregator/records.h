@@ -111,6 +111,23 @@ struct CpuSample {
   int64_t weight_ns = 0;   // thread CPU time it stands for
   uint8_t category = 0;    // CpuCategory (attribution.h), set by ClassifyStepSamples
   bool frame_unread = false;  // its Python frame could not be read (kFlagFrameUnread): module 0
+  uint32_t stack = 0;      // string id of its callers' objects, '\n'-joined outwards (kFlagNativeStack), 0 none
+  bool profiler_thread = false;  // a thread the collector runs (kFlagProfilerThread)
+};
+
+// One off-CPU sample (collector/thread_states.h): thread `tid` was not
+// running, for `reason` (OffCpuReason), for the `weight_ns` before ts_ns.
+struct OffCpuSample {
+  int64_t ts_ns = 0;
+  int64_t tid = 0;
+  uint8_t reason = 0;
+  int64_t weight_ns = 0;
+};
+
+// The process's CPU time (every thread's) at ts_ns (kProcessCpu).
+struct ProcessCpuPoint {
+  int64_t ts_ns = 0;
+  int64_t cpu_ns = 0;
 };
 
 // A collector's clock against the aggregator's, as ClockFit (clock_fit.h)

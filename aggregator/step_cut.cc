@@ -19,6 +19,8 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   p.Cut(begin, end, &slice.spans, &slice.instants);
   p.CutGpu(begin, end, &slice.gpu);
   p.CutCpuSamples(begin, end, &slice.cpu_samples);
+  p.CutOffCpu(begin, end, &slice.off_cpu);
+  p.CutProcessCpu(begin, end, &slice.process_cpu);
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
   for (Span& span : slice.spans) {
     span.begin_ns = clock.ToAggregator(span.begin_ns);
@@ -26,6 +28,8 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   }
   for (Instant& i : slice.instants) i.ts_ns = clock.ToAggregator(i.ts_ns);
   for (CpuSample& c : slice.cpu_samples) c.ts_ns = clock.ToAggregator(c.ts_ns);
+  for (OffCpuSample& o : slice.off_cpu) o.ts_ns = clock.ToAggregator(o.ts_ns);
+  for (ProcessCpuPoint& q : slice.process_cpu) q.ts_ns = clock.ToAggregator(q.ts_ns);
   for (GpuRecord& g : slice.gpu) {
     g.start_ns = clock.ToAggregator(g.start_ns);
     g.end_ns = clock.ToAggregator(g.end_ns);
@@ -54,6 +58,8 @@ void SortSlice(ProcessSlice* slice) {
             [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
   std::stable_sort(slice->cpu_samples.begin(), slice->cpu_samples.end(),
                    [](const CpuSample& a, const CpuSample& b) { return a.ts_ns < b.ts_ns; });
+  std::stable_sort(slice->off_cpu.begin(), slice->off_cpu.end(),
+                   [](const OffCpuSample& a, const OffCpuSample& b) { return a.ts_ns < b.ts_ns; });
 }
 
 }  // namespace

@@ -90,6 +90,8 @@ struct ProcessSlice {
   std::vector<Instant> instants;  // inside the step, sorted by time
   std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
   std::vector<CpuSample> cpu_samples;  // CPU samples in the step, by time; categories set by ClassifyStepSamples
+  std::vector<OffCpuSample> off_cpu;   // off-CPU samples in the step, by time (cuda_sync set by ClassifyStepSamples)
+  std::vector<ProcessCpuPoint> process_cpu;  // the process's CPU time, by time, one point either side of the step
   bool late = false;              // had not flushed past the step end in time
   bool lost = false;              // late and gone without a goodbye (ProcessTimeline::lost)
   // Overhead correction (correction.h); none when off. Times above are corrected.

@@ -116,6 +116,7 @@ void RestrictToIntervals(ProcessSlice* slice, const Intervals& merged) {
   };
   keep_inside(slice->instants);
   keep_inside(slice->cpu_samples);
+  keep_inside(slice->off_cpu);
   // GPU records: device-side ones by their launch (the API call with the same
   // correlation id) when it is here, the rest by their own time.
   std::map<uint32_t, int64_t> launch;

@@ -27,7 +27,7 @@ void WhoKeys(JsonWriter& w, const StepProfile& step, int index, const char* rank
 // A breakdown row's attribution (attribution.h), null without samples.
 void WriteAttribution(JsonWriter& w, const Attribution& a) {
   w.Key("attribution");
-  if (a.samples == 0) {
+  if (a.samples == 0 && a.off_samples == 0) {
     w.Null();
     return;
   }
@@ -51,6 +51,17 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
   }
   w.EndObject();
   w.Key("max_sample_ms").Double(Ms(a.max_weight_ns));
+  w.Key("threads").Int(a.threads);
+  // The sampled CPU time over the process's own (every thread's) CPU time.
+  w.Key("process_cpu_ms");
+  if (a.process_cpu_ns >= 0) w.Double(Ms(a.process_cpu_ns)); else w.Null();
+  w.Key("coverage");
+  if (a.Coverage() >= 0) w.Double(a.Coverage()); else w.Null();
+  // The recording threads' time off CPU, by why (summed over threads).
+  w.Key("off_cpu_ms").BeginObject();
+  for (int r = 0; r < kOffCpuReasons; ++r) w.Key(OffCpuReasonName(r)).Double(Ms(a.off_ns[r]));
+  w.EndObject();
+  w.Key("off_cpu_looks").Int(a.off_samples);
   w.EndObject();
 }
 

@@ -67,7 +67,9 @@ void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges
   for (const auto& e : block.events) {
     if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
     const bool calibration = AddEvent(block.tid, e, after_calibration, steps);
-    if (e.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+    if (e.kind == static_cast<uint8_t>(EventKind::kOffCpuSample) || e.kind == static_cast<uint8_t>(EventKind::kProcessCpu)) {
+      continue;  // the flush thread's looks at other threads: no cost to its own timeline
+    } else if (e.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
       // Samples come in a block of their own: into recording order by time.
       auto at = marks.end();
       while (at != marks.begin() && std::prev(at)->ts_ns > e.ts_ns) --at;
@@ -90,6 +92,8 @@ bool ProcessTimeline::AddEvent(int64_t tid, const wire::Event& e, bool after_cal
     case EventKind::kRangeEnd: return OnEnd(tid, e, calibration, steps);
     case EventKind::kCostSample: OnCostSample(e, after_calibration); break;
     case EventKind::kCpuSample: OnCpuSample(tid, e); break;
+    case EventKind::kOffCpuSample:
+    case EventKind::kProcessCpu: OnOffCpu(e); break;
     case EventKind::kMark: if (!calibration) OnMark(tid, e); break;
   }
   return calibration;
@@ -170,8 +174,25 @@ void ProcessTimeline::OnCpuSample(int64_t tid, const wire::Event& e) {
   // something (the sampler's signal).
   --events_received_;
   ++cpu_samples_received_;
-  cpu_samples_.push_back({e.ts_ns, tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0,
-                          (e.flags & kFlagFrameUnread) != 0});
+  CpuSample s{e.ts_ns, tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0,
+              (e.flags & kFlagFrameUnread) != 0};
+  if ((e.flags & kFlagNativeStack) != 0 && e.value <= UINT32_MAX) s.stack = static_cast<uint32_t>(e.value);
+  s.profiler_thread = (e.flags & kFlagProfilerThread) != 0;
+  cpu_samples_.push_back(s);
+}
+
+void ProcessTimeline::OnOffCpu(const wire::Event& e) {
+  // Not one of the process's events: what its flush thread saw of the others.
+  --events_received_;
+  if (e.kind == static_cast<uint8_t>(EventKind::kProcessCpu)) {
+    if (process_cpu_.empty() || e.ts_ns > process_cpu_.back().ts_ns) {
+      process_cpu_.push_back({e.ts_ns, static_cast<int64_t>(std::min<uint64_t>(e.value, INT64_MAX))});
+    }
+    return;
+  }
+  if (e.category >= static_cast<uint32_t>(kOffCpuReasons)) return;  // a reason this aggregator does not know
+  off_cpu_.push_back({e.ts_ns, static_cast<int64_t>(std::min<uint64_t>(e.value, INT64_MAX)),
+                      static_cast<uint8_t>(e.category), static_cast<int64_t>(e.domain) * 1000});
 }
 
 void ProcessTimeline::OnMark(int64_t tid, const wire::Event& e) {
@@ -317,6 +338,22 @@ void ProcessTimeline::CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vecto
   }
 }
 
+void ProcessTimeline::CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCpuSample>* out) const {
+  for (const OffCpuSample& s : off_cpu_) {
+    if (s.ts_ns >= begin_ns && s.ts_ns < end_ns) out->push_back(s);
+  }
+}
+
+void ProcessTimeline::CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vector<ProcessCpuPoint>* out) const {
+  auto first = std::lower_bound(process_cpu_.begin(), process_cpu_.end(), begin_ns,
+                                [](const ProcessCpuPoint& p, int64_t t) { return p.ts_ns < t; });
+  if (first != process_cpu_.begin()) --first;  // the one before the step, for its start
+  for (auto it = first; it != process_cpu_.end(); ++it) {
+    out->push_back(*it);
+    if (it->ts_ns >= end_ns) break;  // the one after, for its end
+  }
+}
+
 void ProcessTimeline::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const {
   for (const CostSample& s : cost_samples_) {
     if (s.ts_ns >= begin_ns && s.ts_ns <= end_ns) out->push_back(s);
@@ -340,6 +377,8 @@ int64_t ProcessTimeline::ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const {
 void ProcessTimeline::DiscardBefore(int64_t ns) {
   while (cpu_points_.size() > 1 && cpu_points_[1].first < ns) cpu_points_.pop_front();
   while (!cost_samples_.empty() && cost_samples_.front().ts_ns < ns) cost_samples_.pop_front();
+  while (!off_cpu_.empty() && off_cpu_.front().ts_ns < ns) off_cpu_.pop_front();
+  while (process_cpu_.size() > 1 && process_cpu_[1].ts_ns < ns) process_cpu_.pop_front();
   // Threads' samples arrive in blocks of their own, not in one time order.
   cpu_samples_.erase(std::remove_if(cpu_samples_.begin(), cpu_samples_.end(),
                                     [ns](const CpuSample& s) { return s.ts_ns < ns; }),

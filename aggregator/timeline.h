@@ -65,6 +65,10 @@ class ProcessTimeline {
   void CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const;
   // The CPU samples (attribution.h) recorded in [begin, end), all threads.
   void CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vector<CpuSample>* out) const;
+  // Off-CPU samples in [begin, end); process CPU points in it and the
+  // nearest one either side (for interpolation at the edges).
+  void CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCpuSample>* out) const;
+  void CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vector<ProcessCpuPoint>* out) const;
   uint64_t cpu_samples_received() const { return cpu_samples_received_; }
   // Every cost sample received so far, per kind.
   const KindSamples& sample_totals() const { return sample_totals_; }
@@ -144,6 +148,7 @@ class ProcessTimeline {
   bool OnEnd(int64_t tid, const wire::Event& e, bool calibration, StepEdges* steps);
   void OnCostSample(const wire::Event& e, bool after_calibration);
   void OnCpuSample(int64_t tid, const wire::Event& e);
+  void OnOffCpu(const wire::Event& e);
   void OnMark(int64_t tid, const wire::Event& e);
   void Open(Span& span, bool has_payload, StepEdges* edges);
   void Close(Span span, StepEdges* edges);
@@ -161,6 +166,8 @@ class ProcessTimeline {
   std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order
   std::deque<CostSample> cost_samples_;                  // in arrival order
   std::deque<CpuSample> cpu_samples_;                    // in arrival order
+  std::deque<OffCpuSample> off_cpu_;                     // in arrival order (one flush thread: by time)
+  std::deque<ProcessCpuPoint> process_cpu_;              // by time
   uint64_t cpu_samples_received_ = 0;
   KindSamples sample_totals_;
   uint64_t interrupted_samples_ = 0;

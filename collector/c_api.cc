@@ -270,6 +270,8 @@ void rlscope_set_py_module_reader(rlscope_py_module_reader_t reader, const char*
   rlscope::CpuSampler::SetPythonReader(reader, what);
 }
 
+void rlscope_set_py_gil(const void* begin, uint64_t size) { rlscope::ThreadStates::SetGil(begin, size); }
+
 int64_t rlscope_test_clock_ns(void) {
   Collector* c = Collector::Instance();
   return c != nullptr ? c->TestClockNs() : -1;

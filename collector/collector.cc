@@ -170,7 +170,7 @@ void Collector::AdoptRunConfig(const std::string& yaml) {
                  static_cast<int>(getpid()), names::kEnvConfig, list.c_str());
   }
   costs_.SetSampleEvery(run.config);
-  cpu_.SetHz(run.config.cpu.sampling_hz);
+  cpu_.SetRunConfig(run.config);
   if (arming_.AdoptRunKeys(run.config)) {
     link_.SelectionChanged();
     // Selected only now (its own config left it out): the costs the

@@ -7,7 +7,7 @@
 //   Recording      recording.h            the hot path, threads and their rings, names
 //   Arming         arming.h               when to record: selection, triggers, steps, windows, role
 //   CostSampling   cost_sampling.h        what recording costs: in-place samples, start-up calibration
-//   CpuSampling    cpu_sampling.h         CPU-time sampling of recording threads (cpu_sampler.h)
+//   CpuSampling    cpu_sampling.h         CPU-time sampling of every thread (cpu_sampler.h), off-CPU looks
 //   GpuQueue       gpu_queue.h            GPU records from CUPTI (gpu_activity.h) on their way out
 //   Link           link.h                 identity, Hello, the Transport (transport.h) and spool
 //

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "collector/test_clock.h"
@@ -42,6 +43,9 @@ struct CollectorContext {
   // eventfd the flush thread waits on; -1 when unavailable (it then runs on
   // its interval alone).
   const int wake_fd;
+  // The threads the collector runs itself (its flush thread, ZeroMQ's I/O
+  // threads): CPU sampling gives their time to the profiler. Flush thread only.
+  std::set<int64_t> own_threads;
 
   // Wakes the flush thread (an eventfd write, best effort: a full counter
   // already means "wake up"). Any thread, async-signal-safe.

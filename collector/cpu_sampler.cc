@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "collector/arming.h"
+#include "collector/proc_self.h"
 #include "collector/recording.h"
 #include "collector/safe_read.h"
 #include "collector/test_clock.h"
@@ -117,6 +118,7 @@ bool CpuSampler::Setup(std::string* why) {
     return false;
   }
   modules_ = std::make_unique<ModuleEntry[]>(kModuleSlots);
+  foreign_ = std::make_unique<ForeignSlot[]>(kForeignSlots);
   module_ids_.assign(kModuleSlots, 0);
   // A real-time signal nobody handles, from the top (libraries that take one
   // for themselves tend to take SIGRTMIN + n).
@@ -182,6 +184,11 @@ bool CpuSampler::StillOurs(std::string* why) {
 }
 
 void CpuSampler::Reconcile(SampledThread* t, ThreadState* state, int64_t tid, bool on, int64_t hz) {
+  ReconcileTimer(t, state, &state->sample_ring, tid, on, hz);
+}
+
+void CpuSampler::ReconcileTimer(SampledThread* t, void* cookie, std::atomic<ThreadBuffer*>* ring_out, int64_t tid,
+                                bool on, int64_t hz) {
   if (!installed_ || t->failed || (!on && !t->armed)) return;
   if (on && !t->has_timer) {
     // One ring for the thread's life: once published, a handler may be
@@ -190,16 +197,18 @@ void CpuSampler::Reconcile(SampledThread* t, ThreadState* state, int64_t tid, bo
     sigevent sev{};
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = signal_;
-    sev.sigev_value.sival_ptr = state;
+    sev.sigev_value.sival_ptr = cookie;
     sev._sigev_un._tid = static_cast<pid_t>(tid);
     if (timer_create(ThreadCpuClock(tid), &sev, &t->timer) != 0) {
-      t->failed = true;  // gone already, or over RLIMIT_SIGPENDING: not sampled
+      // Gone already (EINVAL: its clock is no more), or over RLIMIT_SIGPENDING: not sampled.
+      if (errno != EINVAL) threads_unsampled_.fetch_add(1, std::memory_order_relaxed);
+      t->failed = true;
       return;
     }
     t->has_timer = true;
     timers_.fetch_add(1, std::memory_order_relaxed);
     // Release: the ring is constructed before a handler can find it.
-    state->sample_ring.store(t->ring.get(), std::memory_order_release);
+    ring_out->store(t->ring.get(), std::memory_order_release);
   }
   if (!t->has_timer || (on == t->armed && (!on || hz == t->hz))) return;
   itimerspec spec{};
@@ -213,6 +222,80 @@ void CpuSampler::Reconcile(SampledThread* t, ThreadState* state, int64_t tid, bo
   if (timer_settime(t->timer, 0, &spec, nullptr) == 0) {
     t->armed = on;
     t->hz = on ? hz : 0;
+  }
+}
+
+ForeignSlot* CpuSampler::SlotOf(const void* cookie) const {
+  const ForeignSlot* base = foreign_.get();
+  const auto p = reinterpret_cast<uintptr_t>(cookie), b = reinterpret_cast<uintptr_t>(base);
+  if (base == nullptr || p < b || p >= b + kForeignSlots * sizeof(ForeignSlot) || (p - b) % sizeof(ForeignSlot) != 0) {
+    return nullptr;
+  }
+  return const_cast<ForeignSlot*>(static_cast<const ForeignSlot*>(cookie));
+}
+
+void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::set<int64_t>& recording,
+                                 const std::set<int64_t>& own, bool on, int64_t hz) {
+  if (!installed_) return;
+  for (size_t i = 0; i < kForeignSlots; ++i) foreign_[i].present = false;
+  size_t next_free = 0;
+  for (int64_t tid : tids) {
+    auto it = foreign_index_.find(tid);
+    if (it == foreign_index_.end()) {
+      if (recording.count(tid) != 0 || !on) continue;  // sampled through its state; or nothing to start
+      while (next_free < kForeignSlots && foreign_[next_free].tid != 0) ++next_free;
+      if (next_free == kForeignSlots) {
+        threads_unsampled_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      ForeignSlot& slot = foreign_[next_free];
+      slot.tid = tid;
+      slot.sampled.failed = false;
+      slot.recording = false;
+      slot.named = false;
+      slot.blocks = false;
+      slot.profiler.store(own.count(tid) != 0, std::memory_order_relaxed);
+      slot.sampled.ring.reset();  // a ring is its thread's (the blocks it ships carry the tid)
+      it = foreign_index_.emplace(tid, next_free).first;
+    }
+    ForeignSlot& slot = foreign_[it->second];
+    slot.present = true;
+    if (!slot.recording && recording.count(tid) != 0) {
+      slot.recording = true;  // it records now: its state's timer takes over
+      Release(&slot.sampled);
+    }
+    if (slot.recording) continue;
+    // A thread that blocks our signal (ZeroMQ's, some runtimes' helpers)
+    // would keep it pending: no timer while it does (looked at again while
+    // it has none; a new thread blocks every signal for an instant).
+    if (!slot.sampled.has_timer) slot.blocks = ThreadBlocksSignal(tid, signal_);
+    if (slot.blocks) continue;
+    if (slot.sampled.ring == nullptr) slot.sampled.ring = std::make_unique<ThreadBuffer>(tid, kForeignRingRecords);
+    ReconcileTimer(&slot.sampled, &slot, &slot.ring, tid, on, hz);
+  }
+  // Threads gone: no handler can run on them any more; the slot goes once
+  // its samples shipped (the ring is kept for the next thread).
+  uint64_t blocking = 0;
+  for (size_t i = 0; i < kForeignSlots; ++i) {
+    if (foreign_[i].tid != 0 && foreign_[i].present && foreign_[i].blocks) ++blocking;
+  }
+  threads_blocking_.store(blocking, std::memory_order_relaxed);
+  for (size_t i = 0; i < kForeignSlots; ++i) {
+    ForeignSlot& slot = foreign_[i];
+    if (slot.tid == 0 || slot.present) continue;
+    Release(&slot.sampled);
+    if (slot.sampled.ring != nullptr && slot.sampled.ring->size() > 0) continue;
+    foreign_index_.erase(slot.tid);
+    slot.ring.store(nullptr, std::memory_order_release);
+    slot.tid = 0;
+  }
+}
+
+void CpuSampler::DisarmOthers() {
+  if (!installed_) return;
+  for (size_t i = 0; i < kForeignSlots; ++i) {
+    ForeignSlot& slot = foreign_[i];
+    if (slot.tid != 0 && slot.sampled.armed) ReconcileTimer(&slot.sampled, &slot, &slot.ring, slot.tid, false, 0);
   }
 }
 
@@ -232,56 +315,70 @@ void CpuSampler::OnSignal(int sig, siginfo_t* info, void* ucontext) {
     return;  // a collector that is gone (exit, a forked child): nothing of ours to do
   }
   if (ThreadBuffer* cal = tls_calibration_ring) {  // Setup's own signals
-    s->TakeSample(cal, ucontext, 0);
+    s->TakeSample(cal, ucontext, 0, kFlagNone);
   } else if (info->si_code != SI_TIMER) {
     PassToPrevious(s->previous_, sig, info, ucontext);  // someone else's signal
   } else {
     s->signals_.fetch_add(1, std::memory_order_relaxed);
+    // A timer is created for one thread's state or slot and delivered to it alone.
+    ThreadBuffer* ring = nullptr;
+    uint8_t flags = kFlagNone;
     ThreadState* ts = Recording::Current();
-    // A timer is created for one thread's state and delivered to it alone.
     if (ts != nullptr && info->si_value.sival_ptr == ts) {
       ts->signals.fetch_add(1, std::memory_order_relaxed);  // a timed recording call it lands in is no cost sample
-      ThreadBuffer* ring = ts->sample_ring.load(std::memory_order_acquire);
-      // Outside a window the flush thread is about to disarm the timer: not recorded.
-      if (ring != nullptr && s->arming_->armed()) {
-        const uint64_t entry = ReadTicks(s->clock_);
-        const int64_t periods = 1 + static_cast<int64_t>(std::max(0, info->si_overrun));
-        const int64_t us = periods * s->period_us_.load(std::memory_order_relaxed);
-        if (s->TakeSample(ring, ucontext, static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX)))) {
-          s->handler_ticks_.fetch_add(ReadTicks(s->clock_) - entry, std::memory_order_relaxed);
-        }
+      ring = ts->sample_ring.load(std::memory_order_acquire);
+    } else if (ForeignSlot* slot = s->SlotOf(info->si_value.sival_ptr)) {
+      ring = slot->ring.load(std::memory_order_acquire);
+      if (slot->profiler.load(std::memory_order_relaxed)) flags = kFlagProfilerThread;
+    }
+    // Outside a window the flush thread is about to disarm the timer: not recorded.
+    if (ring != nullptr && s->arming_->armed()) {
+      const uint64_t entry = ReadTicks(s->clock_);
+      const int64_t periods = 1 + static_cast<int64_t>(std::max(0, info->si_overrun));
+      const int64_t us = periods * s->period_us_.load(std::memory_order_relaxed);
+      if (s->TakeSample(ring, ucontext, static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX)), flags)) {
+        s->handler_ticks_.fetch_add(ReadTicks(s->clock_) - entry, std::memory_order_relaxed);
       }
     }
   }
   errno = saved_errno;
 }
 
-bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t weight_us) {
+bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t weight_us, uint8_t flags) {
   const bool calibrating = tls_calibration_ring != nullptr;
   uint32_t module = 0;
   bool unread = false, through_kernel = false;
-  g_in_reader.fetch_add(1);  // seq_cst: see g_in_reader
-  if (rlscope_py_module_reader_t reader = g_py_reader.load()) {
-    char name[kMaxModuleName + 1];
+  NativeChain chain;
+  bool walked = false;
+  {
     SafeReadScope reads(ucontext);
-    const size_t n = reader(&SafeRead, name, sizeof(name));
-    unread = reads.failed();  // the sample is kept, without a module
+    g_in_reader.fetch_add(1);  // seq_cst: see g_in_reader
+    if (rlscope_py_module_reader_t reader = g_py_reader.load()) {
+      char name[kMaxModuleName + 1];
+      const size_t n = reader(&SafeRead, name, sizeof(name));
+      unread = reads.failed();  // the sample is kept, without a module
+      if (!unread && n > 0 && !calibrating) module = ModuleSlot(name, std::min(n, kMaxModuleName));
+    }
+    g_in_reader.fetch_sub(1);
+    // The stack is walked with guarded loads only (through the kernel, a
+    // system call per read: the leaf alone names the code then).
+    if (reads.guarded()) walked = code_.Walk(ucontext, &chain);
     through_kernel = reads.through_kernel();
-    if (!unread && n > 0 && !calibrating) module = ModuleSlot(name, std::min(n, kMaxModuleName));
   }
-  g_in_reader.fetch_sub(1);
   EventRecord r;
   r.ts = ReadTicks(clock_);
   if (test_clock_ != nullptr) {  // test costs (test_clock.h): lock-free, so safe here
     int64_t own_ns = 0;
     r.ts += test_clock_->Advance(static_cast<uint8_t>(EventKind::kCpuSample), 0, &own_ns);
   }
-  r.value = InstructionPointer(ucontext);
-  r.name = 0;  // the shared object: resolved on the flush thread (Resolve)
+  // Walked: the leaf's object id and its callers' (Resolve names them);
+  // else the instruction's address (Resolve looks it up).
+  r.value = walked ? chain.PackedCallers() : InstructionPointer(ucontext);
+  r.name = walked ? chain.objects[0] : 0;
   r.category = module;  // its slot + 1 until Resolve interns it
   r.domain = weight_us;
   r.kind = static_cast<uint8_t>(EventKind::kCpuSample);
-  r.flags = unread ? kFlagFrameUnread : kFlagNone;
+  r.flags = static_cast<uint8_t>(flags | (unread ? kFlagFrameUnread : 0) | (walked ? kFlagNativeStack : 0));
   r.reserved = 0;
   if (calibrating) return ring->TryPush(r, /*privileged=*/true, /*counted=*/false);
   if (!ring->TryPush(r, /*privileged=*/true, /*counted=*/false)) {
@@ -291,6 +388,11 @@ bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t w
   samples_.fetch_add(1, std::memory_order_relaxed);
   if (unread) frames_unread_.fetch_add(1, std::memory_order_relaxed);
   if (through_kernel) kernel_reads_.fetch_add(1, std::memory_order_relaxed);
+  if (chain.failed_reads > 0) walk_faults_.fetch_add(static_cast<uint64_t>(chain.failed_reads), std::memory_order_relaxed);
+  if (!walked) unwalked_.fetch_add(1, std::memory_order_relaxed);
+  else if (chain.frame_pointers) walks_fp_.fetch_add(1, std::memory_order_relaxed);
+  else if (chain.scanned) walks_scan_.fetch_add(1, std::memory_order_relaxed);
+  else walks_leaf_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -326,55 +428,18 @@ uint32_t CpuSampler::ModuleSlot(const char* name, size_t n) {
   return 0;
 }
 
-void CpuSampler::RefreshObjects(StringTable* strings) {
-  struct Counters {
-    uint64_t adds = 0, subs = 0;
-  } counters;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t size, void* data) {
-        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
-          static_cast<Counters*>(data)->adds = info->dlpi_adds;
-          static_cast<Counters*>(data)->subs = info->dlpi_subs;
-        }
-        return 1;  // the first object carries the counters: stop
-      },
-      &counters);
-  if (counters.adds == objects_adds_ && counters.subs == objects_subs_ && !objects_.empty()) return;
-  objects_adds_ = counters.adds;
-  objects_subs_ = counters.subs;
-  struct Walk {
-    std::vector<ObjectRange>* out;
-    StringTable* strings;
-    std::string exe;
-  } walk{&objects_, strings, {}};
-  char exe[PATH_MAX];
-  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  walk.exe = len > 0 ? std::string(exe, static_cast<size_t>(len)) : "(main executable)";
-  objects_.clear();
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) {
-        auto* w = static_cast<Walk*>(data);
-        const char* name = info->dlpi_name != nullptr && info->dlpi_name[0] != '\0' ? info->dlpi_name : nullptr;
-        const uint32_t id = w->strings->Intern(name != nullptr ? std::string_view(name) : std::string_view(w->exe));
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0) continue;
-          const uint64_t begin = info->dlpi_addr + ph.p_vaddr;
-          w->out->push_back({begin, begin + ph.p_memsz, id});
-        }
-        return 0;
-      },
-      &walk);
-  std::sort(objects_.begin(), objects_.end(), [](const ObjectRange& a, const ObjectRange& b) { return a.begin < b.begin; });
-}
-
 void CpuSampler::Resolve(ThreadBuffer* ring, size_t n, StringTable* strings) {
   if (n == 0) return;
-  RefreshObjects(strings);
+  code_.Refresh(strings);
   ring->VisitPending(n, [&](EventRecord& r) {
-    auto it = std::upper_bound(objects_.begin(), objects_.end(), r.value,
-                               [](uint64_t ip, const ObjectRange& o) { return ip < o.begin; });
-    r.name = it != objects_.begin() && r.value < std::prev(it)->end ? std::prev(it)->name : 0;
+    if ((r.flags & kFlagNativeStack) != 0) {
+      const uint32_t leaf = r.name;
+      r.name = code_.ObjectName(leaf);
+      r.value = code_.ChainName(leaf, r.value, strings);
+    } else {
+      r.name = code_.NameOf(r.value);
+      r.value = 0;
+    }
     if (r.category != 0 && r.category <= kModuleSlots) {
       const size_t slot = r.category - 1;
       if (module_ids_[slot] == 0 && modules_[slot].ready.load(std::memory_order_acquire) != 0) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "collector/proc_self.h"
 #include "collector/safe_read.h"
 
 namespace rlscope {
@@ -17,18 +18,51 @@ CpuSampling::CpuSampling(CollectorContext& ctx, Recording& recording, const Armi
       arming_(&arming),
       sampler_(&arming, ctx.clock_source, ctx.test_clock.get()),
       set_label_(std::move(set_label)),
-      set_cost_(std::move(set_cost)) {
-  SetHz(ctx.own.config.cpu.sampling_hz);
+      set_cost_(std::move(set_cost)),
+      states_(ctx, recording) {
+  SetRunConfig(ctx.own.config);
+}
+
+void CpuSampling::SetRunConfig(const Config& config) {
+  SetHz(config.cpu.sampling_hz);
+  all_threads_.store(config.cpu.threads == "all", std::memory_order_relaxed);
+  states_.SetHz(config.cpu.off_cpu_hz);
 }
 
 void CpuSampling::Flush() {
-  Reconcile(!off_for_good_ && hz() > 0 && arming_->armed());
+  const bool on = !off_for_good_ && hz() > 0 && arming_->armed();
+  Reconcile(on);
+  ReconcileOthers(on && all_threads_.load(std::memory_order_relaxed));
+  states_.Flush(arming_->armed());
   SayCounts();
+}
+
+void CpuSampling::ReconcileOthers(bool on) {
+  if (!sampler_.set_up()) return;
+  if (!on) {
+    sampler_.DisarmOthers();  // no listing outside windows: disarmed processes pay nothing per thread
+    return;
+  }
+  sampler_.RefreshCode(&ctx_.strings);
+  std::set<int64_t> recording;
+  recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
+  sampler_.ReconcileOthers(ListThreads(), recording, ctx_.own_threads, on, hz());
+}
+
+void CpuSampling::NameOthers(Outgoing* out) {
+  sampler_.ForEachOther([&](ForeignSlot& slot) {
+    if (slot.named || slot.recording) return;
+    slot.named = true;
+    std::string name = ReadThreadName(slot.tid);
+    if (name.empty()) name = "thread " + std::to_string(slot.tid);
+    out->metadata.thread_names.emplace_back(slot.tid, name);
+  });
 }
 
 void CpuSampling::Stop() {
   if (!sampler_.set_up()) return;
   recording_.ForEachThread([&](ThreadEntry& t) { sampler_.Release(&t.sampled); });  // no timer outlives the collector
+  sampler_.ForEachOther([&](ForeignSlot& slot) { sampler_.Release(&slot.sampled); });
 }
 
 void CpuSampling::Reconcile(bool on) {
@@ -51,6 +85,7 @@ void CpuSampling::Reconcile(bool on) {
     std::fprintf(stderr, "rlscope: pid %d: %s\n", static_cast<int>(getpid()), why.c_str());
   }
   if (sampler_.set_up()) {
+    if (on) sampler_.RefreshCode(&ctx_.strings);  // the code the handlers walk through
     const int64_t hz = this->hz();
     recording_.ForEachThread([&](ThreadEntry& t) {
       // An exited thread's timer goes with its entry (Release).
@@ -69,10 +104,26 @@ std::string CpuSampling::Label() const {
   if (hz == 0) return "off: cpu.sampling_hz is 0";
   if (!sampler_.set_up()) return "pending: starts with the first capture window";
   const std::string reader = CpuSampler::PythonReaderName();
-  return "on: " + std::to_string(hz) + " Hz of each thread's CPU time, signal " +
-         std::to_string(sampler_.signal_number()) + "; python frames: " +
+  return "on: " + std::to_string(hz) + " Hz of each thread's CPU time, " +
+         (all_threads_.load(std::memory_order_relaxed) ? "every thread (cpu.threads: all)"
+                                                       : "recording threads (cpu.threads: recording)") +
+         ", signal " + std::to_string(sampler_.signal_number()) + "; python frames: " +
          (reader.empty() ? std::string("none (rlscope_ray not imported in this process)")
-                         : reader + ", reads " + sampler_.FrameReads());
+                         : reader + ", reads " + sampler_.FrameReads()) +
+         "; native stacks: frame pointers where they validate, else a scan of " +
+         std::to_string(CodeMap::kScanBytes) + " bytes of stack for return addresses, " +
+         std::to_string(NativeChain::kMaxObjects) + " objects at most";
+}
+
+std::string CpuSampling::StacksLabel() const {
+  // Which walk ran, over the samples so far.
+  const uint64_t fp = sampler_.walks_fp(), scan = sampler_.walks_scan(), leaf = sampler_.walks_leaf(),
+                 none = sampler_.unwalked();
+  const uint64_t total = fp + scan + leaf + none;
+  if (total == 0) return "";
+  auto pct = [&](uint64_t n) { return std::to_string((n * 1000 / total + 5) / 10) + "%"; };
+  return "frame pointers " + pct(fp) + ", scan " + pct(scan) + ", leaf only " + pct(leaf) + ", not walked " +
+         pct(none) + " of " + std::to_string(total) + " samples";
 }
 
 void CpuSampling::SayCounts() {
@@ -85,18 +136,38 @@ void CpuSampling::SayCounts() {
     unread_said_ = unread;
     set_label_("cpu_frames_unread", std::to_string(unread));
   }
+  if (const uint64_t unsampled = sampler_.threads_unsampled(); unsampled != unsampled_said_) {
+    unsampled_said_ = unsampled;
+    set_label_("cpu_threads_unsampled", std::to_string(unsampled));
+  }
+  if (const uint64_t blocking = sampler_.threads_blocking(); blocking != blocking_said_) {
+    blocking_said_ = blocking;
+    set_label_("cpu_threads_blocking", std::to_string(blocking));  // their CPU is not in the samples
+  }
+  // The walks' mix, said once a window closed (a label re-sends the Hello:
+  // not at every flush while the shares move).
+  if (!arming_->armed() && sampler_.samples() != stacks_samples_said_) {
+    stacks_samples_said_ = sampler_.samples();
+    if (std::string stacks = StacksLabel(); !stacks.empty() && stacks != stacks_said_) {
+      stacks_said_ = stacks;
+      set_label_("cpu_stacks", stacks);
+    }
+  }
 }
 
 void CpuSampling::TakeSamples(Outgoing* out) {
-  recording_.ForEachThread([&](ThreadEntry& t) {
-    // CPU samples ship as a block of their own with the thread's tid; their
-    // shared objects and modules are named now, before the names are collected.
-    if (ThreadBuffer* ring = t.sampled.ring.get(); ring != nullptr && ring->size() > 0) {
-      const size_t n = ring->size();
-      sampler_.Resolve(ring, n, &ctx_.strings);
-      out->threads.push_back({ring, n});
-    }
-  });
+  // CPU samples ship as a block of their own with the thread's tid; their
+  // shared objects and modules are named now, before the names are collected.
+  auto take = [&](ThreadBuffer* ring) {
+    if (ring == nullptr || ring->size() == 0) return;
+    const size_t n = ring->size();
+    sampler_.Resolve(ring, n, &ctx_.strings);
+    out->threads.push_back({ring, n});
+  };
+  recording_.ForEachThread([&](ThreadEntry& t) { take(t.sampled.ring.get()); });
+  sampler_.ForEachOther([&](ForeignSlot& slot) { take(slot.sampled.ring.get()); });
+  NameOthers(out);
+  states_.Take(out);
 }
 
 void CpuSampling::Stats(rlscope_sampler_stats_t* out) const {
@@ -109,6 +180,14 @@ void CpuSampling::Stats(rlscope_sampler_stats_t* out) const {
   out->kernel_reads = sampler_.kernel_reads();
   out->guard_faults = FaultGuard::faults();
   out->handler_ns = sampler_.handler_ns();
+  out->threads_unsampled = sampler_.threads_unsampled();
+  out->walks_fp = sampler_.walks_fp();
+  out->walks_scan = sampler_.walks_scan();
+  out->walks_leaf = sampler_.walks_leaf();
+  out->unwalked = sampler_.unwalked();
+  out->off_cpu_looks = states_.looks();
+  out->off_cpu_dropped = states_.dropped();
+  out->walk_faults = sampler_.walk_faults();
 }
 
 }  // namespace rlscope

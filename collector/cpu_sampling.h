@@ -1,8 +1,11 @@
 // CPU sampling as a unit of the collector: the CpuSampler (cpu_sampler.h)
 // brought in line with the arming at every flush (a CPU-time timer per
-// recording thread while armed at cpu.sampling_hz), its sample rings shipped
-// with the flush, and what it does said in the process's labels
-// (cpu_sampling, cpu_samples_dropped, cpu_frames_unread).
+// thread while armed at cpu.sampling_hz: recording threads, and with
+// cpu.threads "all" every other thread of the process, listed each armed
+// flush), its sample rings shipped with the flush, off-CPU looks at the
+// recording threads (thread_states.h), and what it does said in the
+// process's labels (cpu_sampling, cpu_samples_dropped, cpu_frames_unread,
+// cpu_threads_unsampled, off_cpu).
 //
 // Threads: the flush thread, but for SetHz (any) and Stats (any).
 #pragma once
@@ -17,6 +20,7 @@
 #include "collector/cpu_sampler.h"
 #include "collector/recording.h"
 #include "collector/rlscope_collector.h"
+#include "collector/thread_states.h"
 #include "collector/transport.h"
 
 namespace rlscope {
@@ -32,6 +36,8 @@ class CpuSampling {
   // cpu.sampling_hz of the config that applies (0: off).
   void SetHz(int64_t hz) { hz_.store(hz, std::memory_order_relaxed); }
   int64_t hz() const { return hz_.load(std::memory_order_relaxed); }
+  // The rest of the cpu block of the config that applies (any thread).
+  void SetRunConfig(const Config& config);
 
   // Flush thread, each flush: every thread's timer in line with the arming
   // (on while armed with cpu.sampling_hz > 0), the sampler set up the first
@@ -48,7 +54,13 @@ class CpuSampling {
 
  private:
   void Reconcile(bool on);
+  // Every thread that records no event, with cpu.threads "all".
+  void ReconcileOthers(bool on);
+  // Names of sampled threads not shipped yet (they record no events: the
+  // recording unit does not name them).
+  void NameOthers(Outgoing* out);
   std::string Label() const;
+  std::string StacksLabel() const;
   void SayCounts();
 
   CollectorContext& ctx_;
@@ -58,10 +70,14 @@ class CpuSampling {
   std::function<void(const std::string&, const std::string&)> set_label_;
   std::function<void(const std::string&, double)> set_cost_;
   std::atomic<int64_t> hz_{0};
+  std::atomic<bool> all_threads_{true};
+  ThreadStates states_;
   // Flush thread only.
   std::string label_;               // the cpu_sampling label last set
   bool off_for_good_ = false;       // could not be set up, or the host took its signal
-  uint64_t dropped_said_ = 0, unread_said_ = 0;  // the counts' labels last set
+  uint64_t dropped_said_ = 0, unread_said_ = 0, unsampled_said_ = 0, blocking_said_ = 0;  // the counts' labels last set
+  std::string stacks_said_;                                        // the cpu_stacks label last set
+  uint64_t stacks_samples_said_ = 0;                               // samples when it was last looked at
   std::string why_off_;             // why it is off for good
 };
 

@@ -7,14 +7,21 @@
 //   each flush: Arming        closes a window whose slack passed (between flushes too)
 //               GpuQueue      asks CUPTI for its buffered records (window closed, barrier, exit)
 //               Link          says hello / the expected list when they changed
-//               CpuSampling   brings every thread's timer in line with the arming
-//               Recording     the rings' sizes; then CpuSampling's sample rings,
-//                             GpuQueue's records, and last Recording's new names
+//               CpuSampling   brings every thread's timer in line with the arming (listing
+//                             the process's threads while armed), looks at the
+//                             recording threads' states (off CPU) and the process's CPU
+//               Recording     the rings' sizes; then CpuSampling's sample rings (and
+//                             the sampled threads' names), GpuQueue's records, and last
+//                             Recording's new names
 //               Link          sends the batches (the barrier's ack on the last)
 //               Recording     frees the rings of threads that exited (CpuSampling
 //                             deletes their timers)
 //   stop:       CpuSampling   deletes every timer
 //               Link          drains the spool, says goodbye, closes
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "collector/collector.h"
@@ -22,8 +29,12 @@
 namespace rlscope {
 
 void Collector::FlushLoop() {
+  pthread_setname_np(pthread_self(), "rlscope-flush");  // in traces, top and py-spy
   if (arming_.selected() && context_.own.config.correction.enabled && context_.test_clock == nullptr) Calibrate();
   link_.Start();
+  // The collector's own threads: this one and ZeroMQ's (CPU sampling's profiler time).
+  context_.own_threads.insert(static_cast<int64_t>(syscall(SYS_gettid)));
+  for (int64_t tid : link_.transport().own_threads()) context_.own_threads.insert(tid);
   const Transport::ControlHandler apply = [this](const wire::Control& control) { ApplyControl(control); };
   Transport& transport = link_.transport();
   int64_t next_flush_ns = MonotonicNs();

@@ -203,6 +203,12 @@ bool SafeReadScope::failed() const { return tls_read.failed; }
 
 bool SafeReadScope::through_kernel() const { return tls_read.mode == ReadMode::kKernel; }
 
+bool SafeReadScope::guarded() {
+  ReadState& s = tls_read;
+  if (s.mode == ReadMode::kPending) s.mode = FaultGuard::First(s.interrupted) ? ReadMode::kGuarded : ReadMode::kKernel;
+  return s.mode == ReadMode::kGuarded;
+}
+
 int SafeRead(void* dst, const void* src, size_t n) {
   ReadState& s = tls_read;
   if (s.mode == ReadMode::kPending) s.mode = FaultGuard::First(s.interrupted) ? ReadMode::kGuarded : ReadMode::kKernel;

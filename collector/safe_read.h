@@ -82,6 +82,9 @@ class SafeReadScope {
   // The reads went through the kernel (the guard was not first); false
   // when nothing was read.
   bool through_kernel() const;
+  // Whether reads in this scope are guarded loads (deciding the mode now
+  // if no read did yet: the two sigaction queries).
+  bool guarded();
 };
 
 // The read handed to frame readers (rlscope_safe_read_t in

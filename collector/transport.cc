@@ -14,6 +14,8 @@
 
 #include <zmq.h>
 
+#include "collector/proc_self.h"
+
 namespace rlscope {
 
 namespace {
@@ -67,8 +69,17 @@ Transport::Transport(const Config& config, uint64_t session, int wake_fd)
       spool_(static_cast<size_t>(config.buffers.spool_mb) << 20, static_cast<size_t>(config.buffers.spool_file_mb) << 20) {}
 
 void Transport::Connect(const std::string& endpoint) {
+  // ZeroMQ starts its I/O thread with the first socket: the threads that
+  // appear meanwhile under ZeroMQ's name are ours (CPU sampling's profiler time).
+  const std::vector<int64_t> before = ListThreads();
   context_ = zmq_ctx_new();
   socket_ = context_ != nullptr ? zmq_socket(context_, ZMQ_DEALER) : nullptr;
+  for (int64_t tid : ListThreads()) {
+    if (std::find(before.begin(), before.end(), tid) == before.end() &&
+        ReadThreadName(tid).rfind("ZMQbg", 0) == 0) {
+      own_threads_.push_back(tid);
+    }
+  }
   if (socket_ == nullptr) return;
   const int hwm = 1000;
   const int linger = static_cast<int>(config_.flush.exit_timeout_ms);

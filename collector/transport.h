@@ -61,6 +61,8 @@ class Transport {
   // and goes on without a socket: nothing is sent, batches count as dropped.
   void Connect(const std::string& endpoint);
   bool connected() const { return socket_ != nullptr; }
+  // ZeroMQ's I/O threads, started by Connect (the collector's own threads).
+  const std::vector<int64_t>& own_threads() const { return own_threads_; }
   // Waits up to wait_ns for a wake-up (the eventfd, then drained) or a
   // Control message, whichever comes first. True when the eventfd woke it.
   bool Wait(int64_t wait_ns);
@@ -126,6 +128,7 @@ class Transport {
   const int wake_fd_;
   void* context_ = nullptr;
   void* socket_ = nullptr;
+  std::vector<int64_t> own_threads_;  // ZeroMQ's I/O threads (Connect)
   uint64_t seq_ = 0;
   int64_t next_probe_ns_ = 0;
   std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship

@@ -295,6 +295,14 @@ const std::vector<KeySpec>& KeySpecs() {
               "CPU samples per second of each profiled thread's CPU time, in capture windows, for cross-stack "
               "attribution (Python, ML backend, CUDA API, simulator, other native); 0: off",
               0, 100000, [](Config& c) -> int64_t& { return c.cpu.sampling_hz; })),
+      Run(Enum("cpu.threads",
+               "which threads CPU sampling covers: all (every thread of the process, those that record no event "
+               "too) or recording (threads that recorded an event)",
+               {"all", "recording"}, false, [](Config& c) -> std::string& { return c.cpu.threads; })),
+      Run(Int("cpu.off_cpu_hz",
+              "looks per second at why each recording thread is off CPU (GIL, lock, poll, I/O, sleep, run queue), "
+              "in capture windows, at most one per flush; 0: off",
+              0, 1000, [](Config& c) -> int64_t& { return c.cpu.off_cpu_hz; })),
       Run(PatternList("attribution.python", "shared objects and Python modules that are the Python interpreter",
                       [](Config& c) -> std::vector<std::string>& { return c.attribution.python; })),
       Run(PatternList("attribution.backend", "shared objects and Python modules that are the ML backend (libtorch and friends)",

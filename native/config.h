@@ -38,6 +38,15 @@ struct Config {
     // capture windows only; 0 off. The kernel checks CPU timers at its tick
     // (CONFIG_HZ, often 250): above that, one sample stands for several periods.
     int64_t sampling_hz = 1000;
+    // Which threads are sampled: "all" (every thread of the process, those
+    // that never record an event too: torch's and OpenMP's pools, loaders,
+    // NCCL's, Ray's) or "recording" (only threads that recorded an event).
+    std::string threads = "all";
+    // Off-CPU sampling (collector/thread_states.h): looks per second at why
+    // each recording thread is not running (the GIL, a lock, a socket poll,
+    // I/O, sleep, the run queue), from the flush thread, in capture windows;
+    // at most one look per flush. 0 off.
+    int64_t off_cpu_hz = 50;
   } cpu;
   // Cross-stack attribution (aggregator/attribution.h): which shared objects
   // and Python modules count as which category. Each list replaces its
@@ -52,7 +61,8 @@ struct Config {
     std::vector<std::string> backend = {"libtorch*", "libc10*", "libshm*", "torch._C", "libcublas*", "libcudnn*",
                                         "libnccl*", "libcufft*", "libcurand*", "libcusparse*", "libcusolver*",
                                         "libgomp*", "libiomp*", "libmkl*", "libopenblas*", "libdnnl*",
-                                        "libsleef*", "jaxlib", "libtensorflow*"};
+                                        "libsleef*", "jaxlib", "libtensorflow*", "jax", "numpy", "scipy",
+                                        "libscipy_openblas*", "libgfortran*"};
     std::vector<std::string> cuda_api = {"libcuda.*", "libcudart*", "libcupti*", "libnvidia-*"};
     std::vector<std::string> simulator = {};
   } attribution;

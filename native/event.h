@@ -30,9 +30,32 @@ enum class EventKind : uint8_t {
   // `category` the interned name of the module of the thread's current
   // Python frame (0 none); `domain` the thread CPU time the sample stands
   // for, microseconds ((1 + the timer's overruns) x its period). Not a span
-  // or an instant, nor one of the process's recorded events.
+  // or an instant, nor one of the process's recorded events. With
+  // kFlagNativeStack, `value` is the interned id of its native stack (below);
+  // without, the interrupted instruction's address in a ring, 0 on the wire.
   kCpuSample = 7,
+  // An off-CPU sample (collector/thread_states.h), recorded by the flush
+  // thread in a block of its own: thread `value` (a tid of the process) was
+  // not running when looked at, for the reason `category` (OffCpuReason),
+  // and stands for the `domain` microseconds of wall time before `ts`.
+  kOffCpuSample = 8,
+  // The process's CPU time (all threads, CLOCK_PROCESS_CPUTIME_ID) at `ts`,
+  // `value` ns: the denominator of attribution's coverage. Flush thread.
+  kProcessCpu = 9,
 };
+
+// Why a thread was off CPU (kOffCpuSample's category). Frozen numbers.
+enum class OffCpuReason : uint8_t {
+  kOther = 0,     // any other wait (a child, a signal, stopped)
+  kGil = 1,       // waiting for Python's GIL (a futex on the interpreter's GIL)
+  kLock = 2,      // another futex: a mutex, condition, semaphore, Python lock
+  kPoll = 3,      // poll, select, epoll: sockets (Ray's gRPC, ZeroMQ) and pipes
+  kIo = 4,        // a read, write, send, receive, open, sync; or uninterruptible sleep
+  kSleep = 5,     // nanosleep, clock_nanosleep
+  kCpuWait = 6,   // runnable but not running: the run queue (schedstat's run delay)
+  kCudaSync = 7,  // inside a CUDA API call (CUPTI): set by the aggregator, not sent
+};
+inline constexpr int kOffCpuReasons = 8;
 
 enum EventFlags : uint8_t {
   kFlagNone = 0,
@@ -43,6 +66,13 @@ enum EventFlags : uint8_t {
   // On a kCpuSample: the thread's Python frame could not be read (a read of
   // it failed: memory unmapped under the sampler); `category` is 0.
   kFlagFrameUnread = 1 << 2,
+  // On a kCpuSample: its native stack was walked. On the wire `value` is the
+  // interned id of the shared objects of its frames, from the interrupted one
+  // outwards, each named once, '\n'-joined (collector/native_stack.h).
+  kFlagNativeStack = 1 << 3,
+  // On a kCpuSample: of a thread the collector itself runs (its flush thread,
+  // ZeroMQ's I/O threads): the profiler's time.
+  kFlagProfilerThread = 1 << 4,
 };
 
 struct EventRecord {

@@ -55,6 +55,7 @@ inline constexpr char kCatCuptiOverhead[] = "cupti_overhead";
 inline constexpr char kCatLaunch[] = "launch";  // launch -> kernel flow arrows
 // The category tracks of CPU samples, one per sampled thread.
 inline constexpr char kCatCpuSamples[] = "cpu_samples";
+inline constexpr char kCatOffCpu[] = "off_cpu";
 
 // Cross-stack attribution's categories (aggregator/attribution.h): keys of
 // summary.json's breakdown[].attribution, names of the trace's sample slices.
@@ -95,6 +96,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"CAT_CUPTI_OVERHEAD", kCatCuptiOverhead},
     {"CAT_LAUNCH", kCatLaunch},
     {"CAT_CPU_SAMPLES", kCatCpuSamples},
+    {"CAT_OFF_CPU", kCatOffCpu},
     {"CPU_PYTHON", kCpuPython},
     {"CPU_BACKEND", kCpuBackend},
     {"CPU_CUDA_API", kCpuCudaApi},

@@ -130,7 +130,7 @@ bool DecodeEventFast(const object* f, int64_t* ts, Event* ev) {
     }
   }
   const uint64_t kind = f[0].via.u64;
-  if (kind < static_cast<uint64_t>(EventKind::kRangePush) || kind > static_cast<uint64_t>(EventKind::kCpuSample) ||
+  if (kind < static_cast<uint64_t>(EventKind::kRangePush) || kind > static_cast<uint64_t>(EventKind::kProcessCpu) ||
       f[2].via.u64 > UINT32_MAX || f[3].via.u64 > UINT32_MAX || f[4].via.u64 > UINT32_MAX ||
       f[6].via.u64 > UINT8_MAX) {
     return false;
@@ -162,7 +162,7 @@ bool DecodeEvent(Ctx& c, const object* f, const std::string& where, int64_t* ts,
     return false;
   }
   if (kind < static_cast<uint64_t>(EventKind::kRangePush) ||
-      kind > static_cast<uint64_t>(EventKind::kCpuSample)) {
+      kind > static_cast<uint64_t>(EventKind::kProcessCpu)) {
     return c.Fail(where + ".kind", "unknown event kind " + std::to_string(kind));
   }
   // Wrapping add: a hostile dts must not be signed-overflow UB.

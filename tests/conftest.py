@@ -125,12 +125,13 @@ class Trace:
 
     def slices(self, pid: int, name: Optional[str] = None, samples: bool = False) -> List[dict]:
         """Its X slices: ranges, Ray methods, GPU records; with `samples`, the
-        CPU samples' category tracks (cat cpu_samples) instead."""
+        samplers' tracks instead (cat cpu_samples: CPU categories; off_cpu:
+        why a thread waited)."""
         from rlscope_ray import _native
 
-        cat = _native.names.CAT_CPU_SAMPLES
+        cats = (_native.names.CAT_CPU_SAMPLES, _native.names.CAT_OFF_CPU)
         return [e for e in self.events if e["ph"] == "X" and e["pid"] == pid
-                and (name is None or e["name"] == name) and (e.get("cat") == cat) == samples]
+                and (name is None or e["name"] == name) and (e.get("cat") in cats) == samples]
 
     def asyncs(self, pid: int, name: str) -> List[dict]:
         """(begin, end) pairs of async ranges, as one dict each."""

@@ -38,6 +38,14 @@ py::dict Stats() {
   d["cpu_kernel_reads"] = c.kernel_reads;
   d["cpu_guard_faults"] = c.guard_faults;
   d["cpu_handler_ns"] = c.handler_ns;
+  d["cpu_threads_unsampled"] = c.threads_unsampled;
+  d["cpu_walks_fp"] = c.walks_fp;
+  d["cpu_walks_scan"] = c.walks_scan;
+  d["cpu_walks_leaf"] = c.walks_leaf;
+  d["cpu_unwalked"] = c.unwalked;
+  d["off_cpu_looks"] = c.off_cpu_looks;
+  d["off_cpu_dropped"] = c.off_cpu_dropped;
+  d["cpu_walk_faults"] = c.walk_faults;
   return d;
 }
 
@@ -62,6 +70,10 @@ void AddPythonFrames(py::module_& m) {
   rlscope_py_module_reader_t reader = RlscopePyModuleReader(&reader_name);
   rlscope_set_py_module_reader(reader, reader_name);
   m.attr("PYTHON_FRAMES") = reader_name;
+  // Off-CPU reasons tell a wait for the GIL from other waits by its address.
+  const void* gil = nullptr;
+  size_t gil_size = 0;
+  if (RlscopePyGil(&gil, &gil_size)) rlscope_set_py_gil(gil, gil_size);
   m.def("stop_python_frames", [] { rlscope_set_py_module_reader(nullptr, nullptr); },
         "The CPU sampler stops reading Python frames (interpreter exit).");
 }

@@ -23,6 +23,11 @@
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
 #include "internal/pycore_frame.h"
+#if PY_VERSION_HEX >= 0x030C0000
+#include "internal/pycore_interp.h"
+#else
+#include "internal/pycore_runtime.h"
+#endif
 #define RLSCOPE_PY_FRAMES 1
 #endif
 
@@ -81,9 +86,27 @@ rlscope_py_module_reader_t RlscopePyModuleReader(const char** what) {
   *what = reader_name;
   return &CurrentModule;
 }
+
+int RlscopePyGil(const void** begin, size_t* size) {
+#if PY_VERSION_HEX >= 0x030C0000
+  const struct _gil_runtime_state* gil = PyInterpreterState_Get()->ceval.gil; /* this interpreter's */
+#else
+  const struct _gil_runtime_state* gil = &_PyRuntime.ceval.gil;
+#endif
+  if (gil == NULL) return 0;
+  *begin = gil;
+  *size = sizeof(*gil);
+  return 1;
+}
 #else
 rlscope_py_module_reader_t RlscopePyModuleReader(const char** what) {
   *what = "";
   return NULL;
+}
+
+int RlscopePyGil(const void** begin, size_t* size) {
+  (void)begin;
+  (void)size;
+  return 0;
 }
 #endif

@@ -12,6 +12,11 @@ extern "C" {
  * (and "") when this CPython's frames are not read (before 3.11, after 3.13). */
 rlscope_py_module_reader_t RlscopePyModuleReader(const char** what);
 
+/* The running interpreter's GIL: its state's address range, where threads
+ * waiting for it block (rlscope_set_py_gil). 0 when not known (the same
+ * versions as the reader). Call with the GIL held. */
+int RlscopePyGil(const void** begin, size_t* size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -271,7 +271,13 @@ def stats() -> dict:
     cpu_kernel_reads: samples whose frame was read through the kernel, not
     with guarded loads; cpu_guard_faults: faults the guarded loads caught;
     cpu_handler_ns: the sampler's signal handler's own time per sample,
-    measured in place, -1 before the first)."""
+    measured in place, -1 before the first; cpu_threads_unsampled: threads
+    the sampler could not take; cpu_walks_fp, cpu_walks_scan, cpu_walks_leaf,
+    cpu_unwalked: samples whose native stack was walked with frame pointers,
+    by a scan, to no caller, or not at all; cpu_walk_faults: reads of those
+    walks that failed (faults the guard caught, in cpu_guard_faults too);
+    off_cpu_looks: looks at why the
+    recording threads were off CPU; off_cpu_dropped: off-CPU samples lost)."""
     return dict(_native.stats())
 
 

@@ -69,6 +69,7 @@ class names:
     CAT_CUPTI_OVERHEAD: str
     CAT_LAUNCH: str
     CAT_CPU_SAMPLES: str
+    CAT_OFF_CPU: str
     CPU_PYTHON: str
     CPU_BACKEND: str
     CPU_CUDA_API: str

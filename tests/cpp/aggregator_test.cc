@@ -704,6 +704,83 @@ TEST_F(AggregatorTest, CpuSamplesSayWhereEachSubtasksCpuTimeWentWithTheConfigsPa
   EXPECT_EQ(FindSlice(step, 1)->process->cpu_samples_received(), 120u);
 }
 
+TEST_F(AggregatorTest, EveryThreadsCpuTimeItsStackTheCoverageAndWhyTheRecordingThreadWaited) {
+  // A controller's step [0, 100 ms) on thread 1: "work" [10, 50), "wait"
+  // [50, 100). In "work", thread 7 (a pool thread that records nothing) runs
+  // libc's memcpy called by libtorch, a 1 ms sample every ms; thread 9, the
+  // collector's flush thread, one sample. The process's CPU time (its flush
+  // thread 5's counter) grows by exactly what was sampled. In "wait", thread
+  // 1 is looked at off CPU: the GIL three times, a poll, a sleep, a CUDA
+  // synchronisation (inside its cudaStreamSynchronize), and 2 ms on the run
+  // queue.
+  Init(ConfigFrom("correction: {enabled: false}\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 0, "step").Push(1, 10 * kMs, "work").Pop(1, 50 * kMs);
+  ctl.Push(1, 50 * kMs, "wait").Pop(1, 100 * kMs).Pop(1, 100 * kMs);
+  const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6", torch = "/v/site-packages/torch/lib/libtorch_cpu.so";
+  for (int ms = 10; ms < 50; ++ms) ctl.StackSample(7, ms * kMs + kMs / 2, libc, torch + "\n/usr/bin/python3.11", "", 1000);
+  ctl.StackSample(9, 30 * kMs + kMs / 4, libc, "", "", 1000, /*profiler=*/true);
+  for (auto [at_ms, cpu_ms] : {std::pair{0, 0}, {10, 0}, {50, 41}, {100, 41}, {120, 41}}) {
+    ctl.ProcessCpu(5, at_ms * kMs, cpu_ms * kMs);
+  }
+  for (int at_ms : {60, 70, 80}) ctl.OffCpu(5, at_ms * kMs, 1, OffCpuReason::kGil, 10000);
+  ctl.OffCpu(5, 85 * kMs, 1, OffCpuReason::kLock, 5000);  // inside the API call below
+  ctl.OffCpu(5, 90 * kMs, 1, OffCpuReason::kPoll, 5000);
+  ctl.OffCpu(5, 95 * kMs, 1, OffCpuReason::kCpuWait, 2000);
+  ctl.OffCpu(5, 99 * kMs, 1, OffCpuReason::kSleep, 9000);
+  wire::Batch b = ctl.Flush(200 * kMs);
+  GpuRecord sync;
+  sync.kind = static_cast<uint8_t>(GpuKind::kRuntimeApi);
+  sync.start_ns = 81 * kMs;
+  sync.end_ns = 86 * kMs;
+  sync.tid = 1;
+  b.gpu = {sync};
+  Send(b);
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepProfile& step = exporter_.steps[0];
+  ASSERT_TRUE(step.analysis);
+  auto row = [&](const std::string& subtask, int process) -> const Attribution& {
+    for (const BreakdownRow& r : step.analysis->rows) {
+      if (r.subtask == subtask && r.process == process) return r.attribution;
+    }
+    ADD_FAILURE() << "no row " << subtask;
+    static const Attribution kNone;
+    return kNone;
+  };
+  const Attribution& work = row("work", 0);
+  EXPECT_EQ(work.ns[static_cast<size_t>(CpuCategory::kBackend)], 40 * kMs);  // libc under libtorch
+  EXPECT_EQ(work.ns[static_cast<size_t>(CpuCategory::kProfiler)], 1 * kMs);  // the flush thread
+  EXPECT_EQ(work.threads, 2);
+  EXPECT_EQ(work.process_cpu_ns, 41 * kMs);
+  EXPECT_EQ(work.covered_cpu_ns, 41 * kMs);
+  EXPECT_DOUBLE_EQ(work.Coverage(), 1.0);
+  EXPECT_EQ(work.off_cpu_ns(), 0);
+  const Attribution& wait = row("wait", 0);
+  auto off = [&](OffCpuReason r) { return wait.off_ns[static_cast<size_t>(r)]; };
+  EXPECT_EQ(off(OffCpuReason::kGil), 30 * kMs);
+  EXPECT_EQ(off(OffCpuReason::kCudaSync), 5 * kMs);  // a lock wait inside a CUDA API call
+  EXPECT_EQ(off(OffCpuReason::kLock), 0);
+  EXPECT_EQ(off(OffCpuReason::kPoll), 5 * kMs);
+  EXPECT_EQ(off(OffCpuReason::kCpuWait), 2 * kMs);
+  EXPECT_EQ(off(OffCpuReason::kSleep), 9 * kMs);
+  EXPECT_EQ(wait.off_samples, 7);
+  EXPECT_EQ(wait.process_cpu_ns, 0);
+  EXPECT_EQ(wait.Coverage(), -1);  // no CPU to cover
+  // The summary and the trace say the same.
+  const std::string summary = StepSummaryJson(step);
+  EXPECT_THAT(summary, HasSubstr("\"threads\":2,\"process_cpu_ms\":41,\"coverage\":1,"));
+  EXPECT_THAT(summary, HasSubstr("\"off_cpu_ms\":{\"other\":0,\"gil\":30,\"lock\":0,\"poll\":5,\"io\":0,\"sleep\":9,"
+                                 "\"cpu_wait\":2,\"cuda_sync\":5},\"off_cpu_looks\":7"));
+  const std::string trace = StepTraceJson(step, {{1, 100}});
+  EXPECT_THAT(trace, HasSubstr("off CPU (sampled)"));
+  EXPECT_THAT(trace, HasSubstr("\"name\":\"off CPU: gil\",\"cat\":\"off_cpu\""));
+  EXPECT_THAT(trace, HasSubstr("\"args\":{\"looks\":3,\"off_cpu_ms\":30}"));  // the three GIL looks, one slice
+  // The flush thread's looks are not the process's events.
+  EXPECT_EQ(FindSlice(step, 1)->process->events_received(), 7u);  // 3 pushes, 3 pops, the API call
+}
+
 TEST_F(AggregatorTest, SamplesInsideACudaApiCallAreTheCudaApisWhateverCodeRanThere) {
   FakeCollector ctl(1, "controller", -1, 100);
   Connect(ctl);

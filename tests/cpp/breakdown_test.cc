@@ -320,6 +320,29 @@ TEST(Attribution, ModulePatternsAreGlobsOrAPackageWithItsSubmodules) {
   EXPECT_TRUE(MatchesModule("*sim*", "my_simulator"));
 }
 
+TEST(Attribution, ClassifiesNativeCodeByTheFirstObjectOfItsStackThatNamesACategory) {
+  Config::Attribution patterns;  // the defaults
+  patterns.simulator = {"libsim*"};
+  const AttributionRules rules(patterns);
+  const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6", libm = "/lib/x86_64-linux-gnu/libm.so.6";
+  const std::string python = "/usr/bin/python3.11", torch = "/v/site-packages/torch/lib/libtorch_cpu.so";
+  // libc called from libtorch is the backend's; libm called from a simulator's library the simulator's.
+  EXPECT_EQ(rules.Classify(libc, "", torch), CpuCategory::kBackend);
+  EXPECT_EQ(rules.Classify(libm, "__main__", "/opt/libsim.so\n/usr/lib/libffi.so.8\n" + python), CpuCategory::kSimulator);
+  // Its leaf alone (no stack walked): other native code, as before stacks.
+  EXPECT_EQ(rules.Classify(libm, "__main__"), CpuCategory::kOther);
+  // The walk stops at the interpreter: what called Python does not decide.
+  EXPECT_EQ(rules.Classify(libc, "__main__", python + "\n" + torch), CpuCategory::kPython);
+  // Reached through a native extension no pattern names: other native code.
+  EXPECT_EQ(rules.Classify(libc, "__main__", "/v/site-packages/ext/_fast.so\n" + python), CpuCategory::kOther);
+  // The first match wins, from the leaf outwards.
+  EXPECT_EQ(rules.Classify(libc, "", "/opt/libsim.so\n" + torch), CpuCategory::kSimulator);
+  EXPECT_EQ(rules.Classify(libc, "", torch + "\n/opt/libsim.so"), CpuCategory::kBackend);
+  // The CUDA API and the profiler decide wherever in the chain.
+  EXPECT_EQ(rules.Classify(libc, "", "/usr/lib/libcuda.so.1\n" + torch), CpuCategory::kCudaApi);
+  EXPECT_EQ(rules.Classify(libc, "x", "/v/site-packages/rlscope_ray/librlscope_collector.so"), CpuCategory::kProfiler);
+}
+
 TEST(Attribution, ClassifiesByObjectThenPythonModuleWithTheConfigsPatterns) {
   Config::Attribution patterns;  // the defaults
   patterns.simulator = {"mujoco", "gymnasium"};
@@ -328,11 +351,16 @@ TEST(Attribution, ClassifiesByObjectThenPythonModuleWithTheConfigsPatterns) {
   EXPECT_EQ(rules.Classify(libpython, "__main__"), CpuCategory::kPython);
   EXPECT_EQ(rules.Classify("/py/bin/python3.11", ""), CpuCategory::kPython);  // a static interpreter
   EXPECT_EQ(rules.Classify(libpython, "gymnasium.envs.cartpole"), CpuCategory::kSimulator);
-  EXPECT_EQ(rules.Classify("/v/site-packages/torch/lib/libtorch_cpu.so", "gymnasium.envs"), CpuCategory::kBackend);
+  // An environment's step is the simulator's, the backend and numerics it calls included.
+  EXPECT_EQ(rules.Classify("/v/site-packages/torch/lib/libtorch_cpu.so", "gymnasium.envs"), CpuCategory::kSimulator);
   EXPECT_EQ(rules.Classify("/v/site-packages/numpy/core/_multiarray_umath.cpython-311.so", "gymnasium.envs"),
-            CpuCategory::kSimulator);  // native code an environment called, named by no pattern
+            CpuCategory::kSimulator);
+  // numpy, scipy and their bundled BLAS are the backend elsewhere (defaults).
   EXPECT_EQ(rules.Classify("/v/site-packages/numpy/core/_multiarray_umath.cpython-311.so", "__main__"),
-            CpuCategory::kOther);
+            CpuCategory::kBackend);
+  EXPECT_EQ(rules.Classify("/v/site-packages/numpy.libs/libscipy_openblas64_-ff651d7f.so", "__main__"),
+            CpuCategory::kBackend);
+  EXPECT_EQ(rules.Classify("/v/site-packages/some_ext/_fast.cpython-311.so", "__main__"), CpuCategory::kOther);
   EXPECT_EQ(rules.Classify("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "__main__"), CpuCategory::kCudaApi);
   EXPECT_EQ(rules.Classify("/opt/lib/libmujoco.so.3", ""), CpuCategory::kSimulator);
   EXPECT_EQ(rules.Classify("", ""), CpuCategory::kOther);  // an address in no shared object (generated code)

@@ -99,11 +99,42 @@ class FakeCollector {
     e.kind = static_cast<uint8_t>(EventKind::kCpuSample);
     e.flags = unread ? kFlagFrameUnread : kFlagNone;
     e.ts_ns = ts;
-    e.value = 0x400000;
+    e.value = 0;
     e.name = object.empty() ? 0 : Intern(object);
     e.category = module.empty() ? 0 : Intern(module);
     e.domain = weight_us;
     pending_sample_blocks_.push_back({tid, {e}});
+    return *this;
+  }
+  // A CPU sample with its walked stack: `callers` the objects outwards,
+  // '\n'-joined (kFlagNativeStack); `profiler` a thread the collector runs.
+  FakeCollector& StackSample(int64_t tid, int64_t ts, const std::string& object, const std::string& callers,
+                             const std::string& module, uint32_t weight_us, bool profiler = false) {
+    Sample(tid, ts, object, module, weight_us);
+    wire::Event& e = pending_sample_blocks_.back().events.back();
+    e.flags = static_cast<uint8_t>(kFlagNativeStack | (profiler ? kFlagProfilerThread : 0));
+    e.value = callers.empty() ? 0 : Intern(callers);
+    return *this;
+  }
+  // What the flush thread (`flush_tid`) saw: thread `tid` off CPU for
+  // `reason` for the `weight_us` before ts (kOffCpuSample); the process's CPU
+  // time at ts (kProcessCpu).
+  FakeCollector& OffCpu(int64_t flush_tid, int64_t ts, int64_t tid, OffCpuReason reason, uint32_t weight_us) {
+    wire::Event e;
+    e.kind = static_cast<uint8_t>(EventKind::kOffCpuSample);
+    e.ts_ns = ts;
+    e.value = static_cast<uint64_t>(tid);
+    e.category = static_cast<uint32_t>(reason);
+    e.domain = weight_us;
+    pending_sample_blocks_.push_back({flush_tid, {e}});
+    return *this;
+  }
+  FakeCollector& ProcessCpu(int64_t flush_tid, int64_t ts, int64_t cpu_ns) {
+    wire::Event e;
+    e.kind = static_cast<uint8_t>(EventKind::kProcessCpu);
+    e.ts_ns = ts;
+    e.value = static_cast<uint64_t>(cpu_ns);
+    pending_sample_blocks_.push_back({flush_tid, {e}});
     return *this;
   }
   // The measured cost of the thread's previous event (EventKind::

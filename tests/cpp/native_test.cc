@@ -746,8 +746,22 @@ TEST(WireTest, ExpectedWithNonStringValueIsRejected) {
   EXPECT_THAT(r.error, HasSubstr("expected.processes[0][pid]"));
 }
 
+TEST(WireTest, OffCpuSamplesAndProcessCpuDecode) {
+  // kOffCpuSample: thread 4242 off CPU for the GIL, 20,000 us; kProcessCpu: 7 s of CPU.
+  const wire::DecodeResult off = DecodeString(BatchWithEvents({8, 100, 0, 20000, 1, 4242, 0}));
+  ASSERT_TRUE(off.ok) << off.error;
+  const wire::Event& e = std::get<wire::Batch>(off.message).threads[0].events[0];
+  EXPECT_EQ(e.kind, static_cast<uint8_t>(EventKind::kOffCpuSample));
+  EXPECT_EQ(e.value, 4242u);
+  EXPECT_EQ(e.category, static_cast<uint32_t>(OffCpuReason::kGil));
+  EXPECT_EQ(e.domain, 20000u);
+  const wire::DecodeResult cpu = DecodeString(BatchWithEvents({9, 100, 0, 0, 0, 7000000000ull, 0}));
+  ASSERT_TRUE(cpu.ok) << cpu.error;
+  EXPECT_EQ(std::get<wire::Batch>(cpu.message).threads[0].events[0].value, 7000000000ull);
+}
+
 TEST(WireTest, RejectsUnknownEventKind) {
-  for (int64_t kind : {0, 8, 255, 256 + 1}) {
+  for (int64_t kind : {0, 10, 255, 256 + 1}) {
     const wire::DecodeResult r = DecodeString(BatchWithEvents({kind, 0, 1, 0, 0, 0, 0}));
     EXPECT_FALSE(r.ok) << "kind " << kind;
     EXPECT_THAT(r.error, HasSubstr("unknown event kind " + std::to_string(kind)));

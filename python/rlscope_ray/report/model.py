@@ -49,6 +49,19 @@ CATEGORIES: Tuple[Tuple[str, str, str], ...] = (
     ("idle", "idle", "idle"),
     (_names.CPU_PROFILER, "profiler (removed)", "overhead"),
 )
+# Off CPU (a breakdown row's attribution "off_cpu_ms"): why the recording
+# threads waited (reason, legend label, CSS class suffix), wall time summed
+# over threads, drawn beside the CPU categories in the same chart.
+OFF_CPU: Tuple[Tuple[str, str, str], ...] = (
+    ("gil", "off CPU: GIL", "off-gil"),
+    ("lock", "off CPU: lock", "off-lock"),
+    ("poll", "off CPU: poll / socket", "off-poll"),
+    ("io", "off CPU: I/O", "off-io"),
+    ("sleep", "off CPU: sleep", "off-sleep"),
+    ("cpu_wait", "off CPU: run queue", "off-cpu_wait"),
+    ("cuda_sync", "off CPU: CUDA sync", "off-cuda_sync"),
+    ("other", "off CPU: other", "off-other"),
+)
 STRAGGLER_RATIO = 1.2  # stragglers above this slowest/median ratio are highlighted
 
 _STEP_DIR = re.compile(r"step_(\d+)")
@@ -311,10 +324,23 @@ def _attribution_cells(a: Dict[str, Any]) -> List[str]:
 
 
 _ATTRIBUTION_NOTE = (
-    "CPU categories are thread CPU time from samples driven by each thread's own CPU clock (share of the job's "
-    "CPU time, \u00b1 one standard deviation of sampling); GPU busy and idle are wall time (idle: neither a "
-    "sampled thread on a CPU nor the GPU busy). A bar may exceed the window where threads ran in parallel or "
-    "the CPU overlapped the GPU.")
+    "CPU categories are thread CPU time of every thread of the process, from samples driven by each thread's own "
+    "CPU clock, native code named by the first object of its stack that a category names (share of the job's "
+    "CPU time, \u00b1 one standard deviation of sampling); coverage is that sampled CPU time over the process's "
+    "own CPU time in the window. Off CPU is the wall time the recording threads spent not running, by why they "
+    "waited, from looks at their state. GPU busy and idle are wall time (idle: neither a sampled thread on a CPU "
+    "nor the GPU busy). A bar may exceed the window where threads ran in parallel, waited, or the CPU overlapped "
+    "the GPU.")
+
+
+def _off_cpu_cells(a: Dict[str, Any]) -> List[str]:
+    off = _dict(a.get("off_cpu_ms"))
+    return [f"{v:,.3f}" if (v := _num(off.get(r))) is not None else _DASH for r, _, _ in OFF_CPU]
+
+
+def _coverage_cell(a: Dict[str, Any]) -> str:
+    c = _num(a.get("coverage"))
+    return f"{100 * c:.0f} %" if c is not None else _DASH
 
 
 def _attribution(step: int, s: Dict[str, Any], charts: _Charts) -> List[Block]:
@@ -333,11 +359,13 @@ def _attribution(step: int, s: Dict[str, Any], charts: _Charts) -> List[Block]:
                      "title": (f"{subtask} / {process}; {_nonneg(a.get('cpu_ms')):.3f} ms CPU in "
                                f"{fmt(a.get('samples'))} samples"
                                + (f", {100 * _nonneg(top[1]):.0f} % {top[0]}" if top[0] else "")),
-                     "values": [_nonneg(a.get(f"{cat}_ms")) for cat, _, _ in CATEGORIES]})
-        table.append([subtask, r.get("rank"), process, a.get("samples"), _num(a.get("cpu_ms"))]
-                     + _attribution_cells(a))
-    data, legend = _stacked(CATEGORIES, bars)
-    headers = ["sub-task", "rank", "process", "samples", "CPU ms"] + [f"{t} ms" for _, t, _ in CATEGORIES]
+                     "values": [_nonneg(a.get(f"{cat}_ms")) for cat, _, _ in CATEGORIES]
+                     + [_nonneg(_dict(a.get("off_cpu_ms")).get(r)) for r, _, _ in OFF_CPU]})
+        table.append([subtask, r.get("rank"), process, a.get("samples"), a.get("threads"), _num(a.get("cpu_ms")),
+                      _coverage_cell(a)] + _attribution_cells(a) + _off_cpu_cells(a))
+    data, legend = _stacked(CATEGORIES + OFF_CPU, bars)
+    headers = (["sub-task", "rank", "process", "samples", "threads", "CPU ms", "coverage"]
+               + [f"{t} ms" for _, t, _ in CATEGORIES] + [f"{t} ms" for _, t, _ in OFF_CPU])
     return [charts.add("attribution-chart", f"step{step}-attribution", data, legend),
             Para(_ATTRIBUTION_NOTE, "note"), _table(headers, table, "attribution-table")]
 
@@ -480,7 +508,7 @@ def _step(step: int, s: Optional[Dict[str, Any]], why: Optional[str], charts: _C
                     + f'; reason: {fmt(s.get("reason"))}.')
     return Step(step, [duration], [
         Part("breakdown", "Resource breakdown per sub-task and rank", _breakdown(step, s, charts)),
-        Part("attribution", "Where the CPU time went: Python, ML backend, CUDA API, simulator (sampled)",
+        Part("attribution", "Where the time went: CPU by category on every thread, off CPU by why (sampled)",
              _attribution(step, s, charts)),
         Part("critical-path", "Critical path", _critical_path(step, s, charts)),
         Part("stragglers", "Stragglers", _stragglers(s)),

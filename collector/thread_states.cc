@@ -1,0 +1,169 @@
+#include "collector/thread_states.h"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "native/clock.h"
+
+namespace rlscope {
+namespace {
+
+std::atomic<uint64_t> g_gil_begin{0}, g_gil_end{0};
+
+// A /proc file's text ("" when it cannot be read: the thread is gone).
+std::string ReadSmall(const char* path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// Why a thread waits in system call `nr` with first argument `arg0`
+// (x86-64 numbers).
+OffCpuReason SyscallReason(long nr, uint64_t arg0, uint64_t gil_begin, uint64_t gil_end) {
+#if defined(__x86_64__)
+  switch (nr) {
+    case 202:  // futex
+    case 449:  // futex_waitv
+      return nr == 202 && arg0 >= gil_begin && arg0 < gil_end ? OffCpuReason::kGil : OffCpuReason::kLock;
+    case 7: case 23: case 232: case 270: case 271: case 281: case 441:  // poll select epoll_wait pselect6 ppoll epoll_pwait(2)
+      return OffCpuReason::kPoll;
+    case 0: case 1: case 17: case 18: case 19: case 20: case 42: case 43: case 44: case 45: case 46: case 47:
+    case 74: case 75: case 257: case 288: case 295: case 296: case 299: case 307: case 208: case 426:
+      // read write pread pwrite readv writev connect accept sendto recvfrom sendmsg recvmsg fsync fdatasync
+      // openat accept4 preadv pwritev recvmmsg sendmmsg io_getevents io_uring_enter
+      return OffCpuReason::kIo;
+    case 35: case 230:  // nanosleep clock_nanosleep
+      return OffCpuReason::kSleep;
+    default:
+      return OffCpuReason::kOther;
+  }
+#else
+  (void)nr;
+  (void)arg0;
+  (void)gil_begin;
+  (void)gil_end;
+  return OffCpuReason::kOther;
+#endif
+}
+
+}  // namespace
+
+ThreadLook ClassifyThread(const std::string& stat, const std::string& syscall, uint64_t gil_begin, uint64_t gil_end) {
+  ThreadLook look;
+  // "tid (comm) S ...": the state follows the last ')' (comm may hold one).
+  const size_t close = stat.rfind(')');
+  const char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 'R';
+  if (state == 'R' || stat.empty()) {
+    look.running = true;
+    return look;
+  }
+  long nr = -1;
+  unsigned long long arg0 = 0;
+  if (!syscall.empty() && syscall.compare(0, 7, "running") != 0) {
+    if (std::sscanf(syscall.c_str(), "%ld 0x%llx", &nr, &arg0) < 1) nr = -1;
+  }
+  look.reason = nr >= 0 ? SyscallReason(nr, arg0, gil_begin, gil_end) : OffCpuReason::kOther;
+  if (state == 'D' && look.reason == OffCpuReason::kOther) look.reason = OffCpuReason::kIo;
+  return look;
+}
+
+ThreadStates::ThreadStates(CollectorContext& ctx, Recording& recording) : ctx_(ctx), recording_(recording) {
+  SetHz(ctx.own.config.cpu.off_cpu_hz);
+}
+
+void ThreadStates::SetGil(const void* begin, uint64_t size) {
+  const auto b = reinterpret_cast<uint64_t>(begin);
+  g_gil_begin.store(b, std::memory_order_relaxed);
+  g_gil_end.store(begin != nullptr ? b + size : 0, std::memory_order_relaxed);
+}
+
+void ThreadStates::Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks) {
+  EventRecord r{};
+  r.ts = ticks;
+  r.value = static_cast<uint64_t>(tid);
+  r.category = static_cast<uint32_t>(reason);
+  r.domain = static_cast<uint32_t>(std::clamp<int64_t>(weight_ns / 1000, 0, UINT32_MAX));
+  r.kind = static_cast<uint8_t>(EventKind::kOffCpuSample);
+  if (!ring_->TryPush(r, /*privileged=*/true, /*counted=*/false)) dropped_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ThreadStates::Flush(bool armed) {
+  if (!armed) {
+    seen_.clear();  // the next window starts afresh: no wait spans a gap in looking
+    return;
+  }
+  if (ring_ == nullptr) ring_ = std::make_unique<ThreadBuffer>(static_cast<int64_t>(syscall(SYS_gettid)), kRingRecords);
+  const uint64_t ticks = ReadTicks(ctx_.clock_source);
+  timespec cpu{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) {  // every armed flush: coverage's denominator
+    EventRecord r{};
+    r.ts = ticks;
+    r.value = static_cast<uint64_t>(cpu.tv_sec) * 1000000000ull + static_cast<uint64_t>(cpu.tv_nsec);
+    r.kind = static_cast<uint8_t>(EventKind::kProcessCpu);
+    if (!ring_->TryPush(r, true, false)) dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  const int64_t hz = hz_.load(std::memory_order_relaxed);
+  const int64_t now = MonotonicNs();
+  if (hz <= 0 || now < next_look_ns_) return;
+  const int64_t period = 1000000000 / hz;
+  next_look_ns_ = now + period * 9 / 10;  // a flush a little early still looks
+  Look(now, period, ticks);
+}
+
+void ThreadStates::Look(int64_t now, int64_t period, uint64_t ticks) {
+  ++look_;
+  looks_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<int64_t> tids;
+  recording_.ForEachThread([&](ThreadEntry& t) {
+    if (!t.exited.load(std::memory_order_acquire)) tids.push_back(t.buffer->tid());
+  });
+  const uint64_t gil_begin = g_gil_begin.load(std::memory_order_relaxed), gil_end = g_gil_end.load(std::memory_order_relaxed);
+  char path[64];
+  for (int64_t tid : tids) {
+    Seen& seen = seen_[tid];
+    const int64_t weight = seen.last_ns == 0 ? period : std::min(now - seen.last_ns, 4 * period);
+    seen.last_ns = now;
+    seen.look = look_;
+    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/stat", static_cast<long long>(tid));
+    const std::string stat = ReadSmall(path);
+    if (stat.empty()) continue;  // gone
+    std::string sys;
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'R') {
+      std::snprintf(path, sizeof(path), "/proc/self/task/%lld/syscall", static_cast<long long>(tid));
+      sys = ReadSmall(path);
+    }
+    const ThreadLook look = ClassifyThread(stat, sys, gil_begin, gil_end);
+    if (!look.running) Push(tid, look.reason, weight, ticks);
+    // Run-queue waits: schedstat's second figure, exact.
+    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
+    const std::string sched = ReadSmall(path);
+    long long cpu_ns = 0, delay_ns = 0;
+    if (std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2) {
+      if (seen.run_delay_ns >= 0 && delay_ns > seen.run_delay_ns) {
+        Push(tid, OffCpuReason::kCpuWait, delay_ns - seen.run_delay_ns, ticks);
+      }
+      seen.run_delay_ns = delay_ns;
+    }
+  }
+  for (auto it = seen_.begin(); it != seen_.end();) {  // threads gone
+    it = it->second.look != look_ ? seen_.erase(it) : std::next(it);
+  }
+}
+
+void ThreadStates::Take(Outgoing* out) {
+  if (ring_ != nullptr && ring_->size() > 0) out->threads.push_back({ring_.get(), ring_->size()});
+}
+
+}  // namespace rlscope

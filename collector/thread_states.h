@@ -1,0 +1,92 @@
+// Off-CPU sampling as a unit of the collector: why the recording threads
+// (those whose ranges make the sub-tasks) are not running, and the process's
+// CPU time, looked at from the flush thread, never from the host's threads.
+//
+// At each flush while armed, at most cpu.off_cpu_hz times a second, for each
+// recording thread:
+//  - /proc/self/task/<tid>/stat: its state. A thread not running (S, D, t)
+//    is recorded as a kOffCpuSample with its reason, from the system call it
+//    waits in (/proc/self/task/<tid>/syscall): a futex on the interpreter's
+//    GIL (the address range rlscope_ray registers) is gil, another futex
+//    lock, poll/select/epoll poll, read/write/send/receive/open/sync and the
+//    D state io, nanosleep sleep, anything else other. The sample stands for
+//    the wall time since the thread was last looked at (at most 4 looks'
+//    worth), so the reasons' times are sampled as CPU time is.
+//  - /proc/self/task/<tid>/schedstat: the time it waited on a run queue
+//    (runnable, no CPU) since the last look, exact, recorded as reason
+//    cpu_wait.
+// And one kProcessCpu counter (CLOCK_PROCESS_CPUTIME_ID) per look: the
+// process's own CPU time, every thread's, against which the aggregator
+// states the CPU samples' coverage.
+//
+// The records go to one ring of the flush thread's (it writes and drains
+// it), shipped as a block of their own; each names its thread in `value`.
+// A look costs about three reads of /proc per recording thread. System call
+// numbers are x86-64's (elsewhere every wait is other). CUDA
+// synchronisation is the aggregator's: an off-CPU sample inside a CUDA API
+// call CUPTI traced (attribution.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "collector/context.h"
+#include "collector/recording.h"
+#include "collector/transport.h"
+#include "native/event.h"
+#include "native/thread_buffer.h"
+
+namespace rlscope {
+
+// What a thread was doing when looked at, from its /proc files' text.
+struct ThreadLook {
+  bool running = false;  // state R: on a CPU or on a run queue
+  OffCpuReason reason = OffCpuReason::kOther;
+};
+// Pure (tests): `stat` is /proc/<tid>/stat's line, `syscall` its syscall
+// file's ("" unread); `gil` the GIL's address range [begin, end).
+ThreadLook ClassifyThread(const std::string& stat, const std::string& syscall, uint64_t gil_begin, uint64_t gil_end);
+
+class ThreadStates {
+ public:
+  static constexpr size_t kRingRecords = 8192;
+
+  explicit ThreadStates(CollectorContext& ctx, Recording& recording);
+
+  // cpu.off_cpu_hz of the config that applies (0: off).
+  void SetHz(int64_t hz) { hz_.store(hz, std::memory_order_relaxed); }
+  // Flush thread, each flush: while armed, the process's CPU time, and a
+  // look at the recording threads when one is due.
+  void Flush(bool armed);
+  // Flush thread: this flush's records, as a block of the flush thread's.
+  void Take(Outgoing* out);
+  uint64_t looks() const { return looks_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+  // The interpreter's GIL (rlscope_set_py_gil), process-wide.
+  static void SetGil(const void* begin, uint64_t size);
+
+ private:
+  struct Seen {
+    int64_t last_ns = 0;        // when last looked at (0 never)
+    int64_t run_delay_ns = -1;  // schedstat's run delay then
+    uint64_t look = 0;          // the look it was last seen in
+  };
+  // One look at every recording thread (`period`: ns between looks).
+  void Look(int64_t now, int64_t period, uint64_t ticks);
+  void Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks);
+
+  CollectorContext& ctx_;
+  Recording& recording_;
+  std::atomic<int64_t> hz_{0};
+  std::unique_ptr<ThreadBuffer> ring_;  // the flush thread's; made at the first look
+  std::map<int64_t, Seen> seen_;        // flush thread
+  int64_t next_look_ns_ = 0;
+  uint64_t look_ = 0;
+  std::atomic<uint64_t> looks_{0}, dropped_{0};
+};
+
+}  // namespace rlscope
