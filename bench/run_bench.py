@@ -25,6 +25,11 @@ Sections (each a function that runs its programs and prints one table):
                       10 kHz beside sampling off, its accuracy on a program
                       with a known answer, and py-spy --native beside it
                       (bench/sampler_bench.py).
+  whole_process_section  whole-process attribution: coverage on torch with its
+                      default threads (recording threads only vs every
+                      thread), native pools and stacks, off-CPU reasons, a
+                      sample's cost with its stack walked, py-spy --native
+                      beside it (bench/whole_process_bench.py).
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -764,6 +769,16 @@ def sampler_section(args):
     sampler_bench.sampler_section(args, print_table, clean_env, run_json)
 
 
+def whole_process_section(args):
+    """Whole-process attribution: coverage on torch with default threads,
+    native pools and stacks, off-CPU reasons, a sample's cost with its stack
+    walked (bench/whole_process_bench.py)."""
+    import whole_process_bench
+
+    args.root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    whole_process_bench.whole_process_section(args, print_table, clean_env)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "python": python_section,
@@ -781,12 +796,13 @@ SECTIONS = {
     "faults": faults_section,
     "accuracy": accuracy_section,
     "sampler": sampler_section,
+    "whole_process": whole_process_section,
 }
 
 
 # `make bench`: the headline tables in a few minutes; --long: every section,
 # at full size (about 40 minutes).
-QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler"]
+QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process"]
 QUICK_PAIRS = 512 * 1024
 
 

@@ -44,6 +44,14 @@ def looks() -> int:
     return rlscope_ray.stats()["off_cpu_looks"]
 
 
+def wait_done(start: int, t0: float, n: int) -> bool:
+    """A wait is over after n looks of the off-CPU sampler; with no collector
+    (as under another profiler), after 0.2 s."""
+    if not rlscope_ray._native.running():
+        return time.monotonic() - t0 >= 0.2
+    return looks() >= start + n
+
+
 class Helper(threading.Thread):
     """Runs what the main thread asks (a callable) on a thread of its own; it
     records no events, so its own waits are nobody's off-CPU time."""
@@ -87,6 +95,7 @@ def main() -> None:
     gil_pool.rlscope_test_wait_looks.argtypes = pool.rlscope_test_wait_looks.argtypes
     gil_pool.rlscope_test_wait_looks.restype = ctypes.c_uint64
     stats_fn = ctypes.cast(ctypes.CDLL(args.collector).rlscope_sampler_stats, ctypes.c_void_p).value
+    max_wait_s = 60.0 if rlscope_ray._native.running() else 0.2  # no collector: looks never come
     sim = ctypes.CDLL(args.sim_lib).rlscope_test_sim_step
     sim.argtypes, sim.restype = [ctypes.c_double], ctypes.c_double
     helper = Helper()
@@ -111,29 +120,29 @@ def main() -> None:
                 phases["pool"] = list(cpu)
             with rlscope_ray.range("sim"):
                 phases["sim"] = sim(args.cpu_s)
-            start = looks()
+            start, t0 = looks(), time.monotonic()
             with rlscope_ray.range("sleep"):
-                while looks() < start + args.looks:
+                while not wait_done(start, t0, args.looks):
                     time.sleep(0.02)
             held = threading.Event()
 
             def hold_lock():
                 with lock:
                     held.set()
-                    pool.rlscope_test_wait_looks(stats_fn, args.looks, 60.0)  # GIL released
+                    pool.rlscope_test_wait_looks(stats_fn, args.looks, max_wait_s)  # GIL released
             helper.submit(hold_lock)
             held.wait()
             with rlscope_ray.range("lock"):
                 lock.acquire()
                 lock.release()
-            start = looks()
+            start, t0 = looks(), time.monotonic()
             with rlscope_ray.range("poll"):
-                while looks() < start + args.looks:
+                while not wait_done(start, t0, args.looks):
                     select.select([quiet_a], [], [], 0.02)
             r, w = os.pipe()
 
             def write_later():
-                pool.rlscope_test_wait_looks(stats_fn, args.looks, 60.0)
+                pool.rlscope_test_wait_looks(stats_fn, args.looks, max_wait_s)
                 os.write(w, b"x")
             with rlscope_ray.range("io"):
                 helper.submit(write_later)
@@ -144,7 +153,7 @@ def main() -> None:
 
             def hold_gil():
                 started.set()
-                gil_pool.rlscope_test_wait_looks(stats_fn, args.looks, 60.0)  # GIL held throughout
+                gil_pool.rlscope_test_wait_looks(stats_fn, args.looks, max_wait_s)  # GIL held throughout
             with rlscope_ray.range("gil"):
                 helper.submit(hold_gil)
                 started.wait()  # returns once the helper lets go of the GIL
