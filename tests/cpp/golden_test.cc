@@ -46,6 +46,7 @@ const std::map<std::string, double> kCosts = {{"push", 200}, {"pop", 150}, {"sta
                                              {"mark", 100}, {"cpu_sample", 1000}};
 const char kPython[] = "/usr/lib/libpython3.11.so.1.0";
 const char kTorch[] = "/venv/site-packages/torch/lib/libtorch_cpu.so";
+const char kLibc[] = "/lib/x86_64-linux-gnu/libc.so.6";
 
 // The controller's step `n`: [n * 100 ms, n * 100 ms + 80 ms) on thread 1.
 void ControllerStep(FakeCollector& ctl, int n) {
@@ -85,6 +86,15 @@ void WorkerStep(FakeCollector& w, int n, int64_t shift, bool simulator) {
     w.Sample(7, t + ms * kMs, sim ? kPython : kTorch, sim ? "rlscope_test_sim.env" : "verl.workers.actor", 3000,
              /*unread=*/ms == 31);
   }
+  // Every thread: a pool thread (11) that records nothing, in libc called by
+  // libtorch; the flush thread (5), the profiler's, looks at thread 7 off CPU
+  // between its sub-tasks and reads the process's CPU time.
+  for (int ms = 10; ms < 30; ms += 4) {
+    w.StackSample(11, t + ms * kMs, kLibc, std::string(kTorch) + "\n" + kPython, "", 4000);
+  }
+  w.StackSample(5, t + 50 * kMs, kLibc, "", "", 1000, /*profiler=*/true);
+  w.OffCpu(5, t + 36 * kMs, 7, OffCpuReason::kPoll, 3000).OffCpu(5, t + 40 * kMs, 7, OffCpuReason::kGil, 4000);
+  for (int ms = 0; ms <= 100; ms += 20) w.ProcessCpu(5, t + ms * kMs, (n * 100 + ms) * kMs / 2);
 }
 
 // Its GPU work in step `n`: a launch, its kernel and a copy, on its clock.
