@@ -144,10 +144,13 @@ void CpuSampling::SayCounts() {
     blocking_said_ = blocking;
     set_label_("cpu_threads_blocking", std::to_string(blocking));  // their CPU is not in the samples
   }
-  // The walks' mix, said once a window closed (a label re-sends the Hello:
-  // not at every flush while the shares move).
-  if (!arming_->armed() && sampler_.samples() != stacks_samples_said_) {
-    stacks_samples_said_ = sampler_.samples();
+  // The walks' mix, said once a window closed, and while one stays open
+  // each time the samples doubled (a label re-sends the Hello: not at every
+  // flush while the shares move).
+  const uint64_t samples = sampler_.samples();
+  if (samples != stacks_samples_said_ &&
+      (!arming_->armed() || (samples >= 256 && samples >= 2 * stacks_samples_said_))) {
+    stacks_samples_said_ = samples;
     if (std::string stacks = StacksLabel(); !stacks.empty() && stacks != stacks_said_) {
       stacks_said_ = stacks;
       set_label_("cpu_stacks", stacks);
