@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "aggregator/relay.h"
+#include "native/spool_file.h"
 
 namespace rlscope {
 namespace {
@@ -36,18 +37,7 @@ void Admission::SetSecret(std::string secret) {
   run_key_ = RunKey(secret_);
 }
 
-std::string Admission::RunKey(const std::string& secret) {
-  if (secret.empty()) return "";
-  // FNV-1a 64 over a domain prefix and the secret.
-  uint64_t h = 14695981039346656037ull;
-  for (char c : std::string("rlscope-run-key\n") + secret) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
+std::string Admission::RunKey(const std::string& secret) { return rlscope::RunKey(secret); }
 
 void Admission::Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns) {
   ++context_->stats.refused_frames;
@@ -90,6 +80,14 @@ bool Admission::Admit(const wire::Message& message, const std::string& peer, int
   if (const auto* hello = std::get_if<wire::Hello>(&message)) {
     if (!secret_.empty() && !SameSecret(hello->secret, secret_)) {
       RefuseHello(*hello, peer, now_ns);
+      return false;
+    }
+    if (hello->kind == wire::Hello::kUpdate && peers_.count(session) == 0) {
+      // A collector that said hello to an aggregator before this one (it
+      // restarted behind a relay whose connection stayed up): binding it
+      // now would skip what it sent the other. Asked to say hello again,
+      // it replays its spool first (kReplay).
+      Refuse("an updated hello from a session that has not said hello here", peer, true, now_ns);
       return false;
     }
     peers_[session] = peer;

@@ -31,6 +31,11 @@ class Admission {
   // run.json (resume.run_key): an identifier, not a credential.
   static std::string RunKey(const std::string& secret);
   const std::string& run_key() const { return run_key_; }
+  // The run's key without its secret (a recovery writes into the run's
+  // directory; no hello is taken over the network then).
+  void KeepRunKey(const std::string& key) {
+    if (secret_.empty()) run_key_ = key;
+  }
   // Whether a frame's `message` from connection `peer` (the ROUTER routing
   // id) is taken; a hello taken binds its session to `peer`.
   bool Admit(const wire::Message& message, const std::string& peer, int64_t now_ns);

@@ -23,6 +23,7 @@ void Aggregator::Resume(const ResumePoint& point) {
   steps_written_ = point.steps_written;
   context_.stats.steps_written = steps_written_.size();
   context_.stats.steps_seen = point.steps_seen;
+  recovered_ = point.recovered;
   std::string list;
   for (int64_t n : point.steps_written) list += (list.empty() ? "" : ", ") + std::to_string(n);
   context_.notes.Record(
@@ -39,8 +40,20 @@ uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns, cons
     return 0;
   }
   if (!admission_.Admit(r.message, peer, now_ns)) return 0;
+  if (finished_) {
+    // The run is written: a goodbye is acknowledged (nothing need be left
+    // on disk), everything else is too late to matter.
+    if (const auto* bye = std::get_if<wire::Bye>(&r.message)) AckBye(bye->session);
+    return SessionOf(r.message);
+  }
   OnMessage(r.message, now_ns);
   return SessionOf(r.message);
+}
+
+void Aggregator::AckBye(uint64_t session) {
+  wire::Control ack;
+  ack.bye_ack = true;
+  context_.Send(session, ack);
 }
 
 std::vector<Outgoing> Aggregator::TakeOutgoing() {
@@ -173,6 +186,9 @@ void Aggregator::OnExpected(const wire::Expected& expected) {
 
 void Aggregator::OnBye(const wire::Bye& bye) {
   if (auto it = processes_.find(bye.session); it != processes_.end()) it->second->Bye(bye);
+  // Its messages arrive in order: everything it sent is here. It need leave
+  // nothing on disk (a relay passes this back the same way).
+  AckBye(bye.session);
 }
 
 void Aggregator::Tick(int64_t now_ns) {
@@ -193,6 +209,14 @@ void Aggregator::Finish(int64_t now_ns) {
   // Final only when every step is written: otherwise an aggregator started
   // again on this directory takes the run up from what the collectors kept.
   if (!exporter_->ExportRun(MakeRunInfo(context_.stats.write_errors == 0))) ++context_.stats.write_errors;
+  finished_ = true;
+  if (context_.stats.write_errors == 0) {
+    // The run is over: nothing a collector still holds or records can be
+    // written, so none of it is left on disk at its exit (kRunOver).
+    wire::Control over;
+    over.release_ns = wire::kRunOver;
+    context_.Send(0, over);
+  }
   exporter_->Flush(std::chrono::milliseconds(10000));
   exporter_->Shutdown();
 }
@@ -299,6 +323,22 @@ bool Aggregator::StepDone(const PendingStep& step) {
   return true;
 }
 
+void Aggregator::CountRecovered(const RecoveredCounts& counts, const std::string& path) {
+  recovered_.files += counts.files;
+  recovered_.processes += counts.processes;
+  recovered_.events += counts.events;
+  context_.notes.Log("took up " + std::to_string(counts.events) + " events a process left on disk at its exit (" +
+                     path + ")");
+}
+
+bool Aggregator::NoteUnreadableSpool(const std::string& path, const std::string& error) {
+  if (!unreadable_spools_.insert(path).second) return false;
+  ++recovered_.unreadable_files;
+  recovered_.last_error = error;
+  context_.notes.Record("a spool file left at a process's exit cannot be taken up: " + error);
+  return true;
+}
+
 RunInfo Aggregator::MakeRunInfo(bool final) const {
   const AggregatorStats& stats = context_.stats;
   RunInfo run;
@@ -324,6 +364,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.controller_session = controller_session_ != 0 ? controller_session_ : releases_.resumed().controller_session;
   run.controller_resume_ns = releases_.controller_resume_ns();
   run.resumes = releases_.resumed().resumes;
+  run.recovered = recovered_;
   run.run_key = admission_.run_key();
   run.final = final;
   return run;

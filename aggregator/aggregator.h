@@ -50,6 +50,8 @@ class Aggregator {
   // secret itself is checked in every hello).
   static std::string RunKey(const std::string& secret) { return Admission::RunKey(secret); }
   const std::string& run_key() const { return admission_.run_key(); }
+  // Keeps a resumed run's key without its secret (rlscope-ray recover).
+  void KeepRunKey(const std::string& key) { admission_.KeepRunKey(key); }
   // Takes the run up where run.json says a previous aggregator left it: the
   // steps it wrote stay listed, and the controller's steps up to its last
   // are not numbered or written again when its collector replays them.
@@ -71,10 +73,18 @@ class Aggregator {
   // the last call, in order.
   std::vector<Outgoing> TakeOutgoing();
   // Exports every closed step (waiting no longer), then finalises the run:
-  // run.json says final, unless a write failed (then it stays resumable).
+  // run.json says final, unless a write failed (then it stays resumable),
+  // and tells every collector the run is over (wire::kRunOver). Frames
+  // after it are only answered: a goodbye is acknowledged.
   void Finish(int64_t now_ns);
 
   const AggregatorStats& stats() const { return context_.stats; }
+  // A spool file taken up (spool_takeup.h): its counts, into run.json's
+  // `recovered`, and a line for the log.
+  void CountRecovered(const RecoveredCounts& counts, const std::string& path);
+  // A spool file that cannot be read: counted and said the first time;
+  // true when it was new.
+  bool NoteUnreadableSpool(const std::string& path, const std::string& error);
   const ProcessMap& processes() const { return processes_; }
   // True once the controller said bye and every step it closed was exported:
   // nothing more can be written (workers may still be running).
@@ -99,6 +109,7 @@ class Aggregator {
   void OnProbe(const wire::Probe& probe, int64_t now_ns);
   void OnExpected(const wire::Expected& expected);
   void OnBye(const wire::Bye& bye);
+  void AckBye(uint64_t session);
   // One controller per run: the first to claim the role takes it (a
   // resumed run's: the session that held it), and the run's config is
   // decided then; a later claimant (a Ray actor created by the controller
@@ -139,6 +150,9 @@ class Aggregator {
   std::vector<ExpectedProcess> expected_;
   std::vector<int64_t> steps_written_;
   int64_t last_cut_end_ns_ = INT64_MIN;
+  RecoveredCounts recovered_;                // spool files taken up (run.json `recovered`)
+  bool finished_ = false;                    // Finish ran: frames are only answered (OnFrame)
+  std::set<std::string> unreadable_spools_;  // said once each
 };
 
 }  // namespace rlscope

@@ -23,7 +23,12 @@
 // (the same secret: resume.run_key), an aggregator of the run was killed: it
 // takes the run up (Aggregator::Resume). Another run's is not taken up
 // (said; --resume forces it).
-// RLSCOPE_SECRET in its environment: every hello must carry it.
+// RLSCOPE_SECRET in its environment: every hello must carry it, and it
+// takes up what the run's processes left on this node's disk at exit
+// (spool_takeup.h: at start, every second, and before it finishes).
+//   rlscope-ray-aggregator --recover SPOOL_DIR --out DIR: takes up the spool
+//   files in SPOOL_DIR into the run directory DIR (resumed, final or not),
+//   writes what they complete and exits (rlscope-ray recover).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,9 +47,11 @@
 #include "aggregator/daemon_support.h"
 #include "aggregator/relay.h"
 #include "aggregator/run_json.h"
+#include "aggregator/spool_takeup.h"
 #include "native/clock.h"
 #include "native/config.h"
 #include "native/names.h"
+#include "native/spool_file.h"
 
 namespace rlscope::daemon {
 namespace {
@@ -280,20 +287,82 @@ void TakeUpUnfinishedRun(Aggregator& agg, const Options& options, const std::str
   std::fflush(stdout);
 }
 
+// The directory this run's processes leave on this node's disk at exit: by
+// the run's key ("" without a secret: another run's could be there too, so
+// nothing is taken up by itself; rlscope-ray recover takes it by hand).
+std::string SpoolDirOf(const Aggregator& agg) {
+  return agg.run_key().empty() ? std::string() : SpoolDirFor(agg.run_key());
+}
+
 // Serves collectors until a stop, a write error or (--exit-when-done) the
 // run's end.
-void Serve(void* sock, Aggregator& agg, const Options& options, const std::string& out_dir, size_t* reported) {
-  Server server(sock, &agg);
+void Serve(void* sock, Server& server, Aggregator& agg, const Options& options, const std::string& out_dir,
+           size_t* reported) {
+  const std::string spool_dir = SpoolDirOf(agg);
+  int64_t next_take_up = 0;
   while (!StopRequested()) {
     zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
     zmq_poll(&item, 1, 50);
     server.Drain();
+    if (const int64_t now = MonotonicNs(); now >= next_take_up) {
+      TakeUpSpoolFiles(agg, spool_dir, now);
+      next_take_up = now + 1000000000;
+    }
     agg.Tick(MonotonicNs());
     server.SendOutgoing();
     ReportNotes(agg);
     ReportWritten(agg, out_dir, reported);
     if (agg.stats().write_errors > 0) break;
     if (options.exit_when_done && agg.RunComplete()) break;
+  }
+}
+
+// rlscope-ray recover: the spool files of --spool-dir (or of the run's
+// directory by its key) into the run directory --out, resumed whether it is
+// final or not; writes what they complete and finishes the run again.
+int RunRecover(const Options& options) {
+  Config config;
+  KeySet config_keys;
+  if (!LoadConfig(options, &config, &config_keys)) return 2;
+  umask(077);
+  ChromeTraceExporter exporter(config.output_dir);
+  Aggregator agg(config, &exporter, options.config_path, config_keys);
+  if (const char* secret = std::getenv(names::kEnvSecret); secret != nullptr && *secret != '\0') agg.SetSecret(secret);
+  std::string unreadable;
+  if (const std::optional<ResumePoint> point = ReadResumePoint(config.output_dir, &unreadable, true)) {
+    RemoveTemporaries(config.output_dir);
+    agg.Resume(*point);
+    agg.KeepRunKey(point->run_key);
+  } else if (!unreadable.empty()) {
+    std::fprintf(stderr, "rlscope-ray recover: %s/%s cannot be read (%s)\n", config.output_dir.c_str(),
+                 kRunJsonFile, unreadable.c_str());
+    return 2;
+  }
+  const std::string dir = !options.spool_dir.empty() ? options.spool_dir : SpoolDirFor(agg.run_key());
+  const size_t files = ListSpoolFiles(dir).size();
+  std::printf("rlscope-ray recover: %zu spool file%s in %s\n", files, files == 1 ? "" : "s", dir.c_str());
+  size_t reported = agg.steps_written().size();
+  TakeUpSpoolFiles(agg, dir, MonotonicNs());
+  ReportNotes(agg);
+  agg.Finish(MonotonicNs());
+  ReportWritten(agg, config.output_dir, &reported);
+  ReportNotes(agg);
+  ReportDone(agg, exporter);
+  return agg.stats().write_errors > 0 ? 3 : 0;
+}
+
+// After the run's end: the collectors hear that it is over (wire::kRunOver)
+// and goodbyes that come now are acknowledged, for half a second. (A message
+// is read only while its connection is up: one closed at once after sending
+// would lose what its collector had not read yet.)
+void AnswerAfterFinish(void* sock, Server& server) {
+  server.SendOutgoing();
+  const int64_t until = MonotonicNs() + 500000000;
+  while (MonotonicNs() < until) {
+    zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
+    zmq_poll(&item, 1, 20);
+    server.Drain();
+    server.SendOutgoing();
   }
 }
 
@@ -316,7 +385,9 @@ int RunAggregator(const Options& options) {
     return 3;
   }
   size_t reported = agg.steps_written().size();  // a resumed run's are announced already
-  Serve(sock, agg, options, config.output_dir, &reported);
+  TakeUpSpoolFiles(agg, SpoolDirOf(agg), MonotonicNs());
+  Server server(sock, &agg);
+  Serve(sock, server, agg, options, config.output_dir, &reported);
   if (agg.stats().write_errors > 0) {
     std::fprintf(stderr,
                  "rlscope-ray aggregator: stopping: %s. The steps written so far are kept; the collectors keep "
@@ -324,11 +395,15 @@ int RunAggregator(const Options& options) {
                  "--out once it can be written, and it writes them\n",
                  exporter.last_error().c_str());
   } else {
+    TakeUpSpoolFiles(agg, SpoolDirOf(agg), MonotonicNs());  // what the last exits left
     agg.Finish(MonotonicNs());
+    AnswerAfterFinish(sock, server);
     ReportWritten(agg, config.output_dir, &reported);
     ReportNotes(agg);  // an empty run says why
   }
   ReportDone(agg, exporter);
+  const int linger_ms = 1000;  // the last answers go out, or are given up on
+  zmq_setsockopt(sock, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
   zmq_close(sock);
   zmq_ctx_term(ctx);
   return agg.stats().write_errors > 0 ? 3 : 0;
@@ -343,5 +418,6 @@ int main(int argc, char** argv) {
   Options options;
   if (const std::optional<int> rc = ParseArgs(argc, argv, &options)) return *rc;
   if (!options.relay_to.empty()) return RunRelay(zmq_ctx_new(), options);
+  if (options.recover) return RunRecover(options);
   return RunAggregator(options);
 }

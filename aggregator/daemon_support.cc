@@ -21,6 +21,7 @@ int Usage() {
                "           [--grace-ms N] [--exit-when-done] [--exit-with-parent] [--resume] [--endpoint-file FILE]\n"
                "       rlscope-ray-aggregator --relay-to ROOT_ENDPOINT --listen ENDPOINT [--endpoint-file FILE]\n"
                "           [--exit-with-parent]\n"
+               "       rlscope-ray-aggregator --recover --out DIR [--spool-dir DIR] [--config FILE]\n"
                "       rlscope-ray-aggregator check CONFIG [--keys]\n");
   return 2;
 }
@@ -43,10 +44,12 @@ std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--exit-when-done") o->exit_when_done = true;
     else if (a == "--exit-with-parent") o->exit_with_parent = true;
     else if (a == "--resume") o->resume = true;
+    else if (a == "--recover") o->recover = true;
+    else if (a == "--spool-dir") { if (!value(&o->spool_dir)) return Usage(); }
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::fprintf(stderr, "rlscope-ray aggregator: unknown argument '%s'\n", a.c_str()); return Usage(); }
   }
-  if (o->listen.empty()) return Usage();
+  if (o->recover ? o->out.empty() : o->listen.empty()) return Usage();
   return std::nullopt;
 }
 

@@ -15,10 +15,12 @@ namespace rlscope::daemon {
 
 struct Options {
   std::string listen, out, config_path, endpoint_file, relay_to;
+  std::string spool_dir;  // --spool-dir: --recover's directory (default: the run's, by its key)
   long grace_ms = -1;
   bool exit_when_done = false;
   bool exit_with_parent = false;
   bool resume = false;
+  bool recover = false;  // --recover: take up spool files into --out, write, exit
 };
 
 // Prints the usage to stderr; returns 2 (the exit code for bad usage).

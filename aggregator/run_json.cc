@@ -70,6 +70,13 @@ std::string RunJson(const RunInfo& run) {
   w.Key("refused_hellos").Uint(run.refused_hellos);
   w.Key("last_refused").String(run.last_refused);
   w.Key("duplicate_frames").Uint(run.duplicate_frames);
+  w.Key("recovered").BeginObject();
+  w.Key("files").Uint(run.recovered.files);
+  w.Key("processes").Uint(run.recovered.processes);
+  w.Key("events").Uint(run.recovered.events);
+  w.Key("unreadable_files").Uint(run.recovered.unreadable_files);
+  w.Key("last_error").String(run.recovered.last_error);
+  w.EndObject();
   w.Key("resume").BeginObject();
   w.Key("last_step").Int(run.last_step);
   w.Key("controller_session").String(HexSession(run.controller_session));  // as processes[].session
@@ -82,12 +89,12 @@ std::string RunJson(const RunInfo& run) {
   return out;
 }
 
-std::optional<ResumePoint> ReadResumePoint(const std::string& out_dir, std::string* error) {
+std::optional<ResumePoint> ReadResumePoint(const std::string& out_dir, std::string* error, bool even_final) {
   const std::string path = out_dir + "/" + kRunJsonFile;
   if (access(path.c_str(), F_OK) != 0) return std::nullopt;
   try {
     const YAML::Node run = YAML::LoadFile(path);  // JSON is YAML
-    if (run["final"].as<bool>(true)) return std::nullopt;
+    if (run["final"].as<bool>(true) && !even_final) return std::nullopt;
     ResumePoint p;
     for (const auto& n : run["steps_written"]) p.steps_written.push_back(n.as<int64_t>());
     p.steps_seen = run["steps_seen"].as<uint64_t>(0);
@@ -97,6 +104,13 @@ std::optional<ResumePoint> ReadResumePoint(const std::string& out_dir, std::stri
         p.awaited.push_back(session);
       }
       if (const int64_t released = proc["released_ns"].as<int64_t>(0); released != 0) p.released[session] = released;
+    }
+    if (const YAML::Node r = run["recovered"]) {
+      p.recovered.files = r["files"].as<uint64_t>(0);
+      p.recovered.processes = r["processes"].as<uint64_t>(0);
+      p.recovered.events = r["events"].as<uint64_t>(0);
+      p.recovered.unreadable_files = r["unreadable_files"].as<uint64_t>(0);
+      p.recovered.last_error = r["last_error"].as<std::string>("");
     }
     if (const YAML::Node r = run["resume"]) {
       p.last_step = r["last_step"].as<int64_t>(-1);

@@ -27,6 +27,7 @@ struct ResumePoint {
   uint64_t controller_session = 0;  // the run's controller then
   int64_t controller_ns = 0;        // that step's end on the controller's clock
   int resumes = 0;
+  RecoveredCounts recovered;        // carried over (run.json `recovered`)
   std::string run_key;              // whose run it is (Aggregator::RunKey)
   // Sessions of the selected processes that had neither said goodbye nor
   // been lost: steps wait for them to say hello again (or the grace time).
@@ -41,8 +42,8 @@ std::string RunJson(const RunInfo& run);
 
 // The resume point in `out_dir`/run.json when an aggregator of the run
 // stopped before its end (run.json not final); nullopt when there is none,
-// it is final, or it cannot be read (then `*error` says why, else it is
-// left empty).
-std::optional<ResumePoint> ReadResumePoint(const std::string& out_dir, std::string* error);
+// it is final (unless `even_final`: rlscope-ray recover adds to a finished
+// run), or it cannot be read (then `*error` says why, else it is left empty).
+std::optional<ResumePoint> ReadResumePoint(const std::string& out_dir, std::string* error, bool even_final = false);
 
 }  // namespace rlscope

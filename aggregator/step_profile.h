@@ -160,6 +160,16 @@ struct ProcessInfo {
 };
 
 // The run as a whole, for run.json.
+// What the aggregator took up from collectors' spool files left on disk at
+// their exit (aggregator/spool_takeup.h), over every resume of the run.
+struct RecoveredCounts {
+  uint64_t files = 0;
+  uint64_t processes = 0;          // files with a process's data taken
+  uint64_t events = 0;             // events applied from them (duplicates not counted)
+  uint64_t unreadable_files = 0;   // left in place, said
+  std::string last_error;
+};
+
 struct RunInfo {
   std::string config_yaml;     // the run's config (config.h "One config per run")
   std::string config_source;   // where its run keys came from: controller, aggregator, defaults
@@ -186,6 +196,7 @@ struct RunInfo {
   uint64_t controller_session = 0;
   int64_t controller_resume_ns = 0;
   int resumes = 0;  // times this run directory was taken up again
+  RecoveredCounts recovered;
   // Which run this is: a digest of the run's secret (RunKey), "" without
   // one. An aggregator takes a directory up only for the same run.
   std::string run_key;

@@ -8,12 +8,16 @@ output (the step traces: 2 per slice), events the run reports lost
 (run.json processes[].dropped, or the collector's own count when no
 aggregator ever answered), events neither (must be 0), and the program's own
 median step time beside the run without a fault (the host's loop time).
+The faults at exit (the aggregator down when the program ends and started
+again after; killed and started again just before its end; the node's relay
+killed before its end) add what was recovered from the spool files the
+program left on disk (run.json recovered.events), and the program's exit
+time: from its report's appearance (the end of its main) to its exit.
 Profiled runs use 1 ns test costs (RLSCOPE_TEST_COSTS): no start-up
 calibration, whose own events (never in a step) would blur the count.
 """
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -59,6 +63,22 @@ def _count_output(out):
     return events, steps
 
 
+EXIT_FAULTS = ("down at exit", "restart at exit", "relay killed at exit")
+
+
+def _run_key():
+    from rlscope_ray import _native
+
+    return _native.run_key(SECRET)
+
+
+def _recovered(out):
+    try:
+        return json.load(open(os.path.join(out, "run.json")))["recovered"]["events"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def _reported_lost(out):
     try:
         run = json.load(open(os.path.join(out, "run.json")))
@@ -95,7 +115,18 @@ def faults_section(args, clean_env, print_table):
                                        log=os.path.join(work, "agg.log"), work_dir=work, config={"steps": "all"},
                                        secret=SECRET)
             env.update(RLSCOPE_AGGREGATOR=listen, RLSCOPE_ROLE="controller", NVTX_INJECTION64_PATH=collector_path(),
-                       RLSCOPE_CONFIG=config, RLSCOPE_TEST_COSTS="push=1,pop=1", RLSCOPE_SECRET=SECRET)
+                       RLSCOPE_CONFIG=config, RLSCOPE_TEST_COSTS="push=1,pop=1", RLSCOPE_SECRET=SECRET,
+                       RLSCOPE_SPOOL_DIR=os.path.join(work, "spool"))
+            os.environ["RLSCOPE_SPOOL_DIR"] = env["RLSCOPE_SPOOL_DIR"]  # the aggregators started below
+        relay = None
+        if fault == "relay killed at exit":
+            endpoint_file = os.path.join(work, "relay_endpoint")
+            relay = subprocess.Popen(agg_cmd + ["--relay-to", listen, "--listen", "tcp://127.0.0.1:*",
+                                                "--endpoint-file", endpoint_file], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while not os.path.exists(endpoint_file):
+                time.sleep(0.02)
+            env["RLSCOPE_AGGREGATOR"] = open(endpoint_file).read().strip()
         proc = subprocess.Popen(_app(args) + ["--report", report], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         note = ""
@@ -113,9 +144,32 @@ def faults_section(args, clean_env, print_table):
                 subprocess.run([os.path.join(args.build_dir, "tests", "apps", "stranger"), listen, victim,
                                 os.path.join(work, "stranger.json")], check=True, timeout=60)
             note = "3 connections: hello as controller, goodbye and batch in the controller's name, garbage"
+        if fault in EXIT_FAULTS and _wait_for_line(os.path.join(work, "agg.log"), f"step {STEPS - 10} written", proc):
+            victim = relay if fault == "relay killed at exit" else agg.proc
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            if fault == "restart at exit":
+                agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
+                                       log=os.path.join(work, "agg2.log"), work_dir=work, config={"steps": "all"},
+                                       secret=SECRET)
+            note = f"killed once step {STEPS - 10} was written"
+        ended = None
+        while proc.poll() is None:  # the end of its main: its report appears
+            if ended is None and os.path.exists(report):
+                ended = time.monotonic()
+            time.sleep(0.005)
+        exit_ms = (time.monotonic() - ended) * 1000 if ended is not None else float("nan")
         _, stderr = proc.communicate(timeout=args.timeout_s)
+        if fault == "down at exit":  # started again once the program is gone
+            agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
+                                   log=os.path.join(work, "agg2.log"), work_dir=work, config={"steps": "all"},
+                                   secret=SECRET)
         if agg is not None:
             agg.stop(timeout=60)
+        if fault == "no aggregator":  # by hand, as a user would: rlscope-ray recover
+            subprocess.run(agg_cmd + ["--recover", "--out", out, "--spool-dir",
+                                      os.path.join(env["RLSCOPE_SPOOL_DIR"], _run_key())],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=args.timeout_s)
         rep = json.load(open(report))
         median = statistics.median(rep["steps_ms"])
         if fault is None and profiled:
@@ -123,27 +177,29 @@ def faults_section(args, clean_env, print_table):
         events_out, steps = _count_output(out)
         lost = _reported_lost(out)
         if fault == "no aggregator":
-            # Nothing reaches a run: what the collector counted by the
-            # program's end, and what its exit line says the spool still held.
-            m = re.search(r"exiting with (\d+) recorded events", stderr)
-            lost = rep["stats"]["dropped"] + (int(m.group(1)) if m else 0)
-        if fault == "no aggregator":
-            # Nothing reaches a run: what the collector itself counted by the
-            # program's end; the rest waited in its spool and went at exit.
-            note = (f"{rep['stats']['dropped']} dropped by the program's end, the rest waited in the spool; "
-                    + ("said on stderr at exit" if "never received" in stderr else "NOT said at exit")
-                    + ("; and after 5 s of silence" if "no answer from the aggregator" in stderr else ""))
+            # Nothing reached a run: the program left it all on disk at exit
+            # (said on stderr), and `recover` wrote the run from it.
+            note = ("left on disk at exit, said" if "left on this node's disk" in stderr else "NOT left on disk") + \
+                ", then rlscope-ray recover" + \
+                ("; said after 5 s of silence" if "no answer from the aggregator" in stderr else "")
         if fault == "stranger":
             r = json.load(open(os.path.join(out, "run.json")))
             note += f"; refused {r['refused_frames']} frames ({r['refused_hellos']} hellos)"
         if fault == "tiny rings":
             note = "buffers.per_thread_kb 4, flush.interval_ms 200; " + (
                 "said once on stderr" if stderr.count("dropping events") == 1 else "not said")
+        if fault in EXIT_FAULTS:
+            note += "; " + ("left on disk at exit, said" if "left on this node's disk" in stderr
+                            else "delivered before exit")
         emitted = EMITTED if profiled else "-"
         unaccounted = EMITTED - events_out - lost if profiled else "-"
-        rows.append([name, emitted, events_out if profiled else "-", lost if profiled else "-", unaccounted,
-                     f"{steps}/{STEPS}" if profiled else "-", f"{median:.1f}",
-                     "-" if baseline_ms is None or not profiled else f"{median / baseline_ms:.2f}", note])
+        rows.append([name, emitted, events_out if profiled else "-", _recovered(out) if profiled else "-",
+                     lost if profiled else "-", unaccounted, f"{steps}/{STEPS}" if profiled else "-", f"{median:.1f}",
+                     "-" if baseline_ms is None or not profiled else f"{median / baseline_ms:.2f}",
+                     f"{exit_ms:.0f}", note])
+        if relay is not None and relay.poll() is None:
+            relay.kill()
+            relay.wait()
         shutil.rmtree(work, ignore_errors=True)
 
     run("no profiler", profiled=False)
@@ -152,6 +208,11 @@ def faults_section(args, clean_env, print_table):
     run("aggregator killed and restarted", fault="aggregator restart")
     run("stranger on the port", fault="stranger")
     run("no aggregator at all", '{"flush": {"exit_timeout_ms": 0}}', fault="no aggregator")
+    run("aggregator down at exit, started after", fault="down at exit")
+    run("aggregator restarted just before exit", fault="restart at exit")
+    run("relay killed before exit", fault="relay killed at exit")
+    spool_env = os.environ.pop("RLSCOPE_SPOOL_DIR", None)
+    del spool_env
     print_table(f"Faults: dense_steps.py, {STEPS} steps of {RANGES} nvtx ranges (one run each)",
-                ["fault", "events emitted", "in the output", "reported lost", "unaccounted", "steps written",
-                 "median step ms", "vs no fault", "notes"], rows)
+                ["fault", "events emitted", "in the output", "recovered from disk", "reported lost", "unaccounted",
+                 "steps written", "median step ms", "vs no fault", "exit ms", "notes"], rows)

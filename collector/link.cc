@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "native/names.h"
+#include "native/spool_file.h"
 
 namespace rlscope {
 
@@ -96,6 +97,13 @@ void Link::Start() {
 
 void Link::SendControl() {
   if (!transport_.connected() || refused_) return;
+  if (transport_.TakeLinkLost() && !rehello_) {
+    // The connection went down: what was in flight may be gone with it, and
+    // the aggregator that answers next may be a new one (or the same one:
+    // it drops what it applied already). Hello again, then the replay.
+    rehello_ = true;
+    transport_.SetReady(false);
+  }
   const bool again = rehello_;
   std::string hello_msg, expected_msg;
   uint64_t hello_gen = 0, expected_gen = 0;
@@ -103,7 +111,11 @@ void Link::SendControl() {
     std::lock_guard<std::mutex> lock(meta_mu_);
     hello_gen = hello_gen_;
     expected_gen = expected_gen_;
-    if (again || hello_gen_ != hello_sent_gen_) hello_msg = wire::Encode(MakeHello());
+    if (again || hello_gen_ != hello_sent_gen_) {
+      wire::Hello hello = MakeHello();
+      hello.kind = again ? wire::Hello::kReplay : hello_sent_gen_ == 0 ? wire::Hello::kFirst : wire::Hello::kUpdate;
+      hello_msg = wire::Encode(hello);
+    }
     if (expected_gen_ != 0 && (again || expected_gen_ != expected_sent_gen_)) {
       expected_msg = wire::Encode(wire::Expected{ctx_.session, expected_});
     }
@@ -151,6 +163,8 @@ bool Link::Apply(const wire::Control& control) {
     transport_.SetReady(false);
   }
   if (control.release_ns != 0) transport_.Release(control.release_ns);
+  if (control.bye_ack) bye_acked_ = true;
+  if (control.release_ns == wire::kRunOver) run_over_ = true;
   if (control.flush > pending_ack_) pending_ack_ = control.flush;
   return true;
 }
@@ -190,11 +204,13 @@ void Link::SayTrouble(uint64_t dropped) {
 void Link::Stop(const Transport::ControlHandler& apply,
                 const std::function<std::pair<uint64_t, uint64_t>()>& totals) {
   // flush.exit_timeout_ms bounds all of the exit: what waits in the spool
-  // goes first, for three quarters of it (the rest is counted lost), still
-  // answering the aggregator (a restarted one asks for a hello first); then
-  // the goodbye, which must not overtake it; then the socket lingers for
-  // what is queued, at least the last quarter. A refused process waits for
-  // nothing.
+  // goes first, for three quarters of it, still answering the aggregator (a
+  // restarted one asks for a hello first; a connection that comes back says
+  // hello again and replays); then the goodbye, which must not overtake it;
+  // then its acknowledgement, to the deadline. What is not known delivered
+  // by then is left on disk (LeaveOnDisk), unless the aggregator said the
+  // run is over (wire::kRunOver: no step can take it). A refused process
+  // waits for nothing.
   const int64_t start = MonotonicNs(), timeout_ns = ctx_.own.config.flush.exit_timeout_ms * 1000000;
   const int64_t drain_deadline = start + timeout_ns * 3 / 4, deadline = start + timeout_ns;
   if (transport_.connected()) {
@@ -202,23 +218,77 @@ void Link::Stop(const Transport::ControlHandler& apply,
       transport_.ReceiveControls(apply);
       SendControl();  // the hello again, when asked
       transport_.Pump();
-      // Done when nothing waits (and no hello again is due: its replay would).
-      if ((transport_.spool().idle() && !rehello_) || MonotonicNs() >= drain_deadline) break;
+      // Done when nothing waits on a connection that is up (and no hello
+      // again is due: its replay would).
+      if ((transport_.spool().idle() && !rehello_ && transport_.link_up()) || MonotonicNs() >= drain_deadline) break;
       transport_.Wait(5000000);
     }
-    if (const uint64_t unsent = transport_.AbandonSpool(); unsent > 0) {
-      std::fprintf(stderr,
-                   "rlscope: pid %d: exiting with %llu recorded events the aggregator at %s never received "
-                   "(%s); they are lost\n",
-                   static_cast<int>(getpid()), static_cast<unsigned long long>(unsent), ctx_.endpoint.c_str(),
-                   refused_ ? "it refused this process" : "it could not be reached before flush.exit_timeout_ms");
-    }
-    if (transport_.ready()) {
+    if (refused_) {
+      if (const uint64_t unsent = transport_.AbandonSpool(); unsent > 0) SayLost(unsent, "it refused this process");
+    } else if (transport_.spool().idle() && !rehello_ && transport_.ready()) {
+      // Everything went out: the goodbye, then its acknowledgement (through
+      // a relay, from the root), in what is left of the timeout.
       const auto [events, dropped] = totals();
       transport_.Send(wire::Encode(wire::Bye{ctx_.session, events, dropped + transport_.events_dropped()}));
+      while (!bye_acked_ && transport_.link_up() && MonotonicNs() < deadline) {
+        transport_.Wait(5000000);
+        transport_.ReceiveControls(apply);
+      }
+    }
+    if (!refused_ && !bye_acked_ && !run_over_) {
+      // Not all of it is known to have arrived: all that is kept is left
+      // on disk, and nothing more goes out (the file has it all).
+      LeaveOnDisk(totals);
+      transport_.Close(start, false);
+      return;
     }
   }
   transport_.Close(deadline, refused_);
+}
+
+void Link::SayLost(uint64_t events, const std::string& why) {
+  std::fprintf(stderr, "rlscope: pid %d: exiting with %llu recorded events the aggregator at %s never received (%s); "
+               "they are lost\n",
+               static_cast<int>(getpid()), static_cast<unsigned long long>(events), ctx_.endpoint.c_str(), why.c_str());
+}
+
+void Link::LeaveOnDisk(const std::function<std::pair<uint64_t, uint64_t>()>& totals) {
+  // An aggregator that went away may have taken sent messages with it
+  // (what its spool evicted is lost then: counted by Rewind). The file
+  // holds all that is kept, sent or not, after the hello and every name:
+  // whoever takes it up may know none of them.
+  if (rehello_ || !transport_.link_up()) transport_.Rewind("");
+  std::vector<std::string> messages;
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    wire::Hello hello = MakeHello();
+    hello.kind = wire::Hello::kReplay;  // all the spool kept follows
+    messages.push_back(wire::Encode(hello));
+  }
+  messages.push_back(MakePreamble());
+  uint64_t events = 0;
+  const size_t max_bytes = static_cast<size_t>(ctx_.own.config.buffers.spool_file_mb) << 20;
+  transport_.TakeSpool(max_bytes, &messages, &events);
+  const size_t taken = messages.size() - 2;
+  if (events == 0) return;  // names and a goodbye only: nothing of the run's to keep
+  const auto [recorded, dropped] = totals();
+  messages.push_back(wire::Encode(wire::Bye{ctx_.session, recorded, dropped + transport_.events_dropped()}));
+  char name[64];
+  std::snprintf(name, sizeof(name), "%d-%016llx", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(ctx_.session));
+  const std::string dir = SpoolDirFor(RunKey(ctx_.secret));
+  const SpoolWriteResult written = WriteSpoolFile(dir, name, messages);
+  if (!written.ok) {
+    transport_.CountSpoolLost(events, taken);
+    SayLost(events, "it could not be reached before flush.exit_timeout_ms, and " + written.error);
+    return;
+  }
+  std::fprintf(stderr,
+               "rlscope: pid %d: the aggregator at %s did not take %llu recorded events before "
+               "flush.exit_timeout_ms; left on this node's disk in %s: a restarted aggregator of the run, the "
+               "node's relay or rlscope_ray.shutdown takes them up (by hand: rlscope-ray recover RUN_DIR)\n",
+               static_cast<int>(getpid()), ctx_.endpoint.c_str(), static_cast<unsigned long long>(events),
+               written.path.c_str());
 }
 
 }  // namespace rlscope

@@ -64,10 +64,14 @@ class Link {
   // 5 s, and one when drops start (`dropped`: the process's total so far).
   void SayTrouble(uint64_t dropped);
   // Flush thread, at exit: what waits in the spool goes first (three
-  // quarters of flush.exit_timeout_ms; the rest is counted lost), still
-  // answering the aggregator through `apply`; then the goodbye with the
-  // process's totals as `totals` gives them then (events recorded, and
-  // dropped before the transport), then the socket lingers to the deadline.
+  // quarters of flush.exit_timeout_ms), still answering the aggregator
+  // through `apply`; then the goodbye with the process's totals as `totals`
+  // gives them then (events recorded, and dropped before the transport),
+  // then the socket lingers to the deadline. When not all of it was
+  // delivered (something unsent, or the connection down or not yet said
+  // hello to again), all the spool kept and the goodbye are left on the
+  // node's disk instead (native/spool_file.h), said on stderr; a disk that
+  // cannot take it is counted lost and said. A refused process's are lost.
   void Stop(const Transport::ControlHandler& apply, const std::function<std::pair<uint64_t, uint64_t>()>& totals);
 
   Transport& transport() { return transport_; }
@@ -79,6 +83,9 @@ class Link {
   // A batch with every name this collector has shipped: an aggregator that
   // restarted knows none of them, and the spool's replay uses them.
   std::string MakePreamble();
+  // Stop: writes the spool's file (see Stop).
+  void LeaveOnDisk(const std::function<std::pair<uint64_t, uint64_t>()>& totals);
+  void SayLost(uint64_t events, const std::string& why);
 
   CollectorContext& ctx_;
   Recording& recording_;
@@ -99,6 +106,8 @@ class Link {
   bool heard_from_aggregator_ = false, said_unreachable_ = false, said_dropping_ = false;
   bool rehello_ = false;
   bool refused_ = false;
+  bool bye_acked_ = false;  // Control.bye_ack: the aggregator has everything (Stop)
+  bool run_over_ = false;   // Control.release_ns kRunOver: nothing more can be written (Stop)
   uint64_t pending_ack_ = 0;  // flush token to acknowledge; 0 = none
 };
 

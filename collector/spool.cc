@@ -86,6 +86,41 @@ uint64_t Spool::AbandonUnsent() {
   return events;
 }
 
+uint64_t Spool::TakeAll(size_t max_bytes, std::vector<std::string>* out, uint64_t* events) {
+  *events = 0;
+  uint64_t over = 0, over_messages = 0;
+  size_t bytes = 0;
+  if (!preamble_.empty()) {
+    bytes += preamble_.size();
+    out->push_back(std::move(preamble_));
+    preamble_.clear();
+  }
+  std::string loaded;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    if (i < next_ && e.events == 0) continue;  // sent, nothing to replay
+    const bool readable = !e.in_file || Load(e, &loaded);
+    if (!readable || bytes + e.size > max_bytes) {
+      over += e.events;
+      ++over_messages;
+      continue;
+    }
+    bytes += e.size;
+    out->push_back(e.in_file ? std::move(loaded) : std::move(e.bytes));
+    *events += e.events;
+  }
+  lost_events_.fetch_add(over, std::memory_order_relaxed);
+  lost_messages_.fetch_add(over_messages, std::memory_order_relaxed);
+  unsent_events_.store(0, std::memory_order_relaxed);
+  entries_.clear();
+  next_ = 0;
+  memory_used_ = 0;
+  in_file_ = 0;
+  file_end_ = 0;
+  evicted_pending_.clear();
+  return over;
+}
+
 bool Spool::Load(const Entry& e, std::string* out) const {
   out->resize(e.size);
   size_t done = 0;

@@ -28,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace rlscope {
 
@@ -64,6 +65,16 @@ class Spool {
   }
   // At exit: what was never sent counts as lost; returns those events.
   uint64_t AbandonUnsent();
+  // At exit, to leave on disk (spool_file.h): every message kept, sent or
+  // not, in order, into `out` (the names' preamble first when one is due),
+  // at most `max_bytes` of them; the spool is left empty. `*events`: the
+  // events taken; those beyond max_bytes are lost (counted, returned).
+  uint64_t TakeAll(size_t max_bytes, std::vector<std::string>* out, uint64_t* events);
+  // After TakeAll, when the file could not be written: those events are lost too.
+  void CountLost(uint64_t events, uint64_t messages) {
+    lost_events_.fetch_add(events, std::memory_order_relaxed);
+    lost_messages_.fetch_add(messages, std::memory_order_relaxed);
+  }
 
   bool idle() const { return next_ == entries_.size() && preamble_.empty(); }  // nothing waits to go out
   uint64_t lost_events() const { return lost_events_.load(std::memory_order_relaxed); }

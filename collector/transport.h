@@ -63,9 +63,22 @@ class Transport {
   bool connected() const { return socket_ != nullptr; }
   // ZeroMQ's I/O threads, started by Connect (the collector's own threads).
   const std::vector<int64_t>& own_threads() const { return own_threads_; }
-  // Waits up to wait_ns for a wake-up (the eventfd, then drained) or a
-  // Control message, whichever comes first. True when the eventfd woke it.
+  // Waits up to wait_ns for a wake-up (the eventfd, then drained), a
+  // Control message, or the connection coming up or going down, whichever
+  // comes first. True when the eventfd or a new connection woke it (a hello
+  // and the spool's replay can go out at once).
   bool Wait(int64_t wait_ns);
+  // True once after the connection to the aggregator went down (ZeroMQ's
+  // socket monitor): what was in flight may be lost with it, and the peer
+  // that comes back may be another aggregator, so the link says hello again
+  // and replays what the spool kept (Link::SendControl).
+  bool TakeLinkLost();
+  // Whether a connection is up now (as the monitor last said; true without
+  // a monitor, when nothing better is known).
+  bool link_up() {
+    PollMonitor();
+    return monitor_ == nullptr || link_up_;
+  }
   // A burst of clock probes when clock.probe_interval_ms passed since the
   // last: each answered before the next is sent (bounded by 50 ms per probe;
   // the burst stops at the first unanswered one). Other Control messages
@@ -106,6 +119,11 @@ class Transport {
   // At exit, after the last Pump: what still waits in the spool is lost
   // (counted); returns its events.
   uint64_t AbandonSpool() { return spool_.AbandonUnsent(); }
+  // At exit, to leave on disk: Spool::TakeAll.
+  uint64_t TakeSpool(size_t max_bytes, std::vector<std::string>* out, uint64_t* events) {
+    return spool_.TakeAll(max_bytes, out, events);
+  }
+  void CountSpoolLost(uint64_t events, uint64_t messages) { spool_.CountLost(events, messages); }
   const Spool& spool() const { return spool_; }
   // Closes the socket (it lingers until `deadline`, MonotonicNs, to
   // deliver what is queued; 0 ms when `refused`) and the context.
@@ -121,6 +139,8 @@ class Transport {
  private:
   static constexpr size_t kMaxEventsPerMessage = 1 << 16;
   void ProbeBurst(const ControlHandler& apply);
+  // Reads the monitor's events (non-blocking); true when one said connected.
+  bool PollMonitor();
   void AddEvents(const Outgoing::Thread& thread, const TickConverter& converter);
 
   const Config& config_;
@@ -128,6 +148,8 @@ class Transport {
   const int wake_fd_;
   void* context_ = nullptr;
   void* socket_ = nullptr;
+  void* monitor_ = nullptr;  // PAIR socket receiving socket_'s connect/disconnect events
+  bool link_up_ = false, link_lost_ = false;
   std::vector<int64_t> own_threads_;  // ZeroMQ's I/O threads (Connect)
   uint64_t seq_ = 0;
   int64_t next_probe_ns_ = 0;

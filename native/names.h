@@ -40,6 +40,10 @@ inline constexpr char kEnvDisable[] = "RLSCOPE_DISABLE";
 // requires it when it has one. Read from the environment, never argv.
 inline constexpr char kEnvSecret[] = "RLSCOPE_SECRET";
 inline constexpr char kEnvLabelPrefix[] = "RLSCOPE_LABEL_";     // RLSCOPE_LABEL_<KEY>=value
+// Where what could not be delivered at exit is left (native/spool_file.h):
+// the root of the per-run directories, on every node. Read by collectors,
+// the aggregator, relays and `rlscope-ray recover` alike.
+inline constexpr char kEnvSpoolDir[] = "RLSCOPE_SPOOL_DIR";
 inline constexpr char kEnvClock[] = "RLSCOPE_CLOCK";            // "monotonic": no TSC
 inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";   // test_clock.h
 inline constexpr char kEnvTestClock[] = "RLSCOPE_TEST_CLOCK";
@@ -85,6 +89,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"ENV_DISABLE", kEnvDisable},
     {"ENV_SECRET", kEnvSecret},
     {"ENV_LABEL_PREFIX", kEnvLabelPrefix},
+    {"ENV_SPOOL_DIR", kEnvSpoolDir},
     {"ENV_CLOCK", kEnvClock},
     {"ENV_TEST_COSTS", kEnvTestCosts},
     {"ENV_TEST_CLOCK", kEnvTestClock},

@@ -70,6 +70,15 @@ struct Hello {
   // aggregator started with one takes nothing from a connection that has
   // not said hello with it. "" = none.
   std::string secret;
+  // Which hello of this collector (optional key; absent = kFirst). kUpdate:
+  // its identity, costs or selection changed, on a connection it believes
+  // the aggregator knows; an aggregator that does not know the session
+  // (it restarted; the connection through a relay stayed up) refuses it and
+  // asks for a hello again (Control.hello), since batches it never had would
+  // otherwise be skipped. kReplay: the spool's replay follows (after
+  // Control.hello, a connection that went down, or a spool file).
+  uint8_t kind = 0;
+  static constexpr uint8_t kFirst = 0, kUpdate = 1, kReplay = 2;
 };
 
 // One decoded event; `ts_ns` is on the collector's clock.
@@ -141,6 +150,10 @@ inline constexpr char kRoleRefused[] = "refused";  // Control.role
 // selected step runs, and from the end of the step before a selected one);
 // `flush`: a flush barrier token; the collector flushes at once and answers
 // with a Batch whose `ack` is the token.
+// Control.release_ns when the aggregator finished the run: every step it
+// will ever write is written.
+inline constexpr int64_t kRunOver = INT64_MAX;
+
 struct Control {
   enum class Window : uint8_t { kUnchanged = 0, kOpen = 1, kClosed = 2 };
   Window window = Window::kUnchanged;
@@ -165,7 +178,10 @@ struct Control {
   // The aggregator has written (or skipped) every step that ends before this
   // time (the collector's clock): spooled messages whose events all precede
   // it need not be replayed. 0 = unchanged.
-  int64_t release_ns = 0;
+  int64_t release_ns = 0;  // kRunOver: the run's last step is written; nothing more will be
+  // The aggregator has this collector's goodbye, and so everything it sent
+  // before: at exit, nothing need be left on disk (collector/link.cc Stop).
+  bool bye_ack = false;
   bool operator==(const Control&) const = default;
 };
 

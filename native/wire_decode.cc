@@ -64,6 +64,12 @@ bool DecodeHello(Ctx& c, const object& body, Hello* h) {
   if ((o = Find(body, "costs")) != nullptr && !DecodeCosts(c, *o, &h->costs)) return false;  // optional
   if ((o = Find(body, "config")) != nullptr && !GetStr(c, *o, "hello.config", &h->config)) return false;
   if ((o = Find(body, "secret")) != nullptr && !GetStr(c, *o, "hello.secret", &h->secret)) return false;
+  if ((o = Find(body, "kind")) != nullptr) {
+    uint64_t kind = 0;
+    if (!GetUint(c, *o, "hello.kind", &kind)) return false;
+    if (kind > Hello::kReplay) return c.Fail("hello.kind", "unknown hello kind " + std::to_string(kind));
+    h->kind = static_cast<uint8_t>(kind);
+  }
   return true;
 }
 
@@ -116,6 +122,7 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
   if ((o = Find(body, "release_ns")) != nullptr && !GetInt(c, *o, "control.release_ns", &ctl->release_ns)) {
     return false;
   }
+  if ((o = Find(body, "bye_ack")) != nullptr && !GetBool(c, *o, "control.bye_ack", &ctl->bye_ack)) return false;
   return true;
 }
 

@@ -119,6 +119,7 @@ std::string EncodeBody(const Hello& h) {
   }
   if (!h.config.empty()) PackString(w.Key("config"), h.config);
   if (!h.secret.empty()) PackString(w.Key("secret"), h.secret);
+  if (h.kind != Hello::kFirst) w.Key("kind").pack_uint8(h.kind);
   return w.Finish();
 }
 
@@ -168,6 +169,7 @@ std::string EncodeBody(const Control& ctl) {
   if (!ctl.role.empty()) PackString(w.Key("role"), ctl.role);
   if (ctl.hello) w.Key("hello").pack_true();
   if (ctl.release_ns != 0) w.Key("release_ns").pack_int64(ctl.release_ns);
+  if (ctl.bye_ack) w.Key("bye_ack").pack_true();
   return w.Finish();
 }
 

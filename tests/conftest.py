@@ -10,6 +10,13 @@ from typing import Dict, List, Optional, Sequence
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# What profiled processes leave on disk at exit when their aggregator is away
+# (native/spool_file.h) goes to one directory per test session, not to the
+# machine's: every daemon and profiled program the tests start inherits it.
+if "RLSCOPE_SPOOL_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["RLSCOPE_SPOOL_DIR"] = tempfile.mkdtemp(prefix="rlscope_spool_tests_")
 BUILD = Path(os.environ.get("RLSCOPE_BUILD_DIR", "build/py"))
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
@@ -67,7 +74,7 @@ class Aggregator:
 
         env = dict(os.environ)
         for k in list(env):
-            if k.startswith("RLSCOPE_") or k in ("NVTX_INJECTION64_PATH", "RANK"):
+            if (k.startswith("RLSCOPE_") and k != "RLSCOPE_SPOOL_DIR") or k in ("NVTX_INJECTION64_PATH", "RANK"):
                 del env[k]
         env["RLSCOPE_AGGREGATOR"] = self.endpoint
         env["RLSCOPE_ROLE"] = role

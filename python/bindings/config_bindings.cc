@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "native/config.h"
+#include "native/spool_file.h"
 #include "python/bindings/bindings.h"
 
 namespace py = pybind11;
@@ -44,6 +45,11 @@ void AddConfigBindings(py::module_& m) {
       py::arg("layers"),
       "Merge config layers [(text, source, located)], each over those before: (JSON of the keys they set, "
       "errors). located False: a generated text, its errors without line and column.");
+  m.def("run_key", &rlscope::RunKey, py::arg("secret"),
+        "The run's key: a digest of its secret (run.json resume.run_key; \"\" without one).");
+  m.def("spool_dir", &rlscope::SpoolDirFor, py::arg("run_key"),
+        "Where a run's processes leave on this node's disk what they could not deliver at exit "
+        "(native/spool_file.h).");
 }
 
 }  // namespace rlscope_py

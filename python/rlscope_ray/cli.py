@@ -5,6 +5,9 @@
     rlscope-ray check --keys          # every config key with its default and meaning
     rlscope-ray paths                 # where the collector library and daemon are
     rlscope-ray report DIR [--out FILE]   # one self-contained HTML page of a run
+    rlscope-ray recover DIR [--spool-dir SPOOL]
+                                      # what processes left on this node's disk at exit
+                                      # (their aggregator was away) into the run DIR
     rlscope-ray calibrate [--runs K] [--config FILE] -- COMMAND [ARGS...]
                                       # A/B: the correction.scale for this workload
 
@@ -13,6 +16,11 @@ uses); this module only dispatches to them. ``report`` is pure Python
 (rlscope_ray.report): it reads DIR/run.json and DIR/step_<N>/summary.json,
 writes DIR/report.html (or FILE) and prints the path written; a DIR that is
 missing or not an output directory is a one-line error and exit status 2.
+``recover`` takes up the spool files a run's processes left on this node's
+disk when their aggregator could not take them (by default the run's own
+directory, found by the key in DIR/run.json: $RLSCOPE_SPOOL_DIR or
+/tmp/rlscope-spool-<uid>, then the key), writes the steps they complete
+into DIR and counts them in run.json's ``recovered``.
 ``calibrate`` runs COMMAND alternately with and without the profiler
 (rlscope_ray.ab_calibration) and prints the scale; a failed run is a
 one-line error naming its kept log, exit status 2.
@@ -59,6 +67,27 @@ def _report(args: List[str]) -> int:
     return 0
 
 
+def _recover(args: List[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="rlscope-ray recover",
+                                     description="Take up what a run's processes left on this node's disk at exit.")
+    parser.add_argument("dir", metavar="DIR", help="the run's output directory (holds run.json)")
+    parser.add_argument("--spool-dir", metavar="SPOOL",
+                        help="the spool files' directory (default: the run's, by the key in DIR/run.json)")
+    parser.add_argument("--config", metavar="FILE", help="the aggregator's config file, as for the run")
+    ns = parser.parse_args(args)
+    if not os.path.isfile(os.path.join(ns.dir, "run.json")):
+        print(f"rlscope-ray recover: {ns.dir} is not a run directory (no run.json)", file=sys.stderr)
+        return 2
+    native = ["--recover", "--out", ns.dir]
+    if ns.spool_dir:
+        native += ["--spool-dir", ns.spool_dir]
+    if ns.config:
+        native += ["--config", ns.config]
+    return _exec_native(native)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = __doc__ or ""
@@ -81,6 +110,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if cmd == "report":
         return _report(rest)
+    if cmd == "recover":
+        return _recover(rest)
     if cmd == "calibrate":
         from .ab_calibration import main as calibrate_main
 

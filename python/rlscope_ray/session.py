@@ -219,6 +219,8 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
         from . import shutdown_collector
 
         shutdown_collector()  # flush and goodbye: the aggregator writes the last steps
+        if session.aggregator is not None and ray.is_initialized():
+            _collect_spool_files(session)  # what processes on other nodes left at exit
         # It exits by itself once the controller said goodbye. A controller
         # actor says it only when Ray stops it, after this: a step is written
         # once its flush barrier is answered, milliseconds after it closed, so
@@ -240,6 +242,63 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _collect_spool_files(session: Session, timeout_s: float = 30.0) -> None:
+    """What profiled processes on other hosts left on their disk at exit when
+    the aggregator could not take it (native/spool_file.h): one Ray task per
+    host reads and removes the run's spool files there, and they are written
+    into this host's spool directory, which the aggregator takes up before it
+    finishes. A host that cannot be reached keeps its files (said; `rlscope-ray
+    recover` on that host takes them)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from . import _native
+
+    if not session.secret:
+        return
+    here = ray.util.get_node_ip_address()
+    hosts: Dict[str, str] = {}
+    for node in ray.nodes():
+        if node.get("Alive") and node["NodeManagerAddress"] != here:
+            hosts.setdefault(node["NodeManagerAddress"], node["NodeID"])
+    if not hosts:
+        return
+    key = _native.run_key(session.secret)
+    take = ray.remote(num_cpus=0)(_take_spool_files)
+    refs = {host: take.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(key)
+            for host, node in hosts.items()}
+    local_dir = _native.spool_dir(key)
+    for host, ref in refs.items():
+        try:
+            files = ray.get(ref, timeout=timeout_s)
+        except Exception as e:  # a host gone: its files stay there
+            print(f"rlscope: could not collect what processes left on {host} at exit: {e}", file=sys.stderr)
+            continue
+        if files:
+            os.makedirs(local_dir, mode=0o700, exist_ok=True)
+        for name, data in files:
+            tmp = os.path.join(local_dir, name + ".tmp")
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+                f.write(data)
+            os.replace(tmp, os.path.join(local_dir, name))  # whole, as the aggregator expects
+
+
+def _take_spool_files(key: str) -> List[Any]:
+    """On a host: the run's spool files there, (name, bytes), removed."""
+    from . import _native
+
+    d = _native.spool_dir(key)
+    out = []
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if name.endswith(".spool"):
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                out.append((name, f.read()))
+            os.unlink(path)
+    return out
+
 
 
 def _start_relays(session: Session, relays: str) -> None:

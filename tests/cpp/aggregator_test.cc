@@ -1998,6 +1998,55 @@ TEST_F(FrameTest, AnUnknownSessionIsAskedToSayHelloAndItsReplayIsTakenOnce) {
   EXPECT_EQ(agg_->processes().at(2)->events_received(), 2u);
 }
 
+TEST_F(FrameTest, AnUpdatedHelloFromASessionNotKnownHereIsAskedForTheReplayFirst) {
+  // Through a relay whose connection stayed up, a restarted aggregator hears
+  // a collector's later hello (its labels changed) before any batch: binding
+  // it then would skip the batches the collector sent the one before.
+  FakeCollector w(2, "worker", 0, 200);
+  w.Push(1, 100, "a").Pop(1, 150);
+  const wire::Batch before = w.Flush(160);  // the previous aggregator had it, not released
+  wire::Hello update = w.Hello();
+  update.kind = wire::Hello::kUpdate;
+  EXPECT_EQ(Frame(update, "peer-w"), 0u);
+  const auto asked = ControlsTo("peer-w");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_TRUE(asked[0].hello);
+  w.Push(1, 200, "b").Pop(1, 250);
+  EXPECT_EQ(Frame(w.Flush(260), "peer-w"), 0u);  // newer batches wait for the replay too
+  wire::Hello replay = w.Hello();
+  replay.kind = wire::Hello::kReplay;
+  EXPECT_EQ(Frame(replay, "peer-w"), 2u);
+  EXPECT_EQ(Frame(before, "peer-w"), 2u);
+  EXPECT_EQ(agg_->stats().duplicate_frames, 0u);
+  EXPECT_EQ(agg_->processes().at(2)->events_received(), 2u);
+  // Once known, an updated hello is taken as it comes.
+  EXPECT_EQ(Frame(update, "peer-w"), 2u);
+}
+
+TEST_F(FrameTest, AGoodbyeIsAcknowledgedAndAFinishedRunTellsEveryCollectorItIsOver) {
+  FakeCollector ctl(1, "controller", -1, 100), w(2, "worker", 0, 200);
+  Frame(ctl.Hello(), "peer-c");
+  Frame(w.Hello(), "peer-w");
+  agg_->TakeOutgoing();
+  Frame(wire::Bye{2, 10, 0}, "peer-w");
+  auto out = agg_->TakeOutgoing();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].session, 2u);
+  EXPECT_TRUE(std::get<wire::Control>(wire::Decode(out[0].bytes.data(), out[0].bytes.size()).message).bye_ack);
+  agg_->Finish(1000);
+  out = agg_->TakeOutgoing();
+  ASSERT_FALSE(out.empty());
+  const auto over = std::get<wire::Control>(wire::Decode(out.back().bytes.data(), out.back().bytes.size()).message);
+  EXPECT_EQ(out.back().session, 0u);  // to every collector
+  EXPECT_EQ(over.release_ns, wire::kRunOver);
+  // After it, a goodbye is still acknowledged; nothing else is taken in.
+  Frame(wire::Bye{1, 10, 0}, "peer-c");
+  out = agg_->TakeOutgoing();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(std::get<wire::Control>(wire::Decode(out[0].bytes.data(), out[0].bytes.size()).message).bye_ack);
+  EXPECT_FALSE(agg_->ControllerDone());
+}
+
 TEST_F(FrameTest, AResumedRunSkipsTheControllersReplayedStepsAndNumbersOnFromItsLast) {
   ResumePoint point;
   point.steps_written = {1, 2};

@@ -17,9 +17,11 @@
 #include "collector/rlscope_collector.h"
 #include "collector/safe_read.h"
 #include "collector/spool.h"
+#include "native/spool_file.h"
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -402,6 +404,64 @@ TEST(Spool, EvictedMessagesOfStepsNotReleasedCountLostWhenTheAggregatorRestarts)
     spool.Rewind("names");
     EXPECT_EQ(spool.lost_events(), released ? 0u : 3u);
   }
+}
+
+TEST(Spool, AtExitAllThatIsKeptSentOrNotIsTakenInOrderWithinTheFileBound) {
+  Spool spool(8, 1 << 20);  // the oldest unsent go to the temporary file
+  FakeSocket sock;
+  spool.Push("sent-a--", 1, 10);
+  spool.Push("beat", 0, 0);  // sent, no events: nothing to take
+  spool.Pump(sock.fn());
+  spool.Release(5);  // releases nothing: "sent-a--" ends at 10
+  sock.room = 0;
+  spool.Push("unsent-b", 2, 20);
+  spool.Push("unsent-c", 4, 30);
+  spool.Push("unsent-d", 8, 40);
+  std::vector<std::string> out;
+  uint64_t events = 0;
+  // Room for three of the four: the newest is over the bound, lost.
+  EXPECT_EQ(spool.TakeAll(24, &out, &events), 8u);
+  EXPECT_EQ(out, (std::vector<std::string>{"sent-a--", "unsent-b", "unsent-c"}));
+  EXPECT_EQ(events, 7u);
+  EXPECT_EQ(spool.lost_events(), 8u);
+  EXPECT_EQ(spool.unsent_events(), 0u);
+  EXPECT_TRUE(spool.idle());
+  EXPECT_EQ(spool.size(), 0u);
+}
+
+TEST(SpoolFile, WrittenWholeForTheUserOnlyAndReadBackInOrder) {
+  char tmpl[] = "/tmp/rlscope_spool_file_test_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/run/key";
+  const std::vector<std::string> messages = {"hello", std::string("\0bin\xff", 5), std::string(70000, 'x'), ""};
+  const SpoolWriteResult w = WriteSpoolFile(dir, "123-00ab", messages);
+  ASSERT_TRUE(w.ok) << w.error;
+  EXPECT_EQ(w.path, dir + "/123-00ab.spool");
+  struct stat st{};
+  ASSERT_EQ(stat(w.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(ListSpoolFiles(dir), std::vector<std::string>{w.path});  // no .tmp left beside it
+  std::vector<std::string> back;
+  std::string error;
+  ASSERT_TRUE(ReadSpoolFile(w.path, &back, &error)) << error;
+  EXPECT_EQ(back, messages);
+  // Cut short (a copy interrupted) or not ours: said, not read.
+  ASSERT_EQ(truncate(w.path.c_str(), st.st_size > 0 ? 100 : 0), 0);
+  EXPECT_FALSE(ReadSpoolFile(w.path, &back, &error));
+  EXPECT_NE(error.find("cut short"), std::string::npos) << error;
+  const std::string foreign = dir + "/other.spool";
+  FILE* f = std::fopen(foreign.c_str(), "w");
+  std::fputs("not a spool\n", f);
+  std::fclose(f);
+  EXPECT_FALSE(ReadSpoolFile(foreign, &back, &error));
+  EXPECT_NE(error.find("not an rlscope spool file"), std::string::npos) << error;
+  EXPECT_TRUE(ListSpoolFiles(std::string(tmpl) + "/nowhere").empty());
+  EXPECT_EQ(RunKey(""), "");
+  EXPECT_EQ(RunKey("a").size(), 16u);
+  EXPECT_NE(RunKey("a"), RunKey("b"));
+  std::system(("rm -rf " + std::string(tmpl)).c_str());
 }
 
 TEST(Spool, AtExitWhatWasNeverSentIsCountedLost) {
