@@ -87,6 +87,12 @@ void Collector::FlushLoop() {
 }
 
 void Collector::FlushOnce(bool stop, bool window_closed) {
+  if (!stop) {  // test only: RLSCOPE_TEST_LATE_FLUSH_EVENTS (recording.h)
+    recording_.WaitLateFlushForTesting([this] {
+      std::lock_guard<std::mutex> lock(flush_mu_);
+      return stop_;
+    });
+  }
   // A window just closed, a barrier, or exit: CUPTI hands over what it
   // buffered first, so the GPU records ship with this flush.
   gpu_.Flush(stop || link_.barrier_owed() || window_closed);

@@ -3,15 +3,25 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <thread>
 
 namespace rlscope {
 
 constinit thread_local ThreadState* Recording::tls_state_ __attribute__((tls_model("initial-exec"))) = nullptr;
-thread_local bool Recording::tls_over_budget_ = false;
 thread_local bool Recording::tls_exiting_ = false;
 
 namespace {
+
+// Test only: Recording::WaitLateFlushForTesting.
+constexpr char kEnvLateFlushEventsForTesting[] = "RLSCOPE_TEST_LATE_FLUSH_EVENTS";
+
+uint64_t EnvCount(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::strtoull(v, nullptr, 10) : 0;
+}
 
 std::string ReadFirstLine(const std::string& path) {
   std::ifstream in(path);
@@ -40,27 +50,27 @@ struct ThreadExitHook {
 };
 
 Recording::Recording(CollectorContext& ctx)
-    : ctx_(ctx), clock_source_(ctx.clock_source), test_clock_(ctx.test_clock.get()) {}
+    : ctx_(ctx),
+      clock_source_(ctx.clock_source),
+      test_clock_(ctx.test_clock.get()),
+      budget_(static_cast<int64_t>(ctx.own.config.buffers.max_mb) << 20),
+      late_flush_events_(EnvCount(kEnvLateFlushEventsForTesting)) {}
 
 ThreadState* Recording::Register() {
-  if (tls_over_budget_ || tls_exiting_ || closed_.load(std::memory_order_relaxed)) {
+  if (tls_exiting_ || closed_.load(std::memory_order_relaxed)) {
     CountDropped();
     return nullptr;
   }
   const size_t bytes = static_cast<size_t>(ctx_.own.config.buffers.per_thread_kb) * 1024;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu_);  // reserve the budget first
-    if (bytes_reserved_ + bytes > static_cast<size_t>(ctx_.own.config.buffers.max_mb) << 20) {
-      tls_over_budget_ = true;
-      CountDropped();
-      return nullptr;
-    }
-    bytes_reserved_ += bytes;
+  if (!budget_.TryTake(static_cast<int64_t>(bytes))) {  // the budget first
+    CountDropped();
+    return nullptr;
   }
-  // Allocate and prefault outside the lock: the flush thread keeps going.
+  // Allocate, prefault and reserve the overflow outside the lock: the flush
+  // thread keeps going.
   auto entry = std::make_unique<ThreadEntry>();
   entry->buffer = std::make_unique<ThreadBuffer>(static_cast<int64_t>(syscall(SYS_gettid)),
-                                                 bytes / sizeof(EventRecord));
+                                                 bytes / sizeof(EventRecord), &budget_);
   entry->state = std::make_unique<ThreadState>(&ctx_.strings);
   entry->state->buffer = entry->buffer.get();
   std::lock_guard<std::mutex> lock(registry_mu_);
@@ -144,8 +154,8 @@ void Recording::RetireExitedThreads(const std::function<void(ThreadEntry&)>& rel
       release(*e);
       retired_dropped_ += e->buffer->dropped();
       retired_written_ += e->buffer->written();
-      bytes_reserved_ -= static_cast<size_t>(ctx_.own.config.buffers.per_thread_kb) * 1024;
-      it = threads_.erase(it);
+      it = threads_.erase(it);  // the ring gives its overflow bytes back
+      budget_.Give(static_cast<int64_t>(ctx_.own.config.buffers.per_thread_kb) * 1024);
     } else {
       ++it;
     }
@@ -164,6 +174,17 @@ Recording::Counts Recording::Count() {
   }
   c.threads = threads_.size();
   return c;
+}
+
+void Recording::WaitLateFlushForTesting(const std::function<bool()>& stopping) {
+  if (late_flush_events_ == 0) return;
+  if (late_flush_until_ == 0) late_flush_until_ = late_flush_events_;
+  uint64_t written = Count().written;
+  while (written < late_flush_until_ && !stopping()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    written = Count().written;
+  }
+  late_flush_until_ = written + late_flush_events_;
 }
 
 }  // namespace rlscope

@@ -2,9 +2,12 @@
 //
 // Each application thread that records gets a ThreadState and a ring of its
 // own (ThreadBuffer), registered here on its first event and reached through
-// an initial-exec thread_local; Record writes one packed record into it.
+// an initial-exec thread_local; Record writes one packed record into it. A
+// full ring overflows by chunks into the thread's reserved store (no drop)
+// until buffers.max_mb, which bounds the rings and their overflow together.
 // Nothing on the hot path locks, allocates or makes a system call, except a
-// thread's first event (registration) and an eventfd write every half ring.
+// thread's first event (registration) and an eventfd write every half ring
+// (every overflow chunk, during an overflow).
 // The flush thread (collector.h) snapshots the rings, ships the names the
 // events need, and retires the rings of threads that exited.
 #pragma once
@@ -94,7 +97,7 @@ class Recording {
   explicit Recording(CollectorContext& ctx);
 
   // Records one event into `ts`, the calling thread's state. Returns false
-  // when dropped (ring full, counted unless `counted` is false: a cost
+  // when dropped (ring full and no overflow left, counted unless `counted` is false: a cost
   // sample). `privileged`: a recorded range's close or a step edge, which may
   // take the ring's reserve (ThreadBuffer::TryPush).
   RLSCOPE_HOT bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,
@@ -116,8 +119,8 @@ class Recording {
     r.flags = flags;
     r.reserved = 0;
     if (!ts->buffer->TryPush(r, privileged, counted)) return false;
-    // Every half ring, the flush thread is woken rather than left to its
-    // interval: one eventfd write per (ring / 2) records.
+    // Every half ring (every overflow chunk), the flush thread is woken
+    // rather than left to its interval: one eventfd write per (ring / 2) records.
     if (__builtin_expect(ts->buffer->AtHalfMark(), 0)) ctx_.Wake();
     return true;
   }
@@ -131,7 +134,9 @@ class Recording {
   // The calling thread's state, or null (not registered, or exiting).
   static ThreadState* Current() { return tls_state_; }
   // Registers the calling thread (its first event): nullptr when the
-  // per-process buffer budget is used up or recording closed (counted).
+  // per-process buffer budget is used up or recording closed (counted). The
+  // budget is shared with the rings' overflow, which gives it back once
+  // drained: a thread refused is tried again at its next event.
   ThreadState* Register();
   // No thread registers from now on (exit).
   void Close() { closed_.store(true, std::memory_order_relaxed); }
@@ -158,6 +163,18 @@ class Recording {
     uint64_t written = 0, dropped = 0, threads = 0;
   };
   Counts Count();
+  // Overflow statistics (ThreadBuffer): the most overflow bytes in use at
+  // once, process-wide, and the overflow episodes started. Any thread.
+  int64_t overflow_peak_bytes() const { return budget_.overflow_peak_bytes(); }
+  uint64_t overflow_episodes() const { return budget_.overflow_episodes(); }
+
+  // Test only (RLSCOPE_TEST_LATE_FLUSH_EVENTS=N, tests/test_drops.py): the
+  // flush thread calls this before each flush; it returns once the process
+  // has recorded N events more than when it last returned (the first time:
+  // N), or when `stopping` says so (asked every millisecond). A flush thread
+  // that gets no core for a while, made deterministic: it drains once per N
+  // events. Unset or 0: returns at once.
+  void WaitLateFlushForTesting(const std::function<bool()>& stopping);
 
  private:
   friend struct ThreadExitHook;
@@ -171,7 +188,6 @@ class Recording {
   // bytes of the static TLS surplus that glibc keeps for this); constinit:
   // no TLS wrapper call is needed to read it from another file.
   static constinit thread_local ThreadState* tls_state_ __attribute__((tls_model("initial-exec")));
-  static thread_local bool tls_over_budget_;
   static thread_local bool tls_exiting_;  // set by the thread-exit hook: never re-register
 
   std::atomic<bool> closed_{false};
@@ -180,9 +196,14 @@ class Recording {
   // open was dropped.
   std::atomic<uint64_t> overflow_dropped_{0};
 
-  std::mutex registry_mu_;  // guards threads_, bytes_reserved_, retired_*
+  // buffers.max_mb: the rings' reservations and their overflow chunks.
+  // Declared before threads_: it outlives every ring.
+  MemoryBudget budget_;
+  uint64_t late_flush_events_ = 0;  // WaitLateFlushForTesting's N; flush thread
+  uint64_t late_flush_until_ = 0;   // its next target; flush thread
+
+  std::mutex registry_mu_;  // guards threads_, retired_*
   std::vector<std::unique_ptr<ThreadEntry>> threads_;
-  size_t bytes_reserved_ = 0;
   uint64_t retired_dropped_ = 0;   // drops of threads already removed
   uint64_t retired_written_ = 0;   // records of threads already removed
 
