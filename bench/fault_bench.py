@@ -92,6 +92,7 @@ def faults_section(args, clean_env, print_table):
     from rlscope_ray.aggregator_process import start_aggregator
 
     agg_cmd = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
+    spool_root = os.environ.get("RLSCOPE_SPOOL_DIR")  # each run sets its own; restored at the end
     rows = []
     baseline_ms = None
 
@@ -117,7 +118,7 @@ def faults_section(args, clean_env, print_table):
             env.update(RLSCOPE_AGGREGATOR=listen, RLSCOPE_ROLE="controller", NVTX_INJECTION64_PATH=collector_path(),
                        RLSCOPE_CONFIG=config, RLSCOPE_TEST_COSTS="push=1,pop=1", RLSCOPE_SECRET=SECRET,
                        RLSCOPE_SPOOL_DIR=os.path.join(work, "spool"))
-            os.environ["RLSCOPE_SPOOL_DIR"] = env["RLSCOPE_SPOOL_DIR"]  # the aggregators started below
+            os.environ["RLSCOPE_SPOOL_DIR"] = env["RLSCOPE_SPOOL_DIR"]  # the aggregators started below (restored)
         relay = None
         if fault == "relay killed at exit":
             endpoint_file = os.path.join(work, "relay_endpoint")
@@ -144,7 +145,12 @@ def faults_section(args, clean_env, print_table):
                 subprocess.run([os.path.join(args.build_dir, "tests", "apps", "stranger"), listen, victim,
                                 os.path.join(work, "stranger.json")], check=True, timeout=60)
             note = "3 connections: hello as controller, goodbye and batch in the controller's name, garbage"
-        if fault in EXIT_FAULTS and _wait_for_line(os.path.join(work, "agg.log"), f"step {STEPS - 10} written", proc):
+        # Down at exit: killed early, the rest of the run ends while it is
+        # down. Restarted or relay killed near the end: the aggregator writes
+        # some 10-20 steps behind the program here, so at step 70 written the
+        # program is in its last steps.
+        kill_at = 10 if fault == "down at exit" else 70
+        if fault in EXIT_FAULTS and _wait_for_line(os.path.join(work, "agg.log"), f"step {kill_at} written", proc):
             victim = relay if fault == "relay killed at exit" else agg.proc
             victim.send_signal(signal.SIGKILL)
             victim.wait()
@@ -152,7 +158,9 @@ def faults_section(args, clean_env, print_table):
                 agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
                                        log=os.path.join(work, "agg2.log"), work_dir=work, config={"steps": "all"},
                                        secret=SECRET)
-            note = f"killed once step {STEPS - 10} was written"
+            note = f"killed once step {kill_at} was written"
+        elif fault in EXIT_FAULTS:
+            note = f"NOT injected: the program ended before step {kill_at} was written"
         ended = None
         while proc.poll() is None:  # the end of its main: its report appears
             if ended is None and os.path.exists(report):
@@ -160,7 +168,7 @@ def faults_section(args, clean_env, print_table):
             time.sleep(0.005)
         exit_ms = (time.monotonic() - ended) * 1000 if ended is not None else float("nan")
         _, stderr = proc.communicate(timeout=args.timeout_s)
-        if fault == "down at exit":  # started again once the program is gone
+        if fault == "down at exit" and "NOT" not in note:  # started again once the program is gone
             agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
                                    log=os.path.join(work, "agg2.log"), work_dir=work, config={"steps": "all"},
                                    secret=SECRET)
@@ -211,8 +219,10 @@ def faults_section(args, clean_env, print_table):
     run("aggregator down at exit, started after", fault="down at exit")
     run("aggregator restarted just before exit", fault="restart at exit")
     run("relay killed before exit", fault="relay killed at exit")
-    spool_env = os.environ.pop("RLSCOPE_SPOOL_DIR", None)
-    del spool_env
+    if spool_root is None:
+        os.environ.pop("RLSCOPE_SPOOL_DIR", None)
+    else:
+        os.environ["RLSCOPE_SPOOL_DIR"] = spool_root
     print_table(f"Faults: dense_steps.py, {STEPS} steps of {RANGES} nvtx ranges (one run each)",
                 ["fault", "events emitted", "in the output", "recovered from disk", "reported lost", "unaccounted",
                  "steps written", "median step ms", "vs no fault", "exit ms", "notes"], rows)

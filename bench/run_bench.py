@@ -42,10 +42,12 @@ once per process, so every configuration runs as its own process.
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 EVENT_RECORD_BYTES = 32  # sizeof(rlscope::EventRecord), native/event.h
@@ -61,10 +63,11 @@ def free_tcp_port():
 
 
 def clean_env():
-    """The environment without any NVTX tool or rlscope settings."""
+    """The environment without any NVTX tool or rlscope settings (but the
+    bench's spool root: what its programs leave on disk goes there, main())."""
     env = dict(os.environ)
     for key in list(env):
-        if key.startswith("RLSCOPE_") or key.startswith("NVTX_INJECTION"):
+        if (key.startswith("RLSCOPE_") and key != "RLSCOPE_SPOOL_DIR") or key.startswith("NVTX_INJECTION"):
             del env[key]
     env.pop("RANK", None)
     return env
@@ -829,6 +832,10 @@ def main():
     if args.pairs is None:
         args.pairs = QUICK_PAIRS if args.quick else 2 * 1024 * 1024
     sections = args.section or (list(SECTIONS) if args.long else QUICK_SECTIONS)
+    # What the bench's programs leave on disk at exit (an aggregator gone
+    # first) goes to a directory of the bench's own, removed at the end.
+    spool_root = tempfile.mkdtemp(prefix="rlscope_bench_spool_")
+    os.environ["RLSCOPE_SPOOL_DIR"] = spool_root
     t0 = time.monotonic()
     for name in sections:
         runs = args.runs
@@ -837,6 +844,7 @@ def main():
         SECTIONS[name](argparse.Namespace(**{**vars(args), "runs": runs}))
     print(f"(bench: {', '.join(sections)} in {time.monotonic() - t0:.0f} s"
           + ("; `make bench-long` runs every section at full size)" if args.quick else ")"))
+    shutil.rmtree(spool_root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -226,6 +226,7 @@ class Collector {
 
   std::string run_config_;  // the last run config adopted (flush thread)
   std::atomic<uint64_t> forks_{0};  // children forked (CountFork)
+  uint64_t overflow_said_ = 0;       // flush thread: ring overflow episodes in the label (FlushOnce)
 
   // The flush thread and its requests.
   std::mutex flush_mu_;

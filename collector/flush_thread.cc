@@ -113,6 +113,14 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
   recording_.TakeMetadata(&out.metadata);
   out.dropped = Totals(/*gpu=*/true).second + link_.transport().events_dropped();
   gpu_.CountLost(link_.SendBatches(out));
+  // Rings that overflowed (thread_buffer.h), said when a window closes or at
+  // exit (each label change re-sends the Hello): run.json labels.ring_overflow.
+  if ((window_closed || stop) && recording_.overflow_episodes() != overflow_said_) {
+    overflow_said_ = recording_.overflow_episodes();
+    link_.SetLabel("ring_overflow", std::to_string(overflow_said_) + " episodes, peak " +
+                                        std::to_string((recording_.overflow_peak_bytes() + (1 << 20) - 1) >> 20) +
+                                        " MB of buffers.max_mb");
+  }
   recording_.RetireExitedThreads([this](ThreadEntry& entry) { cpu_.Release(entry); });
   link_.SayTrouble(out.dropped);
 }

@@ -193,11 +193,13 @@ void Link::SayTrouble(uint64_t dropped) {
   if (!said_dropping_ && dropped > 0) {
     said_dropping_ = true;
     std::fprintf(stderr,
-                 "rlscope: pid %d: dropping events (%llu so far): a thread recorded faster than the flush thread "
-                 "emptied its ring (buffers.per_thread_kb=%lld, flush.interval_ms=%lld); whole ranges are "
-                 "dropped, step boundaries kept, and every step's summary counts them\n",
+                 "rlscope: pid %d: dropping events (%llu so far): threads recorded faster than the flush thread "
+                 "emptied their rings, and their overflow reached buffers.max_mb=%lld (buffers.per_thread_kb=%lld, "
+                 "flush.interval_ms=%lld); whole ranges are dropped, step boundaries kept, and every step's "
+                 "summary counts them\n",
                  static_cast<int>(getpid()), static_cast<unsigned long long>(dropped),
-                 static_cast<long long>(config.buffers.per_thread_kb), static_cast<long long>(config.flush.interval_ms));
+                 static_cast<long long>(config.buffers.max_mb), static_cast<long long>(config.buffers.per_thread_kb),
+                 static_cast<long long>(config.flush.interval_ms));
   }
 }
 

@@ -318,9 +318,9 @@ const std::vector<KeySpec>& KeySpecs() {
       Bool("gpu.runtime_api", "CUDA runtime API calls", [](Config& c) -> bool& { return c.gpu.runtime_api; }),
       Bool("gpu.driver_api", "CUDA driver API calls", [](Config& c) -> bool& { return c.gpu.driver_api; }),
       Bool("gpu.sync", "CUDA synchronization records", [](Config& c) -> bool& { return c.gpu.sync; }),
-      Int("buffers.per_thread_kb", "ring buffer per recording thread; full = counted drop", 4, 1 << 20,
+      Int("buffers.per_thread_kb", "ring buffer per recording thread; full = overflow by chunks within buffers.max_mb", 4, 1 << 20,
           [](Config& c) -> int64_t& { return c.buffers.per_thread_kb; }),
-      Int("buffers.max_mb", "cap on all ring buffers of one process", 1, 1 << 16,
+      Int("buffers.max_mb", "cap on one process's rings and their overflow; past it, counted drops", 1, 1 << 16,
           [](Config& c) -> int64_t& { return c.buffers.max_mb; }),
       Int("buffers.spool_mb",
           "batches kept in memory until their step is written (replayed to a restarted aggregator) or "

@@ -23,9 +23,11 @@ if not BUILD.is_absolute():
 
 
 def clean_env(*drop: str) -> Dict[str, str]:
-    """This environment without the profiler (no RLSCOPE_*, no NVTX tool), nor `drop`."""
+    """This environment without the profiler (no RLSCOPE_*, no NVTX tool), nor `drop`.
+    RLSCOPE_SPOOL_DIR stays: whatever a test's program leaves on disk goes to the session's."""
     return {k: v for k, v in os.environ.items()
-            if not k.startswith("RLSCOPE_") and k != "NVTX_INJECTION64_PATH" and k not in drop}
+            if not (k.startswith("RLSCOPE_") and k != "RLSCOPE_SPOOL_DIR") and k != "NVTX_INJECTION64_PATH"
+            and k not in drop}
 
 
 @pytest.fixture(scope="session")

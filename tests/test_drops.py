@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 
-from conftest import ROOT, Trace
+from conftest import ROOT, Trace, clean_env
 
 STEPS = 8
 
@@ -65,7 +65,7 @@ def test_a_process_says_once_that_no_aggregator_answers(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
+    env = clean_env()
     env.update({"RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{port}", "RLSCOPE_CONFIG": "flush: {exit_timeout_ms: 0}"})
     # The collector waits 5 s for an answer before it says so (not a timing of ours: a fixed threshold).
     r = subprocess.run([sys.executable, "-c", "import time, rlscope_ray; time.sleep(6.5)"], env=env,
@@ -115,6 +115,9 @@ def test_at_the_defaults_a_late_flush_thread_loses_nothing(aggregator_factory, t
     assert not [line for line in r.stderr.splitlines() if "dropping events" in line], r.stderr
     assert proc["dropped"] == 0, proc
     assert traced == 4 * (2 * RANGES + 2)  # every event, in its step
+    # Said in run.json: how often, and the most memory it took at once (>= what the ring could not hold).
+    episodes, peak_mb = proc["labels"]["ring_overflow"].split(" episodes, peak ")
+    assert int(episodes) >= 1 and int(peak_mb.split()[0]) >= 4, proc["labels"]
 
 
 def test_a_late_flush_thread_past_buffers_max_mb_drops_counted_whole_ranges(aggregator_factory, tmp_path):
@@ -122,6 +125,6 @@ def test_a_late_flush_thread_past_buffers_max_mb_drops_counted_whole_ranges(aggr
     agg = aggregator_factory(config="steps: all\n")
     r, proc, traced = _run_late(agg, tmp_path, config='{"buffers": {"max_mb": 2}}')
     said = [line for line in r.stderr.splitlines() if "dropping events" in line]
-    assert len(said) == 1, r.stderr
+    assert len(said) == 1 and "buffers.max_mb=2" in said[0], r.stderr
     assert proc["dropped"] >= LATE_EVENTS - 2 * 32768, proc
     assert traced + proc["dropped"] == 4 * (2 * RANGES + 2), (traced, proc["dropped"])

@@ -39,6 +39,12 @@ from .aggregator_process import AggregatorStartError, start_aggregator
 SCALE_MAX = 100.0  # the config's range for correction.scale
 
 
+
+def _profiler_setting(key: str) -> bool:
+    """An RLSCOPE_* setting the runs replace (where processes leave what an
+    aggregator did not take, RLSCOPE_SPOOL_DIR, stays the user's)."""
+    return key.startswith("RLSCOPE_") and key != _native.names.ENV_SPOOL_DIR
+
 class CalibrationError(Exception):
     """A run failed or measured nothing usable; the message says which and where."""
 
@@ -164,7 +170,7 @@ class Runner:
 
     def plain(self) -> Dict[int, float]:
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith("RLSCOPE_") and k != "NVTX_INJECTION64_PATH"}
+               if not _profiler_setting(k) and k != "NVTX_INJECTION64_PATH"}
         return self._run(env, "uninstrumented")
 
     def profiled(self, scale: float = 1.0) -> ProfiledRun:
@@ -186,7 +192,7 @@ class Runner:
         except AggregatorStartError as e:
             raise CalibrationError(str(e)) from None
         try:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
+            env = {k: v for k, v in os.environ.items() if not _profiler_setting(k)}
             env.update({settings.AGGREGATOR: agg.endpoint, settings.ROLE: _native.names.CONTROLLER,
                         settings.CONFIG: json.dumps(cfg), "NVTX_INJECTION64_PATH": collector_path()})
             steps = self._run(env, "profiled")

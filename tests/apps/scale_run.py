@@ -85,8 +85,8 @@ def main():
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="rlscope_scale_")
     stop = os.path.join(work, "stop")
-    base = {k: v for k, v in os.environ.items()
-            if not (k.startswith("RLSCOPE_") or k in ("NVTX_INJECTION64_PATH", "RANK"))}
+    base = {k: v for k, v in os.environ.items()  # (the spool root stays: the caller's)
+            if not ((k.startswith("RLSCOPE_") and k != "RLSCOPE_SPOOL_DIR") or k in ("NVTX_INJECTION64_PATH", "RANK"))}
     if args.netns_hosts and args.relays and args.relays != args.netns_hosts:
         raise SystemExit("--netns-hosts H with --relays R: one relay per host, R must be H")
     hosts = NetnsHosts(args.netns_hosts) if args.netns_hosts else None
