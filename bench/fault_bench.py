@@ -11,8 +11,10 @@ median step time beside the run without a fault (the host's loop time).
 The faults at exit (the aggregator down when the program ends and started
 again after; killed and started again just before its end; the node's relay
 killed before its end) add what was recovered from the spool files the
-program left on disk (run.json recovered.events), and the program's exit
-time: from its report's appearance (the end of its main) to its exit.
+program left on disk (run.json recovered.events: every record taken up, CPU
+samples and the profiler's own included, so it can exceed what was emitted),
+and the program's exit time: from its report's appearance (the end of its
+main) to its exit.
 Profiled runs use 1 ns test costs (RLSCOPE_TEST_COSTS): no start-up
 calibration, whose own events (never in a step) would blur the count.
 """
@@ -145,12 +147,20 @@ def faults_section(args, clean_env, print_table):
                 subprocess.run([os.path.join(args.build_dir, "tests", "apps", "stranger"), listen, victim,
                                 os.path.join(work, "stranger.json")], check=True, timeout=60)
             note = "3 connections: hello as controller, goodbye and batch in the controller's name, garbage"
-        # Down at exit: killed early, the rest of the run ends while it is
-        # down. Restarted or relay killed near the end: the aggregator writes
-        # some 10-20 steps behind the program here, so at step 70 written the
-        # program is in its last steps.
-        kill_at = 10 if fault == "down at exit" else 70
-        if fault in EXIT_FAULTS and _wait_for_line(os.path.join(work, "agg.log"), f"step {kill_at} written", proc):
+        # Down at exit: killed once step 10 is written; the rest of the run
+        # ends while it is down. Restarted, or the relay killed, at exit: the
+        # moment the program's main returns (its report appears), while the
+        # aggregator still writes the steps it is behind on and the program's
+        # exit drains what was not acknowledged.
+        ended = None
+        if fault == "down at exit" and _wait_for_line(os.path.join(work, "agg.log"), "step 10 written", proc):
+            agg.proc.send_signal(signal.SIGKILL)
+            agg.proc.wait()
+            note = "killed once step 10 was written, started again after the program exited"
+        elif fault in EXIT_FAULTS and fault != "down at exit":
+            while proc.poll() is None and not os.path.exists(report):
+                time.sleep(0.002)
+            ended = time.monotonic()
             victim = relay if fault == "relay killed at exit" else agg.proc
             victim.send_signal(signal.SIGKILL)
             victim.wait()
@@ -158,10 +168,11 @@ def faults_section(args, clean_env, print_table):
                 agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
                                        log=os.path.join(work, "agg2.log"), work_dir=work, config={"steps": "all"},
                                        secret=SECRET)
-            note = f"killed once step {kill_at} was written"
+            note = ("killed as the program's main returned" +
+                    (", started again at once" if fault == "restart at exit" else ", not started again") +
+                    ("" if proc.poll() is None else "; the program had exited already"))
         elif fault in EXIT_FAULTS:
-            note = f"NOT injected: the program ended before step {kill_at} was written"
-        ended = None
+            note = "NOT injected: the program ended before step 10 was written"
         while proc.poll() is None:  # the end of its main: its report appears
             if ended is None and os.path.exists(report):
                 ended = time.monotonic()
@@ -194,7 +205,7 @@ def faults_section(args, clean_env, print_table):
             r = json.load(open(os.path.join(out, "run.json")))
             note += f"; refused {r['refused_frames']} frames ({r['refused_hellos']} hellos)"
         if fault == "tiny rings":
-            note = "buffers.per_thread_kb 4, flush.interval_ms 200; " + (
+            note = "buffers.per_thread_kb 4, max_mb 1, flush.interval_ms 200; " + (
                 "said once on stderr" if stderr.count("dropping events") == 1 else "not said")
         if fault in EXIT_FAULTS:
             note += "; " + ("left on disk at exit, said" if "left on this node's disk" in stderr
@@ -212,7 +223,8 @@ def faults_section(args, clean_env, print_table):
 
     run("no profiler", profiled=False)
     run("no fault")
-    run("tiny rings (drops)", '{"buffers": {"per_thread_kb": 4}, "flush": {"interval_ms": 200}}', "tiny rings")
+    run("tiny rings, 1 MB cap (drops)", '{"buffers": {"per_thread_kb": 4, "max_mb": 1}, "flush": {"interval_ms": 200}}',
+        "tiny rings")
     run("aggregator killed and restarted", fault="aggregator restart")
     run("stranger on the port", fault="stranger")
     run("no aggregator at all", '{"flush": {"exit_timeout_ms": 0}}', fault="no aggregator")

@@ -143,6 +143,7 @@ void Link::SendControl() {
 
 bool Link::Apply(const wire::Control& control) {
   heard_from_aggregator_ = true;
+  ++controls_heard_;
   if (control.role == wire::kRoleRefused) {
     if (!refused_) {
       refused_ = true;
@@ -209,35 +210,49 @@ void Link::Stop(const Transport::ControlHandler& apply,
   // goes first, for three quarters of it, still answering the aggregator (a
   // restarted one asks for a hello first; a connection that comes back says
   // hello again and replays); then the goodbye, which must not overtake it;
-  // then its acknowledgement, to the deadline. What is not known delivered
-  // by then is left on disk (LeaveOnDisk), unless the aggregator said the
-  // run is over (wire::kRunOver: no step can take it). A refused process
-  // waits for nothing.
+  // then its acknowledgement, or any sign that the aggregator is alive and
+  // reading after it, to the deadline. What is not known delivered by then
+  // is left on disk (LeaveOnDisk), unless the aggregator said the run is
+  // over (wire::kRunOver: no step can take it). A refused process waits for
+  // nothing.
   const int64_t start = MonotonicNs(), timeout_ns = ctx_.own.config.flush.exit_timeout_ms * 1000000;
   const int64_t drain_deadline = start + timeout_ns * 3 / 4, deadline = start + timeout_ns;
+  bool alive_after_bye = false;
   if (transport_.connected()) {
     while (!refused_) {
       transport_.ReceiveControls(apply);
       SendControl();  // the hello again, when asked
       transport_.Pump();
       // Done when nothing waits on a connection that is up (and no hello
-      // again is due: its replay would).
-      if ((transport_.spool().idle() && !rehello_ && transport_.link_up()) || MonotonicNs() >= drain_deadline) break;
+      // again is due: its replay would), or when the run is over.
+      if ((transport_.spool().idle() && !rehello_ && transport_.link_up()) || run_over_ ||
+          MonotonicNs() >= drain_deadline) {
+        break;
+      }
       transport_.Wait(5000000);
     }
     if (refused_) {
       if (const uint64_t unsent = transport_.AbandonSpool(); unsent > 0) SayLost(unsent, "it refused this process");
     } else if (transport_.spool().idle() && !rehello_ && transport_.ready()) {
       // Everything went out: the goodbye, then its acknowledgement (through
-      // a relay, from the root), in what is left of the timeout.
+      // a relay, from the root), in what is left of the timeout. An
+      // aggregator that is behind answers late; any message from it after
+      // the goodbye went says it is alive and reading in order (a step it
+      // wrote, a window), and is taken as delivery: waiting out the timeout
+      // and leaving all it has yet to write on disk would cost every exit
+      // while it catches up. (What that leaves: it dies before reading the
+      // goodbye.)
       const auto [events, dropped] = totals();
       transport_.Send(wire::Encode(wire::Bye{ctx_.session, events, dropped + transport_.events_dropped()}));
-      while (!bye_acked_ && transport_.link_up() && MonotonicNs() < deadline) {
+      const uint64_t heard = controls_heard_;
+      while (!bye_acked_ && controls_heard_ == heard && transport_.link_up() && MonotonicNs() < deadline) {
         transport_.Wait(5000000);
         transport_.ReceiveControls(apply);
       }
+      // (Not one asking for a hello again: a new aggregator, which has none of it.)
+      if (controls_heard_ != heard && !rehello_) alive_after_bye = true;
     }
-    if (!refused_ && !bye_acked_ && !run_over_) {
+    if (!refused_ && !bye_acked_ && !run_over_ && !alive_after_bye) {
       // Not all of it is known to have arrived: all that is kept is left
       // on disk, and nothing more goes out (the file has it all).
       LeaveOnDisk(totals);

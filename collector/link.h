@@ -107,6 +107,7 @@ class Link {
   bool rehello_ = false;
   bool refused_ = false;
   bool bye_acked_ = false;  // Control.bye_ack: the aggregator has everything (Stop)
+  uint64_t controls_heard_ = 0;  // Control messages applied (Stop: alive after the goodbye)
   bool run_over_ = false;   // Control.release_ns kRunOver: nothing more can be written (Stop)
   uint64_t pending_ack_ = 0;  // flush token to acknowledge; 0 = none
 };
