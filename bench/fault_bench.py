@@ -113,14 +113,15 @@ def faults_section(args, clean_env, print_table):
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             listen = f"tcp://127.0.0.1:{port}"
+            # This run's spool root, for the program and every aggregator it meets (restored at the end).
+            os.environ["RLSCOPE_SPOOL_DIR"] = os.path.join(work, "spool")
             if fault != "no aggregator":
                 agg = start_aggregator(out, listen=listen, command=agg_cmd, args=["--exit-when-done"],
                                        log=os.path.join(work, "agg.log"), work_dir=work, config={"steps": "all"},
                                        secret=SECRET)
             env.update(RLSCOPE_AGGREGATOR=listen, RLSCOPE_ROLE="controller", NVTX_INJECTION64_PATH=collector_path(),
                        RLSCOPE_CONFIG=config, RLSCOPE_TEST_COSTS="push=1,pop=1", RLSCOPE_SECRET=SECRET,
-                       RLSCOPE_SPOOL_DIR=os.path.join(work, "spool"))
-            os.environ["RLSCOPE_SPOOL_DIR"] = env["RLSCOPE_SPOOL_DIR"]  # the aggregators started below (restored)
+                       RLSCOPE_SPOOL_DIR=os.environ["RLSCOPE_SPOOL_DIR"])
         relay = None
         if fault == "relay killed at exit":
             endpoint_file = os.path.join(work, "relay_endpoint")
