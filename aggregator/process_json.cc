@@ -19,7 +19,7 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected) {
   w.Key("rank");
   if (id.rank >= 0) w.Int(id.rank); else w.Null();
   w.Key("role").String(id.role);
-  w.Key("name").String(id.name);
+  w.Key("name").String(ProcessName(p));
   w.Key("selected").Bool(selected);
   w.Key("labels").BeginObject();
   for (const auto& [k, v] : id.labels) w.Key(k).String(v);

@@ -439,6 +439,12 @@ std::string ProcessTimeline::CategoryName(uint32_t domain, uint32_t category) co
   return it == categories_.end() ? std::string() : it->second;
 }
 
+std::string ProcessName(const ProcessTimeline& p) {
+  const wire::Identity& id = p.identity();
+  auto it = id.labels.find("actor_class");
+  return it != id.labels.end() && !it->second.empty() ? it->second : id.name;
+}
+
 std::string ProcessLabel(const ProcessTimeline& p) {
   const wire::Identity& id = p.identity();
   auto label_of = [&](const char* key) {
@@ -447,7 +453,7 @@ std::string ProcessLabel(const ProcessTimeline& p) {
   };
   const std::string node_ip = label_of("node_ip");
   if (node_ip.empty()) {  // not a Ray process: host / name (role, rank R) / pid P
-    std::string label = id.host + " / " + id.name + " (" + id.role;
+    std::string label = id.host + " / " + ProcessName(p) + " (" + id.role;
     if (id.rank >= 0) label += ", rank " + std::to_string(id.rank);
     return label + ") / pid " + std::to_string(id.pid);
   }
@@ -455,8 +461,7 @@ std::string ProcessLabel(const ProcessTimeline& p) {
   std::string label = "node " + node_ip;
   const std::string node_id = label_of("node_id");
   if (!node_id.empty()) label += " [" + node_id.substr(0, 8) + "]";
-  const std::string actor_class = label_of("actor_class");
-  label += " / " + (actor_class.empty() ? id.name : actor_class);
+  label += " / " + ProcessName(p);
   if (id.role == "controller") label += " (controller)";
   else if (id.rank >= 0) label += " (rank " + std::to_string(id.rank) + ")";
   return label + " / pid " + std::to_string(id.pid);

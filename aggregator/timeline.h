@@ -201,5 +201,10 @@ class ProcessTimeline {
 // name (role, rank R) / pid P", or for a Ray process "node IP [node id
 // prefix] / actor class (rank R) / pid P".
 std::string ProcessLabel(const ProcessTimeline& p);
+// The process's name as outputs show it: its Ray actor's class once the
+// collector learnt it (labels.actor_class), else the name it said hello
+// with (its command line's; a Ray worker's title when it started, such as
+// "ray::IDLE", before it became an actor).
+std::string ProcessName(const ProcessTimeline& p);
 
 }  // namespace rlscope

@@ -29,6 +29,7 @@
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
 #include "aggregator/json_writer.h"
+#include "aggregator/process_json.h"
 #include "aggregator/run_json.h"
 #include "aggregator/summary_json.h"
 #include "native/names.h"
@@ -1267,8 +1268,12 @@ TEST_F(AggregatorTest, AControllerWithoutAConfigGetsTheAggregatorsWithoutANote) 
 
 TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {
   FakeCollector worker(2, "worker", 0, 200);
-  Connect(worker);
+  wire::Hello first = worker.Hello();
+  first.identity.name = "ray::IDLE";  // a Ray worker's title before it became an actor
+  Send(first);
+  EXPECT_EQ(ProcessName(*agg_->processes().begin()->second), "ray::IDLE");
   wire::Hello later = worker.Hello();
+  later.identity.name = "ray::IDLE";
   later.identity.labels = {{"actor_id", "a1"}, {"actor_class", "Learner"}, {"node_ip", "10.0.0.2"},
                            {"node_id", "0123456789abcdef"}};
   Send(later);
@@ -1276,6 +1281,14 @@ TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {
   const ProcessTimeline& p = *agg_->processes().begin()->second;
   EXPECT_EQ(p.identity().labels.at("actor_id"), "a1");
   EXPECT_EQ(ProcessLabel(p), "node 10.0.0.2 [01234567] / Learner (rank 0) / pid 200");
+  EXPECT_EQ(ProcessName(p), "Learner");  // run.json processes[].name, once the class is known
+  std::string json;
+  JsonWriter w(&json);
+  w.BeginObject();
+  WriteIdentity(w, p, true);
+  w.EndObject();
+  EXPECT_NE(json.find("\"name\":\"Learner\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("ray::IDLE"), std::string::npos) << json;
 }
 
 TEST_F(AggregatorTest, ExpectedProcessesThatNeverConnectAreNotProfiled) {
