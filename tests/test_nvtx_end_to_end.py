@@ -161,12 +161,15 @@ def test_program_without_aggregator_finishes(build_dir, tmp_path, rlscope, exit_
     s.close()  # nothing listens there
     env = {"PATH": "/usr/bin:/bin", "RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{port}", "RLSCOPE_ROLE": "controller",
            "RLSCOPE_CONFIG": f"{{flush: {{exit_timeout_ms: {exit_timeout_ms}}}}}",
-           "NVTX_INJECTION64_PATH": rlscope.collector_path()}
+           "NVTX_INJECTION64_PATH": rlscope.collector_path(), "RLSCOPE_SPOOL_DIR": str(tmp_path / "spool")}
     # What it costs at exit (at most the exit timeout) is timed by `make
-    # bench` (section "exit"); here the timeout is a hang guard.
+    # bench` (section "faults"); here the timeout is a hang guard.
     r = subprocess.run([str(build_dir / "tests/apps/nvtx_app"), "--steps", "5", "--step-ms", "20"], env=env,
-                       timeout=120)
-    assert r.returncode == 0
+                       timeout=120, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # What it recorded is left on this node's disk for `rlscope-ray recover` (no secret: nothing takes it up itself).
+    left = list((tmp_path / "spool" / "no-secret").glob("*.spool"))
+    assert len(left) == 1 and "left on this node's disk" in r.stderr, r.stderr
 
 
 def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
