@@ -37,7 +37,6 @@ void Admission::SetSecret(std::string secret) {
   run_key_ = RunKey(secret_);
 }
 
-std::string Admission::RunKey(const std::string& secret) { return rlscope::RunKey(secret); }
 
 void Admission::Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns) {
   ++context_->stats.refused_frames;

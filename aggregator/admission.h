@@ -27,9 +27,7 @@ class Admission {
   // Every hello must carry `secret`; "" (the default) takes any hello. Call
   // before the first frame.
   void SetSecret(std::string secret);
-  // A 64-bit digest of `secret`, hex; "" for no secret. Names the run in
-  // run.json (resume.run_key): an identifier, not a credential.
-  static std::string RunKey(const std::string& secret);
+  // The run's key: RunKey(secret) (native/spool_file.h), "" for no secret.
   const std::string& run_key() const { return run_key_; }
   // The run's key without its secret (a recovery writes into the run's
   // directory; no hello is taken over the network then).

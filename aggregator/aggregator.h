@@ -45,10 +45,8 @@ class Aggregator {
   // Every hello must carry `secret` (Hello.secret), compared in constant
   // time; "" (the default) takes any hello. Call before the first frame.
   void SetSecret(std::string secret) { admission_.SetSecret(std::move(secret)); }
-  // Identifies the run in run.json (resume.run_key): a 64-bit digest of the
-  // secret, hex; "" for no secret. An identifier, not a credential (the
-  // secret itself is checked in every hello).
-  static std::string RunKey(const std::string& secret) { return Admission::RunKey(secret); }
+  // Identifies the run in run.json (resume.run_key): RunKey(secret)
+  // (native/spool_file.h). The secret itself is checked in every hello.
   const std::string& run_key() const { return admission_.run_key(); }
   // Keeps a resumed run's key without its secret (rlscope-ray recover).
   void KeepRunKey(const std::string& key) { admission_.KeepRunKey(key); }

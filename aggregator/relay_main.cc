@@ -82,8 +82,8 @@ class Relay {
         ++malformed_;  // not for a collector
         continue;
       }
-      if (parts[1].rfind(kSpoolPeer, 0) == 0) {
-        SpoolAnswered(parts[1].substr(sizeof(kSpoolPeer) - 1), parts[2]);
+      if (parts[1].rfind(kSpoolPeerPrefix, 0) == 0) {
+        SpoolAnswered(parts[1].substr(sizeof(kSpoolPeerPrefix) - 1), parts[2]);
         continue;
       }
       if (zmq_send(front_, parts[1].data(), parts[1].size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
@@ -136,7 +136,7 @@ class Relay {
         if (spool_said_.insert(name).second) std::fprintf(stderr, "rlscope-ray relay: %s\n", error.c_str());
         continue;
       }
-      for (std::string& m : messages) up_queue_.emplace_back(kSpoolPeer + name, std::move(m));
+      for (std::string& m : messages) up_queue_.emplace_back(kSpoolPeerPrefix + name, std::move(m));
       spool_sent_[name] = now;
       ++spool_files_sent_;
     }
@@ -152,7 +152,6 @@ class Relay {
     ++spool_files_delivered_;
   }
 
-  static constexpr char kSpoolPeer[] = "spool:";
   void* front_;
   void* back_;
   const std::string spool_dir_;  // "" (no secret): none taken up

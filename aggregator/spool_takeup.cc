@@ -19,7 +19,7 @@ void TakeUpSpoolFiles(Aggregator& agg, const std::string& dir, int64_t now_ns) {
       agg.NoteUnreadableSpool(path, error);  // left in place; said once
       continue;
     }
-    const std::string peer = "spool:" + path.substr(path.rfind('/') + 1);
+    const std::string peer = kSpoolPeerPrefix + path.substr(path.rfind('/') + 1);
     const uint64_t events_before = agg.stats().events;
     uint64_t taken = 0;
     for (const std::string& m : messages) {

@@ -23,6 +23,9 @@ namespace rlscope {
 
 inline constexpr char kSpoolMagic[] = "RLSCOPE-SPOOL 1\n";
 inline constexpr char kSpoolSuffix[] = ".spool";
+// Whoever takes a file up feeds it as a connection of its own named this
+// followed by the file's name (aggregator/spool_takeup.cc, relay_main.cc).
+inline constexpr char kSpoolPeerPrefix[] = "spool:";
 
 // A 64-bit digest of the run's secret, hex; "" without one. Names the run
 // (run.json resume.run_key, the spool directory): an identifier, not a

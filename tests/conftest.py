@@ -1,11 +1,14 @@
 """Shared fixtures: the build, a real aggregator daemon, trace readers."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -28,6 +31,21 @@ def clean_env(*drop: str) -> Dict[str, str]:
     return {k: v for k, v in os.environ.items()
             if not (k.startswith("RLSCOPE_") and k != "RLSCOPE_SPOOL_DIR") and k != "NVTX_INJECTION64_PATH"
             and k not in drop}
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (mount's size=, e.g. "64k") mounted at `path`, a disk
+    a test can fill; skips the test where it cannot be mounted (root only)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a full disk is a small tmpfs, which only root can mount")
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)])
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, small_disk
 from test_faults import (STEPS, _account_worker, _controller_steps_whole, _free_port, _wait_for, _written)
 
 SECRET = "the-secret-of-this-run"
@@ -203,14 +202,8 @@ def test_recover_takes_up_what_was_left_when_no_aggregator_came_back(aggregator_
     assert bad.returncode == 2 and "not a run directory" in bad.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
-                    reason="a full disk is a small tmpfs, which only root can mount")
 def test_a_full_disk_at_exit_is_counted_and_said_and_the_program_ends_as_it_would(tmp_path, build_dir):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with small_disk(tmp_path / "disk", "64k") as disk:
         import rlscope_ray
 
         (disk / "run").mkdir()  # the spool root, on a disk then filled
@@ -232,5 +225,3 @@ def test_a_full_disk_at_exit_is_counted_and_said_and_the_program_ends_as_it_woul
         assert int(said[0].split("exiting with ")[1].split()[0]) >= recorded > 0  # every recorded event, counted
         assert "left on this node's disk" not in r.stderr
         assert not list(disk.rglob("*.tmp")) and not list(disk.rglob("*.spool"))
-    finally:
-        subprocess.run(["umount", "-l", str(disk)])

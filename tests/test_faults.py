@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import stat
@@ -22,7 +21,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import ROOT, Trace
+from conftest import ROOT, Trace, small_disk
 
 STEPS = 10
 MS = 1_000_000
@@ -210,14 +209,8 @@ def test_a_collector_without_the_secret_is_refused(aggregator_factory, tmp_path)
     assert run["refused_hellos"] == 1 and run["refused_frames"] >= 1, run
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
-                    reason="a full disk is a small tmpfs, which only root can mount")
 def test_a_full_disk_stops_the_aggregator_at_once_and_a_restart_writes_the_rest(aggregator_factory, tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with small_disk(tmp_path / "disk", "1m") as disk:
         out = disk / "out"
         filler = disk / "filler"
         port = _free_port()
@@ -249,8 +242,6 @@ def test_a_full_disk_stops_the_aggregator_at_once_and_a_restart_writes_the_rest(
         run = json.loads((out / "run.json").read_text())
         assert run["final"] is True and run["steps_written"] == list(range(1, STEPS + 1)), run["steps_written"]
         _controller_steps_whole(out, list(range(1, STEPS + 1)))
-    finally:
-        subprocess.run(["umount", "-l", str(disk)])
 
 
 def test_a_worker_killed_mid_run_is_marked_lost_once_and_later_steps_do_not_wait(aggregator_factory, tmp_path):

@@ -30,6 +30,7 @@
 #include "aggregator/exporter.h"
 #include "aggregator/json_writer.h"
 #include "aggregator/process_json.h"
+#include "native/spool_file.h"
 #include "aggregator/run_json.h"
 #include "aggregator/summary_json.h"
 #include "native/names.h"
@@ -2166,7 +2167,7 @@ TEST(RunJsonTest, WhatAnUnfinishedRunWroteIsTheResumePointReadBack) {
   EXPECT_EQ(p->controller_session, 1u);
   EXPECT_EQ(p->controller_ns, 200);
   EXPECT_EQ(p->resumes, 0);
-  EXPECT_EQ(p->run_key, Aggregator::RunKey("s"));
+  EXPECT_EQ(p->run_key, RunKey("s"));
   EXPECT_EQ(p->awaited, (std::vector<uint64_t>{1, 2}));  // selected, no goodbye yet
   EXPECT_EQ(p->released, (std::map<uint64_t, int64_t>{{1, 100}, {2, 200}}));
   agg.Finish(0);
@@ -2294,10 +2295,10 @@ TEST(ProfilerCpuTest, TheFlushThreadsCpuInAStepIsInterpolatedFromItsRunningTotal
 }
 
 TEST(RunKeyTest, SameSecretSameKeyAndNoSecretNoKey) {
-  EXPECT_EQ(Aggregator::RunKey("abc"), Aggregator::RunKey("abc"));
-  EXPECT_NE(Aggregator::RunKey("abc"), Aggregator::RunKey("abd"));
-  EXPECT_EQ(Aggregator::RunKey("abc").size(), 16u);
-  EXPECT_EQ(Aggregator::RunKey(""), "");
+  EXPECT_EQ(RunKey("abc"), RunKey("abc"));
+  EXPECT_NE(RunKey("abc"), RunKey("abd"));
+  EXPECT_EQ(RunKey("abc").size(), 16u);
+  EXPECT_EQ(RunKey(""), "");
 }
 
 }  // namespace
