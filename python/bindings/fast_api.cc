@@ -11,6 +11,12 @@
 //     thread): a collector started inside a range never sees a stray pop,
 //     and one object may be entered on several threads at once or again
 //     while open (a decorated function, recursive or not).
+//   - Entered in a coroutine (the calling frame is an `async def`'s, an
+//     async generator's), a range is a start/end range keyed by that frame,
+//     not a push: coroutines interleave on one thread across awaits, and
+//     each range still ends where its own `with` ends (shown on its own
+//     async track). A link payload is not kept there (start/end ranges
+//     carry their id, not a payload).
 //   - Picklable (cloudpickle ships decorated functions to Ray workers): by
 //     name and link payload.
 //   - `link=key` and decorating a function call back into Python (hooks set
@@ -24,6 +30,7 @@
 #include <cstdint>
 
 #include "collector/rlscope_collector.h"
+#include "python/bindings/py_frame.h"
 
 namespace {
 
@@ -66,6 +73,12 @@ struct RangeObject {
   uint64_t payload;   // link_key(link) when has_payload
   uint32_t id;        // 0 until entered with a collector running
   int has_payload;
+  // Open entries from coroutines: the first in the slot (frame, handle),
+  // more at once (one object, concurrent coroutines) in a dict from the
+  // frame's address to the handle.
+  const void* coro_frame;
+  uint64_t coro_handle;
+  PyObject* coro_more;
 };
 
 // This thread's open ranges (entered, not yet exited): bit d of
@@ -115,6 +128,9 @@ PyObject* NewRange(PyTypeObject* type, PyObject* name, PyObject* link) {
   self->payload = payload;
   self->id = 0;
   self->has_payload = linked ? 1 : 0;
+  self->coro_frame = nullptr;
+  self->coro_handle = 0;
+  self->coro_more = nullptr;
   return reinterpret_cast<PyObject*>(self);
 }
 
@@ -165,6 +181,7 @@ PyObject* RangeNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 void RangeDealloc(PyObject* o) {
   RangeObject* self = reinterpret_cast<RangeObject*>(o);
   Py_CLEAR(self->name);
+  Py_CLEAR(self->coro_more);
   if (Py_TYPE(o) == &RangeType && g_free_count < kFreeListSize) {
     g_free[g_free_count++] = self;  // kept for the next range (no allocator round trip)
     return;
@@ -172,11 +189,57 @@ void RangeDealloc(PyObject* o) {
   Py_TYPE(o)->tp_free(o);
 }
 
+// A coroutine's entry: a start/end range under its frame's key. False (and
+// nothing recorded) when it cannot be kept (no memory for the dict).
+bool EnterInCoroutine(RangeObject* self, const void* frame) {
+  if (self->coro_frame == nullptr) {
+    self->coro_frame = frame;
+    self->coro_handle = rlscope_range_start_id(self->id);
+    return true;
+  }
+  if (self->coro_more == nullptr && (self->coro_more = PyDict_New()) == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  PyObject* key = PyLong_FromVoidPtr(const_cast<void*>(frame));
+  PyObject* handle = key != nullptr ? PyLong_FromUnsignedLongLong(rlscope_range_start_id(self->id)) : nullptr;
+  const bool kept = handle != nullptr && PyDict_SetItem(self->coro_more, key, handle) == 0;
+  Py_XDECREF(key);
+  Py_XDECREF(handle);
+  if (!kept) PyErr_Clear();
+  return kept;
+}
+
+// The end of a coroutine's entry; false when `frame` has none open here.
+bool ExitInCoroutine(RangeObject* self, const void* frame) {
+  if (self->coro_frame == frame) {
+    self->coro_frame = nullptr;
+    rlscope_range_end(self->coro_handle);
+    return true;
+  }
+  if (self->coro_more == nullptr) return false;
+  PyObject* key = PyLong_FromVoidPtr(const_cast<void*>(frame));
+  PyObject* handle = key != nullptr ? PyDict_GetItemWithError(self->coro_more, key) : nullptr;  // borrowed
+  bool found = false;
+  if (handle != nullptr) {
+    const uint64_t h = PyLong_AsUnsignedLongLong(handle);
+    found = PyDict_DelItem(self->coro_more, key) == 0;
+    if (found) rlscope_range_end(h);
+  }
+  Py_XDECREF(key);
+  if (PyErr_Occurred()) PyErr_Clear();
+  return found;
+}
+
 PyObject* RangeEnter(PyObject* o, PyObject* /*unused*/) {
   RangeObject* self = reinterpret_cast<RangeObject*>(o);
   if (self->id == 0) self->id = NameId(self->name);
   const bool pushed = self->id != 0;
   if (pushed) {
+    if (const void* frame = RlscopePyCoroutineFrame(); frame != nullptr && EnterInCoroutine(self, frame)) {
+      Py_INCREF(o);
+      return o;  // not on this thread's stack of pushes
+    }
     if (self->has_payload) {
       rlscope_range_push_payload(self->id, self->payload);
     } else {
@@ -189,7 +252,13 @@ PyObject* RangeEnter(PyObject* o, PyObject* /*unused*/) {
   return o;
 }
 
-PyObject* RangeExit(PyObject* /*o*/, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
+PyObject* RangeExit(PyObject* o, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
+  RangeObject* self = reinterpret_cast<RangeObject*>(o);
+  if (self->coro_frame != nullptr || self->coro_more != nullptr) {
+    if (const void* frame = RlscopePyCoroutineFrame(); frame != nullptr && ExitInCoroutine(self, frame)) {
+      Py_RETURN_NONE;
+    }
+  }
   if (t_depth != 0) {  // else an exit without its enter on this thread: nothing to pop
     const uint32_t d = --t_depth;
     if (d < 64 ? ((t_pushed >> d) & 1) != 0 : rlscope_collector_running() != 0) rlscope_range_pop();
@@ -236,7 +305,8 @@ PyObject* RangeRepr(PyObject* o) {
 }
 
 PyMethodDef kRangeMethods[] = {
-    {"__enter__", RangeEnter, METH_NOARGS, "Push the range on the calling thread (a no-op with no collector)."},
+    {"__enter__", RangeEnter, METH_NOARGS,
+     "Push the range on the calling thread, or start it in a coroutine (a no-op with no collector)."},
     {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(RangeExit)), METH_FASTCALL,
      "Pop what __enter__ pushed; exceptions propagate."},
     {"__reduce__", RangeReduce, METH_NOARGS, "Pickled by name and link payload."},
@@ -251,6 +321,8 @@ PyMemberDef kRangeMembers[] = {
 constexpr const char* kRangeDoc =
     "range(name, link=None)\n--\n\n"
     "A named range on the calling thread: context manager or decorator.\n\n"
+    "In a coroutine (``async def``) it may span awaits while other coroutines\n"
+    "run on the thread: each is its own start/end range (a link is not kept).\n"
     "With no collector in the process it costs an allocation and a compare.\n"
     "``link=key`` marks it as work another process waits for: when the\n"
     "controller says ``waited(key)`` in a sub-task once its wait (a queue, a\n"

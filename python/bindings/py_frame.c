@@ -98,6 +98,28 @@ int RlscopePyGil(const void** begin, size_t* size) {
   *size = sizeof(*gil);
   return 1;
 }
+
+/* See py_frame.h. The GIL is held: read in place. */
+const void* RlscopePyCoroutineFrame(void) {
+  PyThreadState* ts = PyThreadState_GET();
+#if PY_VERSION_HEX >= 0x030D0000
+  _PyInterpreterFrame* f = ts->current_frame;
+#else
+  _PyInterpreterFrame* f = ts->cframe != NULL ? ts->cframe->current_frame : NULL;
+#endif
+#if PY_VERSION_HEX >= 0x030C0000
+  while (f != NULL && f->owner == FRAME_OWNED_BY_CSTACK) f = f->previous;
+#endif
+  if (f == NULL) return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* executable = f->f_executable;
+  if (executable == NULL || !PyCode_Check(executable)) return NULL;
+  const int flags = ((PyCodeObject*)executable)->co_flags;
+#else
+  const int flags = f->f_code->co_flags;
+#endif
+  return (flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) != 0 ? (const void*)f : NULL;
+}
 #else
 rlscope_py_module_reader_t RlscopePyModuleReader(const char** what) {
   *what = "";
@@ -108,5 +130,15 @@ int RlscopePyGil(const void** begin, size_t* size) {
   (void)begin;
   (void)size;
   return 0;
+}
+
+/* Other versions: through the public API (materialises the frame object). */
+const void* RlscopePyCoroutineFrame(void) {
+  PyFrameObject* frame = PyEval_GetFrame(); /* borrowed */
+  if (frame == NULL) return NULL;
+  PyCodeObject* code = PyFrame_GetCode(frame);
+  const int flags = code->co_flags;
+  Py_DECREF(code);
+  return (flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) != 0 ? (const void*)frame : NULL;
 }
 #endif

@@ -17,6 +17,12 @@ rlscope_py_module_reader_t RlscopePyModuleReader(const char** what);
  * versions as the reader). Call with the GIL held. */
 int RlscopePyGil(const void** begin, size_t* size);
 
+/* The calling Python frame when it is a coroutine's (an `async def`, an
+ * async generator, a @types.coroutine generator), else NULL: the key that
+ * pairs a range's enter and exit across awaits (the frame lives in its
+ * coroutine object, so it is the same at both). Call with the GIL held. */
+const void* RlscopePyCoroutineFrame(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import os
 import sys
 import time
@@ -76,7 +77,8 @@ def start_collector() -> bool:
     if running:
         # The collector claimed the profiler's environment for this process
         # (C setenv); Python's copy too, for children started with
-        # env=dict(os.environ): they inherit it and are not profiled.
+        # env=dict(os.environ): they are profiled as this process's children
+        # (config `children`), never as it.
         os.environ[settings.OWNER_PID] = str(os.getpid())
     if running and not os.environ.get("NVTX_INJECTION64_PATH"):
         # NVTX reads this at each library's first NVTX call: from now on the
@@ -151,7 +153,17 @@ mark = _native.mark
 
 
 def _decorate(rng: Any, fn: _F) -> _F:
-    """@rlscope_ray.range(name): fn run inside the range on every call."""
+    """@rlscope_ray.range(name): fn run inside the range on every call; an
+    `async def` one from its start to its end, across its awaits (the range
+    is entered in the wrapper coroutine: a start/end range, fast_api.cc)."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def coroutine_wrapper(*args: Any, **kwargs: Any) -> Any:
+            with rng:
+                return await fn(*args, **kwargs)
+
+        return coroutine_wrapper  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
