@@ -442,7 +442,10 @@ std::string ProcessTimeline::CategoryName(uint32_t domain, uint32_t category) co
 std::string ProcessName(const ProcessTimeline& p) {
   const wire::Identity& id = p.identity();
   auto it = id.labels.find("actor_class");
-  return it != id.labels.end() && !it->second.empty() ? it->second : id.name;
+  if (it != id.labels.end() && !it->second.empty()) return it->second;
+  // A process a profiled actor started (collector/children.h).
+  it = id.labels.find(names::kLabelParentActor);
+  return it != id.labels.end() && !it->second.empty() ? it->second + " child: " + id.name : id.name;
 }
 
 std::string ProcessLabel(const ProcessTimeline& p) {

@@ -19,7 +19,7 @@ Trigger ParseTrigger(const std::string& capture_range) {
 
 }  // namespace
 
-Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int64_t rank)
+Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int64_t rank, bool child)
     : ctx_(ctx),
       recording_(recording),
       rank_(rank),
@@ -42,8 +42,12 @@ Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int
   // Controller trigger: the window is open during a selected step and from
   // the end of the step before it (here: before step 1, if selected). A
   // controller follows its own steps, a worker the aggregator's broadcasts.
-  // The other triggers start closed.
-  window_open_.store(trigger_ == Trigger::kController && steps::ControllerArmedBefore(steps_, 1),
+  // The other triggers start closed. A child of a profiled process
+  // (children.h) starts open: it often does its work at once, before the
+  // aggregator's first answer (which says whether a window is open, and
+  // closes this one if not); what it records outside a selected step is
+  // cut away by the aggregator, as any worker's.
+  window_open_.store(trigger_ == Trigger::kController && (child || steps::ControllerArmedBefore(steps_, 1)),
                      std::memory_order_relaxed);
   UpdateArmed();
 }

@@ -34,7 +34,9 @@ enum class Trigger : uint8_t {
 
 class Arming {
  public:
-  Arming(CollectorContext& ctx, Recording& recording, bool controller, int64_t rank);
+  // `child`: a process a profiled one started (children.h), armed from its
+  // start until the aggregator's first word on the window.
+  Arming(CollectorContext& ctx, Recording& recording, bool controller, int64_t rank, bool child = false);
 
   // Hot path: relaxed is enough for "armed", a hint read once per event; the
   // flush barrier, not this flag, orders data with the aggregator.

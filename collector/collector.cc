@@ -106,7 +106,8 @@ Collector::Collector(CollectorSettings settings)
     : context_(std::move(settings.own), std::move(settings.endpoint),
                std::move(settings.secret), std::move(settings.test_clock), settings.clock_source,
                eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      arming_(context_, recording_, settings.identity.role == names::kController, settings.identity.rank),
+      arming_(context_, recording_, settings.identity.role == names::kController, settings.identity.rank,
+              settings.identity.labels.count(names::kLabelParentPid) != 0),
       link_(context_, recording_, arming_, std::move(settings.identity)),
       cpu_(
           context_, recording_, arming_, [this](const std::string& k, const std::string& v) { link_.SetLabel(k, v); },

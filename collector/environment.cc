@@ -8,6 +8,7 @@
 #include <fstream>
 #include <vector>
 
+#include "collector/children.h"
 #include "native/names.h"
 
 namespace rlscope {
@@ -19,12 +20,10 @@ std::string Env(const char* name) {
   return v != nullptr ? std::string(v) : std::string();
 }
 
-// "python3 train.py" -> "train.py"; "./my_app" -> "my_app".
+// "python3 train.py" -> "train.py"; "./my_app" -> "my_app"; a multiprocessing
+// child -> "multiprocessing spawn" / "multiprocessing forkserver".
 std::string ProcessName() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> args;
-  std::string arg;
-  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  const std::vector<std::string> args = ReadCommandLine();
   auto base = [](const std::string& p) {
     const size_t slash = p.rfind('/');
     return slash == std::string::npos ? p : p.substr(slash + 1);
@@ -39,7 +38,12 @@ std::string ProcessName() {
   if (exe.rfind("python", 0) == 0) {
     for (size_t i = 1; i < args.size(); ++i) {
       if (args[i] == "-m" && i + 1 < args.size()) return args[i + 1];
-      if (args[i] == "-c") return exe + " -c";
+      if (args[i] == "-c") {
+        const std::string code = i + 1 < args.size() ? args[i + 1] : "";
+        if (code.find("multiprocessing.spawn") != std::string::npos) return "multiprocessing spawn";
+        if (code.find("multiprocessing.forkserver") != std::string::npos) return "multiprocessing forkserver";
+        return exe + " -c";
+      }
       if (!args[i].empty() && args[i][0] != '-') return base(args[i]);
     }
   }
@@ -99,25 +103,41 @@ wire::Identity ReadIdentity(const Config& config) {
   return id;
 }
 
+// A child of a profiled process (children.h): a worker with its parent's
+// (inherited) rank, labelled with its parent and its own command line.
+void MarkChild(wire::Identity* id, const std::string& parent_pid, const std::vector<std::string>& args) {
+  id->role = names::kWorker;
+  id->labels[names::kLabelParentPid] = parent_pid;
+  if (const std::string actor = Env(names::kEnvParentActor); !actor.empty()) id->labels[names::kLabelParentActor] = actor;
+  id->labels[names::kLabelCommandLine] = JoinCommandLine(args);
+}
+
 }  // namespace
 
 StartVerdict ReadEnvironment(CollectorSettings* settings) {
   if (!Env(names::kEnvDisable).empty()) return StartVerdict::kOff;
   // The profiler's environment belongs to the process it was set up for (by
   // the user, rlscope_ray.init, or the Ray plugin, which clears
-  // RLSCOPE_OWNER_PID for each profiled worker). A process that merely
-  // inherited it (a child of a profiled process, Ray's own helper processes)
-  // is not profiled and takes no role. Not counted anywhere: it never was a
-  // profiled process.
-  if (const std::string owner = Env(names::kEnvOwnerPid); !owner.empty() && owner != std::to_string(getpid())) {
-    return StartVerdict::kOff;
+  // RLSCOPE_OWNER_PID for each profiled worker). A process that inherited it
+  // was started by a profiled one: it is profiled as that process's child
+  // when the config's `children` lets it in, never when it is one of Ray's
+  // own helpers (children.h). One left out is not counted anywhere: it
+  // never was a profiled process.
+  const std::string owner = Env(names::kEnvOwnerPid);
+  const bool child = !owner.empty() && owner != std::to_string(getpid());
+  std::vector<std::string> args;
+  if (child) {
+    args = ReadCommandLine();
+    if (IsRayHelper(args)) return StartVerdict::kOff;
   }
   ConfigResult cr = LoadConfigFromEnvValue(Env(names::kEnvConfig));
   if (!cr.ok()) {
+    if (child) return StartVerdict::kOff;  // its parent said so already
     for (const auto& e : cr.errors) std::fprintf(stderr, "rlscope: %s\n", e.c_str());
     std::fprintf(stderr, "rlscope: invalid RLSCOPE_CONFIG; profiling is off in this process\n");
     return StartVerdict::kFailed;
   }
+  if (child && !ChildSelected(cr.config.children, args)) return StartVerdict::kOff;
   settings->endpoint = ResolveEndpoint({Env(names::kEnvAggregator)}, cr.config);
   if (settings->endpoint.empty()) return StartVerdict::kOff;  // nobody to send to
   settings->test_clock = TestClock::FromEnvironment();
@@ -126,6 +146,7 @@ StartVerdict ReadEnvironment(CollectorSettings* settings) {
                                ? ClockSource::kTsc
                                : ClockSource::kMonotonic;
   settings->identity = ReadIdentity(cr.config);
+  if (child) MarkChild(&settings->identity, owner, args);
   settings->secret = Env(names::kEnvSecret);
   settings->own = {std::move(cr.config), std::move(cr.keys)};
   // Claimed (children inherit this; Python's os.environ is updated by

@@ -1,7 +1,7 @@
 // What the environment asks of this process's collector, read once when it
 // starts (the variables are in docs and native/names.h: RLSCOPE_CONFIG,
 // RLSCOPE_AGGREGATOR, RLSCOPE_RANK or RANK, RLSCOPE_ROLE, RLSCOPE_SECRET,
-// RLSCOPE_LABEL_*, RLSCOPE_OWNER_PID, RLSCOPE_DISABLE, RLSCOPE_CLOCK,
+// RLSCOPE_LABEL_*, RLSCOPE_OWNER_PID, RLSCOPE_PARENT_ACTOR, RLSCOPE_DISABLE, RLSCOPE_CLOCK,
 // RLSCOPE_TEST_COSTS): the config, where to send, who this process is.
 #pragma once
 
@@ -31,7 +31,8 @@ enum class StartVerdict {
 };
 
 // Reads the environment. The first collector claims it (RLSCOPE_OWNER_PID
-// is set to this process, so a child that inherits it is not profiled).
+// is set to this process): a process that inherits it is profiled only as
+// this one's child (children.h).
 StartVerdict ReadEnvironment(CollectorSettings* settings);
 
 }  // namespace rlscope

@@ -269,6 +269,40 @@ KeySpec PatternList(const char* path, const char* help, Field<std::vector<std::s
                     });
 }
 
+// `children`: all, none, or a list of command-line globs (config.h).
+KeySpec Children(const char* path, const char* help, Field<std::vector<std::string>> f) {
+  return {path, help,
+          [f](const YAML::Node& n, Config& c) -> std::string {
+            if (n.IsScalar() && (n.Scalar() == "all" || n.Scalar() == "none")) {
+              f(c) = n.Scalar() == "all" ? std::vector<std::string>{"*"} : std::vector<std::string>{};
+              return "";
+            }
+            const char* what = "expected all, none, or a list of command-line patterns like [\"*vllm*\", engine_core.py]";
+            if (!n.IsSequence()) return what;
+            std::vector<std::string> v;
+            for (const auto& item : n) {
+              if (!item.IsScalar() || item.Scalar().empty()) return what;
+              v.push_back(item.Scalar());
+            }
+            f(c) = v;
+            return "";
+          },
+          [f](const Config& c) {
+            const auto& v = f(const_cast<Config&>(c));
+            if (v == std::vector<std::string>{"*"}) return YAML::Node("all");
+            if (v.empty()) return YAML::Node("none");
+            YAML::Node list(YAML::NodeType::Sequence);
+            for (const auto& s : v) list.push_back(s);
+            list.SetStyle(YAML::EmitterStyle::Flow);
+            return list;
+          },
+          [f](const Config& c) {
+            const auto& v = f(const_cast<Config&>(c));
+            if (v == std::vector<std::string>{"*"}) return std::string("\"all\"");
+            return v.empty() ? std::string("\"none\"") : JsonStrings(v);
+          }};
+}
+
 const std::vector<KeySpec>& KeySpecs() {
   static const std::vector<KeySpec> specs = {
       String("aggregator", "ZeroMQ endpoint of the aggregator, or 'auto' (the one rlscope_ray.init started)",
@@ -288,6 +322,10 @@ const std::vector<KeySpec>& KeySpecs() {
       Enum("capture_range", "what opens and closes a capture",
            {"controller", "cudaProfilerApi", "api"}, true,
            [](Config& c) -> std::string& { return c.capture_range; }),
+      Children("children",
+               "processes a profiled process starts (subprocess, multiprocessing, a rollout engine's): all, none, "
+               "or command-line patterns like [\"*vllm*\"]; Ray's own helper processes are never profiled",
+               [](Config& c) -> std::vector<std::string>& { return c.children; }),
       Bool("cpu.nvtx", "record NVTX ranges and marks (false: NVTX calls stay no-ops)", [](Config& c) -> bool& { return c.cpu.nvtx; }),
       Bool("cpu.python_api", "record rlscope_ray.range/mark (steps are always recorded)",
            [](Config& c) -> bool& { return c.cpu.python_api; }),

@@ -30,6 +30,9 @@ struct Config {
   bool discrete = false;
   bool controller = true;
   std::string capture_range = "controller";
+  // Processes a profiled process starts (collector/children.h): command-line
+  // globs; {"*"} is "all", {} is "none".
+  std::vector<std::string> children = {"*"};
   struct Cpu {
     bool nvtx = true;
     bool python_api = true;

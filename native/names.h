@@ -36,6 +36,9 @@ inline constexpr char kEnvRole[] = "RLSCOPE_ROLE";
 inline constexpr char kEnvRank[] = "RLSCOPE_RANK";
 inline constexpr char kEnvOwnerPid[] = "RLSCOPE_OWNER_PID";     // the process the environment is for
 inline constexpr char kEnvDisable[] = "RLSCOPE_DISABLE";
+// The Ray actor class of the profiled process that set it (rlscope_ray's
+// worker bootstrap): its children, which inherit it, are labelled with it.
+inline constexpr char kEnvParentActor[] = "RLSCOPE_PARENT_ACTOR";
 // The run's secret (Hello.secret): collectors send it, the aggregator
 // requires it when it has one. Read from the environment, never argv.
 inline constexpr char kEnvSecret[] = "RLSCOPE_SECRET";
@@ -47,6 +50,11 @@ inline constexpr char kEnvSpoolDir[] = "RLSCOPE_SPOOL_DIR";
 inline constexpr char kEnvClock[] = "RLSCOPE_CLOCK";            // "monotonic": no TSC
 inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";   // test_clock.h
 inline constexpr char kEnvTestClock[] = "RLSCOPE_TEST_CLOCK";
+
+// Labels of a child of a profiled process (collector/children.h).
+inline constexpr char kLabelParentPid[] = "parent_pid";
+inline constexpr char kLabelParentActor[] = "parent_actor";
+inline constexpr char kLabelCommandLine[] = "command_line";
 
 // Chrome trace categories ("cat") of what the aggregator writes besides
 // NVTX ranges (whose category is their domain's name).
@@ -87,6 +95,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"ENV_RANK", kEnvRank},
     {"ENV_OWNER_PID", kEnvOwnerPid},
     {"ENV_DISABLE", kEnvDisable},
+    {"ENV_PARENT_ACTOR", kEnvParentActor},
     {"ENV_SECRET", kEnvSecret},
     {"ENV_LABEL_PREFIX", kEnvLabelPrefix},
     {"ENV_SPOOL_DIR", kEnvSpoolDir},

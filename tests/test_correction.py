@@ -270,23 +270,24 @@ CHILD_COST = TEST_COSTS["push"] + TEST_COSTS["pop"] + \
     2000 * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"])
 
 
-def _wait_pair(agg, tmp_path, *args):
+def _wait_pair(agg, tmp_path, *args, config=BUFFERS):
     report = tmp_path / "pair.json"
     r = subprocess.run([sys.executable, str(ROOT / "tests/apps/wait_pair.py"), "--steps", "3", "--ranges", "2000",
                         "--report", str(report), *args],
-                       env=virtual_costs(agg.env(role="controller", config=BUFFERS), tmp_path),
+                       env=virtual_costs(agg.env(role="controller", config=config), tmp_path),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     agg.wait(timeout=60)
     return json.loads(report.read_text()), json.loads((agg.out / "run.json").read_text())
 
 
-def test_a_child_that_inherits_the_profilers_environment_is_not_profiled(aggregator_factory, tmp_path):
+def test_a_child_left_out_by_children_none_is_not_profiled(aggregator_factory, tmp_path):
     """A child of the profiled controller (tests/apps/wait_pair.py) inherits
-    RLSCOPE_ROLE=controller and the rest: it gets no collector and no role,
-    so it neither becomes a second controller nor costs anything."""
+    RLSCOPE_ROLE=controller and the rest: under `children: none` it gets no
+    collector and no role, so it neither becomes a second controller nor
+    costs anything."""
     agg = aggregator_factory()
-    report, run = _wait_pair(agg, tmp_path)
+    report, run = _wait_pair(agg, tmp_path, config='{"buffers": {"per_thread_kb": 8192}, "children": "none"}')
     (proc,) = run["processes"]
     assert proc["role"] == "controller" and "wait_pair.py" in proc["label"]
     for n, (raw, corrected, summary) in steps_of(agg, proc["pid"], (1, 2, 3)).items():

@@ -107,6 +107,8 @@ def _label_actor(class_name: str) -> None:
     _native.set_label("actor_id", ctx.get_actor_id() or "")
     _native.set_label("actor_class", class_name)
     _native.set_label("actor_name", ctx.get_actor_name() or "")
+    # The processes this actor starts are labelled as its children.
+    os.environ[_native.names.ENV_PARENT_ACTOR] = class_name
 
 
 def _wrap(fn: Callable[..., Any], name: str, class_name: str) -> Callable[..., Any]:

@@ -11,9 +11,11 @@ worker answers each "go" with R iterations of a small Python function, each
 in an `nvtx` push/pop range, inside a range "generate". The controller
 times its own steps and writes them to --report as JSON, with the test
 clock around each step under test costs (as tests/apps/dense_steps.py).
-The child inherits this process's claim on the profiler's environment and is
-not profiled; --profile-child clears the claim (RLSCOPE_OWNER_PID=) so that
-it is, still saying RLSCOPE_ROLE=controller. --link links the wait to the
+The child inherits this process's claim on the profiler's environment: it is
+profiled as this process's child (a worker) unless the config says
+`children: none`; --profile-child clears the claim (RLSCOPE_OWNER_PID=) so
+that it is profiled as a process of its own, still saying
+RLSCOPE_ROLE=controller. --link links the wait to the
 work by a key (the child's "generate" is rlscope_ray.range(..., link=key),
 the controller says rlscope_ray.waited(key) once the reply is in), and the
 controller also says it waited for a key nothing carries ("nobody").

@@ -12,11 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "collector/children.h"
 #include "collector/collector.h"
 #include "collector/cupti_trigger.h"
 #include "collector/rlscope_collector.h"
 #include "collector/safe_read.h"
 #include "collector/spool.h"
+#include "native/config.h"
 #include "native/spool_file.h"
 
 #include <signal.h>
@@ -560,6 +562,56 @@ TEST(SafeRead, OutsideAScopeReadsNothing) {
   char src[8] = "abcdefg", out[8] = {};
   EXPECT_EQ(SafeRead(out, src, sizeof(src)), 0);
   EXPECT_EQ(out[0], 0);
+}
+
+// ---- children (children.h): which inherited processes are profiled.
+
+TEST(Children, RaysOwnProcessesAreHelpersWhateverTheirPaths) {
+  const std::string site = "/venv/lib/python3.11/site-packages/ray";
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {site + "/core/src/ray/raylet/raylet", "--node_ip_address=10.0.0.1"},
+           {site + "/core/src/ray/gcs/gcs_server", "--gcs_server_port=6379"},
+           {"/venv/bin/python", "-u", site + "/_private/runtime_env/agent/main.py", "--node-ip-address=x"},
+           {"/venv/bin/python", site + "/dashboard/agent.py"},
+           {"/venv/bin/python", "-u", site + "/_private/log_monitor.py"},
+           {"/venv/bin/python", site + "/_private/workers/default_worker.py", "--worker-id=1"},
+           {"ray::IDLE"},
+           {"/venv/bin/python", "-m", "ray.util.client.server"},
+       }) {
+    EXPECT_TRUE(IsRayHelper(args)) << JoinCommandLine(args);
+  }
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"/venv/bin/python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()", "--multiprocessing-fork"},
+           {"/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"},
+           {"/usr/bin/python3", "train_ray.py"},  // a user's script named after Ray is not Ray's
+           {"./engine_core"},
+       }) {
+    EXPECT_FALSE(IsRayHelper(args)) << JoinCommandLine(args);
+  }
+}
+
+TEST(Children, PatternsMatchTheCommandLineAnArgumentOrItsFileName) {
+  const std::vector<std::string> engine = {"/venv/bin/python", "/opt/sglang/scheduler.py", "--tp", "2"};
+  EXPECT_TRUE(ChildSelected({"*"}, engine));
+  EXPECT_FALSE(ChildSelected({}, engine));
+  EXPECT_TRUE(ChildSelected({"scheduler.py"}, engine));        // a file name
+  EXPECT_TRUE(ChildSelected({"*sglang*"}, engine));            // the whole line
+  EXPECT_TRUE(ChildSelected({"/opt/sglang/*.py"}, engine));    // an argument
+  EXPECT_FALSE(ChildSelected({"*vllm*", "engine_core.py"}, engine));
+}
+
+TEST(Children, TheConfigKeyIsAllNoneOrPatternsAndSaysWhatItExpects) {
+  EXPECT_EQ(ParseConfig("{}", "t").config.children, std::vector<std::string>{"*"});
+  EXPECT_TRUE(ParseConfig("children: none", "t").config.children.empty());
+  const ConfigResult listed = ParseConfig("children: [\"*vllm*\", scheduler.py]", "t");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed.config.children, (std::vector<std::string>{"*vllm*", "scheduler.py"}));
+  EXPECT_NE(ConfigToYaml(listed.config).find("children: [\"*vllm*\", scheduler.py]"), std::string::npos);
+  EXPECT_NE(ConfigToYaml(ParseConfig("children: none", "t").config).find("children: none"), std::string::npos);
+  const ConfigResult bad = ParseConfig("steps: [1]\nchildren: some", "cfg.yaml");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_NE(bad.errors[0].find("cfg.yaml:2"), std::string::npos) << bad.errors[0];
+  EXPECT_NE(bad.errors[0].find("expected all, none, or a list"), std::string::npos) << bad.errors[0];
 }
 
 }  // namespace
