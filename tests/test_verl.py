@@ -96,6 +96,52 @@ def test_a_resumed_run_is_numbered_by_verls_global_steps_and_discrete_captures_e
         assert len(trace.slices(trace.pid_of(f"PPOWorker (rank {rank})"), "actor_update")) == 1
 
 
+# ------------------------------------------------ verl's experimental trainers
+
+
+@pytest.mark.parametrize("shape", ["separation", "one_step_off"])
+def test_an_experimental_trainer_is_profiled_without_set_step_its_runner_the_controller(tmp_path, shape):
+    """separation and one_step_off_policy never call SkipManager.set_step:
+    their `step` ranges alone make the trainer's process the controller,
+    numbered by its global_steps (one_step_off: in a coroutine, the next
+    batch generating meanwhile)."""
+    report = _run_ppo(tmp_path, "--shape", shape, *USER_OVERRIDES)
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.glob("step_*")) == ["step_2", "step_3"]
+    run = json.loads((out / "run.json").read_text())
+    (controller,) = [p for p in run["processes"] if p["role"] == "controller"]
+    assert controller["pid"] == report["task_runner_pid"]
+    for step in (2, 3):
+        summary = json.loads((out / f"step_{step}" / "summary.json").read_text())
+        assert summary["step"] == step
+        subtasks = [s["subtask"] for s in summary["critical_path"]["segments"]]
+        assert subtasks == ["gen", "reward", "old_log_prob", "adv", "update_actor"]
+
+
+def test_the_fully_async_trainer_its_rollouters_coroutines_and_its_engine_process(tmp_path):
+    """fully_async_policy: the trainer actor (not the task runner) is the
+    controller; verl's global_profiler.steps=[2] is parameter version 2,
+    trainer steps 3 and 4 with trigger_parameter_sync_step=2; the rollouter's
+    agent loops overlap on one thread, each range whole; the engine process
+    the rollouter started records as its child."""
+    report = _run_ppo(tmp_path, "--shape", "fully_async", "--total", "5", *USER_OVERRIDES[:1],
+                      "global_profiler.steps=[2]", *USER_OVERRIDES[2:], "+async_training.trigger_parameter_sync_step=2")
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.glob("step_*")) == ["step_3", "step_4"]
+    run = json.loads((out / "run.json").read_text())
+    (controller,) = [p for p in run["processes"] if p["role"] == "controller"]
+    assert controller["pid"] == report["trainer_pid"] and controller["name"] == "FullyAsyncTrainer"
+    (engine,) = [p for p in run["processes"] if p["pid"] == report["engine_pid"]]
+    assert engine["labels"]["parent_actor"] == "FullyAsyncRollouter", engine
+    for step in (3, 4):
+        trace = Trace(out / f"step_{step}" / "trace.json")
+        loops = trace.asyncs(trace.pid_of("/ FullyAsyncRollouter /"), "agent_loop")
+        assert len(loops) == 4
+        assert max(float(r["b"]["ts"]) for r in loops) < min(float(r["e"]["ts"]) for r in loops)
+        engine_pid = trace.pid_of(f"FullyAsyncRollouter child: multiprocessing spawn (worker) / pid {engine['pid']}")
+        assert len(trace.slices(engine_pid, "engine_step")) == 4
+
+
 # ------------------------------------------------ verl settings -> ours
 
 
@@ -125,6 +171,10 @@ def test_the_nsys_users_selection_maps_onto_ours():
     # Our own keys under global_tool_config.rlscope pass through.
     cfg = _verl_config(*USER_OVERRIDES, "+global_profiler.global_tool_config.rlscope.correction.scale=1.5")
     assert config_from_verl(cfg)["correction"] == {"scale": 1.5}
+    # The fully async trainer profiles parameter versions: version v is its
+    # trainer steps (v-1)*K+1 .. v*K.
+    cfg = _verl_config(*USER_OVERRIDES, "+async_training.trigger_parameter_sync_step=4")
+    assert config_from_verl(cfg)["steps"] == [5, 6, 7, 8, 9, 10, 11, 12]
 
 
 @pytest.mark.parametrize("overrides, named", [

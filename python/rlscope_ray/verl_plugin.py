@@ -10,10 +10,13 @@ process (verl/__init__.py). This module then:
   itself is not profiled: verl's controller is its TaskRunner actor;
 - adds an "rlscope" backend to verl's DistProfiler (workers: `annotate`
   ranges such as "actor_update", start/stop marks);
-- hooks `SkipManager.set_step`, which both verl trainers call with
-  `global_steps` before each step: the process that runs the training loop
-  claims the controller role, and its steps carry verl's numbers (a resumed
-  run's profiles say step 201, not step 1).
+- follows the trainer's steps: the process whose verl `step` range opens
+  (`marked_timer("step")`, in every verl 0.9 trainer: RayPPOTrainer, V1, and
+  the experimental separation, one_step_off_policy and fully_async_policy
+  ones) claims the controller role, and its steps carry the trainer's own
+  counter, `global_steps` (a resumed run's profiles say step 201, not step
+  1). `SkipManager.set_step`, which the RayPPOTrainer and V1 trainers call
+  before each step, is followed too (the experimental ones never call it).
 
 Any failure here is printed and leaves verl as it was: `import verl` never
 fails because of rlscope.
@@ -84,7 +87,7 @@ def config_from_verl(cfg: Any) -> Dict[str, Any]:
     if not isinstance(steps, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                               for s in steps):
         raise RLScopeConfigError(f"global_profiler.steps must be a list of step numbers, got {steps!r}")
-    out: Dict[str, Any] = {"steps": sorted(set(steps))}
+    out: Dict[str, Any] = {"steps": trainer_steps(cfg, sorted(set(steps)))}
 
     selected = {role: _role_ranks(cfg, role) for role in ROLE_PROFILERS}
     enabled = {role: r for role, r in selected.items() if r is not None}
@@ -127,6 +130,19 @@ def config_from_verl(cfg: Any) -> Dict[str, Any]:
         except RLScopeConfigError as e:
             raise RLScopeConfigError(f"{EXTRA_KEYS}: {e}") from None
     return out
+
+
+def trainer_steps(cfg: Any, steps: List[int]) -> List[int]:
+    """The trainer steps (its `global_steps`, one per `step` range) that
+    verl's `global_profiler.steps` selects. The same numbers, except in the
+    fully async trainer (`async_training.trigger_parameter_sync_step` K):
+    there verl profiles parameter versions, version v being the K trainer
+    steps (v-1)*K+1 .. v*K (fully_async_trainer.py: `current_param_version +
+    1 in steps`)."""
+    k = _select(cfg, "async_training.trigger_parameter_sync_step")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        return steps
+    return sorted({(v - 1) * k + j for v in steps if v >= 1 for j in range(1, k + 1)})
 
 
 # ---------------------------------------------------------------- the driver
@@ -251,10 +267,10 @@ def _add_dist_profiler_backend() -> None:
 # ---------------------------------------------------------------- the trainer
 
 
-def on_verl_step(step: int) -> None:
-    """verl's trainer is about to run step `step` (its global_steps): this
-    process drives the run. Claims the controller role (once) and numbers
-    the next step. Nothing without a collector here."""
+def on_verl_step(step: Optional[int]) -> None:
+    """verl's trainer is about to run step `step` (its global_steps; None
+    when not known): this process drives the run. Claims the controller role
+    (once) and numbers the next step. Nothing without a collector here."""
     from . import _native
 
     if not _native.intern(_native.names.STEP):
@@ -265,6 +281,46 @@ def on_verl_step(step: int) -> None:
         session.before_step()  # the list of actors that should connect, now
     if isinstance(step, int) and step >= 0:
         _native.set_next_step(step)
+
+
+def trainer_step_number(frame: Any, depth: int = 6) -> Optional[int]:
+    """The step counter of the trainer whose code opened a verl range: the
+    `global_steps` of the nearest caller's `self` that has one (every verl
+    0.9 trainer keeps it), or None."""
+    while frame is not None and depth > 0:
+        n = getattr(frame.f_locals.get("self"), "global_steps", None)
+        if isinstance(n, int) and not isinstance(n, bool):
+            return n
+        frame, depth = frame.f_back, depth - 1
+    return None
+
+
+def _hook_step_ranges() -> None:
+    """verl's `marked_timer` opens its ranges through
+    `nvtx_profile.mark_start_range` (a module global, looked up per call):
+    a `step` range makes its process the controller, numbered by its
+    trainer. Nothing without the `nvtx` package (verl then opens no range)."""
+    import importlib.util
+
+    if importlib.util.find_spec("nvtx") is None:
+        return
+    from verl.utils.profiler import nvtx_profile
+
+    original = nvtx_profile.mark_start_range
+    if getattr(original, "_rlscope", False):
+        return
+
+    @functools.wraps(original)
+    def mark_start_range(message: Optional[str] = None, *args: Any, **kwargs: Any) -> Any:
+        if message == "step":
+            try:
+                on_verl_step(trainer_step_number(sys._getframe(1)))
+            except Exception as e:  # noqa: BLE001 - never fail the trainer
+                print(f"rlscope: could not follow verl's step range: {e!r}", file=sys.stderr)
+        return original(message, *args, **kwargs)
+
+    mark_start_range._rlscope = True  # type: ignore[attr-defined]
+    nvtx_profile.mark_start_range = mark_start_range
 
 
 def _hook_step_numbers() -> None:
@@ -290,7 +346,7 @@ def _hook_step_numbers() -> None:
 def _load() -> List[str]:
     """Installs each hook; returns the errors (each also printed)."""
     errors = []
-    for hook in (_wrap_ray_init, _add_dist_profiler_backend, _hook_step_numbers):
+    for hook in (_wrap_ray_init, _add_dist_profiler_backend, _hook_step_ranges, _hook_step_numbers):
         try:
             hook()
         except Exception as e:  # noqa: BLE001 - `import verl` must not fail because of us
