@@ -24,6 +24,10 @@ import tempfile
 import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
+from ._native import names as _names
+
+ENV_DISABLE = _names.ENV_DISABLE
+
 PathLike = Union[str, "os.PathLike[str]"]
 SECRET = "RLSCOPE_SECRET"  # native/names.h kEnvSecret (the daemon reads it)
 
@@ -129,6 +133,9 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
     try:
         increment = 19 if nice is True else int(nice)
         child_env = dict(os.environ if env is None else env)
+        # Never a profiled process itself, nor a profiled one's child
+        # (collector/children.h) when a profiled program starts it.
+        child_env[ENV_DISABLE] = "1"
         if secret:
             child_env[SECRET] = secret
         proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
