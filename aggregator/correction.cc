@@ -96,6 +96,7 @@ namespace {
 // What a step's marks were charged, all threads: the sums behind Overhead.
 struct Charged {
   int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0, caller_ps = 0;
+  int64_t capped_ps = 0;  // what the model charged capped events beyond their gaps
   uint64_t events = 0, capped = 0, cpu_samples = 0;
   uint64_t per_kind[CostModel::kKinds] = {};  // recorded events
 };
@@ -132,7 +133,9 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
     const int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
     int64_t ps = m.kind == 0 ? m.wait_ps : model.CostPs(m.kind, m.flags);
     if (m.kind != 0 && ps > gap_ps) {
-      ps = std::max<int64_t>(0, gap_ps);
+      const int64_t capped_to = std::max<int64_t>(0, gap_ps);
+      sums->capped_ps += ps - capped_to;
+      ps = capped_to;
       ++sums->capped;
     }
     if (m.kind == 0) {
@@ -174,6 +177,7 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   o.cpu_samples_ns = sums.cpu_samples_ps / 1000;
   o.events = sums.events;
   o.capped = sums.capped;
+  o.capped_ns = sums.capped_ps / 1000;
   o.cpu_samples = sums.cpu_samples;
   double var_ps2 = 0;
   for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
@@ -189,6 +193,10 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   if (const double ratio = model.used().in_place_ratio; ratio > 0) {
     o.systematic_ns = std::llround(static_cast<double>(o.caller_ns) * std::abs(1.0 - 1.0 / ratio));
   }
+  // A capped event is evidence that the model is off: its two estimates of
+  // the event's cost (the model's, and the gap that bounds what it can have
+  // cost) differ by what was not removed. That spread is systematic too.
+  o.systematic_ns += o.capped_ns;
   o.costs = model.used();
 }
 

@@ -59,12 +59,15 @@ struct Overhead {
   int64_t waits_ns = 0;        // of which waiting on other processes' overhead (wait marks)
   uint64_t events = 0;         // recorded events (not wait marks, not cost or CPU samples)
   uint64_t capped = 0;         // marks charged only the time since the thread's previous one
+  int64_t capped_ns = 0;       // what the model would have charged them beyond that (not removed)
   uint64_t cpu_samples = 0;    // CPU samples, charged the sampler's own cost
   int64_t cpu_samples_ns = 0;
   int64_t uncertainty_ns = 0;  // sampling error of total_ns, one standard deviation (waits not included)
   uint64_t calibrated_events = 0;  // events whose kind's cost is the start-up calibration's
   int64_t caller_ns = 0;       // the caller-side (py_nvtx_*) cost removed
-  int64_t systematic_ns = 0;   // what scaling the caller side changed: rests on a model, not a measurement
+  // Rests on a model, not a measurement: what scaling the caller side
+  // changed, plus capped_ns (the model against the gaps that bound it).
+  int64_t systematic_ns = 0;
   UsedCosts costs;
   std::string cost_note;  // why it may be off ("" none): costs that drifted in the step
   std::map<int64_t, ThreadCosts> threads;  // by tid

@@ -131,6 +131,7 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("overhead").BeginObject();
   w.Key("events").Uint(o.events);
   w.Key("capped_events").Uint(o.capped);
+  w.Key("capped_ms").Double(Ms(o.capped_ns));
   w.Key("subtracted_ms").Double(Ms(o.total_ns));
   w.Key("waits_ms").Double(Ms(o.waits_ns));
   w.Key("cpu_samples").Uint(o.cpu_samples);

@@ -244,6 +244,10 @@ TEST(Correction, AnEventCostsAtMostTheTimeSinceItsThreadsPreviousMark) {
   EXPECT_EQ(c.Correct(1, 300), 170);  // 150 ns passed: 40
   EXPECT_EQ(c.overhead().capped, 2u);
   EXPECT_EQ(c.overhead().total_ns, 130);
+  // What the model wanted beyond the gaps (15 + 15) is the spread between
+  // its estimate and theirs: stated, in the systematic part.
+  EXPECT_EQ(c.overhead().capped_ns, 30);
+  EXPECT_EQ(c.overhead().systematic_ns, 30);
 }
 
 TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
