@@ -105,6 +105,24 @@ def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_pa
     assert f"{ranges - 256} shorter sub-task occurrences are not listed" in page
 
 
+def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_factory, tmp_path):
+    """dense_steps --style nested (the accuracy bench's own dense nested
+    workload): nvtx.annotate > rlscope_ray.range > two nvtx push/pop. The
+    `nvtx` package's caller-side cost comes with its two APIs, not with
+    rlscope_ray.range."""
+    steps, ranges = 2, 2000
+    agg = aggregator_factory()
+    report, _ = run_dense(agg, tmp_path, "--steps", str(steps), "--ranges", str(ranges), "--style", "nested")
+    pid = json.loads((agg.out / "run.json").read_text())["processes"][0]["pid"]
+    pair = TEST_COSTS["push"] + TEST_COSTS["pop"]
+    for n, (raw, corrected, summary) in steps_of(agg, pid, range(1, steps + 1)).items():
+        (proc,) = summary["processes"]
+        assert proc["overhead"]["events"] == 2 * ranges + 1
+        cost = added(report, n)
+        assert cost == ranges // 4 * (4 * pair + 3 * TEST_COSTS["py_nvtx_push"]) + TEST_COSTS["pop"]
+        assert abs(corrected - (raw - cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
+
+
 @pytest.mark.parametrize("correction, scale", [("{scale: 1.01}", 1.01), ("{enabled: false}", 0.0)])
 def test_scale_and_off_change_the_correction_exactly(aggregator_factory, tmp_path, correction, scale):
     # The run's config decides (the controller's, README "One config per

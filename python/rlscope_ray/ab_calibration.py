@@ -118,6 +118,9 @@ class ProfiledRun:
     # overhead.caller_side_ms and in_place_ratio): adding it back reads the
     # same run under the unscaled model.
     caller_scaled_extra: Dict[int, float] = field(default_factory=dict)
+    # Events and capped events per step, all processes (summary overhead).
+    events: Dict[int, int] = field(default_factory=dict)
+    capped: Dict[int, int] = field(default_factory=dict)
 
     @property
     def removed(self) -> Dict[int, float]:
@@ -217,9 +220,12 @@ class Runner:
                 run.corrected[int(summary["step"])] = corr_s["duration_ms"]
                 run.uncertainty[int(summary["step"])] = corr_s.get("uncertainty_ms", 0.0)
                 run.systematic[int(summary["step"])] = corr_s.get("systematic_ms", 0.0)
+                overheads = [p.get("overhead") or {} for p in summary.get("processes", [])]
                 run.caller_scaled_extra[int(summary["step"])] = sum(
                     (o.get("caller_side_ms") or 0.0) * (1.0 - 1.0 / (o.get("in_place_ratio") or 1.0))
-                    for o in (p.get("overhead") or {} for p in summary.get("processes", [])))
+                    for o in overheads)
+                run.events[int(summary["step"])] = sum(o.get("events", 0) for o in overheads)
+                run.capped[int(summary["step"])] = sum(o.get("capped_events", 0) for o in overheads)
             dropped = sum(p.get("dropped_total", 0) for p in summary.get("processes", []))
             if dropped:
                 print(f"rlscope-ray calibrate: warning: step {summary['step']} dropped {dropped} events; "

@@ -1,12 +1,14 @@
 """A dense-annotation workload with a known uninstrumented step time.
 
-    python dense_steps.py --steps N --ranges R [--style push|annotate] [--report FILE]
+    python dense_steps.py --steps N --ranges R [--style push|annotate|nested] [--report FILE]
 
 Each step (rlscope_ray.step, the controller convention) runs R iterations
 of a small pure-Python function, each inside an `nvtx` push/pop range, the
 way verl-style code annotates with the `nvtx` package (--style annotate: the
 `nvtx.annotate` context manager with a color, whose caller-side cost is not
-the push/pop pair start-up calibration times). The program times its
+the push/pop pair start-up calibration times; --style nested: R/4 times an
+`nvtx.annotate` holding a `rlscope_ray.range` holding two push/pop ranges,
+the three APIs nested as real code mixes them). The program times its
 own steps (perf_counter) and writes them to --report as JSON. Run it once
 without the collector (the uninstrumented time) and once under it: overhead
 correction should bring the profile's step time back to the former.
@@ -33,7 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--ranges", type=int, default=100000)
-    ap.add_argument("--style", choices=("push", "annotate"), default="push")
+    ap.add_argument("--style", choices=("push", "annotate", "nested"), default="push")
     ap.add_argument("--report")
     args = ap.parse_args()
     x = 1
@@ -47,10 +49,20 @@ def main() -> None:
                     nvtx.push_range("op")
                     x = work(x)
                     nvtx.pop_range()
-            else:
+            elif args.style == "annotate":
                 for _ in range(args.ranges):
                     with nvtx.annotate("op", color="green"):
                         x = work(x)
+            else:
+                for _ in range(args.ranges // 4):
+                    with nvtx.annotate("outer", color="green"):
+                        with rlscope_ray.range("mid"):
+                            nvtx.push_range("op")
+                            x = work(x)
+                            nvtx.pop_range()
+                            nvtx.push_range("op2")
+                            x = work(x)
+                            nvtx.pop_range()
         clock.append([g0, _native.test_clock_ns()])
         steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
