@@ -303,8 +303,9 @@ KeySpec Children(const char* path, const char* help, Field<std::vector<std::stri
           }};
 }
 
-const std::vector<KeySpec>& KeySpecs() {
-  static const std::vector<KeySpec> specs = {
+// What is captured, from whom, and how samples are attributed.
+std::vector<KeySpec> CaptureKeySpecs() {
+  return {
       String("aggregator", "ZeroMQ endpoint of the aggregator, or 'auto' (the one rlscope_ray.init started)",
              [](Config& c) -> std::string& { return c.aggregator; }),
       String("output_dir", "run directory the aggregator writes step profiles into",
@@ -350,6 +351,12 @@ const std::vector<KeySpec>& KeySpecs() {
       Run(PatternList("attribution.simulator",
                       "shared objects and Python modules that are the simulator / environment (e.g. [mujoco, \"gymnasium.*\"])",
                       [](Config& c) -> std::vector<std::string>& { return c.attribution.simulator; })),
+  };
+}
+
+// The GPU, buffers, flushing, clocks and the overhead correction.
+std::vector<KeySpec> MechanismKeySpecs() {
+  return {
       Bool("gpu.kernels", "CUPTI kernels (CONCURRENT_KERNEL); any gpu.* on traces the GPU when CUDA loads the collector", [](Config& c) -> bool& { return c.gpu.kernels; }),
       Bool("gpu.memcpy", "CUPTI memory copies", [](Config& c) -> bool& { return c.gpu.memcpy; }),
       Bool("gpu.memset", "CUPTI memsets", [](Config& c) -> bool& { return c.gpu.memset; }),
@@ -389,6 +396,14 @@ const std::vector<KeySpec>& KeySpecs() {
               "the costs measured in it (0: start-up calibration only)", 0, 1000000,
               [](Config& c) -> int64_t& { return c.correction.sample_every; })),
   };
+}
+
+const std::vector<KeySpec>& KeySpecs() {
+  static const std::vector<KeySpec> specs = [] {
+    std::vector<KeySpec> all = CaptureKeySpecs();
+    for (KeySpec& k : MechanismKeySpecs()) all.push_back(std::move(k));
+    return all;
+  }();
   return specs;
 }
 

@@ -58,40 +58,25 @@ class Learner:
 @ray.remote(num_cpus=0, max_concurrency=8)
 class Agents:
     async def interleave(self, kind: str) -> str:
+        """A opens, B opens, A closes, B closes: ranges named <kind>_a, <kind>_b."""
         a_open, b_open, a_closed = asyncio.Event(), asyncio.Event(), asyncio.Event()
         order = []
 
-        def opener(name):
-            if kind == "rlscope":
-                return rlscope_ray.range(name)
-            return None
-
         async def a():
-            if kind == "nvtx":
-                import nvtx
-                rid = nvtx.start_range(message="nvtx_a")
-            with (opener("rlscope_a") or _null()):
+            with _opened(kind, f"{kind}_a"):
                 order.append("a+")
                 a_open.set()
                 await b_open.wait()
                 order.append("a-")
-            if kind == "nvtx":
-                nvtx.end_range(rid)
             a_closed.set()
 
         async def b():
             await a_open.wait()
-            if kind == "nvtx":
-                import nvtx
-                rid = nvtx.start_range(message="nvtx_b")
-            with (opener("rlscope_b") or _null()):
+            with _opened(kind, f"{kind}_b"):
                 order.append("b+")
                 b_open.set()
                 await a_closed.wait()
-                await asyncio.sleep(0.005)
                 order.append("b-")
-            if kind == "nvtx":
-                nvtx.end_range(rid)
 
         await asyncio.gather(a(), b())
         return " ".join(order)
@@ -118,11 +103,26 @@ class Agents:
         return await t0 + await t1
 
 
-class _null:
+def _opened(kind: str, name: str):
+    """The range a coroutine holds: rlscope_ray.range (entered in the
+    coroutine's own frame by its `with`), or the `nvtx` package's start/end."""
+    return rlscope_ray.range(name) if kind == "rlscope" else _NvtxStartEnd(name)
+
+
+class _NvtxStartEnd:
+    def __init__(self, name: str):
+        self.name, self.rid = name, None
+
     def __enter__(self):
+        import nvtx
+
+        self.rid = nvtx.start_range(message=self.name)
         return self
 
     def __exit__(self, *exc):
+        import nvtx
+
+        nvtx.end_range(self.rid)
         return False
 
 
