@@ -38,7 +38,8 @@
 // then fail with EINTR; from 5.11 on x86-64 the expiry is handled on the
 // return to user space, so no system call is interrupted), no free real-time
 // signal, timer_create refused. A host that installs its own handler for our
-// signal later stops sampling (checked at every flush), said the same way;
+// signal later stops sampling (checked at every flush; every timer deleted
+// then, the collector's own threads' too), said the same way;
 // a signal that is not our timer's (sent by someone else) goes to the
 // handler that was there before ours, or, if there was none, takes the
 // default action, as without us.

@@ -30,8 +30,9 @@ void CpuSampling::SetRunConfig(const Config& config) {
 }
 
 void CpuSampling::Flush() {
+  Reconcile(!off_for_good_ && hz() > 0 && arming_->armed());
+  // After Reconcile: it may have found the host took the signal (off for good).
   const bool on = !off_for_good_ && hz() > 0 && arming_->armed();
-  Reconcile(on);
   ReconcileOthers(on && all_threads_.load(std::memory_order_relaxed));
   states_.Flush(arming_->armed());
   SayCounts();
@@ -83,6 +84,7 @@ void CpuSampling::Reconcile(bool on) {
     on = false;
     why_off_ = "stopped: " + why;
     std::fprintf(stderr, "rlscope: pid %d: %s\n", static_cast<int>(getpid()), why.c_str());
+    Stop();  // every timer deleted, not just disarmed: none fires into the host's handler again
   }
   if (sampler_.set_up()) {
     if (on) sampler_.RefreshCode(&ctx_.strings);  // the code the handlers walk through

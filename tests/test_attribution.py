@@ -153,6 +153,7 @@ def test_the_hosts_timers_and_handlers_come_first(aggregator_factory):
     out = _sampler_app(agg, "host", config='{"capture_range": "api"}')
     assert out["sigprof"] > 0 and out["sampled"]["cpu_samples"] > 0, out  # both profilers ran
     assert out["took_signal"]["cpu_signal"] == out["sampled"]["cpu_signal"] > 0
+    assert out["took_signal"]["cpu_timers"] == 0, out  # stopped for good: every timer deleted
     assert out["end"]["cpu_signals"] == out["took_signal"]["cpu_signals"], out  # stopped: none of ours since
     assert out["host_handler_calls"] == 0, out
     agg.stop()

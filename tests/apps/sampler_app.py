@@ -104,7 +104,11 @@ def host() -> dict:
     sig = out["sampled"]["cpu_signal"]
     taken = {"n": 0}
     signal.signal(sig, lambda *_: taken.__setitem__("n", taken["n"] + 1))
-    rlscope_ray.flush()  # the flush thread sees the handler is not ours: sampling stops
+    # The flush thread sees the handler is not ours: sampling stops, every
+    # timer deleted. (A flush that timed out on a loaded machine: again.)
+    out["flushes_to_stop"] = 1
+    while not rlscope_ray.flush():
+        out["flushes_to_stop"] += 1
     out["took_signal"] = rlscope_ray.stats()
     # (Until that flush a timer signal could still reach the host's handler:
     # the window the sampler cannot close. From here on, none may.)
