@@ -1,7 +1,9 @@
 #include "aggregator/step_scheduler.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "native/steps.h"
 
@@ -48,13 +50,6 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
       if (s.end_ns != 0) s.end_ns = clock.ToAggregator(s.end_ns);
     }
   }
-  // Workers are armed a step ahead: from the beginning of the step before a
-  // selected one. The broadcast takes a millisecond or more to reach them,
-  // and a controller often starts the next step's first call at once.
-  for (const StepSpan& s : edges.begun) {
-    step_begun_ = true;
-    SetWindow(steps::WorkersArmedDuring(selected, s.number), s.number);
-  }
   for (size_t i = 0; i < edges.closed.size(); ++i) {
     const StepSpan& s = edges.closed[i];
     ++context_->stats.steps_seen;
@@ -69,8 +64,35 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
       context_->Send(0, flush);
     }
     pending_.push_back(step);
-    SetWindow(steps::WorkersArmedBefore(selected, s.number + 1), s.number + 1);
   }
+  FollowEdges(edges);
+}
+
+void StepScheduler::FollowEdges(const StepEdges& edges) {
+  // Workers are armed a step ahead: from the beginning of the step before a
+  // selected one. The broadcast takes a millisecond or more to reach them,
+  // and a controller often starts the next step's first call at once.
+  // One batch often carries a step's end and the next one's beginning: the
+  // edges are followed in the order they happened, so the window ends as
+  // the last says (step n's end, then step n+1's beginning).
+  struct Edge {
+    int64_t ts_ns;
+    int64_t order;  // at one time: step n's beginning (2n), its end (2n+1), step n+1's beginning (2n+2)
+    bool open;
+    int64_t step;
+  };
+  const IntSelection& selected = run_->config().steps;
+  std::vector<Edge> order;
+  for (const StepSpan& s : edges.begun) {
+    order.push_back({s.begin_ns, 2 * s.number, steps::WorkersArmedDuring(selected, s.number), s.number});
+  }
+  for (const StepSpan& s : edges.closed) {
+    order.push_back({s.end_ns, 2 * s.number + 1, steps::WorkersArmedBefore(selected, s.number + 1), s.number + 1});
+  }
+  std::sort(order.begin(), order.end(),
+            [](const Edge& a, const Edge& b) { return a.ts_ns != b.ts_ns ? a.ts_ns < b.ts_ns : a.order < b.order; });
+  if (!edges.begun.empty()) step_begun_ = true;
+  for (const Edge& e : order) SetWindow(e.open, e.step);
 }
 
 bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) {

@@ -69,6 +69,9 @@ class StepScheduler {
 
  private:
   void SetWindow(bool open, int64_t step);
+  // The workers' window after one batch's step edges, followed in the order
+  // they happened.
+  void FollowEdges(const StepEdges& edges);
   bool Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes) const;
 
   AggregatorContext* context_;

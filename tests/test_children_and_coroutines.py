@@ -47,6 +47,8 @@ def test_an_actors_children_record_in_the_selected_step_with_its_rank(children_r
         assert p["labels"]["parent_pid"] == str(step2["parent"]), p
         assert p["labels"]["parent_actor"] == "Learner", p
         assert p["labels"]["command_line"].startswith(sys.executable), p
+        parent = _process(run, step2["parent"])
+        assert p["labels"]["node_id"] == parent["labels"]["node_id"], p  # listed under its parent's node
         tpid = trace.pid_of(f"/ pid {step2[kind]}")
         assert name in trace.process_names[tpid]
         assert "rank 1" in trace.process_names[tpid]

@@ -138,7 +138,7 @@ def test_the_fully_async_trainer_its_rollouters_coroutines_and_its_engine_proces
         loops = trace.asyncs(trace.pid_of("/ FullyAsyncRollouter /"), "agent_loop")
         assert len(loops) == 4
         assert max(float(r["b"]["ts"]) for r in loops) < min(float(r["e"]["ts"]) for r in loops)
-        engine_pid = trace.pid_of(f"FullyAsyncRollouter child: multiprocessing spawn (worker) / pid {engine['pid']}")
+        engine_pid = trace.pid_of(f"] / FullyAsyncRollouter child: multiprocessing spawn / pid {engine['pid']}")
         assert len(trace.slices(engine_pid, "engine_step")) == 4
 
 

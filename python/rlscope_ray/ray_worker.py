@@ -47,10 +47,13 @@ def _start() -> None:
         return
     ctx = ray.get_runtime_context()
     # Re-sent to the aggregator with the next flush (a repeated Hello).
-    _native.set_label("node_id", ctx.get_node_id())
-    _native.set_label("node_ip", ray.util.get_node_ip_address())
+    node = {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "job_id": ctx.get_job_id()}
+    for key, value in node.items():
+        _native.set_label(key, value)
+        # The processes this worker starts inherit them (RLSCOPE_LABEL_<KEY>):
+        # a child is labelled, and listed, under its parent's node.
+        os.environ[_native.names.ENV_LABEL_PREFIX + key.upper()] = value
     _native.set_label("worker_id", ctx.get_worker_id())
-    _native.set_label("job_id", ctx.get_job_id())
     _install_method_spans()
 
 

@@ -148,6 +148,17 @@ class AggregatorTest : public ::testing::Test {
 
   void Send(const wire::Message& m, int64_t now_ns = 0) { agg_->OnMessage(m, now_ns); }
   void Connect(const FakeCollector& c, int64_t now_ns = 0) { Send(c.Hello(), now_ns); }
+  // The (window, step) of the capture windows broadcast since the last call.
+  std::vector<std::pair<int, int64_t>> Windows() {
+    std::vector<std::pair<int, int64_t>> out;
+    for (const Outgoing& o : agg_->TakeOutgoing()) {
+      const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+      if (o.session == 0 && c.window != wire::Control::Window::kUnchanged) {
+        out.emplace_back(static_cast<int>(c.window), c.step);
+      }
+    }
+    return out;
+  }
 
   RecordingExporter exporter_;
   std::unique_ptr<Aggregator> agg_;
@@ -923,29 +934,37 @@ TEST_F(AggregatorTest, CaptureWindowsOpenAStepAheadOfSelectedSteps) {
   Init(ConfigFrom("steps: [3]\n"));
   FakeCollector ctl(1, "controller", -1, 100);
   Connect(ctl);
-  auto windows = [&] {
-    std::vector<std::pair<int, int64_t>> out;  // (window, step) of broadcasts
-    for (const Outgoing& o : agg_->TakeOutgoing()) {
-      const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
-      if (o.session == 0 && c.window != wire::Control::Window::kUnchanged) {
-        out.emplace_back(static_cast<int>(c.window), c.step);
-      }
-    }
-    return out;
-  };
-  windows();  // the hello's answer: closed (step 1 is not selected)
+  Windows();  // the hello's answer: closed (step 1 is not selected)
   ctl.Push(1, 1000, "step").Pop(1, 2000);
   Send(ctl.Flush(2100));
-  EXPECT_THAT(windows(), IsEmpty());
+  EXPECT_THAT(Windows(), IsEmpty());
   ctl.Push(1, 3000, "step");
   Send(ctl.Flush(3100));
-  EXPECT_EQ(windows(), (std::vector<std::pair<int, int64_t>>{{1, 2}}));  // open while step 2 runs
+  EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{1, 2}}));  // open while step 2 runs
   ctl.Pop(1, 4000).Push(1, 5000, "step");
   Send(ctl.Flush(5100));
-  EXPECT_THAT(windows(), IsEmpty());  // still open through step 3
+  EXPECT_THAT(Windows(), IsEmpty());  // still open through step 3
   ctl.Pop(1, 6000);
   Send(ctl.Flush(6100));
-  EXPECT_EQ(windows(), (std::vector<std::pair<int, int64_t>>{{2, 4}}));  // closed after it
+  EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{2, 4}}));  // closed after it
+}
+
+// One flush often carries a step's end and the next step's beginning (a
+// controller that starts the next step at once): the window ends as the
+// later edge says, open while step 2 runs ahead of selected step 3.
+TEST_F(AggregatorTest, CaptureWindowFollowsEdgesInOneFlushInTheOrderTheyHappened) {
+  Init(ConfigFrom("steps: [3]\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  Windows();  // the hello's answer: closed
+  ctl.Push(1, 1000, "step");
+  Send(ctl.Flush(1100));
+  ctl.Pop(1, 2000).Push(1, 2010, "step");  // step 1 ends, step 2 begins: one flush
+  Send(ctl.Flush(2100));
+  EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{1, 2}}));  // open while step 2 runs
+  ctl.Pop(1, 3000).Push(1, 3010, "step").Pop(1, 4000).Push(1, 4010, "step");  // steps 2, 3 end; 3, 4 begin
+  Send(ctl.Flush(4100));
+  EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{2, 4}}));  // closed once step 3 ended
 }
 
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
