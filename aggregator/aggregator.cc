@@ -253,6 +253,7 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
   profile.step = s.number;
   profile.begin_ns = s.begin_ns;
   profile.end_ns = s.end_ns;
+  profile.window_late_ns = step.window_late_ns;
   bool any_late = false;
   for (const auto& [session, p] : processes_) {
     if (!run_config_.Selected(*p)) continue;  // connected, but its rank is not profiled

@@ -119,6 +119,9 @@ struct StepProfile {
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;
   int64_t clock_warn_bound_ns = 100000;  // config clock.warn_bound_us
+  // How long after the step began the workers' capture window for it was
+  // broadcast (PendingStep::window_late_ns); 0 on time.
+  int64_t window_late_ns = 0;
   // Overhead correction: end_ns stays the raw step end; corrected_end_ns is
   // the controller's step end after correction (0 = not corrected).
   bool corrected = false;

@@ -50,10 +50,15 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
       if (s.end_ns != 0) s.end_ns = clock.ToAggregator(s.end_ns);
     }
   }
+  FollowEdges(edges, now_ns);  // first: a step begun and closed in this batch has its lateness
   for (size_t i = 0; i < edges.closed.size(); ++i) {
     const StepSpan& s = edges.closed[i];
     ++context_->stats.steps_seen;
     PendingStep step{s, now_ns, 0, raw_ends[i]};
+    if (auto late = late_.find(s.number); late != late_.end()) {
+      step.window_late_ns = late->second;
+      late_.erase(late);
+    }
     if (selected.Contains(s.number)) {
       // Flush barrier: every collector flushes now and acknowledges.
       step.barrier = ++barrier_token_;
@@ -65,10 +70,9 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
     }
     pending_.push_back(step);
   }
-  FollowEdges(edges);
 }
 
-void StepScheduler::FollowEdges(const StepEdges& edges) {
+void StepScheduler::FollowEdges(const StepEdges& edges, int64_t now_ns) {
   // Workers are armed a step ahead: from the beginning of the step before a
   // selected one. The broadcast takes a millisecond or more to reach them,
   // and a controller often starts the next step's first call at once.
@@ -92,7 +96,17 @@ void StepScheduler::FollowEdges(const StepEdges& edges) {
   std::sort(order.begin(), order.end(),
             [](const Edge& a, const Edge& b) { return a.ts_ns != b.ts_ns ? a.ts_ns < b.ts_ns : a.order < b.order; });
   if (!edges.begun.empty()) step_begun_ = true;
-  for (const Edge& e : order) SetWindow(e.open, e.step);
+  for (const Edge& e : order) {
+    const bool was_open = window_open_;
+    SetWindow(e.open, e.step);
+    if (!was_open && window_open_) window_opened_ns_ = now_ns;
+    // A selected step's beginning: was its window sent before it? (A
+    // controller flush that came late, or a step before it shorter than the
+    // broadcast takes.)
+    if (e.order % 2 == 0 && selected.Contains(e.step) && window_open_) {
+      late_[e.step] = std::max<int64_t>(0, window_opened_ns_ - e.ts_ns);
+    }
+  }
 }
 
 bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct PendingStep {
   int64_t closed_at_ns;           // aggregator time when the step's end arrived
   uint64_t barrier = 0;           // flush barrier token sent at its end (selected steps)
   int64_t controller_end_ns = 0;  // span.end_ns on the controller's own clock, as recorded
+  // A selected step: how long after it began the workers' capture window
+  // for it was broadcast (their first moments in it may be missing; they
+  // got it later still); 0 when the window was open before it began.
+  int64_t window_late_ns = 0;
 };
 
 class StepScheduler {
@@ -69,15 +74,18 @@ class StepScheduler {
 
  private:
   void SetWindow(bool open, int64_t step);
-  // The workers' window after one batch's step edges, followed in the order
-  // they happened.
-  void FollowEdges(const StepEdges& edges);
+  // The workers' window after one batch's step edges (arrived at `now_ns`),
+  // followed in the order they happened; notes how late the window for a
+  // selected step was (window_late_ns).
+  void FollowEdges(const StepEdges& edges, int64_t now_ns);
   bool Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes) const;
 
   AggregatorContext* context_;
   const RunConfig* run_;
   std::deque<PendingStep> pending_;  // in the order they closed
   bool window_open_ = false;
+  int64_t window_opened_ns_ = 0;     // when the window last opened (aggregator clock; 0: before any step)
+  std::map<int64_t, int64_t> late_;  // selected steps begun, not closed: their window_late_ns
   bool step_begun_ = false;  // the controller began a step
   int64_t window_step_ = 1;
   uint64_t barrier_token_ = 0;

@@ -201,6 +201,23 @@ void WriteLateAndLost(JsonWriter& w, const StepProfile& step) {
   w.EndArray();
 }
 
+// What the capture may have missed: the workers' window sent after the step
+// began (they arm when it reaches them; the cut is exact, so what they did
+// before is missing, not misplaced).
+void WriteCaptureWarnings(JsonWriter& w, const StepProfile& step) {
+  w.Key("capture_warnings").BeginArray();
+  if (step.window_late_ns > 0) {
+    char text[256];
+    std::snprintf(text, sizeof(text),
+                  "the workers' capture window was sent %.3f ms after the step began (the controller's step edge "
+                  "reached the aggregator late, or the step before was shorter than the broadcast takes): what "
+                  "workers did in the step's first %.3f ms or more may be missing",
+                  static_cast<double>(step.window_late_ns) / 1e6, static_cast<double>(step.window_late_ns) / 1e6);
+    w.String(text);
+  }
+  w.EndArray();
+}
+
 // Clock causality (ray_calls.h), and clocks whose stated error bound is
 // above clock.warn_bound_us: their events may sit off by up to that much
 // against the others.
@@ -334,6 +351,7 @@ std::string StepSummaryJson(const StepProfile& step) {
   for (const ProcessSlice& slice : step.processes) WriteProcess(w, slice);
   w.EndArray();
   WriteLateAndLost(w, step);
+  WriteCaptureWarnings(w, step);
   WriteClockChecks(w, step);
   // Asked to be profiled (by the controller) but never connected, e.g. a Ray
   // node started without the rlscope plugin registered.

@@ -967,6 +967,27 @@ TEST_F(AggregatorTest, CaptureWindowFollowsEdgesInOneFlushInTheOrderTheyHappened
   EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{2, 4}}));  // closed once step 3 ended
 }
 
+// A selected step that began before its window was sent (here the
+// controller's first flush arrives after it began) says so: its workers'
+// first moments in it may be missing. The next one, on time, says nothing.
+TEST_F(AggregatorTest, AWindowSentAfterASelectedStepBeganIsSaid) {
+  Init(ConfigFrom("steps: [2, 4]\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  ctl.Push(1, 1000, "step").Pop(1, 2000).Push(1, 2010, "step").Pop(1, 3000);
+  Send(ctl.Flush(3100), /*now_ns=*/5000);  // the window opens for step 1 (before 2) at 5000
+  ctl.Push(1, 6000, "step");
+  Send(ctl.Flush(6100), 6100);  // step 3 began: the window for step 4 opens at 6100
+  ctl.Pop(1, 7000).Push(1, 7010, "step").Pop(1, 8000);
+  Send(ctl.Flush(8100), 8100);
+  agg_->Tick(9000);
+  ASSERT_EQ(exporter_.steps.size(), 2u);
+  EXPECT_EQ(exporter_.steps[0].step, 2);
+  EXPECT_EQ(exporter_.steps[0].window_late_ns, 5000 - 2010);
+  EXPECT_EQ(exporter_.steps[1].step, 4);
+  EXPECT_EQ(exporter_.steps[1].window_late_ns, 0);
+}
+
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);

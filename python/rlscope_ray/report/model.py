@@ -489,7 +489,8 @@ def _counts(s: Dict[str, Any]) -> List[Block]:
         out += [Heading("controller waits on other processes"),
                 _table(["sub-task", "linked Ray calls", "linked keys", "unlinked Ray calls", "unlinked keys",
                         "wait removed ms"], rows, "waits-table")]
-    for key, title, items in (("clock_warnings", "clock warnings", s.get("clock_warnings")),
+    for key, title, items in (("capture_warnings", "capture warnings", s.get("capture_warnings")),
+                              ("clock_warnings", "clock warnings", s.get("clock_warnings")),
                               ("not_profiled", "not profiled", s.get("not_profiled")),
                               ("correction_notes", "correction notes", corr.get("notes"))):
         if isinstance(items, list) and items:
