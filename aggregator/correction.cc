@@ -67,11 +67,14 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     }
   }
   if (measured_ps > 0 && calibrated_ps > 0) used_.in_place_ratio = measured_ps / calibrated_ps;
-  // Caller-side costs of a whole pair, charged on its opening event: the
-  // start-up figures, times the in-place ratio when there is one.
+  // Caller-side costs, each side of a pair on its own event (the close's on
+  // the pop or end of an opening that had kFlagViaNvtxEx): the start-up
+  // figures, times the in-place ratio when there is one.
   const double ratio = used_.in_place_ratio > 0 ? used_.in_place_ratio : 1.0;
   for (const auto& [kind, key] : {std::make_pair(EventKind::kRangePush, "py_nvtx_push"),
+                                  std::make_pair(EventKind::kRangePop, "py_nvtx_pop"),
                                   std::make_pair(EventKind::kRangeStart, "py_nvtx_start"),
+                                  std::make_pair(EventKind::kRangeEnd, "py_nvtx_end"),
                                   std::make_pair(EventKind::kMark, "py_nvtx_mark")}) {
     if (costs.count(key) == 0) continue;
     nvtx_ex_ps_[static_cast<int>(kind)] = Ps(get(key) * ratio);

@@ -90,7 +90,7 @@ class CostModel {
 
  private:
   int64_t own_ps_[kKinds] = {};     // the collector's recording
-  int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (opening events)
+  int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (either side of a pair)
   double mean_var_ps2_[kKinds] = {};
   UsedCosts used_;
 };

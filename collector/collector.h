@@ -59,6 +59,7 @@ class Collector {
   // either (pairs stay whole): kDroppedRangeBit in a start's handle.
   static constexpr uint64_t kRecordedRangeBit = rlscope::kRecordedRangeBit;
   static constexpr uint64_t kDroppedRangeBit = rlscope::kDroppedRangeBit;
+  static constexpr uint64_t kViaNvtxExRangeBit = rlscope::kViaNvtxExRangeBit;
   RLSCOPE_HOT int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
                             uint8_t flags) {
     const bool special = arming_.watching() && arming_.OnRangeOpen(ts, name, flags, payload, false, 0);
@@ -68,6 +69,7 @@ class Collector {
     const int depth = ts->depth++;
     ts->SetRecorded(depth, recorded);
     ts->SetDropped(depth, attempted && !recorded);
+    ts->SetViaEx(depth, recorded && (flags & kFlagViaNvtxEx) != 0);
     return depth;
   }
   RLSCOPE_HOT int RangePop(ThreadState* ts, uint32_t domain) {
@@ -77,7 +79,7 @@ class Collector {
     // Deeper than the mask: recorded when armed now (the bit is not kept).
     const bool pushed = depth < 64 ? ts->WasRecorded(depth, false) : armed();
     if (special || pushed) {
-      recording_.Record(ts, EventKind::kRangePop, 0, domain, 0, 0, kFlagNone, /*privileged=*/true);
+      recording_.Record(ts, EventKind::kRangePop, 0, domain, 0, 0, ts->PopFlags(depth), /*privileged=*/true);
     } else if (ts->WasDropped(depth)) {
       recording_.CountDropped();  // the close of a dropped open
     }
@@ -95,14 +97,15 @@ class Collector {
     if (!recording_.Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special)) {
       return id | kDroppedRangeBit;
     }
-    return id | kRecordedRangeBit;
+    return id | kRecordedRangeBit | ((flags & kFlagViaNvtxEx) != 0 ? kViaNvtxExRangeBit : 0);
   }
   // `handle` is what RangeStart returned.
   RLSCOPE_HOT void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle) {
-    const uint64_t id = handle & ~(kRecordedRangeBit | kDroppedRangeBit);
+    const uint64_t id = handle & ~kRangeHandleBits;
     const bool special = arming_.watching() && arming_.OnRangeClose(ts, true, id);
     if (special || (handle & kRecordedRangeBit) != 0) {
-      recording_.Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, kFlagNone, /*privileged=*/true);
+      const uint8_t flags = (handle & kViaNvtxExRangeBit) != 0 ? kFlagViaNvtxEx : kFlagNone;
+      recording_.Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, flags, /*privileged=*/true);
     } else if ((handle & kDroppedRangeBit) != 0) {
       recording_.CountDropped();  // the end of a dropped start
     }

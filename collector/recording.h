@@ -39,9 +39,13 @@ namespace rlscope {
 
 // A start/end range's handle (what RangeStart returns to NVTX callers): its
 // id, with the bit that says its start was recorded (so its end is, on any
-// thread) or dropped (so its end is counted, not recorded).
+// thread) or dropped (so its end is counted, not recorded), and the bit that
+// says it was opened through an NVTX *Ex entry point (so its end carries
+// kFlagViaNvtxEx: the `nvtx` package's caller side of the close).
 inline constexpr uint64_t kRecordedRangeBit = uint64_t{1} << 63;
 inline constexpr uint64_t kDroppedRangeBit = uint64_t{1} << 62;
+inline constexpr uint64_t kViaNvtxExRangeBit = uint64_t{1} << 61;
+inline constexpr uint64_t kRangeHandleBits = kRecordedRangeBit | kDroppedRangeBit | kViaNvtxExRangeBit;
 
 // One recording thread's state, reached through a thread_local pointer; its
 // own thread alone writes it (the CPU sampler's handler, on that thread,
@@ -52,6 +56,7 @@ struct ThreadState {
   int depth = 0;           // open push/pop ranges, returned to NVTX callers
   uint64_t recorded_mask = 0;  // bit d: the push at depth d was recorded (so its pop is)
   uint64_t dropped_mask = 0;   // bit d: the push at depth d was dropped (so its pop is, counted)
+  uint64_t via_ex_mask = 0;    // bit d: the push at depth d came through an *Ex entry point (so its pop is flagged)
   int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
   int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   // In-place cost sampling (cost_sampling.h): calls left until the next
@@ -80,6 +85,11 @@ struct ThreadState {
     if (d < 64) dropped_mask = dropped ? dropped_mask | (uint64_t{1} << d) : dropped_mask & ~(uint64_t{1} << d);
   }
   bool WasDropped(int d) const { return d < 64 && ((dropped_mask >> d) & 1) != 0; }
+  void SetViaEx(int d, bool via_ex) {
+    if (d < 64) via_ex_mask = via_ex ? via_ex_mask | (uint64_t{1} << d) : via_ex_mask & ~(uint64_t{1} << d);
+  }
+  // The flags of the pop closing depth d: kFlagViaNvtxEx when its push had it.
+  uint8_t PopFlags(int d) const { return d < 64 && ((via_ex_mask >> d) & 1) != 0 ? kFlagViaNvtxEx : kFlagNone; }
 };
 
 // A registered thread: its ring and state, freed by the flush thread once

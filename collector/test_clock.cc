@@ -20,13 +20,14 @@ namespace {
 struct Key {
   const char* name;
   EventKind kind;
-  bool nvtx_ex;  // the caller-side cost of an *Ex opening event
+  bool nvtx_ex;  // the caller-side cost of an event with kFlagViaNvtxEx
 };
 constexpr Key kKeys[] = {
     {"push", EventKind::kRangePush, false},        {"pop", EventKind::kRangePop, false},
     {"start", EventKind::kRangeStart, false},      {"end", EventKind::kRangeEnd, false},
     {"mark", EventKind::kMark, false},             {"py_nvtx_push", EventKind::kRangePush, true},
-    {"py_nvtx_start", EventKind::kRangeStart, true}, {"py_nvtx_mark", EventKind::kMark, true},
+    {"py_nvtx_pop", EventKind::kRangePop, true},   {"py_nvtx_start", EventKind::kRangeStart, true},
+    {"py_nvtx_end", EventKind::kRangeEnd, true},   {"py_nvtx_mark", EventKind::kMark, true},
     {"sample", EventKind::kCostSample, false},
     {"cpu_sample", EventKind::kCpuSample, false},
 };

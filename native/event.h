@@ -60,8 +60,9 @@ inline constexpr int kOffCpuReasons = 8;
 enum EventFlags : uint8_t {
   kFlagNone = 0,
   kFlagHasPayload = 1 << 0,  // `value` carries an integer payload
-  // Came in through an NVTX *Ex entry point (event attributes): overhead
-  // correction charges it the `nvtx` Python package's calibrated cost.
+  // Came in through an NVTX *Ex entry point (event attributes), or closes a
+  // range that did (its pop or end): overhead correction charges it the
+  // `nvtx` Python package's calibrated caller-side cost of its side.
   kFlagViaNvtxEx = 1 << 1,
   // On a kCpuSample: the thread's Python frame could not be read (a read of
   // it failed: memory unmapped under the sampler); `category` is 0.

@@ -57,9 +57,10 @@ struct Hello {
   bool selected = true;
   // Calibrated overhead, ns per event (optional key): "push", "pop", "start",
   // "end", "mark" (the collector's own recording, per record kind) and the
-  // caller-side costs charged on the opening event of an entry point:
-  // "py_nvtx_push"/"py_nvtx_start" (a push/pop or start/end pair of the `nvtx`
-  // package, events with kFlagViaNvtxEx), "py_nvtx_mark".
+  // `nvtx` package's caller-side costs, each charged on the event of its
+  // side of a pair opened through an *Ex entry point (kFlagViaNvtxEx, which
+  // its pop or end carries too): "py_nvtx_push", "py_nvtx_pop",
+  // "py_nvtx_start", "py_nvtx_end", "py_nvtx_mark".
   std::map<std::string, double> costs;
   // A controller's own config (optional key): the keys its RLSCOPE_CONFIG
   // set, as YAML; its run keys go over the aggregator's in the run's config

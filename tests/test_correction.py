@@ -24,10 +24,14 @@ from conftest import ROOT, Trace
 
 DENSE = ROOT / "tests/apps/dense_steps.py"
 # ns per event; distinct per key, so that a cost charged to the wrong kind
-# shows. py_nvtx_*: the `nvtx` package's caller-side cost of a whole pair,
-# charged on its opening event (aggregator/correction.h).
+# shows. py_nvtx_*: the `nvtx` package's caller-side cost of each side of a
+# pair, charged on its own event (the pop or end of a range the package
+# opened carries it too: aggregator/correction.h).
 TEST_COSTS = {"push": 700, "pop": 300, "start": 500, "end": 400, "mark": 200,
-              "py_nvtx_push": 2000, "py_nvtx_start": 1500, "py_nvtx_mark": 900}
+              "py_nvtx_push": 2000, "py_nvtx_pop": 1100, "py_nvtx_start": 1500, "py_nvtx_end": 600,
+              "py_nvtx_mark": 900}
+# One `nvtx` push/pop pair, both sides of its caller side included.
+NVTX_PAIR = TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"] + TEST_COSTS["py_nvtx_pop"]
 BUFFERS = '{"buffers": {"per_thread_kb": 8192}}'
 TOLERANCE_NS = 1000  # "to the microsecond": the clock fit's drift term, nothing else
 CostModelMinSamples = 4  # aggregator/correction.h CostModel::kMinSamples
@@ -74,7 +78,13 @@ def run_dense(agg, tmp_path, *args, config=BUFFERS):
     return json.loads(report.read_text()), log
 
 
-@pytest.mark.parametrize("style", ["push", "annotate"])
+# What one range of dense_steps.py's style costs, both sides of the `nvtx`
+# package's caller side included.
+STYLE_RANGE = {"push": NVTX_PAIR, "annotate": NVTX_PAIR,
+               "start": sum(TEST_COSTS[k] for k in ("start", "py_nvtx_start", "end", "py_nvtx_end"))}
+
+
+@pytest.mark.parametrize("style", ["push", "annotate", "start"])
 def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_path, style):
     steps, ranges = 3, 2000
     agg = aggregator_factory()
@@ -87,8 +97,7 @@ def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_pa
         assert proc["overhead"]["events"] == 2 * ranges + 1
         assert proc["overhead"]["costs_ns"] == {k: float(v) for k, v in TEST_COSTS.items()}
         cost = added(report, n)
-        assert cost == ranges * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"]) \
-            + TEST_COSTS["pop"]
+        assert cost == ranges * STYLE_RANGE[style] + TEST_COSTS["pop"]
         assert abs(corrected - (raw - cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
         assert summary["correction"]["duration_ms"] == pytest.approx(corrected / 1e6, abs=1e-3)
         assert summary["correction"]["subtracted_ms"] == pytest.approx(cost / 1e6, abs=1e-3)
@@ -119,7 +128,8 @@ def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_facto
         (proc,) = summary["processes"]
         assert proc["overhead"]["events"] == 2 * ranges + 1
         cost = added(report, n)
-        assert cost == ranges // 4 * (4 * pair + 3 * TEST_COSTS["py_nvtx_push"]) + TEST_COSTS["pop"]
+        caller = TEST_COSTS["py_nvtx_push"] + TEST_COSTS["py_nvtx_pop"]
+        assert cost == ranges // 4 * (4 * pair + 3 * caller) + TEST_COSTS["pop"]
         assert abs(corrected - (raw - cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
 
 
@@ -261,8 +271,7 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
         (controller,) = [p for p in summary["processes"] if p["role"] == "controller"]
         (actor,) = [p for p in summary["processes"] if p["rank"] == 0]
         # The actor: its method's range, every op's pair and caller-side cost.
-        actor_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + \
-            ranges * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"])
+        actor_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + ranges * NVTX_PAIR
         assert actor["overhead"]["subtracted_ms"] == pytest.approx(actor_cost / 1e6, abs=1e-6)
         assert actor["overhead"]["waits_ms"] == 0
         # The driver waited for exactly that, paid inside the awaited call.
@@ -284,8 +293,7 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
 
 # What wait_pair.py's child pays per step: its "generate" range and 2000
 # `nvtx` push/pop pairs with their caller-side cost.
-CHILD_COST = TEST_COSTS["push"] + TEST_COSTS["pop"] + \
-    2000 * (TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"])
+CHILD_COST = TEST_COSTS["push"] + TEST_COSTS["pop"] + 2000 * NVTX_PAIR
 
 
 def _wait_pair(agg, tmp_path, *args, config=BUFFERS):
@@ -398,13 +406,14 @@ def test_an_nvtx_package_of_another_shape_never_fails_the_import(aggregator_fact
 
 
 def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_factory, tmp_path):
-    """Calibration at import records ~40k `nvtx` events at their real costs
+    """Calibration at import records ~80k `nvtx` events at their real costs
     (rlscope_ray.calibration) into a scratch ring that is never shipped:
     the aggregator receives none of them, yet the caller-side costs are
     measured. Then one range the program records arrives."""
     agg = aggregator_factory(exit_when_done=False)
     code = ("import json, rlscope_ray, nvtx; from rlscope_ray import _native\n"
-            "costs = {k: _native.cost(k) for k in ('py_nvtx_push', 'py_nvtx_start', 'py_nvtx_mark')}\n"
+            "costs = {k: _native.cost(k) for k in ('py_nvtx_push', 'py_nvtx_pop', 'py_nvtx_start',"
+            " 'py_nvtx_end', 'py_nvtx_mark')}\n"
             "before = rlscope_ray.stats()['events']\n"
             "with rlscope_ray.range('mine'): pass\n"
             "rlscope_ray.flush()\n"

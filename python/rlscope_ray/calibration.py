@@ -9,22 +9,24 @@ recording itself. That time exists only because the profiler is there, so
 overhead correction must remove it too (RL-Scope's "Python annotation"
 overhead).
 
-``calibrate_python()`` measures it the way it is paid: an annotated pair
-around a small Python function call, against the same loop with no-op
-stand-ins for what the package does with no tool attached (look its domain
-up, find the dummy, stop), best of a few rounds. Results go to
-the collector as ns per event (``_native.set_cost``; keys in
-docs/wire_format.md, Hello ``costs``), charged by the aggregator on the
-opening event of each pair. Its events are named ``rlscope.calibration``
+``calibrate_python()`` measures it the way it is paid, each side of a pair
+on its own: loops of (open, a small Python function call, close) with the
+real opening and the untooled close, then the untooled opening and the real
+close, each against the same loop with stand-ins for what the package does
+with no tool attached (look its domain up, find the dummy, stop), best of a
+few rounds. Results go to the collector as ns per event
+(``_native.set_cost``; keys in docs/wire_format.md, Hello ``costs``),
+charged by the aggregator on the event of each side (a push and its pop, a
+start and its end, a mark). Its events are named ``rlscope.calibration``
 (default domain, as most annotations are) and go to a scratch ring of the
 thread's (``_native.scratch_scope``) that is never shipped; when the process
 is recording meanwhile, the collector's own recording cost (calibrated in
-C++) is taken out of the result. About 40 ms and 40k events, none sent.
+C++) is taken out of the result. About 80 ms and 80k events, none sent.
 """
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, List, Tuple
 
 from . import _native
 
@@ -50,11 +52,8 @@ def _ns_per_iter(body: Callable[[int], int]) -> float:
     return (time.perf_counter_ns() - t0) / _PAIRS
 
 
-def _pair_cost(open_fn: Callable[..., object], close_fn: Callable[..., object],
-               noop_open: Callable[..., object], noop_close: Callable[..., object]) -> float:
-    """ns an (open, work, close) iteration costs over the no-op version."""
-
-    def real(n: int) -> int:
+def _loop(open_fn: Callable[..., object], close_fn: Callable[..., object]) -> Callable[[int], int]:
+    def body(n: int) -> int:
         x = 1
         for _ in range(n):
             h = open_fn(CALIBRATION_NAME)
@@ -62,22 +61,31 @@ def _pair_cost(open_fn: Callable[..., object], close_fn: Callable[..., object],
             close_fn(h)
         return x
 
-    def base(n: int) -> int:
-        x = 1
-        for _ in range(n):
-            h = noop_open(CALIBRATION_NAME)
-            x = _work(x)
-            noop_close(h)
-        return x
+    return body
 
-    base(_PAIRS // 4)  # warm up both paths
-    real(_PAIRS // 4)
+
+def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
+                untooled_open: Callable[..., object], untooled_close: Callable[..., object]) -> Tuple[float, float]:
+    """ns each side of an (open, work, close) iteration costs over what the
+    package does with no tool attached: the real opening against the
+    untooled one, then the real close against the untooled one, each loop
+    keeping (then taking back) the handles the same way. The real closes
+    take the handles the real openings gave, in the same number: every
+    range opened here is closed here."""
+    real: List[object] = []
+    untooled: List[object] = []
+    real_open, base_open = _loop(open_fn, real.append), _loop(untooled_open, untooled.append)
+    real_close = _loop(lambda _name: real.pop(), close_fn)
+    base_close = _loop(lambda _name: untooled.pop(), untooled_close)
+    bodies = (base_open, real_open, base_close, real_close)  # openings before the closes of their handles
+    for body in bodies:
+        body(_PAIRS // 4)  # warm up every path
     # Interleaved rounds, so drift in the machine's speed hits both alike.
-    best_real = best_base = float("inf")
+    best = [float("inf")] * len(bodies)
     for _ in range(_ROUNDS):
-        best_base = min(best_base, _ns_per_iter(base))
-        best_real = min(best_real, _ns_per_iter(real))
-    return max(0.0, best_real - best_base)
+        for i, body in enumerate(bodies):
+            best[i] = min(best[i], _ns_per_iter(body))
+    return max(0.0, best[1] - best[0]), max(0.0, best[3] - best[2])
 
 
 def _nvtx_costs() -> Dict[str, float]:
@@ -101,13 +109,17 @@ def _nvtx_costs() -> Dict[str, float]:
     def untooled_pop(domain: object = None) -> None:
         _ = get_domain(domain) is dummy
 
+    def untooled_end(range_id: object) -> None:
+        _ = range_id is not None
+
     # Both loops call the same way, with no wrapper on one side only (a
     # lambda costs ~13 ns, measured with timeit): push_range returns None, so
     # pop_range(None) pops the default domain.
-    push = _pair_cost(nvtx.push_range, nvtx.pop_range, untooled, untooled_pop)
-    start = _pair_cost(nvtx.start_range, nvtx.end_range, untooled, _noop)
-    mark = _pair_cost(nvtx.mark, _noop, untooled, _noop)
-    return {"py_nvtx_push": push, "py_nvtx_start": start, "py_nvtx_mark": mark}
+    push, pop = _side_costs(nvtx.push_range, nvtx.pop_range, untooled, untooled_pop)
+    start, end = _side_costs(nvtx.start_range, nvtx.end_range, untooled, untooled_end)
+    mark, _ = _side_costs(nvtx.mark, _noop, untooled, _noop)  # one side
+    return {"py_nvtx_push": push, "py_nvtx_pop": pop, "py_nvtx_start": start, "py_nvtx_end": end,
+            "py_nvtx_mark": mark}
 
 
 def calibrate_python() -> Dict[str, float]:
@@ -131,10 +143,10 @@ def calibrate_python() -> Dict[str, float]:
     if armed_before or _native.armed():
         # The loop also paid the recording, which the collector charges itself.
         own = {k: max(0.0, _native.cost(k)) for k in ("push", "pop", "start", "end", "mark")}
-        for key, kinds in (("py_nvtx_push", ("push", "pop")), ("py_nvtx_start", ("start", "end")),
-                           ("py_nvtx_mark", ("mark",))):
+        for kind in own:
+            key = "py_nvtx_" + kind
             if key in costs:
-                costs[key] = max(0.0, costs[key] - sum(own[k] for k in kinds))
+                costs[key] = max(0.0, costs[key] - own[kind])
     for key, ns in costs.items():
         _native.set_cost(key, ns)
     return costs

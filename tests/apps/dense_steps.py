@@ -1,12 +1,13 @@
 """A dense-annotation workload with a known uninstrumented step time.
 
-    python dense_steps.py --steps N --ranges R [--style push|annotate|nested] [--report FILE]
+    python dense_steps.py --steps N --ranges R [--style push|annotate|start|nested] [--report FILE]
 
 Each step (rlscope_ray.step, the controller convention) runs R iterations
 of a small pure-Python function, each inside an `nvtx` push/pop range, the
 way verl-style code annotates with the `nvtx` package (--style annotate: the
 `nvtx.annotate` context manager with a color, whose caller-side cost is not
-the push/pop pair start-up calibration times; --style nested: R/4 times an
+the push/pop pair start-up calibration times; --style start: start_range
+and end_range, as verl's marked_timer opens its ranges; --style nested: R/4 times an
 `nvtx.annotate` holding a `rlscope_ray.range` holding two push/pop ranges,
 the three APIs nested as real code mixes them). The program times its
 own steps (perf_counter) and writes them to --report as JSON. Run it once
@@ -35,7 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--ranges", type=int, default=100000)
-    ap.add_argument("--style", choices=("push", "annotate", "nested"), default="push")
+    ap.add_argument("--style", choices=("push", "annotate", "start", "nested"), default="push")
     ap.add_argument("--report")
     args = ap.parse_args()
     x = 1
@@ -49,6 +50,11 @@ def main() -> None:
                     nvtx.push_range("op")
                     x = work(x)
                     nvtx.pop_range()
+            elif args.style == "start":
+                for _ in range(args.ranges):
+                    rng = nvtx.start_range("op")
+                    x = work(x)
+                    nvtx.end_range(rng)
             elif args.style == "annotate":
                 for _ in range(args.ranges):
                     with nvtx.annotate("op", color="green"):

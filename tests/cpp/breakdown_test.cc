@@ -83,12 +83,18 @@ TEST(Correction, LaterEventsShiftAndEnclosingRangesShrink) {
   EXPECT_EQ(c.RemovedNs(1, 150, 350), 20);
 }
 
-TEST(Correction, EntryPointCostsApplyToOpeningEventsAndScale) {
-  const CostModel model({{"push", 8}, {"pop", 8}, {"py_nvtx_push", 300}}, 0.5);
-  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+TEST(Correction, EntryPointCostsApplyToEachSideOfAPairAndScale) {
+  const CostModel model({{"push", 8}, {"pop", 8}, {"end", 6}, {"py_nvtx_push", 300}, {"py_nvtx_pop", 100},
+                         {"py_nvtx_end", 50}},
+                        0.5);
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop),
+             end = static_cast<uint8_t>(EventKind::kRangeEnd);
   EXPECT_EQ(model.CostPs(push, kFlagNone), 4000);
   EXPECT_EQ(model.CostPs(push, kFlagViaNvtxEx | kFlagHasPayload), 154000);
-  EXPECT_EQ(model.CostPs(pop, kFlagNone), 4000);
+  EXPECT_EQ(model.CostPs(pop, kFlagNone), 4000);  // closes a range opened without the package
+  EXPECT_EQ(model.CostPs(pop, kFlagViaNvtxEx), 54000);
+  EXPECT_EQ(model.CallerPs(pop, kFlagViaNvtxEx), 50000);
+  EXPECT_EQ(model.CostPs(end, kFlagViaNvtxEx), 28000);
   EXPECT_EQ(model.CostPs(200, kFlagNone), 0);  // unknown kinds cost nothing
   EXPECT_DOUBLE_EQ(model.used().ns.at("py_nvtx_push"), 150.0);
 }
