@@ -82,16 +82,17 @@ void StepScheduler::FollowEdges(const StepEdges& edges, int64_t now_ns) {
   struct Edge {
     int64_t ts_ns;
     int64_t order;  // at one time: step n's beginning (2n), its end (2n+1), step n+1's beginning (2n+2)
+    bool begins;    // a step's beginning (else an end)
     bool open;
     int64_t step;
   };
   const IntSelection& selected = run_->config().steps;
   std::vector<Edge> order;
   for (const StepSpan& s : edges.begun) {
-    order.push_back({s.begin_ns, 2 * s.number, steps::WorkersArmedDuring(selected, s.number), s.number});
+    order.push_back({s.begin_ns, 2 * s.number, true, steps::WorkersArmedDuring(selected, s.number), s.number});
   }
   for (const StepSpan& s : edges.closed) {
-    order.push_back({s.end_ns, 2 * s.number + 1, steps::WorkersArmedBefore(selected, s.number + 1), s.number + 1});
+    order.push_back({s.end_ns, 2 * s.number + 1, false, steps::WorkersArmedBefore(selected, s.number + 1), s.number + 1});
   }
   std::sort(order.begin(), order.end(),
             [](const Edge& a, const Edge& b) { return a.ts_ns != b.ts_ns ? a.ts_ns < b.ts_ns : a.order < b.order; });
@@ -103,7 +104,7 @@ void StepScheduler::FollowEdges(const StepEdges& edges, int64_t now_ns) {
     // A selected step's beginning: was its window sent before it? (A
     // controller flush that came late, or a step before it shorter than the
     // broadcast takes.)
-    if (e.order % 2 == 0 && selected.Contains(e.step) && window_open_) {
+    if (e.begins && selected.Contains(e.step) && window_open_) {
       late_[e.step] = std::max<int64_t>(0, window_opened_ns_ - e.ts_ns);
     }
   }

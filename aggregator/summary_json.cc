@@ -211,8 +211,8 @@ void WriteCaptureWarnings(JsonWriter& w, const StepProfile& step) {
     std::snprintf(text, sizeof(text),
                   "the workers' capture window was sent %.3f ms after the step began (the controller's step edge "
                   "reached the aggregator late, or the step before was shorter than the broadcast takes): what "
-                  "workers did in the step's first %.3f ms or more may be missing",
-                  static_cast<double>(step.window_late_ns) / 1e6, static_cast<double>(step.window_late_ns) / 1e6);
+                  "workers did in that time, or a little more, may be missing",
+                  static_cast<double>(step.window_late_ns) / 1e6);
     w.String(text);
   }
   w.EndArray();

@@ -30,9 +30,8 @@ void CpuSampling::SetRunConfig(const Config& config) {
 }
 
 void CpuSampling::Flush() {
-  Reconcile(!off_for_good_ && hz() > 0 && arming_->armed());
-  // After Reconcile: it may have found the host took the signal (off for good).
-  const bool on = !off_for_good_ && hz() > 0 && arming_->armed();
+  // Off when Reconcile found the host took the signal, or sampling cannot run.
+  const bool on = Reconcile(!off_for_good_ && hz() > 0 && arming_->armed());
   ReconcileOthers(on && all_threads_.load(std::memory_order_relaxed));
   states_.Flush(arming_->armed());
   SayCounts();
@@ -66,7 +65,7 @@ void CpuSampling::Stop() {
   sampler_.ForEachOther([&](ForeignSlot& slot) { sampler_.Release(&slot.sampled); });
 }
 
-void CpuSampling::Reconcile(bool on) {
+bool CpuSampling::Reconcile(bool on) {
   std::string why;
   if (on && !sampler_.set_up()) {
     if (!sampler_.Setup(&why)) {
@@ -98,6 +97,7 @@ void CpuSampling::Reconcile(bool on) {
     label_ = label;
     set_label_("cpu_sampling", label);
   }
+  return on;
 }
 
 std::string CpuSampling::Label() const {

@@ -53,7 +53,8 @@ class CpuSampling {
   void Stats(rlscope_sampler_stats_t* out) const;
 
  private:
-  void Reconcile(bool on);
+  // Sets the recording threads' timers; returns whether sampling is on after it.
+  bool Reconcile(bool on);
   // Every thread that records no event, with cpu.threads "all".
   void ReconcileOthers(bool on);
   // Names of sampled threads not shipped yet (they record no events: the
