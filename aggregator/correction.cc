@@ -67,31 +67,30 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     }
   }
   if (measured_ps > 0 && calibrated_ps > 0) used_.in_place_ratio = measured_ps / calibrated_ps;
-  // Caller-side costs, each side of a pair on its own event (the close's on
-  // the pop or end of an opening that had kFlagViaNvtxEx): the start-up
+  // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
+  // py_fast_*, py_annotate_*), each side of a pair on its own event (the
+  // close's on the pop or end that carries the caller's flag): the start-up
   // figures, times the in-place ratio when there is one.
   const double ratio = used_.in_place_ratio > 0 ? used_.in_place_ratio : 1.0;
-  for (const auto& [kind, key] : {std::make_pair(EventKind::kRangePush, "py_nvtx_push"),
-                                  std::make_pair(EventKind::kRangePop, "py_nvtx_pop"),
-                                  std::make_pair(EventKind::kRangeStart, "py_nvtx_start"),
-                                  std::make_pair(EventKind::kRangeEnd, "py_nvtx_end"),
-                                  std::make_pair(EventKind::kMark, "py_nvtx_mark")}) {
-    if (costs.count(key) == 0) continue;
-    nvtx_ex_ps_[static_cast<int>(kind)] = Ps(get(key) * ratio);
-    used_.ns[key] *= ratio;
-    used_.sources[key] = used_.in_place_ratio > 0 ? "scaled calibration" : "calibration";
+  for (int caller = 1; caller < kCallers; ++caller) {
+    for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
+                                 EventKind::kRangeEnd, EventKind::kMark}) {
+      const std::string key = std::string(kCallerKeyPrefix[caller]) + CostKey(static_cast<uint8_t>(kind));
+      if (costs.count(key) == 0) continue;
+      caller_ps_[caller][static_cast<int>(kind)] = Ps(get(key.c_str()) * ratio);
+      used_.ns[key] *= ratio;
+      used_.sources[key] = used_.in_place_ratio > 0 ? "scaled calibration" : "calibration";
+    }
   }
 }
 
 int64_t CostModel::CallerPs(uint8_t kind, uint8_t flags) const {
-  return kind < kKinds && (flags & kFlagViaNvtxEx) != 0 ? nvtx_ex_ps_[kind] : 0;
+  return kind < kKinds ? caller_ps_[static_cast<int>(CallerOf(flags))][kind] : 0;
 }
 
 int64_t CostModel::CostPs(uint8_t kind, uint8_t flags) const {
   if (kind >= kKinds) return 0;
-  int64_t ps = own_ps_[kind];
-  if ((flags & kFlagViaNvtxEx) != 0) ps += nvtx_ex_ps_[kind];
-  return ps;
+  return own_ps_[kind] + caller_ps_[static_cast<int>(CallerOf(flags))][kind];
 }
 
 namespace {

@@ -81,7 +81,7 @@ class CostModel {
   // behind the own costs measured in place, their mean / the start-up
   // figures of the same kinds (weighted as the samples fall, 1 in N events
   // of every kind); 0 when no own cost was measured. The caller-side costs
-  // (py_nvtx_*, never measured in place) are their start-up figures times
+  // (py_nvtx_*, py_fast_*, py_annotate_*: never measured in place) are their start-up figures times
   // this ratio: the machine state that slowed the handler against its
   // start-up loop (caches, a busy core) slows the caller side alike (bench
   // section accuracy: on this 2-core machine it took the push/pop workload's
@@ -90,7 +90,9 @@ class CostModel {
 
  private:
   int64_t own_ps_[kKinds] = {};     // the collector's recording
-  int64_t nvtx_ex_ps_[kKinds] = {}; // extra for kFlagViaNvtxEx (either side of a pair)
+  // [caller][kind]: the caller side an event with that caller's flag
+  // (CallerOf, event.h) pays on its side of the pair; caller 0 none.
+  int64_t caller_ps_[kCallers][kKinds] = {};
   double mean_var_ps2_[kKinds] = {};
   UsedCosts used_;
 };

@@ -1,7 +1,9 @@
 """The accuracy section of run_bench.py: how close one profiled run's corrected
 steps come to the uninstrumented program, at correction.scale 1, with the
-costs measured in place (correction.sample_every, the default) and with the
-start-up calibration only (sample_every 0, as before in-place sampling).
+costs measured in place (correction.sample_every, the default), the `nvtx`
+package's calls through rlscope's entry points (the default) and through the
+package's own functions (RLSCOPE_NVTX_FAST_PATH=0, as before those entry
+points: rlscope_ray/nvtx_fast.py).
 
 For each workload, PAIRS rounds, each two uninstrumented runs and one
 profiled run of each kind, in an order rotated per round (the machine
@@ -10,16 +12,21 @@ error of a profiled run is its corrected step against its own round's first
 uninstrumented run (pair by pair: drift between rounds removed); the table
 gives its median and interquartile range over the rounds, beside the noise
 floor (the round's second uninstrumented run against its first, the same
-way: no correction can beat it), the stated uncertainty and systematic part
+way: no correction can beat it), the error of the median corrected step of
+all rounds against the median uninstrumented one (unpaired: on this project's
+2-core machines a process's memory layout alone made one run in three of the
+same program up to 1.8x slower per loop iteration, found by padding the
+environment under setarch -R; pairing cannot remove a draw made per process,
+and the median over many rounds does), the stated uncertainty and systematic part
 (summary.json correction.uncertainty_ms and systematic_ms, median over steps
 and runs), the share of steps whose error (against the round's uninstrumented
 median step) that statement covers, the share of events capped
 (overhead.capped_events: charged less than the model said, as their gap was
 shorter), and RL-Scope's published worst case (16.8 %, after 40 re-runs). A third row per
-workload reads the in-place runs again under the model used before, from the
-same runs (so the two rows differ by the model alone, not by noise): the
-`nvtx` package's caller-side costs at their start-up figures, not scaled by
-the ratio the handler's measured costs bore to theirs (summary.json
+workload reads the default runs again under an older model, from the same
+runs (so the two rows differ by the model alone, not by noise): the
+caller-side costs at their start-up figures, not scaled by the ratio the
+handler's measured costs bore to theirs (summary.json
 overhead.caller_side_ms, in_place_ratio).
 """
 import os
@@ -57,23 +64,27 @@ def workloads(root, steps, ranges, ray_steps=None):
 def accuracy_section(args, print_table):
     from rlscope_ray.ab_calibration import Runner
 
-    kinds = [("in place, caller side scaled (default)", {}), ("start-up calibration only", {"sample_every": 0})]
+    # The default, and the same with the `nvtx` package's own functions (as
+    # before rlscope's entry points for them: rlscope_ray/nvtx_fast.py).
+    kinds = [("rlscope's nvtx entry points, in place, caller side scaled (default)", {}, {}),
+             ("the nvtx package's own functions (RLSCOPE_NVTX_FAST_PATH=0, as before)", {},
+              {"RLSCOPE_NVTX_FAST_PATH": "0"})]
     rows = []
     for label, cmd in workloads(args.root, 10, 100000, ray_steps=6):
         with tempfile.TemporaryDirectory(prefix="rlscope_accuracy_bench_") as work:
             runners = {name: Runner(cmd, os.path.join(work, str(i)), {"buffers": {"per_thread_kb": 32768},
-                                                                      "correction": corr}, args.timeout_s)
-                       for i, (name, corr) in enumerate(kinds)}
+                                                                      "correction": corr}, args.timeout_s, env=env)
+                       for i, (name, corr, env) in enumerate(kinds)}
             plain_runner = Runner(cmd, os.path.join(work, "plain"), {}, args.timeout_s)
             for r in [*runners.values(), plain_runner]:
                 os.makedirs(r.work, exist_ok=True)
             # Per round: two uninstrumented runs (the second is the noise
             # floor: uninstrumented against uninstrumented) and one profiled
             # run of each kind, in an order rotated per round.
-            plain, plain2, profiled = [], [], {name: [] for name, _ in kinds}
+            plain, plain2, profiled = [], [], {name: [] for name, _, _ in kinds}
             for i in range(args.pairs_accuracy):
                 jobs = [lambda: plain.append(plain_runner.plain()), lambda: plain2.append(plain_runner.plain())]
-                jobs += [(lambda n=name: profiled[n].append(runners[n].profiled(1.0))) for name, _ in kinds]
+                jobs += [(lambda n=name: profiled[n].append(runners[n].profiled(1.0))) for name, _, _ in kinds]
                 for job in jobs[i % len(jobs):] + jobs[:i % len(jobs)]:
                     job()
         base = statistics.median(_median_step(p) for p in plain)
@@ -89,6 +100,7 @@ def accuracy_section(args, print_table):
                 "events < 1 %%)" % args.pairs_accuracy,
                 ["workload", "costs", "uninstrumented ms/step", "raw inflation (median)",
                  "corrected error, paired with its round (median)", "corrected error (IQR)",
+                 "corrected error, median over all rounds (unpaired)",
                  "noise: uninstrumented vs uninstrumented (median, IQR)", "stated uncertainty / systematic",
                  "steps whose error the statement covers", "capped events", "RL-Scope worst (published)"], rows)
 
@@ -100,6 +112,7 @@ def _accuracy_row(label, name, base, plain, noise, runs, read):
     corrected = [_median_step(read(r)) for r in runs]
     paired = [c / _median_step(p) - 1 for c, p in zip(corrected, plain)]
     raw = [_median_step(r.raw) / _median_step(p) - 1 for r, p in zip(runs, plain)]
+    unpaired = statistics.median(corrected) / statistics.median(_median_step(p) for p in plain) - 1
     q1, med, q3 = _quartiles(paired)
     n1, nmed, n3 = _quartiles(noise)
     covered = total = 0
@@ -114,6 +127,7 @@ def _accuracy_row(label, name, base, plain, noise, runs, read):
     sigma = [u for r in runs for u in r.uncertainty.values()]
     syst = [u for r in runs for u in r.systematic.values()]
     return [label, name, "%.1f" % base, _pct(statistics.median(raw)), _pct(med), "%s to %s" % (_pct(q1), _pct(q3)),
+            _pct(unpaired),
             "%s (%s to %s)" % (_pct(nmed), _pct(n1), _pct(n3)),
             "%.2f %% / %.2f %%" % (100 * statistics.median(sigma) / base, 100 * statistics.median(syst) / base)
             if sigma else "-",

@@ -120,6 +120,45 @@ void rlscope_range_pop(void) {
   }
 }
 
+// As the NVTX handlers (nvtx_injection.cc): no cpu.python_api gate.
+void rlscope_nvtx_push(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload, uint8_t flags) {
+  Collector* c = Collector::Instance();
+  ThreadState* ts = c != nullptr ? c->TrackedThread() : nullptr;
+  if (ts == nullptr) return;
+  CostSampler sampler(c, ts);
+  c->RangePush(ts, name_id, domain_id, category, payload, flags);
+}
+
+void rlscope_nvtx_pop(uint32_t domain_id, uint8_t flags) {
+  Collector* c = Collector::Instance();
+  ThreadState* ts = c != nullptr ? c->TrackedThread() : nullptr;
+  if (ts == nullptr) return;
+  CostSampler sampler(c, ts);
+  c->RangePop(ts, domain_id, flags);
+}
+
+uint64_t rlscope_nvtx_start(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload,
+                            uint8_t flags) {
+  Collector* c = Collector::Instance();
+  ThreadState* ts = c != nullptr ? c->TrackedThread() : nullptr;
+  if (ts == nullptr) return 0;
+  CostSampler sampler(c, ts);
+  return c->RangeStart(ts, name_id, domain_id, category, payload, flags);
+}
+
+void rlscope_nvtx_end(uint32_t domain_id, uint64_t handle, uint8_t flags) {
+  rlscope::EndRangeOnAnyThread(domain_id, handle, flags);
+}
+
+void rlscope_nvtx_mark(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload, uint8_t flags) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr || !c->armed()) return;
+  ThreadState* ts = c->CurrentThread();
+  if (ts == nullptr) return;
+  CostSampler sampler(c, ts);
+  c->Record(ts, EventKind::kMark, name_id, domain_id, category, payload, flags);
+}
+
 uint64_t rlscope_range_start(const char* name) {
   Collector* c;
   ThreadState* ts;

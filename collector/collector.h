@@ -72,14 +72,18 @@ class Collector {
     ts->SetViaEx(depth, recorded && (flags & kFlagViaNvtxEx) != 0);
     return depth;
   }
-  RLSCOPE_HOT int RangePop(ThreadState* ts, uint32_t domain) {
+  // `flags`: the closing call's entry point (kFlagViaNvtxFast,
+  // kFlagViaNvtxAnnotate, event.h), carried instead of what its push's bit
+  // says; none: the push's (kFlagViaNvtxEx or none).
+  RLSCOPE_HOT int RangePop(ThreadState* ts, uint32_t domain, uint8_t flags = kFlagNone) {
     if (ts->depth == 0) return -1;  // nothing open on this thread (or opened before it was tracked)
     const int depth = --ts->depth;
     const bool special = arming_.watching() && arming_.OnRangeClose(ts, false, 0);
     // Deeper than the mask: recorded when armed now (the bit is not kept).
     const bool pushed = depth < 64 ? ts->WasRecorded(depth, false) : armed();
     if (special || pushed) {
-      recording_.Record(ts, EventKind::kRangePop, 0, domain, 0, 0, ts->PopFlags(depth), /*privileged=*/true);
+      recording_.Record(ts, EventKind::kRangePop, 0, domain, 0, 0, flags != kFlagNone ? flags : ts->PopFlags(depth),
+                        /*privileged=*/true);
     } else if (ts->WasDropped(depth)) {
       recording_.CountDropped();  // the close of a dropped open
     }
@@ -99,12 +103,12 @@ class Collector {
     }
     return id | kRecordedRangeBit | ((flags & kFlagViaNvtxEx) != 0 ? kViaNvtxExRangeBit : 0);
   }
-  // `handle` is what RangeStart returned.
-  RLSCOPE_HOT void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle) {
+  // `handle` is what RangeStart returned; `flags` as RangePop's.
+  RLSCOPE_HOT void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle, uint8_t flags = kFlagNone) {
     const uint64_t id = handle & ~kRangeHandleBits;
     const bool special = arming_.watching() && arming_.OnRangeClose(ts, true, id);
     if (special || (handle & kRecordedRangeBit) != 0) {
-      const uint8_t flags = (handle & kViaNvtxExRangeBit) != 0 ? kFlagViaNvtxEx : kFlagNone;
+      if (flags == kFlagNone && (handle & kViaNvtxExRangeBit) != 0) flags = kFlagViaNvtxEx;
       recording_.Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, flags, /*privileged=*/true);
     } else if ((handle & kDroppedRangeBit) != 0) {
       recording_.CountDropped();  // the end of a dropped start
@@ -294,5 +298,19 @@ class CostSampler {
   uint64_t pushed_ = 0;
   uint64_t begin_ = 0;
 };
+
+// The end of a start/end range from whichever thread ends it (NVTX's
+// RangeEnd, rlscope_nvtx_end): the end of a recorded (or dropped) start is
+// recorded (counted) even on a thread that never recorded (it registers);
+// `flags` as Collector::RangeEnd's.
+inline void EndRangeOnAnyThread(uint32_t domain, uint64_t handle, uint8_t flags = kFlagNone) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr) return;
+  const uint64_t tracked = Collector::kRecordedRangeBit | Collector::kDroppedRangeBit;
+  ThreadState* ts = (handle & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
+  if (ts == nullptr) return;
+  CostSampler sampler(c, ts);
+  c->RangeEnd(ts, domain, handle, flags);
+}
 
 }  // namespace rlscope

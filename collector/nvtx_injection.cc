@@ -128,18 +128,9 @@ RLSCOPE_HOT nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, 
   return c->RangeStart(ts, a.name, domain, a.category, a.value, a.flags);
 }
 
-// Ends come through here without RLSCOPE_ENTER: the end of a recorded start
-// is recorded even on a thread that never recorded anything (it registers).
-void End(uint32_t domain, nvtxRangeId_t handle) {
-  Collector* c = Collector::Instance();
-  if (c == nullptr) return;
-  // (The end of a dropped start is counted there too.)
-  const uint64_t tracked = Collector::kRecordedRangeBit | Collector::kDroppedRangeBit;
-  ThreadState* ts = (handle & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
-  if (ts == nullptr) return;
-  CostSampler sampler(c, ts);
-  c->RangeEnd(ts, domain, handle);
-}
+// Ends come without RLSCOPE_ENTER: the end of a recorded start is recorded
+// even on a thread that never recorded anything (EndRangeOnAnyThread).
+void End(uint32_t domain, nvtxRangeId_t handle) { EndRangeOnAnyThread(domain, handle); }
 
 // ---- CORE module ----
 void NVTX_API MarkEx(const nvtxEventAttributes_t* a) {

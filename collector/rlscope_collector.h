@@ -41,6 +41,20 @@ RLSCOPE_API void rlscope_mark_id(uint32_t name_id);
 RLSCOPE_API void rlscope_range_push_payload(uint32_t name_id, uint64_t payload);
 RLSCOPE_API void rlscope_mark_payload(uint32_t name_id, uint64_t payload);
 RLSCOPE_API void rlscope_range_pop(void);
+/* The `nvtx` package's calls through rlscope's own entry points for them
+ * (rlscope_ray/nvtx_fast.py): each records what the NVTX handler records
+ * for the same call (ids as DomainCreateA / DomainRegisterStringA give them:
+ * rlscope_intern of the name; domain 0 is the default domain), with `flags`
+ * (kFlagViaNvtxFast or kFlagViaNvtxAnnotate, event.h; kFlagHasPayload with
+ * `payload`). Not gated by cpu.python_api: they are NVTX events. */
+RLSCOPE_API void rlscope_nvtx_push(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload,
+                                   uint8_t flags);
+RLSCOPE_API void rlscope_nvtx_pop(uint32_t domain_id, uint8_t flags);
+RLSCOPE_API uint64_t rlscope_nvtx_start(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload,
+                                        uint8_t flags);
+RLSCOPE_API void rlscope_nvtx_end(uint32_t domain_id, uint64_t handle, uint8_t flags);
+RLSCOPE_API void rlscope_nvtx_mark(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload,
+                                   uint8_t flags);
 RLSCOPE_API uint64_t rlscope_range_start(const char* name);
 RLSCOPE_API void rlscope_range_end(uint64_t range_id);
 RLSCOPE_API void rlscope_mark(const char* name);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 
 #include "native/names.h"
@@ -16,21 +17,37 @@ namespace rlscope {
 
 namespace {
 
-// Which costs charge which events (the keys of Hello::costs, wire.h).
-struct Key {
+// Which costs charge which events (the keys of Hello::costs, wire.h): a
+// kind's own cost ("push"), or a caller side ("py_nvtx_push", "py_fast_pop",
+// "py_annotate_push": kCallerKeyPrefix + the kind's key).
+struct Kind {
   const char* name;
   EventKind kind;
-  bool nvtx_ex;  // the caller-side cost of an event with kFlagViaNvtxEx
 };
-constexpr Key kKeys[] = {
-    {"push", EventKind::kRangePush, false},        {"pop", EventKind::kRangePop, false},
-    {"start", EventKind::kRangeStart, false},      {"end", EventKind::kRangeEnd, false},
-    {"mark", EventKind::kMark, false},             {"py_nvtx_push", EventKind::kRangePush, true},
-    {"py_nvtx_pop", EventKind::kRangePop, true},   {"py_nvtx_start", EventKind::kRangeStart, true},
-    {"py_nvtx_end", EventKind::kRangeEnd, true},   {"py_nvtx_mark", EventKind::kMark, true},
-    {"sample", EventKind::kCostSample, false},
-    {"cpu_sample", EventKind::kCpuSample, false},
+constexpr Kind kKinds[] = {
+    {"push", EventKind::kRangePush}, {"pop", EventKind::kRangePop},         {"start", EventKind::kRangeStart},
+    {"end", EventKind::kRangeEnd},   {"mark", EventKind::kMark},            {"sample", EventKind::kCostSample},
+    {"cpu_sample", EventKind::kCpuSample},
 };
+constexpr int kRangeKinds = 5;  // the first five: what a caller side can charge
+
+// The kind and caller of `key`; false when it names none. A caller side
+// has a prefix (kCallerKeyPrefix) and a range kind; an own cost none.
+bool ParseKey(const std::string& key, EventKind* kind, int* caller) {
+  for (int c = kCallers - 1; c >= 0; --c) {
+    const std::string prefix = kCallerKeyPrefix[c];  // "" last
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    const int kinds = c == 0 ? static_cast<int>(std::size(kKinds)) : kRangeKinds;
+    for (int k = 0; k < kinds; ++k) {
+      if (key.compare(prefix.size(), std::string::npos, kKinds[k].name) == 0) {
+        *kind = kKinds[k].kind;
+        *caller = c;
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 std::runtime_error Bad(const std::string& what) {
   return std::runtime_error(std::string(names::kEnvTestCosts) + ": " + what);
@@ -67,11 +84,9 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
       jitter = value.substr(tilde + 1);
       value.resize(tilde);
     }
-    const Key* k = nullptr;
-    for (const Key& candidate : kKeys) {
-      if (key == candidate.name) k = &candidate;
-    }
-    if (k == nullptr) throw Bad("unknown key '" + key + "'");
+    EventKind kind_of_key = EventKind::kRangePush;
+    int caller = 0;
+    if (!ParseKey(key, &kind_of_key, &caller)) throw Bad("unknown key '" + key + "'");
     char* stop = nullptr;
     const long long ns = std::strtoll(value.c_str(), &stop, 10);
     if (value.empty() || *stop != '\0' || ns < 0 || ns > 1000000000) {
@@ -84,9 +99,9 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
         throw Bad("'" + item + "': the spread after ~ is an integer number of ns in [0, the cost]");
       }
     }
-    const int kind = static_cast<int>(k->kind);
-    (k->nvtx_ex ? clock->nvtx_ex_ns_ : clock->own_ns_)[kind] = ns;
-    (k->nvtx_ex ? clock->ex_jitter_ns_ : clock->own_jitter_ns_)[kind] = spread;
+    const int kind = static_cast<int>(kind_of_key);
+    clock->ns_[caller][kind] = ns;
+    clock->jitter_ns_[caller][kind] = spread;
     clock->costs_[key] = static_cast<double>(ns);
   }
   for (auto& [key, ns] : clock->costs_) ns *= calibrated;

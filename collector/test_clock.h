@@ -13,11 +13,11 @@
 // cost sample costs (EventKind::kCostSample; default 0), `cpu_sample=N` what
 // a CPU sample costs its thread (EventKind::kCpuSample, cpu_sampler.h). In-place cost
 // sampling reads the thread's own virtual costs (OwnNs): the handler's
-// part, not the caller-side py_nvtx_* part, which comes before it. The rule is
-// the correction model's (aggregator/correction.h): the cost is spent just
-// before the event's timestamp; an event's own cost by kind, plus, for an
-// opening event that came in through an NVTX *Ex entry point, the `nvtx`
-// package's caller-side cost of the pair. It is written here on its own, not
+// part, not the caller-side py_nvtx_* / py_fast_* / py_annotate_* part, which
+// comes before it. The rule is the correction model's (aggregator/
+// correction.h): the cost is spent just before the event's timestamp; an
+// event's own cost by kind, plus the caller side of its side of the pair for
+// the entry point its flags name (CallerOf, event.h). It is written here on its own, not
 // shared with the aggregator, so that an end-to-end test compares two
 // independent computations.
 //
@@ -53,14 +53,14 @@ class TestClock {
   // costs and returns the clock after it (ns, added to the event's time);
   // `*own_ns` gets the handler's part of it (without the caller side).
   int64_t Advance(uint8_t kind, uint8_t flags, int64_t* own_ns) {
-    int64_t own = 0, ex = 0;
+    int64_t own = 0, caller = 0;
     if (kind < kKinds) {
-      own = Draw(own_ns_[kind], own_jitter_ns_[kind]);
-      if ((flags & kFlagViaNvtxEx) != 0) ex = Draw(nvtx_ex_ns_[kind], ex_jitter_ns_[kind]);
+      own = Draw(ns_[0][kind], jitter_ns_[0][kind]);
+      if (const int c = static_cast<int>(CallerOf(flags)); c != 0) caller = Draw(ns_[c][kind], jitter_ns_[c][kind]);
     }
     *own_ns = own;
     // Relaxed: the clock only has to add up; each event's stamp is its own.
-    return clock_->fetch_add(own + ex, std::memory_order_relaxed) + own + ex;
+    return clock_->fetch_add(own + caller, std::memory_order_relaxed) + own + caller;
   }
   int64_t Now() const { return clock_->load(std::memory_order_relaxed); }
   // The advertised costs (the Hello's), ns per event.
@@ -78,10 +78,10 @@ class TestClock {
     return base - jitter + static_cast<int64_t>(z % static_cast<uint64_t>(2 * jitter + 1));
   }
   static constexpr int kKinds = 8;  // EventKind values 1..7
-  int64_t own_ns_[kKinds] = {};
-  int64_t nvtx_ex_ns_[kKinds] = {};
-  int64_t own_jitter_ns_[kKinds] = {};
-  int64_t ex_jitter_ns_[kKinds] = {};
+  // [caller][kind]: caller 0 (Caller::kNone) is the kind's own cost; the
+  // others the caller side of an event with that caller's flag (event.h).
+  int64_t ns_[kCallers][kKinds] = {};
+  int64_t jitter_ns_[kCallers][kKinds] = {};
   std::atomic<uint64_t> draws_{0};
   std::map<std::string, double> costs_;
   std::atomic<int64_t> local_{0};

@@ -74,7 +74,31 @@ enum EventFlags : uint8_t {
   // On a kCpuSample: of a thread the collector itself runs (its flush thread,
   // ZeroMQ's I/O threads): the profiler's time.
   kFlagProfilerThread = 1 << 4,
+  // Recorded by a call to the `nvtx` package's push_range, pop_range,
+  // start_range, end_range or mark through rlscope's own entry points for
+  // them (rlscope_ray/nvtx_fast.py): a pop or end carries the flag of the
+  // call that closed it. Charged that path's calibrated caller side
+  // (py_fast_*), never py_nvtx_*.
+  kFlagViaNvtxFast = 1 << 5,
+  // Opened or closed by rlscope's `nvtx.annotate` (its __enter__, __exit__):
+  // charged py_annotate_push / py_annotate_pop.
+  kFlagViaNvtxAnnotate = 1 << 6,
 };
+
+// Which Python entry point's caller side an event paid, from its flags
+// (overhead correction; the cost keys' prefixes, wire.h Hello::costs): none
+// modelled, the `nvtx` package through an NVTX *Ex entry point (py_nvtx_*),
+// rlscope's replacement of its functions (py_fast_*), of its annotate
+// (py_annotate_*). A replacement's flag wins over kFlagViaNvtxEx.
+enum class Caller : uint8_t { kNone = 0, kNvtxEx = 1, kNvtxFast = 2, kNvtxAnnotate = 3 };
+inline constexpr int kCallers = 4;
+inline constexpr const char* kCallerKeyPrefix[kCallers] = {"", "py_nvtx_", "py_fast_", "py_annotate_"};
+inline constexpr Caller CallerOf(uint8_t flags) {
+  return (flags & kFlagViaNvtxAnnotate) != 0 ? Caller::kNvtxAnnotate
+         : (flags & kFlagViaNvtxFast) != 0   ? Caller::kNvtxFast
+         : (flags & kFlagViaNvtxEx) != 0     ? Caller::kNvtxEx
+                                             : Caller::kNone;
+}
 
 struct EventRecord {
   uint64_t ts;        // raw clock ticks (clock.h)

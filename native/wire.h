@@ -60,7 +60,10 @@ struct Hello {
   // `nvtx` package's caller-side costs, each charged on the event of its
   // side of a pair opened through an *Ex entry point (kFlagViaNvtxEx, which
   // its pop or end carries too): "py_nvtx_push", "py_nvtx_pop",
-  // "py_nvtx_start", "py_nvtx_end", "py_nvtx_mark".
+  // "py_nvtx_start", "py_nvtx_end", "py_nvtx_mark"; the same through
+  // rlscope's own entry points for the package's functions
+  // (kFlagViaNvtxFast): "py_fast_push", ... "py_fast_mark"; and for its
+  // annotate (kFlagViaNvtxAnnotate): "py_annotate_push", "py_annotate_pop".
   std::map<std::string, double> costs;
   // A controller's own config (optional key): the keys its RLSCOPE_CONFIG
   // set, as YAML; its run keys go over the aggregator's in the run's config

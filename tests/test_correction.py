@@ -24,13 +24,20 @@ from conftest import ROOT, Trace
 
 DENSE = ROOT / "tests/apps/dense_steps.py"
 # ns per event; distinct per key, so that a cost charged to the wrong kind
-# shows. py_nvtx_*: the `nvtx` package's caller-side cost of each side of a
-# pair, charged on its own event (the pop or end of a range the package
-# opened carries it too: aggregator/correction.h).
+# or entry point shows. The caller side of each side of a pair, charged on
+# its own event (aggregator/correction.h), per entry point: py_fast_*, the
+# `nvtx` package's functions through rlscope's entry points (installed
+# whenever rlscope_ray is imported in the process: rlscope_ray/nvtx_fast.py);
+# py_annotate_*, its annotate through them; py_nvtx_*, the package's own
+# functions through NVTX (RLSCOPE_NVTX_FAST_PATH=0, or code that bound them
+# before rlscope_ray was imported).
 TEST_COSTS = {"push": 700, "pop": 300, "start": 500, "end": 400, "mark": 200,
               "py_nvtx_push": 2000, "py_nvtx_pop": 1100, "py_nvtx_start": 1500, "py_nvtx_end": 600,
-              "py_nvtx_mark": 900}
-# One `nvtx` push/pop pair, both sides of its caller side included.
+              "py_nvtx_mark": 900, "py_fast_push": 130, "py_fast_pop": 80, "py_fast_start": 170,
+              "py_fast_end": 45, "py_fast_mark": 65, "py_annotate_push": 230, "py_annotate_pop": 120}
+# One `nvtx` push/pop pair, both sides of its caller side included: through
+# rlscope's entry points (the default), through the package's own.
+FAST_PAIR = TEST_COSTS["push"] + TEST_COSTS["py_fast_push"] + TEST_COSTS["pop"] + TEST_COSTS["py_fast_pop"]
 NVTX_PAIR = TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"] + TEST_COSTS["py_nvtx_pop"]
 BUFFERS = '{"buffers": {"per_thread_kb": 8192}}'
 TOLERANCE_NS = 1000  # "to the microsecond": the clock fit's drift term, nothing else
@@ -68,27 +75,33 @@ def added(report: dict, n: int) -> int:
     return g1 - g0
 
 
-def run_dense(agg, tmp_path, *args, config=BUFFERS):
+def run_dense(agg, tmp_path, *args, config=BUFFERS, env=None):
     report = tmp_path / "dense.json"
     r = subprocess.run([sys.executable, str(DENSE), *args, "--report", str(report)],
-                       env=virtual_costs(agg.env(role="controller", config=config), tmp_path),
+                       env=virtual_costs(dict(agg.env(role="controller", config=config), **(env or {})), tmp_path),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     log = agg.wait(timeout=60)
     return json.loads(report.read_text()), log
 
 
-# What one range of dense_steps.py's style costs, both sides of the `nvtx`
-# package's caller side included.
-STYLE_RANGE = {"push": NVTX_PAIR, "annotate": NVTX_PAIR,
-               "start": sum(TEST_COSTS[k] for k in ("start", "py_nvtx_start", "end", "py_nvtx_end"))}
+# What one range of dense_steps.py's style costs, both sides of its caller
+# side included; "+package": with rlscope's entry points off
+# (RLSCOPE_NVTX_FAST_PATH=0), the `nvtx` package's own functions.
+STYLE_RANGE = {"push": FAST_PAIR, "push+package": NVTX_PAIR,
+               "annotate": sum(TEST_COSTS[k] for k in ("push", "py_annotate_push", "pop", "py_annotate_pop")),
+               "annotate+package": NVTX_PAIR,
+               "start": sum(TEST_COSTS[k] for k in ("start", "py_fast_start", "end", "py_fast_end")),
+               "start+package": sum(TEST_COSTS[k] for k in ("start", "py_nvtx_start", "end", "py_nvtx_end"))}
 
 
-@pytest.mark.parametrize("style", ["push", "annotate", "start"])
+@pytest.mark.parametrize("style", sorted(STYLE_RANGE))
 def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_path, style):
     steps, ranges = 3, 2000
     agg = aggregator_factory()
-    report, log = run_dense(agg, tmp_path, "--steps", str(steps), "--ranges", str(ranges), "--style", style)
+    style, _, way = style.partition("+")
+    env = {"RLSCOPE_NVTX_FAST_PATH": "0"} if way == "package" else {}
+    report, log = run_dense(agg, tmp_path, "--steps", str(steps), "--ranges", str(ranges), "--style", style, env=env)
     pid = json.loads((agg.out / "run.json").read_text())["processes"][0]["pid"]
     for n, (raw, corrected, summary) in steps_of(agg, pid, range(1, steps + 1)).items():
         (proc,) = summary["processes"]
@@ -97,7 +110,7 @@ def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_pa
         assert proc["overhead"]["events"] == 2 * ranges + 1
         assert proc["overhead"]["costs_ns"] == {k: float(v) for k, v in TEST_COSTS.items()}
         cost = added(report, n)
-        assert cost == ranges * STYLE_RANGE[style] + TEST_COSTS["pop"]
+        assert cost == ranges * STYLE_RANGE[style + ("+" + way if way else "")] + TEST_COSTS["pop"]
         assert abs(corrected - (raw - cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
         assert summary["correction"]["duration_ms"] == pytest.approx(corrected / 1e6, abs=1e-3)
         assert summary["correction"]["subtracted_ms"] == pytest.approx(cost / 1e6, abs=1e-3)
@@ -117,8 +130,8 @@ def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_pa
 def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_factory, tmp_path):
     """dense_steps --style nested (the accuracy bench's own dense nested
     workload): nvtx.annotate > rlscope_ray.range > two nvtx push/pop. The
-    `nvtx` package's caller-side cost comes with its two APIs, not with
-    rlscope_ray.range."""
+    `nvtx` package's caller-side cost comes with its two APIs, each its own
+    (annotate's and push_range's), not with rlscope_ray.range."""
     steps, ranges = 2, 2000
     agg = aggregator_factory()
     report, _ = run_dense(agg, tmp_path, "--steps", str(steps), "--ranges", str(ranges), "--style", "nested")
@@ -128,8 +141,9 @@ def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_facto
         (proc,) = summary["processes"]
         assert proc["overhead"]["events"] == 2 * ranges + 1
         cost = added(report, n)
-        caller = TEST_COSTS["py_nvtx_push"] + TEST_COSTS["py_nvtx_pop"]
-        assert cost == ranges // 4 * (4 * pair + 3 * caller) + TEST_COSTS["pop"]
+        annotate = TEST_COSTS["py_annotate_push"] + TEST_COSTS["py_annotate_pop"]
+        fast = TEST_COSTS["py_fast_push"] + TEST_COSTS["py_fast_pop"]
+        assert cost == ranges // 4 * (4 * pair + annotate + 2 * fast) + TEST_COSTS["pop"]
         assert abs(corrected - (raw - cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
 
 
@@ -206,13 +220,13 @@ def test_caller_side_costs_are_scaled_as_the_measured_ones_and_the_scaling_is_st
     # model: the 600 ns a pair the scaling added.
     agg = aggregator_factory()
     ranges = 4000
-    report, steps = _dense_with(agg, tmp_path, "push=700,pop=300,py_nvtx_push=2000,calibrated=0.7", BUFFERS,
+    report, steps = _dense_with(agg, tmp_path, "push=700,pop=300,py_fast_push=2000,calibrated=0.7", BUFFERS,
                                 ranges=ranges)
     for n, (raw, corrected, summary) in steps.items():
         (proc,) = summary["processes"]
         overhead = proc["overhead"]
         assert overhead["in_place_ratio"] == pytest.approx(1 / 0.7, rel=1e-5)  # written with 6 digits
-        assert overhead["cost_sources"]["py_nvtx_push"] == "scaled calibration"
+        assert overhead["cost_sources"]["py_fast_push"] == "scaled calibration"
         assert overhead["caller_side_ms"] == pytest.approx(ranges * 2000 / 1e6, abs=1e-6)
         assert abs(corrected - (raw - added(report, n))) <= TOLERANCE_NS, (n, raw, corrected, added(report, n))
         assert overhead["systematic_ms"] == pytest.approx(ranges * 600 / 1e6, abs=1e-6)
@@ -253,7 +267,7 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
     # The driver's call marks cost nothing here: its "ray.task" mark, right
     # after the submit, runs while the actor does, and the shared test clock
     # would charge the actor for it, as no real cost would.
-    costs = dict(TEST_COSTS, mark=0, py_nvtx_mark=0)
+    costs = dict(TEST_COSTS, mark=0, py_nvtx_mark=0, py_fast_mark=0)
     env = virtual_costs(dict(agg.env(role="controller", config=BUFFERS), RAY_ADDRESS=""), tmp_path, costs)
     # --pad-ms: the actor's work lies well inside "gen", whatever the clocks'
     # alignment error between the two processes.
@@ -271,7 +285,7 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
         (controller,) = [p for p in summary["processes"] if p["role"] == "controller"]
         (actor,) = [p for p in summary["processes"] if p["rank"] == 0]
         # The actor: its method's range, every op's pair and caller-side cost.
-        actor_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + ranges * NVTX_PAIR
+        actor_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + ranges * FAST_PAIR
         assert actor["overhead"]["subtracted_ms"] == pytest.approx(actor_cost / 1e6, abs=1e-6)
         assert actor["overhead"]["waits_ms"] == 0
         # The driver waited for exactly that, paid inside the awaited call.
@@ -293,7 +307,7 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
 
 # What wait_pair.py's child pays per step: its "generate" range and 2000
 # `nvtx` push/pop pairs with their caller-side cost.
-CHILD_COST = TEST_COSTS["push"] + TEST_COSTS["pop"] + 2000 * NVTX_PAIR
+CHILD_COST = TEST_COSTS["push"] + TEST_COSTS["pop"] + 2000 * FAST_PAIR
 
 
 def _wait_pair(agg, tmp_path, *args, config=BUFFERS):
@@ -412,8 +426,9 @@ def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_
     measured. Then one range the program records arrives."""
     agg = aggregator_factory(exit_when_done=False)
     code = ("import json, rlscope_ray, nvtx; from rlscope_ray import _native\n"
-            "costs = {k: _native.cost(k) for k in ('py_nvtx_push', 'py_nvtx_pop', 'py_nvtx_start',"
-            " 'py_nvtx_end', 'py_nvtx_mark')}\n"
+            "costs = {p + k: _native.cost(p + k) for p in ('py_nvtx_', 'py_fast_')"
+            " for k in ('push', 'pop', 'start', 'end', 'mark')}\n"
+            "costs.update({k: _native.cost(k) for k in ('py_annotate_push', 'py_annotate_pop')})\n"
             "before = rlscope_ray.stats()['events']\n"
             "with rlscope_ray.range('mine'): pass\n"
             "rlscope_ray.flush()\n"

@@ -297,11 +297,79 @@ def test_a_range_and_a_decorated_function_pickle_as_ray_ships_them():
     assert shipped(1) == 2 and shipped.__name__ == "update"
 
 
-def test_nvtx_colour_names_never_crash_the_host(aggregator_factory, tmp_path):
+# Every entry point of the `nvtx` package, with every kind of argument its
+# attributes carry; rlscope's entry points take some (int categories and
+# payloads, float payloads, named domains) and leave others to the package
+# (a named category, the decorator).
+NVTX_CALLS = """
+import json, nvtx, rlscope_ray
+from rlscope_ray import nvtx_fast
+
+@nvtx.annotate("decorated", domain="dd")
+def f():
+    nvtx.mark("inside", domain="dd", category=2)
+
+with rlscope_ray.step(1):
+    nvtx.push_range("a", color="red", domain="d1", category=3, payload=7)
+    nvtx.push_range("b", category="named")
+    nvtx.pop_range()
+    nvtx.pop_range(domain="d1")
+    r = nvtx.start_range("s", domain="d2", payload=2.5)
+    nvtx.end_range(r)
+    r = nvtx.start_range("t", payload=-3)
+    nvtx.mark("m", payload=-5)
+    with nvtx.annotate("ann", color="green", domain="d3", category=4):
+        f()
+    nvtx.end_range(r)
+    with nvtx.annotate("named_category", category="named"):
+        pass
+print(json.dumps({"installed": nvtx_fast.installed()}))
+"""
+
+
+def _nvtx_events(trace: Trace) -> list:
+    """The controller's recorded NVTX events in order, without times and ids."""
+    ctrl = trace.pid_of("(controller)")
+    keep = {"X", "b", "e", "i"}
+    out = []
+    for e in sorted((e for e in trace.events if e["pid"] == ctrl and e["ph"] in keep and e["name"] != "step"),
+                    key=lambda e: (float(e["ts"]), e["ph"] != "e")):
+        args = {k: v for k, v in e.get("args", {}).items() if not k.startswith("raw") and not k.endswith("tid")}
+        out.append((e["ph"], e["name"], e.get("cat"), json.dumps(args, sort_keys=True)))
+    return out
+
+
+def test_rlscope_entry_points_record_what_the_nvtx_package_records(aggregator_factory, tmp_path):
+    """With rlscope_ray imported, the `nvtx` package's functions go through
+    rlscope's entry points (rlscope_ray/nvtx_fast.py): the trace holds the
+    same ranges and marks, with the same domains, categories and payloads, as
+    through the package's own functions (RLSCOPE_NVTX_FAST_PATH=0), and the
+    costs that correct them are their own (py_fast_*, py_annotate_*)."""
+    seen = {}
+    for way in ("1", "0"):
+        agg = aggregator_factory()
+        env = dict(agg.env(role="controller", config="{buffers: {per_thread_kb: 8192}}"),
+                   RLSCOPE_NVTX_FAST_PATH=way)
+        r = subprocess.run([sys.executable, "-c", NVTX_CALLS], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["installed"] == (way == "1")
+        agg.wait()
+        seen[way] = _nvtx_events(Trace(agg.out / "step_1" / "trace.json"))
+        costs = json.loads((agg.out / "step_1" / "summary.json").read_text())["processes"][0]["overhead"]["costs_ns"]
+        assert ("py_fast_push" in costs and "py_annotate_pop" in costs) == (way == "1"), costs
+    names = [e[1] for e in seen["1"]]
+    assert sorted(names) == sorted(["a", "b", "s", "s", "t", "t", "m", "ann", "decorated", "inside",
+                                    "named_category"]), seen["1"]  # a start/end range: its begin and end
+    assert seen["1"] == seen["0"]
+
+
+@pytest.mark.parametrize("fast_path", ["1", "0"])
+def test_nvtx_colour_names_never_crash_the_host(aggregator_factory, tmp_path, fast_path):
     """verl's marked_timer names colours ("brown", "olive", "pink") that the
     `nvtx` package, once a tool is attached, cannot read without matplotlib:
     it raised TypeError in the host. With rlscope_ray imported every name
-    works (matplotlib is hidden here) and the ranges are recorded."""
+    works (matplotlib is hidden here) and the ranges are recorded, through
+    rlscope's entry points (which never read a colour) or the package's own."""
     agg = aggregator_factory()
     script = (
         "import sys\n"
@@ -315,7 +383,8 @@ def test_nvtx_colour_names_never_crash_the_host(aggregator_factory, tmp_path):
         "    with nvtx.annotate('reward', color='no such colour'):\n"
         "        pass\n"
         "    nvtx.mark('m', color='pink')\n")
-    env = agg.env(role="controller", config="{buffers: {per_thread_kb: 8192}}")
+    env = dict(agg.env(role="controller", config="{buffers: {per_thread_kb: 8192}}"),
+               RLSCOPE_NVTX_FAST_PATH=fast_path)
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     agg.wait()

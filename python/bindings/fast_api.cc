@@ -39,9 +39,11 @@ PyObject* g_link_key = nullptr;  // callable(key) -> int payload (rlscope_ray.li
 PyObject* g_decorate = nullptr;  // callable(range, fn) -> wrapper (rlscope_ray._decorate)
 constexpr Py_ssize_t kMaxCachedNames = 1 << 16;  // past this, intern on every call
 
+}  // namespace
+
 // The collector's id of `name` (a str), 0 when no collector runs. Never
 // leaves an exception set: a name that cannot be encoded is not recorded.
-uint32_t NameId(PyObject* name) {
+uint32_t rlscope_py::NameId(PyObject* name) {
   if (!rlscope_collector_running()) return 0;
   if (PyObject* v = PyDict_GetItemWithError(g_ids, name)) {  // borrowed
     return static_cast<uint32_t>(PyLong_AsUnsignedLong(v));
@@ -66,6 +68,10 @@ uint32_t NameId(PyObject* name) {
   }
   return id;
 }
+
+namespace {
+
+using rlscope_py::NameId;
 
 struct RangeObject {
   PyObject_HEAD

@@ -10,4 +10,13 @@ namespace rlscope_py {
 // module. False with a Python exception set on failure.
 bool AddFastApi(PyObject* module);
 
+// The collector's id of `name` (a str; interned once per process, then a
+// dict lookup), 0 when no collector runs or it cannot be encoded. Never
+// leaves an exception set. Under the GIL.
+uint32_t NameId(PyObject* name);
+
+// Adds the `nvtx` package's entry points (nvtx_fast.cc): nvtx_push,
+// nvtx_pop, nvtx_start, nvtx_end, nvtx_mark and the flags they take.
+bool AddNvtxFast(PyObject* module);
+
 }  // namespace rlscope_py

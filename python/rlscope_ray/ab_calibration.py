@@ -136,6 +136,7 @@ class Runner:
     config: Dict[str, object] = field(default_factory=dict)
     timeout_s: Optional[float] = None
     keep_profiles: bool = False  # else a profile is deleted once its summaries are read
+    env: Dict[str, str] = field(default_factory=dict)  # set in profiled runs only (e.g. RLSCOPE_NVTX_FAST_PATH)
     _n: int = 0
 
     def _run(self, env: Dict[str, str], tag: str) -> Dict[int, float]:
@@ -198,6 +199,7 @@ class Runner:
             env = {k: v for k, v in os.environ.items() if not _profiler_setting(k)}
             env.update({settings.AGGREGATOR: agg.endpoint, settings.ROLE: _native.names.CONTROLLER,
                         settings.CONFIG: json.dumps(cfg), "NVTX_INJECTION64_PATH": collector_path()})
+            env.update(self.env)
             steps = self._run(env, "profiled")
             try:
                 agg.proc.wait(timeout=120)

@@ -1,27 +1,34 @@
 """Caller-side overhead calibration, measured in this Python process.
 
 The collector calibrates its own cost per recorded event at start-up (C++,
-``CostSampling::Calibrate``). In Python the larger part of an annotation's cost
-is on the caller's side: the ``nvtx`` package does nothing when no tool is
-attached (its domain is a dummy), but builds event attributes on every call
-once one is, about 100-200 ns per event, an order of magnitude more than the
-recording itself. That time exists only because the profiler is there, so
-overhead correction must remove it too (RL-Scope's "Python annotation"
-overhead).
+``CostSampling::Calibrate``) and measures it in place while it runs. In
+Python the larger part of an annotation's cost is on the caller's side: the
+``nvtx`` package does nothing when no tool is attached (its domain is a
+dummy), but builds event attributes on every call once one is, about
+0.5-1 us per range, several times the recording itself; rlscope's own entry
+points for the package's functions (nvtx_fast.py) leave tens of ns of it.
+That time exists only because the profiler is there, so overhead correction
+must remove it too (RL-Scope's "Python annotation" overhead).
 
 ``calibrate_python()`` measures it the way it is paid, each side of a pair
-on its own: loops of (open, a small Python function call, close) with the
-real opening and the untooled close, then the untooled opening and the real
-close, each against the same loop with stand-ins for what the package does
-with no tool attached (look its domain up, find the dummy, stop), best of a
-few rounds. Results go to the collector as ns per event
-(``_native.set_cost``; keys in docs/wire_format.md, Hello ``costs``),
-charged by the aggregator on the event of each side (a push and its pop, a
-start and its end, a mark). Its events are named ``rlscope.calibration``
+on its own and per entry point: loops of (open, a small Python function
+call, close) with the real opening and the untooled close, then the untooled
+opening and the real close, each against the same loop with stand-ins for
+what the package does with no tool attached (look its domain up, find the
+dummy, stop), best of a few rounds. The entry points: the package's own
+functions through NVTX (py_nvtx_*: what code that bound them before
+rlscope_ray was imported calls), and, when nvtx_fast is installed, rlscope's
+for its functions (py_fast_*) and for its annotate (py_annotate_push for its
+construction and enter, py_annotate_pop for its exit). Results go to the
+collector as ns per event (``_native.set_cost``; keys in
+docs/wire_format.md, Hello ``costs``), charged by the aggregator on the
+event of each side (a push and its pop, a start and its end, a mark) by the
+entry point its flags name. Its events are named ``rlscope.calibration``
 (default domain, as most annotations are) and go to a scratch ring of the
 thread's (``_native.scratch_scope``) that is never shipped; when the process
 is recording meanwhile, the collector's own recording cost (calibrated in
-C++) is taken out of the result. About 80 ms and 80k events, none sent.
+C++) is taken out of the result. About 180 ms and 180k events, none sent
+(80 ms without nvtx_fast).
 """
 from __future__ import annotations
 
@@ -88,6 +95,55 @@ def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
     return max(0.0, best[1] - best[0]), max(0.0, best[3] - best[2])
 
 
+class _Untooled:
+    """What the package's functions and annotate do with no tool attached:
+    look the domain up, find the dummy one and stop. That cost is in the
+    uninstrumented run too, so it is the baseline, not a no-op."""
+
+    def __init__(self, module: object) -> None:
+        get_domain, dummy = module.get_domain, module.dummy_domain  # type: ignore[attr-defined]
+
+        def opening(message: object = None, color: object = None, domain: object = None,
+                    category: object = None, payload: object = None) -> None:
+            _ = get_domain(domain) is dummy
+
+        def pop(domain: object = None) -> None:
+            _ = get_domain(domain) is dummy
+
+        def end(range_id: object) -> None:
+            _ = range_id is not None
+
+        class annotate:
+            def __init__(self, message: object = None, color: object = None, domain: object = None,
+                         category: object = None, payload: object = None) -> None:
+                self.init_args = message, color, domain, category, payload
+                self.domain = dummy if get_domain(domain) is not None else dummy
+
+            def __enter__(self) -> "annotate":
+                if self.domain is not dummy:
+                    pass
+                return self
+
+            def __exit__(self, *exc: object) -> bool:
+                if self.domain is not dummy:
+                    pass
+                return False
+
+        self.opening, self.pop, self.end, self.annotate = opening, pop, end, annotate
+
+
+def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., object]) -> Tuple[float, float]:
+    """annotate's two sides (construct and enter, exit) against the untooled
+    class's, as `with annotate(name, color=...)` pays them."""
+    def enter(cls: Callable[..., object]) -> Callable[[str], object]:
+        return lambda name: cls(name, color="green").__enter__()  # type: ignore[attr-defined]
+
+    def leave(a: object) -> None:
+        a.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+    return _side_costs(enter(annotate), leave, enter(untooled), leave)
+
+
 def _nvtx_costs() -> Dict[str, float]:
     try:
         import nvtx  # type: ignore[import-not-found]
@@ -97,29 +153,29 @@ def _nvtx_costs() -> Dict[str, float]:
         return {}
     from nvtx import nvtx as module  # type: ignore[import-not-found]
 
-    get_domain, dummy = module.get_domain, module.dummy_domain
+    from . import nvtx_fast
 
-    # What each call costs with no tool attached: the package looks its
-    # domain up, finds the dummy one and stops there. That cost is in the
-    # uninstrumented run too, so it is the baseline, not a no-op.
-    def untooled(message: object = None, color: object = None, domain: object = None,
-                 category: object = None, payload: object = None) -> None:
-        _ = get_domain(domain) is dummy
-
-    def untooled_pop(domain: object = None) -> None:
-        _ = get_domain(domain) is dummy
-
-    def untooled_end(range_id: object) -> None:
-        _ = range_id is not None
-
+    base = _Untooled(module)
+    # The package's own functions (what code that bound them before
+    # rlscope_ray's entry points were in place still calls), and rlscope's.
     # Both loops call the same way, with no wrapper on one side only (a
     # lambda costs ~13 ns, measured with timeit): push_range returns None, so
     # pop_range(None) pops the default domain.
-    push, pop = _side_costs(nvtx.push_range, nvtx.pop_range, untooled, untooled_pop)
-    start, end = _side_costs(nvtx.start_range, nvtx.end_range, untooled, untooled_end)
-    mark, _ = _side_costs(nvtx.mark, _noop, untooled, _noop)  # one side
-    return {"py_nvtx_push": push, "py_nvtx_pop": pop, "py_nvtx_start": start, "py_nvtx_end": end,
-            "py_nvtx_mark": mark}
+    pkg = nvtx_fast.original or {n: getattr(module, n) for n in ("push_range", "pop_range", "start_range",
+                                                                "end_range", "mark")}
+    costs: Dict[str, float] = {}
+    ways = [("py_nvtx_", pkg)]
+    if nvtx_fast.installed():
+        ways.append(("py_fast_", {n: getattr(module, n) for n in pkg}))
+    for prefix, f in ways:
+        push, pop = _side_costs(f["push_range"], f["pop_range"], base.opening, base.pop)
+        start, end = _side_costs(f["start_range"], f["end_range"], base.opening, base.end)
+        mark, _ = _side_costs(f["mark"], _noop, base.opening, _noop)  # one side
+        costs.update({prefix + "push": push, prefix + "pop": pop, prefix + "start": start, prefix + "end": end,
+                      prefix + "mark": mark})
+    if nvtx_fast.installed():
+        costs["py_annotate_push"], costs["py_annotate_pop"] = _annotate_sides(module.annotate, base.annotate)
+    return costs
 
 
 def calibrate_python() -> Dict[str, float]:
@@ -143,10 +199,9 @@ def calibrate_python() -> Dict[str, float]:
     if armed_before or _native.armed():
         # The loop also paid the recording, which the collector charges itself.
         own = {k: max(0.0, _native.cost(k)) for k in ("push", "pop", "start", "end", "mark")}
-        for kind in own:
-            key = "py_nvtx_" + kind
-            if key in costs:
-                costs[key] = max(0.0, costs[key] - own[kind])
+        for key in costs:
+            kind = key.rsplit("_", 1)[1]
+            costs[key] = max(0.0, costs[key] - own[kind])
     for key, ns in costs.items():
         _native.set_cost(key, ns)
     return costs

@@ -99,6 +99,24 @@ TEST(Correction, EntryPointCostsApplyToEachSideOfAPairAndScale) {
   EXPECT_DOUBLE_EQ(model.used().ns.at("py_nvtx_push"), 150.0);
 }
 
+TEST(Correction, EachEntryPointIsChargedItsOwnCallerSide) {
+  // The `nvtx` package through NVTX (py_nvtx_*), through rlscope's entry
+  // points for its functions (py_fast_*) and for its annotate
+  // (py_annotate_*): one kind, three caller sides; a replacement's flag wins
+  // over ViaNvtxEx (a fast pop closing a range the package opened).
+  const CostModel model({{"push", 10}, {"pop", 10}, {"py_nvtx_push", 500}, {"py_fast_push", 40},
+                         {"py_fast_pop", 20}, {"py_annotate_push", 70}, {"py_annotate_pop", 30}},
+                        1.0);
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+  EXPECT_EQ(model.CostPs(push, kFlagViaNvtxEx), 510000);
+  EXPECT_EQ(model.CostPs(push, kFlagViaNvtxFast | kFlagHasPayload), 50000);
+  EXPECT_EQ(model.CostPs(push, kFlagViaNvtxAnnotate), 80000);
+  EXPECT_EQ(model.CostPs(pop, kFlagViaNvtxFast | kFlagViaNvtxEx), 30000);
+  EXPECT_EQ(model.CallerPs(pop, kFlagViaNvtxAnnotate), 30000);
+  EXPECT_EQ(model.CostPs(pop, kFlagViaNvtxEx), 10000);  // no py_nvtx_pop given: nothing on that side
+  EXPECT_EQ(model.used().sources.at("py_annotate_push"), "calibration");
+}
+
 TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {
   const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop),
              mark = static_cast<uint8_t>(EventKind::kMark);
