@@ -70,16 +70,18 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
   // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
   // py_fast_*, py_annotate_*), each side of a pair on its own event (the
   // close's on the pop or end that carries the caller's flag): the start-up
-  // figures, times the in-place ratio when there is one.
-  const double ratio = used_.in_place_ratio > 0 ? used_.in_place_ratio : 1.0;
+  // figures, times the in-place ratio when there is one for the entry
+  // points kScaledCaller says.
   for (int caller = 1; caller < kCallers; ++caller) {
+    const bool scaled = kScaledCaller[caller] && used_.in_place_ratio > 0;
+    const double ratio = scaled ? used_.in_place_ratio : 1.0;
     for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
                                  EventKind::kRangeEnd, EventKind::kMark}) {
       const std::string key = std::string(kCallerKeyPrefix[caller]) + CostKey(static_cast<uint8_t>(kind));
       if (costs.count(key) == 0) continue;
       caller_ps_[caller][static_cast<int>(kind)] = Ps(get(key.c_str()) * ratio);
       used_.ns[key] *= ratio;
-      used_.sources[key] = used_.in_place_ratio > 0 ? "scaled calibration" : "calibration";
+      used_.sources[key] = scaled ? "scaled calibration" : "calibration";
     }
   }
 }
@@ -98,6 +100,7 @@ namespace {
 // What a step's marks were charged, all threads: the sums behind Overhead.
 struct Charged {
   int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0, caller_ps = 0;
+  int64_t caller_scaled_ps = 0;  // of caller_ps: scaled by the in-place ratio (CostModel::CallerScaled)
   int64_t capped_ps = 0;  // what the model charged capped events beyond their gaps
   uint64_t events = 0, capped = 0, cpu_samples = 0;
   uint64_t per_kind[CostModel::kKinds] = {};  // recorded events
@@ -149,7 +152,9 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
       ++sums->events;
       if (m.kind < CostModel::kKinds) ++sums->per_kind[m.kind];
       // The caller-side part of what was charged (a capped event's first).
-      sums->caller_ps += std::min(ps, model.CallerPs(m.kind, m.flags));
+      const int64_t caller = std::min(ps, model.CallerPs(m.kind, m.flags));
+      sums->caller_ps += caller;
+      if (CostModel::CallerScaled(m.flags)) sums->caller_scaled_ps += caller;
     }
     cum += ps;
     prev_ns = m.ts_ns;
@@ -193,7 +198,12 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   o.uncertainty_ns = std::llround(std::sqrt(var_ps2) / 1000.0);
   o.caller_ns = sums.caller_ps / 1000;
   if (const double ratio = model.used().in_place_ratio; ratio > 0) {
-    o.systematic_ns = std::llround(static_cast<double>(o.caller_ns) * std::abs(1.0 - 1.0 / ratio));
+    // The spread between the caller side scaled and not: what was removed
+    // scaled, times |1 - 1/r|; what was removed at its start-up figure,
+    // times |r - 1|.
+    const double scaled = static_cast<double>(sums.caller_scaled_ps) / 1000.0;
+    const double unscaled = static_cast<double>(sums.caller_ps - sums.caller_scaled_ps) / 1000.0;
+    o.systematic_ns = std::llround(scaled * std::abs(1.0 - 1.0 / ratio) + unscaled * std::abs(ratio - 1.0));
   }
   // A capped event is evidence that the model is off: its two estimates of
   // the event's cost (the model's, and the gap that bounds what it can have

@@ -75,17 +75,26 @@ class CostModel {
   double MeanVarPs2(uint8_t kind) const { return kind < kKinds ? mean_var_ps2_[kind] : 0; }
   // Of CostPs: the caller-side part.
   int64_t CallerPs(uint8_t kind, uint8_t flags) const;
+  // Whether the caller side of an event with `flags` was scaled by the
+  // in-place ratio (kScaledCaller of its entry point).
+  static bool CallerScaled(uint8_t flags) { return kScaledCaller[static_cast<int>(CallerOf(flags))]; }
+  static constexpr bool kScaledCaller[kCallers] = {false, true, false, false};
   // The costs actually used (ns per event, scaled), where each own cost
   // came from ("step", "run" or "calibration") and the measurements behind
   // the first two, for summaries. Its in_place_ratio: over the cost samples
   // behind the own costs measured in place, their mean / the start-up
   // figures of the same kinds (weighted as the samples fall, 1 in N events
   // of every kind); 0 when no own cost was measured. The caller-side costs
-  // (py_nvtx_*, py_fast_*, py_annotate_*: never measured in place) are their start-up figures times
-  // this ratio: the machine state that slowed the handler against its
-  // start-up loop (caches, a busy core) slows the caller side alike (bench
-  // section accuracy: on this 2-core machine it took the push/pop workload's
-  // median error from +64 % to +6 %).
+  // of the `nvtx` package's own path (py_nvtx_*, never measured in place)
+  // are their start-up figures times this ratio: the machine state that
+  // slowed the handler against its start-up loop (caches, a busy core) was
+  // taken to slow that microsecond of Python alike (bench section accuracy:
+  // on this 2-core machine it once took the push/pop workload's median
+  // error from +64 % to +6 %). Those of rlscope's entry points for the
+  // package (py_fast_*, py_annotate_*: a C call's dispatch, tens of ns) are
+  // their start-up figures: scaled by a ratio of 2-4 they over-corrected
+  // 3 of the 4 accuracy workloads (6 rounds). Either way the spread between
+  // the two estimates is stated (Corrector: systematic_ns).
   const UsedCosts& used() const { return used_; }
 
  private:
@@ -125,7 +134,9 @@ class Corrector {
   int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const { return overhead_.RemovedNs(tid, from, to); }
   // What was removed: totals over threads, the sampling error (from
   // CostModel::MeanVarPs2 of each kind), the caller side and what rests on
-  // its model (caller_ns * |1 - 1 / in_place_ratio|), the costs used.
+  // its model (the caller side scaled by the in-place ratio times
+  // |1 - 1 / ratio|, the caller side not scaled times |ratio - 1|: the
+  // spread between the two estimates), the costs used.
   const Overhead& overhead() const { return overhead_; }
   // Why the costs may be off (CostDrift), kept with the overhead.
   void set_cost_note(std::string note) { overhead_.cost_note = std::move(note); }

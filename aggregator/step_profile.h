@@ -102,6 +102,10 @@ struct ProcessSlice {
   // CPU its collector's flush thread used in the step (-1 unknown): not
   // removed; on a node with no spare core it was taken from the job.
   int64_t profiler_cpu_ns = -1;
+  // Time its threads waited on a run queue in the step (schedstat, off-CPU
+  // samples cpu_wait; -1 when profiler_cpu_ns is unknown): at most this much
+  // of the profiler's CPU can have come out of the job's time.
+  int64_t run_queue_wait_ns = -1;
 };
 
 // A process that should have connected but did not (identity strings as the

@@ -158,7 +158,10 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   if (o.costs.in_place_ratio > 0) w.Double(o.costs.in_place_ratio); else w.Null();
   w.Key("systematic_ms").Double(Ms(o.systematic_ns));
   w.Key("note").String(o.cost_note);
-  if (slice.profiler_cpu_ns >= 0) w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
+  if (slice.profiler_cpu_ns >= 0) {
+    w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
+    w.Key("run_queue_wait_ms").Double(Ms(slice.run_queue_wait_ns));
+  }
   w.EndObject();
 }
 
@@ -245,11 +248,13 @@ void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessS
   const int64_t step_ns = step.end_ns - step.begin_ns;
   // The flush thread's CPU is not removed: say when it was a real share.
   if (step_ns > 0 && slice.profiler_cpu_ns * 20 > step_ns) {
-    char text[200];
+    char text[300];
     std::snprintf(text, sizeof(text),
-                  ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: on a "
-                  "node with no spare core it was taken from the job",
-                  slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns);
+                  ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: its "
+                  "threads waited %.2f ms on a run queue in the step, so at most that much of it came out of "
+                  "the job",
+                  slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns,
+                  std::max<int64_t>(slice.run_queue_wait_ns, 0) / 1e6);
     w.String(ProcessLabel(*slice.process) + text);
   }
   // The caller side is a model (its start-up figures scaled): say when
@@ -257,9 +262,9 @@ void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessS
   if (const int64_t sys = o.systematic_ns; sys > o.uncertainty_ns && step_ns > 0 && sys * 100 > step_ns) {
     char text[300];
     std::snprintf(text, sizeof(text),
-                  ": recording cost %.2fx its start-up calibration in this step, so the `nvtx` package's "
-                  "caller-side costs, never measured in place, were scaled alike (%.1f ms removed): %.1f ms "
-                  "of the correction rest on that model",
+                  ": recording cost %.2fx its start-up calibration in this step; the `nvtx` package's "
+                  "caller-side costs, never measured in place (%.1f ms removed), would differ by %.1f ms had "
+                  "they moved alike or not: that much of the correction rests on a model",
                   o.costs.in_place_ratio, o.caller_ns / 1e6, sys / 1e6);
     w.String(ProcessLabel(*slice.process) + text);
   }

@@ -22,12 +22,7 @@ and the median over many rounds does), the stated uncertainty and systematic par
 and runs), the share of steps whose error (against the round's uninstrumented
 median step) that statement covers, the share of events capped
 (overhead.capped_events: charged less than the model said, as their gap was
-shorter), and RL-Scope's published worst case (16.8 %, after 40 re-runs). A third row per
-workload reads the default runs again under an older model, from the same
-runs (so the two rows differ by the model alone, not by noise): the
-caller-side costs at their start-up figures, not scaled by the ratio the
-handler's measured costs bore to theirs (summary.json
-overhead.caller_side_ms, in_place_ratio).
+shorter), and RL-Scope's published worst case (16.8 %, after 40 re-runs).
 """
 import os
 import statistics
@@ -90,8 +85,6 @@ def accuracy_section(args, print_table):
         base = statistics.median(_median_step(p) for p in plain)
         noise = [_median_step(b) / _median_step(a) - 1 for a, b in zip(plain, plain2)]
         kinds_read = [(name, runs, lambda r: r.corrected) for name, runs in profiled.items()]
-        kinds_read.insert(1, ("in place, caller side not scaled (same runs)", profiled[kinds[0][0]],
-                              lambda r: {n: v + r.caller_scaled_extra.get(n, 0.0) for n, v in r.corrected.items()}))
         for name, runs, read in kinds_read:
             rows.append(_accuracy_row(label, name, base, plain, noise, runs, read))
     print_table("Correction accuracy at correction.scale 1, one profiled run each, pair by pair (%d rounds, each: "

@@ -113,11 +113,6 @@ class ProfiledRun:
     corrected: Dict[int, float] = field(default_factory=dict)  # after correction, ms
     uncertainty: Dict[int, float] = field(default_factory=dict)  # the correction's stated uncertainty, ms
     systematic: Dict[int, float] = field(default_factory=dict)  # its stated systematic part, ms
-    # What scaling the caller-side costs by each process's in-place ratio
-    # removed beyond their start-up figures (ms, signed; summary
-    # overhead.caller_side_ms and in_place_ratio): adding it back reads the
-    # same run under the unscaled model.
-    caller_scaled_extra: Dict[int, float] = field(default_factory=dict)
     # Events and capped events per step, all processes (summary overhead).
     events: Dict[int, int] = field(default_factory=dict)
     capped: Dict[int, int] = field(default_factory=dict)
@@ -223,9 +218,6 @@ class Runner:
                 run.uncertainty[int(summary["step"])] = corr_s.get("uncertainty_ms", 0.0)
                 run.systematic[int(summary["step"])] = corr_s.get("systematic_ms", 0.0)
                 overheads = [p.get("overhead") or {} for p in summary.get("processes", [])]
-                run.caller_scaled_extra[int(summary["step"])] = sum(
-                    (o.get("caller_side_ms") or 0.0) * (1.0 - 1.0 / (o.get("in_place_ratio") or 1.0))
-                    for o in overheads)
                 run.events[int(summary["step"])] = sum(o.get("events", 0) for o in overheads)
                 run.capped[int(summary["step"])] = sum(o.get("capped_events", 0) for o in overheads)
             dropped = sum(p.get("dropped_total", 0) for p in summary.get("processes", []))

@@ -160,17 +160,6 @@ def _set(target: ModuleType, functions: Dict[str, Any]) -> None:
             setattr(target, name, fn)
 
 
-def uninstall() -> None:
-    """Put the package's own functions back (tests)."""
-    if not original:
-        return
-    import nvtx  # type: ignore[import-not-found]
-    from nvtx import nvtx as module  # type: ignore[import-not-found]
-
-    for target in (module, nvtx):
-        _set(target, original)
-    original.clear()
-
-
 def installed() -> bool:
+    """Whether rlscope's entry points are under the package (install())."""
     return bool(original)
