@@ -128,11 +128,21 @@ class Recording {
     r.kind = static_cast<uint8_t>(kind);
     r.flags = flags;
     r.reserved = 0;
-    if (!ts->buffer->TryPush(r, privileged, counted)) return false;
+    if (!ts->buffer->TryPush(r, privileged, counted) && !RetryInScratch(ts, r, privileged)) return false;
     // Every half ring (every overflow chunk), the flush thread is woken
     // rather than left to its interval: one eventfd write per (ring / 2) records.
     if (__builtin_expect(ts->buffer->AtHalfMark(), 0)) ctx_.Wake();
     return true;
+  }
+  // A full scratch ring (CostSampling::ScratchScope: start-up calibration,
+  // never shipped) is emptied by its own thread, which nothing else reads,
+  // and takes the event: nothing in it is lost, so no open is dropped and
+  // no close is counted (a calibration of 100k+ events filled one). False
+  // for a real ring.
+  static bool RetryInScratch(ThreadState* ts, const EventRecord& r, bool privileged) {
+    if (__builtin_expect(ts->scratch == nullptr || ts->buffer != ts->scratch.get(), 1)) return false;
+    ts->scratch->Drain([](const EventRecord*, size_t) {});
+    return ts->buffer->TryPush(r, privileged, false);
   }
   // An event not recorded (a thread over the budget, the close of a dropped
   // open): counted as dropped.

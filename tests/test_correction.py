@@ -452,7 +452,7 @@ def test_an_nvtx_package_of_another_shape_never_fails_the_import(aggregator_fact
 
 
 def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_factory, tmp_path):
-    """Calibration at import records ~80k `nvtx` events at their real costs
+    """Calibration at import records ~180k `nvtx` events at their real costs
     (rlscope_ray.calibration) into a scratch ring that is never shipped:
     the aggregator receives none of them, yet the caller-side costs are
     measured. Then one range the program records arrives."""
@@ -462,15 +462,18 @@ def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_
             " for k in ('push', 'pop', 'start', 'end', 'mark')}\n"
             "costs.update({k: _native.cost(k) for k in ('py_annotate_push', 'py_annotate_pop')})\n"
             "before = rlscope_ray.stats()['events']\n"
+            "dropped = rlscope_ray.stats()['dropped']\n"
             "with rlscope_ray.range('mine'): pass\n"
             "rlscope_ray.flush()\n"
-            "print(json.dumps({'costs': costs, 'before': before}))\n")
+            "print(json.dumps({'costs': costs, 'before': before, 'dropped': dropped}))\n")
     r = subprocess.run([sys.executable, "-c", code], env=agg.env(role="worker"), capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert all(v >= 0 for v in out["costs"].values()), out  # calibrated (-1: never set)
     assert out["before"] == 0, out  # the process's own count: nothing recorded into its rings
+    # Its 180k events overflow the scratch ring, which is emptied, not dropped from.
+    assert out["dropped"] == 0, out
     agg.stop()
     (proc,) = json.loads((agg.out / "run.json").read_text())["processes"]
     assert proc["events_received"] == 2, proc  # the range's push and pop, nothing else

@@ -147,7 +147,10 @@ def install(collector: str) -> bool:
     get_domain, dummy = getattr(module, "get_domain", None), getattr(module, "dummy_domain", None)
     if not callable(get_domain) or dummy is None:
         return False
-    ours = _make(pkg, get_domain, dummy)
+    try:
+        ours = _make(pkg, get_domain, dummy)
+    except Exception:  # noqa: BLE001 - e.g. an annotate that cannot be subclassed: leave the package as it is
+        return False
     original.update(pkg)
     for target in (module, nvtx):
         _set(target, ours)
