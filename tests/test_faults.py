@@ -135,6 +135,8 @@ def test_another_runs_unfinished_directory_is_not_taken_up_unless_asked(aggregat
     out = tmp_path / "out"
     # A run killed before its end leaves run.json not final.
     first = aggregator_factory(config="steps: all\n", out=out, log=tmp_path / "first.log", secret="run-a")
+    # It listens before it writes run.json: under load a kill at once found none (soak).
+    _wait_for(lambda: (out / "run.json").exists(), "the first run's run.json")
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait()
     assert json.loads((out / "run.json").read_text())["final"] is False
