@@ -284,7 +284,24 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
   return profile;
 }
 
-bool Aggregator::Emit(const PendingStep& step, bool forced, int64_t now_ns) {
+PendingStep Aggregator::OnControllerClockNow(const PendingStep& pending) const {
+  // The step's edges were put on the aggregator's clock when they arrived;
+  // the controller's clock estimate may have moved since (its first probe
+  // burst often lands within the first steps). Its spans are cut with the
+  // estimate of now, so its step is too: the controller's own step range is
+  // the step, exactly, not clipped by the estimate's change. Steps stay
+  // apart: none begins before the last one written ended.
+  PendingStep step = pending;
+  auto c = processes_.find(controller_session_);
+  if (c == processes_.end() || step.controller_end_ns == 0) return step;
+  const ClockEstimate& clock = c->second->clock();
+  step.span.begin_ns = std::max(last_cut_end_ns_, clock.ToAggregator(step.controller_begin_ns));
+  step.span.end_ns = std::max(step.span.begin_ns, clock.ToAggregator(step.controller_end_ns));
+  return step;
+}
+
+bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
+  const PendingStep step = OnControllerClockNow(pending);
   const Config& config = run_config_.config();
   if (!config.steps.Contains(step.span.number)) {
     ++context_.stats.steps_skipped;

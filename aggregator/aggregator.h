@@ -123,6 +123,7 @@ class Aggregator {
   // it skipped), then forgets what no later step can hold. False when it
   // could not be written (write_errors): nothing is released, and no later
   // step may be written or released either (the run stops there, resumable).
+  PendingStep OnControllerClockNow(const PendingStep& pending) const;
   bool Emit(const PendingStep& step, bool forced, int64_t now_ns);
   // Every selected process cut to the step (late ones marked, those silent
   // too long marked lost, once), analysed.

@@ -42,8 +42,8 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
   const IntSelection& selected = run_->config().steps;
   // Steps live on the aggregator's clock from here on (the controller's own
   // end of each is kept: a resumed run skips by it, exactly).
-  std::vector<int64_t> raw_ends;
-  for (const StepSpan& s : edges.closed) raw_ends.push_back(s.end_ns);
+  std::vector<StepSpan> raw;
+  for (const StepSpan& s : edges.closed) raw.push_back(s);
   for (std::vector<StepSpan>* list : {&edges.begun, &edges.closed}) {
     for (StepSpan& s : *list) {
       s.begin_ns = clock.ToAggregator(s.begin_ns);
@@ -54,7 +54,7 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
   for (size_t i = 0; i < edges.closed.size(); ++i) {
     const StepSpan& s = edges.closed[i];
     ++context_->stats.steps_seen;
-    PendingStep step{s, now_ns, 0, raw_ends[i]};
+    PendingStep step{s, now_ns, 0, raw[i].end_ns, raw[i].begin_ns};
     if (auto late = late_.find(s.number); late != late_.end()) {
       step.window_late_ns = late->second;
       late_.erase(late);

@@ -33,6 +33,7 @@ struct PendingStep {
   int64_t closed_at_ns;           // aggregator time when the step's end arrived
   uint64_t barrier = 0;           // flush barrier token sent at its end (selected steps)
   int64_t controller_end_ns = 0;  // span.end_ns on the controller's own clock, as recorded
+  int64_t controller_begin_ns = 0;  // span.begin_ns on the controller's own clock, as recorded
   // A selected step: how long after it began the workers' capture window
   // for it was broadcast (their first moments in it may be missing; they
   // got it later still); 0 when the window was open before it began.

@@ -902,6 +902,37 @@ TEST_F(AggregatorTest, ProbesAreAnsweredAndTimesAligned) {
   EXPECT_FALSE(w->late);
 }
 
+// The controller's first probe burst arrives after its step closed but before
+// the step is cut (a worker holds it back): the step is where the controller's
+// own step range is on the clock as known at the cut, not where it was when
+// its edges arrived, so that range is the step, unclipped, and its span and
+// the step's duration agree to the nanosecond.
+TEST_F(AggregatorTest, AStepIsPlacedWithTheControllersClockAsKnownWhenItIsCut) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  ctl.Push(1, 1000000, "step").Pop(1, 1004000);
+  Send(ctl.Flush(1005000));  // no probes yet: taken as the aggregator's clock
+  agg_->Tick(0);
+  EXPECT_TRUE(exporter_.StepNumbers().empty());  // the worker has not caught up
+  wire::Batch probes = ctl.Flush(1006000);
+  probes.probes = {{1000, 1002000, 1002000, 3000}};  // 1 us each way: 1,000,000 ahead
+  Send(probes);
+  Send(worker.Flush(3000000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepProfile& step = exporter_.steps[0];
+  EXPECT_EQ(step.begin_ns, 2000000);
+  EXPECT_EQ(step.end_ns, 2004000);
+  const ProcessSlice* c = FindSlice(step, 1);
+  ASSERT_EQ(c->spans.size(), 1u);
+  EXPECT_EQ(c->spans[0].begin_ns, 2000000);
+  EXPECT_EQ(c->spans[0].end_ns, 2004000);
+  EXPECT_FALSE(c->spans[0].clipped_begin);
+  EXPECT_FALSE(c->spans[0].clipped_end);
+}
+
 // The controller submits tasks 11 and 12 and gets their results; the worker's
 // execution of 11 lies between, that of 12 starts before its submit (a clock
 // misaligned by 300): one violation of 300.
