@@ -81,6 +81,9 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
       if (costs.count(key) == 0) continue;
       caller_ps_[caller][static_cast<int>(kind)] = Ps(get(key.c_str()) * ratio);
       used_.ns[key] *= ratio;
+      if (auto spread = costs.find(key + "_spread"); spread != costs.end() && spread->second > 0) {
+        caller_spread_ps_[caller][static_cast<int>(kind)] = Ps(spread->second * scale * ratio);
+      }
       used_.sources[key] = scaled ? "scaled calibration" : "calibration";
     }
   }
@@ -88,6 +91,10 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
 
 int64_t CostModel::CallerPs(uint8_t kind, uint8_t flags) const {
   return kind < kKinds ? caller_ps_[static_cast<int>(CallerOf(flags))][kind] : 0;
+}
+
+int64_t CostModel::CallerSpreadPs(uint8_t kind, uint8_t flags) const {
+  return kind < kKinds ? caller_spread_ps_[static_cast<int>(CallerOf(flags))][kind] : 0;
 }
 
 int64_t CostModel::CostPs(uint8_t kind, uint8_t flags) const {
@@ -102,6 +109,7 @@ struct Charged {
   int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0, caller_ps = 0;
   int64_t caller_scaled_ps = 0;  // of caller_ps: scaled by the in-place ratio (CostModel::CallerScaled)
   int64_t capped_ps = 0;  // what the model charged capped events beyond their gaps
+  int64_t caller_spread_ps = 0;  // the calibration's spread of the caller sides charged (CallerSpreadPs)
   uint64_t events = 0, capped = 0, cpu_samples = 0;
   uint64_t per_kind[CostModel::kKinds] = {};  // recorded events
 };
@@ -154,6 +162,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
       // The caller-side part of what was charged (a capped event's first).
       const int64_t caller = std::min(ps, model.CallerPs(m.kind, m.flags));
       sums->caller_ps += caller;
+      if (caller > 0) sums->caller_spread_ps += model.CallerSpreadPs(m.kind, m.flags);
       if (CostModel::CallerScaled(m.flags)) sums->caller_scaled_ps += caller;
     }
     cum += ps;
@@ -205,6 +214,10 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     const double unscaled = static_cast<double>(sums.caller_ps - sums.caller_scaled_ps) / 1000.0;
     o.systematic_ns = std::llround(scaled * std::abs(1.0 - 1.0 / ratio) + unscaled * std::abs(ratio - 1.0));
   }
+  // The calibration's rounds are independent estimates of each caller-side
+  // cost: their spread, over the events that were charged one, is too.
+  o.calibration_spread_ns = sums.caller_spread_ps / 1000;
+  o.systematic_ns += o.calibration_spread_ns;
   // A capped event is evidence that the model is off: its two estimates of
   // the event's cost (the model's, and the gap that bounds what it can have
   // cost) differ by what was not removed. That spread is systematic too.

@@ -75,6 +75,10 @@ class CostModel {
   double MeanVarPs2(uint8_t kind) const { return kind < kKinds ? mean_var_ps2_[kind] : 0; }
   // Of CostPs: the caller-side part.
   int64_t CallerPs(uint8_t kind, uint8_t flags) const;
+  // That part's spread as its start-up calibration states it (`<key>_spread`
+  // in the Hello: half the interquartile range of its rounds' independent
+  // figures, calibration.py), scaled as the part is; 0 when not stated.
+  int64_t CallerSpreadPs(uint8_t kind, uint8_t flags) const;
   // Whether the caller side of an event with `flags` was scaled by the
   // in-place ratio (kScaledCaller of its entry point).
   static bool CallerScaled(uint8_t flags) { return kScaledCaller[static_cast<int>(CallerOf(flags))]; }
@@ -102,6 +106,7 @@ class CostModel {
   // [caller][kind]: the caller side an event with that caller's flag
   // (CallerOf, event.h) pays on its side of the pair; caller 0 none.
   int64_t caller_ps_[kCallers][kKinds] = {};
+  int64_t caller_spread_ps_[kCallers][kKinds] = {};
   double mean_var_ps2_[kKinds] = {};
   UsedCosts used_;
 };
@@ -136,7 +141,9 @@ class Corrector {
   // CostModel::MeanVarPs2 of each kind), the caller side and what rests on
   // its model (the caller side scaled by the in-place ratio times
   // |1 - 1 / ratio|, the caller side not scaled times |ratio - 1|: the
-  // spread between the two estimates), the costs used.
+  // spread between the two estimates; plus the calibration's own spread
+  // over the events charged a caller side, and what capping left), the
+  // costs used.
   const Overhead& overhead() const { return overhead_; }
   // Why the costs may be off (CostDrift), kept with the overhead.
   void set_cost_note(std::string note) { overhead_.cost_note = std::move(note); }

@@ -65,8 +65,12 @@ struct Overhead {
   int64_t uncertainty_ns = 0;  // sampling error of total_ns, one standard deviation (waits not included)
   uint64_t calibrated_events = 0;  // events whose kind's cost is the start-up calibration's
   int64_t caller_ns = 0;       // the caller-side (py_nvtx_*) cost removed
+  // Of systematic_ns: the start-up calibration's own spread of the caller
+  // sides charged (CostModel::CallerSpreadPs, summed over the events).
+  int64_t calibration_spread_ns = 0;
   // Rests on a model, not a measurement: what scaling the caller side
-  // changed, plus capped_ns (the model against the gaps that bound it).
+  // changed, plus calibration_spread_ns, plus capped_ns (the model against
+  // the gaps that bound it).
   int64_t systematic_ns = 0;
   UsedCosts costs;
   std::string cost_note;  // why it may be off ("" none): costs that drifted in the step

@@ -156,6 +156,7 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("caller_side_ms").Double(Ms(o.caller_ns));
   w.Key("in_place_ratio");
   if (o.costs.in_place_ratio > 0) w.Double(o.costs.in_place_ratio); else w.Null();
+  w.Key("calibration_spread_ms").Double(Ms(o.calibration_spread_ns));
   w.Key("systematic_ms").Double(Ms(o.systematic_ns));
   w.Key("note").String(o.cost_note);
   if (slice.profiler_cpu_ns >= 0) {
@@ -260,12 +261,14 @@ void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessS
   // The caller side is a model (its start-up figures scaled): say when
   // what rests on it exceeds the sampling error and 1 % of the step.
   if (const int64_t sys = o.systematic_ns; sys > o.uncertainty_ns && step_ns > 0 && sys * 100 > step_ns) {
-    char text[300];
+    char text[400];
     std::snprintf(text, sizeof(text),
                   ": recording cost %.2fx its start-up calibration in this step; the `nvtx` package's "
                   "caller-side costs, never measured in place (%.1f ms removed), would differ by %.1f ms had "
-                  "they moved alike or not: that much of the correction rests on a model",
-                  o.costs.in_place_ratio, o.caller_ns / 1e6, sys / 1e6);
+                  "they moved alike or not, by %.1f ms across their start-up calibration's rounds, and capped "
+                  "events by %.1f ms: that much of the correction rests on a model",
+                  o.costs.in_place_ratio, o.caller_ns / 1e6, (sys - o.calibration_spread_ns - o.capped_ns) / 1e6,
+                  o.calibration_spread_ns / 1e6, o.capped_ns / 1e6);
     w.String(ProcessLabel(*slice.process) + text);
   }
   if (const uint64_t n = o.calibrated_events; n > 0) {

@@ -60,7 +60,7 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
   if (spec == nullptr || *spec == '\0') return nullptr;
   std::unique_ptr<TestClock> clock(new TestClock());
   const std::string text = spec;
-  double calibrated = 1.0;
+  double calibrated = 1.0, spread_factor = 0.0;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find(',', start);
@@ -76,6 +76,14 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
       calibrated = std::strtod(value.c_str(), &stop);
       if (value.empty() || *stop != '\0' || !(calibrated > 0) || calibrated > 100) {
         throw Bad("'" + item + "': calibrated is a factor in (0, 100]");
+      }
+      continue;
+    }
+    if (key == "spread") {
+      char* stop = nullptr;
+      spread_factor = std::strtod(value.c_str(), &stop);
+      if (value.empty() || *stop != '\0' || !(spread_factor >= 0) || spread_factor > 1) {
+        throw Bad("'" + item + "': spread is a factor in [0, 1]");
       }
       continue;
     }
@@ -105,6 +113,13 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
     clock->costs_[key] = static_cast<double>(ns);
   }
   for (auto& [key, ns] : clock->costs_) ns *= calibrated;
+  if (spread_factor > 0) {
+    std::map<std::string, double> spreads;
+    for (const auto& [key, ns] : clock->costs_) {
+      if (key.rfind("py_", 0) == 0) spreads[key + "_spread"] = ns * spread_factor;
+    }
+    clock->costs_.insert(spreads.begin(), spreads.end());
+  }
   if (const char* path = std::getenv(names::kEnvTestClock); path != nullptr && *path != '\0') {
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 || ftruncate(fd, sizeof(int64_t)) != 0) {

@@ -9,8 +9,10 @@
 // `push=2000~500`: each push costs a different amount, uniform in
 // [1500, 2500] (a fixed pseudo-random sequence): costs that vary.
 // `calibrated=0.7`: the Hello advertises the costs times 0.7, as a start-up
-// calibration that under-estimates them would. `sample=N`: what recording a
-// cost sample costs (EventKind::kCostSample; default 0), `cpu_sample=N` what
+// calibration that under-estimates them would. `spread=0.3`: it also
+// advertises each caller-side key's `<key>_spread` as 0.3 times its
+// advertised cost, as a calibration whose rounds scattered would.
+// `sample=N`: what recording a cost sample costs (EventKind::kCostSample; default 0), `cpu_sample=N` what
 // a CPU sample costs its thread (EventKind::kCpuSample, cpu_sampler.h). In-place cost
 // sampling reads the thread's own virtual costs (OwnNs): the handler's
 // part, not the caller-side py_nvtx_* / py_fast_* / py_annotate_* part, which

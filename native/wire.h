@@ -64,6 +64,8 @@ struct Hello {
   // rlscope's own entry points for the package's functions
   // (kFlagViaNvtxFast): "py_fast_push", ... "py_fast_mark"; and for its
   // annotate (kFlagViaNvtxAnnotate): "py_annotate_push", "py_annotate_pop".
+  // A caller-side key's "<key>_spread": half the interquartile range of
+  // its calibration rounds' figures (stated, not charged).
   std::map<std::string, double> costs;
   // A controller's own config (optional key): the keys its RLSCOPE_CONFIG
   // set, as YAML; its run keys go over the aggregator's in the run's config

@@ -15,7 +15,9 @@ on its own and per entry point: loops of (open, a small Python function
 call, close) with the real opening and the untooled close, then the untooled
 opening and the real close, each against the same loop with stand-ins for
 what the package does with no tool attached (look its domain up, find the
-dummy, stop), best of a few rounds. The entry points: the package's own
+dummy, stop), the median of rounds that each measure both next to each
+other (paired_estimates); half the rounds' interquartile range goes with
+each figure as its spread (`<key>_spread`: the aggregator states it). The entry points: the package's own
 functions through NVTX (py_nvtx_*: what code that bound them before
 rlscope_ray was imported calls), and, when nvtx_fast is installed, rlscope's
 for its functions (py_fast_*) and for its annotate (py_annotate_push for its
@@ -32,14 +34,15 @@ C++) is taken out of the result. About 180 ms and 180k events, none sent
 """
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Callable, Dict, List, Tuple
 
 from . import _native
 
 CALIBRATION_NAME = _native.names.CALIBRATION
-_PAIRS = 1500
-_ROUNDS = 5
+_PAIRS = 1000
+_ROUNDS = 7
 
 
 def _work(x: int) -> int:
@@ -71,28 +74,55 @@ def _loop(open_fn: Callable[..., object], close_fn: Callable[..., object]) -> Ca
     return body
 
 
+Estimate = Tuple[float, float]  # (ns, spread: half the interquartile range of the rounds' figures)
+
+
 def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
-                untooled_open: Callable[..., object], untooled_close: Callable[..., object]) -> Tuple[float, float]:
+                untooled_open: Callable[..., object], untooled_close: Callable[..., object]) -> Tuple[Estimate, Estimate]:
     """ns each side of an (open, work, close) iteration costs over what the
-    package does with no tool attached: the real opening against the
-    untooled one, then the real close against the untooled one, each loop
-    keeping (then taking back) the handles the same way. The real closes
-    take the handles the real openings gave, in the same number: every
-    range opened here is closed here."""
+    package does with no tool attached, with its spread: the real opening
+    against the untooled one, then the real close against the untooled one,
+    each loop keeping (then taking back) the handles the same way. The real
+    closes take the handles the real openings gave, in the same number:
+    every range opened here is closed here."""
     real: List[object] = []
     untooled: List[object] = []
     real_open, base_open = _loop(open_fn, real.append), _loop(untooled_open, untooled.append)
     real_close = _loop(lambda _name: real.pop(), close_fn)
     base_close = _loop(lambda _name: untooled.pop(), untooled_close)
-    bodies = (base_open, real_open, base_close, real_close)  # openings before the closes of their handles
-    for body in bodies:
+    for body in (base_open, real_open, base_close, real_close):  # openings before the closes of their handles
         body(_PAIRS // 4)  # warm up every path
-    # Interleaved rounds, so drift in the machine's speed hits both alike.
-    best = [float("inf")] * len(bodies)
-    for _ in range(_ROUNDS):
-        for i, body in enumerate(bodies):
-            best[i] = min(best[i], _ns_per_iter(body))
-    return max(0.0, best[1] - best[0]), max(0.0, best[3] - best[2])
+    opening, closing = paired_estimates([(base_open, real_open), (base_close, real_close)], _ns_per_iter)
+    return (max(0.0, opening[0]), opening[1]), (max(0.0, closing[0]), closing[1])
+
+
+def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int]]],
+                     measure: Callable[[Callable[[int], int]], float], rounds: int = _ROUNDS) -> List[Estimate]:
+    """Per (untooled, real) pair of loops: each round's figure is the real
+    loop's ns per iteration less the untooled one's measured next to it, in
+    an order that alternates per round (pairs are measured in their order
+    within each round); the estimate is the median of the rounds' figures,
+    its spread half their interquartile range. This machine's speed changes
+    by up to 1.7x for tens of ms at a time: a figure taken within a round
+    holds both sides at one speed, where the best of each loop over all
+    rounds could take its two sides from different speeds (costs off by
+    hundreds of ns, or none); the median leaves out a round that was
+    interrupted. The rounds are independent estimates of one cost: their
+    spread is the calibration's own part of the uncertainty."""
+    diffs: List[List[float]] = [[] for _ in pairs]
+    for r in range(rounds):
+        for i, (untooled, real) in enumerate(pairs):
+            if r % 2 == 0:
+                base = measure(untooled)
+                diffs[i].append(measure(real) - base)
+            else:
+                took = measure(real)
+                diffs[i].append(took - measure(untooled))
+    out = []
+    for d in diffs:
+        q1, _, q3 = statistics.quantiles(d, n=4) if len(d) > 1 else (d[0], d[0], d[0])
+        out.append((statistics.median(d), (q3 - q1) / 2))
+    return out
 
 
 class _Untooled:
@@ -132,7 +162,7 @@ class _Untooled:
         self.opening, self.pop, self.end, self.annotate = opening, pop, end, annotate
 
 
-def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., object]) -> Tuple[float, float]:
+def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., object]) -> Tuple[Estimate, Estimate]:
     """annotate's two sides (construct and enter, exit) against the untooled
     class's, as `with annotate(name, color=...)` pays them."""
     def enter(cls: Callable[..., object]) -> Callable[[str], object]:
@@ -144,7 +174,7 @@ def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., obj
     return _side_costs(enter(annotate), leave, enter(untooled), leave)
 
 
-def _nvtx_costs() -> Dict[str, float]:
+def _nvtx_costs() -> Dict[str, Estimate]:
     try:
         import nvtx  # type: ignore[import-not-found]
     except ImportError:
@@ -163,7 +193,7 @@ def _nvtx_costs() -> Dict[str, float]:
     # pop_range(None) pops the default domain.
     pkg = nvtx_fast.original or {n: getattr(module, n) for n in ("push_range", "pop_range", "start_range",
                                                                 "end_range", "mark")}
-    costs: Dict[str, float] = {}
+    costs: Dict[str, Estimate] = {}
     ways = [("py_nvtx_", pkg)]
     if nvtx_fast.installed():
         ways.append(("py_fast_", {n: getattr(module, n) for n in pkg}))
@@ -181,9 +211,10 @@ def _nvtx_costs() -> Dict[str, float]:
 def calibrate_python() -> Dict[str, float]:
     """Measure the caller-side costs and hand them to the collector.
 
-    Returns what was set ({} when no collector runs, when it runs with test
-    costs, which are fixed (collector/test_clock.h), or when the ``nvtx``
-    package is absent or disabled).
+    Returns what was set, each key's spread as `<key>_spread` ({} when no
+    collector runs, when it runs with test costs, which are fixed
+    (collector/test_clock.h), or when the ``nvtx`` package is absent or
+    disabled).
     """
     if not _native.init() or _native.test_clock_ns() >= 0:
         return {}
@@ -192,16 +223,18 @@ def calibrate_python() -> Dict[str, float]:
     # a profiled process sends nothing before its program records.
     scoped = _native.scratch_scope(1)
     try:
-        costs = _nvtx_costs()
+        estimates = _nvtx_costs()
     finally:
         if scoped:
             _native.scratch_scope(0)
+    costs = {key: ns for key, (ns, _) in estimates.items()}
     if armed_before or _native.armed():
         # The loop also paid the recording, which the collector charges itself.
         own = {k: max(0.0, _native.cost(k)) for k in ("push", "pop", "start", "end", "mark")}
         for key in costs:
             kind = key.rsplit("_", 1)[1]
             costs[key] = max(0.0, costs[key] - own[kind])
+    costs.update({key + "_spread": spread for key, (_, spread) in estimates.items()})
     for key, ns in costs.items():
         _native.set_cost(key, ns)
     return costs
