@@ -294,11 +294,17 @@ void WriteOtherData(JsonWriter& w, const StepProfile& step) {
   w.EndObject();
 }
 
+// An integer payload as it was given: an int64 one (kFlagPayloadSigned) signed.
+void WritePayload(JsonWriter& w, uint64_t payload, bool is_signed) {
+  w.Key("payload");
+  if (is_signed) w.Int(static_cast<int64_t>(payload)); else w.Uint(payload);
+}
+
 // A range's args: payload, category, how it was cut, and where it was before
 // overhead correction moved it.
 void WriteSpanArgs(JsonWriter& w, const ProcessTimeline& p, const Span& s) {
   w.Key("args").BeginObject();
-  if (s.has_payload) w.Key("payload").Uint(s.payload);
+  if (s.has_payload) WritePayload(w, s.payload, s.payload_signed);
   if (s.category != 0) {
     const std::string cn = p.CategoryName(s.domain, s.category);
     w.Key("category");
@@ -343,7 +349,11 @@ void WriteInstant(JsonWriter& w, const ProcessTimeline& p, const Instant& i, int
   w.Key("name").String(*name ? name : "(unnamed)");
   w.Key("cat").String(i.domain != 0 ? p.String(i.domain) : "nvtx");
   w.Key("pid").Int(pid).Key("tid").Int(i.tid).Key("ts").Micros(i.ts_ns);
-  if (i.has_payload) w.Key("args").BeginObject().Key("payload").Uint(i.payload).EndObject();
+  if (i.has_payload) {
+    w.Key("args").BeginObject();
+    WritePayload(w, i.payload, i.payload_signed);
+    w.EndObject();
+  }
   w.EndObject();
 }
 

@@ -26,6 +26,7 @@ struct Span {
   uint32_t category = 0;
   uint16_t depth = 0;     // nesting depth on its (thread, domain) stack
   bool has_payload = false;
+  bool payload_signed = false;  // an int64 payload (kFlagPayloadSigned)
   bool async = false;     // a start/end range
   bool open = false;      // not closed (yet) when cut
   bool clipped_begin = false;  // began before the step; begin_ns is the step's
@@ -86,6 +87,7 @@ struct Instant {
   uint32_t domain = 0;
   uint32_t category = 0;
   bool has_payload = false;
+  bool payload_signed = false;  // an int64 payload (kFlagPayloadSigned)
 };
 
 // A span that is a training step on a controller.

@@ -104,6 +104,7 @@ void ProcessTimeline::OnPush(int64_t tid, const wire::Event& e, StepEdges* steps
   Span s = SpanOpenedBy(tid, e);
   s.payload = e.value;
   s.has_payload = (e.flags & kFlagHasPayload) != 0;
+  s.payload_signed = (e.flags & kFlagPayloadSigned) != 0;
   s.depth = static_cast<uint16_t>(std::min<size_t>(stack.size(), UINT16_MAX));
   Open(s, s.has_payload, steps);
   stack.push_back(s);
@@ -208,6 +209,7 @@ void ProcessTimeline::OnMark(int64_t tid, const wire::Event& e) {
   i.category = e.category;
   i.payload = e.value;
   i.has_payload = (e.flags & kFlagHasPayload) != 0;
+  i.payload_signed = (e.flags & kFlagPayloadSigned) != 0;
   instants_.push_back(i);
 }
 

@@ -77,9 +77,12 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   }
   switch (a->payloadType) {
     case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
-    case NVTX_PAYLOAD_TYPE_INT64:
       out.value = a->payload.ullValue;
       out.flags |= kFlagHasPayload;
+      break;
+    case NVTX_PAYLOAD_TYPE_INT64:
+      out.value = a->payload.ullValue;
+      out.flags |= kFlagHasPayload | kFlagPayloadSigned;
       break;
     case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32:
       out.value = a->payload.uiValue;
@@ -87,7 +90,7 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
       break;
     case NVTX_PAYLOAD_TYPE_INT32:
       out.value = static_cast<uint64_t>(static_cast<int64_t>(a->payload.iValue));
-      out.flags |= kFlagHasPayload;
+      out.flags |= kFlagHasPayload | kFlagPayloadSigned;
       break;
     default:
       break;

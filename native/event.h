@@ -83,6 +83,9 @@ enum EventFlags : uint8_t {
   // Opened or closed by rlscope's `nvtx.annotate` (its __enter__, __exit__):
   // charged py_annotate_push / py_annotate_pop.
   kFlagViaNvtxAnnotate = 1 << 6,
+  // With kFlagHasPayload: `value` is an int64 (an NVTX payload of a signed
+  // type; a Python int), shown as such; without it an unsigned one.
+  kFlagPayloadSigned = 1 << 7,
 };
 
 // Which Python entry point's caller side an event paid, from its flags

@@ -361,6 +361,10 @@ def test_rlscope_entry_points_record_what_the_nvtx_package_records(aggregator_fa
     assert sorted(names) == sorted(["a", "b", "s", "s", "t", "t", "m", "ann", "decorated", "inside",
                                     "named_category"]), seen["1"]  # a start/end range: its begin and end
     assert seen["1"] == seen["0"]
+    # Integer payloads as they were given, negative ones too (the package
+    # sends a Python int as NVTX's INT64).
+    payloads = {e[1]: json.loads(e[3]).get("payload") for e in seen["1"] if e[1] in ("a", "m")}
+    assert payloads == {"a": 7, "m": -5}, seen["1"]
 
 
 @pytest.mark.parametrize("fast_path", ["1", "0"])

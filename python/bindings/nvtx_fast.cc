@@ -72,7 +72,7 @@ bool ReadAttrs(PyObject* const* args, Attrs* a) {
     return false;
   }
   a->payload = static_cast<uint64_t>(v);
-  a->flags |= rlscope::kFlagHasPayload;
+  a->flags |= rlscope::kFlagHasPayload | rlscope::kFlagPayloadSigned;  // the package's INT64
   return true;
 }
 
