@@ -300,16 +300,20 @@ void WritePayload(JsonWriter& w, uint64_t payload, bool is_signed) {
   if (is_signed) w.Int(static_cast<int64_t>(payload)); else w.Uint(payload);
 }
 
+// An event's category (0: none), by its name where the domain named it.
+void WriteCategory(JsonWriter& w, const ProcessTimeline& p, uint32_t domain, uint32_t category) {
+  if (category == 0) return;
+  const std::string cn = p.CategoryName(domain, category);
+  w.Key("category");
+  if (cn.empty()) w.Uint(category); else w.String(cn);
+}
+
 // A range's args: payload, category, how it was cut, and where it was before
 // overhead correction moved it.
 void WriteSpanArgs(JsonWriter& w, const ProcessTimeline& p, const Span& s) {
   w.Key("args").BeginObject();
   if (s.has_payload) WritePayload(w, s.payload, s.payload_signed);
-  if (s.category != 0) {
-    const std::string cn = p.CategoryName(s.domain, s.category);
-    w.Key("category");
-    if (cn.empty()) w.Uint(s.category); else w.String(cn);
-  }
+  WriteCategory(w, p, s.domain, s.category);
   if (s.clipped_begin) w.Key("clipped_begin").Bool(true);
   if (s.clipped_end) w.Key("clipped_end").Bool(true);
   if (s.open) w.Key("open").Bool(true);
@@ -349,9 +353,10 @@ void WriteInstant(JsonWriter& w, const ProcessTimeline& p, const Instant& i, int
   w.Key("name").String(*name ? name : "(unnamed)");
   w.Key("cat").String(i.domain != 0 ? p.String(i.domain) : "nvtx");
   w.Key("pid").Int(pid).Key("tid").Int(i.tid).Key("ts").Micros(i.ts_ns);
-  if (i.has_payload) {
+  if (i.has_payload || i.category != 0) {
     w.Key("args").BeginObject();
-    WritePayload(w, i.payload, i.payload_signed);
+    if (i.has_payload) WritePayload(w, i.payload, i.payload_signed);
+    WriteCategory(w, p, i.domain, i.category);
     w.EndObject();
   }
   w.EndObject();

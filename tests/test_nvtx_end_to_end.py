@@ -365,6 +365,9 @@ def test_rlscope_entry_points_record_what_the_nvtx_package_records(aggregator_fa
     # sends a Python int as NVTX's INT64).
     payloads = {e[1]: json.loads(e[3]).get("payload") for e in seen["1"] if e[1] in ("a", "m")}
     assert payloads == {"a": 7, "m": -5}, seen["1"]
+    # A mark's category as a range's: "inside" was marked in category 2.
+    (inside,) = [json.loads(e[3]) for e in seen["1"] if e[1] == "inside"]
+    assert inside.get("category") == 2, seen["1"]
 
 
 @pytest.mark.parametrize("fast_path", ["1", "0"])
