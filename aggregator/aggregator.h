@@ -119,11 +119,13 @@ class Aggregator {
   ProcessTimeline& SenderOf(const wire::Batch& batch);
   // Counts the batch's events, and those older than the last written step's end.
   void CountEvents(const wire::Batch& batch, const ClockEstimate& clock);
+  // The step placed on the aggregator's clock with the controller's clock
+  // estimate of now (not of when its edges arrived), after the last one written.
+  PendingStep OnControllerClockNow(const PendingStep& pending) const;
   // Cuts, analyses and exports the step if `steps:` selects it (else counts
   // it skipped), then forgets what no later step can hold. False when it
   // could not be written (write_errors): nothing is released, and no later
   // step may be written or released either (the run stops there, resumable).
-  PendingStep OnControllerClockNow(const PendingStep& pending) const;
   bool Emit(const PendingStep& step, bool forced, int64_t now_ns);
   // Every selected process cut to the step (late ones marked, those silent
   // too long marked lost, once), analysed.
