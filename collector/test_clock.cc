@@ -53,6 +53,18 @@ std::runtime_error Bad(const std::string& what) {
   return std::runtime_error(std::string(names::kEnvTestCosts) + ": " + what);
 }
 
+// A `key=factor` item's factor: above `lo` (or at it, `lo_ok`) and at most
+// `hi`; else an error that says `range`.
+double FactorOf(const std::string& item, const std::string& value, double lo, bool lo_ok, double hi,
+                const char* range) {
+  char* stop = nullptr;
+  const double f = std::strtod(value.c_str(), &stop);
+  if (value.empty() || *stop != '\0' || !(lo_ok ? f >= lo : f > lo) || f > hi) {
+    throw Bad("'" + item + "': " + range);
+  }
+  return f;
+}
+
 }  // namespace
 
 std::unique_ptr<TestClock> TestClock::FromEnvironment() {
@@ -72,19 +84,11 @@ std::unique_ptr<TestClock> TestClock::FromEnvironment() {
     const std::string key = item.substr(0, eq);
     std::string value = item.substr(eq + 1);
     if (key == "calibrated") {
-      char* stop = nullptr;
-      calibrated = std::strtod(value.c_str(), &stop);
-      if (value.empty() || *stop != '\0' || !(calibrated > 0) || calibrated > 100) {
-        throw Bad("'" + item + "': calibrated is a factor in (0, 100]");
-      }
+      calibrated = FactorOf(item, value, 0, false, 100, "calibrated is a factor in (0, 100]");
       continue;
     }
     if (key == "spread") {
-      char* stop = nullptr;
-      spread_factor = std::strtod(value.c_str(), &stop);
-      if (value.empty() || *stop != '\0' || !(spread_factor >= 0) || spread_factor > 1) {
-        throw Bad("'" + item + "': spread is a factor in [0, 1]");
-      }
+      spread_factor = FactorOf(item, value, 0, true, 1, "spread is a factor in [0, 1]");
       continue;
     }
     std::string jitter;
