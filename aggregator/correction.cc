@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "aggregator/ray_calls.h"
 #include "aggregator/step_profile.h"
@@ -241,6 +242,19 @@ int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
   return ShiftPs(it->second, a == anchors_.end() ? kNone : a->second, t) / 1000;
 }
 
+bool Corrector::ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_shift_ns) {
+  auto it = overhead_.threads.find(tid);
+  if (it == overhead_.threads.end()) return false;
+  const ThreadCosts& th = it->second;
+  const auto prev = std::lower_bound(th.ts.begin(), th.ts.end(), begin_ns);
+  if (prev == th.ts.begin()) return false;  // nothing paid before it: nothing carried
+  static const Anchors kNone;
+  auto a = anchors_.find(tid);
+  const int64_t carried_ns = ShiftPs(th, a == anchors_.end() ? kNone : a->second, *(prev - 1)) / 1000;
+  if (carried_ns <= anchor_shift_ns || begin_ns - *(prev - 1) <= carried_ns) return false;
+  return Reanchor(tid, begin_ns, anchor_shift_ns);
+}
+
 bool Corrector::Reanchor(int64_t tid, int64_t begin_ns, int64_t caller_shift_ns) {
   auto it = overhead_.threads.find(tid);
   if (it == overhead_.threads.end()) return false;  // paid nothing in the step: nothing moves
@@ -473,16 +487,21 @@ class StepCorrection {
     std::unique_ptr<Corrector> corrector;
     std::vector<LastWork> last;  // per window
   };
-  // A call the controller submitted, executed by a worker (its method range).
+  // A call the controller submitted, executed by a worker (its method
+  // range); or (`linked` false) a worker's top-level range after an idle gap
+  // that no call explains, re-anchored at the controller's shift at its
+  // begin on the step range's thread (correction.h, idle threads).
   struct Call {
     int64_t submit_ns, submit_tid;
     Corrector* worker;
     const Span* span;
+    bool linked = true;
   };
   // Each worker's costs, on its own; what it did last of what a window
   // awaited, from its raw times.
   void CorrectWorkersAlone();
-  // The calls the controller submitted, in submit order.
+  // The calls the controller submitted and the workers' unlinked top-level
+  // ranges, in submit (begin) order.
   void ListCalls();
   // The controller's shift at raw t on thread `tid`, its waits so far included.
   int64_t ControllerShift(int64_t tid, int64_t t);
@@ -527,12 +546,45 @@ void StepCorrection::CorrectWorkersAlone() {
   }
 }
 
+// A worker's ranges that begin on their thread with nothing of the thread
+// open (by time, across domains), are no Ray call (`submits`) and no step's,
+// in time order per thread.
+std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
+                                          const std::map<uint64_t, std::pair<int64_t, int64_t>>& submits) {
+  std::vector<const Span*> sorted;
+  for (const Span& s : spans) {
+    if (!s.async && !s.clipped_begin) sorted.push_back(&s);
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Span* a, const Span* b) { return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns); });
+  std::vector<const Span*> out;
+  std::map<int64_t, int64_t> open_until;  // tid -> the latest end of its ranges so far
+  for (const Span* s : sorted) {
+    auto [it, first] = open_until.emplace(s->tid, s->end_ns);
+    if (!first && s->begin_ns < it->second) {
+      it->second = std::max(it->second, s->end_ns);
+      continue;
+    }
+    it->second = s->end_ns;
+    const bool call = s->has_payload && submits.count(s->payload) != 0;
+    if (!call && s->step < 0) out.push_back(s);
+  }
+  return out;
+}
+
 void StepCorrection::ListCalls() {
   const std::map<uint64_t, std::pair<int64_t, int64_t>> submits = RaySubmits(*controller_);
+  int64_t step_tid = 0;  // the controller's step range's thread
+  for (const Span& span : controller_->spans) {
+    if (span.step == step_->step) step_tid = span.tid;
+  }
   for (Worker& w : workers_) {
     for (const Span& span : w.slice->spans) {
       auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload) : submits.end();
       if (it != submits.end()) calls_.push_back({it->second.first, it->second.second, w.corrector.get(), &span});
+    }
+    for (const Span* span : UnlinkedTopLevel(w.slice->spans, submits)) {
+      calls_.push_back({span->begin_ns, step_tid, w.corrector.get(), span, false});
     }
   }
   std::sort(calls_.begin(), calls_.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
@@ -547,7 +599,10 @@ int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {
 void StepCorrection::AnchorCallsSubmittedBy(int64_t t) {
   for (; next_call_ < calls_.size() && calls_[next_call_].submit_ns <= t; ++next_call_) {
     const Call& c = calls_[next_call_];
-    if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, ControllerShift(c.submit_tid, c.submit_ns))) {
+    const int64_t shift_ns = ControllerShift(c.submit_tid, c.submit_ns);
+    if (!c.linked) {
+      c.worker->ReanchorAfterIdle(c.span->tid, c.span->begin_ns, shift_ns);
+    } else if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, shift_ns)) {
       anchored_.insert(c.span->payload);
     }
   }

@@ -42,6 +42,19 @@
 // there becomes the controller's shift at the submit, or less when the
 // thread was busy until just before (it cannot start before it was free).
 // So a corrected call never starts before its corrected submit.
+//
+// And work nothing links (idle threads): a worker woken by something the
+// profile does not see (a pipe from the controller, a queue, a timer) and
+// idle until then for longer than the shift it carries would have waited
+// that much longer without the profiler: its past overhead does not move
+// what it does next. Where no call is known to have started it, a top-level
+// range after such a gap is re-anchored at the least of its thread's shift
+// and the controller's at that time (the step's reference, and the one
+// waker every process shares): its own past no longer makes it start
+// before the controller's work that likely woke it, and it is never shifted
+// more than either. A range after a gap of busy, unannotated work is
+// shifted less than its thread paid: the step's corrected figures are the
+// controller's and do not change.
 #pragma once
 
 #include <algorithm>
@@ -134,6 +147,11 @@ class Corrector {
   // one thread in time order.
   // Returns false, doing nothing, for a call not after the thread's last.
   bool Reanchor(int64_t tid, int64_t begin_ns, int64_t caller_shift_ns);
+  // Work no link explains (correction.h, idle threads): when thread `tid`
+  // was idle before `begin_ns` for longer than the shift it carries there,
+  // that shift is not carried past the gap beyond `anchor_shift_ns` (it is
+  // re-anchored at `begin_ns` to it, as Reanchor). Returns whether it was.
+  bool ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_shift_ns);
   // What thread `tid` paid in [from, to] (its own events and wait marks;
   // re-anchoring moves times, it costs nothing).
   int64_t RemovedNs(int64_t tid, int64_t from, int64_t to) const { return overhead_.RemovedNs(tid, from, to); }

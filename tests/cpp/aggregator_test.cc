@@ -1956,6 +1956,49 @@ TEST_F(CorrectStepTest, ACallStartsAfterItsSubmitOnceBothAreCorrected) {
   EXPECT_EQ(step.causality.violations, 0);
 }
 
+// A worker woken by a pipe from the controller (no Ray call, no key links
+// them; examples/verl/demo_local.py): "x" with a nested "z" early in the
+// step (1200 ns of overhead), idle, then "y" begins 400 ns after the
+// controller's "b" that asked for it. Its own past would shift y to before
+// b; after the idle gap it carries the controller's shift at its begin (250
+// ns: a's push and pop, b's push) instead, plus its own push. A range after
+// a gap shorter than its thread's shift, or nested, carries what it paid.
+TEST_F(CorrectStepTest, AnIdleWorkerStartsUnlinkedWorkNoEarlierForItsOwnPast) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector a(2, "worker", 0, 200);
+  ctl.Costs({{"push", 100}, {"pop", 50}});
+  a.Costs({{"push", 300}, {"pop", 300}});
+  Connect(ctl);
+  Connect(a);
+  ctl.Push(1, 1000, "step", 1).Push(1, 2000, "a").Pop(1, 3000).Push(1, 10000, "b").Pop(1, 16000).Pop(1, 20000);
+  a.Push(7, 2100, "x").Push(7, 2500, "z").Pop(7, 2900).Pop(7, 3300);
+  a.Push(7, 10400, "y").Push(7, 12000, "n").Pop(7, 12500).Pop(7, 14000);
+  a.Push(7, 14400, "after").Pop(7, 14800);  // 400 ns after y: no idle gap
+  for (auto* c : {&ctl, &a}) {
+    Send(c->Flush(30000));
+    Send(c->Bye());
+  }
+  agg_->Tick(0);
+  const StepProfile& step = exporter_.Step(1);
+  const ProcessSlice* c = FindSlice(step, 1);
+  const ProcessSlice* w = FindSlice(step, 2);
+  ASSERT_TRUE(c && w);
+  const Span* b = FindSpan(c, "b");
+  const Span* x = FindSpan(w, "x");
+  const Span* y = FindSpan(w, "y");
+  const Span* n = FindSpan(w, "n");
+  const Span* after = FindSpan(w, "after");
+  ASSERT_TRUE(b && x && y && n && after);
+  EXPECT_EQ(b->begin_ns, 10000 - 250);
+  EXPECT_EQ(x->end_ns, 3300 - 1200);
+  EXPECT_EQ(y->begin_ns, 10400 - 250 - 300);  // not 10400 - 1500
+  EXPECT_GE(y->begin_ns, b->begin_ns);
+  EXPECT_EQ(n->begin_ns, 12000 - 250 - 600);
+  EXPECT_EQ(y->end_ns, 14000 - 250 - 1200);
+  EXPECT_EQ(after->begin_ns, 14400 - 250 - 1500);  // the shift y left, and its push
+  EXPECT_EQ(w->overhead->total_ns, 3000);  // what it paid; moving it costs nothing
+}
+
 TEST_F(CorrectStepTest, AWorkerRangeOpenAtTheStepsEndEndsWithTheCorrectedStep) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector w(2, "worker", 0, 200);
