@@ -4,25 +4,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
 
-#include "aggregator/attribution.h"
 #include "aggregator/json_writer.h"
+#include "aggregator/perfetto_trace.h"
 #include "aggregator/run_json.h"
+#include "aggregator/step_trace.h"
 #include "aggregator/summary_json.h"
-#include "native/names.h"
 
 namespace rlscope {
 namespace {
-
-int64_t SortIndex(const ProcessTimeline& p) {
-  if (p.is_controller()) return 0;
-  return p.identity().rank >= 0 ? 1 + p.identity().rank : 1000000;
-}
 
 bool MakeDirs(const std::string& path) {
   std::string cur;
@@ -35,229 +31,98 @@ bool MakeDirs(const std::string& path) {
   return true;
 }
 
-// GPU stream tracks get thread ids of their own, far above real tids.
-int64_t StreamTrack(const GpuRecord& g) {
-  return (int64_t{1} << 40) + static_cast<int64_t>(g.device) * 1000000 + g.stream;
-}
-
-// A sampled thread's category track: beside the thread (same sort index,
-// a larger id).
-int64_t SampleTrack(int64_t tid) { return (int64_t{1} << 42) + tid; }
-int64_t OffCpuTrack(int64_t tid) { return (int64_t{1} << 43) + tid; }
-
-// A track's metadata: its name and sort index (`kind`: "process" or
-// "thread"; a process track's tid is 0).
-void WriteTrack(JsonWriter& w, const char* kind, int64_t pid, int64_t tid, const std::string& name,
-                int64_t sort_index) {
-  w.Newline().BeginObject().Key("ph").String("M").Key("name").String(std::string(kind) + "_name");
-  w.Key("pid").Int(pid).Key("tid").Int(tid);
-  w.Key("args").BeginObject().Key("name").String(name).EndObject();
-  w.EndObject();
-  w.Newline().BeginObject().Key("ph").String("M").Key("name").String(std::string(kind) + "_sort_index");
-  w.Key("pid").Int(pid).Key("tid").Int(tid);
-  w.Key("args").BeginObject().Key("sort_index").Int(sort_index).EndObject();
-  w.EndObject();
-}
-
-// CPU samples of one process (attribution.h): per sampled thread a track of
-// its own, one slice per run of samples in one category, each sample's CPU
-// time placed just before it (after the thread's previous sample); `where`
-// is what most of the run's samples were in: the Python module for python
-// and simulator samples, the shared object's file name for the others;
-// `frames_unread` (when any) how many of them had a Python frame the
-// sampler could not read. The slices are clipped to the step's bounds
-// [begin_ns, end_ns].
-// Each recording thread's off-CPU samples (thread_states.h) on a track of
-// its own: one slice per run of looks with the same reason.
-void WriteOffCpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
-  const ProcessTimeline& p = *slice.process;
-  std::map<int64_t, std::vector<const OffCpuSample*>> by_tid;
-  for (const OffCpuSample& o : slice.off_cpu) by_tid[o.tid].push_back(&o);
-  for (const auto& [tid, list] : by_tid) {
-    const int64_t track = OffCpuTrack(tid);
-    WriteTrack(w, "thread", pid, track, p.ThreadName(tid) + " \u00b7 off CPU (sampled)", tid == p.identity().pid ? 0 : tid);
-    size_t i = 0;
-    while (i < list.size()) {
-      const uint8_t reason = list[i]->reason;
-      const int64_t begin = std::max(begin_ns, list[i]->ts_ns - list[i]->weight_ns);
-      int64_t end = list[i]->ts_ns, off_ns = 0;
-      int looks = 0;
-      // A run: the same reason, each look starting where the one before ended.
-      for (; i < list.size() && list[i]->reason == reason && list[i]->ts_ns - list[i]->weight_ns <= end + 1000000; ++i) {
-        end = list[i]->ts_ns;
-        off_ns += list[i]->weight_ns;
-        ++looks;
-      }
-      w.Newline().BeginObject().Key("ph").String("X");
-      w.Key("name").String(std::string("off CPU: ") + OffCpuReasonName(reason));
-      w.Key("cat").String(names::kCatOffCpu).Key("pid").Int(pid).Key("tid").Int(track);
-      w.Key("ts").Micros(begin).Key("dur").Micros(std::max<int64_t>(0, std::min(end, end_ns) - begin));
-      w.Key("args").BeginObject().Key("looks").Int(looks).Key("off_cpu_ms").Double(off_ns / 1e6).EndObject();
-      w.EndObject();
+// The JSON encoding of a step's trace (trace_sink.h): metadata "M" events
+// name tracks, "X" slices, "b"/"e" async pairs, "i" instants, "s"/"f" flows.
+class JsonSink : public TraceSink {
+ public:
+  explicit JsonSink(JsonWriter* w) : w_(*w) {}
+  void Process(int64_t pid, std::string_view name, int64_t sort_index) override {
+    Track("process", pid, 0, name, sort_index);
+  }
+  void Thread(int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) override {
+    Track("thread", pid, tid, name, sort_index);
+  }
+  void Slice(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t begin_ns, int64_t end_ns,
+             const TraceArgs& args, const RawTimes* raw) override {
+    Head("X", name, cat, pid, tid);
+    w_.Key("ts").Micros(begin_ns).Key("dur").Micros(end_ns - begin_ns);
+    Args(args, raw);
+    w_.EndObject();
+  }
+  void Async(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, uint64_t id, int64_t begin_ns,
+             int64_t end_ns, const TraceArgs& args, const RawTimes* raw) override {
+    for (int phase = 0; phase < 2; ++phase) {
+      w_.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
+      w_.Key("name").String(name).Key("cat").String(cat).Key("id").Uint(id);
+      w_.Key("pid").Int(pid).Key("tid").Int(tid);
+      w_.Key("ts").Micros(phase == 0 ? begin_ns : end_ns);
+      if (phase == 0) Args(args, raw);
+      w_.EndObject();
     }
   }
-}
-
-void WriteCpuSamples(JsonWriter& w, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
-  const ProcessTimeline& p = *slice.process;
-  std::map<int64_t, std::vector<const CpuSample*>> by_tid;
-  for (const CpuSample& c : slice.cpu_samples) by_tid[c.tid].push_back(&c);
-  for (const auto& [tid, list] : by_tid) {
-    const int64_t track = SampleTrack(tid);
-    WriteTrack(w, "thread", pid, track, p.ThreadName(tid) + " \u00b7 CPU (sampled)", tid == p.identity().pid ? 0 : tid);
-    struct Run {
-      int64_t begin = 0, end = 0, cpu_ns = 0;
-      int samples = 0, unread = 0;
-      uint8_t category = 0;
-      std::map<std::string, int> where;
-    } run;
-    auto flush = [&] {
-      if (run.samples == 0) return;
-      std::string where;
-      int most = 0;
-      for (const auto& [name, n] : run.where) {
-        if (n > most) most = n, where = name;
-      }
-      w.Newline().BeginObject().Key("ph").String("X");
-      w.Key("name").String(CpuCategoryName(static_cast<CpuCategory>(run.category)));
-      w.Key("cat").String(names::kCatCpuSamples).Key("pid").Int(pid).Key("tid").Int(track);
-      w.Key("ts").Micros(run.begin).Key("dur").Micros(run.end - run.begin);
-      w.Key("args").BeginObject().Key("samples").Int(run.samples).Key("cpu_ms").Double(run.cpu_ns / 1e6);
-      if (!where.empty()) w.Key("where").String(where);
-      if (run.unread > 0) w.Key("frames_unread").Int(run.unread);
-      w.EndObject().EndObject();
-      run = Run{};
-    };
-    int64_t previous = INT64_MIN;
-    for (const CpuSample* c : list) {
-      const int64_t begin = std::max(previous, c->ts_ns - c->weight_ns);
-      previous = c->ts_ns;
-      // One run while the category holds and the thread kept running.
-      if (run.samples > 0 && (c->category != run.category || begin > run.end + c->weight_ns / 2)) flush();
-      if (run.samples == 0) run.begin = std::max(begin, begin_ns), run.category = c->category;
-      run.end = std::min(c->ts_ns, end_ns);
-      run.cpu_ns += c->weight_ns;
-      ++run.samples;
-      run.unread += c->frame_unread ? 1 : 0;
-      // Python and the simulator are told by the frame's module, the rest
-      // by the shared object (libc under Ray's worker loop is "other").
-      std::string object = p.String(c->object);
-      if (const size_t slash = object.rfind('/'); slash != std::string::npos) object = object.substr(slash + 1);
-      const std::string module = p.String(c->module);
-      const auto category = static_cast<CpuCategory>(c->category);
-      const bool by_module = category == CpuCategory::kPython || category == CpuCategory::kSimulator;
-      std::string name = by_module ? (module.empty() ? object : module) : (object.empty() ? module : object);
-      if (!name.empty()) ++run.where[name];
-    }
-    flush();
+  void Instant(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t ts_ns,
+               const TraceArgs& args) override {
+    w_.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
+    w_.Key("name").String(name).Key("cat").String(cat);
+    w_.Key("pid").Int(pid).Key("tid").Int(tid).Key("ts").Micros(ts_ns);
+    if (args.size() > 0) Args(args, nullptr);
+    w_.EndObject();
   }
-}
-
-const char* MemcpyKindName(uint32_t kind) {
-  switch (kind) {  // CUpti_ActivityMemcpyKind
-    case 1: return "HtoD";
-    case 2: return "DtoH";
-    case 3: return "HtoA";
-    case 4: return "AtoH";
-    case 5: return "AtoA";
-    case 6: return "AtoD";
-    case 7: return "DtoA";
-    case 8: return "DtoD";
-    case 9: return "HtoH";
-    case 10: return "PtoP";
-    default: return "unknown";
+  // "s" on the launch, "f" (bound to the enclosing slice) on what it launched.
+  void Flow(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t from_tid, int64_t from_ns,
+            int64_t to_tid, int64_t to_ns) override {
+    const std::string flow_id = std::to_string(pid) + "." + std::to_string(id);
+    w_.Newline().BeginObject().Key("ph").String("s").Key("name").String(name).Key("cat").String(cat);
+    w_.Key("id").String(flow_id).Key("pid").Int(pid).Key("tid").Int(from_tid);
+    w_.Key("ts").Micros(from_ns).EndObject();
+    w_.Newline().BeginObject().Key("ph").String("f").Key("bp").String("e").Key("name").String(name);
+    w_.Key("cat").String(cat).Key("id").String(flow_id).Key("pid").Int(pid).Key("tid").Int(to_tid);
+    w_.Key("ts").Micros(to_ns).EndObject();
   }
-}
 
-const char* SyncTypeName(uint32_t type) {
-  switch (type) {  // CUpti_ActivitySynchronizationType
-    case 1: return "event synchronize";
-    case 2: return "stream wait event";
-    case 3: return "stream synchronize";
-    case 4: return "context synchronize";
-    default: return "synchronize";
+ private:
+  // A track's metadata: its name and sort index (a process track's tid is 0).
+  void Track(const char* kind, int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) {
+    w_.Newline().BeginObject().Key("ph").String("M").Key("name").String(std::string(kind) + "_name");
+    w_.Key("pid").Int(pid).Key("tid").Int(tid);
+    w_.Key("args").BeginObject().Key("name").String(name).EndObject();
+    w_.EndObject();
+    w_.Newline().BeginObject().Key("ph").String("M").Key("name").String(std::string(kind) + "_sort_index");
+    w_.Key("pid").Int(pid).Key("tid").Int(tid);
+    w_.Key("args").BeginObject().Key("sort_index").Int(sort_index).EndObject();
+    w_.EndObject();
   }
-}
-
-bool OnDevice(const GpuRecord& g) {
-  const auto kind = static_cast<GpuKind>(g.kind);
-  return kind == GpuKind::kKernel || kind == GpuKind::kMemcpy || kind == GpuKind::kMemset;
-}
-
-// GPU activity of one process: kernels, copies and sets on one track per
-// (device, stream); API calls, syncs and CUPTI overhead on the CPU thread that
-// made them; a flow arrow from each launch to what it launched.
-void WriteGpu(JsonWriter& w, const ProcessSlice& slice, int64_t pid, std::set<int64_t>* cpu_tids) {
-  const ProcessTimeline& p = *slice.process;
-  std::set<int64_t> streams;
-  std::map<uint32_t, const GpuRecord*> launch;  // correlation -> API call
-  for (const GpuRecord& g : slice.gpu) {
-    if (OnDevice(g)) {
-      if (streams.insert(StreamTrack(g)).second) {
-        const std::string name = "stream " + std::to_string(g.stream) + " (GPU " + std::to_string(g.device) + ")";
-        WriteTrack(w, "thread", pid, StreamTrack(g), name, StreamTrack(g));
-      }
-    } else if (g.tid != 0) {
-      cpu_tids->insert(g.tid);
-    }
-    const auto kind = static_cast<GpuKind>(g.kind);
-    if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
-      launch.emplace(g.correlation, &g);
-    }
+  void Head(const char* ph, std::string_view name, std::string_view cat, int64_t pid, int64_t tid) {
+    w_.Newline().BeginObject().Key("ph").String(ph).Key("name").String(name);
+    w_.Key("cat").String(cat).Key("pid").Int(pid).Key("tid").Int(tid);
   }
-  for (const GpuRecord& g : slice.gpu) {
-    const auto kind = static_cast<GpuKind>(g.kind);
-    std::string name = p.String(g.name);
-    const char* cat = names::kCatKernel;
-    switch (kind) {
-      case GpuKind::kKernel: cat = names::kCatKernel; break;
-      case GpuKind::kMemcpy: cat = names::kCatMemcpy; name = std::string("Memcpy ") + MemcpyKindName(g.subkind); break;
-      case GpuKind::kMemset: cat = names::kCatMemset; name = "Memset"; break;
-      case GpuKind::kRuntimeApi:
-      case GpuKind::kDriverApi: cat = names::kCatCudaApi; break;
-      case GpuKind::kSync: cat = names::kCatCudaSync; name = std::string("Sync: ") + SyncTypeName(g.subkind); break;
-      case GpuKind::kOverhead: cat = names::kCatCuptiOverhead; break;
-    }
-    if (name.empty()) name = "(unnamed)";
-    const int64_t tid = OnDevice(g) ? StreamTrack(g) : (g.tid != 0 ? g.tid : 0);
-    w.Newline().BeginObject().Key("ph").String("X").Key("name").String(name).Key("cat").String(cat);
-    w.Key("pid").Int(pid).Key("tid").Int(tid);
-    w.Key("ts").Micros(g.start_ns).Key("dur").Micros(g.end_ns - g.start_ns);
-    w.Key("args").BeginObject();
-    if (g.correlation != 0) w.Key("correlation").Uint(g.correlation);
-    if (OnDevice(g)) w.Key("device").Uint(g.device).Key("stream").Uint(g.stream);
-    if (kind == GpuKind::kKernel) {
-      w.Key("grid").BeginArray().Int(g.grid[0]).Int(g.grid[1]).Int(g.grid[2]).EndArray();
-      w.Key("block").BeginArray().Int(g.block[0]).Int(g.block[1]).Int(g.block[2]).EndArray();
-    }
-    if (kind == GpuKind::kMemcpy || kind == GpuKind::kMemset) {
-      w.Key("bytes").Uint(g.bytes);
-      if (g.end_ns > g.start_ns) {
-        w.Key("bandwidth_GBps").Double(static_cast<double>(g.bytes) / static_cast<double>(g.end_ns - g.start_ns));
+  // "args": each in order, then the raw times as "raw_ts" and "raw_dur".
+  void Args(const TraceArgs& args, const RawTimes* raw) {
+    w_.Key("args").BeginObject();
+    for (int i = 0; i < args.size(); ++i) {
+      const TraceArg& a = args[i];
+      w_.Key(a.key);
+      switch (a.type) {
+        case TraceArg::Type::kInt: w_.Int(a.i); break;
+        case TraceArg::Type::kUint: w_.Uint(a.u); break;
+        case TraceArg::Type::kDouble: w_.Double(a.d); break;
+        case TraceArg::Type::kString: w_.String(a.s); break;
+        case TraceArg::Type::kBool: w_.Bool(a.i != 0); break;
+        case TraceArg::Type::kInts3: w_.BeginArray().Int(a.v[0]).Int(a.v[1]).Int(a.v[2]).EndArray(); break;
       }
     }
-    w.EndObject();
-    w.EndObject();
-    // launch -> kernel/copy/set: "s" on the API call, "f" (bound to the
-    // enclosing slice) on the device record.
-    if (OnDevice(g) && g.correlation != 0) {
-      auto it = launch.find(g.correlation);
-      if (it != launch.end() && it->second->tid != 0) {
-        const std::string id = std::to_string(pid) + "." + std::to_string(g.correlation);
-        w.Newline().BeginObject().Key("ph").String("s").Key("name").String("launch").Key("cat").String(names::kCatLaunch);
-        w.Key("id").String(id).Key("pid").Int(pid).Key("tid").Int(it->second->tid);
-        w.Key("ts").Micros(it->second->start_ns).EndObject();
-        w.Newline().BeginObject().Key("ph").String("f").Key("bp").String("e").Key("name").String("launch");
-        w.Key("cat").String(names::kCatLaunch).Key("id").String(id).Key("pid").Int(pid).Key("tid").Int(tid);
-        w.Key("ts").Micros(g.start_ns).EndObject();
-      }
-    }
+    if (raw != nullptr) w_.Key("raw_ts").Micros(raw->begin_ns).Key("raw_dur").Micros(raw->end_ns - raw->begin_ns);
+    w_.EndObject();
   }
-}
+  JsonWriter& w_;
+};
 
 }  // namespace
 
-ChromeTraceExporter::ChromeTraceExporter(std::string out_dir) : out_dir_(std::move(out_dir)) {}
+ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats)
+    : out_dir_(std::move(out_dir)),
+      json_(std::find(formats.begin(), formats.end(), "json") != formats.end()),
+      pftrace_(std::find(formats.begin(), formats.end(), "pftrace") != formats.end()) {}
 
 int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
   auto it = trace_pids_.find(session);
@@ -294,90 +159,6 @@ void WriteOtherData(JsonWriter& w, const StepProfile& step) {
   w.EndObject();
 }
 
-// An integer payload as it was given: an int64 one (kFlagPayloadSigned) signed.
-void WritePayload(JsonWriter& w, uint64_t payload, bool is_signed) {
-  w.Key("payload");
-  if (is_signed) w.Int(static_cast<int64_t>(payload)); else w.Uint(payload);
-}
-
-// An event's category (0: none), by its name where the domain named it.
-void WriteCategory(JsonWriter& w, const ProcessTimeline& p, uint32_t domain, uint32_t category) {
-  if (category == 0) return;
-  const std::string cn = p.CategoryName(domain, category);
-  w.Key("category");
-  if (cn.empty()) w.Uint(category); else w.String(cn);
-}
-
-// A range's args: payload, category, how it was cut, and where it was before
-// overhead correction moved it.
-void WriteSpanArgs(JsonWriter& w, const ProcessTimeline& p, const Span& s) {
-  w.Key("args").BeginObject();
-  if (s.has_payload) WritePayload(w, s.payload, s.payload_signed);
-  WriteCategory(w, p, s.domain, s.category);
-  if (s.clipped_begin) w.Key("clipped_begin").Bool(true);
-  if (s.clipped_end) w.Key("clipped_end").Bool(true);
-  if (s.open) w.Key("open").Bool(true);
-  if (s.async && !s.open) w.Key("end_tid").Int(s.end_tid);
-  if (s.raw_begin_ns != s.begin_ns || s.raw_end_ns != s.end_ns) {
-    w.Key("raw_ts").Micros(s.raw_begin_ns).Key("raw_dur").Micros(s.raw_end_ns - s.raw_begin_ns);
-  }
-  w.EndObject();
-}
-
-// A push/pop range as an "X" slice; a start/end range as an async "b"/"e" pair.
-void WriteSpan(JsonWriter& w, const ProcessTimeline& p, const Span& s, int64_t pid) {
-  const char* name = p.String(s.name);
-  const std::string cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
-  if (!s.async) {
-    w.Newline().BeginObject().Key("ph").String("X").Key("name").String(*name ? name : "(unnamed)");
-    w.Key("cat").String(cat).Key("pid").Int(pid).Key("tid").Int(s.tid);
-    w.Key("ts").Micros(s.begin_ns).Key("dur").Micros(s.end_ns - s.begin_ns);
-    WriteSpanArgs(w, p, s);
-    w.EndObject();
-    return;
-  }
-  for (int phase = 0; phase < 2; ++phase) {
-    w.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
-    w.Key("name").String(*name ? name : "(unnamed)");
-    w.Key("cat").String(cat + ".async").Key("id").Uint(s.range_id);
-    w.Key("pid").Int(pid).Key("tid").Int(s.tid);
-    w.Key("ts").Micros(phase == 0 ? s.begin_ns : s.end_ns);
-    if (phase == 0) WriteSpanArgs(w, p, s);
-    w.EndObject();
-  }
-}
-
-void WriteInstant(JsonWriter& w, const ProcessTimeline& p, const Instant& i, int64_t pid) {
-  const char* name = p.String(i.name);
-  w.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
-  w.Key("name").String(*name ? name : "(unnamed)");
-  w.Key("cat").String(i.domain != 0 ? p.String(i.domain) : "nvtx");
-  w.Key("pid").Int(pid).Key("tid").Int(i.tid).Key("ts").Micros(i.ts_ns);
-  if (i.has_payload || i.category != 0) {
-    w.Key("args").BeginObject();
-    if (i.has_payload) WritePayload(w, i.payload, i.payload_signed);
-    WriteCategory(w, p, i.domain, i.category);
-    w.EndObject();
-  }
-  w.EndObject();
-}
-
-// One process's tracks and events: its GPU work, its threads' ranges, CPU
-// samples and marks.
-void WriteProcessEvents(JsonWriter& w, const StepProfile& step, const ProcessSlice& slice, int64_t pid) {
-  const ProcessTimeline& p = *slice.process;
-  WriteTrack(w, "process", pid, 0, ProcessLabel(p), SortIndex(p));
-  std::set<int64_t> tids;
-  for (const Span& s : slice.spans) tids.insert(s.tid);
-  for (const Instant& i : slice.instants) tids.insert(i.tid);
-  WriteGpu(w, slice, pid, &tids);
-  for (int64_t tid : tids) WriteTrack(w, "thread", pid, tid, p.ThreadName(tid), tid == p.identity().pid ? 0 : tid);
-  for (const Span& s : slice.spans) WriteSpan(w, p, s, pid);
-  WriteCpuSamples(w, slice, pid, step.begin_ns, step.end_ns);
-  WriteOffCpu(w, slice, pid, step.begin_ns, step.end_ns);
-  for (const Instant& i : slice.instants) WriteInstant(w, p, i, pid);
-}
-
 }  // namespace
 
 std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
@@ -392,9 +173,8 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
   w.Key("displayTimeUnit").String("ns");
   WriteOtherData(w, step);
   w.Key("traceEvents").BeginArray();
-  for (const ProcessSlice& slice : step.processes) {
-    WriteProcessEvents(w, step, slice, trace_pids.at(slice.process->hello().session));
-  }
+  JsonSink sink(&w);
+  StepTraceEvents(step, trace_pids, &sink);
   w.Newline().EndArray();
   w.EndObject();
   out.push_back('\n');
@@ -435,7 +215,11 @@ bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
     for (const ProcessSlice& slice : step.processes) {
       TracePid(slice.process->hello().session, slice.process->identity().pid);
     }
-    if (!step.summary_only && !WriteFile(dir + "/trace.json", StepTraceJson(step, trace_pids_))) return false;
+    if (!step.summary_only && json_ && !WriteFile(dir + "/trace.json", StepTraceJson(step, trace_pids_))) return false;
+    if (!step.summary_only && pftrace_ &&
+        !WriteFile(dir + "/trace.pftrace", StepTracePerfetto(step, trace_pids_))) {
+      return false;
+    }
     return WriteFile(dir + "/summary.json", StepSummaryJson(step));
   } catch (const std::exception& e) {
     last_error_ = e.what();

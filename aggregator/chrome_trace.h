@@ -1,13 +1,12 @@
-// Chrome Trace Event JSON exporter (loads in Perfetto UI and chrome://tracing).
+// The step files exporter: per written step <out>/step_<N>/summary.json
+// (summary_json.h) and the trace in the formats the config's
+// output.formats names: trace.json (Chrome Trace Event JSON, which the
+// Perfetto UI and chrome://tracing load) for "json", trace.pftrace
+// (perfetto_trace.h) for "pftrace"; and <out>/run.json for the run
+// (run_json.h). What the trace holds is step_trace.h's; here it is only
+// encoded and written. Each file is written to a temporary name and
+// renamed, so a reader never sees half a file.
 //
-// Writes <out>/step_<N>/trace.json and summary.json per step, and
-// <out>/run.json for the run (summary_json.h); each file is written to a
-// temporary name and renamed, so a reader never sees half a file.
-//
-// Tracks: one process per collector, labelled "host / name (role, rank R) /
-// pid P", controller first then by rank; one thread track per recording
-// thread; push/pop ranges as "X" slices; start/end ranges as async "b"/"e"
-// pairs (id = range id) since they may end on another thread; marks as "i".
 // Directories are made 0700 and files 0600: a profile (names, timings, the
 // run's identities) is its user's only. A write that fails leaves no
 // temporary file and says why (last_error).
@@ -15,6 +14,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "aggregator/exporter.h"
 
@@ -22,7 +22,8 @@ namespace rlscope {
 
 class ChromeTraceExporter : public StepExporter {
  public:
-  explicit ChromeTraceExporter(std::string out_dir);
+  // `formats`: Config::Output::formats ("db" is not the exporter's).
+  explicit ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats = {"json"});
   bool ExportStep(const StepProfile& step) noexcept override;
   bool ExportRun(const RunInfo& run) noexcept override;
 
@@ -33,6 +34,7 @@ class ChromeTraceExporter : public StepExporter {
   bool WriteFile(const std::string& path, const std::string& content) noexcept;
 
   std::string out_dir_;
+  bool json_ = true, pftrace_ = false;
   std::map<uint64_t, int64_t> trace_pids_;  // session -> pid in the trace (unique)
   std::string last_error_;
 };

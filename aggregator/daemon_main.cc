@@ -204,7 +204,7 @@ class Server {
 void ReportWritten(const Aggregator& agg, const std::string& out_dir, size_t* reported) {
   const auto written = agg.steps_written();
   for (; *reported < written.size(); ++*reported) {
-    std::printf("rlscope-ray aggregator: step %lld written to %s/step_%lld/trace.json\n",
+    std::printf("rlscope-ray aggregator: step %lld written to %s/step_%lld/\n",
                 static_cast<long long>(written[*reported]), out_dir.c_str(),
                 static_cast<long long>(written[*reported]));
     std::fflush(stdout);
@@ -325,7 +325,7 @@ int RunRecover(const Options& options) {
   KeySet config_keys;
   if (!LoadConfig(options, &config, &config_keys)) return 2;
   umask(077);
-  ChromeTraceExporter exporter(config.output_dir);
+  ChromeTraceExporter exporter(config.output_dir, config.output.formats);
   Aggregator agg(config, &exporter, options.config_path, config_keys);
   if (const char* secret = std::getenv(names::kEnvSecret); secret != nullptr && *secret != '\0') agg.SetSecret(secret);
   std::string unreadable;
@@ -376,7 +376,7 @@ int RunAggregator(const Options& options) {
   void* sock = Listen(ctx, options, config);
   if (sock == nullptr) return 2;
   StopOnSignals(options.exit_with_parent);
-  ChromeTraceExporter exporter(config.output_dir);
+  ChromeTraceExporter exporter(config.output_dir, config.output.formats);
   Aggregator agg(config, &exporter, options.config_path, config_keys);
   UseSecret(agg, options);
   TakeUpUnfinishedRun(agg, options, config.output_dir);

@@ -310,6 +310,14 @@ std::vector<KeySpec> CaptureKeySpecs() {
              [](Config& c) -> std::string& { return c.aggregator; }),
       String("output_dir", "run directory the aggregator writes step profiles into",
              [](Config& c) -> std::string& { return c.output_dir; }),
+      StringList("output.formats",
+                 "the files of each written step: json (trace.json, Chrome JSON), pftrace (trace.pftrace, Perfetto's "
+                 "protobuf), db (the run database run.duckdb, for rlscope-ray query and stats; it reads trace.json)",
+                 [](Config& c) -> std::vector<std::string>& { return c.output.formats; },
+                 "expected a list like [json, pftrace, db]", "list items must be format names",
+                 [](const std::string& v) -> std::string {
+                   return v == "json" || v == "pftrace" || v == "db" ? "" : "'" + v + "' is not one of: json | pftrace | db";
+                 }),
       Run(Selection("ranks", "ranks to profile: all, or a list like [0, 1]",
                 [](Config& c) -> IntSelection& { return c.ranks; })),
       Run(Selection("steps", "training steps to write: all, a list like [2, 3, 5], or a range like \"2-5\"",

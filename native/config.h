@@ -6,6 +6,7 @@
 //   ppo.yaml:4:8: steps: range "5-2" is empty (start 5 > end 2)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -24,6 +25,14 @@ struct IntSelection {
 struct Config {
   std::string aggregator = "auto";
   std::string output_dir = "rlscope_out";
+  // The files of each written step besides summary.json (chrome_trace.h):
+  // "json" trace.json, "pftrace" trace.pftrace (perfetto_trace.h), "db" the
+  // run database run.duckdb, kept by a process beside the aggregator from
+  // each step's trace.json and summary.json (docs/run_database.md).
+  struct Output {
+    std::vector<std::string> formats = {"json", "pftrace", "db"};
+    bool Has(const std::string& f) const { return std::find(formats.begin(), formats.end(), f) != formats.end(); }
+  } output;
   IntSelection ranks;
   IntSelection steps;
   std::vector<std::string> subtasks;

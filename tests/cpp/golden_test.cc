@@ -9,7 +9,8 @@
 // launches, kernels and copies, drops, and an expected process that never
 // connected. It goes through the real aggregator and the real exporter into
 // a temporary directory, whose every file must equal its copy in
-// tests/golden/ (run.json, step_<N>/trace.json, step_<N>/summary.json).
+// tests/golden/ (run.json, step_<N>/trace.json, trace.pftrace and
+// summary.json; tests/test_perfetto_trace.py reads the two traces back).
 //
 // A change that means to change the outputs regenerates them:
 //   RLSCOPE_UPDATE_GOLDEN=1 build/py/tests/cpp/golden_test
@@ -137,7 +138,7 @@ std::string ReadAll(const fs::path& p) {
 void RunScenario(const fs::path& out) {
   ConfigResult parsed = ParseConfig(kConfig, "golden.yaml");
   ASSERT_TRUE(parsed.ok());
-  ChromeTraceExporter exporter(out.string());
+  ChromeTraceExporter exporter(out.string(), {"json", "pftrace"});
   Aggregator agg(parsed.config, &exporter);
   FakeCollector ctl(1, "controller", -1, 100, "node0", "TaskRunner");
   FakeCollector w0(2, "worker", 0, 200, "node0", "ActorRolloutRefWorker");
@@ -192,7 +193,7 @@ TEST(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
   const fs::path out = tmpl;
   RunScenario(out);
   const std::set<std::string> written = Files(out);
-  ASSERT_EQ(written.size(), 1u + 2u * kSteps) << "run.json and a trace and a summary per step";
+  ASSERT_EQ(written.size(), 1u + 3u * kSteps) << "run.json and per step a trace in each format and a summary";
   if (std::getenv("RLSCOPE_UPDATE_GOLDEN") != nullptr) {
     fs::remove_all(golden);
     for (const std::string& f : written) {

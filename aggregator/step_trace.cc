@@ -1,0 +1,310 @@
+#include "aggregator/step_trace.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregator/attribution.h"
+#include "aggregator/run_json.h"
+#include "native/names.h"
+
+namespace rlscope {
+
+int64_t StreamTrackId(uint32_t device, uint32_t stream) {
+  return (int64_t{1} << 40) + static_cast<int64_t>(device) * 1000000 + stream;
+}
+int64_t SampleTrackId(int64_t tid) { return (int64_t{1} << 42) + tid; }
+int64_t OffCpuTrackId(int64_t tid) { return (int64_t{1} << 43) + tid; }
+
+namespace {
+
+int64_t SortIndex(const ProcessTimeline& p) {
+  if (p.is_controller()) return 0;
+  return p.identity().rank >= 0 ? 1 + p.identity().rank : 1000000;
+}
+
+// A thread track's sort index: the main thread first, then by tid.
+int64_t ThreadSort(const ProcessTimeline& p, int64_t tid) { return tid == p.identity().pid ? 0 : tid; }
+
+// Each recording thread's off-CPU samples (thread_states.h) on a track of
+// its own: one slice per run of looks with the same reason, clipped to the
+// step's bounds [begin_ns, end_ns] and to the end of the run before it.
+void OffCpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
+  const ProcessTimeline& p = *slice.process;
+  std::map<int64_t, std::vector<const OffCpuSample*>> by_tid;
+  for (const OffCpuSample& o : slice.off_cpu) by_tid[o.tid].push_back(&o);
+  for (const auto& [tid, list] : by_tid) {
+    const int64_t track = OffCpuTrackId(tid);
+    sink->Thread(pid, track, p.ThreadName(tid) + " \u00b7 off CPU (sampled)", ThreadSort(p, tid));
+    size_t i = 0;
+    int64_t last_end = begin_ns;  // runs do not overlap: a look began after the one before it
+    while (i < list.size()) {
+      const uint8_t reason = list[i]->reason;
+      const int64_t begin = std::max(last_end, list[i]->ts_ns - list[i]->weight_ns);
+      int64_t end = list[i]->ts_ns, off_ns = 0;
+      int looks = 0;
+      // A run: the same reason, each look starting where the one before ended.
+      for (; i < list.size() && list[i]->reason == reason && list[i]->ts_ns - list[i]->weight_ns <= end + 1000000; ++i) {
+        end = list[i]->ts_ns;
+        off_ns += list[i]->weight_ns;
+        ++looks;
+      }
+      const std::string name = std::string("off CPU: ") + OffCpuReasonName(reason);
+      last_end = std::max(begin, std::min(end, end_ns));
+      sink->Slice(pid, track, name, names::kCatOffCpu, begin, last_end,
+                  TraceArgs().Int("looks", looks).Double("off_cpu_ms", off_ns / 1e6));
+    }
+  }
+}
+
+// A run of one thread's CPU samples in one category.
+struct SampleRun {
+  int64_t begin = 0, end = 0, cpu_ns = 0;
+  int samples = 0, unread = 0;
+  uint8_t category = 0;
+  std::map<std::string, int> where;
+};
+
+void FlushRun(TraceSink* sink, int64_t pid, int64_t track, SampleRun* run) {
+  if (run->samples == 0) return;
+  std::string where;
+  int most = 0;
+  for (const auto& [name, n] : run->where) {
+    if (n > most) most = n, where = name;
+  }
+  TraceArgs args;
+  args.Int("samples", run->samples).Double("cpu_ms", run->cpu_ns / 1e6);
+  if (!where.empty()) args.String("where", where);
+  if (run->unread > 0) args.Int("frames_unread", run->unread);
+  sink->Slice(pid, track, CpuCategoryName(static_cast<CpuCategory>(run->category)), names::kCatCpuSamples, run->begin,
+              run->end, args);
+  *run = SampleRun{};
+}
+
+// What a sample was in: the Python module for python and simulator samples,
+// the shared object's file name for the others (libc under Ray's worker
+// loop is "other").
+std::string SampleWhere(const ProcessTimeline& p, const CpuSample& c) {
+  std::string object = p.String(c.object);
+  if (const size_t slash = object.rfind('/'); slash != std::string::npos) object = object.substr(slash + 1);
+  const std::string module = p.String(c.module);
+  const auto category = static_cast<CpuCategory>(c.category);
+  const bool by_module = category == CpuCategory::kPython || category == CpuCategory::kSimulator;
+  return by_module ? (module.empty() ? object : module) : (object.empty() ? module : object);
+}
+
+// CPU samples of one process (attribution.h): per sampled thread a track of
+// its own, one slice per run of samples in one category, each sample's CPU
+// time placed just before it (after the thread's previous sample); `where`
+// is what most of the run's samples were in; `frames_unread` (when any) how
+// many of them had a Python frame the sampler could not read. The slices
+// are clipped to the step's bounds [begin_ns, end_ns].
+void CpuSampleEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
+  const ProcessTimeline& p = *slice.process;
+  std::map<int64_t, std::vector<const CpuSample*>> by_tid;
+  for (const CpuSample& c : slice.cpu_samples) by_tid[c.tid].push_back(&c);
+  for (const auto& [tid, list] : by_tid) {
+    const int64_t track = SampleTrackId(tid);
+    sink->Thread(pid, track, p.ThreadName(tid) + " \u00b7 CPU (sampled)", ThreadSort(p, tid));
+    SampleRun run;
+    int64_t previous = INT64_MIN;
+    for (const CpuSample* c : list) {
+      const int64_t begin = std::max(previous, c->ts_ns - c->weight_ns);
+      previous = c->ts_ns;
+      // One run while the category holds and the thread kept running.
+      if (run.samples > 0 && (c->category != run.category || begin > run.end + c->weight_ns / 2)) {
+        FlushRun(sink, pid, track, &run);
+      }
+      if (run.samples == 0) run.begin = std::max(begin, begin_ns), run.category = c->category;
+      run.end = std::min(c->ts_ns, end_ns);
+      run.cpu_ns += c->weight_ns;
+      ++run.samples;
+      run.unread += c->frame_unread ? 1 : 0;
+      const std::string where = SampleWhere(p, *c);
+      if (!where.empty()) ++run.where[where];
+    }
+    FlushRun(sink, pid, track, &run);
+  }
+}
+
+const char* MemcpyKindName(uint32_t kind) {
+  switch (kind) {  // CUpti_ActivityMemcpyKind
+    case 1: return "HtoD";
+    case 2: return "DtoH";
+    case 3: return "HtoA";
+    case 4: return "AtoH";
+    case 5: return "AtoA";
+    case 6: return "AtoD";
+    case 7: return "DtoA";
+    case 8: return "DtoD";
+    case 9: return "HtoH";
+    case 10: return "PtoP";
+    default: return "unknown";
+  }
+}
+
+const char* SyncTypeName(uint32_t type) {
+  switch (type) {  // CUpti_ActivitySynchronizationType
+    case 1: return "event synchronize";
+    case 2: return "stream wait event";
+    case 3: return "stream synchronize";
+    case 4: return "context synchronize";
+    default: return "synchronize";
+  }
+}
+
+bool OnDevice(const GpuRecord& g) {
+  const auto kind = static_cast<GpuKind>(g.kind);
+  return kind == GpuKind::kKernel || kind == GpuKind::kMemcpy || kind == GpuKind::kMemset;
+}
+
+// A GPU record's name and category in the trace.
+std::pair<std::string, const char*> GpuName(const ProcessTimeline& p, const GpuRecord& g) {
+  std::string name = p.String(g.name);
+  const char* cat = names::kCatKernel;
+  switch (static_cast<GpuKind>(g.kind)) {
+    case GpuKind::kKernel: cat = names::kCatKernel; break;
+    case GpuKind::kMemcpy: cat = names::kCatMemcpy; name = std::string("Memcpy ") + MemcpyKindName(g.subkind); break;
+    case GpuKind::kMemset: cat = names::kCatMemset; name = "Memset"; break;
+    case GpuKind::kRuntimeApi:
+    case GpuKind::kDriverApi: cat = names::kCatCudaApi; break;
+    case GpuKind::kSync: cat = names::kCatCudaSync; name = std::string("Sync: ") + SyncTypeName(g.subkind); break;
+    case GpuKind::kOverhead: cat = names::kCatCuptiOverhead; break;
+  }
+  if (name.empty()) name = "(unnamed)";
+  return {name, cat};
+}
+
+TraceArgs GpuArgs(const GpuRecord& g) {
+  const auto kind = static_cast<GpuKind>(g.kind);
+  TraceArgs args;
+  if (g.correlation != 0) args.Uint("correlation", g.correlation);
+  if (OnDevice(g)) args.Uint("device", g.device).Uint("stream", g.stream);
+  if (kind == GpuKind::kKernel) {
+    args.Ints3("grid", {g.grid[0], g.grid[1], g.grid[2]}).Ints3("block", {g.block[0], g.block[1], g.block[2]});
+  }
+  if (kind == GpuKind::kMemcpy || kind == GpuKind::kMemset) {
+    args.Uint("bytes", g.bytes);
+    if (g.end_ns > g.start_ns) {
+      args.Double("bandwidth_GBps", static_cast<double>(g.bytes) / static_cast<double>(g.end_ns - g.start_ns));
+    }
+  }
+  return args;
+}
+
+// The GPU tracks of one process: one per (device, stream) its kernels,
+// copies and sets ran on; the CPU threads its API calls, syncs and CUPTI
+// overhead were on go into `cpu_tids`.
+void GpuTracks(TraceSink* sink, const ProcessSlice& slice, int64_t pid, std::set<int64_t>* cpu_tids) {
+  std::set<int64_t> streams;
+  for (const GpuRecord& g : slice.gpu) {
+    if (OnDevice(g)) {
+      const int64_t track = StreamTrackId(g.device, g.stream);
+      if (streams.insert(track).second) {
+        sink->Thread(pid, track, "stream " + std::to_string(g.stream) + " (GPU " + std::to_string(g.device) + ")", track);
+      }
+    } else if (g.tid != 0) {
+      cpu_tids->insert(g.tid);
+    }
+  }
+}
+
+// GPU activity of one process on those tracks, and a flow arrow from each
+// launch to what it launched.
+void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
+  const ProcessTimeline& p = *slice.process;
+  std::map<uint32_t, const GpuRecord*> launch;  // correlation -> API call
+  for (const GpuRecord& g : slice.gpu) {
+    const auto kind = static_cast<GpuKind>(g.kind);
+    if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
+      launch.emplace(g.correlation, &g);
+    }
+  }
+  for (const GpuRecord& g : slice.gpu) {
+    const auto [name, cat] = GpuName(p, g);
+    const int64_t tid = OnDevice(g) ? StreamTrackId(g.device, g.stream) : g.tid;
+    sink->Slice(pid, tid, name, cat, g.start_ns, g.end_ns, GpuArgs(g));
+    if (OnDevice(g) && g.correlation != 0) {
+      auto it = launch.find(g.correlation);
+      if (it != launch.end() && it->second->tid != 0) {
+        sink->Flow(pid, g.correlation, "launch", names::kCatLaunch, it->second->tid, it->second->start_ns, tid,
+                   g.start_ns);
+      }
+    }
+  }
+}
+
+// An integer payload as it was given: an int64 one (kFlagPayloadSigned) signed.
+void PayloadArg(TraceArgs* args, uint64_t payload, bool is_signed) {
+  if (is_signed) args->Int("payload", static_cast<int64_t>(payload)); else args->Uint("payload", payload);
+}
+
+// An event's category (0: none), by its name where the domain named it;
+// `storage` keeps the name alive while the args are.
+void CategoryArg(TraceArgs* args, const ProcessTimeline& p, uint32_t domain, uint32_t category, std::string* storage) {
+  if (category == 0) return;
+  *storage = p.CategoryName(domain, category);
+  if (storage->empty()) args->Uint("category", category); else args->String("category", *storage);
+}
+
+// A push/pop range as a slice, a start/end range as an async range; its
+// args: payload, category, how it was cut; its raw times where overhead
+// correction moved it.
+void SpanEvent(TraceSink* sink, const ProcessTimeline& p, const Span& s, int64_t pid) {
+  const char* raw_name = p.String(s.name);
+  const std::string_view name = *raw_name ? raw_name : "(unnamed)";
+  const std::string cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
+  TraceArgs args;
+  std::string category;
+  if (s.has_payload) PayloadArg(&args, s.payload, s.payload_signed);
+  CategoryArg(&args, p, s.domain, s.category, &category);
+  if (s.clipped_begin) args.Bool("clipped_begin", true);
+  if (s.clipped_end) args.Bool("clipped_end", true);
+  if (s.open) args.Bool("open", true);
+  if (s.async && !s.open) args.Int("end_tid", s.end_tid);
+  const RawTimes raw{s.raw_begin_ns, s.raw_end_ns};
+  const bool moved = s.raw_begin_ns != s.begin_ns || s.raw_end_ns != s.end_ns;
+  if (s.async) {
+    sink->Async(pid, s.tid, name, cat + ".async", s.range_id, s.begin_ns, s.end_ns, args, moved ? &raw : nullptr);
+  } else {
+    sink->Slice(pid, s.tid, name, cat, s.begin_ns, s.end_ns, args, moved ? &raw : nullptr);
+  }
+}
+
+void InstantEvent(TraceSink* sink, const ProcessTimeline& p, const Instant& i, int64_t pid) {
+  const char* name = p.String(i.name);
+  TraceArgs args;
+  std::string category;
+  if (i.has_payload) PayloadArg(&args, i.payload, i.payload_signed);
+  CategoryArg(&args, p, i.domain, i.category, &category);
+  sink->Instant(pid, i.tid, *name ? name : "(unnamed)", i.domain != 0 ? p.String(i.domain) : "nvtx", i.ts_ns, args);
+}
+
+// One process's tracks and events: its GPU work, its threads' ranges, CPU
+// samples and marks.
+void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice& slice, int64_t pid) {
+  const ProcessTimeline& p = *slice.process;
+  sink->Process(pid, ProcessLabel(p), SortIndex(p));
+  std::set<int64_t> tids;
+  for (const Span& s : slice.spans) tids.insert(s.tid);
+  for (const Instant& i : slice.instants) tids.insert(i.tid);
+  GpuTracks(sink, slice, pid, &tids);
+  for (int64_t tid : tids) sink->Thread(pid, tid, p.ThreadName(tid), ThreadSort(p, tid));
+  GpuEvents(sink, slice, pid);
+  for (const Span& s : slice.spans) SpanEvent(sink, p, s, pid);
+  CpuSampleEvents(sink, slice, pid, step.begin_ns, step.end_ns);
+  OffCpuEvents(sink, slice, pid, step.begin_ns, step.end_ns);
+  for (const Instant& i : slice.instants) InstantEvent(sink, p, i, pid);
+}
+
+}  // namespace
+
+void StepTraceEvents(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, TraceSink* sink) {
+  for (const ProcessSlice& slice : step.processes) {
+    ProcessEvents(sink, step, slice, trace_pids.at(slice.process->hello().session));
+  }
+}
+
+}  // namespace rlscope
