@@ -18,10 +18,13 @@ deps:
 	@scripts/install_deps.sh
 
 # requirements-verl.txt: verl and torch from PyPI for tests/test_verl.py (about 6 GB, 3-5 minutes once).
-$(VENV)/.stamp: requirements-dev.txt requirements-verl.txt
+# requirements-hta.txt: Holistic Trace Analysis for tests/test_hta_export.py, --no-deps (its
+# declared dependencies pull jupyterlab; what it imports is in requirements-dev.txt).
+$(VENV)/.stamp: requirements-dev.txt requirements-verl.txt requirements-hta.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -r requirements-dev.txt -r requirements-verl.txt
+	$(PIP) install -q --no-deps -r requirements-hta.txt
 	@touch $@
 
 venv: $(VENV)/.stamp

@@ -4,6 +4,7 @@
 #include <climits>
 #include <map>
 #include <cstring>
+#include <deque>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -145,19 +146,20 @@ class PerfettoSink : public TraceSink {
   std::vector<Rec> recs_;
   std::vector<Arg> args_;
   std::vector<PendingFlow> flows_;
-  std::unordered_map<std::string, uint32_t> interned_[3];
-  std::vector<std::string> strings_[3];  // by iid - 1
+  std::string packet_, event_, interned_bytes_, entry_, annotation_, item_;  // scratch for WriteEvent
+  std::unordered_map<std::string_view, uint32_t> interned_[3];  // views into strings_
+  std::deque<std::string> strings_[3];  // by iid - 1
   std::vector<bool> written_[3];         // whether its interned entry was written
 };
 
 uint32_t PerfettoSink::Intern(Table table, std::string_view s) {
-  auto [it, added] = interned_[table].try_emplace(std::string(s), 0);
-  if (added) {
-    strings_[table].emplace_back(s);
-    written_[table].push_back(false);
-    it->second = static_cast<uint32_t>(strings_[table].size());
-  }
-  return it->second;
+  auto it = interned_[table].find(s);
+  if (it != interned_[table].end()) return it->second;
+  strings_[table].emplace_back(s);  // a deque: the map's key views stay valid
+  written_[table].push_back(false);
+  const auto iid = static_cast<uint32_t>(strings_[table].size());
+  interned_[table].emplace(strings_[table].back(), iid);
+  return iid;
 }
 
 uint32_t PerfettoSink::NewTrack(std::string descriptor) {
@@ -328,7 +330,7 @@ std::vector<Out> PerfettoSink::Sequence() {
 }
 
 void PerfettoSink::WriteAnnotations(std::string* event, const Rec& r) {
-  std::string a, item;
+  std::string &a = annotation_, &item = item_;
   for (int32_t k = 0; k < r.n_args; ++k) {
     const Arg& arg = args_[r.args + k];
     const TraceArg& v = arg.value;
@@ -354,7 +356,8 @@ void PerfettoSink::WriteAnnotations(std::string* event, const Rec& r) {
 
 void PerfettoSink::WriteEvent(const Out& o, uint64_t default_track, int64_t* last_ts) {
   const Rec& r = recs_[o.rec];
-  std::string packet, event, interned;
+  std::string &packet = packet_, &event = event_, &interned = interned_bytes_;  // reused: no allocation per event
+  packet.clear(), event.clear(), interned.clear();
   VarintField(&packet, f::kTimestamp, static_cast<uint64_t>(o.ts - *last_ts));
   *last_ts = o.ts;
   VarintField(&packet, f::kSequenceId, sequence_);
@@ -365,7 +368,8 @@ void PerfettoSink::WriteEvent(const Out& o, uint64_t default_track, int64_t* las
     auto intern = [&](Table table, uint32_t field, uint32_t iid) {
       if (written_[table][iid - 1]) return;
       written_[table][iid - 1] = true;
-      std::string entry;
+      std::string& entry = entry_;
+      entry.clear();
       VarintField(&entry, 1, iid);
       BytesField(&entry, 2, strings_[table][iid - 1]);
       BytesField(&interned, field, entry);

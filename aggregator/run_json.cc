@@ -7,6 +7,7 @@
 
 #include "aggregator/json_writer.h"
 #include "aggregator/process_json.h"
+#include "native/names.h"
 
 namespace rlscope {
 namespace {
@@ -45,7 +46,7 @@ std::string RunJson(const RunInfo& run) {
   std::string out;
   JsonWriter w(&out);
   w.BeginObject();
-  w.Key("format").String("rlscope-ray run v1");
+  w.Key("format").String(names::kRunFormat);
   w.Key("final").Bool(run.final);
   w.Key("config_yaml").String(run.config_yaml);
   w.Key("config_source").String(run.config_source);

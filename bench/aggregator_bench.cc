@@ -7,18 +7,22 @@
 // collector side's encoding: encode_ns_per_event (the batches' events
 // through wire::BatchWriter, as the flush thread encodes them) beside
 // packer_ns_per_event (the same events packed field by field with msgpack-c's
-// packer, the reference).
+// packer, the reference); and the step's trace encoded once more in each
+// format, outside the end-to-end time: json_encode_s / json_bytes beside
+// pftrace_encode_s / pftrace_bytes (perfetto_trace.h).
 #include <msgpack.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
+#include "aggregator/perfetto_trace.h"
 #include "native/wire.h"
 
 namespace {
@@ -34,9 +38,34 @@ long StatusKb(const char* key) {
   std::fclose(f);
   return kb;
 }
-}  // namespace
-
 using namespace rlscope;
+
+// The exporter the daemon runs (trace.json), then each format's encoding of
+// the same step on its own, timed.
+class EncodingTimer : public StepExporter {
+ public:
+  explicit EncodingTimer(const std::string& out) : files_(out) {}
+  bool ExportStep(const StepProfile& step) noexcept override {
+    const bool ok = files_.ExportStep(step);
+    const auto a = std::chrono::steady_clock::now();
+    std::map<uint64_t, int64_t> pids;
+    for (const ProcessSlice& slice : step.processes) pids[slice.process->hello().session] = slice.process->identity().pid;
+    json_bytes += StepTraceJson(step, pids).size();
+    const auto b = std::chrono::steady_clock::now();
+    pftrace_bytes += StepTracePerfetto(step, pids).size();
+    const auto c = std::chrono::steady_clock::now();
+    json_s += std::chrono::duration<double>(b - a).count();
+    pftrace_s += std::chrono::duration<double>(c - b).count();
+    return ok;
+  }
+  bool ExportRun(const RunInfo& run) noexcept override { return files_.ExportRun(run); }
+  double json_s = 0, pftrace_s = 0;
+  size_t json_bytes = 0, pftrace_bytes = 0;
+
+ private:
+  ChromeTraceExporter files_;
+};
+}  // namespace
 
 int main(int argc, char** argv) {
   int64_t events = 2000000;
@@ -151,13 +180,14 @@ int main(int argc, char** argv) {
   for (const auto& f : frames) wire_bytes += f.size();
 
   Config config;
-  ChromeTraceExporter exporter(out);
+  EncodingTimer exporter(out);
   Aggregator agg(config, &exporter);
   const long rss_before_kb = StatusKb("VmRSS:");  // the frames, built above, are not the aggregator's
   const auto start = std::chrono::steady_clock::now();
   for (const auto& f : frames) agg.OnFrame(f.data(), f.size(), 0);
   agg.Tick(0);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
+                         exporter.json_s - exporter.pftrace_s;
   FILE* tf = std::fopen((out + "/step_1/trace.json").c_str(), "rb");
   long trace_bytes = -1;
   if (tf != nullptr) {
@@ -169,10 +199,12 @@ int main(int argc, char** argv) {
       "{\"events\": %zu, \"frames\": %zu, \"wire_bytes\": %zu, \"bytes_per_event\": %.2f, "
       "\"seconds\": %.4f, \"events_per_s\": %.0f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
       "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu, "
-      "\"aggregator_peak_mb\": %.1f}\n",
+      "\"aggregator_peak_mb\": %.1f, \"json_encode_s\": %.4f, \"json_bytes\": %zu, \"pftrace_encode_s\": %.4f, "
+      "\"pftrace_bytes\": %zu}\n",
       wire_events, frames.size(), wire_bytes, static_cast<double>(wire_bytes) / wire_events, seconds,
       wire_events / seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes,
       encode_s * 1e9 / wire_events, packer_s * 1e9 / wire_events, packer_bytes,
-      static_cast<double>(StatusKb("VmHWM:") - rss_before_kb) / 1024);
+      static_cast<double>(StatusKb("VmHWM:") - rss_before_kb) / 1024, exporter.json_s, exporter.json_bytes,
+      exporter.pftrace_s, exporter.pftrace_bytes);
   return agg.stats().steps_written == 1 ? 0 : 1;
 }

@@ -69,6 +69,10 @@ inline constexpr char kCatLaunch[] = "launch";  // launch -> kernel flow arrows
 inline constexpr char kCatCpuSamples[] = "cpu_samples";
 inline constexpr char kCatOffCpu[] = "off_cpu";
 
+// run.json's "format" (aggregator/run_json.cc): what readers of a run
+// directory (rlscope-ray report, query, export) know how to read.
+inline constexpr char kRunFormat[] = "rlscope-ray run v1";
+
 // Cross-stack attribution's categories (aggregator/attribution.h): keys of
 // summary.json's breakdown[].attribution, names of the trace's sample slices.
 inline constexpr char kCpuPython[] = "python";
@@ -117,6 +121,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"CPU_SIMULATOR", kCpuSimulator},
     {"CPU_OTHER", kCpuOther},
     {"CPU_PROFILER", kCpuProfiler},
+    {"RUN_FORMAT", kRunFormat},
 };
 
 }  // namespace rlscope::names
