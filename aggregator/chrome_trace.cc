@@ -68,6 +68,10 @@ class JsonSink : public TraceSink {
     if (args.size() > 0) Args(args, nullptr);
     w_.EndObject();
   }
+  void Counter(int64_t pid, std::string_view name, int64_t ts_ns, double value) override {
+    w_.Newline().BeginObject().Key("ph").String("C").Key("name").String(name).Key("pid").Int(pid);
+    w_.Key("ts").Micros(ts_ns).Key("args").BeginObject().Key("value").Double(value).EndObject().EndObject();
+  }
   // "s" on the launch, "f" (bound to the enclosing slice) on what it launched.
   void Flow(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t from_tid, int64_t from_ns,
             int64_t to_tid, int64_t to_ns) override {

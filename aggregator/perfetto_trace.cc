@@ -59,12 +59,12 @@ constexpr uint32_t kTimestamp = 8, kSequenceId = 10, kTrackEvent = 11, kInterned
 constexpr uint32_t kClockSnapshot = 6, kTimestampClockId = 58, kPacketDefaults = 59, kTrackDescriptor = 60;
 // TrackEvent
 constexpr uint32_t kCategoryIids = 3, kDebugAnnotations = 4, kType = 9, kNameIid = 10, kTrackUuid = 11;
-constexpr uint32_t kFlowIds = 47, kTerminatingFlowIds = 48;
+constexpr uint32_t kFlowIds = 47, kTerminatingFlowIds = 48, kDoubleCounterValue = 44;
 }  // namespace f
 
 constexpr uint32_t kClockBoottime = 6, kClockIncremental = 64;
 constexpr uint32_t kSeqIncrementalStateCleared = 1;
-enum EventType : uint8_t { kBegin = 1, kEnd = 2, kInstant = 3 };
+enum EventType : uint8_t { kBegin = 1, kEnd = 2, kInstant = 3, kCounter = 4 };
 
 // An argument kept until its event is written: `value` with its key
 // interned and its string (a view does not outlive the sink's call) in `s`.
@@ -82,6 +82,8 @@ struct Rec {
   int32_t args = -1;  // index into args_ (a run of them), -1 none
   int32_t n_args = 0;
   bool instant = false;
+  bool counter = false;  // a counter's value (`value`) at `begin`
+  double value = 0;
   uint64_t flow_out = 0, flow_in = 0;
 };
 
@@ -105,6 +107,7 @@ class PerfettoSink : public TraceSink {
                const TraceArgs& args) override;
   void Flow(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t from_tid, int64_t from_ns,
             int64_t to_tid, int64_t to_ns) override;
+  void Counter(int64_t pid, std::string_view name, int64_t ts_ns, double value) override;
   // Writes the last process's sequence.
   void Finish() { FlushProcess(); }
 
@@ -141,6 +144,7 @@ class PerfettoSink : public TraceSink {
   uint64_t uuid_base_ = 0;
   std::vector<Track> tracks_;  // [0]: the process's
   std::unordered_map<int64_t, uint32_t> by_tid_;
+  std::map<std::string, uint32_t, std::less<>> counters_;  // counter tracks by name
   std::vector<int64_t> lane_ends_;  // async lanes: the track index and last end of each
   std::vector<uint32_t> lane_tracks_;
   std::vector<Rec> recs_;
@@ -273,12 +277,30 @@ void PerfettoSink::Flow(int64_t pid, uint64_t id, std::string_view, std::string_
   flows_.push_back({(static_cast<uint64_t>(pid) << 32) ^ id, TrackOf(from_tid), from_ns, TrackOf(to_tid), to_ns});
 }
 
+void PerfettoSink::Counter(int64_t, std::string_view name, int64_t ts_ns, double value) {
+  auto it = counters_.find(name);
+  if (it == counters_.end()) {
+    std::string track;
+    VarintField(&track, 1, uuid_base_ + tracks_.size());
+    VarintField(&track, 5, uuid_base_);  // parent_uuid: the process
+    BytesField(&track, 2, name);
+    BytesField(&track, 8, "");  // counter: a CounterDescriptor, defaults
+    it = counters_.emplace(std::string(name), NewTrack(track)).first;
+  }
+  Rec r;
+  r.begin = r.end = ts_ns;
+  r.track = it->second;
+  r.counter = true;
+  r.value = value;
+  recs_.push_back(r);
+}
+
 // Flows go on the slices that begin where their ends are, on their tracks.
 void PerfettoSink::BindFlows() {
   if (flows_.empty()) return;
   std::map<std::pair<uint32_t, int64_t>, uint32_t> slice_at;  // (track, begin) -> rec
   for (uint32_t i = 0; i < recs_.size(); ++i) {
-    if (!recs_[i].instant) slice_at.emplace(std::make_pair(recs_[i].track, recs_[i].begin), i);
+    if (!recs_[i].instant && !recs_[i].counter) slice_at.emplace(std::make_pair(recs_[i].track, recs_[i].begin), i);
   }
   for (const PendingFlow& fl : flows_) {
     auto from = slice_at.find({fl.from_track, fl.from_ns});
@@ -314,9 +336,9 @@ std::vector<Out> PerfettoSink::Sequence() {
   for (size_t k = 0; k < order.size(); ++k) {
     Rec& r = recs_[order[k]];
     if (k > 0 && recs_[order[k - 1]].track != r.track) close_until(0, true);
-    if (r.instant) {
+    if (r.instant || r.counter) {
       close_until(r.begin - 1, false);
-      out.push_back({r.begin, order[k], kInstant});
+      out.push_back({r.begin, order[k], r.counter ? kCounter : kInstant});
       continue;
     }
     close_until(r.begin, false);  // a slice ending where this begins is its sibling
@@ -363,7 +385,8 @@ void PerfettoSink::WriteEvent(const Out& o, uint64_t default_track, int64_t* las
   VarintField(&packet, f::kSequenceId, sequence_);
   VarintField(&event, f::kType, o.type);
   if (tracks_[r.track].uuid != default_track) VarintField(&event, f::kTrackUuid, tracks_[r.track].uuid);
-  if (o.type != kEnd) {
+  if (o.type == kCounter) DoubleField(&event, f::kDoubleCounterValue, r.value);
+  if (o.type == kBegin || o.type == kInstant) {
     // Each interned string in the first packet that uses it.
     auto intern = [&](Table table, uint32_t field, uint32_t iid) {
       if (written_[table][iid - 1]) return;
@@ -426,6 +449,7 @@ void PerfettoSink::FlushProcess() {
   for (const Out& o : events) WriteEvent(o, default_track, &last_ts);
   tracks_.clear();
   by_tid_.clear();
+  counters_.clear();
   lane_ends_.clear();
   lane_tracks_.clear();
   recs_.clear();

@@ -18,7 +18,9 @@
 // begin; the raw times before correction as "raw_shift_ns", begin raw
 // minus corrected, and "raw_end_shift_ns"); slices on one track nest (a
 // slice that would end past its parent ends with it); flows are flow_ids
-// on the launch's begin and terminating_flow_ids on the launched.
+// on the launch's begin and terminating_flow_ids on the launched; counters
+// are COUNTER events (double_counter_value) on counter tracks named under
+// the process.
 #pragma once
 
 #include <cstdint>

@@ -67,8 +67,28 @@ struct SampleRun {
   std::map<std::string, int> where;
 };
 
-void FlushRun(TraceSink* sink, int64_t pid, int64_t track, SampleRun* run) {
+// How many of `intervals` are open over time, as counter values: one at
+// each time the number changes (an interval [b, e) counts from b to e).
+void ConcurrencyCounter(TraceSink* sink, int64_t pid, const std::string& name,
+                        const std::vector<std::pair<int64_t, int64_t>>& intervals) {
+  std::map<int64_t, int> delta;
+  for (const auto& [b, e] : intervals) {
+    if (e <= b) continue;
+    ++delta[b];
+    --delta[e];
+  }
+  int open = 0;
+  for (const auto& [ts, d] : delta) {
+    if (d == 0) continue;
+    open += d;
+    sink->Counter(pid, name, ts, open);
+  }
+}
+
+void FlushRun(TraceSink* sink, int64_t pid, int64_t track, SampleRun* run,
+              std::map<uint8_t, std::vector<std::pair<int64_t, int64_t>>>* by_category) {
   if (run->samples == 0) return;
+  (*by_category)[run->category].emplace_back(run->begin, run->end);
   std::string where;
   int most = 0;
   for (const auto& [name, n] : run->where) {
@@ -100,11 +120,13 @@ std::string SampleWhere(const ProcessTimeline& p, const CpuSample& c) {
 // time placed just before it (after the thread's previous sample); `where`
 // is what most of the run's samples were in; `frames_unread` (when any) how
 // many of them had a Python frame the sampler could not read. The slices
-// are clipped to the step's bounds [begin_ns, end_ns].
+// are clipped to the step's bounds [begin_ns, end_ns]. Per category a
+// counter of how many of the process's sampled threads ran in it.
 void CpuSampleEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
   const ProcessTimeline& p = *slice.process;
   std::map<int64_t, std::vector<const CpuSample*>> by_tid;
   for (const CpuSample& c : slice.cpu_samples) by_tid[c.tid].push_back(&c);
+  std::map<uint8_t, std::vector<std::pair<int64_t, int64_t>>> by_category;  // the runs, for the counters
   for (const auto& [tid, list] : by_tid) {
     const int64_t track = SampleTrackId(tid);
     sink->Thread(pid, track, p.ThreadName(tid) + " \u00b7 CPU (sampled)", ThreadSort(p, tid));
@@ -115,7 +137,7 @@ void CpuSampleEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, in
       previous = c->ts_ns;
       // One run while the category holds and the thread kept running.
       if (run.samples > 0 && (c->category != run.category || begin > run.end + c->weight_ns / 2)) {
-        FlushRun(sink, pid, track, &run);
+        FlushRun(sink, pid, track, &run, &by_category);
       }
       if (run.samples == 0) run.begin = std::max(begin, begin_ns), run.category = c->category;
       run.end = std::min(c->ts_ns, end_ns);
@@ -125,7 +147,11 @@ void CpuSampleEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, in
       const std::string where = SampleWhere(p, *c);
       if (!where.empty()) ++run.where[where];
     }
-    FlushRun(sink, pid, track, &run);
+    FlushRun(sink, pid, track, &run, &by_category);
+  }
+  for (const auto& [category, runs] : by_category) {
+    ConcurrencyCounter(sink, pid, std::string("CPU threads: ") + CpuCategoryName(static_cast<CpuCategory>(category)),
+                       runs);
   }
 }
 
@@ -211,8 +237,9 @@ void GpuTracks(TraceSink* sink, const ProcessSlice& slice, int64_t pid, std::set
   }
 }
 
-// GPU activity of one process on those tracks, and a flow arrow from each
-// launch to what it launched.
+// GPU activity of one process on those tracks, a flow arrow from each
+// launch to what it launched, and per device a counter of the work running
+// on it (kernels, copies and sets at once: its streams busy).
 void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
   const ProcessTimeline& p = *slice.process;
   std::map<uint32_t, const GpuRecord*> launch;  // correlation -> API call
@@ -221,6 +248,13 @@ void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
     if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
       launch.emplace(g.correlation, &g);
     }
+  }
+  std::map<uint32_t, std::vector<std::pair<int64_t, int64_t>>> by_device;  // device work, for the counters
+  for (const GpuRecord& g : slice.gpu) {
+    if (OnDevice(g)) by_device[g.device].emplace_back(g.start_ns, g.end_ns);
+  }
+  for (const auto& [device, work] : by_device) {
+    ConcurrencyCounter(sink, pid, "GPU " + std::to_string(device) + " busy streams", work);
   }
   for (const GpuRecord& g : slice.gpu) {
     const auto [name, cat] = GpuName(p, g);

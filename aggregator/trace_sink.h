@@ -3,6 +3,8 @@
 // CPU), slices, async ranges, instants and flows. step_trace.h walks a
 // StepProfile into a TraceSink; chrome_trace.h (JSON) and perfetto_trace.h
 // (protobuf TrackEvent) are the sinks, so both formats hold the same events.
+// Counters: per process, how many sampled threads ran in each CPU category
+// and how many streams of each GPU ran work, over the step.
 //
 // Contract for sinks: for each process, Process() comes first, then its
 // tracks (Thread) and its events, before the next Process(); a track is
@@ -77,6 +79,9 @@ class TraceSink {
                      int64_t begin_ns, int64_t end_ns, const TraceArgs& args, const RawTimes* raw = nullptr) = 0;
   virtual void Instant(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t ts_ns,
                        const TraceArgs& args) = 0;
+  // A counter track's value from ts_ns on (the track: `name` under the
+  // process, made on its first value).
+  virtual void Counter(int64_t pid, std::string_view name, int64_t ts_ns, double value) = 0;
   // A flow arrow from the slice beginning at from_ns on from_tid to the one
   // beginning at to_ns on to_tid (a launch to what it launched); `id` is
   // unique within the process.

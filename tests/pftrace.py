@@ -1,7 +1,8 @@
 """Reads a .pftrace back as trace_processor would, for tests: the
 `perfetto` package's own protos (perfetto_trace_pb2) parse the packets;
 this resolves per-sequence interning, incremental timestamps, default
-tracks and begin/end pairs into plain slices, instants and flows."""
+tracks and begin/end pairs into plain slices, instants, flows and counter
+values."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ class Track:
     tid: int  # 0 for a process track or a track of its own
     name: str
     parent: int = 0
+    counter: bool = False  # a counter track
 
 
 @dataclass
@@ -39,6 +41,7 @@ class PfTrace:
     tracks: Dict[int, Track]
     slices: List[Slice]
     instants: List[Slice]
+    counters: List[Tuple[int, int, float]]  # (track, ts, value)
     packets: int
 
     def track_key(self, uuid: int) -> Tuple[int, str]:
@@ -63,6 +66,7 @@ def read(path: Path) -> PfTrace:
     tracks: Dict[int, Track] = {}
     slices: List[Slice] = []
     instants: List[Slice] = []
+    counters: List[Tuple[int, int, float]] = []
     state: Dict[int, dict] = {}  # per sequence: interned tables, clock, defaults
     open_: Dict[int, List[Slice]] = {}
     for p in trace.packet:
@@ -73,7 +77,7 @@ def read(path: Path) -> PfTrace:
             elif d.HasField("thread"):
                 tracks[d.uuid] = Track(d.uuid, d.thread.pid, d.thread.tid, d.thread.thread_name)
             else:
-                tracks[d.uuid] = Track(d.uuid, 0, 0, d.name, d.parent_uuid)
+                tracks[d.uuid] = Track(d.uuid, 0, 0, d.name, d.parent_uuid, d.HasField("counter"))
             continue
         seq = p.trusted_packet_sequence_id
         if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
@@ -97,6 +101,9 @@ def read(path: Path) -> PfTrace:
         s["ts"] += p.timestamp  # the incremental clock: a delta from the packet before
         e = p.track_event
         track = e.track_uuid if e.HasField("track_uuid") else s["track"]
+        if e.type == pb.TrackEvent.TYPE_COUNTER:
+            counters.append((track, s["ts"], e.double_counter_value))
+            continue
         if e.type == pb.TrackEvent.TYPE_SLICE_END:
             sl = open_[track].pop()
             sl.dur = s["ts"] - sl.ts
@@ -110,4 +117,4 @@ def read(path: Path) -> PfTrace:
             open_.setdefault(track, []).append(sl)
             slices.append(sl)
     assert all(not v for v in open_.values()), "slices left open"
-    return PfTrace(tracks, slices, instants, len(trace.packet))
+    return PfTrace(tracks, slices, instants, counters, len(trace.packet))

@@ -45,6 +45,8 @@ def json_view(path: Path) -> dict:
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     track = lambda e: (e["pid"], names.get((e["pid"], e["tid"]), f"thread {e['tid']}"))  # noqa: E731
     slices, instants, flows = Counter(), Counter(), set()
+    counters = Counter(((e["pid"], e["name"]), _ns(e["ts"]), _num(float(e["args"]["value"]))) for e in events
+                       if e["ph"] == "C")
     for e in events:
         if e["ph"] == "X":
             ts, dur = _ns(e["ts"]), _ns(e["dur"])
@@ -66,14 +68,14 @@ def json_view(path: Path) -> dict:
             flows.add(((track(s), _ns(s["ts"])), (track(e), _ns(e["ts"]))))
     threads = {(pid, n) for (pid, _), n in names.items()}
     return {"processes": set(procs.items()), "threads": threads, "slices": slices, "instants": instants,
-            "flows": flows}
+            "flows": flows, "counters": counters}
 
 
 def pf_view(path: Path) -> dict:
     t = pftrace.read(path)
     procs = {(tr.pid, tr.name) for tr in t.tracks.values() if tr.tid == 0 and tr.parent == 0}
-    threads = {t.track_key(u) for u, tr in t.tracks.items() if tr.tid != 0 or tr.parent != 0}
-    threads = {k for k in threads if k[1] != "start/end ranges"}
+    threads = {t.track_key(u) for u, tr in t.tracks.items()
+               if (tr.tid != 0 or tr.parent != 0) and not tr.counter and tr.name != "start/end ranges"}
     slices, instants, ends = Counter(), Counter(), {}
     for s in t.slices:
         key = t.track_key(s.track)
@@ -83,12 +85,14 @@ def pf_view(path: Path) -> dict:
     for i in t.instants:
         instants[(t.track_key(i.track), i.name, i.cat, i.ts, _args(i.args, i.ts, 0))] += 1
     flows = {((t.track_key(s.track), s.ts), ends[f]) for s in t.slices for f in s.flow_out}
-    return {"processes": procs, "threads": threads, "slices": slices, "instants": instants, "flows": flows}
+    counters = Counter((t.track_key(u), ts, _num(v)) for u, ts, v in t.counters)
+    return {"processes": procs, "threads": threads, "slices": slices, "instants": instants, "flows": flows,
+            "counters": counters}
 
 
 def assert_same_trace(step_dir: Path) -> dict:
     j, p = json_view(step_dir / "trace.json"), pf_view(step_dir / "trace.pftrace")
-    for part in ("processes", "threads", "slices", "instants", "flows"):
+    for part in ("processes", "threads", "slices", "instants", "flows", "counters"):
         assert p[part] == j[part], f"{step_dir.name} {part}: only in JSON {_diff(j[part], p[part])}, " \
                                    f"only in Perfetto {_diff(p[part], j[part])}"
     return j
@@ -105,6 +109,7 @@ def test_the_golden_runs_perfetto_trace_holds_what_its_json_trace_holds(step):
     cats = {k[2] for k in j["slices"]}
     assert {"gpu", "gpu_memcpy", "cuda_api", "cpu_samples", "off_cpu", "nvtx", "nvtx.async"} <= cats, cats
     assert j["flows"] and j["instants"] and len(j["processes"]) >= 3
+    assert {k[0][1] for k in j["counters"]} >= {"CPU threads: python", "CPU threads: backend", "GPU 0 busy streams"}
 
 
 def test_a_real_runs_steps_are_written_in_both_formats_with_the_same_events(build_dir, tmp_path):
