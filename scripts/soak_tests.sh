@@ -3,6 +3,9 @@
 # user's busy or freshly booted machine would run it:
 #   - one busy-loop process per core (two on this project's 2-core machines),
 #     at normal priority, for the whole soak;
+#   - Ray's worker processes at that priority too (RAY_worker_niceness=0):
+#     Ray nices its workers by default, and under the busy loops they got
+#     3-6 % of a core each, so the verl tests took most of an hour;
 #   - inside a Linux time namespace whose CLOCK_MONOTONIC reads about one
 #     minute, as on a host booted a minute ago (skipped, with the reason,
 #     where time namespaces are not permitted; --no-fresh-clock turns it off).
@@ -26,6 +29,8 @@ for arg in "$@"; do
 done
 logs=build/soak
 mkdir -p "$logs"
+
+export RAY_worker_niceness=0
 
 hogs=()
 stop_hogs() { ((${#hogs[@]})) && kill "${hogs[@]}" 2>/dev/null; wait 2>/dev/null || true; }
