@@ -36,8 +36,15 @@ bool MakeDirs(const std::string& path) {
 class JsonSink : public TraceSink {
  public:
   explicit JsonSink(JsonWriter* w) : w_(*w) {}
-  void Process(int64_t pid, std::string_view name, int64_t sort_index) override {
+  void Process(int64_t pid, std::string_view name, int64_t sort_index,
+               const std::vector<std::string>& labels) override {
     Track("process", pid, 0, name, sort_index);
+    if (labels.empty()) return;
+    std::string joined;
+    for (const std::string& l : labels) joined += (joined.empty() ? "" : ",") + l;
+    w_.Newline().BeginObject().Key("ph").String("M").Key("name").String("process_labels");
+    w_.Key("pid").Int(pid).Key("tid").Int(0);
+    w_.Key("args").BeginObject().Key("labels").String(joined).EndObject().EndObject();
   }
   void Thread(int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) override {
     Track("thread", pid, tid, name, sort_index);

@@ -97,7 +97,8 @@ struct Out {
 class PerfettoSink : public TraceSink {
  public:
   explicit PerfettoSink(std::string* out) : out_(*out) {}
-  void Process(int64_t pid, std::string_view name, int64_t sort_index) override;
+  void Process(int64_t pid, std::string_view name, int64_t sort_index,
+               const std::vector<std::string>& labels) override;
   void Thread(int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) override;
   void Slice(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t begin_ns, int64_t end_ns,
              const TraceArgs& args, const RawTimes* raw) override;
@@ -171,7 +172,8 @@ uint32_t PerfettoSink::NewTrack(std::string descriptor) {
   return static_cast<uint32_t>(tracks_.size() - 1);
 }
 
-void PerfettoSink::Process(int64_t pid, std::string_view name, int64_t sort_index) {
+void PerfettoSink::Process(int64_t pid, std::string_view name, int64_t sort_index,
+                           const std::vector<std::string>& labels) {
   FlushProcess();
   pid_ = pid;
   ++sequence_;
@@ -179,6 +181,7 @@ void PerfettoSink::Process(int64_t pid, std::string_view name, int64_t sort_inde
   std::string process, track;
   VarintField(&process, 1, static_cast<uint64_t>(pid));  // ProcessDescriptor.pid
   BytesField(&process, 6, name);                           // process_name
+  for (const std::string& l : labels) BytesField(&process, 8, l);  // process_labels
   VarintField(&track, 1, uuid_base_);                      // uuid
   BytesField(&track, 3, process);                          // process
   VarintField(&track, 11, 3);                              // child_ordering: EXPLICIT

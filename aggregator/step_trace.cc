@@ -316,11 +316,23 @@ void InstantEvent(TraceSink* sink, const ProcessTimeline& p, const Instant& i, i
   sink->Instant(pid, i.tid, *name ? name : "(unnamed)", i.domain != 0 ? p.String(i.domain) : "nvtx", i.ts_ns, args);
 }
 
+// The process's Ray identity from its collector's labels (ray_worker.py).
+std::vector<std::string> RayLabels(const ProcessTimeline& p) {
+  static const char* const kKeys[] = {"actor_class", "actor_name", "actor_id", "job_id", "node_id", "node_ip",
+                                      "worker_id"};
+  std::vector<std::string> out;
+  for (const char* key : kKeys) {
+    auto it = p.identity().labels.find(key);
+    if (it != p.identity().labels.end() && !it->second.empty()) out.push_back(std::string(key) + "=" + it->second);
+  }
+  return out;
+}
+
 // One process's tracks and events: its GPU work, its threads' ranges, CPU
 // samples and marks.
 void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice& slice, int64_t pid) {
   const ProcessTimeline& p = *slice.process;
-  sink->Process(pid, ProcessLabel(p), SortIndex(p));
+  sink->Process(pid, ProcessLabel(p), SortIndex(p), RayLabels(p));
   std::set<int64_t> tids;
   for (const Span& s : slice.spans) tids.insert(s.tid);
   for (const Instant& i : slice.instants) tids.insert(i.tid);

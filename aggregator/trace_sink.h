@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace rlscope {
 
@@ -66,8 +67,10 @@ struct RawTimes {
 class TraceSink {
  public:
   virtual ~TraceSink() = default;
-  // A process track: its label, and its place among processes (controller 0).
-  virtual void Process(int64_t pid, std::string_view name, int64_t sort_index) = 0;
+  // A process track: its label, its place among processes (controller 0)
+  // and its Ray identity as "key=value" labels (actor, node, job, worker).
+  virtual void Process(int64_t pid, std::string_view name, int64_t sort_index,
+                       const std::vector<std::string>& labels) = 0;
   // A thread track of the process (tid: a real thread id, or a track id of
   // its own far above them: GPU streams, sampled CPU).
   virtual void Thread(int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) = 0;

@@ -5,6 +5,8 @@ tracks and begin/end pairs into plain slices, instants, flows and counter
 values."""
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -22,6 +24,7 @@ class Track:
     name: str
     parent: int = 0
     counter: bool = False  # a counter track
+    labels: Tuple[str, ...] = ()  # a process's process_labels
 
 
 @dataclass
@@ -73,7 +76,8 @@ def read(path: Path) -> PfTrace:
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
             if d.HasField("process"):
-                tracks[d.uuid] = Track(d.uuid, d.process.pid, 0, d.process.process_name)
+                tracks[d.uuid] = Track(d.uuid, d.process.pid, 0, d.process.process_name,
+                                       labels=tuple(d.process.process_labels))
             elif d.HasField("thread"):
                 tracks[d.uuid] = Track(d.uuid, d.thread.pid, d.thread.tid, d.thread.thread_name)
             else:
@@ -118,3 +122,91 @@ def read(path: Path) -> PfTrace:
             slices.append(sl)
     assert all(not v for v in open_.values()), "slices left open"
     return PfTrace(tracks, slices, instants, counters, len(trace.packet))
+
+
+# ---- comparing with the JSON trace of the same step ----
+
+def _num(v):
+    return float(f"{v:.5g}") if isinstance(v, float) else v  # JSON writes 6 significant digits
+
+
+def _ns(us) -> int:
+    return round(float(us) * 1000)
+
+
+def _args(args: dict, ts: int, dur: int) -> tuple:
+    """JSON args as the Perfetto writer puts them: raw times as shifts."""
+    out = {k: _num(v) for k, v in args.items() if k not in ("raw_ts", "raw_dur")}
+    if "raw_ts" in args:
+        out["raw_shift_ns"] = _ns(args["raw_ts"]) - ts
+        out["raw_end_shift_ns"] = _ns(args["raw_ts"]) + _ns(args["raw_dur"]) - (ts + dur)
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in out.items()))
+
+
+def json_view(path: Path) -> dict:
+    events = json.loads(path.read_text())["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    labels = {(e["pid"], tuple(e["args"]["labels"].split(","))) for e in events
+              if e["ph"] == "M" and e["name"] == "process_labels"}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    track = lambda e: (e["pid"], names.get((e["pid"], e["tid"]), f"thread {e['tid']}"))  # noqa: E731
+    slices, instants, flows = Counter(), Counter(), set()
+    counters = Counter(((e["pid"], e["name"]), _ns(e["ts"]), _num(float(e["args"]["value"]))) for e in events
+                       if e["ph"] == "C")
+    for e in events:
+        if e["ph"] == "X":
+            ts, dur = _ns(e["ts"]), _ns(e["dur"])
+            slices[(track(e), e["name"], e["cat"], ts, dur, _args(e.get("args", {}), ts, dur))] += 1
+        elif e["ph"] == "i":
+            ts = _ns(e["ts"])
+            instants[(track(e), e["name"], e["cat"], ts, _args(e.get("args", {}), ts, 0))] += 1
+    begins = {(e["pid"], e["id"]): e for e in events if e["ph"] == "b"}
+    for e in events:
+        if e["ph"] == "e":
+            b = begins[(e["pid"], e["id"])]
+            ts, dur = _ns(b["ts"]), _ns(e["ts"]) - _ns(b["ts"])
+            args = dict(b.get("args", {}), range_id=b["id"], tid=b["tid"])
+            slices[((b["pid"], "start/end ranges"), b["name"], b["cat"], ts, dur, _args(args, ts, dur))] += 1
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    for e in events:
+        if e["ph"] == "f":
+            s = starts[e["id"]]
+            flows.add(((track(s), _ns(s["ts"])), (track(e), _ns(e["ts"]))))
+    threads = {(pid, n) for (pid, _), n in names.items()}
+    return {"processes": set(procs.items()), "labels": labels, "threads": threads, "slices": slices, "instants": instants,
+            "flows": flows, "counters": counters}
+
+
+def pf_view(path: Path) -> dict:
+    t = read(path)
+    procs = {(tr.pid, tr.name) for tr in t.tracks.values() if tr.tid == 0 and tr.parent == 0}
+    labels = {(tr.pid, tr.labels) for tr in t.tracks.values() if tr.labels}
+    threads = {t.track_key(u) for u, tr in t.tracks.items()
+               if (tr.tid != 0 or tr.parent != 0) and not tr.counter and tr.name != "start/end ranges"}
+    slices, instants, ends = Counter(), Counter(), {}
+    for s in t.slices:
+        key = t.track_key(s.track)
+        slices[(key, s.name, s.cat, s.ts, s.dur, _args(s.args, s.ts, s.dur))] += 1
+        for f in s.flow_in:
+            ends[f] = (key, s.ts)
+    for i in t.instants:
+        instants[(t.track_key(i.track), i.name, i.cat, i.ts, _args(i.args, i.ts, 0))] += 1
+    flows = {((t.track_key(s.track), s.ts), ends[f]) for s in t.slices for f in s.flow_out}
+    counters = Counter((t.track_key(u), ts, _num(v)) for u, ts, v in t.counters)
+    return {"processes": procs, "labels": labels, "threads": threads, "slices": slices, "instants": instants, "flows": flows,
+            "counters": counters}
+
+
+def assert_same_as_json(step_dir: Path) -> dict:
+    """The step's trace.pftrace and trace.json hold the same processes (and
+    their labels), tracks, slices, instants, flows and counters; returns
+    the JSON's, as sets and multisets of plain tuples."""
+    j, p = json_view(step_dir / "trace.json"), pf_view(step_dir / "trace.pftrace")
+    for part in ("processes", "labels", "threads", "slices", "instants", "flows", "counters"):
+        assert p[part] == j[part], f"{step_dir.name} {part}: only in JSON {_diff(j[part], p[part])}, " \
+                                   f"only in Perfetto {_diff(p[part], j[part])}"
+    return j
+
+
+def _diff(a, b):
+    return list((Counter(a) - Counter(b)).items())[:3] if isinstance(a, Counter) else sorted(a - b)[:3]

@@ -68,6 +68,19 @@ def test_actors_with_different_ranks_appear_in_the_merged_step(session_run):
     assert trace.process_names[report["pids"]["learner0"]].startswith("node ")
 
 
+def test_the_ray_runs_perfetto_trace_has_the_json_events_and_each_actors_ray_identity(session_run):
+    import pftrace
+
+    report, out = session_run
+    j = pftrace.assert_same_as_json(out / "step_2")
+    trace = pftrace.read(out / "step_2" / "trace.pftrace")
+    for rank in (0, 1):
+        (learner,) = [t for t in trace.tracks.values() if t.pid == report["pids"][f"learner{rank}"] and t.labels]
+        labels = dict(kv.split("=", 1) for kv in learner.labels)
+        assert labels["actor_class"] == "Learner" and labels["node_id"] and labels["job_id"], labels
+    assert any(k[1] == "update_actor" for k in j["slices"])  # the actors' Ray method executions
+
+
 def test_job_level_value_profiles_actors_without_their_own(session_run):
     report, out = session_run
     trace = Trace(out / "step_1" / "trace.json")
