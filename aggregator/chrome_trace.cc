@@ -79,16 +79,15 @@ class JsonSink : public TraceSink {
     w_.Newline().BeginObject().Key("ph").String("C").Key("name").String(name).Key("pid").Int(pid);
     w_.Key("ts").Micros(ts_ns).Key("args").BeginObject().Key("value").Double(value).EndObject().EndObject();
   }
-  // "s" on the launch, "f" (bound to the enclosing slice) on what it launched.
-  void Flow(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t from_tid, int64_t from_ns,
-            int64_t to_tid, int64_t to_ns) override {
-    const std::string flow_id = std::to_string(pid) + "." + std::to_string(id);
-    w_.Newline().BeginObject().Key("ph").String("s").Key("name").String(name).Key("cat").String(cat);
-    w_.Key("id").String(flow_id).Key("pid").Int(pid).Key("tid").Int(from_tid);
-    w_.Key("ts").Micros(from_ns).EndObject();
-    w_.Newline().BeginObject().Key("ph").String("f").Key("bp").String("e").Key("name").String(name);
-    w_.Key("cat").String(cat).Key("id").String(flow_id).Key("pid").Int(pid).Key("tid").Int(to_tid);
-    w_.Key("ts").Micros(to_ns).EndObject();
+  // "s" at the start, "f" (bound to the enclosing slice) at the end; the id
+  // as "<name>.<id>".
+  void FlowStart(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
+                 int64_t ts_ns) override {
+    FlowPoint("s", pid, id, name, cat, tid, ts_ns);
+  }
+  void FlowEnd(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
+               int64_t ts_ns) override {
+    FlowPoint("f", pid, id, name, cat, tid, ts_ns);
   }
 
  private:
@@ -102,6 +101,13 @@ class JsonSink : public TraceSink {
     w_.Key("pid").Int(pid).Key("tid").Int(tid);
     w_.Key("args").BeginObject().Key("sort_index").Int(sort_index).EndObject();
     w_.EndObject();
+  }
+  void FlowPoint(const char* ph, int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
+                 int64_t ts_ns) {
+    w_.Newline().BeginObject().Key("ph").String(ph);
+    if (ph[0] == 'f') w_.Key("bp").String("e");
+    w_.Key("name").String(name).Key("cat").String(cat).Key("id").String(std::string(name) + "." + std::to_string(id));
+    w_.Key("pid").Int(pid).Key("tid").Int(tid).Key("ts").Micros(ts_ns).EndObject();
   }
   void Head(const char* ph, std::string_view name, std::string_view cat, int64_t pid, int64_t tid) {
     w_.Newline().BeginObject().Key("ph").String(ph).Key("name").String(name);

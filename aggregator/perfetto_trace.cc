@@ -106,8 +106,12 @@ class PerfettoSink : public TraceSink {
              int64_t end_ns, const TraceArgs& args, const RawTimes* raw) override;
   void Instant(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t ts_ns,
                const TraceArgs& args) override;
-  void Flow(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t from_tid, int64_t from_ns,
-            int64_t to_tid, int64_t to_ns) override;
+  void FlowStart(int64_t, uint64_t id, std::string_view, std::string_view, int64_t tid, int64_t ts_ns) override {
+    flows_.push_back({id, TrackOf(tid), ts_ns, true});
+  }
+  void FlowEnd(int64_t, uint64_t id, std::string_view, std::string_view, int64_t tid, int64_t ts_ns) override {
+    flows_.push_back({id, TrackOf(tid), ts_ns, false});
+  }
   void Counter(int64_t pid, std::string_view name, int64_t ts_ns, double value) override;
   // Writes the last process's sequence.
   void Finish() { FlushProcess(); }
@@ -130,12 +134,11 @@ class PerfettoSink : public TraceSink {
   void WriteAnnotations(std::string* event, const Rec& r);
   void Packet(const std::string& packet) { BytesField(&out_, f::kTracePacket, packet); }
   void BindFlows();
-  struct PendingFlow {
+  struct PendingFlow {  // one end of a flow, bound at FlushProcess
     uint64_t id;
-    uint32_t from_track;
-    int64_t from_ns;
-    uint32_t to_track;
-    int64_t to_ns;
+    uint32_t track;
+    int64_t ts_ns;
+    bool start;
   };
 
   std::string& out_;
@@ -275,11 +278,6 @@ void PerfettoSink::Instant(int64_t, int64_t tid, std::string_view name, std::str
   Add(TrackOf(tid), name, cat, ts_ns, ts_ns, args, nullptr).instant = true;
 }
 
-void PerfettoSink::Flow(int64_t pid, uint64_t id, std::string_view, std::string_view, int64_t from_tid,
-                        int64_t from_ns, int64_t to_tid, int64_t to_ns) {
-  flows_.push_back({(static_cast<uint64_t>(pid) << 32) ^ id, TrackOf(from_tid), from_ns, TrackOf(to_tid), to_ns});
-}
-
 void PerfettoSink::Counter(int64_t, std::string_view name, int64_t ts_ns, double value) {
   auto it = counters_.find(name);
   if (it == counters_.end()) {
@@ -298,19 +296,25 @@ void PerfettoSink::Counter(int64_t, std::string_view name, int64_t ts_ns, double
   recs_.push_back(r);
 }
 
-// Flows go on the slices that begin where their ends are, on their tracks.
+// A flow's end goes on the slice that begins where it is, on its track;
+// a start with no such slice on the instant there. An end with neither is
+// left out (its flow then shows from or to nothing).
 void PerfettoSink::BindFlows() {
   if (flows_.empty()) return;
-  std::map<std::pair<uint32_t, int64_t>, uint32_t> slice_at;  // (track, begin) -> rec
+  std::map<std::pair<uint32_t, int64_t>, uint32_t> slice_at, instant_at;  // (track, ts) -> rec
   for (uint32_t i = 0; i < recs_.size(); ++i) {
-    if (!recs_[i].instant && !recs_[i].counter) slice_at.emplace(std::make_pair(recs_[i].track, recs_[i].begin), i);
+    if (recs_[i].counter) continue;
+    (recs_[i].instant ? instant_at : slice_at).emplace(std::make_pair(recs_[i].track, recs_[i].begin), i);
   }
+  auto at = [](const std::map<std::pair<uint32_t, int64_t>, uint32_t>& m, const PendingFlow& fl) -> int64_t {
+    auto it = m.find({fl.track, fl.ts_ns});
+    return it == m.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
+  };
   for (const PendingFlow& fl : flows_) {
-    auto from = slice_at.find({fl.from_track, fl.from_ns});
-    auto to = slice_at.find({fl.to_track, fl.to_ns});
-    if (from == slice_at.end() || to == slice_at.end()) continue;
-    recs_[from->second].flow_out = fl.id;
-    recs_[to->second].flow_in = fl.id;
+    int64_t rec = at(slice_at, fl);
+    if (rec < 0 && fl.start) rec = at(instant_at, fl);
+    if (rec < 0) continue;
+    (fl.start ? recs_[rec].flow_out : recs_[rec].flow_in) = fl.id;
   }
 }
 
@@ -406,7 +410,7 @@ void PerfettoSink::WriteEvent(const Out& o, uint64_t default_track, int64_t* las
     VarintField(&event, f::kCategoryIids, r.cat_iid);
     VarintField(&event, f::kNameIid, r.name_iid);
     WriteAnnotations(&event, r);
-    if (o.type == kBegin && r.flow_out != 0) Fixed64Field(&event, f::kFlowIds, r.flow_out);
+    if (r.flow_out != 0) Fixed64Field(&event, f::kFlowIds, r.flow_out);
     if (o.type == kBegin && r.flow_in != 0) Fixed64Field(&event, f::kTerminatingFlowIds, r.flow_in);
   }
   if (!interned.empty()) BytesField(&packet, f::kInternedData, interned);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "aggregator/attribution.h"
+#include "aggregator/ray_calls.h"
 #include "aggregator/run_json.h"
 #include "native/names.h"
 
@@ -263,8 +264,10 @@ void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
     if (OnDevice(g) && g.correlation != 0) {
       auto it = launch.find(g.correlation);
       if (it != launch.end() && it->second->tid != 0) {
-        sink->Flow(pid, g.correlation, "launch", names::kCatLaunch, it->second->tid, it->second->start_ns, tid,
-                   g.start_ns);
+        // A correlation id is the process's own: the flow's is unique in the trace.
+        const uint64_t id = (static_cast<uint64_t>(pid) << 32) ^ g.correlation;
+        sink->FlowStart(pid, id, "launch", names::kCatLaunch, it->second->tid, it->second->start_ns);
+        sink->FlowEnd(pid, id, "launch", names::kCatLaunch, tid, g.start_ns);
       }
     }
   }
@@ -328,9 +331,48 @@ std::vector<std::string> RayLabels(const ProcessTimeline& p) {
   return out;
 }
 
+// A Ray call's flow id: its key (the same on both sides), salted apart
+// from launch flows' ids.
+uint64_t RayCallFlow(uint64_t key) { return key ^ 0x9e3779b97f4a7c15ull; }
+
+// Ray calls the step shows on both sides: the controller's submit (its
+// "ray.submit" mark, ray_calls.h) and a worker's execution (its method
+// range carrying the call's key): key -> the submit's (ts, tid).
+std::map<uint64_t, std::pair<int64_t, int64_t>> CallsSeenOnBothSides(const StepProfile& step) {
+  std::map<uint64_t, std::pair<int64_t, int64_t>> submits, both;
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.process->is_controller()) submits.merge(RaySubmits(slice));
+  }
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.process->is_controller()) continue;
+    for (const Span& s : slice.spans) {
+      auto it = s.has_payload && !s.clipped_begin ? submits.find(s.payload) : submits.end();
+      if (it != submits.end()) both.insert(*it);
+    }
+  }
+  return both;
+}
+
+// A flow from each such submit to the execution.
+void RayCallFlows(TraceSink* sink, const ProcessSlice& slice, int64_t pid,
+                  const std::map<uint64_t, std::pair<int64_t, int64_t>>& calls) {
+  if (slice.process->is_controller()) {
+    for (const auto& [key, at] : RaySubmits(slice)) {
+      if (calls.count(key) != 0) sink->FlowStart(pid, RayCallFlow(key), "ray.call", names::kCatRayCall, at.second, at.first);
+    }
+    return;
+  }
+  for (const Span& s : slice.spans) {
+    if (s.has_payload && !s.clipped_begin && calls.count(s.payload) != 0) {
+      sink->FlowEnd(pid, RayCallFlow(s.payload), "ray.call", names::kCatRayCall, s.tid, s.begin_ns);
+    }
+  }
+}
+
 // One process's tracks and events: its GPU work, its threads' ranges, CPU
 // samples and marks.
-void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice& slice, int64_t pid) {
+void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice& slice, int64_t pid,
+                   const std::map<uint64_t, std::pair<int64_t, int64_t>>& calls) {
   const ProcessTimeline& p = *slice.process;
   sink->Process(pid, ProcessLabel(p), SortIndex(p), RayLabels(p));
   std::set<int64_t> tids;
@@ -343,13 +385,15 @@ void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice&
   CpuSampleEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   OffCpuEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   for (const Instant& i : slice.instants) InstantEvent(sink, p, i, pid);
+  RayCallFlows(sink, slice, pid, calls);
 }
 
 }  // namespace
 
 void StepTraceEvents(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, TraceSink* sink) {
+  const auto calls = CallsSeenOnBothSides(step);
   for (const ProcessSlice& slice : step.processes) {
-    ProcessEvents(sink, step, slice, trace_pids.at(slice.process->hello().session));
+    ProcessEvents(sink, step, slice, trace_pids.at(slice.process->hello().session), calls);
   }
 }
 

@@ -85,11 +85,15 @@ class TraceSink {
   // A counter track's value from ts_ns on (the track: `name` under the
   // process, made on its first value).
   virtual void Counter(int64_t pid, std::string_view name, int64_t ts_ns, double value) = 0;
-  // A flow arrow from the slice beginning at from_ns on from_tid to the one
-  // beginning at to_ns on to_tid (a launch to what it launched); `id` is
-  // unique within the process.
-  virtual void Flow(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t from_tid,
-                    int64_t from_ns, int64_t to_tid, int64_t to_ns) = 0;
+  // A flow arrow's two ends, each in its own process's events: it starts
+  // at the slice that begins at ts_ns on tid (else the instant there) and
+  // ends at the slice that begins at ts_ns on tid (a launch to what it
+  // launched; a controller's Ray call submit to the worker's execution).
+  // `id` is unique in the trace; both ends carry the same name and cat.
+  virtual void FlowStart(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
+                         int64_t ts_ns) = 0;
+  virtual void FlowEnd(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
+                       int64_t ts_ns) = 0;
 };
 
 }  // namespace rlscope

@@ -65,6 +65,7 @@ inline constexpr char kCatCudaApi[] = "cuda_api";
 inline constexpr char kCatCudaSync[] = "cuda_sync";
 inline constexpr char kCatCuptiOverhead[] = "cupti_overhead";
 inline constexpr char kCatLaunch[] = "launch";  // launch -> kernel flow arrows
+inline constexpr char kCatRayCall[] = "ray_call";  // a Ray call's submit -> its execution
 // The category tracks of CPU samples, one per sampled thread.
 inline constexpr char kCatCpuSamples[] = "cpu_samples";
 inline constexpr char kCatOffCpu[] = "off_cpu";
@@ -113,6 +114,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"CAT_CUDA_SYNC", kCatCudaSync},
     {"CAT_CUPTI_OVERHEAD", kCatCuptiOverhead},
     {"CAT_LAUNCH", kCatLaunch},
+    {"CAT_RAY_CALL", kCatRayCall},
     {"CAT_CPU_SAMPLES", kCatCpuSamples},
     {"CAT_OFF_CPU", kCatOffCpu},
     {"CPU_PYTHON", kCpuPython},

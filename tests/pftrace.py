@@ -188,10 +188,11 @@ def pf_view(path: Path) -> dict:
         key = t.track_key(s.track)
         slices[(key, s.name, s.cat, s.ts, s.dur, _args(s.args, s.ts, s.dur))] += 1
         for f in s.flow_in:
-            ends[f] = (key, s.ts)
+            ends.setdefault(f, []).append((key, s.ts))
     for i in t.instants:
         instants[(t.track_key(i.track), i.name, i.cat, i.ts, _args(i.args, i.ts, 0))] += 1
-    flows = {((t.track_key(s.track), s.ts), ends[f]) for s in t.slices for f in s.flow_out}
+    flows = {((t.track_key(s.track), s.ts), end) for s in t.slices + t.instants for f in s.flow_out
+             for end in ends.get(f, [])}
     counters = Counter((t.track_key(u), ts, _num(v)) for u, ts, v in t.counters)
     return {"processes": procs, "labels": labels, "threads": threads, "slices": slices, "instants": instants, "flows": flows,
             "counters": counters}

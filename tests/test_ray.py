@@ -79,6 +79,10 @@ def test_the_ray_runs_perfetto_trace_has_the_json_events_and_each_actors_ray_ide
         labels = dict(kv.split("=", 1) for kv in learner.labels)
         assert labels["actor_class"] == "Learner" and labels["node_id"] and labels["job_id"], labels
     assert any(k[1] == "update_actor" for k in j["slices"])  # the actors' Ray method executions
+    # A flow from the controller's submit of each call to the learner that ran it.
+    ctrl = Trace(out / "step_2" / "trace.json").pid_of("(controller)")
+    flows_to = {f[1][0][0] for f in j["flows"] if f[0][0][0] == ctrl}
+    assert {report["pids"]["learner0"], report["pids"]["learner1"]} <= flows_to, j["flows"]
 
 
 def test_job_level_value_profiles_actors_without_their_own(session_run):
