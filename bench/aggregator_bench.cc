@@ -1,7 +1,7 @@
 // Aggregator throughput on one core: wire frames in (as collectors send them),
 // step trace.json + summary.json out. Also reports bytes per event on the wire.
 //
-//   aggregator_bench [--events N] [--threads T] [--out DIR]
+//   aggregator_bench [--events N] [--threads T] [--out DIR] [--corrected]
 // Prints one JSON line: events, frames, wire_bytes, bytes_per_event,
 // seconds (decode -> trace.json written), events_per_s, trace_bytes, and the
 // collector side's encoding: encode_ns_per_event (the batches' events
@@ -71,10 +71,12 @@ class EncodingTimer : public StepExporter {
 
 int main(int argc, char** argv) {
   int64_t events = 2000000;
+  bool corrected = false;  // --corrected: the worker states costs, so correction moves every range
   int threads = 4;
   std::string out = "/tmp/rlscope_aggregator_bench";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--events") && i + 1 < argc) events = std::atoll(argv[++i]);
+    if (!std::strcmp(argv[i], "--corrected")) corrected = true;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
   }
@@ -86,6 +88,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> frames;
   wire::Hello ch{kCtrl, {"bench", 1, -1, "controller", "ctrl", {}}, "monotonic", t0};
   wire::Hello wh{kWorker, {"bench", 2, 0, "worker", "worker", {}}, "monotonic", t0};
+  if (corrected) wh.costs = {{"push", 40}, {"pop", 30}};  // every range moved: its raw times in its args
   frames.push_back(wire::Encode(ch));
   frames.push_back(wire::Encode(wh));
   std::vector<std::pair<uint32_t, std::string>> strings;
