@@ -390,19 +390,23 @@ def test_a_child_profiled_with_the_inherited_controller_role_is_corrected_as_a_w
     report, run = _wait_pair(agg, tmp_path, "--profile-child")
     assert sorted(p["role"] for p in run["processes"]) == ["controller", "worker"]
     controller, child = sorted(run["processes"], key=lambda p: p["events_received"])
-    with_child = 0
+    whole_child = 0
     for n, (raw, corrected, summary) in steps_of(agg, controller["pid"], (1, 2, 3)).items():
         procs = {p["pid"]: p for p in summary["processes"]}
         assert procs[controller["pid"]]["overhead"]["waits_ms"] == 0
-        assert abs(corrected - (raw - (added(report, n) - CHILD_COST))) <= TOLERANCE_NS, (n, raw, corrected)
-        # The child connects on its own schedule: a step cut before its Hello
-        # came in lacks it (its events then count as late in run.json).
+        # The child connects and arms on its own schedule: a step cut before
+        # its Hello came in lacks it (its events then count as late in
+        # run.json), and a child armed late in a step recorded (and paid on
+        # the shared clock) only part of its work. What it paid is its own.
+        child_ns = CHILD_COST
         if child["pid"] in procs:
-            with_child += 1
-            assert procs[child["pid"]]["overhead"]["subtracted_ms"] == pytest.approx(CHILD_COST / 1e6, abs=1e-6)
+            child_ns = round(procs[child["pid"]]["overhead"]["subtracted_ms"] * 1e6)
+            assert 0 < child_ns <= CHILD_COST
+            whole_child += child_ns == CHILD_COST
             trace = Trace(agg.out / f"step_{n}" / "trace.json")
             assert trace.slices(controller["pid"], "step") and not trace.slices(child["pid"], "step")
-    assert with_child >= 1
+        assert abs(corrected - (raw - (added(report, n) - child_ns))) <= TOLERANCE_NS, (n, raw, corrected, child_ns)
+    assert whole_child >= 1
 
 
 def test_a_wait_linked_by_a_key_is_corrected_for_the_other_processs_overhead(aggregator_factory, tmp_path):
