@@ -37,7 +37,7 @@ def main() -> None:
     load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)] if args.load else []
     try:
         agg = start_aggregator(os.path.join(tmp, "out"), command=unshare(BASE_S) + [rlscope_ray.aggregator_path()],
-                               args=["--exit-when-done"], work_dir=tmp)
+                               args=["--exit-when-done"], work_dir=tmp, database=False)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
         env.update(RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path())
         workers = []

@@ -8,7 +8,9 @@ Sections (each a function that runs its programs and prints one table):
                       NVTX tool configuration (bench/nvtx_pair_bench).
   aggregator_section  events/s from wire frames to trace.json on one core
                       (bench/aggregator_bench, pinned to CPU 0), and wire
-                      bytes per event beside the 32-byte in-memory record.
+                      bytes per event beside the 32-byte in-memory record;
+                      the step's trace in both formats (bytes per event,
+                      encoding throughput of trace.json and trace.pftrace).
   correction_section  dense-annotation workloads uninstrumented vs profiled:
                       raw inflation and corrected error (start-up and A/B
                       calibration) beside RL-Scope's 16.8 % worst case.
@@ -30,6 +32,9 @@ Sections (each a function that runs its programs and prints one table):
                       thread), native pools and stacks, off-CPU reasons, a
                       sample's cost with its stack walked, py-spy --native
                       beside it (bench/whole_process_bench.py).
+  rundb_section       the run database: run.duckdb per million events beside
+                      the JSON, and a question across 1,000 steps in SQL
+                      beside a script reading the summaries.
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -227,9 +232,9 @@ def nvtx_pair_section(args):
     command = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
     with tempfile.TemporaryDirectory(prefix="rlscope_nvtx_pair_bench_") as work, \
             start_aggregator(os.path.join(work, "out"), work_dir=os.path.join(work, "a"), nice=True,
-                             command=command) as agg, \
+                             command=command, database=False) as agg, \
             start_aggregator(os.path.join(work, "out99"), work_dir=os.path.join(work, "b"), nice=True,
-                             command=command, config={"steps": [99]}) as agg99:
+                             command=command, config={"steps": [99]}, database=False) as agg99:
         _nvtx_pair_rows(args, exe, agg.endpoint, agg99.endpoint, rows)
     print_table(
         f"NVTX push+pop cost ({args.pairs} timed pairs/run in chunks of {args.chunk}, "
@@ -347,7 +352,8 @@ def python_section(args):
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlscope_python_bench_") as work:
         with start_aggregator(os.path.join(work, "out"), work_dir=work, nice=True,
-                              command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]) as agg:
+                              command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")],
+                              database=False) as agg:
             ours = {"RLSCOPE_AGGREGATOR": agg.endpoint, "RLSCOPE_ROLE": "worker",
                     "NVTX_INJECTION64_PATH": collector}
             configs = [
@@ -402,9 +408,10 @@ def python_section(args):
 def aggregator_section(args):
     """Decode -> per-step store -> Chrome trace export, one core."""
     binary = os.path.join(args.build_dir, "bench", "aggregator_bench")
-    rows = []
+    rows, all_results = [], []
     for threads in (1, 4):
         results = []
+        all_results.append(results)
         for _ in range(args.runs):
             cmd = ["taskset", "-c", "0", binary, "--events", "2000000", "--threads", str(threads),
                    "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
@@ -427,6 +434,57 @@ def aggregator_section(args):
                 ["workload", "M events/s", "wire bytes/event", "record bytes (in memory)",
                  "trace.json bytes/event", "encode ns/event (ours)", "encode ns/event (msgpack-c packer)",
                  "aggregator peak MB per M events (above the frames)", "reference"], rows)
+    corrected = [run_json(["taskset", "-c", "0", binary, "--events", "2000000", "--threads", "1", "--corrected",
+                           "--out", os.path.join("/tmp", "rlscope_aggregator_bench_c%d" % os.getpid())],
+                          clean_env(), args.timeout_s) for _ in range(args.runs)]
+    formats = []
+    for label, results in (("1 thread(s)", all_results[0]), ("4 thread(s)", all_results[1]),
+                           ("1 thread, corrected (raw times in args)", corrected)):
+        json_s = statistics.median(x["json_encode_s"] for x in results)
+        pf_s = statistics.median(x["pftrace_encode_s"] for x in results)
+        r = results[0]
+        formats.append(["2M events, %s, 1 step" % label,
+                        fmt(r["json_bytes"] / r["events"], 1), fmt(r["pftrace_bytes"] / r["events"], 1),
+                        fmt(r["events"] / json_s / 1e6, 2), fmt(r["events"] / pf_s / 1e6, 2), "<= 20"])
+    print_table("Trace formats: the same step encoded as trace.json and as trace.pftrace, one core (median of %d runs)"
+                % args.runs, ["workload", "trace.json bytes/event", "trace.pftrace bytes/event",
+                              "JSON encode M events/s", "Perfetto encode M events/s", "target bytes/event"], formats)
+    opening_section(os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid(), "step_1"), args)
+
+
+# Reads one trace file in a fresh Python and prints {"seconds", "peak_mb"}.
+_OPEN_TRACE = """
+import json, resource, sys, time
+path = sys.argv[1]
+t = time.perf_counter()
+if path.endswith(".json"):
+    n = len(json.load(open(path))["traceEvents"])
+else:
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+    trace = pb.Trace()
+    trace.ParseFromString(open(path, "rb").read())
+    n = len(trace.packet)
+print(json.dumps({"seconds": time.perf_counter() - t, "items": n,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def opening_section(step_dir, args):
+    """What opening the bench's 2M-event step costs a reader: the whole file
+    parsed in a fresh Python, JSON with json.load, the protobuf with
+    perfetto's own protos (the UI and trace_processor parse in C++; this is
+    the same work in one process that holds it all)."""
+    rows = []
+    for name in ("trace.json", "trace.pftrace"):
+        path = os.path.join(step_dir, name)
+        if not os.path.exists(path):
+            continue
+        runs = [run_json([sys.executable, "-c", _OPEN_TRACE, path], clean_env(), args.timeout_s) for _ in range(args.runs)]
+        rows.append([name, fmt(os.path.getsize(path) / 1e6, 1), str(runs[0]["items"]),
+                     fmt(statistics.median(r["seconds"] for r in runs), 2),
+                     fmt(statistics.median(r["peak_mb"] for r in runs), 0)])
+    print_table("Opening the 2M-event step (4 threads) in each format: parsed whole in a fresh Python (median of %d)"
+                % args.runs, ["file", "MB", "events / packets", "parse s", "peak RSS MB"], rows)
 
 
 def ray_startup_section(args):
@@ -670,7 +728,8 @@ def exit_section(args):
 
     with tempfile.TemporaryDirectory(prefix="rlscope_exit_bench_") as work:
         with start_aggregator(os.path.join(work, "out"), work_dir=work,
-                              command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]) as agg:
+                              command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")],
+                              database=False) as agg:
             live = agg.endpoint
             modes = [("no profiler", {}, "-"),
                      ("live aggregator", {"RLSCOPE_AGGREGATOR": live}, "-"),
@@ -782,6 +841,15 @@ def whole_process_section(args):
     whole_process_bench.whole_process_section(args, print_table, clean_env)
 
 
+def rundb_section(args):
+    """The run database: size per million events beside the JSON, a
+    cross-step question over 1,000 steps in SQL beside a script over the
+    summaries (bench/rundb_bench.py; about 10 s)."""
+    import rundb_bench
+
+    rundb_bench.rundb_section(args, print_table)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "python": python_section,
@@ -800,12 +868,13 @@ SECTIONS = {
     "accuracy": accuracy_section,
     "sampler": sampler_section,
     "whole_process": whole_process_section,
+    "rundb": rundb_section,
 }
 
 
 # `make bench`: the headline tables in a few minutes; --long: every section,
 # at full size (about 40 minutes).
-QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process"]
+QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process", "rundb"]
 QUICK_PAIRS = 512 * 1024
 
 

@@ -155,7 +155,7 @@ def _attribution_rows(args, clean_env, lib, pyspy):
                     command = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
                     config = {"attribution": ATTRIBUTION}
                     with start_aggregator(out, work_dir=os.path.join(work, f"agg_{i}"), command=command,
-                                          config=config, nice=True, args=["--exit-when-done"]) as agg:
+                                          config=config, nice=True, args=["--exit-when-done"], database=False) as agg:
                         env = _env(clean_env(), agg.endpoint, config)
                         env["RLSCOPE_ROLE"] = "controller"
                         walls[kind].append(_run_app(args, env, report, lib))
@@ -223,7 +223,7 @@ def sampler_section(args, print_table, clean_env, run_json):
     with tempfile.TemporaryDirectory(prefix="rlscope_sampler_cost_") as work:
         command = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
         with start_aggregator(os.path.join(work, "out"), work_dir=os.path.join(work, "a"), command=command,
-                              nice=True) as agg:
+                              nice=True, database=False) as agg:
             rounds, cost = _cost_rows(args, clean_env, run_json, lib, agg.endpoint)
             handler_rounds, handler = _handler_rows(args, clean_env, run_json, lib, agg.endpoint)
     print_table("CPU sampler cost: a fixed Python + native workload in a captured range (%d interleaved rounds; "

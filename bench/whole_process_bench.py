@@ -38,7 +38,7 @@ def _aggregated_run(args, clean_env, command, config, work, name):
     out = os.path.join(work, f"out_{name}")
     agg_bin = [os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")]
     with start_aggregator(out, work_dir=os.path.join(work, f"agg_{name}"), command=agg_bin, config=config,
-                          nice=True, args=["--exit-when-done"]) as agg:
+                          nice=True, args=["--exit-when-done"], database=False) as agg:
         env = clean_env()
         env.update(RLSCOPE_AGGREGATOR=agg.endpoint, RLSCOPE_ROLE="controller", RLSCOPE_CONFIG=json.dumps(config))
         t0 = time.monotonic()

@@ -54,7 +54,8 @@ def main() -> None:
         cfg = os.path.join(tmp, "config.yaml")
         with open(cfg, "w") as f:
             f.write(config + "\n")  # the aggregator broadcasts the windows of its own config
-        agg = start_aggregator(os.path.join(tmp, "out"), config=cfg, args=["--exit-when-done"], work_dir=tmp)
+        agg = start_aggregator(os.path.join(tmp, "out"), config=cfg, args=["--exit-when-done"], work_dir=tmp,
+                               database=False)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
         env.update(RLSCOPE_AGGREGATOR=agg.endpoint, NVTX_INJECTION64_PATH=rlscope_ray.collector_path(),
                    RLSCOPE_CONFIG=config)

@@ -33,16 +33,18 @@ def clean_env(*drop: str) -> Dict[str, str]:
             and k not in drop}
 
 
-def run_local_demo(build_dir: Path, tmp_path: Path, config_yaml: str, steps: int = 3):
+def run_local_demo(build_dir: Path, tmp_path: Path, config_yaml: str, steps: int = 3,
+                   env: Optional[Dict[str, str]] = None):
     """examples/verl/demo_local.py (a controller and three subprocess
-    workers, ranks 0-2) under `config_yaml`, into tmp_path/out: (its
-    CompletedProcess, the run directory)."""
+    workers, ranks 0-2) under `config_yaml`, into tmp_path/out, with `env`
+    over this environment: (its CompletedProcess, the run directory)."""
     cfg = tmp_path / "demo.yaml"
     cfg.write_text(config_yaml)
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, str(ROOT / "examples/verl/demo_local.py"), "--out", str(out), "--steps",
-                        str(steps), "--config", str(cfg)], env=dict(os.environ, RLSCOPE_BUILD_DIR=str(build_dir)),
-                       capture_output=True, text=True, timeout=120)
+                        str(steps), "--config", str(cfg)],
+                       env=dict(os.environ, RLSCOPE_BUILD_DIR=str(build_dir), **(env or {})),
+                       capture_output=True, text=True, timeout=180)
     return r, out
 
 

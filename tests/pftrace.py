@@ -173,7 +173,8 @@ def json_view(path: Path) -> dict:
             s = starts[e["id"]]
             flows.add(((track(s), _ns(s["ts"])), (track(e), _ns(e["ts"]))))
     threads = {(pid, n) for (pid, _), n in names.items()}
-    return {"processes": set(procs.items()), "labels": labels, "threads": threads, "slices": slices, "instants": instants,
+    return {"processes": set(procs.items()), "labels": labels, "threads": threads, "slices": slices,
+            "instants": instants,
             "flows": flows, "counters": counters}
 
 
@@ -194,7 +195,8 @@ def pf_view(path: Path) -> dict:
     flows = {((t.track_key(s.track), s.ts), end) for s in t.slices + t.instants for f in s.flow_out
              for end in ends.get(f, [])}
     counters = Counter((t.track_key(u), ts, _num(v)) for u, ts, v in t.counters)
-    return {"processes": procs, "labels": labels, "threads": threads, "slices": slices, "instants": instants, "flows": flows,
+    return {"processes": procs, "labels": labels, "threads": threads, "slices": slices, "instants": instants,
+            "flows": flows,
             "counters": counters}
 
 

@@ -11,7 +11,6 @@ out by hand."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import ROOT, Trace
+from conftest import Trace, run_local_demo
 
 STEP = 3
 RANKS = (0, 1, 2)
@@ -28,12 +27,7 @@ STREAM_TRACK_BASE = 1 << 40
 
 
 def _run_demo(build_dir: Path, tmp: Path) -> Path:
-    cfg = tmp / "demo.yaml"
-    cfg.write_text("steps: [2, 3]\nflush: {step_grace_ms: 3000}\n")
-    out = tmp / "run"
-    r = subprocess.run([sys.executable, str(ROOT / "examples/verl/demo_local.py"), "--out", str(out), "--steps", "3",
-                        "--config", str(cfg)], env=dict(os.environ, RLSCOPE_BUILD_DIR=str(build_dir)),
-                       capture_output=True, text=True, timeout=120)
+    r, out = run_local_demo(build_dir, tmp, "steps: [2, 3]\nflush: {step_grace_ms: 3000}\n")
     assert r.returncode == 0, r.stderr
     return out
 

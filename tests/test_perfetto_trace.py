@@ -44,7 +44,8 @@ def test_a_real_runs_steps_are_written_in_both_formats_with_the_same_events(buil
         # Every range of the step (no GPU here: the rest are sampled CPU).
         assert sum(n for k, n in j["slices"].items() if k[2] not in ("cpu_samples", "off_cpu")) == sum(
             p["spans"] for p in summary["processes"])
-        assert (out / f"step_{step}" / "trace.pftrace").stat().st_size < (out / f"step_{step}" / "trace.json").stat().st_size
+        step_dir = out / f"step_{step}"
+        assert (step_dir / "trace.pftrace").stat().st_size < (step_dir / "trace.json").stat().st_size
 
 
 def test_a_wrong_output_format_is_said_with_its_line(tmp_path):
@@ -57,8 +58,8 @@ def test_a_wrong_output_format_is_said_with_its_line(tmp_path):
 
 
 def test_output_formats_choose_which_trace_files_a_step_gets(build_dir, tmp_path):
-    r, out = run_local_demo(build_dir, tmp_path, "steps: [2]\nflush: {step_grace_ms: 3000}\noutput: {formats: [pftrace]}\n",
-                            steps=2)
+    r, out = run_local_demo(build_dir, tmp_path,
+                            "steps: [2]\nflush: {step_grace_ms: 3000}\noutput: {formats: [pftrace]}\n", steps=2)
     files = sorted(p.name for p in (out / "step_2").iterdir())
     assert files == ["summary.json", "trace.pftrace"], (files, r.stderr[-2000:])
     assert pftrace.read(out / "step_2" / "trace.pftrace").slices

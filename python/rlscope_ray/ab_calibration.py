@@ -185,9 +185,11 @@ class Runner:
         # At the lowest priority: on a small machine the aggregator's trace
         # writing otherwise competes with the command and makes the profiled
         # runs' step times vary by several percent (they vary by about 1 %).
+        # No run database: these profiles are thrown away, and its ingest
+        # would take CPU from the profiled runs only.
         try:
             agg = start_aggregator(out, config=cfg, args=["--exit-when-done", "--exit-with-parent"], log=agg_log,
-                                   nice=True, work_dir=self.work)
+                                   nice=True, work_dir=self.work, database=False)
         except AggregatorStartError as e:
             raise CalibrationError(str(e)) from None
         try:

@@ -13,6 +13,12 @@ first, or writes nothing within `deadline_s`, it is killed and
 AggregatorStartError is raised with the end of its output in the message.
 Its stdout and stderr go to one log file (or to a pipe). stop() is safe to call
 more than once and on a daemon that has exited.
+
+Beside the daemon runs its run database's follower (`python -m rlscope_ray.rundb
+follow OUT --pid PID`, docs/run_database.md), with the daemon's nice value, its
+output in work_dir/rundb.log: it updates OUT/run.duckdb as steps are written
+and exits after the daemon; stop() waits for it (bounded). `database=False`
+starts none.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
@@ -45,6 +52,7 @@ class AggregatorProcess:
         self.proc = proc
         self.log_path = log_path
         self.work_dir = work_dir  # holds the endpoint file (and a config given as a dict)
+        self.follower: Optional[subprocess.Popen] = None  # the run database's (rlscope_ray.rundb)
 
     def stop(self, timeout: float = 0.0, term_timeout: float = 30.0) -> Optional[int]:
         """Waits `timeout` s for it to exit by itself, then SIGTERM (it writes
@@ -60,7 +68,20 @@ class AggregatorProcess:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+        self._stop_follower()
         return self.proc.returncode
+
+    def _stop_follower(self, timeout: float = 30.0) -> None:
+        """Waits for the database follower's last update (it exits once the
+        daemon has); past `timeout` s it is killed: the database catches up
+        at its next update (`rlscope-ray query`)."""
+        if self.follower is None or self.follower.poll() is not None:
+            return
+        try:
+            self.follower.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.follower.kill()
+            self.follower.wait()
 
     def output(self, lines: int = 50) -> str:
         """The last `lines` lines of its log (or of its pipe, once it has exited)."""
@@ -84,12 +105,31 @@ class AggregatorProcess:
         self.stop()
 
 
+def _start_follower(out: PathLike, pid: int, work: str, env: Dict[str, str],
+                    increment: int) -> Optional[subprocess.Popen]:
+    """The run database's follower of the daemon `pid`; None when it cannot
+    start (the run goes on without its database)."""
+    env = {k: v for k, v in env.items() if k != SECRET}
+    # The child imports this very package, wherever the caller found it.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    try:
+        with open(os.path.join(work, "rundb.log"), "w") as log:
+            return subprocess.Popen([sys.executable, "-m", "rlscope_ray.rundb", "follow", os.fspath(out),
+                                     "--pid", str(pid)], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env,
+                                    preexec_fn=(lambda: os.nice(increment)) if increment else None)
+    except OSError:
+        return None
+
+
 def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], None] = None,
                      listen: str = "tcp://127.0.0.1:*", args: Sequence[str] = (),
                      command: Optional[Sequence[str]] = None, log: Union[PathLike, int, None] = None,
                      env: Optional[Mapping[str, str]] = None, nice: Union[bool, int] = False,
                      connect_host: Optional[str] = None, work_dir: Optional[PathLike] = None,
-                     deadline_s: float = 30.0, secret: Optional[str] = None) -> AggregatorProcess:
+                     deadline_s: float = 30.0, secret: Optional[str] = None, database: bool = True
+                     ) -> AggregatorProcess:
     """Launch `command --listen LISTEN --out OUT [--config C] --endpoint-file F ARGS`.
 
     out: its output directory. config: a config file, or a dict written as
@@ -156,6 +196,7 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
         time.sleep(0.02)
     with open(endpoint_file) as f:
         agg.endpoint = f.read().strip()
+    agg.follower = _start_follower(out, proc.pid, work, child_env, increment) if database else None
     if connect_host:
         host, port = agg.endpoint.rsplit(":", 1)
         if host.endswith("//0.0.0.0"):

@@ -10,6 +10,11 @@
                                       # (their aggregator was away) into the run DIR
     rlscope-ray calibrate [--runs K] [--config FILE] -- COMMAND [ARGS...]
                                       # A/B: the correction.scale for this workload
+    rlscope-ray query DIR "SQL"       # SQL over the run's database DIR/run.duckdb, CSV out
+    rlscope-ray stats DIR             # canned tables across steps (per rank, trend, stragglers)
+    rlscope-ray export hta RUN_DIR --step N --out DIR
+                                      # per-rank traces of step N that Holistic Trace
+                                      # Analysis loads (docs/exports.md)
 
 The daemon and the config checker are native (the same code the collector
 uses); this module only dispatches to them. ``report`` is pure Python
@@ -24,6 +29,13 @@ into DIR and counts them in run.json's ``recovered``.
 ``calibrate`` runs COMMAND alternately with and without the profiler
 (rlscope_ray.ab_calibration) and prints the scale; a failed run is a
 one-line error naming its kept log, exit status 2.
+``query`` and ``stats`` (rlscope_ray.rundb_cli) catch DIR/run.duckdb up with
+the steps written since, then read it (docs/run_database.md): a DIR that is
+not a run directory this version reads is one line and exit status 1; SQL that
+DuckDB refuses, its message and exit status 2.
+``export hta`` (rlscope_ray.hta_export, pure Python, HTA not needed) writes
+DIR/rank_<r>.json per rank of RUN_DIR/step_<N>; a run or step directory that
+is missing, or a run.json of an unknown format, is one line and exit status 1.
 """
 from __future__ import annotations
 
@@ -88,6 +100,30 @@ def _recover(args: List[str]) -> int:
     return _exec_native(native)
 
 
+def _export(args: List[str]) -> int:
+    import argparse
+
+    from .hta_export import HtaExportError, export_hta
+
+    parser = argparse.ArgumentParser(prog="rlscope-ray export",
+                                     description="Write a step of a run in another tool's format.")
+    parser.add_argument("kind", choices=["hta"], help="hta: per-rank traces for Holistic Trace Analysis")
+    parser.add_argument("dir", metavar="RUN_DIR", help="the aggregator's output directory (holds run.json)")
+    parser.add_argument("--step", type=int, required=True, metavar="N", help="the step to export")
+    parser.add_argument("--out", required=True, metavar="DIR", help="where to write rank_<r>.json")
+    ns = parser.parse_args(args)  # exits 2 with usage on bad arguments, an unknown kind among them
+    try:
+        paths, left_out = export_hta(ns.dir, ns.step, ns.out)
+    except HtaExportError as e:
+        print(f"rlscope-ray export hta: {e}", file=sys.stderr)
+        return 1
+    for label in left_out:
+        print(f"left out (the controller, or no rank): {label}")
+    for path in paths:
+        print(path)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     usage = __doc__ or ""
@@ -112,6 +148,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _report(rest)
     if cmd == "recover":
         return _recover(rest)
+    if cmd in ("query", "stats"):
+        from . import rundb_cli
+
+        return rundb_cli.query_main(rest) if cmd == "query" else rundb_cli.stats_main(rest)
+    if cmd == "export":
+        return _export(rest)
     if cmd == "calibrate":
         from .ab_calibration import main as calibrate_main
 

@@ -1,0 +1,228 @@
+"""The run database (rlscope_ray.rundb): run.duckdb kept beside a real
+multi-process run by its follower, `rlscope-ray query` and `rlscope-ray stats`."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_local_demo
+
+duckdb = pytest.importorskip("duckdb", reason="the run database needs the duckdb package (requirements-dev.txt)")
+
+SUBTASKS = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
+
+
+@pytest.fixture(scope="module")
+def run(build_dir, tmp_path_factory):
+    """The subprocess demo (a controller, ranks 0-2) writing steps 2 and 3; what
+    its run.duckdb held when the demo returned, before anyone else touched it."""
+    r, out = run_local_demo(build_dir, tmp_path_factory.mktemp("rundb"), "steps: [2, 3]\nflush: {step_grace_ms: 3000}\n")
+    assert r.returncode == 0, r.stderr
+    followed = None
+    if (out / "run.duckdb").exists():
+        con = duckdb.connect(str(out / "run.duckdb"), read_only=True)
+        followed = sorted(s for (s,) in con.execute("SELECT step FROM steps").fetchall())
+        con.close()
+    return out, followed
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlscope_ray.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def query(out: Path, sql: str) -> list:
+    r = cli("query", str(out), sql)
+    assert r.returncode == 0, r.stderr
+    return list(csv.DictReader(io.StringIO(r.stdout)))
+
+
+def summaries(out: Path) -> dict:
+    run = json.loads((out / "run.json").read_text())
+    return {n: json.loads((out / f"step_{n}" / "summary.json").read_text()) for n in run["steps_written"]}
+
+
+def test_the_follower_writes_the_database_as_the_run_goes(run):
+    out, followed = run
+    # Nobody called update: the follower beside the aggregator wrote every step.
+    assert followed == [2, 3]
+
+
+def test_sql_answers_equal_the_summaries(run):
+    out, _ = run
+    sums = summaries(out)
+    steps = query(out, "SELECT step, duration_ms, corrected_ms FROM steps ORDER BY step")
+    assert [int(s["step"]) for s in steps] == sorted(sums)
+    for row in steps:
+        s = sums[int(row["step"])]
+        assert float(row["duration_ms"]) == pytest.approx(s["duration_ms"])
+        assert float(row["corrected_ms"]) == pytest.approx(s["correction"]["duration_ms"])
+    spans = query(out, "SELECT step, session, count(*) AS n FROM spans GROUP BY step, session")
+    got = {(int(r["step"]), r["session"]): int(r["n"]) for r in spans}
+    want = {(n, p["session"]): p["spans"] for n, s in sums.items() for p in s["processes"] if p["spans"]}
+    assert got == want and len(want) == 2 * 4  # 4 processes per step
+    inst = query(out, "SELECT step, session, count(*) AS n FROM instants GROUP BY step, session")
+    assert {(int(r["step"]), r["session"]): int(r["n"]) for r in inst} == {
+        (n, p["session"]): p["instants"] for n, s in sums.items() for p in s["processes"] if p["instants"]}
+    # Each worker's update_actor range lasts what its trace slice says, on its rank.
+    ranks = query(out, "SELECT DISTINCT rank FROM spans WHERE name = 'update_actor' AND rank IS NOT NULL "
+                       "ORDER BY rank")
+    assert [r["rank"] for r in ranks] == ["0", "1", "2"]
+
+
+def test_update_is_idempotent(run):
+    out, _ = run
+    from rlscope_ray import rundb
+
+    before = query(out, "SELECT count(*) AS n FROM spans")
+    assert rundb.update(str(out)) == []
+    assert query(out, "SELECT count(*) AS n FROM spans") == before
+
+
+def test_stats_prints_its_three_tables_with_the_runs_ranks_and_subtasks(run):
+    out, _ = run
+    r = cli("stats", str(out))
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    for title in ("Sub-task time per rank across steps", "Step-time trend", "Stragglers across steps"):
+        assert title in text
+    per_rank = text.split("Step-time trend")[0]
+    rows = [line.split() for line in per_rank.splitlines() if line.split() and line.split()[0] in SUBTASKS]
+    assert {(row[0], row[1]) for row in rows} >= {(t, str(k)) for t in SUBTASKS if t != "adv" for k in (0, 1, 2)}
+    trend = text.split("Step-time trend")[1].split("Stragglers")[0]
+    assert [line.split()[0] for line in trend.splitlines() if line.split() and line.split()[0].isdigit()] == \
+        ["2", "3"]
+    stragglers = text.split("Stragglers across steps")[1]
+    assert "update_actor" in stragglers
+
+
+def test_bad_sql_gets_duckdbs_message_and_a_nonzero_exit(run):
+    out, _ = run
+    r = cli("query", str(out), "SELEC step FROM steps")
+    assert r.returncode == 2
+    assert "syntax error" in r.stderr and "Traceback" not in r.stderr
+    r = cli("query", str(out), "SELECT nope FROM steps")
+    assert r.returncode == 2 and "nope" in r.stderr and "Traceback" not in r.stderr
+    # Read-only: a query cannot change the database.
+    r = cli("query", str(out), "DELETE FROM steps")
+    assert r.returncode == 2 and "read-only" in r.stderr.lower()
+
+
+def test_a_directory_of_an_older_format_or_no_run_is_said(run, tmp_path):
+    out, _ = run
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    (old / "run.duckdb").unlink()
+    run_json = json.loads((old / "run.json").read_text())
+    run_json["format"] = "rlscope-ray run v0"
+    (old / "run.json").write_text(json.dumps(run_json))
+    for cmd in (("query", str(old), "SELECT 1"), ("stats", str(old)), ("stats", str(tmp_path))):
+        r = cli(*cmd)
+        assert r.returncode == 1, r
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert "'rlscope-ray run v0'" in cli("stats", str(old)).stderr
+    assert "not a run directory" in cli("stats", str(tmp_path)).stderr
+    assert not (old / "run.duckdb").exists()
+
+
+@pytest.mark.parametrize("formats, db", [("[json]", False), ("[json, db]", True)])
+def test_the_follower_writes_only_when_the_formats_hold_db(run, tmp_path, formats, db):
+    out, _ = run
+    d = tmp_path / "run"
+    shutil.copytree(out, d)
+    (d / "run.duckdb").unlink()
+    run_json = json.loads((d / "run.json").read_text())
+    run_json["config_yaml"] += f"output:\n  formats: {formats}\n"
+    (d / "run.json").write_text(json.dumps(run_json))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # an aggregator that has exited: one update, then the follower exits
+    r = subprocess.run([sys.executable, "-m", "rlscope_ray.rundb", "follow", str(d), "--pid", str(gone.pid)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (d / "run.duckdb").exists() == db, r.stderr
+
+
+def test_async_ranges_and_gpu_records_have_their_rows(run, tmp_path):
+    """Records the CPU-only demo has none of, added to a copy of its step 2
+    as chrome_trace.cc writes them: a start/end range ("b"/"e"), a kernel on
+    its stream's track with its launch's API call."""
+    out, _ = run
+    d = tmp_path / "run"
+    shutil.copytree(out, d)
+    (d / "run.duckdb").unlink()
+    path = d / "step_2" / "trace.json"
+    text = path.read_text()
+    pid = next(e["pid"] for e in json.loads(text)["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "process_name" and "rank 0)" in e["args"]["name"])
+    extra = [
+        {"ph": "b", "name": "rollout", "cat": "nvtx.async", "id": 7, "pid": pid, "tid": 77, "ts": 1000.5,
+         "args": {"payload": 3}},
+        {"ph": "e", "name": "rollout", "cat": "nvtx.async", "id": 7, "pid": pid, "tid": 77, "ts": 1250.75},
+        {"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_api", "pid": pid, "tid": pid, "ts": 1100.0,
+         "dur": 5.0, "args": {"correlation": 42}},
+        {"ph": "X", "name": "gemm_kernel", "cat": "gpu", "pid": pid, "tid": 4294967296, "ts": 1110.0,
+         "dur": 20.5, "args": {"correlation": 42, "device": 0, "stream": 7, "grid": [1, 1, 1], "block": [32, 1, 1]}},
+    ]
+    body, tail = text.rstrip().rsplit("]}", 1)
+    path.write_text(body.rstrip("\n") + "".join("\n," + json.dumps(e) for e in extra) + "\n]}" + tail + "\n")
+    from rlscope_ray import rundb
+
+    assert rundb.update(str(d)) == [2, 3]
+    (r,) = query(d, "SELECT rank, tid, begin_ns, end_ns, dur_ns, args->>'payload' AS payload FROM spans "
+                    "WHERE async AND step = 2")
+    assert (r["rank"], r["tid"], r["begin_ns"], r["end_ns"], r["dur_ns"], r["payload"]) == (
+        "0", "77", "1000500", "1250750", "250250", "3")
+    gpu = query(d, "SELECT name, category, device, stream, correlation, dur_ns FROM gpu_activities ORDER BY name")
+    assert [(g["name"], g["category"], g["device"], g["stream"], g["correlation"], g["dur_ns"]) for g in gpu] == [
+        ("cudaLaunchKernel", "cuda_api", "", "", "42", "5000"), ("gemm_kernel", "gpu", "0", "7", "42", "20500")]
+    # GPU records are not ranges.
+    assert query(d, "SELECT count(*) AS n FROM spans WHERE name IN ('gemm_kernel', 'cudaLaunchKernel')") == [{"n": "0"}]
+
+
+def test_a_run_whose_formats_leave_db_out_has_no_database(build_dir, tmp_path):
+    tmp = tmp_path / "tmp"  # the aggregator's work directory goes under TMPDIR
+    tmp.mkdir()
+    r, out = run_local_demo(build_dir, tmp_path, "steps: [2]\nflush: {step_grace_ms: 3000}\noutput: {formats: [json]}\n",
+                            steps=2, env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    assert (out / "step_2" / "summary.json").exists() and not (out / "run.duckdb").exists()
+    (log,) = tmp.glob("rlscope_aggregator_*/rundb.log")  # the follower ran, and said why it wrote nothing
+    assert "output.formats leaves db out" in log.read_text()
+
+
+def test_an_update_that_would_leave_the_disk_too_full_writes_nothing(run, tmp_path):
+    """The follower keeps room on the disk for the run's own files."""
+    out, _ = run
+    d = tmp_path / "run"
+    shutil.copytree(out, d)
+    (d / "run.duckdb").unlink()
+    from rlscope_ray import rundb
+
+    with pytest.raises(rundb.NoRoom, match="MiB free"):
+        rundb.update(str(d), keep_free=shutil.disk_usage(d).free + 1)
+    assert not (d / "run.duckdb").exists()
+    assert rundb.update(str(d), keep_free=0) == [2, 3]
+
+
+def test_without_duckdb_the_follower_says_so_and_exits_0(run, tmp_path):
+    out, _ = run
+    d = tmp_path / "run"
+    shutil.copytree(out, d)
+    (d / "run.duckdb").unlink()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "duckdb.py").write_text("raise ImportError('No module named duckdb (test shim)')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "rlscope_ray.rundb", "follow", str(d), "--pid", str(os.getpid())],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0
+    assert r.stderr.count("no run database") == 1 and "pip install duckdb" in r.stderr
+    assert not (d / "run.duckdb").exists()
