@@ -631,8 +631,10 @@ TEST_F(AggregatorTest, GpuRecordsFollowTheirLaunchIntoStepsAndTraces) {
   EXPECT_THAT(json, HasSubstr("\"name\":\"gemm_kernel\",\"cat\":\"gpu\""));
   EXPECT_THAT(json, HasSubstr("\"grid\":[64,0,0],\"block\":[128,0,0]"));
   EXPECT_THAT(json, HasSubstr("\"name\":\"cudaLaunchKernel\",\"cat\":\"cuda_api\",\"pid\":100,\"tid\":1"));
-  EXPECT_THAT(json, HasSubstr("\"ph\":\"s\",\"name\":\"launch\",\"cat\":\"launch\",\"id\":\"100.7\""));
-  EXPECT_THAT(json, HasSubstr("\"ph\":\"f\",\"bp\":\"e\",\"name\":\"launch\",\"cat\":\"launch\",\"id\":\"100.7\""));
+  // The flow's id: the process's correlation id made unique in the trace (pid << 32 ^ correlation).
+  const std::string id = "\"id\":\"launch." + std::to_string((uint64_t{100} << 32) ^ 7) + "\"";
+  EXPECT_THAT(json, HasSubstr("\"ph\":\"s\",\"name\":\"launch\",\"cat\":\"launch\"," + id));
+  EXPECT_THAT(json, HasSubstr("\"ph\":\"f\",\"bp\":\"e\",\"name\":\"launch\",\"cat\":\"launch\"," + id));
   const std::string json2 = StepTraceJson(exporter_.steps[1], {{1, 100}});
   EXPECT_THAT(json2, HasSubstr("\"name\":\"Memcpy HtoD\",\"cat\":\"gpu_memcpy\""));
   EXPECT_THAT(json2, HasSubstr("\"bytes\":1000,\"bandwidth_GBps\":5"));

@@ -9,7 +9,7 @@ Expected trace shape (Chrome trace JSON, one step_N/trace.json per step):
   - copies: "X" events on a stream track whose name mentions memcpy/HtoD/DtoH;
   - CUDA API calls: "X" events, cat "cuda_api", on the calling thread
     (cudaLaunchKernel among them);
-  - flows "s"/"f", cat "launch", id = correlation id, from the launch's
+  - flows "s"/"f", cat "launch", one id per correlation id, from the launch's
     thread to the kernel's stream track.
 Also: run.json labels the controller process gpu_tracing "on".
 Prints one summary line; exits 1 with the problems otherwise.
