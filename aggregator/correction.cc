@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -547,13 +548,14 @@ void StepCorrection::CorrectWorkersAlone() {
 }
 
 // A worker's ranges that begin on their thread with nothing of the thread
-// open (by time, across domains), are no Ray call (`submits`) and no step's,
-// in time order per thread.
+// open (by time, across domains; a range open since before the step counts
+// as open), are no Ray call (`submits`) and no step's, in time order per
+// thread.
 std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
                                           const std::map<uint64_t, std::pair<int64_t, int64_t>>& submits) {
   std::vector<const Span*> sorted;
   for (const Span& s : spans) {
-    if (!s.async && !s.clipped_begin) sorted.push_back(&s);
+    if (!s.async) sorted.push_back(&s);
   }
   std::sort(sorted.begin(), sorted.end(),
             [](const Span* a, const Span* b) { return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns); });
@@ -567,14 +569,14 @@ std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
     }
     it->second = s->end_ns;
     const bool call = s->has_payload && submits.count(s->payload) != 0;
-    if (!call && s->step < 0) out.push_back(s);
+    if (!call && s->step < 0 && !s->clipped_begin) out.push_back(s);
   }
   return out;
 }
 
 void StepCorrection::ListCalls() {
   const std::map<uint64_t, std::pair<int64_t, int64_t>> submits = RaySubmits(*controller_);
-  int64_t step_tid = 0;  // the controller's step range's thread
+  std::optional<int64_t> step_tid;  // the controller's step range's thread (none: no idle re-anchoring)
   for (const Span& span : controller_->spans) {
     if (span.step == step_->step) step_tid = span.tid;
   }
@@ -583,8 +585,9 @@ void StepCorrection::ListCalls() {
       auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload) : submits.end();
       if (it != submits.end()) calls_.push_back({it->second.first, it->second.second, w.corrector.get(), &span});
     }
+    if (!step_tid) continue;
     for (const Span* span : UnlinkedTopLevel(w.slice->spans, submits)) {
-      calls_.push_back({span->begin_ns, step_tid, w.corrector.get(), span, false});
+      calls_.push_back({span->begin_ns, *step_tid, w.corrector.get(), span, false});
     }
   }
   std::sort(calls_.begin(), calls_.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
@@ -600,6 +603,10 @@ void StepCorrection::AnchorCallsSubmittedBy(int64_t t) {
   for (; next_call_ < calls_.size() && calls_[next_call_].submit_ns <= t; ++next_call_) {
     const Call& c = calls_[next_call_];
     const int64_t shift_ns = ControllerShift(c.submit_tid, c.submit_ns);
+    // Anchors go in time order per thread: an unlinked range that began
+    // between a call's submit and the call's begin on the same thread comes
+    // after the call's anchor here and is refused (it keeps the shift it
+    // carried, as before idle re-anchoring).
     if (!c.linked) {
       c.worker->ReanchorAfterIdle(c.span->tid, c.span->begin_ns, shift_ns);
     } else if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, shift_ns)) {

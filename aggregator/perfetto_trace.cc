@@ -84,7 +84,8 @@ struct Rec {
   bool instant = false;
   bool counter = false;  // a counter's value (`value`) at `begin`
   double value = 0;
-  uint64_t flow_out = 0, flow_in = 0;
+  std::vector<uint64_t> flows_out;  // flows starting here (a launch of several records, a reused Ray key)
+  uint64_t flow_in = 0;
 };
 
 // One event to write, in a process's sequence.
@@ -314,7 +315,7 @@ void PerfettoSink::BindFlows() {
     int64_t rec = at(slice_at, fl);
     if (rec < 0 && fl.start) rec = at(instant_at, fl);
     if (rec < 0) continue;
-    (fl.start ? recs_[rec].flow_out : recs_[rec].flow_in) = fl.id;
+    if (fl.start) recs_[rec].flows_out.push_back(fl.id); else recs_[rec].flow_in = fl.id;
   }
 }
 
@@ -410,7 +411,7 @@ void PerfettoSink::WriteEvent(const Out& o, uint64_t default_track, int64_t* las
     VarintField(&event, f::kCategoryIids, r.cat_iid);
     VarintField(&event, f::kNameIid, r.name_iid);
     WriteAnnotations(&event, r);
-    if (r.flow_out != 0) Fixed64Field(&event, f::kFlowIds, r.flow_out);
+    for (uint64_t id : r.flows_out) Fixed64Field(&event, f::kFlowIds, id);
     if (o.type == kBegin && r.flow_in != 0) Fixed64Field(&event, f::kTerminatingFlowIds, r.flow_in);
   }
   if (!interned.empty()) BytesField(&packet, f::kInternedData, interned);

@@ -21,6 +21,10 @@ int64_t OffCpuTrackId(int64_t tid) { return (int64_t{1} << 43) + tid; }
 
 namespace {
 
+// The k-th flow of one origin (a launch, a Ray call): the first keeps the
+// origin's own id, later ones are spread from it.
+uint64_t FlowId(uint64_t origin, uint64_t k) { return origin + k * 0xbf58476d1ce4e5b9ull; }
+
 int64_t SortIndex(const ProcessTimeline& p) {
   if (p.is_controller()) return 0;
   return p.identity().rank >= 0 ? 1 + p.identity().rank : 1000000;
@@ -257,6 +261,7 @@ void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
   for (const auto& [device, work] : by_device) {
     ConcurrencyCounter(sink, pid, "GPU " + std::to_string(device) + " busy streams", work);
   }
+  std::map<uint32_t, uint64_t> launched;  // correlation -> device records so far (a graph launch has several)
   for (const GpuRecord& g : slice.gpu) {
     const auto [name, cat] = GpuName(p, g);
     const int64_t tid = OnDevice(g) ? StreamTrackId(g.device, g.stream) : g.tid;
@@ -264,8 +269,9 @@ void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
     if (OnDevice(g) && g.correlation != 0) {
       auto it = launch.find(g.correlation);
       if (it != launch.end() && it->second->tid != 0) {
-        // A correlation id is the process's own: the flow's is unique in the trace.
-        const uint64_t id = (static_cast<uint64_t>(pid) << 32) ^ g.correlation;
+        // A correlation id is the process's own: the flow's, one per launched
+        // record, is unique in the trace.
+        const uint64_t id = FlowId((static_cast<uint64_t>(pid) << 32) ^ g.correlation, launched[g.correlation]++);
         sink->FlowStart(pid, id, "launch", names::kCatLaunch, it->second->tid, it->second->start_ns);
         sink->FlowEnd(pid, id, "launch", names::kCatLaunch, tid, g.start_ns);
       }
@@ -331,40 +337,44 @@ std::vector<std::string> RayLabels(const ProcessTimeline& p) {
   return out;
 }
 
-// A Ray call's flow id: its key (the same on both sides), salted apart
-// from launch flows' ids.
-uint64_t RayCallFlow(uint64_t key) { return key ^ 0x9e3779b97f4a7c15ull; }
-
 // Ray calls the step shows on both sides: the controller's submit (its
 // "ray.submit" mark, ray_calls.h) and a worker's execution (its method
-// range carrying the call's key): key -> the submit's (ts, tid).
-std::map<uint64_t, std::pair<int64_t, int64_t>> CallsSeenOnBothSides(const StepProfile& step) {
-  std::map<uint64_t, std::pair<int64_t, int64_t>> submits, both;
+// range carrying the call's key, not a start/end range): per key, how many
+// executions (one, unless a key is reused). The walk gives each its flow,
+// in step order.
+std::map<uint64_t, int> CallsSeenOnBothSides(const StepProfile& step) {
+  std::map<uint64_t, std::pair<int64_t, int64_t>> submits;
+  std::map<uint64_t, int> both;
   for (const ProcessSlice& slice : step.processes) {
     if (slice.process->is_controller()) submits.merge(RaySubmits(slice));
   }
   for (const ProcessSlice& slice : step.processes) {
     if (slice.process->is_controller()) continue;
     for (const Span& s : slice.spans) {
-      auto it = s.has_payload && !s.clipped_begin ? submits.find(s.payload) : submits.end();
-      if (it != submits.end()) both.insert(*it);
+      if (s.has_payload && !s.clipped_begin && !s.async && submits.count(s.payload) != 0) ++both[s.payload];
     }
   }
   return both;
 }
 
-// A flow from each such submit to the execution.
-void RayCallFlows(TraceSink* sink, const ProcessSlice& slice, int64_t pid,
-                  const std::map<uint64_t, std::pair<int64_t, int64_t>>& calls) {
+// A flow from each such submit to each execution of it (`seen`: per key,
+// the executions given theirs so far).
+void RayCallFlows(TraceSink* sink, const ProcessSlice& slice, int64_t pid, const std::map<uint64_t, int>& calls,
+                  std::map<uint64_t, int>* seen) {
+  const uint64_t salt = 0x9e3779b97f4a7c15ull;  // apart from launch flows' ids
   if (slice.process->is_controller()) {
     for (const auto& [key, at] : RaySubmits(slice)) {
-      if (calls.count(key) != 0) sink->FlowStart(pid, RayCallFlow(key), "ray.call", names::kCatRayCall, at.second, at.first);
+      auto it = calls.find(key);
+      for (int k = 0; it != calls.end() && k < it->second; ++k) {
+        sink->FlowStart(pid, FlowId(key ^ salt, k), "ray.call", names::kCatRayCall, at.second, at.first);
+      }
     }
     return;
   }
   for (const Span& s : slice.spans) {
-    if (s.has_payload && !s.clipped_begin && calls.count(s.payload) != 0) {
-      sink->FlowEnd(pid, RayCallFlow(s.payload), "ray.call", names::kCatRayCall, s.tid, s.begin_ns);
+    if (s.has_payload && !s.clipped_begin && !s.async && calls.count(s.payload) != 0) {
+      sink->FlowEnd(pid, FlowId(s.payload ^ salt, (*seen)[s.payload]++), "ray.call", names::kCatRayCall, s.tid,
+                    s.begin_ns);
     }
   }
 }
@@ -372,7 +382,7 @@ void RayCallFlows(TraceSink* sink, const ProcessSlice& slice, int64_t pid,
 // One process's tracks and events: its GPU work, its threads' ranges, CPU
 // samples and marks.
 void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice& slice, int64_t pid,
-                   const std::map<uint64_t, std::pair<int64_t, int64_t>>& calls) {
+                   const std::map<uint64_t, int>& calls, std::map<uint64_t, int>* seen) {
   const ProcessTimeline& p = *slice.process;
   sink->Process(pid, ProcessLabel(p), SortIndex(p), RayLabels(p));
   std::set<int64_t> tids;
@@ -385,15 +395,16 @@ void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice&
   CpuSampleEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   OffCpuEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   for (const Instant& i : slice.instants) InstantEvent(sink, p, i, pid);
-  RayCallFlows(sink, slice, pid, calls);
+  RayCallFlows(sink, slice, pid, calls, seen);
 }
 
 }  // namespace
 
 void StepTraceEvents(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, TraceSink* sink) {
   const auto calls = CallsSeenOnBothSides(step);
+  std::map<uint64_t, int> seen;
   for (const ProcessSlice& slice : step.processes) {
-    ProcessEvents(sink, step, slice, trace_pids.at(slice.process->hello().session), calls);
+    ProcessEvents(sink, step, slice, trace_pids.at(slice.process->hello().session), calls, &seen);
   }
 }
 

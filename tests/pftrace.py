@@ -168,6 +168,7 @@ def json_view(path: Path) -> dict:
             args = dict(b.get("args", {}), range_id=b["id"], tid=b["tid"])
             slices[((b["pid"], "start/end ranges"), b["name"], b["cat"], ts, dur, _args(args, ts, dur))] += 1
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    assert len(starts) == sum(e["ph"] == "s" for e in events), "a flow id starts twice"
     for e in events:
         if e["ph"] == "f":
             s = starts[e["id"]]
@@ -189,11 +190,13 @@ def pf_view(path: Path) -> dict:
         key = t.track_key(s.track)
         slices[(key, s.name, s.cat, s.ts, s.dur, _args(s.args, s.ts, s.dur))] += 1
         for f in s.flow_in:
-            ends.setdefault(f, []).append((key, s.ts))
+            assert f not in ends, f"flow {f} ends twice: trace_processor would link only the first"
+            ends[f] = (key, s.ts)
     for i in t.instants:
         instants[(t.track_key(i.track), i.name, i.cat, i.ts, _args(i.args, i.ts, 0))] += 1
-    flows = {((t.track_key(s.track), s.ts), end) for s in t.slices + t.instants for f in s.flow_out
-             for end in ends.get(f, [])}
+    starts = [(f, (t.track_key(s.track), s.ts)) for s in t.slices + t.instants for f in s.flow_out]
+    assert len({f for f, _ in starts}) == len(starts), "a flow id starts twice"
+    flows = {(start, ends[f]) for f, start in starts}
     counters = Counter((t.track_key(u), ts, _num(v)) for u, ts, v in t.counters)
     return {"processes": procs, "labels": labels, "threads": threads, "slices": slices, "instants": instants,
             "flows": flows,

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,10 +51,54 @@ def summaries(out: Path) -> dict:
     return {n: json.loads((out / f"step_{n}" / "summary.json").read_text()) for n in run["steps_written"]}
 
 
-def test_the_follower_writes_the_database_as_the_run_goes(run):
+def test_the_follower_beside_the_aggregator_wrote_every_step_without_a_query(run):
     out, followed = run
     # Nobody called update: the follower beside the aggregator wrote every step.
     assert followed == [2, 3]
+
+
+def _steps_in(db: Path) -> list:
+    """The steps in a database another process may be writing (its lock
+    retried; a file it has only just created has no tables yet: none)."""
+    for _ in range(200):
+        try:
+            con = duckdb.connect(str(db), read_only=True)
+        except (duckdb.Error, OSError):
+            time.sleep(0.1)
+            continue
+        try:
+            return sorted(s for (s,) in con.execute("SELECT step FROM steps").fetchall())
+        except duckdb.CatalogException:
+            return []
+        finally:
+            con.close()
+    raise AssertionError(f"{db} stayed locked")
+
+
+def test_the_follower_updates_while_the_aggregator_still_runs(run, tmp_path):
+    """A run directory growing step by step, its "aggregator" a process that
+    keeps running: each step is in the database while it still runs."""
+    out, _ = run
+    live = tmp_path / "live"
+    live.mkdir()
+    run_json = json.loads((out / "run.json").read_text())
+    standin = subprocess.Popen(["sleep", "300"])  # the aggregator, still running
+    follower = subprocess.Popen([sys.executable, "-m", "rlscope_ray.rundb", "follow", str(live), "--pid",
+                                 str(standin.pid), "--interval", "0.1"])
+    try:
+        for upto in (2, 3):
+            shutil.copytree(out / f"step_{upto}", live / f"step_{upto}")
+            (live / "run.json").write_text(json.dumps(dict(run_json, steps_written=list(range(2, upto + 1)))))
+            deadline = time.monotonic() + 120  # a wait for the follower, not a speed asserted
+            while not ((live / "run.duckdb").exists() and upto in _steps_in(live / "run.duckdb")):
+                assert time.monotonic() < deadline, f"step {upto} never went in"
+                time.sleep(0.2)
+            assert standin.poll() is None
+        assert _steps_in(live / "run.duckdb") == [2, 3]
+    finally:
+        standin.kill()
+        standin.wait()
+    assert follower.wait(timeout=60) == 0  # it exits once its aggregator has
 
 
 def test_sql_answers_equal_the_summaries(run):

@@ -14,11 +14,11 @@ AggregatorStartError is raised with the end of its output in the message.
 Its stdout and stderr go to one log file (or to a pipe). stop() is safe to call
 more than once and on a daemon that has exited.
 
-Beside the daemon runs its run database's follower (`python -m rlscope_ray.rundb
-follow OUT --pid PID`, docs/run_database.md), with the daemon's nice value, its
-output in work_dir/rundb.log: it updates OUT/run.duckdb as steps are written
-and exits after the daemon; stop() waits for it (bounded). `database=False`
-starts none.
+Beside the daemon runs its run database's follower (rlscope_ray.rundb
+`follow OUT --pid PID`, docs/run_database.md), with the daemon's nice value, its
+output in rundb.log beside the daemon's log: it updates OUT/run.duckdb as steps
+are written and exits after the daemon; stop() waits for it up to 10 s, then
+leaves it to finish. `database=False` starts none.
 """
 from __future__ import annotations
 
@@ -71,17 +71,17 @@ class AggregatorProcess:
         self._stop_follower()
         return self.proc.returncode
 
-    def _stop_follower(self, timeout: float = 30.0) -> None:
-        """Waits for the database follower's last update (it exits once the
-        daemon has); past `timeout` s it is killed: the database catches up
-        at its next update (`rlscope-ray query`)."""
+    def _stop_follower(self, timeout: float = 10.0) -> None:
+        """Waits up to `timeout` s for the database follower's last update
+        (it exits once the daemon has); past that it is left to finish on
+        its own, so that a large catch-up never holds the caller's teardown
+        (and `rlscope-ray query` catches up whatever it did not)."""
         if self.follower is None or self.follower.poll() is not None:
             return
         try:
             self.follower.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.follower.kill()
-            self.follower.wait()
+            pass
 
     def output(self, lines: int = 50) -> str:
         """The last `lines` lines of its log (or of its pipe, once it has exited)."""
@@ -105,17 +105,21 @@ class AggregatorProcess:
         self.stop()
 
 
-def _start_follower(out: PathLike, pid: int, work: str, env: Dict[str, str],
+# The follower's command: this very package, wherever the caller found it,
+# found after the standard library (its directory appended to sys.path).
+_FOLLOWER = "import sys; sys.path.append({here!r}); from rlscope_ray.rundb import main; sys.exit(main())"
+
+
+def _start_follower(out: PathLike, pid: int, log_dir: str, env: Dict[str, str],
                     increment: int) -> Optional[subprocess.Popen]:
-    """The run database's follower of the daemon `pid`; None when it cannot
-    start (the run goes on without its database)."""
+    """The run database's follower of the daemon `pid`, its output in
+    log_dir/rundb.log; None when it cannot start (the run goes on without
+    its database)."""
     env = {k: v for k, v in env.items() if k != SECRET}
-    # The child imports this very package, wherever the caller found it.
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
     try:
-        with open(os.path.join(work, "rundb.log"), "w") as log:
-            return subprocess.Popen([sys.executable, "-m", "rlscope_ray.rundb", "follow", os.fspath(out),
+        with open(os.path.join(log_dir, "rundb.log"), "w") as log:
+            return subprocess.Popen([sys.executable, "-c", _FOLLOWER.format(here=here), "follow", os.fspath(out),
                                      "--pid", str(pid)], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env,
                                     preexec_fn=(lambda: os.nice(increment)) if increment else None)
@@ -196,7 +200,9 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
         time.sleep(0.02)
     with open(endpoint_file) as f:
         agg.endpoint = f.read().strip()
-    agg.follower = _start_follower(out, proc.pid, work, child_env, increment) if database else None
+    # Its log beside the daemon's.
+    log_dir = os.path.dirname(log_path) if log_path else work
+    agg.follower = _start_follower(out, proc.pid, log_dir, child_env, increment) if database else None
     if connect_host:
         host, port = agg.endpoint.rsplit(":", 1)
         if host.endswith("//0.0.0.0"):

@@ -304,9 +304,29 @@ def _read_summary(run_dir: str, step: int) -> Optional[Dict[str, Any]]:
 
 
 def _ingest_steps(con, run_dir: str, steps: Iterable[int]) -> List[int]:
-    """Written steps whose summary.json reads, in one transaction: their
-    summaries' rows, then each one's trace.json. Returns the steps ingested."""
+    """Written steps whose summary.json reads, in one transaction; if that
+    fails, each in its own, so that a step that cannot go in keeps no other
+    out (its error is raised once the others are in). Returns the steps
+    ingested."""
     summaries = [s for s in (_read_summary(run_dir, n) for n in steps) if s is not None]
+    try:
+        return _ingest_summaries(con, run_dir, summaries)
+    except Exception as first:
+        if len(summaries) < 2:
+            raise
+        ingested = []
+        for s in summaries:
+            try:
+                ingested += _ingest_summaries(con, run_dir, [s])
+            except Exception:
+                pass
+        if len(ingested) < len(summaries):
+            raise first
+        return ingested
+
+
+def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]]) -> List[int]:
+    """In one transaction: the summaries' rows, then each one's trace.json."""
     if not summaries:
         return []
     rows: Dict[str, List[tuple]] = {t: [] for t in COLUMNS}
@@ -401,16 +421,24 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _follow_once(run_dir: str, log) -> Optional[bool]:
-    """One update; True once the run's formats leave db out, None when run.json
-    is not (yet, or not wholly) readable."""
+def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
+    """One look; an update when run.json lists a step not in `known` (the
+    steps in the database; the last look updates in any case). True once the
+    run's formats leave db out, None when run.json is not (yet, or not
+    wholly) readable."""
     try:
         run = read_run_json(run_dir)
     except RunDirError:
         return None
     if "db" not in output_formats(run):
         return True
+    written = {int(s) for s in run.get("steps_written") or []}
+    if not last and known and written <= known:
+        return False  # nothing new: the database is not opened
     added = update(run_dir, run, keep_free=DISK_RESERVE_BYTES)
+    # In it now: every written step whose summary is there (written whole, by rename).
+    known.update(n for n in written if os.path.exists(os.path.join(run_dir, f"step_{n}", "summary.json")))
+    known.add(None)  # updated once: the database exists
     if added:
         print(f"rundb: steps {added} into {db_path(run_dir)}", file=log, flush=True)
     return False
@@ -426,10 +454,12 @@ def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr) -> i
         return 0
     os.umask(0o077)
     said_no_room = False
+    said_failed = ""
+    known: set = set()
     while True:
         last = not _alive(pid)
         try:
-            if _follow_once(run_dir, log):
+            if _follow_once(run_dir, log, known, last):
                 print("rundb: output.formats leaves db out; no run database", file=log, flush=True)
                 return 0
             said_no_room = False
@@ -438,8 +468,11 @@ def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr) -> i
                 print(f"rundb: {e}; no update until there is room (rlscope-ray query catches up)",
                       file=log, flush=True)
             said_no_room = True
-        except Exception as e:  # never the run's failure: said, and tried again
-            print(f"rundb: update failed: {type(e).__name__}: {e}", file=log, flush=True)
+        except Exception as e:  # never the run's failure: said (once while it repeats), and tried again
+            said = f"rundb: update failed: {type(e).__name__}: {e}"
+            if said != said_failed:
+                print(said, file=log, flush=True)
+            said_failed = said
         if last:
             return 0
         time.sleep(interval_s)
