@@ -328,11 +328,17 @@ print(json.dumps({"installed": nvtx_fast.installed()}))
 
 
 def _nvtx_events(trace: Trace) -> list:
-    """The controller's recorded NVTX events in order, without times and ids."""
+    """The controller's recorded NVTX events in order, without times and ids
+    (not the samplers' slices: when a look finds the thread off CPU depends
+    on the machine's load)."""
+    from rlscope_ray import _native
+
     ctrl = trace.pid_of("(controller)")
     keep = {"X", "b", "e", "i"}
+    sampled = {_native.names.CAT_CPU_SAMPLES, _native.names.CAT_OFF_CPU}
     out = []
-    for e in sorted((e for e in trace.events if e["pid"] == ctrl and e["ph"] in keep and e["name"] != "step"),
+    for e in sorted((e for e in trace.events if e["pid"] == ctrl and e["ph"] in keep and e["name"] != "step"
+                     and e.get("cat") not in sampled),
                     key=lambda e: (float(e["ts"]), e["ph"] != "e")):
         args = {k: v for k, v in e.get("args", {}).items() if not k.startswith("raw") and not k.endswith("tid")}
         out.append((e["ph"], e["name"], e.get("cat"), json.dumps(args, sort_keys=True)))
