@@ -129,6 +129,7 @@ class PerfettoSink : public TraceSink {
   Rec& Add(uint32_t track, std::string_view name, std::string_view cat, int64_t begin, int64_t end,
            const TraceArgs& args, const RawTimes* raw);
   uint32_t AsyncLane(int64_t begin, int64_t end);
+  void PlaceAsync();
   void FlushProcess();
   std::vector<Out> Sequence();
   void WriteEvent(const Out& o, uint64_t default_track, int64_t* last_ts);
@@ -150,8 +151,9 @@ class PerfettoSink : public TraceSink {
   std::vector<Track> tracks_;  // [0]: the process's
   std::unordered_map<int64_t, uint32_t> by_tid_;
   std::map<std::string, uint32_t, std::less<>> counters_;  // counter tracks by name
-  std::vector<int64_t> lane_ends_;  // async lanes: the track index and last end of each
-  std::vector<uint32_t> lane_tracks_;
+  std::vector<int64_t> lane_ends_;     // async lanes: the last end on each,
+  std::vector<uint32_t> lane_tracks_;  // and its track
+  std::vector<uint32_t> async_;        // recs of start/end ranges, placed on lanes at FlushProcess
   std::vector<Rec> recs_;
   std::vector<Arg> args_;
   std::vector<PendingFlow> flows_;
@@ -248,6 +250,13 @@ void PerfettoSink::Slice(int64_t, int64_t tid, std::string_view name, std::strin
   Add(TrackOf(tid), name, cat, begin_ns, end_ns, args, raw);
 }
 
+// The start/end ranges, by begin, each on the first lane free at its begin.
+void PerfettoSink::PlaceAsync() {
+  std::stable_sort(async_.begin(), async_.end(),
+                   [&](uint32_t a, uint32_t b) { return recs_[a].begin < recs_[b].begin; });
+  for (uint32_t i : async_) recs_[i].track = AsyncLane(recs_[i].begin, recs_[i].end);
+}
+
 // Start/end ranges overlap freely: each goes on the first lane (a track
 // "start/end ranges" under the process) free at its begin.
 uint32_t PerfettoSink::AsyncLane(int64_t begin, int64_t end) {
@@ -271,7 +280,8 @@ void PerfettoSink::Async(int64_t, int64_t tid, std::string_view name, std::strin
                          int64_t begin_ns, int64_t end_ns, const TraceArgs& args, const RawTimes* raw) {
   TraceArgs with_ids = args;
   with_ids.Uint("range_id", id).Int("tid", tid);
-  Add(AsyncLane(begin_ns, end_ns), name, cat, begin_ns, end_ns, with_ids, raw);
+  async_.push_back(static_cast<uint32_t>(recs_.size()));
+  Add(0, name, cat, begin_ns, end_ns, with_ids, raw);  // its lane once all are in (PlaceAsync)
 }
 
 void PerfettoSink::Instant(int64_t, int64_t tid, std::string_view name, std::string_view cat, int64_t ts_ns,
@@ -421,6 +431,7 @@ void PerfettoSink::WriteEvent(const Out& o, uint64_t default_track, int64_t* las
 
 void PerfettoSink::FlushProcess() {
   if (tracks_.empty()) return;
+  PlaceAsync();
   for (const Track& t : tracks_) {
     std::string packet;
     BytesField(&packet, f::kTrackDescriptor, t.descriptor);
@@ -460,6 +471,7 @@ void PerfettoSink::FlushProcess() {
   counters_.clear();
   lane_ends_.clear();
   lane_tracks_.clear();
+  async_.clear();
   recs_.clear();
   args_.clear();
   flows_.clear();
