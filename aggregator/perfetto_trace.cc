@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <map>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <string_view>
 #include <unordered_map>
 #include <vector>

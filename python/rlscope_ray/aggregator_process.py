@@ -110,11 +110,12 @@ class AggregatorProcess:
 _FOLLOWER = "import sys; sys.path.append({here!r}); from rlscope_ray.rundb import main; sys.exit(main())"
 
 
-def _start_follower(out: PathLike, pid: int, log_dir: str, env: Dict[str, str],
+def _start_follower(out: PathLike, pid: int, beside: str, env: Dict[str, str],
                     increment: int) -> Optional[subprocess.Popen]:
     """The run database's follower of the daemon `pid`, its output in
-    log_dir/rundb.log; None when it cannot start (the run goes on without
-    its database)."""
+    rundb.log beside `beside` (the daemon's log file, or its work directory);
+    None when it cannot start (the run goes on without its database)."""
+    log_dir = beside if os.path.isdir(beside) else os.path.dirname(beside)
     env = {k: v for k, v in env.items() if k != SECRET}
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
@@ -200,9 +201,7 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
         time.sleep(0.02)
     with open(endpoint_file) as f:
         agg.endpoint = f.read().strip()
-    # Its log beside the daemon's.
-    log_dir = os.path.dirname(log_path) if log_path else work
-    agg.follower = _start_follower(out, proc.pid, log_dir, child_env, increment) if database else None
+    agg.follower = _start_follower(out, proc.pid, log_path or work, child_env, increment) if database else None
     if connect_host:
         host, port = agg.endpoint.rsplit(":", 1)
         if host.endswith("//0.0.0.0"):

@@ -444,9 +444,10 @@ def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
     return False
 
 
-def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr) -> int:
+def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr, sleep=time.sleep) -> int:
     """Updates run_dir's database while process `pid` (the aggregator) runs,
-    then once more; exits 0 whatever happens to the database."""
+    then once more; exits 0 whatever happens to the database. `sleep(interval_s)`
+    between looks (a test counts looks with its own)."""
     try:
         import duckdb  # noqa: F401
     except ImportError as e:
@@ -475,7 +476,7 @@ def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr) -> i
             said_failed = said
         if last:
             return 0
-        time.sleep(interval_s)
+        sleep(interval_s)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
