@@ -22,6 +22,7 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   p.CutOffCpu(begin, end, &slice.off_cpu);
   p.CutProcessCpu(begin, end, &slice.process_cpu);
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
+  slice.unarmed_ns = p.UnarmedNs(begin, end);
   // Its threads' run-queue waits in the step (each sample stands for the
   // time before it): the evidence of CPU the job lacked, by the profiler or not.
   if (slice.profiler_cpu_ns >= 0) {

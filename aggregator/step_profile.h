@@ -101,6 +101,9 @@ struct ProcessSlice {
   std::vector<ProcessCpuPoint> process_cpu;  // the process's CPU time, by time, one point either side of the step
   bool late = false;              // had not flushed past the step end in time
   bool lost = false;              // late and gone without a goodbye (ProcessTimeline::lost)
+  // How much of the step it did not record (ProcessTimeline::UnarmedNs; -1
+  // unknown): a worker whose window reached it after the step began.
+  int64_t unarmed_ns = -1;
   // Overhead correction (correction.h); none when off. Times above are corrected.
   std::optional<Overhead> overhead;
   // CPU its collector's flush thread used in the step (-1 unknown): not

@@ -178,6 +178,11 @@ void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("dropped_total").Uint(p.dropped());
   w.Key("unmatched_total").Uint(p.unmatched());
   w.Key("late").Bool(slice.late);
+  if (slice.unarmed_ns >= 0) {
+    w.Key("unarmed_ms").Double(static_cast<double>(slice.unarmed_ns) / 1e6);
+  } else {
+    w.Key("unarmed_ms").Null();
+  }
   w.Key("cpu_samples").Uint(slice.cpu_samples.size());
   w.Key("cpu_frames_unread")
       .Uint(std::count_if(slice.cpu_samples.begin(), slice.cpu_samples.end(),
@@ -218,6 +223,19 @@ void WriteCaptureWarnings(JsonWriter& w, const StepProfile& step) {
                   "workers did in that time, or a little more, may be missing",
                   static_cast<double>(step.window_late_ns) / 1e6);
     w.String(text);
+  }
+  // Each process that did not record part of the step (its arming edges):
+  // late_window alone is the aggregator's view; this is the process's own.
+  const double step_ns = static_cast<double>(std::max<int64_t>(1, step.end_ns - step.begin_ns));
+  for (const ProcessSlice& slice : step.processes) {
+    if (slice.unarmed_ns <= 0) continue;
+    char text[256];
+    std::snprintf(text, sizeof(text),
+                  "did not record %.3f ms of this step (%.0f %%): its capture window reached it after the step "
+                  "began (the step before was shorter than the broadcast took to reach it) or closed early; what "
+                  "it ran then is missing",
+                  static_cast<double>(slice.unarmed_ns) / 1e6, 100.0 * static_cast<double>(slice.unarmed_ns) / step_ns);
+    w.String(ProcessLabel(*slice.process) + ": " + text);
   }
   w.EndArray();
 }

@@ -46,6 +46,12 @@ void ProcessTimeline::AddNamesAndProgress(const wire::Batch& batch) {
       (cpu_points_.empty() || batch.watermark_ns > cpu_points_.back().first)) {
     cpu_points_.emplace_back(batch.watermark_ns, batch.profiler_cpu_ns);
   }
+  reports_arming_ = reports_arming_ || batch.reports_arming;
+  for (const wire::ArmEdge& e : batch.arming) {
+    if (!arming_.empty() && e.ts_ns < arming_.back().ts_ns) continue;  // a replay's, had already
+    if (arming_.size() >= kMaxArmEdges) arming_.pop_front();
+    arming_.push_back(e);
+  }
 }
 
 void ProcessTimeline::AddGpu(const wire::Batch& batch) {
@@ -360,6 +366,26 @@ void ProcessTimeline::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<C
   for (const CostSample& s : cost_samples_) {
     if (s.ts_ns >= begin_ns && s.ts_ns <= end_ns) out->push_back(s);
   }
+}
+
+int64_t ProcessTimeline::UnarmedNs(int64_t begin_ns, int64_t end_ns) const {
+  if (!reports_arming_) return -1;
+  if (end_ns <= begin_ns) return 0;
+  // The state at `begin`: the last edge at or before it (none: not armed,
+  // or, the oldest forgotten, the opposite of the oldest kept).
+  auto it = std::upper_bound(arming_.begin(), arming_.end(), begin_ns,
+                             [](int64_t t, const wire::ArmEdge& e) { return t < e.ts_ns; });
+  bool armed = it != arming_.begin()                                       ? std::prev(it)->armed
+               : arming_.size() >= kMaxArmEdges && !arming_.empty() ? !arming_.front().armed
+                                                                          : false;
+  int64_t unarmed = 0, from = begin_ns;
+  for (; it != arming_.end() && it->ts_ns < end_ns; ++it) {
+    if (!armed) unarmed += it->ts_ns - from;
+    armed = it->armed;
+    from = it->ts_ns;
+  }
+  if (!armed) unarmed += end_ns - from;
+  return unarmed;
 }
 
 int64_t ProcessTimeline::ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const {

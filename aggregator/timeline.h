@@ -28,6 +28,7 @@ class ProcessTimeline {
   // cut there and counted (truncated_strings), so a hostile or broken
   // collector cannot hold megabytes per name until the run ends.
   static constexpr size_t kMaxStringBytes = 4096;
+  static constexpr size_t kMaxArmEdges = 4096;  // two per selected step: thousands of steps
   explicit ProcessTimeline(wire::Hello hello) : hello_(std::move(hello)) { BoundIdentity(); }
 
   // Appends a batch (all but its clock probes). With `edges` (the run's
@@ -82,6 +83,11 @@ class ProcessTimeline {
   // clock), from the running totals its batches carry (Batch.profiler_cpu_ns),
   // interpolated; -1 when it sent none.
   int64_t ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const;
+  // How much of [begin, end] (its clock) this process did not record, by
+  // the arming edges it reported (wire.h Batch::arming; before its first
+  // edge it was not armed): -1 when it reports none (a trigger other than
+  // the controller's, or an older collector).
+  int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns) const;
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
   void DiscardBefore(int64_t ns);
@@ -172,6 +178,8 @@ class ProcessTimeline {
   KindSamples sample_totals_;
   uint64_t interrupted_samples_ = 0;
   std::deque<std::pair<int64_t, int64_t>> cpu_points_;  // (watermark, flush thread CPU so far)
+  bool reports_arming_ = false;
+  std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
   uint32_t calibration_name_ = 0;  // id of "rlscope.calibration": those events are left out
   std::unordered_map<uint32_t, int64_t> launches_;  // correlation -> API call start
   int64_t watermark_ns_ = 0;

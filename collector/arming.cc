@@ -1,7 +1,9 @@
 #include "collector/arming.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "native/names.h"
 #include "native/steps.h"
@@ -62,6 +64,9 @@ void Arming::UpdateArmed() {
   if (armed == was) return;
   // Remember the armed periods for GPU records, which arrive later.
   const int64_t now = MonotonicNs();
+  // On the events' clock (a test clock stamps them ahead: test_clock.h).
+  if (edges_.size() >= 1024) edges_.erase(edges_.begin());
+  edges_.push_back({now + std::max<int64_t>(0, ctx_.TestClockNs()), armed});
   if (armed) {
     if (armed_intervals_.size() >= 1024) armed_intervals_.erase(armed_intervals_.begin());
     armed_intervals_.emplace_back(now, INT64_MAX);
@@ -77,6 +82,11 @@ bool Arming::WasArmedDuring(int64_t begin_ns, int64_t end_ns) const {
     if (it->second < begin_ns) break;  // older periods end earlier still
   }
   return false;
+}
+
+std::vector<wire::ArmEdge> Arming::TakeEdges() {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  return std::exchange(edges_, {});
 }
 
 void Arming::SetCaptureActive(bool active) {
@@ -130,7 +140,7 @@ bool Arming::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t
   return false;
 }
 
-bool Arming::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
+int Arming::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
   bool step_end = false, trigger_end = false;
   if (async) {
     // A relaxed load first: most ends are neither, and then cost no RMW.
@@ -150,7 +160,11 @@ bool Arming::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
       trigger_end = true;
     }
   }
-  if (step_end) {
+  return (step_end ? kClosesStep : 0) | (trigger_end ? kClosesTrigger : 0);
+}
+
+void Arming::AfterClose(int closes) {
+  if ((closes & kClosesStep) != 0) {
     in_step_.store(false, std::memory_order_relaxed);
     if (trigger_ == Trigger::kController) {
       // Armed from the end of the step before a selected one, as workers are
@@ -160,8 +174,7 @@ bool Arming::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {
     }
     ctx_.Wake();
   }
-  if (trigger_end) SetCaptureActive(false);
-  return step_end || trigger_end;
+  if ((closes & kClosesTrigger) != 0) SetCaptureActive(false);
 }
 
 void Arming::ArmForNextStep() {

@@ -56,7 +56,14 @@ class Arming {
   // whatever the arming). A step whose number the aggregator would not
   // derive itself is announced with a `rlscope.step_number` mark.
   bool OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
-  bool OnRangeClose(ThreadState* ts, bool async, uint64_t range_id);
+  // A close returns what it closes (kClosesStep | kClosesTrigger, 0
+  // neither); the caller records the close, then calls AfterClose with it,
+  // which disarms where the step or trigger range says: after the close is
+  // stamped, so the process records up to its end (its edge, TakeEdges, is
+  // not inside the step).
+  static constexpr int kClosesStep = 1, kClosesTrigger = 2;
+  int OnRangeClose(ThreadState* ts, bool async, uint64_t range_id);
+  void AfterClose(int closes);
 
   // Opens/closes the capture of the api, nvtx:<name> and cudaProfilerApi
   // triggers (no effect on the controller trigger's windows).
@@ -64,6 +71,12 @@ class Arming {
   // True when this process was armed at some time in [begin_ns, end_ns]
   // (collector clock): GPU records outside every window are dropped.
   bool WasArmedDuring(int64_t begin_ns, int64_t end_ns) const;
+  // Flush thread: the arming's edges since the last call, oldest first, for
+  // the aggregator to say how much of a step a process did not record
+  // (wire.h Batch::arming). Only under the controller trigger, whose windows
+  // the aggregator steers (reports_arming); the others arm as their user says.
+  bool reports_arming() const { return trigger_ == Trigger::kController; }
+  std::vector<wire::ArmEdge> TakeEdges();
 
   // Makes this process the controller unless it already is (kAlready) or the
   // aggregator named another (kRefused).
@@ -123,6 +136,7 @@ class Arming {
   // Armed periods [begin, end] (end INT64_MAX while armed), newest last;
   // bounded: the oldest are forgotten.
   std::vector<std::pair<int64_t, int64_t>> armed_intervals_;
+  std::vector<wire::ArmEdge> edges_;  // not yet taken (TakeEdges); bounded like armed_intervals_
   std::atomic<bool> armed_{false};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers

@@ -78,15 +78,16 @@ class Collector {
   RLSCOPE_HOT int RangePop(ThreadState* ts, uint32_t domain, uint8_t flags = kFlagNone) {
     if (ts->depth == 0) return -1;  // nothing open on this thread (or opened before it was tracked)
     const int depth = --ts->depth;
-    const bool special = arming_.watching() && arming_.OnRangeClose(ts, false, 0);
+    const int closes = arming_.watching() ? arming_.OnRangeClose(ts, false, 0) : 0;
     // Deeper than the mask: recorded when armed now (the bit is not kept).
     const bool pushed = depth < 64 ? ts->WasRecorded(depth, false) : armed();
-    if (special || pushed) {
+    if (closes != 0 || pushed) {
       recording_.Record(ts, EventKind::kRangePop, 0, domain, 0, 0, flags != kFlagNone ? flags : ts->PopFlags(depth),
                         /*privileged=*/true);
     } else if (ts->WasDropped(depth)) {
       recording_.CountDropped();  // the close of a dropped open
     }
+    if (closes != 0) arming_.AfterClose(closes);
     return depth;
   }
   RLSCOPE_HOT uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
@@ -106,13 +107,14 @@ class Collector {
   // `handle` is what RangeStart returned; `flags` as RangePop's.
   RLSCOPE_HOT void RangeEnd(ThreadState* ts, uint32_t domain, uint64_t handle, uint8_t flags = kFlagNone) {
     const uint64_t id = handle & ~kRangeHandleBits;
-    const bool special = arming_.watching() && arming_.OnRangeClose(ts, true, id);
-    if (special || (handle & kRecordedRangeBit) != 0) {
+    const int closes = arming_.watching() ? arming_.OnRangeClose(ts, true, id) : 0;
+    if (closes != 0 || (handle & kRecordedRangeBit) != 0) {
       if (flags == kFlagNone && (handle & kViaNvtxExRangeBit) != 0) flags = kFlagViaNvtxEx;
       recording_.Record(ts, EventKind::kRangeEnd, 0, domain, 0, id, flags, /*privileged=*/true);
     } else if ((handle & kDroppedRangeBit) != 0) {
       recording_.CountDropped();  // the end of a dropped start
     }
+    if (closes != 0) arming_.AfterClose(closes);
   }
   // A mark, or any one event (Recording::Record).
   RLSCOPE_HOT bool Record(ThreadState* ts, EventKind kind, uint32_t name, uint32_t domain, uint32_t category,

@@ -106,6 +106,8 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
   // (Under test costs, events are stamped ahead by the test clock: so is it.)
   out.watermark_ns = context_.converter.ToNs(ReadTicks(context_.clock_source)) +
                      std::max<int64_t>(0, context_.TestClockNs()) - 5000000;
+  out.reports_arming = arming_.reports_arming();
+  if (out.reports_arming) out.arming = arming_.TakeEdges();  // each before the watermark
   recording_.SnapshotRings(&out);
   cpu_.TakeSamples(&out);
   gpu_.Take(&out);

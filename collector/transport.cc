@@ -252,6 +252,7 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
     writer_.Categories(metadata.categories);
     writer_.Gpu(gpu);
     writer_.Probes(with_metadata ? pending_probes_ : no_probes);
+    writer_.Arming(with_metadata && out.reports_arming, out.arming);
     writer_.BeginThreads(take.size());
     for (const Outgoing::Thread& t : take) AddEvents(t, converter);
     const msgpack::sbuffer& buf = writer_.Finish();

@@ -46,6 +46,10 @@ struct Outgoing {
   uint64_t ack = 0;          // flush token to acknowledge in the last message, 0 none
   std::vector<Thread> threads;
   std::vector<GpuRecord> gpu;
+  // Arming edges since the last flush (Arming::TakeEdges), in the first
+  // message; reports_arming false: none sent (wire.h Batch::arming).
+  bool reports_arming = false;
+  std::vector<wire::ArmEdge> arming;
   Metadata metadata;
 };
 

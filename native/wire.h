@@ -118,6 +118,14 @@ struct ProbeSample {
   bool operator==(const ProbeSample&) const = default;
 };
 
+// A change of the collector's arming (Batch::arming): from `ts_ns` (collector
+// clock) the process records (armed) or does not.
+struct ArmEdge {
+  int64_t ts_ns = 0;
+  bool armed = false;
+  bool operator==(const ArmEdge&) const = default;
+};
+
 struct Batch {
   uint64_t session = 0;
   uint64_t seq = 0;           // 0, 1, 2, ... per session
@@ -130,6 +138,12 @@ struct Batch {
   std::vector<CategoryName> categories;
   std::vector<GpuRecord> gpu;  // GPU activity (optional key; times on the collector's clock)
   std::vector<ProbeSample> probes;  // answered clock probes (optional key)
+  // Arming under the controller trigger (optional key; a process under
+  // another trigger, which arms as its user says, sends none): every edge
+  // since the last batch that carried it, oldest first. reports_arming
+  // false = the key is absent (the aggregator then claims nothing).
+  bool reports_arming = false;
+  std::vector<ArmEdge> arming;
   std::vector<ThreadEvents> threads;
 };
 
@@ -204,7 +218,7 @@ using Message = std::variant<Hello, Batch, Bye, Expected, Control, Probe>;
 
 // Streaming batch encoder, used by the collector's flush thread so events go
 // from ring buffers to bytes without an intermediate copy.
-// Call order: Begin, Strings, ThreadNames, Categories, Gpu, Probes (each exactly once,
+// Call order: Begin, Strings, ThreadNames, Categories, Gpu, Probes, Arming (each exactly once,
 // may be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
 class BatchWriter {
  public:
@@ -215,6 +229,8 @@ class BatchWriter {
   void Categories(const std::vector<CategoryName>& categories);
   void Gpu(const std::vector<GpuRecord>& records);
   void Probes(const std::vector<ProbeSample>& probes);
+  // `reports` false: no `arming` key (Batch::reports_arming).
+  void Arming(bool reports, const std::vector<ArmEdge>& edges);
   void BeginThreads(size_t num_threads);
   void BeginThread(int64_t tid, size_t num_events);
   void AddEvent(const Event& e);

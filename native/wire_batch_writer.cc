@@ -88,6 +88,15 @@ void BatchWriter::Gpu(const std::vector<GpuRecord>& records) {
   }
 }
 
+void BatchWriter::Arming(bool reports, const std::vector<ArmEdge>& edges) {
+  if (!reports) return;
+  Key("arming").pack_array(static_cast<uint32_t>(edges.size() * 2));
+  for (const ArmEdge& e : edges) {
+    packer_.pack_int64(e.ts_ns);
+    packer_.pack(e.armed);
+  }
+}
+
 void BatchWriter::Probes(const std::vector<ProbeSample>& probes) {
   Key("probes").pack_array(static_cast<uint32_t>(probes.size() * 4));
   for (const ProbeSample& p : probes) {

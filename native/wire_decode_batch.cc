@@ -120,6 +120,20 @@ bool DecodeProbes(Ctx& c, const object& o, Batch* b) {
   return true;
 }
 
+bool DecodeArming(Ctx& c, const object& o, Batch* b) {
+  const object_array* arr;
+  if (!GetArray(c, o, "batch.arming", &arr)) return false;
+  if (arr->size % 2 != 0) return c.Fail("batch.arming", "length " + std::to_string(arr->size) + " is not even");
+  b->reports_arming = true;
+  for (uint32_t i = 0; i < arr->size; i += 2) {
+    ArmEdge e;
+    const std::string where = "batch.arming[" + std::to_string(i / 2) + "]";
+    if (!GetInt(c, arr->ptr[i], where, &e.ts_ns) || !GetBool(c, arr->ptr[i + 1], where, &e.armed)) return false;
+    b->arming.push_back(e);
+  }
+  return true;
+}
+
 // The common case of DecodeEvent with no error text built: the seven
 // fields are integers in range and the kind is known. False leaves *ts and
 // *ev untouched; DecodeEvent then says what is wrong.
@@ -219,6 +233,7 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
   if ((o = Find(body, "categories")) != nullptr && !DecodeCategories(c, *o, b)) return false;
   if ((o = Find(body, "gpu")) != nullptr && !DecodeGpu(c, *o, b)) return false;
   if ((o = Find(body, "probes")) != nullptr && !DecodeProbes(c, *o, b)) return false;
+  if ((o = Find(body, "arming")) != nullptr && !DecodeArming(c, *o, b)) return false;
   const object_array* arr;
   if (!Require(c, body, "batch", "threads", &o) || !GetArray(c, *o, "batch.threads", &arr)) return false;
   b->threads.resize(arr->size);

@@ -99,6 +99,51 @@ def test_workers_record_only_in_the_windows_of_selected_steps(aggregator_factory
     (step,) = trace.slices(trace.pid_of("(controller)"), "step")
     for e in traced.values():
         assert _ns(step["ts"]) <= _ns(e["ts"]) and _ns(e["ts"]) + _ns(e["dur"]) <= _ns(step["ts"]) + _ns(step["dur"])
+    # Armed all through step 3, by its own word; nothing to warn of.
+    (ws,) = [p for p in summary["processes"] if p["role"] == "worker"]
+    assert ws["unarmed_ms"] == 0 and summary["capture_warnings"] == [], summary["capture_warnings"]
+
+
+def test_a_worker_armed_after_the_step_began_says_how_much_of_it_is_missing(aggregator_factory, tmp_path):
+    """A worker that starts (so arms) inside a selected step recorded only
+    the part after that: its summary entry says how much it missed and the
+    step's capture warnings name it, rather than showing a quietly short
+    worker."""
+    config = "{steps: [2]}"
+    agg = aggregator_factory(config="steps: [2]\n")
+    began, go = tmp_path / "began", tmp_path / "go"
+    report = tmp_path / "controller.json"
+    controller = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/apps/step_controller.py"), "--report", str(report), "--steps", "3",
+         "--step-ms", "200", "--gap-ms", "50", "--wait-inside", "2", str(began), str(go)],
+        env=agg.env(role="controller", config=config), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60  # a hang guard
+    while not began.exists():
+        assert controller.poll() is None and time.monotonic() < deadline, controller.stderr.read()
+        time.sleep(0.01)
+    worker = Worker(agg, tmp_path, config)  # started inside step 2
+    while not worker.armed.exists():
+        assert worker.proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    go.touch()
+    assert controller.wait(timeout=120) == 0, controller.stderr.read()
+    worker.stop()
+    log = agg.wait()
+    summary = _summary(agg, 2)
+    (w,) = [p for p in summary["processes"] if p["role"] == "worker"]
+    (c,) = [p for p in summary["processes"] if p["role"] == "controller"]
+    step = json.loads(report.read_text())["steps"][1]
+    step_ms = (step["end_ns"] - step["begin_ns"]) / 1e6
+    # It missed the part of the step before it started: more than nothing, less than the step.
+    assert 0 < w["unarmed_ms"] < step_ms, (w["unarmed_ms"], step_ms, log)
+    assert c["unarmed_ms"] == 0  # the controller arms from the end of the step before
+    (warning,) = summary["capture_warnings"]
+    assert warning.startswith(w["label"] + ": did not record ") and "missing" in warning
+    # What it did record lies in the part it says it recorded.
+    trace = Trace(agg.out / "step_2" / "trace.json")
+    (s2,) = trace.slices(trace.pid_of("(controller)"), "step")
+    for e in trace.slices(trace.pid_of("(worker, rank 0)"), "py_iter"):
+        assert _ns(e["ts"]) >= _ns(s2["ts"]) + w["unarmed_ms"] * 1e6 - 1e6, (e, w["unarmed_ms"])
 
 
 def _summary(agg, n):

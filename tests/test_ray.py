@@ -159,6 +159,8 @@ def test_node_with_a_shifted_clock_still_nests_worker_spans_in_the_controllers_c
     assert abs(clocks[1]["offset_ns"] + shift_ns) <= clocks[1]["bound_ns"]  # the shift was found
     # Each worker's execution of a call lies between the controller's submit and get.
     assert summary["causality"]["checked"] >= 2 and summary["causality"]["violations"] == 0
+    # Each learner recorded the whole step, by its own word.
+    assert [p["unarmed_ms"] for p in summary["processes"]] == [0] * len(summary["processes"]), summary
     for rank in (0, 1):
         (call,) = trace.slices(ctrl, f"call_rank{rank}")
         (method,) = trace.slices(trace.pid_of(f"Learner (rank {rank})"), "update_actor")

@@ -39,6 +39,10 @@ try:
         def update_actor(self):
             return sum(i * i for i in range(100000))
 
+        def recording(self):
+            from rlscope_ray import _native
+            return bool(_native.armed())
+
     learners = [Learner.options(resources={res: 0.01}, runtime_env={"rlscope": {"rank": r}}).remote()
                 for r, res in enumerate(("head", "shifted"))]
     ray.get([a.update_actor.remote() for a in learners])
@@ -48,6 +52,13 @@ try:
             for r, a in enumerate(learners):
                 with rlscope_ray.range(f"call_rank{r}"):
                     ray.get(a.update_actor.remote())
+            # Step 1 is shorter than the window's broadcast may take on a busy
+            # machine: step 2 begins once both learners record (what this app
+            # checks is the clock, not how fast the broadcast travels).
+            deadline = time.time() + 60
+            while step == 1 and not all(ray.get([a.recording.remote() for a in learners])):
+                assert time.time() < deadline, "the learners never armed"
+                time.sleep(0.01)
     rlscope_ray.shutdown()
 finally:
     ray.shutdown()

@@ -1021,6 +1021,39 @@ TEST_F(AggregatorTest, AWindowSentAfterASelectedStepBeganIsSaid) {
   EXPECT_EQ(exporter_.steps[1].window_late_ns, 0);
 }
 
+// A worker's own word on its arming: one whose window reached it 4 ms into
+// step 2 (10 ms long) did not record that part of the step, and the summary
+// says so (the aggregator sent the window on time: its own view says
+// nothing). One that reports no arming (another trigger) gets no claim.
+TEST_F(AggregatorTest, AWorkerThatArmedAfterTheStepBeganIsSaidWithHowMuchItMissed) {
+  Init(ConfigFrom("steps: [2]\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector late(2, "worker", 0, 200);
+  FakeCollector silent(3, "worker", 1, 300);
+  Connect(ctl);
+  Connect(late);
+  Connect(silent);
+  ctl.Push(1, 10 * kMs, "step").Pop(1, 20 * kMs).Push(1, 20 * kMs, "step").Pop(1, 30 * kMs);
+  late.Push(7, 25 * kMs, "update_actor").Pop(7, 29 * kMs);
+  wire::Batch b = late.Flush(31 * kMs);
+  b.reports_arming = true;
+  b.arming = {{24 * kMs, true}, {30 * kMs + 20000, false}};  // 4 ms into step 2; closed just after it
+  Send(b, 15 * kMs);
+  Send(silent.Flush(31 * kMs), 15 * kMs);
+  Send(ctl.Flush(31 * kMs), 15 * kMs);
+  agg_->Tick(32 * kMs);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const StepProfile& step = exporter_.steps[0];
+  EXPECT_EQ(step.window_late_ns, 0);
+  std::map<int64_t, int64_t> unarmed;  // by rank
+  for (const ProcessSlice& p : step.processes) unarmed[p.process->identity().rank] = p.unarmed_ns;
+  EXPECT_EQ(unarmed, (std::map<int64_t, int64_t>{{-1, -1}, {0, 4 * kMs}, {1, -1}}));
+  const std::string summary = StepSummaryJson(step);
+  EXPECT_THAT(summary, HasSubstr("\"unarmed_ms\":4,"));
+  EXPECT_THAT(summary, HasSubstr("(worker, rank 0) / pid 200: did not record 4.000 ms of this step (40 %)"));
+  EXPECT_THAT(summary, Not(HasSubstr("pid 300: did not record")));
+}
+
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);

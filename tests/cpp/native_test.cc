@@ -444,6 +444,25 @@ TEST(WireTest, EmptyBatchRoundTrips) {
   ExpectSameBatch(std::get<wire::Batch>(r.message), b);
 }
 
+TEST(WireTest, ArmingEdgesRoundTripAndTheirAbsenceIsKept) {
+  wire::Batch b;
+  b.session = 4;
+  b.reports_arming = true;
+  b.arming = {{1000, true}, {5000, false}, {9000, true}};
+  wire::DecodeResult r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(std::get<wire::Batch>(r.message).reports_arming);
+  EXPECT_EQ(std::get<wire::Batch>(r.message).arming, b.arming);
+  b.arming.clear();  // reports, no edge since the last batch
+  r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(std::get<wire::Batch>(r.message).reports_arming);
+  b.reports_arming = false;  // another trigger: says nothing
+  r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_FALSE(std::get<wire::Batch>(r.message).reports_arming);
+}
+
 TEST(WireTest, ByeRoundTrips) {
   const wire::Bye b = SampleBye();
   const wire::DecodeResult r = DecodeString(wire::Encode(b));
@@ -523,6 +542,7 @@ TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
     w.Categories(b.categories);
     w.Gpu(b.gpu);
     w.Probes(b.probes);
+    w.Arming(b.reports_arming, b.arming);
     w.BeginThreads(b.threads.size());
     for (const auto& te : b.threads) {
       w.BeginThread(te.tid, te.events.size());
