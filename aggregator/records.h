@@ -132,6 +132,14 @@ struct ProcessCpuPoint {
   int64_t cpu_ns = 0;
 };
 
+// A memory level from ts_ns on: a process's resident bytes (wire.h
+// Batch::memory), or its GPU memory allocated on one device (the running
+// total of its kMemory records, gpu_record.h).
+struct MemoryPoint {
+  int64_t ts_ns = 0;
+  int64_t bytes = 0;
+};
+
 // A collector's clock against the aggregator's, as ClockFit (clock_fit.h)
 // last estimated it from probes; the conversions are exact inverses.
 struct ClockEstimate {

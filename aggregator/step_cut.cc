@@ -21,6 +21,11 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   p.CutCpuSamples(begin, end, &slice.cpu_samples);
   p.CutOffCpu(begin, end, &slice.off_cpu);
   p.CutProcessCpu(begin, end, &slice.process_cpu);
+  p.CutMemory(begin, end, &slice.rss, &slice.gpu_allocated);
+  for (MemoryPoint& m : slice.rss) m.ts_ns = clock.ToAggregator(m.ts_ns);
+  for (auto& [device, points] : slice.gpu_allocated) {
+    for (MemoryPoint& m : points) m.ts_ns = clock.ToAggregator(m.ts_ns);
+  }
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
   slice.unarmed_ns = p.UnarmedNs(begin, end);
   // Its threads' run-queue waits in the step (each sample stands for the

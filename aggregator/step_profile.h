@@ -99,6 +99,11 @@ struct ProcessSlice {
   std::vector<CpuSample> cpu_samples;  // CPU samples in the step, by time; categories set by ClassifyStepSamples
   std::vector<OffCpuSample> off_cpu;   // off-CPU samples in the step, by time (cuda_sync set by ClassifyStepSamples)
   std::vector<ProcessCpuPoint> process_cpu;  // the process's CPU time, by time, one point either side of the step
+  // Memory levels (ProcessTimeline::CutMemory; aggregator clock): resident
+  // bytes, and GPU memory allocated per device; each begins with the level
+  // at the step's begin when one was known.
+  std::vector<MemoryPoint> rss;
+  std::map<uint32_t, std::vector<MemoryPoint>> gpu_allocated;
   bool late = false;              // had not flushed past the step end in time
   bool lost = false;              // late and gone without a goodbye (ProcessTimeline::lost)
   // How much of the step it did not record (ProcessTimeline::UnarmedNs; -1

@@ -379,6 +379,21 @@ void RayCallFlows(TraceSink* sink, const ProcessSlice& slice, int64_t pid, const
   }
 }
 
+// Memory counter tracks: the process's resident memory and, per device, the
+// GPU memory it has allocated, in MiB; the level at the step's begin is put
+// at the begin (a level from before the step is not outside it).
+void MemoryCounters(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns) {
+  auto series = [&](const std::string& name, const std::vector<MemoryPoint>& points) {
+    for (const MemoryPoint& m : points) {
+      sink->Counter(pid, name, std::max(m.ts_ns, begin_ns), static_cast<double>(m.bytes) / (1 << 20));
+    }
+  };
+  series("Memory: RSS (MiB)", slice.rss);
+  for (const auto& [device, points] : slice.gpu_allocated) {
+    series("GPU " + std::to_string(device) + " memory allocated (MiB)", points);
+  }
+}
+
 // One process's tracks and events: its GPU work, its threads' ranges, CPU
 // samples and marks.
 void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice& slice, int64_t pid,
@@ -396,6 +411,7 @@ void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice&
   OffCpuEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   for (const Instant& i : slice.instants) InstantEvent(sink, p, i, pid);
   RayCallFlows(sink, slice, pid, calls, seen);
+  MemoryCounters(sink, slice, pid, step.begin_ns);
 }
 
 }  // namespace

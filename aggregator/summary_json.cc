@@ -167,6 +167,40 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
 }
 
 // One of the step's processes: who, what it had in the step, its clock and overhead.
+// A level series' figures in MiB: peak, at the step's begin and end, change.
+void WriteLevels(JsonWriter& w, const std::vector<MemoryPoint>& points, const char* prefix) {
+  auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  int64_t peak = 0;
+  for (const MemoryPoint& m : points) peak = std::max(peak, m.bytes);
+  const std::string p(prefix);
+  w.Key(p + "peak_mb").Double(mb(peak));
+  w.Key(p + "begin_mb").Double(mb(points.front().bytes));
+  w.Key(p + "end_mb").Double(mb(points.back().bytes));
+  w.Key(p + "change_mb").Double(mb(points.back().bytes - points.front().bytes));
+}
+
+// processes[].memory: resident memory from its collector's samples and, where
+// CUPTI traced allocations, the GPU memory allocated per device; null when
+// its collector sent no sample.
+void WriteMemory(JsonWriter& w, const ProcessSlice& slice) {
+  w.Key("memory");
+  if (slice.rss.empty()) {
+    w.Null();
+    return;
+  }
+  w.BeginObject();
+  WriteLevels(w, slice.rss, "rss_");
+  w.Key("samples").Uint(slice.rss.size());
+  w.Key("gpu").BeginArray();
+  for (const auto& [device, points] : slice.gpu_allocated) {
+    if (points.empty()) continue;
+    w.BeginObject().Key("device").Uint(device);
+    WriteLevels(w, points, "allocated_");
+    w.EndObject();
+  }
+  w.EndArray().EndObject();
+}
+
 void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
   const ProcessTimeline& p = *slice.process;
   w.Newline().BeginObject();
@@ -190,6 +224,7 @@ void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
   const auto& labels = p.identity().labels;
   auto it = labels.find("cpu_sampling");
   w.Key("cpu_sampling").String(it != labels.end() ? it->second : "absent: its collector did not say (no CPU sampler)");
+  WriteMemory(w, slice);
   WriteClock(w, p);
   if (slice.overhead) WriteOverhead(w, slice);
   w.EndObject();

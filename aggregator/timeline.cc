@@ -46,6 +46,9 @@ void ProcessTimeline::AddNamesAndProgress(const wire::Batch& batch) {
       (cpu_points_.empty() || batch.watermark_ns > cpu_points_.back().first)) {
     cpu_points_.emplace_back(batch.watermark_ns, batch.profiler_cpu_ns);
   }
+  for (const wire::MemorySample& m : batch.memory) {
+    if (rss_.empty() || m.ts_ns > rss_.back().ts_ns) rss_.push_back({m.ts_ns, m.rss_bytes});
+  }
   reports_arming_ = reports_arming_ || batch.reports_arming;
   for (const wire::ArmEdge& e : batch.arming) {
     if (!arming_.empty() && e.ts_ns < arming_.back().ts_ns) continue;  // a replay's, had already
@@ -56,14 +59,35 @@ void ProcessTimeline::AddNamesAndProgress(const wire::Batch& batch) {
 
 void ProcessTimeline::AddGpu(const wire::Batch& batch) {
   for (const GpuRecord& g : batch.gpu) {
-    if (g.end_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
     const auto kind = static_cast<GpuKind>(g.kind);
+    if (kind == GpuKind::kMemory) {  // a running total (after an aggregator restart, from what was replayed)
+      AddGpuMemory(g);
+      continue;
+    }
+    if (g.end_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
     if ((kind == GpuKind::kRuntimeApi || kind == GpuKind::kDriverApi) && g.correlation != 0) {
       launches_.emplace(g.correlation, g.start_ns);  // the runtime call, when both levels are traced
     }
     gpu_.push_back(g);
   }
   events_received_ += batch.gpu.size();
+}
+
+void ProcessTimeline::AddGpuMemory(const GpuRecord& g) {
+  if (MemoryKind(g.subkind) != kMemoryKindDevice) return;  // pinned, managed...: not the GPU's own memory
+  const uint32_t op = MemoryOperation(g.subkind);
+  if (op != kMemoryAllocation && op != kMemoryRelease) return;
+  std::deque<MemoryPoint>& points = gpu_allocated_[g.device];
+  const int64_t before = points.empty() ? 0 : points.back().bytes;
+  const int64_t delta = static_cast<int64_t>(g.bytes) * (op == kMemoryAllocation ? 1 : -1);
+  // Allocated before tracing began, released after: the total stays >= 0.
+  const int64_t after = std::max<int64_t>(0, before + delta);
+  const int64_t ts = points.empty() ? g.start_ns : std::max(g.start_ns, points.back().ts_ns);
+  if (!points.empty() && points.back().ts_ns == ts) {
+    points.back().bytes = after;
+  } else {
+    points.push_back({ts, after});
+  }
 }
 
 void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges* steps) {
@@ -362,6 +386,31 @@ void ProcessTimeline::CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vecto
   }
 }
 
+namespace {
+
+// The level at `begin` (the last point at or before it) and every point
+// after it up to `end`.
+void CutLevels(const std::deque<MemoryPoint>& points, int64_t begin_ns, int64_t end_ns, std::vector<MemoryPoint>* out) {
+  auto first = std::upper_bound(points.begin(), points.end(), begin_ns,
+                                [](int64_t t, const MemoryPoint& p) { return t < p.ts_ns; });
+  if (first != points.begin()) --first;
+  for (auto it = first; it != points.end() && it->ts_ns <= end_ns; ++it) out->push_back(*it);
+}
+
+}  // namespace
+
+void ProcessTimeline::CutMemory(int64_t begin_ns, int64_t end_ns, std::vector<MemoryPoint>* rss,
+                                std::map<uint32_t, std::vector<MemoryPoint>>* gpu_allocated) const {
+  CutLevels(rss_, begin_ns, end_ns, rss);
+  for (const auto& [device, points] : gpu_allocated_) {
+    if (points.empty() || points.front().ts_ns > end_ns) continue;  // nothing allocated yet
+    std::vector<MemoryPoint>& out = (*gpu_allocated)[device];
+    // Its first allocation is in the step: none was allocated at its begin.
+    if (points.front().ts_ns > begin_ns) out.push_back({begin_ns, 0});
+    CutLevels(points, begin_ns, end_ns, &out);
+  }
+}
+
 void ProcessTimeline::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const {
   for (const CostSample& s : cost_samples_) {
     if (s.ts_ns >= begin_ns && s.ts_ns <= end_ns) out->push_back(s);
@@ -407,6 +456,10 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
   while (!cost_samples_.empty() && cost_samples_.front().ts_ns < ns) cost_samples_.pop_front();
   while (!off_cpu_.empty() && off_cpu_.front().ts_ns < ns) off_cpu_.pop_front();
   while (process_cpu_.size() > 1 && process_cpu_[1].ts_ns < ns) process_cpu_.pop_front();
+  while (rss_.size() > 1 && rss_[1].ts_ns < ns) rss_.pop_front();  // the level at `ns` stays
+  for (auto& [device, points] : gpu_allocated_) {
+    while (points.size() > 1 && points[1].ts_ns < ns) points.pop_front();
+  }
   // Threads' samples arrive in blocks of their own, not in one time order.
   cpu_samples_.erase(std::remove_if(cpu_samples_.begin(), cpu_samples_.end(),
                                     [ns](const CpuSample& s) { return s.ts_ns < ns; }),

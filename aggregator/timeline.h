@@ -70,6 +70,13 @@ class ProcessTimeline {
   // nearest one either side (for interpolation at the edges).
   void CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCpuSample>* out) const;
   void CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vector<ProcessCpuPoint>* out) const;
+  // Memory levels in the step: the level at `begin` (the last point at or
+  // before it, when there is one) and each point after it up to `end`.
+  // Resident memory, and the GPU memory allocated per device (device memory
+  // only; 0 at `begin` when its first allocation came after; a device with
+  // none yet is absent).
+  void CutMemory(int64_t begin_ns, int64_t end_ns, std::vector<MemoryPoint>* rss,
+                 std::map<uint32_t, std::vector<MemoryPoint>>* gpu_allocated) const;
   uint64_t cpu_samples_received() const { return cpu_samples_received_; }
   // Every cost sample received so far, per kind.
   const KindSamples& sample_totals() const { return sample_totals_; }
@@ -146,6 +153,7 @@ class ProcessTimeline {
   // start-up calibration (left out of the cost marks).
   void AddNamesAndProgress(const wire::Batch& batch);
   void AddGpu(const wire::Batch& batch);
+  void AddGpuMemory(const GpuRecord& g);  // a kMemory record: the device's running total
   void AddThreadEvents(const wire::ThreadEvents& block, StepEdges* steps);
   bool AddEvent(int64_t tid, const wire::Event& e, bool after_calibration, StepEdges* steps);
   void OnPush(int64_t tid, const wire::Event& e, StepEdges* steps);
@@ -178,6 +186,8 @@ class ProcessTimeline {
   KindSamples sample_totals_;
   uint64_t interrupted_samples_ = 0;
   std::deque<std::pair<int64_t, int64_t>> cpu_points_;  // (watermark, flush thread CPU so far)
+  std::deque<MemoryPoint> rss_;                                  // by time
+  std::map<uint32_t, std::deque<MemoryPoint>> gpu_allocated_;     // per device, by time
   bool reports_arming_ = false;
   std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
   uint32_t calibration_name_ = 0;  // id of "rlscope.calibration": those events are left out

@@ -35,6 +35,7 @@
 #include "collector/environment.h"
 #include "collector/gpu_queue.h"
 #include "collector/link.h"
+#include "collector/memory_sampler.h"
 #include "collector/recording.h"
 #include "collector/rlscope_collector.h"
 
@@ -231,6 +232,7 @@ class Collector {
   Link link_;
   CostSampling costs_{context_, recording_};
   CpuSampling cpu_;
+  MemorySampler memory_;  // flush thread: the process's resident memory, each flush
   GpuQueue gpu_{context_};
 
   std::string run_config_;  // the last run config adopted (flush thread)

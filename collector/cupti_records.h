@@ -20,6 +20,7 @@ using Memset = CUpti_ActivityMemset4;
 using Api = CUpti_ActivityAPI;
 using Sync = CUpti_ActivitySynchronization2;
 using Overhead = CUpti_ActivityOverhead3;
+using Memory = CUpti_ActivityMemory4;
 }  // namespace rlscope::cupti_structs
 #else
 #define RLSCOPE_CUPTI_ACTIVITY_SUPPORTED 0

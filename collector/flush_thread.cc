@@ -10,6 +10,7 @@
 //               CpuSampling   brings every thread's timer in line with the arming (listing
 //                             the process's threads while armed), looks at the
 //                             recording threads' states (off CPU) and the process's CPU
+//               MemorySampler the process's resident memory (one pread)
 //               Recording     the rings' sizes; then CpuSampling's sample rings (and
 //                             the sampled threads' names), GpuQueue's records, and last
 //                             Recording's new names
@@ -106,6 +107,13 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
   // (Under test costs, events are stamped ahead by the test clock: so is it.)
   out.watermark_ns = context_.converter.ToNs(ReadTicks(context_.clock_source)) +
                      std::max<int64_t>(0, context_.TestClockNs()) - 5000000;
+  // Resident memory, each flush, armed or not: a step's peak and change
+  // need the level before it began (wire.h Batch::memory).
+  if (const int64_t rss = memory_.RssBytes(); rss >= 0) {
+    out.memory.push_back({context_.converter.ToNs(ReadTicks(context_.clock_source)) +
+                              std::max<int64_t>(0, context_.TestClockNs()),
+                          rss});
+  }
   out.reports_arming = arming_.reports_arming();
   if (out.reports_arming) out.arming = arming_.TakeEdges();  // each before the watermark
   recording_.SnapshotRings(&out);

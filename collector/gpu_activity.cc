@@ -26,6 +26,7 @@ struct ConvertedActivity {
   uint64_t start = 0, end = 0;
   bool device_side = false;
   GpuRecord g;
+  bool always = false;  // kept armed or not (memory records: gpu_record.h kMemory)
 };
 
 namespace {
@@ -80,6 +81,14 @@ RLSCOPE_AT(cs::Overhead, objectId, 12);
 RLSCOPE_AT(cs::Overhead, start, 24);
 RLSCOPE_AT(cs::Overhead, end, 32);
 RLSCOPE_AT(cs::Overhead, correlationId, 40);
+RLSCOPE_AT(cs::Memory, memoryOperationType, 4);
+RLSCOPE_AT(cs::Memory, memoryKind, 8);
+RLSCOPE_AT(cs::Memory, correlationId, 12);
+RLSCOPE_AT(cs::Memory, bytes, 24);
+RLSCOPE_AT(cs::Memory, timestamp, 32);
+RLSCOPE_AT(cs::Memory, deviceId, 52);
+RLSCOPE_AT(cs::Memory, contextId, 56);
+RLSCOPE_AT(cs::Memory, streamId, 60);
 #undef RLSCOPE_AT
 
 template <typename T>
@@ -162,6 +171,19 @@ ConvertedActivity FromMemcpy(const cs::Memcpy& m) {
 ConvertedActivity FromMemset(const cs::Memset& m) {
   ConvertedActivity c = FromDeviceWork(m, GpuKind::kMemset);
   c.g.bytes = m.bytes;
+  return c;
+}
+
+ConvertedActivity FromMemory(const cs::Memory& m) {
+  ConvertedActivity c{m.timestamp, m.timestamp, /*device_side=*/false, {}};
+  c.always = true;
+  c.g.kind = static_cast<uint8_t>(GpuKind::kMemory);
+  c.g.subkind = (static_cast<uint32_t>(m.memoryOperationType) & 0xff) | (static_cast<uint32_t>(m.memoryKind) << 8);
+  c.g.bytes = m.bytes;
+  c.g.device = m.deviceId;
+  c.g.context = m.contextId;
+  c.g.stream = m.streamId;
+  c.g.correlation = m.correlationId;
   return c;
 }
 
@@ -321,7 +343,7 @@ ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_s
       ++st.invalid;
       continue;
     }
-    if (decided[i] != kKeep) {
+    if (decided[i] != kKeep && !c.always) {
       const bool correlated = c.device_side && c.g.correlation != 0 &&
                               kept_correlations_.count(c.g.correlation) != 0;
       if (!correlated && !sink.WasArmedDuring(s, e)) {
@@ -393,6 +415,9 @@ bool ActivityConverter::ToGpuRecord(const CUpti_Activity* r, ActivitySink& sink,
       *c = FromSync(y, it != kept_correlations_.end() ? it->second : 0);
       return true;
     }
+    case CUPTI_ACTIVITY_KIND_MEMORY2:
+      *c = FromMemory(As<cs::Memory>(r));
+      return true;
     case CUPTI_ACTIVITY_KIND_OVERHEAD: {
       const auto& o = As<cs::Overhead>(r);
       *c = FromOverhead(o, OverheadName(sink, static_cast<uint32_t>(o.overheadKind)));
@@ -438,7 +463,7 @@ ConversionStats ConvertActivityBuffer(const uint8_t* buffer, size_t valid_size,
 
 bool GpuTracingWanted(const Config& config) {
   const Config::Gpu& g = config.gpu;
-  return g.kernels || g.memcpy || g.memset || g.runtime_api || g.driver_api || g.sync;
+  return g.kernels || g.memcpy || g.memset || g.runtime_api || g.driver_api || g.sync || g.memory;
 }
 
 size_t GpuBufferCap(const Config& config) {

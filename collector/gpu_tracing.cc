@@ -244,6 +244,7 @@ bool EnableKinds(const CuptiApi& api, const Config::Gpu& g, std::string* why) {
       {CUPTI_ACTIVITY_KIND_RUNTIME, g.runtime_api, "RUNTIME"},
       {CUPTI_ACTIVITY_KIND_DRIVER, g.driver_api, "DRIVER"},
       {CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, g.sync, "SYNCHRONIZATION"},
+      {CUPTI_ACTIVITY_KIND_MEMORY2, g.memory, "MEMORY2"},
       {CUPTI_ACTIVITY_KIND_OVERHEAD, true, "OVERHEAD"},
   };
   std::vector<CUpti_ActivityKind> enabled;

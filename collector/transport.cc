@@ -226,6 +226,7 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
   const Metadata no_metadata;
   const std::vector<GpuRecord> no_gpu;
   const std::vector<wire::ProbeSample> no_probes;
+  const std::vector<wire::MemorySample> no_memory;
   bool first = true;
   size_t remaining_total = 0;
   for (const Outgoing::Thread& t : out.threads) remaining_total += t.count;
@@ -253,6 +254,7 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
     writer_.Gpu(gpu);
     writer_.Probes(with_metadata ? pending_probes_ : no_probes);
     writer_.Arming(with_metadata && out.reports_arming, out.arming);
+    writer_.Memory(with_metadata ? out.memory : no_memory);
     writer_.BeginThreads(take.size());
     for (const Outgoing::Thread& t : take) AddEvents(t, converter);
     const msgpack::sbuffer& buf = writer_.Finish();

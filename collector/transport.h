@@ -50,6 +50,7 @@ struct Outgoing {
   // message; reports_arming false: none sent (wire.h Batch::arming).
   bool reports_arming = false;
   std::vector<wire::ArmEdge> arming;
+  std::vector<wire::MemorySample> memory;  // in the first message too
   Metadata metadata;
 };
 

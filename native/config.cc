@@ -371,6 +371,8 @@ std::vector<KeySpec> MechanismKeySpecs() {
       Bool("gpu.runtime_api", "CUDA runtime API calls", [](Config& c) -> bool& { return c.gpu.runtime_api; }),
       Bool("gpu.driver_api", "CUDA driver API calls", [](Config& c) -> bool& { return c.gpu.driver_api; }),
       Bool("gpu.sync", "CUDA synchronization records", [](Config& c) -> bool& { return c.gpu.sync; }),
+      Bool("gpu.memory", "CUDA memory allocations and releases (CUPTI MEMORY2): GPU memory allocated per step",
+           [](Config& c) -> bool& { return c.gpu.memory; }),
       Int("buffers.per_thread_kb", "ring buffer per recording thread; full = overflow by chunks within buffers.max_mb", 4, 1 << 20,
           [](Config& c) -> int64_t& { return c.buffers.per_thread_kb; }),
       Int("buffers.max_mb", "cap on one process's rings and their overflow; past it, counted drops", 1, 1 << 16,

@@ -85,6 +85,7 @@ struct Config {
     bool runtime_api = true;
     bool driver_api = false;
     bool sync = true;
+    bool memory = true;  // allocations and releases (CUPTI MEMORY2): the GPU memory allocated per step
   } gpu;
   struct Buffers {
     int64_t per_thread_kb = 1024;

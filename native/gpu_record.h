@@ -21,7 +21,19 @@ enum class GpuKind : uint8_t {
   kDriverApi = 5,   // name: the cuXxx function; tid: the calling thread
   kSync = 6,        // subkind: CUpti_ActivitySynchronizationType; tid: the waiting thread
   kOverhead = 7,    // subkind: CUpti_ActivityOverheadKind >> 16; tid when it is a thread's
+  // An allocation or release (CUPTI's MEMORY2 records): start = end = when;
+  // bytes; device, context, stream; subkind: CUpti_ActivityMemoryOperationType
+  // (1 allocation, 2 release) | CUpti_ActivityMemoryKind << 8 (3 device, 2
+  // pinned, 5 managed, ...). Kept armed or not: a process's allocated total
+  // needs every one since it started (they are rare: allocators cache).
+  kMemory = 8,
 };
+
+// kMemory's subkind, in parts.
+constexpr uint32_t kMemoryAllocation = 1, kMemoryRelease = 2;
+constexpr uint32_t kMemoryKindDevice = 3;
+inline uint32_t MemoryOperation(uint32_t subkind) { return subkind & 0xff; }
+inline uint32_t MemoryKind(uint32_t subkind) { return subkind >> 8; }
 
 struct GpuRecord {
   int64_t start_ns = 0;

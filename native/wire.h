@@ -126,6 +126,14 @@ struct ArmEdge {
   bool operator==(const ArmEdge&) const = default;
 };
 
+// The process's resident memory at `ts_ns` (collector clock), sampled on
+// its flush thread (Batch::memory).
+struct MemorySample {
+  int64_t ts_ns = 0;
+  int64_t rss_bytes = 0;
+  bool operator==(const MemorySample&) const = default;
+};
+
 struct Batch {
   uint64_t session = 0;
   uint64_t seq = 0;           // 0, 1, 2, ... per session
@@ -144,6 +152,7 @@ struct Batch {
   // false = the key is absent (the aggregator then claims nothing).
   bool reports_arming = false;
   std::vector<ArmEdge> arming;
+  std::vector<MemorySample> memory;  // resident memory samples since the last batch (optional key)
   std::vector<ThreadEvents> threads;
 };
 
@@ -218,7 +227,7 @@ using Message = std::variant<Hello, Batch, Bye, Expected, Control, Probe>;
 
 // Streaming batch encoder, used by the collector's flush thread so events go
 // from ring buffers to bytes without an intermediate copy.
-// Call order: Begin, Strings, ThreadNames, Categories, Gpu, Probes, Arming (each exactly once,
+// Call order: Begin, Strings, ThreadNames, Categories, Gpu, Probes, Arming, Memory (each exactly once,
 // may be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
 class BatchWriter {
  public:
@@ -231,6 +240,7 @@ class BatchWriter {
   void Probes(const std::vector<ProbeSample>& probes);
   // `reports` false: no `arming` key (Batch::reports_arming).
   void Arming(bool reports, const std::vector<ArmEdge>& edges);
+  void Memory(const std::vector<MemorySample>& samples);  // no key when empty
   void BeginThreads(size_t num_threads);
   void BeginThread(int64_t tid, size_t num_events);
   void AddEvent(const Event& e);

@@ -97,6 +97,15 @@ void BatchWriter::Arming(bool reports, const std::vector<ArmEdge>& edges) {
   }
 }
 
+void BatchWriter::Memory(const std::vector<MemorySample>& samples) {
+  if (samples.empty()) return;
+  Key("memory").pack_array(static_cast<uint32_t>(samples.size() * 2));
+  for (const MemorySample& m : samples) {
+    packer_.pack_int64(m.ts_ns);
+    packer_.pack_int64(m.rss_bytes);
+  }
+}
+
 void BatchWriter::Probes(const std::vector<ProbeSample>& probes) {
   Key("probes").pack_array(static_cast<uint32_t>(probes.size() * 4));
   for (const ProbeSample& p : probes) {

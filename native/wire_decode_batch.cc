@@ -134,6 +134,20 @@ bool DecodeArming(Ctx& c, const object& o, Batch* b) {
   return true;
 }
 
+bool DecodeMemory(Ctx& c, const object& o, Batch* b) {
+  const object_array* arr;
+  if (!GetArray(c, o, "batch.memory", &arr)) return false;
+  if (arr->size % 2 != 0) return c.Fail("batch.memory", "length " + std::to_string(arr->size) + " is not even");
+  for (uint32_t i = 0; i < arr->size; i += 2) {
+    MemorySample m;
+    const std::string where = "batch.memory[" + std::to_string(i / 2) + "]";
+    if (!GetInt(c, arr->ptr[i], where, &m.ts_ns) || !GetInt(c, arr->ptr[i + 1], where, &m.rss_bytes)) return false;
+    if (m.rss_bytes < 0) return c.Fail(where, "negative resident bytes");
+    b->memory.push_back(m);
+  }
+  return true;
+}
+
 // The common case of DecodeEvent with no error text built: the seven
 // fields are integers in range and the kind is known. False leaves *ts and
 // *ev untouched; DecodeEvent then says what is wrong.
@@ -234,6 +248,7 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
   if ((o = Find(body, "gpu")) != nullptr && !DecodeGpu(c, *o, b)) return false;
   if ((o = Find(body, "probes")) != nullptr && !DecodeProbes(c, *o, b)) return false;
   if ((o = Find(body, "arming")) != nullptr && !DecodeArming(c, *o, b)) return false;
+  if ((o = Find(body, "memory")) != nullptr && !DecodeMemory(c, *o, b)) return false;
   const object_array* arr;
   if (!Require(c, body, "batch", "threads", &o) || !GetArray(c, *o, "batch.threads", &arr)) return false;
   b->threads.resize(arr->size);

@@ -132,6 +132,7 @@ std::string EncodeBody(const Batch& b) {
   w.Gpu(b.gpu);
   w.Probes(b.probes);
   w.Arming(b.reports_arming, b.arming);
+  w.Memory(b.memory);
   w.BeginThreads(b.threads.size());
   for (const auto& te : b.threads) {
     w.BeginThread(te.tid, te.events.size());

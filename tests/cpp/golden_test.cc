@@ -4,7 +4,7 @@
 // the outputs carry: a controller with three steps and its sub-tasks (a
 // start/end "gen", a push/pop "update_actor"), Ray calls and a keyed wait,
 // two workers on two hosts (one with its clock 5 ms ahead, aligned by
-// probes), nested, async and cross-thread ranges, measured costs, CPU samples
+// probes), nested, async and cross-thread ranges, memory levels, measured costs, CPU samples
 // in Python, a simulator module and native code (one frame unread), GPU
 // launches, kernels and copies, drops, and an expected process that never
 // connected. It goes through the real aggregator and the real exporter into
@@ -127,6 +127,29 @@ void WorkerGpu(wire::Batch* b, int n, int64_t shift, uint32_t kernel_name, uint3
   b->gpu.insert(b->gpu.end(), {launch, kernel, copy});
 }
 
+// Its memory in step `n`: resident memory each 20 ms (2 MiB more a step, a
+// 6 MiB peak at 40 ms), and in step 2 a device allocation of 256 MiB, 64 MiB
+// of it released; a pinned allocation, not the GPU's memory, is left out.
+void WorkerMemory(wire::Batch* b, int n) {
+  const int64_t t = n * 100 * kMs;
+  for (int ms = 0; ms < 100; ms += 20) {
+    b->memory.push_back({t + ms * kMs, (int64_t{512} + 2 * n + (ms == 40 ? 6 : 0)) << 20});
+  }
+  if (n != 2) return;
+  GpuRecord alloc;
+  alloc.kind = static_cast<uint8_t>(GpuKind::kMemory);
+  alloc.subkind = kMemoryAllocation | kMemoryKindDevice << 8;
+  alloc.start_ns = alloc.end_ns = t + 10 * kMs;
+  alloc.bytes = uint64_t{256} << 20;
+  GpuRecord release = alloc;
+  release.subkind = kMemoryRelease | kMemoryKindDevice << 8;
+  release.start_ns = release.end_ns = t + 30 * kMs;
+  release.bytes = uint64_t{64} << 20;
+  GpuRecord pinned = alloc;
+  pinned.subkind = kMemoryAllocation | 2 << 8;
+  b->gpu.insert(b->gpu.end(), {alloc, release, pinned});
+}
+
 std::string ReadAll(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
@@ -165,6 +188,7 @@ void RunScenario(const fs::path& out) {
     b0.strings.emplace_back(900, "ampere_sgemm_128x64_nn");
     b0.strings.emplace_back(901, "cudaLaunchKernel");
     WorkerGpu(&b0, n, 0, 900, 901);
+    WorkerMemory(&b0, n);
     b0.dropped = 3 * static_cast<uint64_t>(n);
     wire::Batch b1 = w1.Flush(now + ahead);
     b1.probes = {{1000 + ahead, 2000, 2000, 3000 + ahead}};  // 1 us each way: offset -5 ms

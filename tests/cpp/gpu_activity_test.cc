@@ -41,6 +41,8 @@ using MemsetRec = CUpti_ActivityMemset4;
 using ApiRec = CUpti_ActivityAPI;
 using SyncRec = CUpti_ActivitySynchronization2;
 using OverheadRec = CUpti_ActivityOverhead3;
+using MemoryRec = CUpti_ActivityMemory4;
+static_assert(sizeof(MemoryRec) == 128);
 static_assert(sizeof(KernelRec) == 216);
 static_assert(sizeof(MemcpyRec) == 96);
 static_assert(sizeof(MemsetRec) == 88);
@@ -127,6 +129,22 @@ MemcpyRec Memcpy(uint64_t start, uint64_t end, uint32_t corr, uint8_t copy_kind,
   m.contextId = 2;
   m.streamId = 13;
   m.correlationId = corr;
+  return m;
+}
+
+MemoryRec Memory(uint64_t ts, CUpti_ActivityMemoryOperationType op, CUpti_ActivityMemoryKind kind, uint64_t bytes) {
+  MemoryRec m;
+  std::memset(&m, 0, sizeof(m));
+  m.kind = CUPTI_ACTIVITY_KIND_MEMORY2;
+  m.memoryOperationType = op;
+  m.memoryKind = kind;
+  m.correlationId = 31;
+  m.address = 0x7f0000000000;
+  m.bytes = bytes;
+  m.timestamp = ts;
+  m.deviceId = 1;
+  m.contextId = 2;
+  m.streamId = 15;
   return m;
 }
 
@@ -234,9 +252,11 @@ TEST(GpuBufferCap, IsAnEighthOfMaxMbAndAtLeastFour) {
 TEST(GpuTracingWanted, AnyKindTurnsItOn) {
   Config c;
   EXPECT_TRUE(GpuTracingWanted(c));
-  c.gpu = {false, false, false, false, false, false};
+  c.gpu = {false, false, false, false, false, false, false};
   EXPECT_FALSE(GpuTracingWanted(c));
   c.gpu.sync = true;
+  EXPECT_TRUE(GpuTracingWanted(c));
+  c.gpu = {false, false, false, false, false, false, true};  // allocations alone
   EXPECT_TRUE(GpuTracingWanted(c));
 }
 
@@ -454,6 +474,38 @@ TEST(ActivityConverter, WindowCutKeepsKernelsOfLaunchesInsideIt) {
   EXPECT_EQ(out[1].kind, static_cast<uint8_t>(GpuKind::kMemcpy));
   EXPECT_EQ(conv.totals().outside_window, 3u);
   EXPECT_EQ(conv.totals().kept, 5u);
+}
+
+// Allocations and releases are kept armed or not (a process's allocated total
+// needs every one), as kMemory records with their operation and memory kind.
+TEST(ActivityConverter, MemoryRecordsAreKeptOutsideTheWindowWithTheirOperationAndKind) {
+  REAL_ACTIVITY_API(api);
+  GoldenBuffer buf;
+  buf.Add(Memory(50, CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, 1 << 30));
+  buf.Add(Memory(150, CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE, CUPTI_ACTIVITY_MEMORY_KIND_DEVICE, 1 << 20));
+  buf.Add(Memory(250, CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, CUPTI_ACTIVITY_MEMORY_KIND_PINNED, 4096));
+  buf.Add(Kernel(250, 300, 7, "outside"));  // dropped: outside the window, no launch kept
+  FakeSink sink;
+  sink.armed = {{100, 200}};
+  std::vector<GpuRecord> out;
+  const ConversionStats st = ConvertActivityBuffer(buf.data(), buf.size(), api, sink, &out);
+  EXPECT_EQ(st.kept, 3u);
+  EXPECT_EQ(st.outside_window, 1u);
+  ASSERT_EQ(out.size(), 3u);
+  GpuRecord want;
+  want.kind = static_cast<uint8_t>(GpuKind::kMemory);
+  want.start_ns = want.end_ns = 50;
+  want.subkind = kMemoryAllocation | kMemoryKindDevice << 8;
+  want.bytes = uint64_t{1} << 30;
+  want.device = 1;
+  want.context = 2;
+  want.stream = 15;
+  want.correlation = 31;
+  EXPECT_EQ(out[0], want);
+  EXPECT_EQ(MemoryOperation(out[1].subkind), kMemoryRelease);
+  EXPECT_EQ(out[1].start_ns, 150);
+  EXPECT_EQ(out[1].bytes, uint64_t{1} << 20);
+  EXPECT_EQ(MemoryKind(out[2].subkind), static_cast<uint32_t>(CUPTI_ACTIVITY_MEMORY_KIND_PINNED));
 }
 
 TEST(ActivityConverter, HostSideRecordsAreNotKeptByCorrelation) {
@@ -718,7 +770,8 @@ TEST_F(StartGpuTracingTest, EnablesTheConfiguredKindsAndLabelsOn) {
   const std::vector<CUpti_ActivityKind> want = {
       CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
       CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_RUNTIME,
-      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_OVERHEAD};
+      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_MEMORY2,
+      CUPTI_ACTIVITY_KIND_OVERHEAD};
   EXPECT_EQ(fake_.enabled, want);
   ASSERT_NE(host_.flush_hook, nullptr);
   host_.flush_hook();
@@ -733,7 +786,7 @@ TEST_F(StartGpuTracingTest, EnablesTheConfiguredKindsAndLabelsOn) {
 TEST_F(StartGpuTracingTest, DriverApiOnlyWhenConfigured) {
   CuptiApi api = FakeApi();
   if (api.activity_get_next_record == nullptr) GTEST_SKIP() << "libcupti not loadable";
-  host_.cfg.gpu = {true, false, false, false, true, false};
+  host_.cfg.gpu = {true, false, false, false, true, false, false};
   std::string why;
   ASSERT_TRUE(StartGpuTracing(&host_, api, &why)) << why;
   const std::vector<CUpti_ActivityKind> want = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,

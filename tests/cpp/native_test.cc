@@ -463,6 +463,19 @@ TEST(WireTest, ArmingEdgesRoundTripAndTheirAbsenceIsKept) {
   EXPECT_FALSE(std::get<wire::Batch>(r.message).reports_arming);
 }
 
+TEST(WireTest, MemorySamplesRoundTripAndNegativeBytesAreRefused) {
+  wire::Batch b;
+  b.session = 4;
+  b.memory = {{1000, 512LL << 20}, {21000, 530LL << 20}};
+  wire::DecodeResult r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(std::get<wire::Batch>(r.message).memory, b.memory);
+  b.memory = {{1000, -1}};
+  r = DecodeString(wire::Encode(b));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("batch.memory[0]"));
+}
+
 TEST(WireTest, ByeRoundTrips) {
   const wire::Bye b = SampleBye();
   const wire::DecodeResult r = DecodeString(wire::Encode(b));
@@ -543,6 +556,7 @@ TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
     w.Gpu(b.gpu);
     w.Probes(b.probes);
     w.Arming(b.reports_arming, b.arming);
+    w.Memory(b.memory);
     w.BeginThreads(b.threads.size());
     for (const auto& te : b.threads) {
       w.BeginThread(te.tid, te.events.size());
