@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aggregator/lanes.h"
 #include "aggregator/step_profile.h"
 #include "aggregator/subtasks.h"
 #include "native/names.h"
@@ -471,6 +472,11 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
   KeepLongestSegments(&a);
   a.stragglers = Stragglers(names, per_rank);
   a.gpu = GpuUtilizations(busy, step_begin, step_end);
+  std::vector<LaneWindow> lane_windows;
+  for (const Window& w : windows) lane_windows.push_back({w.name, w.begin, w.end});
+  std::vector<std::vector<Interval>> gpu_busy;
+  for (const Busy& b : busy) gpu_busy.push_back(b.gpu);
+  a.lanes = std::make_shared<const StepLanes>(BuildLanes(profile, lane_windows, gpu_busy, a.critical_path));
   return a;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ namespace rlscope {
 
 struct StepProfile;
 struct ProcessSlice;
+struct StepLanes;  // lanes.h
 
 struct Interval {
   int64_t begin = 0;
@@ -93,6 +95,7 @@ struct StepAnalysis {
   int64_t controller_ns = 0;  // step time outside every segment
   std::vector<Straggler> stragglers;
   std::vector<GpuUtilization> gpu;
+  std::shared_ptr<const StepLanes> lanes;  // the timeline picture's lanes (lanes.h)
 };
 
 // The thread CPU time `samples` (sorted by time) stand for, placed on the

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "aggregator/breakdown.h"
+#include "aggregator/lanes.h"
 #include "aggregator/json_writer.h"
 #include "aggregator/process_json.h"
 
@@ -122,6 +123,34 @@ void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a
     w.EndObject();
   }
   w.EndArray();
+}
+
+// docs/summary_format.md `timeline`: the lanes of the report's picture
+// (lanes.h); each box [begin_ms, duration_ms, name, sub-task index, critical].
+void WriteLanes(JsonWriter& w, const StepProfile& step, const StepLanes& lanes) {
+  w.Key("timeline").BeginObject();
+  w.Key("subtasks").BeginArray();
+  for (const std::string& name : lanes.subtasks) w.String(name);
+  w.EndArray();
+  w.Key("max_boxes_per_lane").Uint(kMaxLaneBoxes);
+  w.Key("lanes").BeginArray();
+  for (const Lane& lane : lanes.lanes) {
+    const ProcessTimeline& p = *step.processes[static_cast<size_t>(lane.process)].process;
+    const auto& labels = p.identity().labels;
+    const auto node = labels.find("node_id");
+    w.Newline().BeginObject();
+    WhoKeys(w, step, lane.process, "rank", "process");
+    w.Key("role").String(p.identity().role);
+    w.Key("node").String(node != labels.end() ? node->second : p.identity().host);
+    w.Key("gpu").Bool(lane.gpu).Key("omitted").Uint(lane.omitted);
+    w.Key("boxes").BeginArray();
+    for (const LaneBox& b : lane.boxes) {
+      w.BeginArray().Double(Ms(b.begin_ns)).Double(Ms(b.duration_ns)).String(b.name).Int(b.subtask);
+      w.Int(b.critical ? 1 : 0).EndArray();
+    }
+    w.EndArray().EndObject();
+  }
+  w.EndArray().EndObject();
 }
 
 // What the overhead correction removed from the process and the costs it
@@ -420,6 +449,7 @@ std::string StepSummaryJson(const StepProfile& step) {
   WriteExpected(w, step.not_profiled);
   WriteCorrection(w, step);
   if (step.analysis) WriteAnalysis(w, step, *step.analysis);
+  if (step.analysis && step.analysis->lanes) WriteLanes(w, step, *step.analysis->lanes);
   WriteTotals(w, step);
   w.EndObject();
   out.push_back('\n');

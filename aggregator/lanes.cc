@@ -1,0 +1,118 @@
+#include "aggregator/lanes.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "aggregator/step_profile.h"
+#include "aggregator/timeline.h"
+
+namespace rlscope {
+
+namespace {
+
+// Controller first, then by node (its Ray node id, else its host), rank
+// (unknown last) and pid.
+std::vector<int> LaneOrder(const StepProfile& profile) {
+  auto key = [&](int i) {
+    const ProcessTimeline& p = *profile.processes[static_cast<size_t>(i)].process;
+    const auto& labels = p.identity().labels;
+    const auto node = labels.find("node_id");
+    const int64_t rank = p.identity().rank >= 0 ? p.identity().rank : INT64_MAX;
+    return std::make_tuple(!p.is_controller(), node != labels.end() ? node->second : p.identity().host, rank,
+                           p.identity().pid);
+  };
+  std::vector<int> order;
+  for (size_t i = 0; i < profile.processes.size(); ++i) order.push_back(static_cast<int>(i));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
+  return order;
+}
+
+// The window a time falls in (the last one beginning at or before it that
+// has not ended), -1 none. `windows` are in time order.
+int WindowAt(const std::vector<LaneWindow>& windows, int64_t t) {
+  auto it = std::upper_bound(windows.begin(), windows.end(), t,
+                             [](int64_t v, const LaneWindow& w) { return v < w.begin_ns; });
+  while (it != windows.begin()) {
+    --it;
+    if (t < it->end_ns) return static_cast<int>(it - windows.begin());
+  }
+  return -1;
+}
+
+// Keeps the longest kMaxLaneBoxes, in time order.
+void Bound(Lane* lane) {
+  auto& boxes = lane->boxes;
+  if (boxes.size() > kMaxLaneBoxes) {
+    std::stable_sort(boxes.begin(), boxes.end(),
+                     [](const LaneBox& a, const LaneBox& b) { return a.duration_ns > b.duration_ns; });
+    lane->omitted = boxes.size() - kMaxLaneBoxes;
+    boxes.resize(kMaxLaneBoxes);
+  }
+  std::stable_sort(boxes.begin(), boxes.end(),
+                   [](const LaneBox& a, const LaneBox& b) { return a.begin_ns < b.begin_ns; });
+}
+
+}  // namespace
+
+StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& windows,
+                     const std::vector<std::vector<Interval>>& gpu_busy,
+                     const std::vector<CriticalSegment>& critical) {
+  StepLanes out;
+  std::map<std::string, int> index;
+  std::vector<int> window_subtask;
+  for (const LaneWindow& w : windows) {
+    auto [it, added] = index.emplace(w.name, static_cast<int>(out.subtasks.size()));
+    if (added) out.subtasks.push_back(w.name);
+    window_subtask.push_back(it->second);
+  }
+  // Per window, the process critical in it (the segments are the windows,
+  // numbered per name; a step with more keeps only its longest).
+  std::map<std::pair<std::string, int>, int> critical_in;
+  for (const CriticalSegment& c : critical) critical_in[{c.subtask, c.occurrence}] = c.critical;
+  std::vector<int> window_critical;
+  std::map<std::string, int> seen;
+  for (const LaneWindow& w : windows) {
+    auto it = critical_in.find({w.name, ++seen[w.name]});
+    window_critical.push_back(it != critical_in.end() ? it->second : -1);
+  }
+  const int64_t begin = profile.begin_ns;
+  for (int p : LaneOrder(profile)) {
+    const ProcessSlice& slice = profile.processes[static_cast<size_t>(p)];
+    Lane lane;
+    lane.process = p;
+    if (slice.process->is_controller()) {
+      for (size_t w = 0; w < windows.size(); ++w) {
+        lane.boxes.push_back({windows[w].begin_ns - begin, windows[w].end_ns - windows[w].begin_ns, windows[w].name,
+                              window_subtask[w], false});
+      }
+    } else {
+      for (const Span& s : slice.spans) {
+        if (s.depth != 0 || s.step >= 0) continue;  // outermost ranges; a step range is the controller's
+        const int w = WindowAt(windows, s.begin_ns);
+        lane.boxes.push_back({s.begin_ns - begin, std::max<int64_t>(0, s.end_ns - s.begin_ns),
+                              slice.process->String(s.name), w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1,
+                              w >= 0 && window_critical[static_cast<size_t>(w)] == p});
+      }
+    }
+    Bound(&lane);
+    out.lanes.push_back(std::move(lane));
+    if (static_cast<size_t>(p) < gpu_busy.size() && !gpu_busy[static_cast<size_t>(p)].empty()) {
+      Lane gpu;
+      gpu.process = p;
+      gpu.gpu = true;
+      for (const Interval& i : gpu_busy[static_cast<size_t>(p)]) {
+        const int w = WindowAt(windows, i.begin);
+        gpu.boxes.push_back({i.begin - begin, i.end - i.begin, "GPU busy",
+                             w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1, false});
+      }
+      Bound(&gpu);
+      out.lanes.push_back(std::move(gpu));
+    }
+  }
+  return out;
+}
+
+}  // namespace rlscope
