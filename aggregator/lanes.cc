@@ -11,18 +11,32 @@
 
 namespace rlscope {
 
+std::string NodeOf(const ProcessTimeline& p) {
+  const auto& labels = p.identity().labels;
+  const auto ip = labels.find("node_ip"), id = labels.find("node_id");
+  const std::string short_id = id != labels.end() ? id->second.substr(0, 8) : "";
+  if (ip != labels.end() && !short_id.empty()) return ip->second + " [" + short_id + "]";
+  return !short_id.empty() ? short_id : p.identity().host;
+}
+
 namespace {
 
-// Controller first, then by node (its Ray node id, else its host), rank
-// (unknown last) and pid.
+// The controller first, then node by node (the controller's first, then by
+// the lowest rank on each), each by rank (unknown last) and pid.
 std::vector<int> LaneOrder(const StepProfile& profile) {
+  constexpr int64_t kNoRank = INT64_MAX;
+  std::map<std::string, int64_t> node_first;  // node -> its lowest rank (the controller's: -1)
+  for (const ProcessSlice& s : profile.processes) {
+    const ProcessTimeline& p = *s.process;
+    const int64_t rank = p.is_controller() ? -1 : p.identity().rank >= 0 ? p.identity().rank : kNoRank;
+    auto [it, added] = node_first.emplace(NodeOf(p), rank);
+    if (!added) it->second = std::min(it->second, rank);
+  }
   auto key = [&](int i) {
     const ProcessTimeline& p = *profile.processes[static_cast<size_t>(i)].process;
-    const auto& labels = p.identity().labels;
-    const auto node = labels.find("node_id");
-    const int64_t rank = p.identity().rank >= 0 ? p.identity().rank : INT64_MAX;
-    return std::make_tuple(!p.is_controller(), node != labels.end() ? node->second : p.identity().host, rank,
-                           p.identity().pid);
+    const std::string node = NodeOf(p);
+    const int64_t rank = p.identity().rank >= 0 ? p.identity().rank : kNoRank;
+    return std::make_tuple(!p.is_controller(), node_first[node], node, rank, p.identity().pid);
   };
   std::vector<int> order;
   for (size_t i = 0; i < profile.processes.size(); ++i) order.push_back(static_cast<int>(i));

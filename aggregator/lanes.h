@@ -35,8 +35,14 @@ struct Lane {
 
 struct StepLanes {
   std::vector<std::string> subtasks;  // names in order of first occurrence
-  std::vector<Lane> lanes;            // the controller's first, then by node, rank, pid
+  std::vector<Lane> lanes;            // the controller's first, then node by node (LaneOrder), by rank, pid
 };
+
+class ProcessTimeline;
+// The node a process's lane is grouped under: its Ray node's IP and the
+// first 8 digits of its id ("192.0.2.2 [a0ada472]"), else what it has of
+// them, else its host.
+std::string NodeOf(const ProcessTimeline& p);
 
 // A controller sub-task window, as the breakdown found it (corrected).
 struct LaneWindow {

@@ -136,12 +136,10 @@ void WriteLanes(JsonWriter& w, const StepProfile& step, const StepLanes& lanes) 
   w.Key("lanes").BeginArray();
   for (const Lane& lane : lanes.lanes) {
     const ProcessTimeline& p = *step.processes[static_cast<size_t>(lane.process)].process;
-    const auto& labels = p.identity().labels;
-    const auto node = labels.find("node_id");
     w.Newline().BeginObject();
     WhoKeys(w, step, lane.process, "rank", "process");
     w.Key("role").String(p.identity().role);
-    w.Key("node").String(node != labels.end() ? node->second : p.identity().host);
+    w.Key("node").String(NodeOf(p));
     w.Key("gpu").Bool(lane.gpu).Key("omitted").Uint(lane.omitted);
     w.Key("boxes").BeginArray();
     for (const LaneBox& b : lane.boxes) {

@@ -213,3 +213,39 @@ def test_the_demo_on_three_nodes_through_a_relay(build_dir, tmp_path):
     assert sorted(p["rank"] for p in summary["processes"] if p["role"] == "worker") == [0, 1, 2, 3]
     nodes = {p["labels"].get("node_id") for p in workers}
     assert len(nodes) == 3  # ranks on all three nodes, one relay for the host
+
+
+def test_the_demos_report_shows_a_timeline_per_step_the_trend_and_memory(demo, tmp_path):
+    """The report the demo wrote, rendered by headless Chromium: no script
+    error; each captured step's timeline has a lane per process of the step
+    and a box per sub-task range (the controller's sub-tasks, the workers'
+    methods they dispatched); the trend a point per written step; memory
+    figures present and positive for every process."""
+    from test_report import CHROMIUM, assert_clean, render
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed; scripts/install_deps.sh installs it")
+    out, _ = demo
+    page, console = render(out / "report.html", tmp_path)
+    assert_clean(page, console)
+    for n in CAPTURED:
+        summary = json.loads((out / f"step_{n}" / "summary.json").read_text())
+        section = f"timeline-step-{n}"
+        lanes = {e.attrs["data-process"]: e for e in page.find("g", "lane", section=section)}
+        assert sorted(lanes) == sorted(p["label"] for p in summary["processes"]), section
+        trace = Trace(out / f"step_{n}" / "trace.json")
+        titles = [e.text for e in page.find("title", section=section)]
+        for label in lanes:
+            pid = trace.pid_of(label)
+            for controller_name, worker_name in SUBTASKS:
+                name = controller_name if "(controller)" in label else worker_name
+                if name is None:
+                    continue
+                spans = trace.slices(pid, name)
+                drawn = [t for t in titles if t.startswith(f"{name} (in ") and f"\u2014 {label}" in t]
+                assert len(drawn) == len(spans) >= 1, (n, label, name, len(drawn), len(spans))
+        for p in summary["processes"]:
+            assert p["memory"]["rss_peak_mb"] > 0 and p["memory"]["rss_begin_mb"] > 0, p["label"]
+    steps = page.find("g", "trend-step", section="trend")
+    assert [e.attrs["data-step"] for e in steps] == [str(n) for n in CAPTURED]
+    assert len(page.find("circle", "raw", section="trend")) == len(CAPTURED)

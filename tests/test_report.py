@@ -29,6 +29,8 @@ needs_chromium = pytest.mark.skipif(
 ARTIFACTS = ROOT / "build" / "test-artifacts"
 SEGMENT_KINDS = ("cpu_only", "gpu_only", "cpu_gpu", "idle", "overhead")
 CHART_CLASSES = ("breakdown-chart", "attribution-chart", "critical-path-chart", "gpu-util-chart")
+# Outside the step's parts: its timeline (section timeline-step-N) and the run's trend (section trend).
+PICTURE_CLASSES = ("timeline-chart", "trend-chart")
 CATEGORY_KINDS = ("cat-python", "cat-backend", "cat-cuda_api", "cat-simulator", "cat-other", "cat-gpu")
 # summary key -> (part of the step section, chart class or None for a table-only part);
 # "attribution" is the breakdown rows' attribution (present when a row has one).
@@ -136,7 +138,11 @@ def _proc(label: str, role: str, rank: Optional[int], gpu: int) -> dict:
             "gpu_records": gpu, "events_received_total": 40, "dropped_total": 0, "unmatched_total": 0,
             "late": False, "clock": {"aligned": True, "offset_ns": 10, "drift_ppm": 0.1, "bound_ns": 500,
                                      "probes": 8, "bursts": 2},
-            "overhead": {"events": 13, "subtracted_ms": 0.05, "waits_ms": 0.04, "costs_ns": {"push": 8.9, "pop": 8.7}}}
+            "overhead": {"events": 13, "subtracted_ms": 0.05, "waits_ms": 0.04, "costs_ns": {"push": 8.9, "pop": 8.7}},
+            "memory": {"rss_peak_mb": 512.5 + (rank or 0), "rss_begin_mb": 500.0, "rss_end_mb": 510.0,
+                       "rss_change_mb": 10.0, "samples": 4,
+                       "gpu": [{"device": 0, "allocated_peak_mb": 2048.0, "allocated_begin_mb": 1024.0,
+                                "allocated_end_mb": 1536.0, "allocated_change_mb": 512.0}] if gpu else []}}
 
 
 def full_summary(step: int) -> dict:
@@ -182,6 +188,19 @@ def full_summary(step: int) -> dict:
              "critical_rank": None, "critical_process": None, "critical_ms": None, "median_ms": None},
             {"subtask": "update_actor", "occurrence": 0, "begin_ms": 45.0, "duration_ms": 25.0,
              "critical_rank": 0, "critical_process": workers[0], "critical_ms": 25.0, "median_ms": 24.0}]},
+        "timeline": {"subtasks": ["generate", "compute_advantage", "update_actor"], "max_boxes_per_lane": 256,
+                     "lanes": [
+            {"rank": None, "process": "node 10.0.0.1 / driver.py (controller) / pid 99", "role": "controller",
+             "node": "n1", "gpu": False, "omitted": 0,
+             "boxes": [[2.0, 40.0, "generate", 0, 0], [42.0, 3.0, "compute_advantage", 1, 0],
+                       [45.0, 25.0, "update_actor", 2, 0]]},
+            {"rank": 0, "process": workers[0], "role": "worker", "node": "n1", "gpu": False, "omitted": 0,
+             "boxes": [[3.0, 30.0, "generate_sequences", 0, 0], [46.0, 24.0, "update_actor", 2, 1]]},
+            {"rank": 0, "process": workers[0], "role": "worker", "node": "n1", "gpu": True, "omitted": 0,
+             "boxes": [[5.0, 10.0, "GPU busy", 0, 0]]},
+            {"rank": 1, "process": HOSTILE_LABEL, "role": "worker", "node": "n2", "gpu": False, "omitted": 3,
+             "boxes": [[3.0, 39.0, "generate_sequences", 0, 1], [4.0, 5.0, "prefetch", 0, 0],
+                       [46.0, 20.0, "update_actor", 2, 0]]}]},
         "stragglers": [
             {"subtask": "generate", "ranks": 2, "slowest_rank": 1, "slowest_process": HOSTILE_LABEL,
              "slowest_ms": 39.0, "median_ms": 26.0, "ratio": 1.5, "fastest_ms": 13.0},
@@ -230,7 +249,38 @@ def test_report_with_every_section_renders_all_charts(full_report, tmp_path):
     charts = {c: page.find(cls=c) for c in CHART_CLASSES}
     assert {c: len(v) for c, v in charts.items()} == {c: 1 for c in CHART_CLASSES}
     assert all(e.section == "step-1" and "chart" in e.classes for v in charts.values() for e in v)
-    assert page.rendered == "4"
+    assert page.rendered == "6"  # the four, the step's timeline and the trend
+
+    # The timeline picture: a lane per process, a GPU lane, a box per range,
+    # coloured by sub-task, the critical one outlined, the band above.
+    assert len(page.find(cls="timeline-chart", section="timeline-step-1")) == 1
+    lanes = page.find("g", "lane", section="timeline-step-1")
+    assert [e.attrs["data-process"] for e in lanes] == [
+        "node 10.0.0.1 / driver.py (controller) / pid 99", "node 10.0.0.1 / PPOWorker (rank 0) / pid 100",
+        HOSTILE_LABEL]
+    assert len(page.find("g", "gpu-lane", section="timeline-step-1")) == 1
+    boxes = page.find("rect", "box", section="timeline-step-1")
+    assert len(boxes) == 3 + 3 + 2 + 1 + 3  # the band's 3 segments, then the lanes' boxes
+    assert len(page.find("rect", "critical", section="timeline-step-1")) == 2
+    assert len(page.find("rect", "seg-sub-1", section="timeline-step-1")) == 2  # compute_advantage: band, controller
+    titles = [e.text for e in page.find("title", section="timeline-step-1")]
+    assert any(t.startswith("update_actor (in update_actor): begins at 46.000 ms, lasts 24.000 ms; on the critical "
+                            "path") for t in titles), titles
+    assert any("RSS peak 512.5 MiB (+10.0); GPU 0 allocated peak 2,048.0 MiB (+512.0)" in t for t in titles), titles
+    assert any(e.text.startswith("3 shorter boxes are not drawn") for e in page.find("p", "omitted"))
+    assert [e.text for e in page.find("text", "node-label", section="timeline-step-1")] == ["node n1", "node n2"]
+    # Step 2's older summary has no timeline: its section says so, with no chart.
+    assert page.find("p", "none", section="timeline-step-2") and not page.find("svg", section="timeline-step-2")
+    # The trend: a step's point per readable summary (steps 1 and 2), raw and corrected where known.
+    steps = page.find("g", "trend-step", section="trend")
+    assert [e.attrs["data-step"] for e in steps] == ["1", "2"]
+    assert len(page.find("circle", "raw", section="trend")) == 2
+    assert len(page.find("circle", "corrected", section="trend")) == 1  # step 2's summary has no correction
+    trend_cells = [e.text for e in page.find("td", section="trend")]
+    assert trend_cells[:3] == ["1", "80.000", "79.200"] and "513.500" in trend_cells, trend_cells
+    # Memory in the step's process table.
+    cells = [e.text for e in page.find("td", section="step-1", part="part-counts")]
+    assert "512.500" in cells and "2,048.000" in cells, cells
     for kind in SEGMENT_KINDS:  # 2 sub-tasks x 2 ranks, every segment non-zero
         rects = page.find("rect", f"seg-{kind}", section="step-1", part="part-breakdown")
         assert len(rects) == 4, (kind, len(rects))
@@ -300,7 +350,7 @@ def test_error_detectors_catch_a_deliberate_error(full_report, tmp_path):
     page, console = render(broken, tmp_path)
     errors = page.by_id("errors").text
     assert "chart step1-gpu: no drawer or data" in errors and "deliberate failure" in errors, errors
-    assert page.rendered == "3"  # of the four
+    assert page.rendered == "5"  # of the six
     assert any("Uncaught" in line and "deliberate failure" in line for line in console), console
     assert any("deliberate console error" in line for line in console), console
     with pytest.raises(AssertionError, match="the page reported errors"):
@@ -337,6 +387,12 @@ def test_report_of_a_real_run(build_dir, aggregator_factory, tmp_path):
                 expected_charts += 1
             elif not present:
                 assert page.find("p", "none", section=section, part=part), (section, key)
+        # Its timeline: a lane per process of the step.
+        lanes = page.find("g", "lane", section=f"timeline-step-{n}")
+        assert sorted(e.attrs["data-process"] for e in lanes) == sorted(p["label"] for p in summary["processes"])
+        expected_charts += 1
+    assert [e.attrs["data-step"] for e in page.find("g", "trend-step", section="trend")] == ["1", "2"]
+    expected_charts += 1  # the trend
     assert expected_charts >= 1 and page.rendered == str(expected_charts)
 
 

@@ -19,11 +19,19 @@ templates in ``templates/`` (autoescaping on) and inlines ``static/``:
 ``report.css``, ``show_errors.js`` (first, in the head) and ``report.js``
 (draws the charts).
 
-Page contract (used by tests/test_report.py): each chart container has
-``class="chart <kind>"`` with kind one of ``breakdown-chart``,
-``attribution-chart``, ``critical-path-chart``, ``gpu-util-chart``; when the script is done,
-``document.body.dataset.rendered`` holds the number of charts drawn; script
-errors and unhandled rejections are appended to ``<pre id="errors">``.
+Page contract (used by tests/test_report.py and by scripts and links): each
+chart container has ``class="chart <kind>"`` with kind one of
+``breakdown-chart``, ``attribution-chart``, ``critical-path-chart``,
+``gpu-util-chart``, ``timeline-chart``, ``trend-chart``; when the script is
+done, ``document.body.dataset.rendered`` holds the number of charts drawn;
+script errors and unhandled rejections are appended to ``<pre id="errors">``.
+Each written step's timeline picture is in ``<section id="timeline-step-N">``:
+an SVG with one ``<g class="lane" data-process="LABEL">`` per process (up to
+64; past that, ``class="lane aggregate"`` lanes merge the rest per node and a
+``p.aggregated`` note says so), ``class="gpu-lane"`` lanes for GPU busy time,
+and per range a ``rect.box``. The steps-over-time chart is in
+``<section id="trend">``: per written step a ``<g class="trend-step"
+data-step="N">`` holding its ``circle.point`` marks (raw, corrected).
 """
 from __future__ import annotations
 

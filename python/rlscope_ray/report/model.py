@@ -63,6 +63,12 @@ OFF_CPU: Tuple[Tuple[str, str, str], ...] = (
     ("other", "off CPU: other", "off-other"),
 )
 STRAGGLER_RATIO = 1.2  # stragglers above this slowest/median ratio are highlighted
+# The timeline picture (summary.json `timeline`): at most this many process
+# lanes per step; the processes past it are drawn aggregated, one lane per
+# node (and one for their GPUs), and the page says so. Sub-tasks take the
+# palette's colours in turn (CSS classes sub-0 .. sub-9).
+MAX_LANES = 64
+PALETTE = 10
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 _DASH = "\u2013"  # a missing value
@@ -155,6 +161,7 @@ class Step:
     number: int
     blocks: List[Block]  # before the parts: the duration, or why there is nothing
     parts: List[Part] = field(default_factory=list)
+    timeline: List[Block] = field(default_factory=list)  # <section id="timeline-step-N">
 
 
 @dataclass
@@ -170,6 +177,7 @@ class Page:
     links: List[StepLink]
     steps: List[Step]
     charts: Dict[str, Any]  # chart id -> the data its drawer reads
+    trend: List[Block] = field(default_factory=list)  # <section id="trend">
 
 
 # --- reading ----------------------------------------------------------------
@@ -448,11 +456,17 @@ def _process_table(s: Dict[str, Any]) -> Block:
     rows = []
     for p in procs:
         overhead = _dict(p.get("overhead"))
+        memory = _dict(p.get("memory"))
+        gpu_peak = [_nonneg(g.get("allocated_peak_mb")) for g in _dicts(memory.get("gpu"))]
         rows.append([p.get("label"), p.get("role"), p.get("rank"), p.get("spans"), p.get("instants"),
-                     p.get("gpu_records"), p.get("dropped_total"), p.get("late"), _dict(p.get("clock")).get("aligned"),
-                     _num(overhead.get("subtracted_ms")), _num(overhead.get("waits_ms"))])
+                     p.get("gpu_records"), p.get("dropped_total"), p.get("late"), _num(p.get("unarmed_ms")),
+                     _dict(p.get("clock")).get("aligned"),
+                     _num(overhead.get("subtracted_ms")), _num(overhead.get("waits_ms")),
+                     _num(memory.get("rss_peak_mb")), _num(memory.get("rss_change_mb")),
+                     max(gpu_peak) if gpu_peak else None])
     return _table(["process", "role", "rank", "spans", "instants", "gpu records", "dropped", "late",
-                   "clock aligned", "overhead ms", "of it waiting on workers ms"], rows, "process-table")
+                   "not recorded ms", "clock aligned", "overhead ms", "of it waiting on workers ms",
+                   "RSS peak MiB", "RSS change MiB", "GPU allocated peak MiB"], rows, "process-table")
 
 
 def _count_facts(s: Dict[str, Any]) -> Facts:
@@ -507,7 +521,7 @@ def _step(step: int, s: Optional[Dict[str, Any]], why: Optional[str], charts: _C
     duration = Para(f'Duration {_ms(s.get("duration_ms"))} ms (raw)'
                     + (f", {fmt(corrected)} ms after overhead correction" if corrected is not None else "")
                     + f'; reason: {fmt(s.get("reason"))}.')
-    return Step(step, [duration], [
+    return Step(step, [duration], timeline=_timeline(step, s, charts), parts=[
         Part("breakdown", "Resource breakdown per sub-task and rank", _breakdown(step, s, charts)),
         Part("attribution", "Where the time went: CPU by category on every thread, off CPU by why (sampled)",
              _attribution(step, s, charts)),
@@ -515,6 +529,146 @@ def _step(step: int, s: Optional[Dict[str, Any]], why: Optional[str], charts: _C
         Part("stragglers", "Stragglers", _stragglers(s)),
         Part("gpu", "GPU utilisation: true busy vs naive", _gpu(step, s, charts)),
         Part("counts", "Processes, counts and warnings", _counts(s))])
+
+
+# --- the timeline picture and the trend -------------------------------------
+
+def _boxes(v: Any) -> List[List[Any]]:
+    """A lane's well-formed boxes: [begin_ms, duration_ms, name, subtask, critical]."""
+    out = []
+    for b in v if isinstance(v, list) else []:
+        if not isinstance(b, list) or len(b) != 5:
+            continue
+        begin, dur, sub = _num(b[0]), _num(b[1]), _num(b[3])
+        if begin is None or dur is None or sub is None:
+            continue
+        out.append([begin, max(dur, 0.0), str(b[2]), int(sub), 1 if b[4] else 0])
+    return out
+
+
+def _memory_text(p: Dict[str, Any]) -> str:
+    m = _dict(p.get("memory"))
+    if _num(m.get("rss_peak_mb")) is None:
+        return ""
+    text = f"RSS peak {_nonneg(m['rss_peak_mb']):,.1f} MiB ({_num(m.get('rss_change_mb')) or 0:+,.1f})"
+    for g in _dicts(m.get("gpu")):
+        text += (f"; GPU {fmt(g.get('device'))} allocated peak {_nonneg(g.get('allocated_peak_mb')):,.1f} MiB "
+                 f"({_num(g.get('allocated_change_mb')) or 0:+,.1f})")
+    return text
+
+
+def _aggregate(lanes: List[Dict[str, Any]], count: int) -> Tuple[List[Dict[str, Any]], int, int]:
+    """The first MAX_LANES process lanes (with their GPU lanes) as they are;
+    the others merged per node (their ranges in one lane, their GPUs in
+    another). Returns (lanes, processes aggregated, aggregate lanes)."""
+    if count <= MAX_LANES:
+        return lanes, 0, 0
+    kept: List[Dict[str, Any]] = []
+    merged: Dict[Tuple[str, bool], Dict[str, Any]] = {}
+    seen = 0
+    for lane in lanes:
+        if not lane["gpu"]:
+            seen += 1
+        if seen <= MAX_LANES:
+            kept.append(lane)
+            continue
+        key = (lane["node"], lane["gpu"])
+        agg = merged.setdefault(key, {"label": f"node {_short(lane['node'], 12)}: more" + (" GPUs" if lane["gpu"] else ""),
+                                      "title": "", "node": lane["node"], "gpu": lane["gpu"], "aggregate": True,
+                                      "processes": 0, "boxes": []})
+        agg["processes"] += 0 if lane["gpu"] else 1
+        agg["boxes"].extend(lane["boxes"])
+    for agg in merged.values():
+        agg["boxes"].sort(key=lambda b: b[0])
+        n = agg["processes"]
+        agg["label"] += f" ({n} aggregated)" if n else " (aggregated)"
+        agg["title"] = f"{agg['label']}: every box of these processes, merged"
+    return kept + list(merged.values()), count - MAX_LANES, len(merged)
+
+
+def _timeline(step: int, s: Dict[str, Any], charts: _Charts) -> List[Block]:
+    tl = _dict(s.get("timeline"))
+    raw_lanes = _dicts(tl.get("lanes"))
+    if not raw_lanes:
+        return [_none("timeline (an older summary, or no processes)")]
+    subtasks = [str(x) for x in tl.get("subtasks") or [] if isinstance(x, str)] if isinstance(
+        tl.get("subtasks"), list) else []
+    memory = {str(p.get("label")): _memory_text(p) for p in _dicts(s.get("processes"))}
+    lanes, omitted = [], 0
+    for r in raw_lanes:
+        process = str(r.get("process") or "?")
+        gpu = r.get("gpu") is True
+        who = _rank_text(r["rank"]) if _num(r.get("rank")) is not None else str(r.get("role") or "?")
+        omitted += int(_nonneg(r.get("omitted")))
+        lanes.append({"label": _short(("GPU \u00b7 " if gpu else "") + who, 30), "process": process, "gpu": gpu,
+                      "node": str(r.get("node") or "?"), "aggregate": False,
+                      "title": process + ("" if gpu or not memory.get(process) else "; " + memory[process]),
+                      "boxes": _boxes(r.get("boxes"))})
+    count = sum(1 for lane in lanes if not lane["gpu"])
+    lanes, aggregated, agg_lanes = _aggregate(lanes, count)
+    cp = _dict(s.get("critical_path"))
+    band = [{"begin": _nonneg(g.get("begin_ms")), "duration": _nonneg(g.get("duration_ms")),
+             "sub": subtasks.index(str(g.get("subtask"))) if str(g.get("subtask")) in subtasks else -1,
+             "label": (f"{g.get('subtask')}: critical {_rank_text(g.get('critical_rank'))}"
+                       if _num(g.get("critical_rank")) is not None else f"{g.get('subtask')}: no worker busy")}
+            for g in _dicts(cp.get("segments"))]
+    step_ms = max([_nonneg(cp.get("step_ms")), _nonneg(s.get("duration_ms"))]
+                  + [b[0] + b[1] for lane in lanes for b in lane["boxes"]])
+    legend = [(f"seg-sub-{i % PALETTE}", name) for i, name in enumerate(subtasks)]
+    legend += [("seg-sub-none", "outside every sub-task"), ("seg-gpu-lane", "GPU busy"),
+               ("seg-critical", "on the critical path (outlined)")]
+    out: List[Block] = [charts.add("timeline-chart", f"step{step}-timeline",
+                                   {"step_ms": step_ms, "subtasks": subtasks, "lanes": lanes, "band": band},
+                                   legend)]
+    if aggregated:
+        out.append(Para(f"{aggregated} processes past the first {MAX_LANES} lanes are drawn aggregated, "
+                        f"in {agg_lanes} lanes by node.", "note aggregated"))
+    if omitted:
+        out.append(Para(f"{omitted} shorter boxes are not drawn (each lane keeps its "
+                        f"{fmt(tl.get('max_boxes_per_lane'))} longest).", "note omitted"))
+    out.append(Para("One lane per process (the controller's sub-task windows, each worker's outermost ranges), "
+                    "a GPU lane where its GPU was busy; times corrected, from the step's begin. Hover for figures.",
+                    "note"))
+    return out
+
+
+def _subtask_ms(s: Dict[str, Any]) -> Dict[str, float]:
+    """The controller's time per sub-task in a step (its critical-path segments, summed by name)."""
+    out: Dict[str, float] = {}
+    for g in _dicts(_dict(s.get("critical_path")).get("segments")):
+        name = str(g.get("subtask", "?"))
+        out[name] = out.get(name, 0.0) + _nonneg(g.get("duration_ms"))
+    return out
+
+
+def _rss_peak(s: Dict[str, Any]) -> Optional[float]:
+    peaks = [_num(_dict(p.get("memory")).get("rss_peak_mb")) for p in _dicts(s.get("processes"))]
+    known = [p for p in peaks if p is not None]
+    return max(known) if known else None
+
+
+def _trend(steps: List[Tuple[int, Optional[Dict[str, Any]], Optional[str]]], charts: _Charts) -> List[Block]:
+    written = [(n, s) for n, s, _ in steps if s is not None]
+    if not written:
+        return [_none("steps to show over time")]
+    names: List[str] = []
+    points, rows = [], []
+    for n, s in written:
+        parts = _subtask_ms(s)
+        names += [k for k in parts if k not in names]
+        raw, corrected = _num(s.get("duration_ms")), _num(_dict(s.get("correction")).get("duration_ms"))
+        points.append({"step": n, "raw": raw if raw is not None else 0.0, "corrected": corrected, "parts": parts})
+        rows.append((n, raw, corrected, parts, _rss_peak(s)))
+    for p in points:
+        p["parts"] = [p["parts"].get(k, 0.0) for k in names]
+    legend = [(f"seg-sub-{i % PALETTE}", name) for i, name in enumerate(names)]
+    legend += [("trend-raw", "step time, raw"), ("trend-corrected", "step time, corrected")]
+    table = _table(["step", "raw ms", "corrected ms"] + [f"{k} ms" for k in names] + ["largest RSS peak MiB"],
+                   [[n, raw, corrected] + [parts.get(k) for k in names] + [rss] for n, raw, corrected, parts, rss in rows],
+                   "trend-table")
+    return [charts.add("trend-chart", "trend", {"names": names, "steps": points}, legend),
+            Para("Per written step: the controller's sub-task time stacked (its critical-path segments), the step "
+                 "time raw and after overhead correction as lines.", "note"), table]
 
 
 # --- losses -----------------------------------------------------------------
@@ -597,5 +751,6 @@ def load(run_dir: Path) -> Page:
     links = [StepLink(n, f'{_ms(s.get("duration_ms"))} ms, {fmt(s.get("reason"))}' if s is not None
                       else f"summary.json {w}") for n, s, w in steps]
     charts = _Charts()
+    trend = _trend(steps, charts)
     return Page(title=f"rlscope-ray report: {run_dir.resolve().name}", overview=_overview(run_dir, run, run_why),
-                links=links, steps=[_step(n, s, w, charts) for n, s, w in steps], charts=charts.data)
+                links=links, steps=[_step(n, s, w, charts) for n, s, w in steps], charts=charts.data, trend=trend)

@@ -102,8 +102,108 @@
     });
   }
 
+  // A sub-task's colour class (the palette's in turn; -1: outside every one).
+  function sub(k) { return k >= 0 ? "seg-sub-" + (k % 10) : "seg-sub-none"; }
+  // Boxes of one lane that overlap (its threads' ranges) go one below
+  // another, in up to 4 rows; returns each box's row and the rows used.
+  function pack(boxes) {
+    var ends = [], rows = [];
+    boxes.forEach(function (b) {
+      var r = 0;
+      while (r < ends.length && ends[r] > b[0] + 1e-9) r++;
+      if (r >= 4) r = 3;
+      ends[r] = Math.max(ends[r] || 0, b[0] + b[1]);
+      rows.push(r);
+    });
+    return {rows: rows, n: Math.max(1, ends.length)};
+  }
+
+  // A step's timeline picture: the critical path as a band, then one lane
+  // per process (class "lane"; GPU lanes "gpu-lane"; merged ones also
+  // "aggregate"), grouped by node, each box a range coloured by the sub-task
+  // it began in, outlined when it is on the critical path.
+  function timeline(c, d) {
+    var ROW = 12, GAP = 5, HEAD = 16, top = 28, y = top, bandY = top, layout = [], lastNode = null;
+    y += ROW + GAP + 2;
+    d.lanes.forEach(function (lane) {
+      var head = null;
+      if (lane.node !== lastNode) { head = y; y += HEAD; lastNode = lane.node; }
+      var p = pack(lane.boxes);
+      layout.push({head: head, y: y, p: p});
+      y += p.n * ROW + GAP;
+    });
+    var h = y + 4, s = svg(c, h), x = axis(s, d.step_ms, top, h - 4, " ms");
+    var band = el("g", {"class": "cp-band"}, s);
+    text(band, LABEL - 6, bandY + ROW - 2, "critical path", {"text-anchor": "end"});
+    d.band.forEach(function (g) {
+      title(el("rect", {x: LABEL + x(g.begin), y: bandY, width: Math.max(x(g.duration), 1), height: ROW,
+                        "class": "box " + sub(g.sub)}, band), g.label + ", " + ms(g.duration));
+    });
+    d.lanes.forEach(function (lane, i) {
+      var L = layout[i];
+      if (L.head !== null) text(s, 4, L.head + 11, "node " + lane.node, {"class": "node-label"});
+      var cls = (lane.gpu ? "gpu-lane" : "lane") + (lane.aggregate ? " aggregate" : "");
+      var g = el("g", {"class": cls, "data-process": lane.process || lane.label}, s);
+      title(text(g, LABEL - 6, L.y + ROW - 2, lane.label, {"text-anchor": "end"}), lane.title);
+      el("rect", {x: LABEL, y: L.y - 1, width: W - LABEL - RIGHT, height: L.p.n * ROW + 1, "class": "lane-bg"}, g);
+      lane.boxes.forEach(function (b, k) {
+        var r = el("rect", {x: LABEL + x(b[0]), y: L.y + L.p.rows[k] * ROW, width: Math.max(x(b[1]), 0.75),
+                            height: ROW - 1, "class": "box " + (lane.gpu ? "gpu" : sub(b[3])) +
+                            (b[4] ? " critical" : "")}, g);
+        title(r, b[2] + (b[3] >= 0 ? " (in " + d.subtasks[b[3]] + ")" : "") + ": begins at " + ms(b[0]) +
+                 ", lasts " + ms(b[1]) + (b[4] ? "; on the critical path" : "") + " \u2014 " + lane.title);
+      });
+    });
+  }
+
+  // Steps over time: per written step (class "trend-step", data-step) the
+  // sub-tasks' time stacked, and the step time raw and corrected as points
+  // (class "point") on two lines.
+  function trend(c, d) {
+    var top = 14, H = 220, n = d.steps.length, max = 0;
+    d.steps.forEach(function (p) {
+      var sum = p.parts.reduce(function (a, b) { return a + b; }, 0);
+      max = Math.max(max, sum, p.raw, p.corrected || 0);
+    });
+    var h = top + H + 34, s = svg(c, h), y0 = top + H, scale = max > 0 ? H / max : 0, axisG = el("g", {"class": "axis"}, s);
+    ticks(max).forEach(function (v) {
+      el("line", {x1: LABEL, x2: W - RIGHT, y1: y0 - v * scale, y2: y0 - v * scale, "class": "grid"}, axisG);
+      text(axisG, LABEL - 6, y0 - v * scale + 4, +v.toPrecision(6) + " ms", {"text-anchor": "end"});
+    });
+    var slot = (W - LABEL - RIGHT) / Math.max(n, 1), bw = Math.max(Math.min(slot * 0.6, 40), 1), raw = [], cor = [];
+    var at = function (i) { return LABEL + slot * (i + 0.5); };
+    d.steps.forEach(function (p, i) {
+      raw.push(at(i) + "," + (y0 - p.raw * scale));
+      if (p.corrected !== null) cor.push(at(i) + "," + (y0 - p.corrected * scale));
+    });
+    var groups = d.steps.map(function (p, i) {
+      var g = el("g", {"class": "trend-step", "data-step": p.step}, s), base = y0;
+      p.parts.forEach(function (v, k) {
+        if (!(v > 0)) return;
+        var hh = v * scale;
+        title(el("rect", {x: at(i) - bw / 2, y: base - hh, width: bw, height: hh, "class": sub(k)}, g),
+              "step " + p.step + ": " + d.names[k] + " " + ms(v));
+        base -= hh;
+      });
+      if (n <= 40 || i % Math.ceil(n / 40) === 0) text(g, at(i), y0 + 14, String(p.step), {"text-anchor": "middle"});
+      return g;
+    });
+    el("polyline", {points: raw.join(" "), "class": "trend-raw"}, s);
+    if (cor.length) el("polyline", {points: cor.join(" "), "class": "trend-corrected"}, s);
+    d.steps.forEach(function (p, i) {
+      title(el("circle", {cx: at(i), cy: y0 - p.raw * scale, r: 3, "class": "point raw"}, groups[i]),
+            "step " + p.step + ": " + ms(p.raw) + " raw");
+      if (p.corrected !== null) {
+        title(el("circle", {cx: at(i), cy: y0 - p.corrected * scale, r: 3, "class": "point corrected"}, groups[i]),
+              "step " + p.step + ": " + ms(p.corrected) + " corrected");
+      }
+      s.appendChild(groups[i]);  // above the lines
+    });
+    text(s, LABEL + (W - LABEL - RIGHT) / 2, h - 4, "step", {"text-anchor": "middle"});
+  }
+
   const draw = {"breakdown-chart": breakdown, "attribution-chart": breakdown, "critical-path-chart": criticalPath,
-                "gpu-util-chart": gpuUtil};
+                "gpu-util-chart": gpuUtil, "timeline-chart": timeline, "trend-chart": trend};
   let drawn = 0;
   Array.prototype.forEach.call(document.querySelectorAll(".chart[data-chart]"), function (c) {
     var id = c.getAttribute("data-chart"), d = data.charts[id], fn = null;
