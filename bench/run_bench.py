@@ -35,6 +35,11 @@ Sections (each a function that runs its programs and prints one table):
   rundb_section       the run database: run.duckdb per million events beside
                       the JSON, and a question across 1,000 steps in SQL
                       beside a script reading the summaries.
+  report_section      the report of 64 processes and 100 steps: size, write
+                      and Chromium render time, with and without the
+                      timeline pictures (bench/report_bench.py).
+  memory_section      the memory sampler's cost per reading beside reading
+                      /proc/self/status (bench/memory_sampler_bench).
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -850,6 +855,30 @@ def rundb_section(args):
     rundb_bench.rundb_section(args, print_table)
 
 
+def report_section(args):
+    """The report at scale: 64 processes and 100 steps, written and rendered
+    in headless Chromium, with and without its timeline pictures
+    (bench/report_bench.py; about a minute)."""
+    import report_bench
+
+    report_bench.report_section(args, print_table)
+
+
+def memory_section(args):
+    """The memory sampler's cost per reading (a pread of /proc/self/statm on
+    the flush thread, once per flush) beside reading /proc/self/status and a
+    clock_gettime, and its share of a core at the default flush interval."""
+    exe = os.path.join(args.build_dir, "bench", "memory_sampler_bench")
+    r = run_json([exe], clean_env(), args.timeout_s)
+    per_s = 1000 / 20  # flush.interval_ms default
+    rows = [["pread of /proc/self/statm (ours)", r["statm_pread_ns"], f"{r['statm_pread_ns'] * per_s / 1e7:.4f} %"],
+            ["open+read+parse /proc/self/status (VmRSS)", r["status_read_ns"],
+             f"{r['status_read_ns'] * per_s / 1e7:.4f} %"],
+            ["clock_gettime (floor)", r["clock_gettime_ns"], ""]]
+    print_table("Memory sampler: ns per reading, and a core's share at one reading per 20 ms flush",
+                ["reading", "ns", "share of a core"], rows)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "python": python_section,
@@ -869,12 +898,15 @@ SECTIONS = {
     "sampler": sampler_section,
     "whole_process": whole_process_section,
     "rundb": rundb_section,
+    "report": report_section,
+    "memory": memory_section,
 }
 
 
 # `make bench`: the headline tables in a few minutes; --long: every section,
 # at full size (about 40 minutes).
-QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process", "rundb"]
+QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process", "rundb",
+                  "report", "memory"]
 QUICK_PAIRS = 512 * 1024
 
 

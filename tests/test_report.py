@@ -338,6 +338,39 @@ def test_report_with_every_section_renders_all_charts(full_report, tmp_path):
 
 
 @needs_chromium
+def test_a_step_of_more_processes_than_the_lane_limit_draws_the_rest_merged_per_node_and_says_so(tmp_path):
+    """70 workers on two nodes: the controller and the first 63 workers get a
+    lane each (64), the other 7 are merged into one lane per node they are
+    on, with their boxes, and a note says how many and into how many lanes."""
+    from rlscope_ray.report.model import MAX_LANES
+
+    summary = full_summary(1)
+    lanes = [summary["timeline"]["lanes"][0]]  # the controller's
+    for r in range(70):
+        lanes.append({"rank": r, "process": f"node {r % 2} / W (rank {r}) / pid {r}", "role": "worker",
+                      "node": f"n{r % 2}", "gpu": False, "omitted": 0,
+                      "boxes": [[1.0 + r * 0.1, 5.0, "generate_sequences", 0, 0]]})
+    summary["timeline"]["lanes"] = sorted(lanes, key=lambda lane: (lane["rank"] is not None, lane["node"]))
+    run = tmp_path / "run"
+    (run / "step_1").mkdir(parents=True)
+    (run / "step_1" / "summary.json").write_text(json.dumps(summary))
+    r = _cli("report", str(run))
+    assert r.returncode == 0, r.stderr
+    page, console = render(run / "report.html", tmp_path)
+    assert_clean(page, console)
+    own = [e for e in page.find("g", "lane", section="timeline-step-1") if "aggregate" not in e.classes]
+    merged = page.find("g", "aggregate", section="timeline-step-1")
+    assert len(own) == MAX_LANES == 64
+    assert len(merged) == 1  # the last 7 workers are all on node n1 (sorted by node)
+    labels = [e.text for e in page.find("text", section="timeline-step-1") if "aggregated" in e.text]
+    assert labels == ["node n1: more (7 aggregated)"], labels
+    boxes = [e for e in page.find("rect", "box", section="timeline-step-1")]
+    assert len(boxes) == 3 + 3 + 70  # the band, the controller's windows, every worker's box (merged ones too)
+    (note,) = page.find("p", "aggregated", section="timeline-step-1")
+    assert note.text == "7 processes past the first 64 lanes are drawn aggregated, in 1 lane by node."
+
+
+@needs_chromium
 def test_error_detectors_catch_a_deliberate_error(full_report, tmp_path):
     """The checks above can fail: a broken chart and a thrown error show up in
     the page's error element, the counter and Chromium's console log."""

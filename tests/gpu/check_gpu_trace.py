@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks GPU activity in an aggregator output directory (run_gpu_checks.sh).
 
-    check_gpu_trace.py OUT_DIR [--kernel SUBSTRING] [--need memcpy,memset,sync]
+    check_gpu_trace.py OUT_DIR [--kernel SUBSTRING] [--need memcpy,memset,sync,memory]
 
 Expected trace shape (Chrome trace JSON, one step_N/trace.json per step):
   - kernels: "X" events, cat "gpu", named after the kernel, on a track whose
@@ -11,7 +11,10 @@ Expected trace shape (Chrome trace JSON, one step_N/trace.json per step):
     (cudaLaunchKernel among them);
   - flows "s"/"f", cat "launch", one id per correlation id, from the launch's
     thread to the kernel's stream track.
-Also: run.json labels the controller process gpu_tracing "on".
+Also: run.json labels the controller process gpu_tracing "on". With --need
+memory: some process of each step has GPU memory allocated (its summary's
+processes[].memory.gpu, from CUPTI's MEMORY2 records) and a "GPU D memory
+allocated (MiB)" counter track in the trace.
 Prints one summary line; exits 1 with the problems otherwise.
 """
 import argparse
@@ -78,6 +81,20 @@ def check_step(events, kernel_substring, need):
     return problems, counts
 
 
+def check_memory(step_dir, events, counts):
+    summary = json.loads((step_dir / "summary.json").read_text())
+    peaks = [g.get("allocated_peak_mb", 0) for p in summary.get("processes", [])
+             for g in (p.get("memory") or {}).get("gpu", [])]
+    counters = [e for e in events if e.get("ph") == "C" and "memory allocated" in e.get("name", "")]
+    counts.update(gpu_allocated_peak_mb=max(peaks, default=0), memory_counters=len(counters))
+    problems = []
+    if not any(v > 0 for v in peaks):
+        problems.append(f"no process with GPU memory allocated in summary.json (memory.gpu peaks {peaks})")
+    if not counters:
+        problems.append("no 'GPU D memory allocated (MiB)' counter events")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -93,6 +110,8 @@ def main():
     summary = {}
     for name, events in steps.items():
         p, counts = check_step(events, args.kernel, need)
+        if "memory" in need:
+            p += check_memory(out / name, events, counts)
         problems += [f"{name}: {x}" for x in p]
         summary[name] = counts
     run = out / "run.json"

@@ -327,7 +327,7 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   if run_app torch python3 "$HERE/torch_activity.py"; then
     if grep -q "GPU tracing is unavailable" "$WORK/torch/app.log"; then
       fail "GPU activity (PyTorch): $(grep 'GPU tracing is unavailable' "$WORK/torch/app.log")"
-    elif msg=$(python3 "$HERE/check_gpu_trace.py" "$WORK/torch/out" --need memcpy); then
+    elif msg=$(python3 "$HERE/check_gpu_trace.py" "$WORK/torch/out" --need memcpy,memory); then
       pass "GPU activity (PyTorch): $msg"
     else
       fail "GPU activity (PyTorch): $msg (logs in $WORK/torch)"

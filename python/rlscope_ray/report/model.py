@@ -622,7 +622,7 @@ def _timeline(step: int, s: Dict[str, Any], charts: _Charts) -> List[Block]:
                                    legend)]
     if aggregated:
         out.append(Para(f"{aggregated} processes past the first {MAX_LANES} lanes are drawn aggregated, "
-                        f"in {agg_lanes} lanes by node.", "note aggregated"))
+                        f"in {agg_lanes} lane{'' if agg_lanes == 1 else 's'} by node.", "note aggregated"))
     if omitted:
         out.append(Para(f"{omitted} shorter boxes are not drawn (each lane keeps its "
                         f"{fmt(tl.get('max_boxes_per_lane'))} longest).", "note omitted"))
