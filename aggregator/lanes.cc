@@ -45,13 +45,13 @@ std::vector<int> LaneOrder(const StepProfile& profile) {
 }
 
 // The window a time falls in (the last one beginning at or before it that
-// has not ended), -1 none. `windows` are in time order.
-int WindowAt(const std::vector<LaneWindow>& windows, int64_t t) {
+// has not ended), -1 none. `windows` are in time order; `max_end[i]` is the
+// latest end of windows 0..i (the walk back stops where none reaches `t`).
+int WindowAt(const std::vector<LaneWindow>& windows, const std::vector<int64_t>& max_end, int64_t t) {
   auto it = std::upper_bound(windows.begin(), windows.end(), t,
                              [](int64_t v, const LaneWindow& w) { return v < w.begin_ns; });
-  while (it != windows.begin()) {
-    --it;
-    if (t < it->end_ns) return static_cast<int>(it - windows.begin());
+  for (size_t i = static_cast<size_t>(it - windows.begin()); i > 0 && max_end[i - 1] > t; --i) {
+    if (t < windows[i - 1].end_ns) return static_cast<int>(i - 1);
   }
   return -1;
 }
@@ -92,6 +92,8 @@ StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& 
     auto it = critical_in.find({w.name, ++seen[w.name]});
     window_critical.push_back(it != critical_in.end() ? it->second : -1);
   }
+  std::vector<int64_t> max_end;
+  for (const LaneWindow& w : windows) max_end.push_back(std::max(w.end_ns, max_end.empty() ? w.end_ns : max_end.back()));
   const int64_t begin = profile.begin_ns;
   for (int p : LaneOrder(profile)) {
     const ProcessSlice& slice = profile.processes[static_cast<size_t>(p)];
@@ -105,7 +107,7 @@ StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& 
     } else {
       for (const Span& s : slice.spans) {
         if (s.depth != 0 || s.step >= 0) continue;  // outermost ranges; a step range is the controller's
-        const int w = WindowAt(windows, s.begin_ns);
+        const int w = WindowAt(windows, max_end, s.begin_ns);
         lane.boxes.push_back({s.begin_ns - begin, std::max<int64_t>(0, s.end_ns - s.begin_ns),
                               slice.process->String(s.name), w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1,
                               w >= 0 && window_critical[static_cast<size_t>(w)] == p});
@@ -118,7 +120,7 @@ StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& 
       gpu.process = p;
       gpu.gpu = true;
       for (const Interval& i : gpu_busy[static_cast<size_t>(p)]) {
-        const int w = WindowAt(windows, i.begin);
+        const int w = WindowAt(windows, max_end, i.begin);
         gpu.boxes.push_back({i.begin - begin, i.end - i.begin, "GPU busy",
                              w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1, false});
       }

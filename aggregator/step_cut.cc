@@ -11,6 +11,19 @@
 
 namespace rlscope {
 
+void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_ns, ProcessSlice* slice) {
+  const ClockEstimate& clock = p.clock();
+  const int64_t begin = clock.FromAggregator(begin_ns), end = clock.FromAggregator(end_ns);
+  slice->unarmed_ns = p.UnarmedNs(begin, end);
+  slice->rss.clear();
+  slice->gpu_allocated.clear();
+  p.CutMemory(begin, end, &slice->rss, &slice->gpu_allocated);
+  for (MemoryPoint& m : slice->rss) m.ts_ns = clock.ToAggregator(m.ts_ns);
+  for (auto& [device, points] : slice->gpu_allocated) {
+    for (MemoryPoint& m : points) m.ts_ns = clock.ToAggregator(m.ts_ns);
+  }
+}
+
 ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   ProcessSlice slice;
   slice.process = &p;
@@ -21,13 +34,8 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
   p.CutCpuSamples(begin, end, &slice.cpu_samples);
   p.CutOffCpu(begin, end, &slice.off_cpu);
   p.CutProcessCpu(begin, end, &slice.process_cpu);
-  p.CutMemory(begin, end, &slice.rss, &slice.gpu_allocated);
-  for (MemoryPoint& m : slice.rss) m.ts_ns = clock.ToAggregator(m.ts_ns);
-  for (auto& [device, points] : slice.gpu_allocated) {
-    for (MemoryPoint& m : points) m.ts_ns = clock.ToAggregator(m.ts_ns);
-  }
+  CutLevelsAndArming(p, s.begin_ns, s.end_ns, &slice);
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
-  slice.unarmed_ns = p.UnarmedNs(begin, end);
   // Its threads' run-queue waits in the step (each sample stands for the
   // time before it): the evidence of CPU the job lacked, by the profiler or not.
   if (slice.profiler_cpu_ns >= 0) {

@@ -18,6 +18,10 @@ namespace rlscope {
 // what was cut moved onto the aggregator's (clock_fit.h), where the step's
 // bounds are, and clipped to them.
 ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s);
+// The parts of a slice that are levels and states over [begin, end]
+// (aggregator clock) rather than events: its unrecorded time and memory
+// levels (a discrete capture recuts them to its own interval).
+void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_ns, ProcessSlice* slice);
 
 // The analyses above, under the run's `config`; `not_profiled`: the
 // expected processes missing now (expected.h).

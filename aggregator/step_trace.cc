@@ -1,6 +1,7 @@
 #include "aggregator/step_trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -380,12 +381,15 @@ void RayCallFlows(TraceSink* sink, const ProcessSlice& slice, int64_t pid, const
 }
 
 // Memory counter tracks: the process's resident memory and, per device, the
-// GPU memory it has allocated, in MiB; the level at the step's begin is put
-// at the begin (a level from before the step is not outside it).
-void MemoryCounters(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns) {
+// GPU memory it has allocated, in MiB to 0.1 (the JSON's 6 significant
+// digits then hold the value the Perfetto trace holds); the level at the
+// step's begin is put at the begin (a level from before the step is not
+// outside it), and nothing after its end.
+void MemoryCounters(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
   auto series = [&](const std::string& name, const std::vector<MemoryPoint>& points) {
     for (const MemoryPoint& m : points) {
-      sink->Counter(pid, name, std::max(m.ts_ns, begin_ns), static_cast<double>(m.bytes) / (1 << 20));
+      if (m.ts_ns > end_ns) break;
+      sink->Counter(pid, name, std::max(m.ts_ns, begin_ns), std::round(static_cast<double>(m.bytes) / (1 << 20) * 10) / 10);
     }
   };
   series("Memory: RSS (MiB)", slice.rss);
@@ -411,7 +415,7 @@ void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice&
   OffCpuEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   for (const Instant& i : slice.instants) InstantEvent(sink, p, i, pid);
   RayCallFlows(sink, slice, pid, calls, seen);
-  MemoryCounters(sink, slice, pid, step.begin_ns);
+  MemoryCounters(sink, slice, pid, step.begin_ns, step.end_ns);
 }
 
 }  // namespace

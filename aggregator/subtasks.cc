@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "aggregator/step_cut.h"
+
 namespace rlscope {
 namespace {
 
@@ -158,7 +160,10 @@ std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std:
       capture.capture = o.capture;
       capture.begin_ns = o.begin_ns;
       capture.end_ns = o.end_ns;
-      for (ProcessSlice& slice : capture.processes) RestrictToIntervals(&slice, {{o.begin_ns, o.end_ns}});
+      for (ProcessSlice& slice : capture.processes) {
+        RestrictToIntervals(&slice, {{o.begin_ns, o.end_ns}});
+        CutLevelsAndArming(*slice.process, o.begin_ns, o.end_ns, &slice);
+      }
       captures.push_back(std::move(capture));
       step->captures.push_back(o.capture);
     }

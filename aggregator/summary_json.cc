@@ -193,7 +193,6 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   w.EndObject();
 }
 
-// One of the step's processes: who, what it had in the step, its clock and overhead.
 // A level series' figures in MiB: peak, at the step's begin and end, change.
 void WriteLevels(JsonWriter& w, const std::vector<MemoryPoint>& points, const char* prefix) {
   auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
@@ -228,6 +227,7 @@ void WriteMemory(JsonWriter& w, const ProcessSlice& slice) {
   w.EndArray().EndObject();
 }
 
+// One of the step's processes: who, what it had in the step, its clock and overhead.
 void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
   const ProcessTimeline& p = *slice.process;
   w.Newline().BeginObject();
@@ -272,6 +272,10 @@ void WriteLateAndLost(JsonWriter& w, const StepProfile& step) {
   w.EndArray();
 }
 
+// A process's unrecorded time below this is not warned of (its arming
+// edges and the step's bounds are each a conversion of the clock off).
+constexpr int64_t kUnarmedWarnNs = 100000;  // 0.1 ms
+
 // What the capture may have missed: the workers' window sent after the step
 // began (they arm when it reaches them; the cut is exact, so what they did
 // before is missing, not misplaced).
@@ -286,11 +290,11 @@ void WriteCaptureWarnings(JsonWriter& w, const StepProfile& step) {
                   static_cast<double>(step.window_late_ns) / 1e6);
     w.String(text);
   }
-  // Each process that did not record part of the step (its arming edges):
-  // late_window alone is the aggregator's view; this is the process's own.
+  // Each process that did not record 0.1 ms or more of the step (its arming
+  // edges): window_late_ns is the aggregator's view; this is the process's own.
   const double step_ns = static_cast<double>(std::max<int64_t>(1, step.end_ns - step.begin_ns));
   for (const ProcessSlice& slice : step.processes) {
-    if (slice.unarmed_ns <= 0) continue;
+    if (slice.unarmed_ns < kUnarmedWarnNs) continue;  // below it: the clocks' rounding, not a gap
     char text[256];
     std::snprintf(text, sizeof(text),
                   "did not record %.3f ms of this step (%.0f %%): its capture window reached it after the step "

@@ -49,9 +49,13 @@ void ProcessTimeline::AddNamesAndProgress(const wire::Batch& batch) {
   for (const wire::MemorySample& m : batch.memory) {
     if (rss_.empty() || m.ts_ns > rss_.back().ts_ns) rss_.push_back({m.ts_ns, m.rss_bytes});
   }
+  // Its edges tell the whole story only when its first batch came here (a
+  // restarted aggregator sees a replay from its release point on, not the
+  // edge that armed it at start).
+  if (batch.seq == 0) saw_first_batch_ = true;
   reports_arming_ = reports_arming_ || batch.reports_arming;
   for (const wire::ArmEdge& e : batch.arming) {
-    if (!arming_.empty() && e.ts_ns < arming_.back().ts_ns) continue;  // a replay's, had already
+    if (!arming_.empty() && (e.ts_ns < arming_.back().ts_ns || e.armed == arming_.back().armed)) continue;  // had it
     if (arming_.size() >= kMaxArmEdges) arming_.pop_front();
     arming_.push_back(e);
   }
@@ -77,11 +81,14 @@ void ProcessTimeline::AddGpuMemory(const GpuRecord& g) {
   if (MemoryKind(g.subkind) != kMemoryKindDevice) return;  // pinned, managed...: not the GPU's own memory
   const uint32_t op = MemoryOperation(g.subkind);
   if (op != kMemoryAllocation && op != kMemoryRelease) return;
+  if (gpu_allocated_.size() >= kMaxDevices && gpu_allocated_.count(g.device) == 0) return;  // a broken collector's
   std::deque<MemoryPoint>& points = gpu_allocated_[g.device];
   const int64_t before = points.empty() ? 0 : points.back().bytes;
-  const int64_t delta = static_cast<int64_t>(g.bytes) * (op == kMemoryAllocation ? 1 : -1);
+  // At most 2^48 bytes each (256 TiB): no sum overflows.
+  const int64_t bytes = static_cast<int64_t>(std::min<uint64_t>(g.bytes, uint64_t{1} << 48));
+  const int64_t delta = op == kMemoryAllocation ? bytes : -bytes;
   // Allocated before tracing began, released after: the total stays >= 0.
-  const int64_t after = std::max<int64_t>(0, before + delta);
+  const int64_t after = std::clamp<int64_t>(before + delta, 0, int64_t{1} << 56);
   const int64_t ts = points.empty() ? g.start_ns : std::max(g.start_ns, points.back().ts_ns);
   if (!points.empty() && points.back().ts_ns == ts) {
     points.back().bytes = after;
@@ -401,6 +408,9 @@ void CutLevels(const std::deque<MemoryPoint>& points, int64_t begin_ns, int64_t 
 
 void ProcessTimeline::CutMemory(int64_t begin_ns, int64_t end_ns, std::vector<MemoryPoint>* rss,
                                 std::map<uint32_t, std::vector<MemoryPoint>>* gpu_allocated) const {
+  // Gone before the step (its goodbye came, its last reading before the
+  // begin): it has no memory in it.
+  if (said_bye_ && (rss_.empty() || rss_.back().ts_ns < begin_ns)) return;
   CutLevels(rss_, begin_ns, end_ns, rss);
   for (const auto& [device, points] : gpu_allocated_) {
     if (points.empty() || points.front().ts_ns > end_ns) continue;  // nothing allocated yet
@@ -418,7 +428,10 @@ void ProcessTimeline::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<C
 }
 
 int64_t ProcessTimeline::UnarmedNs(int64_t begin_ns, int64_t end_ns) const {
-  if (!reports_arming_) return -1;
+  if (!reports_arming_ || !saw_first_batch_) return -1;
+  // Only while it lived: from its start to its last flush once it said goodbye.
+  begin_ns = std::max(begin_ns, hello_.start_ns);
+  if (said_bye_) end_ns = std::min(end_ns, watermark_ns_);
   if (end_ns <= begin_ns) return 0;
   // The state at `begin`: the last edge at or before it (none: not armed,
   // or, the oldest forgotten, the opposite of the oldest kept).

@@ -29,6 +29,7 @@ class ProcessTimeline {
   // collector cannot hold megabytes per name until the run ends.
   static constexpr size_t kMaxStringBytes = 4096;
   static constexpr size_t kMaxArmEdges = 4096;  // two per selected step: thousands of steps
+  static constexpr size_t kMaxDevices = 64;     // GPU memory totals kept for at most this many devices
   explicit ProcessTimeline(wire::Hello hello) : hello_(std::move(hello)) { BoundIdentity(); }
 
   // Appends a batch (all but its clock probes). With `edges` (the run's
@@ -74,7 +75,7 @@ class ProcessTimeline {
   // before it, when there is one) and each point after it up to `end`.
   // Resident memory, and the GPU memory allocated per device (device memory
   // only; 0 at `begin` when its first allocation came after; a device with
-  // none yet is absent).
+  // none yet is absent). None for a process gone before `begin`.
   void CutMemory(int64_t begin_ns, int64_t end_ns, std::vector<MemoryPoint>* rss,
                  std::map<uint32_t, std::vector<MemoryPoint>>* gpu_allocated) const;
   uint64_t cpu_samples_received() const { return cpu_samples_received_; }
@@ -90,10 +91,12 @@ class ProcessTimeline {
   // clock), from the running totals its batches carry (Batch.profiler_cpu_ns),
   // interpolated; -1 when it sent none.
   int64_t ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const;
-  // How much of [begin, end] (its clock) this process did not record, by
-  // the arming edges it reported (wire.h Batch::arming; before its first
-  // edge it was not armed): -1 when it reports none (a trigger other than
-  // the controller's, or an older collector).
+  // How much of [begin, end] (its clock) this process did not record while
+  // it lived (from its start to its last flush once it said goodbye), by the
+  // arming edges it reported (wire.h Batch::arming; before its first edge it
+  // was not armed): -1 when it reports none (a trigger other than the
+  // controller's, or an older collector) or its first batch did not come
+  // here (a restarted aggregator: the edge that armed it is not known).
   int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns) const;
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
@@ -189,6 +192,7 @@ class ProcessTimeline {
   std::deque<MemoryPoint> rss_;                                  // by time
   std::map<uint32_t, std::deque<MemoryPoint>> gpu_allocated_;     // per device, by time
   bool reports_arming_ = false;
+  bool saw_first_batch_ = false;  // its batch seq 0 came here (UnarmedNs)
   std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
   uint32_t calibration_name_ = 0;  // id of "rlscope.calibration": those events are left out
   std::unordered_map<uint32_t, int64_t> launches_;  // correlation -> API call start

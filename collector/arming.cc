@@ -64,9 +64,12 @@ void Arming::UpdateArmed() {
   if (armed == was) return;
   // Remember the armed periods for GPU records, which arrive later.
   const int64_t now = MonotonicNs();
-  // On the events' clock (a test clock stamps them ahead: test_clock.h).
-  if (edges_.size() >= 1024) edges_.erase(edges_.begin());
-  edges_.push_back({now + std::max<int64_t>(0, ctx_.TestClockNs()), armed});
+  // Kept for the aggregator (TakeEdges) only where it steers the arming;
+  // raw ticks, converted on the flush thread as events are (a test clock
+  // stamps events ahead: so are these).
+  if (reports_arming() && edges_.size() < 1024) {
+    edges_.push_back({ReadTicks(ctx_.clock_source), std::max<int64_t>(0, ctx_.TestClockNs()), armed});
+  }
   if (armed) {
     if (armed_intervals_.size() >= 1024) armed_intervals_.erase(armed_intervals_.begin());
     armed_intervals_.emplace_back(now, INT64_MAX);
@@ -85,8 +88,14 @@ bool Arming::WasArmedDuring(int64_t begin_ns, int64_t end_ns) const {
 }
 
 std::vector<wire::ArmEdge> Arming::TakeEdges() {
-  std::lock_guard<std::mutex> lock(arm_mu_);
-  return std::exchange(edges_, {});
+  std::vector<RawEdge> raw;
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    raw.swap(edges_);
+  }
+  std::vector<wire::ArmEdge> out;
+  for (const RawEdge& e : raw) out.push_back({ctx_.converter.ToNs(e.ticks) + e.test_clock_ns, e.armed});
+  return out;
 }
 
 void Arming::SetCaptureActive(bool active) {

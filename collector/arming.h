@@ -5,7 +5,7 @@
 // armed periods GPU records are matched against later.
 //
 // Threads: armed() and watching() are read on the hot path (relaxed loads);
-// OnRangeOpen/OnRangeClose run on recording threads (the controller's step
+// OnRangeOpen/OnRangeClose/AfterClose run on recording threads (the controller's step
 // ranges, a trigger range); the window and run-config changes on the flush
 // thread; the claims on whatever thread calls them. arm_mu_ serialises the
 // arming itself, so the last edge wins, never a stale one.
@@ -62,6 +62,10 @@ class Arming {
   // stamped, so the process records up to its end (its edge, TakeEdges, is
   // not inside the step).
   static constexpr int kClosesStep = 1, kClosesTrigger = 2;
+  // (Between the two, another thread may open the next step or trigger
+  // range of an async pair: AfterClose then still disarms as the close says,
+  // and that range's own open arms again only at its next edge. Steps and
+  // trigger ranges opened on other threads in that window are rare.)
   int OnRangeClose(ThreadState* ts, bool async, uint64_t range_id);
   void AfterClose(int closes);
 
@@ -131,12 +135,19 @@ class Arming {
   std::atomic<bool> demoted_{false};
   std::atomic<bool> watching_;
 
-  mutable std::mutex arm_mu_;  // serialises UpdateArmed; guards armed_intervals_, steps_
+  mutable std::mutex arm_mu_;  // serialises UpdateArmed; guards armed_intervals_, edges_, steps_
   IntSelection steps_;         // the run's `steps` (own config's until the run's arrives)
   // Armed periods [begin, end] (end INT64_MAX while armed), newest last;
   // bounded: the oldest are forgotten.
   std::vector<std::pair<int64_t, int64_t>> armed_intervals_;
-  std::vector<wire::ArmEdge> edges_;  // not yet taken (TakeEdges); bounded like armed_intervals_
+  // Arming edges not yet taken (TakeEdges), under the controller trigger
+  // only; at most 1024 between two flushes (the rest are not kept).
+  struct RawEdge {
+    uint64_t ticks;         // ReadTicks: the events' clock before conversion
+    int64_t test_clock_ns;  // a test clock's lead then (test_clock.h), else 0
+    bool armed;
+  };
+  std::vector<RawEdge> edges_;
   std::atomic<bool> armed_{false};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers

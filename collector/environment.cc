@@ -95,7 +95,7 @@ wire::Identity ReadIdentity(const Config& config) {
   // label to "on" or says why not. A host without the NVIDIA driver never
   // gets there: say so now (a file check; nothing CUDA is touched).
   const Config::Gpu& g = config.gpu;
-  if (g.kernels || g.memcpy || g.memset || g.runtime_api || g.driver_api || g.sync) {
+  if (g.kernels || g.memcpy || g.memset || g.runtime_api || g.driver_api || g.sync || g.memory) {
     id.labels["gpu_tracing"] = access("/proc/driver/nvidia/version", F_OK) == 0
                                    ? "pending: starts when CUDA initialises with CUDA_INJECTION64_PATH set"
                                    : "unavailable: no NVIDIA driver on this host";

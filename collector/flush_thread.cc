@@ -115,7 +115,8 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
                           rss});
   }
   out.reports_arming = arming_.reports_arming();
-  if (out.reports_arming) out.arming = arming_.TakeEdges();  // each before the watermark
+  // Every edge before the watermark is in (later ones may ride along).
+  if (out.reports_arming) out.arming = arming_.TakeEdges();
   recording_.SnapshotRings(&out);
   cpu_.TakeSamples(&out);
   gpu_.Take(&out);

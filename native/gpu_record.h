@@ -6,7 +6,8 @@
 // Contract: times are on the collector's clock (CLOCK_MONOTONIC ns, through
 // cuptiActivityRegisterTimestampCallback). `correlation` is CUPTI's
 // correlation id: an API record and the kernel/copy/set it launched share it.
-// The numeric values of GpuKind are part of the wire format: never reuse.
+// The numeric values of GpuKind are part of the wire format: never reuse;
+// a new kind is also added to the decoder's bound (wire_decode_batch.cc).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,8 @@ enum class GpuKind : uint8_t {
   // bytes; device, context, stream; subkind: CUpti_ActivityMemoryOperationType
   // (1 allocation, 2 release) | CUpti_ActivityMemoryKind << 8 (3 device, 2
   // pinned, 5 managed, ...). Kept armed or not: a process's allocated total
-  // needs every one since it started (they are rare: allocators cache).
+  // needs every one since it started (few under a caching allocator; one
+  // per sub-allocation under cudaMallocAsync pools: gpu.memory turns them off).
   kMemory = 8,
 };
 

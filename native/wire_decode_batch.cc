@@ -73,7 +73,7 @@ bool DecodeGpuRecord(Ctx& c, const object* f, const std::string& where, GpuRecor
     g->grid[k] = static_cast<int32_t>(grid[k]);
     g->block[k] = static_cast<int32_t>(block[k]);
   }
-  if (kind < static_cast<uint64_t>(GpuKind::kKernel) || kind > static_cast<uint64_t>(GpuKind::kOverhead)) {
+  if (kind < static_cast<uint64_t>(GpuKind::kKernel) || kind > static_cast<uint64_t>(GpuKind::kMemory)) {
     return c.Fail(where + ".kind", "unknown GPU record kind " + std::to_string(kind));
   }
   if (dur < 0) return c.Fail(where + ".dur", "negative duration");

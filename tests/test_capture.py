@@ -105,10 +105,11 @@ def test_workers_record_only_in_the_windows_of_selected_steps(aggregator_factory
 
 
 def test_a_worker_armed_after_the_step_began_says_how_much_of_it_is_missing(aggregator_factory, tmp_path):
-    """A worker that starts (so arms) inside a selected step recorded only
-    the part after that: its summary entry says how much it missed and the
-    step's capture warnings name it, rather than showing a quietly short
-    worker."""
+    """A worker that starts inside a selected step arms only once its
+    collector is up and has the aggregator's word (calibration, connection):
+    its summary entry says how much of its time in the step it did not
+    record and the step's capture warnings name it, rather than showing a
+    quietly short worker."""
     config = "{steps: [2]}"
     agg = aggregator_factory(config="steps: [2]\n")
     began, go = tmp_path / "began", tmp_path / "go"

@@ -1024,15 +1024,24 @@ TEST_F(AggregatorTest, AWindowSentAfterASelectedStepBeganIsSaid) {
 // A worker's own word on its arming: one whose window reached it 4 ms into
 // step 2 (10 ms long) did not record that part of the step, and the summary
 // says so (the aggregator sent the window on time: its own view says
-// nothing). One that reports no arming (another trigger) gets no claim.
+// nothing). One that reports no arming (another trigger) gets no claim, nor
+// one whose first batch went elsewhere (an aggregator restarted since: the
+// edge that armed it is not known here).
 TEST_F(AggregatorTest, AWorkerThatArmedAfterTheStepBeganIsSaidWithHowMuchItMissed) {
   Init(ConfigFrom("steps: [2]\n"));
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector late(2, "worker", 0, 200);
   FakeCollector silent(3, "worker", 1, 300);
+  FakeCollector resumed(4, "worker", 2, 400);
   Connect(ctl);
   Connect(late);
   Connect(silent);
+  Connect(resumed);
+  resumed.Flush(kMs);  // its batch seq 0, sent to the aggregator before this one
+  wire::Batch r = resumed.Flush(31 * kMs);
+  r.reports_arming = true;
+  r.arming = {{30 * kMs + 20000, false}};
+  Send(r, 15 * kMs);
   ctl.Push(1, 10 * kMs, "step").Pop(1, 20 * kMs).Push(1, 20 * kMs, "step").Pop(1, 30 * kMs);
   late.Push(7, 25 * kMs, "update_actor").Pop(7, 29 * kMs);
   wire::Batch b = late.Flush(31 * kMs);
@@ -1047,7 +1056,7 @@ TEST_F(AggregatorTest, AWorkerThatArmedAfterTheStepBeganIsSaidWithHowMuchItMisse
   EXPECT_EQ(step.window_late_ns, 0);
   std::map<int64_t, int64_t> unarmed;  // by rank
   for (const ProcessSlice& p : step.processes) unarmed[p.process->identity().rank] = p.unarmed_ns;
-  EXPECT_EQ(unarmed, (std::map<int64_t, int64_t>{{-1, -1}, {0, 4 * kMs}, {1, -1}}));
+  EXPECT_EQ(unarmed, (std::map<int64_t, int64_t>{{-1, -1}, {0, 4 * kMs}, {1, -1}, {2, -1}}));
   const std::string summary = StepSummaryJson(step);
   EXPECT_THAT(summary, HasSubstr("\"unarmed_ms\":4,"));
   EXPECT_THAT(summary, HasSubstr("(worker, rank 0) / pid 200: did not record 4.000 ms of this step (40 %)"));

@@ -476,6 +476,21 @@ TEST(WireTest, MemorySamplesRoundTripAndNegativeBytesAreRefused) {
   EXPECT_THAT(r.error, HasSubstr("batch.memory[0]"));
 }
 
+TEST(WireTest, GpuMemoryRecordsRoundTrip) {
+  wire::Batch b;
+  b.session = 5;
+  GpuRecord m;
+  m.kind = static_cast<uint8_t>(GpuKind::kMemory);
+  m.start_ns = m.end_ns = 1000;
+  m.subkind = kMemoryAllocation | kMemoryKindDevice << 8;
+  m.bytes = uint64_t{1} << 30;
+  m.device = 1;
+  b.gpu = {m};
+  const wire::DecodeResult r = DecodeString(wire::Encode(b));
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(std::get<wire::Batch>(r.message).gpu, b.gpu);
+}
+
 TEST(WireTest, ByeRoundTrips) {
   const wire::Bye b = SampleBye();
   const wire::DecodeResult r = DecodeString(wire::Encode(b));

@@ -68,6 +68,7 @@ STRAGGLER_RATIO = 1.2  # stragglers above this slowest/median ratio are highligh
 # node (and one for their GPUs), and the page says so. Sub-tasks take the
 # palette's colours in turn (CSS classes sub-0 .. sub-9).
 MAX_LANES = 64
+MAX_MERGED_BOXES = 1024  # boxes drawn in one merged lane: its longest
 PALETTE = 10
 
 _STEP_DIR = re.compile(r"step_(\d+)")
@@ -533,8 +534,9 @@ def _step(step: int, s: Optional[Dict[str, Any]], why: Optional[str], charts: _C
 
 # --- the timeline picture and the trend -------------------------------------
 
-def _boxes(v: Any) -> List[List[Any]]:
-    """A lane's well-formed boxes: [begin_ms, duration_ms, name, subtask, critical]."""
+def _boxes(v: Any, subtasks: int) -> List[List[Any]]:
+    """A lane's well-formed boxes: [begin_ms, duration_ms, name, subtask, critical]
+    (a sub-task index out of range is none, -1)."""
     out = []
     for b in v if isinstance(v, list) else []:
         if not isinstance(b, list) or len(b) != 5:
@@ -542,7 +544,8 @@ def _boxes(v: Any) -> List[List[Any]]:
         begin, dur, sub = _num(b[0]), _num(b[1]), _num(b[3])
         if begin is None or dur is None or sub is None:
             continue
-        out.append([begin, max(dur, 0.0), str(b[2]), int(sub), 1 if b[4] else 0])
+        out.append([max(begin, 0.0), max(dur, 0.0), str(b[2]), int(sub) if 0 <= sub < subtasks else -1,
+                    1 if b[4] else 0])
     return out
 
 
@@ -578,8 +581,9 @@ def _aggregate(lanes: List[Dict[str, Any]], count: int) -> Tuple[List[Dict[str, 
                                       "processes": 0, "boxes": []})
         agg["processes"] += 0 if lane["gpu"] else 1
         agg["boxes"].extend(lane["boxes"])
-    for agg in merged.values():
-        agg["boxes"].sort(key=lambda b: b[0])
+    for agg in merged.values():  # at most MAX_MERGED_BOXES, the longest
+        agg["omitted"] = max(0, len(agg["boxes"]) - MAX_MERGED_BOXES)
+        agg["boxes"] = sorted(sorted(agg["boxes"], key=lambda b: -b[1])[:MAX_MERGED_BOXES], key=lambda b: b[0])
         n = agg["processes"]
         agg["label"] += f" ({n} aggregated)" if n else " (aggregated)"
         agg["title"] = f"{agg['label']}: every box of these processes, merged"
@@ -603,9 +607,10 @@ def _timeline(step: int, s: Dict[str, Any], charts: _Charts) -> List[Block]:
         lanes.append({"label": _short(("GPU \u00b7 " if gpu else "") + who, 30), "process": process, "gpu": gpu,
                       "node": str(r.get("node") or "?"), "aggregate": False,
                       "title": process + ("" if gpu or not memory.get(process) else "; " + memory[process]),
-                      "boxes": _boxes(r.get("boxes"))})
+                      "boxes": _boxes(r.get("boxes"), len(subtasks))})
     count = sum(1 for lane in lanes if not lane["gpu"])
     lanes, aggregated, agg_lanes = _aggregate(lanes, count)
+    omitted += sum(lane.get("omitted", 0) for lane in lanes if lane["aggregate"])
     cp = _dict(s.get("critical_path"))
     band = [{"begin": _nonneg(g.get("begin_ms")), "duration": _nonneg(g.get("duration_ms")),
              "sub": subtasks.index(str(g.get("subtask"))) if str(g.get("subtask")) in subtasks else -1,
@@ -625,7 +630,8 @@ def _timeline(step: int, s: Dict[str, Any], charts: _Charts) -> List[Block]:
                         f"in {agg_lanes} lane{'' if agg_lanes == 1 else 's'} by node.", "note aggregated"))
     if omitted:
         out.append(Para(f"{omitted} shorter boxes are not drawn (each lane keeps its "
-                        f"{fmt(tl.get('max_boxes_per_lane'))} longest).", "note omitted"))
+                        f"{fmt(tl.get('max_boxes_per_lane'))} longest, a merged lane its {MAX_MERGED_BOXES}).",
+                        "note omitted"))
     out.append(Para("One lane per process (the controller's sub-task windows, each worker's outermost ranges), "
                     "a GPU lane where its GPU was busy; times corrected, from the step's begin. Hover for figures.",
                     "note"))
