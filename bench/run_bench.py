@@ -938,14 +938,21 @@ def main():
     spool_root = tempfile.mkdtemp(prefix="rlscope_bench_spool_")
     os.environ["RLSCOPE_SPOOL_DIR"] = spool_root
     t0 = time.monotonic()
+    failed = []
     for name in sections:
         runs = args.runs
         if runs is None:
             runs = 2 if (args.quick and name == "demo") else 3
-        SECTIONS[name](argparse.Namespace(**{**vars(args), "runs": runs}))
+        try:
+            SECTIONS[name](argparse.Namespace(**{**vars(args), "runs": runs}))
+        except Exception as e:  # noqa: BLE001 - one section's failure must not hide the others' tables
+            failed.append(name)
+            print_table(f"Section {name}: FAILED", ["section", "error"], [[name, f"{type(e).__name__}: {e}"]])
     print(f"(bench: {', '.join(sections)} in {time.monotonic() - t0:.0f} s"
           + ("; `make bench-long` runs every section at full size)" if args.quick else ")"))
     shutil.rmtree(spool_root, ignore_errors=True)
+    if failed:  # ours, not a peer's (peers that fail are rows of their sections)
+        sys.exit(f"bench: sections failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

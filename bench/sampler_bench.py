@@ -106,6 +106,23 @@ def _run_app(args, env, report, lib, prefix=()):
     return time.monotonic() - t0
 
 
+def _failure(e):
+    """A peer's failure in a few words: its exit status (a signal by name)."""
+    import signal
+
+    if isinstance(e, subprocess.CalledProcessError):
+        rc = e.returncode
+        if rc < 0:
+            try:
+                return f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"killed by signal {-rc}"
+        return f"exit status {rc}"
+    if isinstance(e, subprocess.TimeoutExpired):
+        return f"did not finish in {e.timeout:.0f} s"
+    return str(e)
+
+
 def _pyspy_categories(path):
     """ms per category from py-spy's raw output, by each stack's leaf frame."""
     out = {c: 0.0 for c in CATEGORIES}
@@ -143,6 +160,7 @@ def _attribution_rows(args, clean_env, lib, pyspy):
     ours_total = {c: 0.0 for c in CATEGORIES}
     truth_total = {c: 0.0 for c in CATEGORIES}
     spy_total = None
+    spy_failures = []  # a peer that fails is a row that says so, never the bench's exit status
     with tempfile.TemporaryDirectory(prefix="rlscope_sampler_bench_") as work:
         for i in range(rounds):
             jobs = ["plain", "rlscope"] + (["py-spy --native"] if pyspy else [])
@@ -174,10 +192,14 @@ def _attribution_rows(args, clean_env, lib, pyspy):
                         truth_total["simulator"] += 1000 * (t["sim"] + t["helper"]) / rounds
                 else:
                     raw = os.path.join(work, f"pyspy_{i}.txt")
-                    walls[kind].append(_run_app(args, clean_env(), report, lib,
-                                                prefix=[pyspy, "record", "--native", "--rate", "1000", "--format",
-                                                        "raw", "--threads", "--output", raw, "--"]))
-                    cats, _ = _pyspy_categories(raw)
+                    try:
+                        walls[kind].append(_run_app(args, clean_env(), report, lib,
+                                                    prefix=[pyspy, "record", "--native", "--rate", "1000", "--format",
+                                                            "raw", "--threads", "--output", raw, "--"]))
+                        cats, _ = _pyspy_categories(raw)
+                    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
+                        spy_failures.append(f"round {i + 1}: {_failure(e)}")
+                        continue
                     if spy_total is None:
                         spy_total = {c: 0.0 for c in CATEGORIES}
                     for c in CATEGORIES:
@@ -186,9 +208,12 @@ def _attribution_rows(args, clean_env, lib, pyspy):
         all_ms = sum(totals.values())
         return "%.0f (%.0f %%)" % (totals[c], 100 * totals[c] / all_ms) if all_ms else "0"
 
+    spy_note = "failed " + "; ".join(spy_failures) if spy_failures else ""
     for c in CATEGORIES:
-        whole.append([c, cell(truth_total, c), cell(ours_total, c),
-                      cell(spy_total, c) if spy_total else "n/a (py-spy not installed)"])
+        spy = cell(spy_total, c) if spy_total else (spy_note or "n/a (py-spy not installed)")
+        whole.append([c, cell(truth_total, c), cell(ours_total, c), spy])
+    if spy_failures and spy_total:
+        whole.append(["(py-spy)", "", "", f"{len(spy_failures)} of {rounds} rounds {spy_note}"])
     base = statistics.median(walls["plain"])
     wall_rows = [[k, "%.2f" % statistics.median(v), "%.3fx" % (statistics.median(v) / base)]
                  for k, v in walls.items() if v]
