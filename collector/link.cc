@@ -26,7 +26,8 @@ Link::Link(CollectorContext& ctx, Recording& recording, Arming& arming, wire::Id
       arming_(arming),
       transport_(ctx.own.config, ctx.session, ctx.wake_fd),
       identity_(std::move(identity)),
-      hello_config_(HelloConfig(ctx, arming.is_controller())) {
+      hello_config_(HelloConfig(ctx, arming.is_controller())),
+      spool_dir_(SpoolDirFor(RunKey(ctx.secret))) {
   if (ctx.test_clock != nullptr) costs_ = ctx.test_clock->costs();
 }
 
@@ -293,8 +294,7 @@ void Link::LeaveOnDisk(const std::function<std::pair<uint64_t, uint64_t>()>& tot
   char name[64];
   std::snprintf(name, sizeof(name), "%d-%016llx", static_cast<int>(getpid()),
                 static_cast<unsigned long long>(ctx_.session));
-  const std::string dir = SpoolDirFor(RunKey(ctx_.secret));
-  const SpoolWriteResult written = WriteSpoolFile(dir, name, messages);
+  const SpoolWriteResult written = WriteSpoolFile(spool_dir_, name, messages);
   if (!written.ok) {
     transport_.CountSpoolLost(events, taken);
     SayLost(events, "it could not be reached before flush.exit_timeout_ms, and " + written.error);

@@ -95,6 +95,10 @@ class Link {
   std::mutex meta_mu_;  // guards the members down to costs_
   wire::Identity identity_;
   std::string hello_config_;  // Hello.config: a controller's own keys as YAML, "" for others
+  // Where its spool goes at exit (native/spool_file.h), read from the
+  // environment at construction: the flush thread never calls getenv (a
+  // host's setenv on another thread would free what it walks).
+  const std::string spool_dir_;
   uint64_t hello_gen_ = 1, hello_sent_gen_ = 0;        // Hello (re)send when they differ
   uint64_t expected_gen_ = 0, expected_sent_gen_ = 0;  // likewise for Expected
   std::vector<std::map<std::string, std::string>> expected_;

@@ -8,7 +8,11 @@
 
 namespace rlscope {
 
-Spool::Spool(size_t memory_bytes, size_t file_bytes) : memory_limit_(memory_bytes), file_limit_(file_bytes) {}
+Spool::Spool(size_t memory_bytes, size_t file_bytes) : memory_limit_(memory_bytes), file_limit_(file_bytes) {
+  // Read now (the collector's start), never on the flush thread: see tmp_dir_.
+  const char* dir = std::getenv("TMPDIR");
+  tmp_dir_ = dir != nullptr && *dir != '\0' ? dir : "/tmp";
+}
 
 Spool::~Spool() {
   if (fd_ >= 0) close(fd_);
@@ -182,8 +186,7 @@ void Spool::Bound() {
     bool spilled = false;
     if (file_limit_ > 0 && file_end_ + e.size <= file_limit_) {
       if (fd_ < 0) {
-        const char* dir = std::getenv("TMPDIR");
-        std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/rlscope-spool-XXXXXX";
+        std::string path = tmp_dir_ + "/rlscope-spool-XXXXXX";
         fd_ = mkstemp(path.data());  // 0600
         if (fd_ >= 0) unlink(path.c_str());  // gone with the process
       }

@@ -111,6 +111,7 @@ class Spool {
   std::string preamble_;       // sent before entries_[next_] (Rewind)
   size_t memory_used_ = 0;
   int fd_ = -1;                // the spill file (unlinked), -1 until needed
+  std::string tmp_dir_;        // where it goes: $TMPDIR at construction (the flush thread never reads the environment)
   size_t file_end_ = 0;        // bytes written to it; reset when no entry is in it
   size_t in_file_ = 0;         // entries in the file
   bool names_lost_ = false;    // TakeNamesLost

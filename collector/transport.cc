@@ -67,13 +67,18 @@ Transport::Transport(const Config& config, uint64_t session, int wake_fd)
     : config_(config),
       session_(session),
       wake_fd_(wake_fd),
-      spool_(static_cast<size_t>(config.buffers.spool_mb) << 20, static_cast<size_t>(config.buffers.spool_file_mb) << 20) {}
+      spool_(static_cast<size_t>(config.buffers.spool_mb) << 20, static_cast<size_t>(config.buffers.spool_file_mb) << 20) {
+  // Here, on the thread that starts the collector, not in Connect on the
+  // flush thread: creating a context reads the environment (libpgm's
+  // getenv), and a host thread's setenv meanwhile frees the array getenv
+  // walks (a profiled process crashed so under load).
+  context_ = zmq_ctx_new();
+}
 
 void Transport::Connect(const std::string& endpoint) {
   // ZeroMQ starts its I/O thread with the first socket: the threads that
   // appear meanwhile under ZeroMQ's name are ours (CPU sampling's profiler time).
   const std::vector<int64_t> before = ListThreads();
-  context_ = zmq_ctx_new();
   socket_ = context_ != nullptr ? zmq_socket(context_, ZMQ_DEALER) : nullptr;
   for (int64_t tid : ListThreads()) {
     if (std::find(before.begin(), before.end(), tid) == before.end() &&
