@@ -105,14 +105,13 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
   // thread read the clock but had not yet published it (a preemption between
   // the two): allow 5 ms for that. (The flush barrier's ack is the other path.)
   // (Under test costs, events are stamped ahead by the test clock: so is it.)
-  out.watermark_ns = context_.converter.ToNs(ReadTicks(context_.clock_source)) +
-                     std::max<int64_t>(0, context_.TestClockNs()) - 5000000;
+  const int64_t now_ns =
+      context_.converter.ToNs(ReadTicks(context_.clock_source)) + std::max<int64_t>(0, context_.TestClockNs());
+  out.watermark_ns = now_ns - 5000000;
   // Resident memory, each flush, armed or not: a step's peak and change
   // need the level before it began (wire.h Batch::memory).
   if (const int64_t rss = memory_.RssBytes(); rss >= 0) {
-    out.memory.push_back({context_.converter.ToNs(ReadTicks(context_.clock_source)) +
-                              std::max<int64_t>(0, context_.TestClockNs()),
-                          rss});
+    out.memory.push_back({now_ns, rss});
   }
   out.reports_arming = arming_.reports_arming();
   // Every edge before the watermark is in (later ones may ride along).

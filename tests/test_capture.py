@@ -138,8 +138,14 @@ def test_a_worker_armed_after_the_step_began_says_how_much_of_it_is_missing(aggr
     # It missed the part of the step before it started: more than nothing, less than the step.
     assert 0 < w["unarmed_ms"] < step_ms, (w["unarmed_ms"], step_ms, log)
     assert c["unarmed_ms"] == 0  # the controller arms from the end of the step before
-    (warning,) = summary["capture_warnings"]
-    assert warning.startswith(w["label"] + ": did not record ") and "missing" in warning
+    # Named in the warnings from 0.1 ms up (the aggregator's floor), whatever
+    # this machine's speed made the gap.
+    warnings = summary["capture_warnings"]
+    if w["unarmed_ms"] >= 0.1:
+        (warning,) = warnings
+        assert warning.startswith(w["label"] + ": did not record ") and "missing" in warning
+    else:
+        assert warnings == [], warnings
     # What it did record lies in the part it says it recorded.
     trace = Trace(agg.out / "step_2" / "trace.json")
     (s2,) = trace.slices(trace.pid_of("(controller)"), "step")
