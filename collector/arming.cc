@@ -10,6 +10,8 @@
 
 namespace rlscope {
 
+std::atomic<uint8_t> Arming::hot_{Arming::kHotOff};
+
 namespace {
 
 Trigger ParseTrigger(const std::string& capture_range) {
@@ -31,10 +33,13 @@ Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int
       trigger_name_id_(trigger_ == Trigger::kNvtxRange ? ctx.strings.Intern(ctx.own.config.capture_range.substr(5)) : 0),
       selected_(SelectsProcess(ctx.own.config, controller, rank)),
       is_controller_(controller),
-      // A controller always records its "step" ranges: they number the steps,
-      // whatever opens its captures.
-      watching_(controller || trigger_ == Trigger::kNvtxRange),
       steps_(ctx.own.config.steps) {
+  // A controller always records its "step" ranges: they number the steps,
+  // whatever opens its captures. Off until the collector is the instance.
+  hot_.store(static_cast<uint8_t>(kHotOff | (controller || trigger_ == Trigger::kNvtxRange ? kHotWatching : 0) |
+                                  (ctx.clock_source != ClockSource::kTsc || ctx.test_clock != nullptr ? kHotSlowClock
+                                                                                                        : 0)),
+             std::memory_order_relaxed);
   if (!ctx.own.config.ranks.all && rank < 0 && !controller) {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "
@@ -59,8 +64,12 @@ void Arming::UpdateArmed() {
   const bool open = trigger_ == Trigger::kController ? window_open_.load(std::memory_order_relaxed)
                                                      : capture_active_.load(std::memory_order_relaxed);
   const bool armed = selected() && open && !stopped_.load(std::memory_order_relaxed);
-  const bool was = armed_.load(std::memory_order_relaxed);
-  armed_.store(armed, std::memory_order_relaxed);
+  const bool was = this->armed();
+  if (armed) {
+    hot_.fetch_or(kHotArmed, std::memory_order_relaxed);
+  } else {
+    hot_.fetch_and(static_cast<uint8_t>(~kHotArmed), std::memory_order_relaxed);
+  }
   if (armed == was) return;
   // Remember the armed periods for GPU records, which arrive later.
   const int64_t now = MonotonicNs();
@@ -196,7 +205,7 @@ Arming::Claim Arming::ClaimController() {
   if (is_controller()) return Claim::kAlready;
   if (demoted_.load(std::memory_order_relaxed)) return Claim::kRefused;
   is_controller_.store(true, std::memory_order_relaxed);  // before the Hello it makes
-  watching_.store(true, std::memory_order_relaxed);
+  hot_.fetch_or(kHotWatching, std::memory_order_relaxed);
   // Under the run's config when it came (the aggregator re-sends it with its
   // reply to the new Hello: AdoptRunKeys), else its own.
   selected_.store(SelectsProcess(ctx_.own.config, true, rank_), std::memory_order_relaxed);

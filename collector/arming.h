@@ -40,11 +40,29 @@ class Arming {
 
   // Hot path: relaxed is enough for "armed", a hint read once per event; the
   // flush barrier, not this flag, orders data with the aggregator.
-  bool armed() const { return armed_.load(std::memory_order_relaxed); }
+  bool armed() const { return (hot() & kHotArmed) != 0; }
   // Whether disarmed ranges are looked at: a controller finding its "step"
   // ranges (always recorded: they number the steps), or an nvtx:<name>
   // trigger. Relaxed: a range opened while it flips is simply not a step.
-  bool watching() const { return watching_.load(std::memory_order_relaxed); }
+  bool watching() const { return (hot() & kHotWatching) != 0; }
+  // armed(), watching(), whether events are stamped by the TSC with no test
+  // clock, and whether the process's collector runs (kHotOff: not yet, or a
+  // forked child's), in one process-wide byte: the handlers' fast lanes
+  // (collector.h) read it once per call, without the collector's pointer.
+  // kHotArmed alone: record without looking at names; neither kHotArmed nor
+  // kHotWatching: count depth only. One Arming per process (the collector's).
+  static constexpr uint8_t kHotArmed = rlscope::kHotArmed, kHotWatching = rlscope::kHotWatching,
+                           kHotSlowClock = rlscope::kHotSlowClock, kHotOff = rlscope::kHotOff;
+  static uint8_t hot() { return hot_.load(std::memory_order_relaxed); }
+  // Clears kHotOff once the collector is the process's instance; sets it
+  // in a forked child.
+  static void SetOn(bool on) {
+    if (on) {
+      hot_.fetch_and(static_cast<uint8_t>(~kHotOff), std::memory_order_relaxed);
+    } else {
+      hot_.fetch_or(kHotOff, std::memory_order_relaxed);
+    }
+  }
   // This rank/role is profiled under the run's config (an unselected one
   // never arms); its own config's until the aggregator sends the run's.
   bool selected() const { return selected_.load(std::memory_order_relaxed); }
@@ -133,7 +151,6 @@ class Arming {
   // sets demoted_ (no claim after that).
   std::atomic<bool> is_controller_;
   std::atomic<bool> demoted_{false};
-  std::atomic<bool> watching_;
 
   mutable std::mutex arm_mu_;  // serialises UpdateArmed; guards armed_intervals_, edges_, steps_
   IntSelection steps_;         // the run's `steps` (own config's until the run's arrives)
@@ -148,7 +165,9 @@ class Arming {
     bool armed;
   };
   std::vector<RawEdge> edges_;
-  std::atomic<bool> armed_{false};
+  // kHot* bits (hot()): set and cleared by fetch_or/fetch_and, so the
+  // flush thread's arming and a recording thread's claim never undo each other.
+  static std::atomic<uint8_t> hot_;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
   std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step

@@ -88,6 +88,7 @@ Collector* Collector::Start() {
     // its first Control arrived crashed in about 1 of 150 runs.)
     (void)ParseConfig(ConfigToYaml(Config()), "warm-up");
     instance_.store(c, std::memory_order_release);
+    Arming::SetOn(true);  // the handlers' fast lanes: after the instance
     std::atexit(ShutdownAtExit);
     pthread_atfork(nullptr, ParentAfterFork, ChildAfterFork);
   } catch (const std::exception& e) {
@@ -248,6 +249,7 @@ void Collector::CountFork() {
 void Collector::DetachInForkedChild() {
   // The parent's instance stays allocated (and unused) in the child.
   instance_.store(nullptr, std::memory_order_relaxed);
+  Arming::SetOn(false);
 }
 
 }  // namespace rlscope

@@ -68,9 +68,9 @@ class Collector {
     const bool recorded =
         attempted && recording_.Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
     const int depth = ts->depth++;
-    ts->SetRecorded(depth, recorded);
-    ts->SetDropped(depth, attempted && !recorded);
-    ts->SetViaEx(depth, recorded && (flags & kFlagViaNvtxEx) != 0);
+    ts->SetOpen(depth, recorded ? (ThreadState::kOpenRecorded |
+                                   ((flags & kFlagViaNvtxEx) != 0 ? ThreadState::kOpenViaEx : 0))
+                                : (attempted ? ThreadState::kOpenDropped : 0));
     return depth;
   }
   // `flags`: the closing call's entry point (kFlagViaNvtxFast,
@@ -81,7 +81,7 @@ class Collector {
     const int depth = --ts->depth;
     const int closes = arming_.watching() ? arming_.OnRangeClose(ts, false, 0) : 0;
     // Deeper than the mask: recorded when armed now (the bit is not kept).
-    const bool pushed = depth < 64 ? ts->WasRecorded(depth, false) : armed();
+    const bool pushed = ts->WasRecorded(depth, armed());
     if (closes != 0 || pushed) {
       recording_.Record(ts, EventKind::kRangePop, 0, domain, 0, 0, flags != kFlagNone ? flags : ts->PopFlags(depth),
                         /*privileged=*/true);
@@ -122,6 +122,10 @@ class Collector {
                           uint64_t value, uint8_t flags) {
     return recording_.Record(ts, kind, name, domain, category, value, flags);
   }
+
+  // The process's hot byte (Arming::hot()), which the fast lanes
+  // (Recording::FastPush, FastPop) take, read once per call.
+  static uint8_t Hot() { return Arming::hot(); }
 
   bool armed() const { return arming_.armed(); }
   // Whether a range's name must be resolved now: it may be recorded, or it

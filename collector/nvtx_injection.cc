@@ -46,16 +46,35 @@ uint32_t DomainId(nvtxDomainHandle_t d) {
 }
 
 // What an event's attributes say, resolved to ids.
-struct Attr {
-  uint32_t name = 0;
-  uint32_t category = 0;
-  uint64_t value = 0;
-  uint8_t flags = kFlagNone;
-};
+using Attr = RangeAttr;
 
 // Offset just past the `message` field: older or smaller attribute structs
 // that end before it carry no message.
 constexpr size_t kAttrMessageEnd = offsetof(nvtxEventAttributes_t, message) + sizeof(nvtxMessageValue_t);
+
+// The payload of `a` (its size already checked) into `out`.
+RLSCOPE_HOT void ReadPayload(const nvtxEventAttributes_t* a, Attr* out) {
+  switch (a->payloadType) {
+    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
+      out->value = a->payload.ullValue;
+      out->flags |= kFlagHasPayload;
+      break;
+    case NVTX_PAYLOAD_TYPE_INT64:
+      out->value = a->payload.ullValue;
+      out->flags |= kFlagHasPayload | kFlagPayloadSigned;
+      break;
+    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32:
+      out->value = a->payload.uiValue;
+      out->flags |= kFlagHasPayload;
+      break;
+    case NVTX_PAYLOAD_TYPE_INT32:
+      out->value = static_cast<uint64_t>(static_cast<int64_t>(a->payload.iValue));
+      out->flags |= kFlagHasPayload | kFlagPayloadSigned;
+      break;
+    default:
+      break;
+  }
+}
 
 Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   Attr out;
@@ -75,27 +94,25 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
     default:
       break;
   }
-  switch (a->payloadType) {
-    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT64:
-      out.value = a->payload.ullValue;
-      out.flags |= kFlagHasPayload;
-      break;
-    case NVTX_PAYLOAD_TYPE_INT64:
-      out.value = a->payload.ullValue;
-      out.flags |= kFlagHasPayload | kFlagPayloadSigned;
-      break;
-    case NVTX_PAYLOAD_TYPE_UNSIGNED_INT32:
-      out.value = a->payload.uiValue;
-      out.flags |= kFlagHasPayload;
-      break;
-    case NVTX_PAYLOAD_TYPE_INT32:
-      out.value = static_cast<uint64_t>(static_cast<int64_t>(a->payload.iValue));
-      out.flags |= kFlagHasPayload | kFlagPayloadSigned;
-      break;
-    default:
-      break;
-  }
+  ReadPayload(a, &out);
   return out;
+}
+
+// ReadAttr for a fast lane: false where it would need more than the name
+// cache's inline check (a name not in it, a wide string).
+RLSCOPE_HOT bool ReadAttrInline(ThreadState* ts, const nvtxEventAttributes_t* a, Attr* out) {
+  out->flags = kFlagViaNvtxEx;
+  if (a == nullptr || a->size < kAttrMessageEnd) return true;
+  out->category = a->category;
+  if (a->messageType == NVTX_MESSAGE_TYPE_ASCII) {
+    if (!ts->names.Hit(a->message.ascii, &out->name)) return false;
+  } else if (a->messageType == NVTX_MESSAGE_TYPE_REGISTERED) {
+    out->name = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(a->message.registered));
+  } else if (a->messageType == NVTX_MESSAGE_TYPE_UNICODE) {
+    return false;
+  }
+  ReadPayload(a, out);
+  return true;
 }
 
 // The first lines of every handler: the collector exists and the calling
@@ -129,6 +146,32 @@ RLSCOPE_HOT int Pop(Collector* c, ThreadState* ts, uint32_t domain) {
 
 RLSCOPE_HOT nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
   return c->RangeStart(ts, a.name, domain, a.category, a.value, a.flags);
+}
+
+// ---- Fast lanes (Collector's) in front of pushes and pops ----
+// A push or pop handler first tries its lane, inline, and takes its full
+// path (the *Full function beside it, out of line, behind RLSCOPE_ENTER)
+// when the lane says so or the call is the thread's timed one: the full
+// path tries the same lane first, inside its CostSampler, so a cost sample
+// times what an untimed call runs. A thread with no state while the
+// collector neither records nor watches returns at once.
+template <typename Lane, typename Full>
+RLSCOPE_HOT int Front(Lane lane, Full full) {
+  const uint8_t hot = Collector::Hot();
+  ThreadState* ts = Recording::Current();
+  if (ts == nullptr) {
+    // Off, or neither armed nor watching: the full path would not register it.
+    const uint8_t mode = hot & (kHotArmedOrWatching | kHotOff);
+    if (mode == 0 || (mode & kHotOff) != 0) return NVTX_NO_PUSH_POP_TRACKING;
+  } else if (__builtin_expect(--ts->sample_countdown != 0, 1)) {
+    // The countdown goes on by one either way: a full path taken after it
+    // counts the call again (gaps between timed calls vary anyway).
+    int depth;
+    if (__builtin_expect(lane(hot, ts, &depth), 1)) return depth;
+  } else {
+    ts->sample_countdown = 1;  // the timed call: its CostSampler counts to 0
+  }
+  return full();
 }
 
 // Ends come without RLSCOPE_ENTER: the end of a recorded start is recorded
@@ -166,15 +209,39 @@ nvtxRangeId_t NVTX_API RangeStartW(const wchar_t* m) {
   return Start(c, ts, 0, at);
 }
 void NVTX_API RangeEnd(nvtxRangeId_t id) { End(0, id); }
-int NVTX_API RangePushEx(const nvtxEventAttributes_t* a) {
-  RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
-  return Push(c, ts, 0, c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
+// The push entry points' lanes (Recording::FastPush), and their full paths.
+RLSCOPE_HOT bool PushExLane(uint8_t hot, ThreadState* ts, uint32_t domain, const nvtxEventAttributes_t* a,
+                            int* depth) {
+  return Recording::FastPush(hot, ts, domain, [ts, a](Attr* at) { return ReadAttrInline(ts, a, at); }, depth);
 }
-int NVTX_API RangePushA(const char* m) {
+__attribute__((noinline)) int PushExFull(uint32_t domain, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
+  if (int depth; PushExLane(Collector::Hot(), ts, domain, a, &depth)) return depth;
+  return Push(c, ts, domain, c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
+}
+RLSCOPE_HOT bool PushALane(uint8_t hot, ThreadState* ts, const char* m, int* depth) {
+  return Recording::FastPush(hot, ts, 0, [ts, m](Attr* at) { return ts->names.Hit(m, &at->name); }, depth);
+}
+__attribute__((noinline)) int PushAFull(const char* m) {
+  RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
+  if (int depth; PushALane(Collector::Hot(), ts, m, &depth)) return depth;
   Attr at;
   if (c->needs_names()) at.name = ts->names.Lookup(m);
   return Push(c, ts, 0, at);
+}
+// The pops' full path (their lane is Recording::FastPop).
+__attribute__((noinline)) int PopFull(uint32_t domain) {
+  RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
+  if (int depth; Recording::FastPop(Collector::Hot(), ts, domain, kFlagNone, &depth)) return depth;
+  return Pop(c, ts, domain);
+}
+
+int NVTX_API RangePushEx(const nvtxEventAttributes_t* a) {
+  return Front([a](uint8_t hot, ThreadState* ts, int* depth) { return PushExLane(hot, ts, 0, a, depth); },
+               [a] { return PushExFull(0, a); });
+}
+int NVTX_API RangePushA(const char* m) {
+  return Front([m](uint8_t hot, ThreadState* ts, int* depth) { return PushALane(hot, ts, m, depth); }, [m] { return PushAFull(m); });
 }
 int NVTX_API RangePushW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
@@ -183,8 +250,7 @@ int NVTX_API RangePushW(const wchar_t* m) {
   return Push(c, ts, 0, at);
 }
 int NVTX_API RangePop() {
-  RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
-  return Pop(c, ts, 0);
+  return Front([](uint8_t hot, ThreadState* ts, int* depth) { return Recording::FastPop(hot, ts, 0, kFlagNone, depth); }, [] { return PopFull(0); });
 }
 void NVTX_API NameCategoryA(uint32_t category, const char* name) {
   if (Collector* c = Collector::Instance(); c != nullptr && name != nullptr) {
@@ -213,12 +279,14 @@ nvtxRangeId_t NVTX_API DomainRangeStartEx(nvtxDomainHandle_t d, const nvtxEventA
 }
 void NVTX_API DomainRangeEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) { End(DomainId(d), id); }
 int NVTX_API DomainRangePushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
-  RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
-  return Push(c, ts, DomainId(d), c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
+  const uint32_t domain = DomainId(d);
+  return Front([domain, a](uint8_t hot, ThreadState* ts, int* depth) { return PushExLane(hot, ts, domain, a, depth); },
+               [domain, a] { return PushExFull(domain, a); });
 }
 int NVTX_API DomainRangePop(nvtxDomainHandle_t d) {
-  RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
-  return Pop(c, ts, DomainId(d));
+  const uint32_t domain = DomainId(d);
+  return Front([domain](uint8_t hot, ThreadState* ts, int* depth) { return Recording::FastPop(hot, ts, domain, kFlagNone, depth); },
+               [domain] { return PopFull(domain); });
 }
 nvtxResourceHandle_t NVTX_API DomainResourceCreate(nvtxDomainHandle_t, nvtxResourceAttributes_t*) {
   return nullptr;

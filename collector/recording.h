@@ -12,7 +12,10 @@
 // events need, and retires the rings of threads that exited.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -47,23 +50,48 @@ inline constexpr uint64_t kDroppedRangeBit = uint64_t{1} << 62;
 inline constexpr uint64_t kViaNvtxExRangeBit = uint64_t{1} << 61;
 inline constexpr uint64_t kRangeHandleBits = kRecordedRangeBit | kDroppedRangeBit | kViaNvtxExRangeBit;
 
+// The bits of the process's hot byte (Arming owns it: Arming::hot()), which
+// the handlers' fast lanes (Recording::FastPush, FastPop) read once per
+// call: armed; watching (a controller's step ranges, an nvtx:<name>
+// trigger: names must be looked at); events stamped by something else than
+// the TSC, or a test clock; the collector not (or no longer, in a forked
+// child) the process's instance.
+inline constexpr uint8_t kHotArmed = 1, kHotWatching = 2, kHotSlowClock = 4, kHotOff = 0x80;
+inline constexpr uint8_t kHotArmedOrWatching = kHotArmed | kHotWatching;
+
+// What a range's open says, its name resolved to an id (the NVTX handlers'
+// attributes, the fast lanes').
+struct RangeAttr {
+  uint32_t name = 0;
+  uint32_t category = 0;
+  uint64_t value = 0;
+  uint8_t flags = kFlagNone;
+};
+
 // One recording thread's state, reached through a thread_local pointer; its
 // own thread alone writes it (the CPU sampler's handler, on that thread,
 // reads sample_ring and bumps signals).
 struct ThreadState {
+  // What became of the push at each depth, kept so its pop does the same
+  // (push/pop pairing): kOpenRecorded (so its pop is recorded),
+  // kOpenDropped (so its pop is counted), kOpenViaEx (through an *Ex entry
+  // point, so its pop is flagged). kTrackedDepth levels deep; deeper, a pop
+  // is recorded when armed at its time.
+  static constexpr int kTrackedDepth = 64;
+  static constexpr uint8_t kOpenRecorded = 1, kOpenDropped = 2, kOpenViaEx = 4;
+
+  // The hot path's fields first, on one cache line with the ring's pointer.
   ThreadBuffer* buffer = nullptr;  // owned by the registry's entry
-  NameCache names;
   int depth = 0;           // open push/pop ranges, returned to NVTX callers
-  uint64_t recorded_mask = 0;  // bit d: the push at depth d was recorded (so its pop is)
-  uint64_t dropped_mask = 0;   // bit d: the push at depth d was dropped (so its pop is, counted)
-  uint64_t via_ex_mask = 0;    // bit d: the push at depth d came through an *Ex entry point (so its pop is flagged)
-  int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
-  int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   // In-place cost sampling (cost_sampling.h): calls left until the next
   // timed one; the thread's own virtual costs so far (test clock only).
   uint32_t sample_countdown = 1;
+  uint8_t open[kTrackedDepth] = {};  // kOpen* of the push at each depth
   uint32_t sample_rng = 0x9E3779B9;  // xorshift32: the gaps between timed calls vary
+  int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
+  int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
   int64_t virtual_own_ns = 0;
+  NameCache names;
   // CostSampling::ScratchScope: the thread's own ring while `buffer` is a
   // scratch ring that nothing reads (calibration loops), else null.
   ThreadBuffer* real_buffer = nullptr;
@@ -75,21 +103,18 @@ struct ThreadState {
   std::atomic<ThreadBuffer*> sample_ring{nullptr};
   std::atomic<uint32_t> signals{0};
   explicit ThreadState(StringTable* table) : names(table) {}
-  // Push/pop pairing through recorded_mask; 64 levels deep at most.
-  void SetRecorded(int d, bool recorded) {
-    if (d < 64) recorded_mask = recorded ? recorded_mask | (uint64_t{1} << d) : recorded_mask & ~(uint64_t{1} << d);
+  // The push at depth d: what became of it (kOpen* bits); deeper than
+  // tracked, nothing is kept.
+  void SetOpen(int d, uint8_t state) {
+    if (d < kTrackedDepth) open[d] = state;
   }
   // Whether the push at depth d was recorded; deeper, `deeper`.
-  bool WasRecorded(int d, bool deeper) const { return d < 64 ? ((recorded_mask >> d) & 1) != 0 : deeper; }
-  void SetDropped(int d, bool dropped) {
-    if (d < 64) dropped_mask = dropped ? dropped_mask | (uint64_t{1} << d) : dropped_mask & ~(uint64_t{1} << d);
-  }
-  bool WasDropped(int d) const { return d < 64 && ((dropped_mask >> d) & 1) != 0; }
-  void SetViaEx(int d, bool via_ex) {
-    if (d < 64) via_ex_mask = via_ex ? via_ex_mask | (uint64_t{1} << d) : via_ex_mask & ~(uint64_t{1} << d);
-  }
+  bool WasRecorded(int d, bool deeper) const { return d < kTrackedDepth ? (open[d] & kOpenRecorded) != 0 : deeper; }
+  bool WasDropped(int d) const { return d < kTrackedDepth && (open[d] & kOpenDropped) != 0; }
   // The flags of the pop closing depth d: kFlagViaNvtxEx when its push had it.
-  uint8_t PopFlags(int d) const { return d < 64 && ((via_ex_mask >> d) & 1) != 0 ? kFlagViaNvtxEx : kFlagNone; }
+  uint8_t PopFlags(int d) const {
+    return d < kTrackedDepth && (open[d] & kOpenViaEx) != 0 ? kFlagViaNvtxEx : kFlagNone;
+  }
 };
 
 // A registered thread: its ring and state, freed by the flush thread once
@@ -134,6 +159,74 @@ class Recording {
     if (__builtin_expect(ts->buffer->AtHalfMark(), 0)) ctx_.Wake();
     return true;
   }
+  // ---- The fast lanes ----
+  // What the NVTX handlers try before the full path (Collector::RangePush,
+  // RangePop, behind a CostSampler): no call and no frame, the same records
+  // and depth bookkeeping as the full path, for the common cases only:
+  // armed and not watching (or neither), events stamped by the TSC, the
+  // ring with room short of its half mark, a tracked depth. A lane returns
+  // true when it did the call (its depth in *depth), false when the caller
+  // must take the full path (nothing was done). A lane times nothing: its
+  // caller counts ts->sample_countdown down and takes the full path for the
+  // timed call, whose CostSampler times the same lane. `hot`: the process's
+  // hot byte (kHot* above), read once per call.
+  //
+  // A push: while neither armed nor watching, the depth alone (its pop is
+  // not recorded); while armed alone, recorded, with what `attr(RangeAttr*)`
+  // resolves inline (false: it cannot, e.g. a name not in the cache).
+  template <typename AttrFn>
+  RLSCOPE_HOT static bool FastPush(uint8_t hot, ThreadState* ts, uint32_t domain, AttrFn attr, int* depth_out) {
+    const int depth = ts->depth;
+    if (depth >= ThreadState::kTrackedDepth) return false;
+    if (hot == kHotArmed) {
+      RangeAttr at;
+      if (!attr(&at) ||
+          !ts->buffer->TryPushFast(FastRecord(EventKind::kRangePush, at.name, domain, at.category, at.value, at.flags),
+                                   /*privileged=*/false)) {
+        return false;
+      }
+      ts->open[depth] = ThreadState::kOpenRecorded | ((at.flags & kFlagViaNvtxEx) != 0 ? ThreadState::kOpenViaEx : 0);
+    } else if ((hot & (kHotArmedOrWatching | kHotOff)) == 0) {
+      ts->open[depth] = 0;
+    } else {
+      return false;
+    }
+    ts->depth = depth + 1;
+    *depth_out = depth;
+    return true;
+  }
+  // A pop while not watching: recorded when its push was (RangePop's rule);
+  // `flags` as RangePop's.
+  RLSCOPE_HOT static bool FastPop(uint8_t hot, ThreadState* ts, uint32_t domain, uint8_t flags, int* depth_out) {
+    const int depth = ts->depth - 1;
+    if ((hot & (kHotWatching | kHotOff | kHotSlowClock)) != 0 ||
+        static_cast<unsigned>(depth) >= ThreadState::kTrackedDepth) {
+      return false;
+    }
+    const uint8_t open = ts->open[depth];
+    if (open != 0) {
+      if ((open & ThreadState::kOpenDropped) != 0) return false;
+      if (flags == kFlagNone && (open & ThreadState::kOpenViaEx) != 0) flags = kFlagViaNvtxEx;
+      if (!ts->buffer->TryPushFast(FastRecord(EventKind::kRangePop, 0, domain, 0, 0, flags), /*privileged=*/true)) {
+        return false;
+      }
+    }
+    ts->depth = depth;
+    *depth_out = depth;
+    return true;
+  }
+  // An event stamped now by the TSC (the lanes' clock: kHotSlowClock is
+  // clear), as the four words of its EventRecord (stored as such).
+  RLSCOPE_HOT static std::array<uint64_t, 4> FastRecord(EventKind kind, uint32_t name, uint32_t domain,
+                                                        uint32_t category, uint64_t value, uint8_t flags) {
+    static_assert(offsetof(EventRecord, value) == 8 && offsetof(EventRecord, name) == 16 &&
+                  offsetof(EventRecord, category) == 20 && offsetof(EventRecord, domain) == 24 &&
+                  offsetof(EventRecord, kind) == 28 && offsetof(EventRecord, flags) == 29 &&
+                  offsetof(EventRecord, reserved) == 30 && std::endian::native == std::endian::little);
+    return {ReadTicks(ClockSource::kTsc), value, name | (uint64_t{category} << 32),
+            domain | (uint64_t{static_cast<uint8_t>(kind)} << 32) | (uint64_t{flags} << 40)};
+  }
+
   // A full scratch ring (CostSampling::ScratchScope: start-up calibration,
   // never shipped) is emptied by its own thread, which nothing else reads,
   // and takes the event: nothing in it is lost, so no open is dropped and

@@ -71,6 +71,7 @@ ThreadBuffer::ThreadBuffer(int64_t tid, size_t capacity, MemoryBudget* budget)
           ::operator new[]((mask_ + 1) * sizeof(EventRecord), std::align_val_t{64}))),
       half_mask_(mask_ >> 1) {
   std::memset(static_cast<void*>(slots_.get()), 0, (mask_ + 1) * sizeof(EventRecord));
+  UpdateFastEnd();
   if (budget == nullptr) return;
   // Reserved, not committed: pages are backed on first touch and handed back
   // with MADV_DONTNEED; the budget, not the kernel, bounds what is used.

@@ -27,6 +27,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
 
@@ -97,9 +98,33 @@ class ThreadBuffer {
     // episode (cached_tail_ is set so): the rest is out of line.
     if (__builtin_expect(head - cached_tail_ > limit, 0)) {
       const auto w = std::bit_cast<std::array<uint64_t, 4>>(record);
-      return PushSlow(w[0], w[1], w[2], w[3], (privileged ? kPrivileged : 0) | (counted ? kCounted : 0));
+      const bool pushed = PushSlow(w[0], w[1], w[2], w[3], (privileged ? kPrivileged : 0) | (counted ? kCounted : 0));
+      UpdateFastEnd();
+      return pushed;
     }
     WriteRing(head, record, counted);
+    UpdateFastEnd();
+    return true;
+  }
+  // Producer only: TryPush's common case alone, for the handlers' fast
+  // lanes (collector.h). False, with nothing done, where a push needs more:
+  // the ring full by the producer's last view of tail_, an overflow episode,
+  // or the push that reaches a half mark (its caller wakes the consumer).
+  // One comparison: fast_end_ holds where these stop (UpdateFastEnd). The
+  // record comes as its four words (std::bit_cast<EventRecord> of them),
+  // stored as such.
+  inline __attribute__((always_inline)) bool TryPushFast(const std::array<uint64_t, 4>& words, bool privileged) {
+    const uint64_t head = head_.load(std::memory_order_relaxed);  // own index
+    if (head >= fast_end_[privileged ? 1 : 0]) return false;
+    // Word by word: one store each (a whole-record copy is built on the
+    // stack first).
+    char* slot = reinterpret_cast<char*>(&slots_[head & mask_]);
+    std::memcpy(slot, &words[0], 8);
+    std::memcpy(slot + 8, &words[1], 8);
+    std::memcpy(slot + 16, &words[2], 8);
+    std::memcpy(slot + 24, &words[3], 8);
+    // Release publishes the slot contents to the consumer.
+    head_.store(head + 1, std::memory_order_release);
     return true;
   }
   // Producer only: records pushed so far, and the last one pushed (valid
@@ -169,6 +194,22 @@ class ThreadBuffer {
     if (!counted) uncounted_.store(uncounted_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     // Release publishes the slot contents to the consumer.
     head_.store(head + 1, std::memory_order_release);
+  }
+  // Producer, after each TryPush: the heads TryPushFast stops at, ordinary
+  // and privileged: the first that would reach a half mark, or pass the
+  // room the producer's last view of tail_ leaves; 0 during an episode.
+  // Conservative between updates: tail_ only moves on (more room), and
+  // the half mark is reached through TryPush, which updates them again.
+  inline __attribute__((always_inline)) void UpdateFastEnd() {
+    if (in_overflow_) {
+      fast_end_[0] = fast_end_[1] = 0;
+      return;
+    }
+    const uint64_t head = head_.load(std::memory_order_relaxed);  // own index
+    // The smallest h >= head with (h + 1) & half_mask_ == 0.
+    const uint64_t half = ((head + 1 + half_mask_) & ~half_mask_) - 1;
+    fast_end_[0] = std::min(half, cached_tail_ + (mask_ - reserve_) + 1);
+    fast_end_[1] = std::min(half, cached_tail_ + mask_ + 1);
   }
   // Producer, out of line: everything after the fast path's full check.
   // The record comes as four words, in registers: by reference (or by value,
@@ -247,6 +288,7 @@ class ThreadBuffer {
   alignas(64) std::atomic<uint64_t> head_{0};  // written by the producer
   uint64_t cached_tail_ = 0;                   // producer's view of tail_
   uint64_t half_mask_;                         // AtHalfMark's: mask_ / 2 outside episodes
+  uint64_t fast_end_[2] = {0, 0};              // TryPushFast's stops (UpdateFastEnd): ordinary, privileged
   std::atomic<uint64_t> dropped_{0};           // written by the producer
   std::atomic<uint64_t> uncounted_{0};         // written by the producer: accepted with counted=false
   bool in_overflow_ = false;                   // in an episode

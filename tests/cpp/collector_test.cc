@@ -64,6 +64,52 @@ TEST(InitializeInjection, ReturnsOneIsIdempotentAndLeavesTheCaptureAsItWas) {
   EXPECT_EQ(rlscope_collector_armed(), armed_before);
 }
 
+// The handlers' fast lanes keep push/pop pairs as the full path does: a
+// pop is recorded exactly when its push was, whatever the arming by then,
+// and a disarmed push costs the depth alone.
+TEST(FastLanes, APopIsRecordedExactlyWhenItsPushWasWhateverTheArmingThen) {
+  Collector* c = StartTestCollector();  // cudaProfilerApi: disarmed, not watching
+  ASSERT_NE(c, nullptr);
+  c->SetCaptureActive(true);
+  ThreadState* ts = c->CurrentThread();
+  ASSERT_NE(ts, nullptr);
+  ASSERT_EQ(Collector::Hot(), kHotArmed);  // armed alone: the lanes record
+  const auto name = [](RangeAttr* at) {
+    at->name = 7;
+    return true;
+  };
+  const uint64_t before = ts->buffer->pushed();
+  int depth = -1;
+  // Pushed armed, popped disarmed: both recorded.
+  ASSERT_TRUE(Recording::FastPush(Collector::Hot(), ts, 0, name, &depth));
+  EXPECT_EQ(depth, 0);
+  EXPECT_EQ(ts->buffer->pushed(), before + 1);
+  EXPECT_EQ(ts->buffer->last().name, 7u);
+  EXPECT_EQ(ts->buffer->last().kind, static_cast<uint8_t>(EventKind::kRangePush));
+  c->SetCaptureActive(false);
+  ASSERT_EQ(Collector::Hot() & kHotArmedOrWatching, 0);
+  ASSERT_TRUE(Recording::FastPop(Collector::Hot(), ts, 0, kFlagNone, &depth));
+  EXPECT_EQ(depth, 0);
+  EXPECT_EQ(ts->buffer->pushed(), before + 2);
+  EXPECT_EQ(ts->buffer->last().kind, static_cast<uint8_t>(EventKind::kRangePop));
+  // Pushed disarmed (the depth alone, the name never asked), popped armed:
+  // neither recorded.
+  ASSERT_TRUE(Recording::FastPush(Collector::Hot(), ts, 0, [](RangeAttr*) -> bool { std::abort(); }, &depth));
+  EXPECT_EQ(depth, 0);
+  c->SetCaptureActive(true);
+  ASSERT_TRUE(Recording::FastPop(Collector::Hot(), ts, 0, kFlagNone, &depth));
+  EXPECT_EQ(depth, 0);
+  EXPECT_EQ(ts->depth, 0);
+  EXPECT_EQ(ts->buffer->pushed(), before + 2);
+  // A name the lane cannot resolve inline: nothing done, the full path's.
+  EXPECT_FALSE(Recording::FastPush(Collector::Hot(), ts, 0, [](RangeAttr*) { return false; }, &depth));
+  EXPECT_EQ(ts->depth, 0);
+  EXPECT_EQ(ts->buffer->pushed(), before + 2);
+  // Nothing open: the full path's (-1 to NVTX).
+  EXPECT_FALSE(Recording::FastPop(Collector::Hot(), ts, 0, kFlagNone, &depth));
+  c->SetCaptureActive(false);
+}
+
 #if RLSCOPE_HAVE_CUPTI
 
 constexpr int kEnter = CUPTI_API_ENTER;

@@ -3,8 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -79,6 +82,61 @@ TEST(ThreadBufferTest, TheHalfMarkComesOncePerHalfRingWhateverTheDraining) {
     if (i % 5 == 0) b.Drain([](const EventRecord*, size_t) {});
   }
   EXPECT_EQ(marks, (std::vector<int>{8, 16, 24, 32, 40}));
+}
+
+// The handlers' fast push (TryPushFast) beside TryPush, as the hot path
+// mixes them: the fast one never makes the push that reaches a half mark,
+// so the caller of TryPush still sees each one (and wakes the consumer).
+TEST(ThreadBufferTest, FastPushesLeaveEachHalfMarkToTryPush) {
+  ThreadBuffer b(1, 16);
+  std::vector<int> marks;
+  int fast = 0;
+  for (int i = 1; i <= 40; ++i) {
+    if (b.TryPushFast(std::bit_cast<std::array<uint64_t, 4>>(Record(i)), false)) {
+      ++fast;
+      EXPECT_FALSE(b.AtHalfMark()) << i;
+    } else {
+      ASSERT_TRUE(b.TryPush(Record(i), false));
+      if (b.AtHalfMark()) marks.push_back(i);
+    }
+    if (i % 5 == 0) b.Drain([](const EventRecord*, size_t) {});
+  }
+  EXPECT_EQ(marks, (std::vector<int>{8, 16, 24, 32, 40}));
+  EXPECT_GT(fast, 20);  // the common case goes the fast way
+}
+
+// Neither push ever writes over a slot the consumer has not drained, with or
+// without an overflow store, ordinary and privileged records mixed: what
+// comes out is exactly what was accepted, in order, and the rest counted.
+TEST(ThreadBufferTest, FastAndFullPushesMixedLoseNothingUncountedAndKeepOrder) {
+  for (const bool with_overflow : {false, true}) {
+    MemoryBudget budget(1 << 20);
+    ThreadBuffer b(1, 16, with_overflow ? &budget : nullptr);
+    std::mt19937 rng(7);
+    std::vector<uint64_t> accepted, drained;
+    int fast = 0;
+    constexpr uint64_t kPushes = 20000;
+    for (uint64_t i = 0; i < kPushes; ++i) {
+      const bool privileged = rng() % 4 == 0;
+      if (b.TryPushFast(std::bit_cast<std::array<uint64_t, 4>>(Record(i)), privileged)) {
+        ++fast;
+        accepted.push_back(i);
+      } else if (b.TryPush(Record(i), privileged)) {
+        accepted.push_back(i);
+      }
+      if (rng() % 23 == 0) {
+        for (uint64_t v : DrainValues(b)) drained.push_back(v);
+      }
+    }
+    for (uint64_t v : DrainValues(b)) drained.push_back(v);
+    EXPECT_EQ(drained, accepted) << "overflow " << with_overflow;
+    EXPECT_EQ(b.written(), accepted.size());
+    EXPECT_EQ(b.dropped(), kPushes - accepted.size());
+    EXPECT_GT(fast, 0);
+    if (with_overflow) {
+      EXPECT_EQ(b.dropped(), 0u);  // the store takes what the ring cannot
+    }
+  }
 }
 
 TEST(ThreadBufferTest, DrainReturnsRecordsInPushOrder) {
@@ -269,6 +327,74 @@ TEST(NameCacheTest, SamePointerWithNewContentsGetsNewId) {
   const std::string copy = "step 2";
   EXPECT_EQ(cache.Lookup(copy.c_str()), id2);
   EXPECT_EQ(table.size(), 2u);
+}
+
+// The hot path's inline check (Hit): only after a Lookup of the same
+// pointer, only while the contents are the same, bytes 16-31 included, and
+// never for a name too long to check inline or one near its page's end.
+TEST(NameCacheTest, TheInlineHitNeedsALookupOfThatPointerAndTheSameContents) {
+  StringTable table;
+  NameCache cache(&table);
+  uint32_t id = 0;
+  alignas(64) char buf[64];
+  std::strcpy(buf, "step 1");
+  EXPECT_FALSE(cache.Hit(buf, &id));  // never looked up
+  const uint32_t id1 = cache.Lookup(buf);
+  ASSERT_TRUE(cache.Hit(buf, &id));
+  EXPECT_EQ(id, id1);
+  std::strcpy(buf, "step 2");
+  EXPECT_FALSE(cache.Hit(buf, &id));  // same pointer, new contents
+  const uint32_t id2 = cache.Lookup(buf);
+  EXPECT_NE(id2, id1);
+  ASSERT_TRUE(cache.Hit(buf, &id));
+  EXPECT_EQ(id, id2);
+  std::strcpy(buf, "step");  // a prefix: its terminator differs
+  EXPECT_FALSE(cache.Hit(buf, &id));
+
+  // 16 to 31 bytes: two loads; a change past the first 16 is seen.
+  for (const size_t len : {15, 16, 20, 31}) {
+    std::string name(len, 'n');
+    std::memcpy(buf, name.c_str(), len + 1);
+    const uint32_t lid = cache.Lookup(buf);
+    ASSERT_TRUE(cache.Hit(buf, &id)) << len;
+    EXPECT_EQ(id, lid);
+    buf[len - 1] = 'x';
+    EXPECT_FALSE(cache.Hit(buf, &id)) << len;
+    buf[len - 1] = 'n';
+    buf[len] = 'n';
+    buf[len + 1] = 0;
+    EXPECT_FALSE(cache.Hit(buf, &id)) << len << " (longer)";
+  }
+  // 32 bytes and more: Lookup (strcmp) only.
+  const std::string long_name(40, 'L');
+  std::memcpy(buf, long_name.c_str(), long_name.size() + 1);
+  const uint32_t lid = cache.Lookup(buf);
+  EXPECT_FALSE(cache.Hit(buf, &id));
+  EXPECT_EQ(cache.Lookup(buf), lid);
+  EXPECT_STREQ(table.Get(lid), long_name.c_str());
+}
+
+TEST(NameCacheTest, TheInlineCheckNeverReadsIntoTheNextPage) {
+  StringTable table;
+  NameCache cache(&table);
+  const long page = sysconf(_SC_PAGESIZE);
+  ASSERT_EQ(page, 4096);
+  char* p = static_cast<char*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(mprotect(p + page, page, PROT_NONE), 0);  // a read past the first page faults
+  char* s = p + page - 9;
+  std::strcpy(s, "near_end");
+  const uint32_t id = cache.Lookup(s);
+  uint32_t hit = 0;
+  EXPECT_FALSE(cache.Hit(s, &hit));  // left to Lookup: 32 bytes from s cross the page
+  EXPECT_EQ(cache.Lookup(s), id);
+  EXPECT_STREQ(table.Get(id), "near_end");
+  char* t = p + page - 32;  // the last 32 bytes of the page: inline
+  std::strcpy(t, "fits");
+  const uint32_t tid = cache.Lookup(t);
+  ASSERT_TRUE(cache.Hit(t, &hit));
+  EXPECT_EQ(hit, tid);
+  munmap(p, 2 * page);
 }
 
 // --------------------------------------------------------------- clock.h
