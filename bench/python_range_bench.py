@@ -5,7 +5,9 @@ rlscope environment the parent set.
 
     python_range_bench.py MODE [--ranges N] [--rounds R]
 
-MODE: rlscope_range (`with rlscope_ray.range(...)`), rlscope_mark
+MODE: rlscope_range (`with rlscope_ray.range(...)`), null_context (`with
+null_context.range(...)`, the floor of a C-level context manager:
+bench/null_context.c, found in $RLSCOPE_BENCH_MODULES), rlscope_mark
 (`rlscope_ray.mark(...)` beside the call), nvtx_annotate (`with
 nvtx.annotate(...)`), nvtx_push_pop (`nvtx.push_range` / `nvtx.pop_range`),
 torch_record_function (`with torch.profiler.record_function(...)` inside
@@ -46,6 +48,19 @@ def make_loop(mode):
 
         def loop(n):
             f, rng = small, rlscope_ray.range
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                with rng("bench.range"):
+                    f()
+            return time.perf_counter_ns() - t0
+
+        return loop, contextlib.nullcontext()
+    if mode == "null_context":  # the floor: bench/null_context.c, from RLSCOPE_BENCH_MODULES
+        sys.path.insert(0, os.environ["RLSCOPE_BENCH_MODULES"])
+        import null_context
+
+        def loop(n):
+            f, rng = small, null_context.range
             t0 = time.perf_counter_ns()
             for _ in range(n):
                 with rng("bench.range"):

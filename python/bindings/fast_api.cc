@@ -90,8 +90,11 @@ struct RangeObject {
 // This thread's open ranges (entered, not yet exited): bit d of
 // t_pushed says whether the one at depth d was pushed; deeper than 64, what
 // the collector's presence says at exit.
-thread_local uint64_t t_pushed = 0;
-thread_local uint32_t t_depth = 0;
+// initial-exec: a load, not a __tls_get_addr call, per access (this module is
+// dlopen'ed: it takes these bytes of the static TLS surplus glibc keeps, as
+// the collector's thread state does).
+thread_local uint64_t t_pushed __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint32_t t_depth __attribute__((tls_model("initial-exec"))) = 0;
 
 extern PyTypeObject RangeType;
 
@@ -239,7 +242,7 @@ bool ExitInCoroutine(RangeObject* self, const void* frame) {
 
 PyObject* RangeEnter(PyObject* o, PyObject* /*unused*/) {
   RangeObject* self = reinterpret_cast<RangeObject*>(o);
-  if (self->id == 0) self->id = NameId(self->name);
+  if (self->id == 0 && rlscope_collector_running()) self->id = NameId(self->name);
   const bool pushed = self->id != 0;
   if (pushed) {
     if (const void* frame = RlscopePyCoroutineFrame(); frame != nullptr && EnterInCoroutine(self, frame)) {
