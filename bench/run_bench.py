@@ -938,17 +938,19 @@ def main():
     spool_root = tempfile.mkdtemp(prefix="rlscope_bench_spool_")
     os.environ["RLSCOPE_SPOOL_DIR"] = spool_root
     t0 = time.monotonic()
-    failed = []
+    failed, walls = [], []
     for name in sections:
         runs = args.runs
         if runs is None:
             runs = 2 if (args.quick and name == "demo") else 3
+        started = time.monotonic()
         try:
             SECTIONS[name](argparse.Namespace(**{**vars(args), "runs": runs}))
         except Exception as e:  # noqa: BLE001 - one section's failure must not hide the others' tables
             failed.append(name)
             print_table(f"Section {name}: FAILED", ["section", "error"], [[name, f"{type(e).__name__}: {e}"]])
-    print(f"(bench: {', '.join(sections)} in {time.monotonic() - t0:.0f} s"
+        walls.append(f"{name} {time.monotonic() - started:.0f} s")
+    print(f"(bench: {', '.join(walls)}; {time.monotonic() - t0:.0f} s in all"
           + ("; `make bench-long` runs every section at full size)" if args.quick else ")"))
     shutil.rmtree(spool_root, ignore_errors=True)
     if failed:  # ours, not a peer's (peers that fail are rows of their sections)
