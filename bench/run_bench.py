@@ -250,8 +250,8 @@ def nvtx_pair_section(args):
     )
     instruction_rows = _instructions_per_pair(args, exe)
     if instruction_rows:
-        print_table("NVTX push+pop pair, instructions on the recording thread (callgrind: exact and the same on a "
-                    "busy machine, so a regression of the hot path shows here first)",
+        print_table("NVTX push+pop pair, instructions on the recording thread (callgrind, 60k pairs less 20k: exact "
+                    "and the same on a busy machine, so a regression of the hot path shows here first)",
                     ["configuration", "instructions/pair", "vs counting tool", "reference"], instruction_rows)
 
 
@@ -333,7 +333,7 @@ def _nvtx_pair_rows(args, exe, endpoint, endpoint_step99, rows):
 def python_section(args):
     """One Python range around a small function, per API and tool, each its
     own process (bench/python_range_bench.py): ns per range less the bare
-    call, median and min over rounds of 100k, median of the runs. Our
+    call, median and min over rounds of 100k (quick: 50k), median of the runs. Our
     rows beside the peers: the `nvtx` package with no tool and under a
     trivial counting tool, the PyTorch profiler's record_function."""
     import tempfile
@@ -354,7 +354,7 @@ def python_section(args):
         have_torch = True
     except ImportError:
         have_torch = False
-    rows = []
+    rows, per_run = [], (50000, 10000) if args.quick else (100000, 20000)  # ranges per round: ours and nvtx; torch
     with tempfile.TemporaryDirectory(prefix="rlscope_python_bench_") as work:
         with start_aggregator(os.path.join(work, "out"), work_dir=work, nice=True,
                               command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")],
@@ -388,7 +388,7 @@ def python_section(args):
                 for i, (api, tool, mode, overrides, reference) in enumerate(configs):
                     env = clean_env()
                     env.update(overrides)
-                    ranges = 20000 if mode.startswith("torch") else 100000
+                    ranges = per_run[1] if mode.startswith("torch") else per_run[0]
                     results[i].append(run_json([sys.executable, script, mode, "--ranges", str(ranges)], env,
                                                args.timeout_s))
             counting = {api: results[i] for i, (api, tool, *_rest) in enumerate(configs) if tool == "counting tool"}
@@ -403,8 +403,9 @@ def python_section(args):
                              min(r["ns_per_range_min"] for r in runs),
                              ratio, None if None in events else statistics.median(events),
                              None if None in events else max(r["dropped"] for r in runs), reference])
-    print_table("Python: one range around a small function, ns per range less the bare call (100k ranges x 7 "
-                "rounds per run, %d interleaved runs; record_function 20k)" % args.runs,
+    print_table("Python: one range around a small function, ns per range less the bare call (%dk ranges x 7 "
+                "rounds per run, %d interleaved runs; record_function %dk)"
+                % (per_run[0] // 1000, args.runs, per_run[1] // 1000),
                 ["API", "tool", "ns/range (median)", "ns/range (min)", "vs counting tool (pair by pair)",
                  "events recorded", "dropped", "reference"],
                 rows)
@@ -907,7 +908,7 @@ SECTIONS = {
 # at full size (about 40 minutes).
 QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process", "rundb",
                   "report", "memory"]
-QUICK_PAIRS = 512 * 1024
+QUICK_PAIRS = 128 * 1024  # 16 chunks of 8192 a run (each run is mostly the 30 ms pauses between them)
 
 
 def main():
@@ -918,7 +919,7 @@ def main():
     parser.add_argument("--runs", type=int, default=None, help="runs per configuration (default 3; quick: 3, "
                         "the demo 2 pairs)")
     parser.add_argument("--pairs", type=int, default=None,
-                        help="timed push+pop pairs per run (default 2097152; quick 524288)")
+                        help="timed push+pop pairs per run (default 2097152; quick 131072)")
     parser.add_argument("--chunk", type=int, default=8192, help="pairs per timed chunk")
     parser.add_argument("--sleep-ms", type=int, default=30,
                         help="untimed pause between chunks so the collector drains its ring")
