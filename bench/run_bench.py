@@ -7,7 +7,8 @@ Sections (each a function that runs its programs and prints one table):
   nvtx_pair_section   ns per nvtxRangePushA + nvtxRangePop pair under each
                       NVTX tool configuration (bench/nvtx_pair_bench).
   aggregator_section  events/s from wire frames to trace.json on one core
-                      (bench/aggregator_bench, pinned to CPU 0), and wire
+                      (bench/aggregator_bench, pinned to CPU 0; 2M events,
+                      quick 1M), and wire
                       bytes per event beside the 32-byte in-memory record;
                       the step's trace in both formats (bytes per event,
                       encoding throughput of trace.json and trace.pftrace).
@@ -412,20 +413,22 @@ def python_section(args):
 
 
 def aggregator_section(args):
-    """Decode -> per-step store -> Chrome trace export, one core."""
+    """Decode -> per-step store -> Chrome trace export, one core; 2M events
+    (quick: 1M; the figures are per event, the opening table's scale with it)."""
     binary = os.path.join(args.build_dir, "bench", "aggregator_bench")
     rows, all_results = [], []
+    args.events = 1000000 if args.quick else 2000000
     for threads in (1, 4):
         results = []
         all_results.append(results)
         for _ in range(args.runs):
-            cmd = ["taskset", "-c", "0", binary, "--events", "2000000", "--threads", str(threads),
+            cmd = ["taskset", "-c", "0", binary, "--events", str(args.events), "--threads", str(threads),
                    "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
             results.append(run_json(cmd, clean_env(), args.timeout_s))
         eps = statistics.median(r["events_per_s"] for r in results)
         r = results[0]
         rows.append([
-            "2M events, %d thread(s), 1 step" % threads,
+            "%dM events, %d thread(s), 1 step" % (args.events // 1000000, threads),
             fmt(eps / 1e6, 2),
             fmt(r["bytes_per_event"], 2),
             str(EVENT_RECORD_BYTES),
@@ -435,13 +438,13 @@ def aggregator_section(args):
             fmt(statistics.median(x["aggregator_peak_mb"] / (x["events"] / 1e6) for x in results), 0),
             "RL-Scope analysis: 0.145 M events/s",
         ])
-    print_table("Aggregator: wire frames -> step trace.json, one core (median of %d runs); and the collector's "
-                "encoding of the same events" % args.runs,
+    print_table("Aggregator: wire frames -> step trace.json, one core (%dM events, median of %d runs); and the "
+                "collector's encoding of the same events" % (args.events // 1000000, args.runs),
                 ["workload", "M events/s", "wire bytes/event", "record bytes (in memory)",
                  "trace.json bytes/event", "encode ns/event (ours)", "encode ns/event (msgpack-c packer)",
                  "aggregator peak MB per M events (above the frames)", "reference"], rows)
-    corrected = [run_json(["taskset", "-c", "0", binary, "--events", "2000000", "--threads", "1", "--corrected",
-                           "--out", os.path.join("/tmp", "rlscope_aggregator_bench_c%d" % os.getpid())],
+    corrected = [run_json(["taskset", "-c", "0", binary, "--events", str(args.events), "--threads", "1",
+                           "--corrected", "--out", os.path.join("/tmp", "rlscope_aggregator_bench_c%d" % os.getpid())],
                           clean_env(), args.timeout_s) for _ in range(args.runs)]
     formats = []
     for label, results in (("1 thread(s)", all_results[0]), ("4 thread(s)", all_results[1]),
@@ -449,12 +452,13 @@ def aggregator_section(args):
         json_s = statistics.median(x["json_encode_s"] for x in results)
         pf_s = statistics.median(x["pftrace_encode_s"] for x in results)
         r = results[0]
-        formats.append(["2M events, %s, 1 step" % label,
+        formats.append(["%dM events, %s, 1 step" % (args.events // 1000000, label),
                         fmt(r["json_bytes"] / r["events"], 1), fmt(r["pftrace_bytes"] / r["events"], 1),
                         fmt(r["events"] / json_s / 1e6, 2), fmt(r["events"] / pf_s / 1e6, 2), "<= 20"])
-    print_table("Trace formats: the same step encoded as trace.json and as trace.pftrace, one core (median of %d runs)"
-                % args.runs, ["workload", "trace.json bytes/event", "trace.pftrace bytes/event",
-                              "JSON encode M events/s", "Perfetto encode M events/s", "target bytes/event"], formats)
+    print_table("Trace formats: the same %dM-event step encoded as trace.json and as trace.pftrace, one core (median "
+                "of %d runs)" % (args.events // 1000000, args.runs),
+                ["workload", "trace.json bytes/event", "trace.pftrace bytes/event", "JSON encode M events/s",
+                 "Perfetto encode M events/s", "target bytes/event"], formats)
     opening_section(os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid(), "step_1"), args)
 
 
@@ -476,7 +480,7 @@ print(json.dumps({"seconds": time.perf_counter() - t, "items": n,
 
 
 def opening_section(step_dir, args):
-    """What opening the bench's 2M-event step costs a reader: the whole file
+    """What opening the bench's step (args.events) costs a reader: the whole file
     parsed in a fresh Python, JSON with json.load, the protobuf with
     perfetto's own protos (the UI and trace_processor parse in C++; this is
     the same work in one process that holds it all)."""
@@ -489,8 +493,9 @@ def opening_section(step_dir, args):
         rows.append([name, fmt(os.path.getsize(path) / 1e6, 1), str(runs[0]["items"]),
                      fmt(statistics.median(r["seconds"] for r in runs), 2),
                      fmt(statistics.median(r["peak_mb"] for r in runs), 0)])
-    print_table("Opening the 2M-event step (4 threads) in each format: parsed whole in a fresh Python (median of %d)"
-                % args.runs, ["file", "MB", "events / packets", "parse s", "peak RSS MB"], rows)
+    print_table("Opening the %dM-event step (4 threads) in each format: parsed whole in a fresh Python (median of %d)"
+                % (args.events // 1000000, args.runs),
+                ["file", "MB", "events / packets", "parse s", "peak RSS MB"], rows)
 
 
 def ray_startup_section(args):
