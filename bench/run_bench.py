@@ -23,7 +23,8 @@ Sections (each a function that runs its programs and prints one table):
   python_section      one Python range: rlscope_ray.range and the `nvtx`
                       package under our collector beside no tool, a counting
                       tool and torch's record_function.
-  scale_section       collectors sustained by one aggregator on this host.
+  scale_section       collectors sustained by one aggregator on this host
+                      (quick: 32 and 64 workers, 64 through 4 relays).
   sampler_section     cross-stack attribution: the CPU sampler's cost at 1 and
                       10 kHz beside sampling off, its accuracy on a program
                       with a known answer, and py-spy --native beside it
@@ -554,8 +555,10 @@ def scale_section(args):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "apps",
                           "scale_run.py")
     rows = []
-    runs = ((32, 0), (128, 0), (128, 4)) if args.quick else ((64, 0), (128, 0), (256, 0), (256, 8), (512, 0),
-                                                             (512, 16))
+    # Quick: below the 2 cores' knee (here 64 workers took 7 s, 128 took 40-55 s),
+    # with and without relays at the same size; bench-long goes on to 512.
+    runs = ((32, 0), (64, 0), (64, 4)) if args.quick else ((64, 0), (128, 0), (256, 0), (256, 8), (512, 0),
+                                                           (512, 16))
     # With relays, each relay's workers run in a network namespace of their
     # own (a host: its own loopback, a veth pair to the root) where permitted.
     netns = os.geteuid() == 0 and subprocess.run(["ip", "netns", "add", "rlsbench%d" % os.getpid()],
@@ -579,8 +582,9 @@ def scale_section(args):
                      fmt(r["aggregator_peak_rss_mb"], 0),
                      fmt(r["aggregator_peak_rss_mb"] / events_m, 0) if events_m > 0 else "n/a",
                      fmt(r["wall_s"], 1), why[0].split(": ", 1)[1][:90] + "..." if why else ""])
-    print_table("One root aggregator, many collectors on this host (2 cores shared by all), without and with "
-                "relays (worker i on relay i mod R; the controller straight to the root)",
+    print_table("One root aggregator, %d to %d collectors on this host (2 cores shared by all), without and with "
+                "relays (worker i on relay i mod R; the controller straight to the root; 5 steps)"
+                % (runs[0][0] + 1, max(n for n, _ in runs) + 1),
                 ["workers", "relays", "root connections", "registered", "missing (named in not_profiled)",
                  "lost (silent without a goodbye)", "controller", "steps written",
                  "events received", "dropped", "processes unaccounted", "root peak RSS MB", "MB per M events",
