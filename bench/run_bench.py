@@ -542,8 +542,8 @@ def demo_section(args):
     loop_ratio = [on["loop_s"] / off["loop_s"] for on, off in zip(runs["on"], runs["off"])]
     rows.append(["on / off, pair by pair (median)", "%.3f" % statistics.median(ratio), "",
                  "%.3f" % statistics.median(loop_ratio), ""])
-    print_table("PPO demo (2 nodes, 4 workers, %d steps), seconds (median of %d interleaved pairs)"
-                % (steps, args.runs),
+    print_table("PPO demo (2 nodes, 4 workers, %d steps), seconds (median of %d interleaved pair%s)"
+                % (steps, args.runs, "" if args.runs == 1 else "s"),
                 ["configuration", "wall", "cluster + workers up", "training loop", "ms per step"], rows)
 
 
@@ -926,7 +926,7 @@ def main():
     parser.add_argument("--long", action="store_true",
                         help="every section at full size (default: the headline sections, quick)")
     parser.add_argument("--runs", type=int, default=None, help="runs per configuration (default 3; quick: 3, "
-                        "the demo 2 pairs)")
+                        "the demo 1 pair)")
     parser.add_argument("--pairs", type=int, default=None,
                         help="timed push+pop pairs per run (default 2097152; quick 131072)")
     parser.add_argument("--chunk", type=int, default=8192, help="pairs per timed chunk")
@@ -952,7 +952,7 @@ def main():
     for name in sections:
         runs = args.runs
         if runs is None:
-            runs = 2 if (args.quick and name == "demo") else 3
+            runs = 1 if (args.quick and name == "demo") else 3  # the demo: a Ray cluster per run
         started = time.monotonic()
         try:
             SECTIONS[name](argparse.Namespace(**{**vars(args), "runs": runs}))
