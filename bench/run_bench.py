@@ -37,9 +37,9 @@ Sections (each a function that runs its programs and prints one table):
   rundb_section       the run database: run.duckdb per million events beside
                       the JSON, and a question across 1,000 steps in SQL
                       beside a script reading the summaries.
-  report_section      the report of 64 processes and 100 steps: size, write
-                      and Chromium render time, with and without the
-                      timeline pictures (bench/report_bench.py).
+  report_section      the report of 64 processes and 100 steps (quick: 32 and
+                      25): size, write and Chromium render time, with and
+                      without the timeline pictures (bench/report_bench.py).
   memory_section      the memory sampler's cost per reading beside reading
                       /proc/self/status (bench/memory_sampler_bench).
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
@@ -866,9 +866,9 @@ def rundb_section(args):
 
 
 def report_section(args):
-    """The report at scale: 64 processes and 100 steps, written and rendered
-    in headless Chromium, with and without its timeline pictures
-    (bench/report_bench.py; about a minute)."""
+    """The report at scale: 64 processes and 100 steps (quick: 32 and 25),
+    written and rendered in headless Chromium, with and without its timeline
+    pictures (bench/report_bench.py; about two minutes, quick 15 s)."""
     import report_bench
 
     report_bench.report_section(args, print_table)
