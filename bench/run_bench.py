@@ -45,9 +45,10 @@ Sections (each a function that runs its programs and prints one table):
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
-`make bench` runs the headline sections quick (a few minutes); --long runs
-every section at full size. Sections that start an aggregator or run Python
-workloads use the installed rlscope_ray. NVTX reads NVTX_INJECTION64_PATH
+`make bench` runs the headline sections quick (about 4 minutes on 2 cores;
+the last line gives each section's time); --long runs every section at full
+size. Sections that start an aggregator or run Python workloads use the
+installed rlscope_ray. NVTX reads NVTX_INJECTION64_PATH
 once per process, so every configuration runs as its own process.
 """
 
