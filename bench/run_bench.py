@@ -869,7 +869,7 @@ def rundb_section(args):
 def report_section(args):
     """The report at scale: 64 processes and 100 steps (quick: 32 and 25),
     written and rendered in headless Chromium, with and without its timeline
-    pictures (bench/report_bench.py; about two minutes, quick 15 s)."""
+    pictures (bench/report_bench.py; about four minutes, three runs; quick 15 s)."""
     import report_bench
 
     report_bench.report_section(args, print_table)
