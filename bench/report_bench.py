@@ -138,7 +138,9 @@ def report_section(args, print_table):
         print_table("Report at scale", ["page", "result"],
                     [["all", "skipped: chromium is not installed (scripts/install_deps.sh installs it)"]])
         return
-    processes, steps = getattr(args, "processes", 64), getattr(args, "report_steps", 100)
+    full = (64, 100)  # quick: an eighth of the summaries; every chart kind still drawn
+    processes = getattr(args, "processes", None) or (32 if args.quick else full[0])
+    steps = getattr(args, "report_steps", None) or (25 if args.quick else full[1])
     tmp = tempfile.mkdtemp(prefix="rlscope_report_bench_")
     try:
         rows = measure(tmp, processes, steps, 1 if args.quick else 3)
@@ -152,7 +154,8 @@ def report_section(args, print_table):
         table.append([what, f"{r['bytes'] / 1e6:.1f} MB", f"{statistics.median(r['write']):.2f} s",
                       f"{statistics.median(r['render']) - base:.2f} s", str(r["drawn"]),
                       "none" if not r["errors"] else r["errors"][:60]])
-    print_table(f"Report at scale: {processes} processes, {steps} steps (headless Chromium; its start-up on an "
+    size = "" if (processes, steps) == full else f" (`make bench-long`: {full[0]} x {full[1]})"
+    print_table(f"Report at scale: {processes} processes, {steps} steps{size} (headless Chromium; its start-up on an "
                 f"empty page, {base:.2f} s, taken off)",
                 ["page", "size", "written in", "rendered in", "charts drawn", "script errors"], table)
 

@@ -7,7 +7,8 @@ Sections (each a function that runs its programs and prints one table):
   nvtx_pair_section   ns per nvtxRangePushA + nvtxRangePop pair under each
                       NVTX tool configuration (bench/nvtx_pair_bench).
   aggregator_section  events/s from wire frames to trace.json on one core
-                      (bench/aggregator_bench, pinned to CPU 0), and wire
+                      (bench/aggregator_bench, pinned to CPU 0; 2M events,
+                      quick 1M), and wire
                       bytes per event beside the 32-byte in-memory record;
                       the step's trace in both formats (bytes per event,
                       encoding throughput of trace.json and trace.pftrace).
@@ -22,7 +23,8 @@ Sections (each a function that runs its programs and prints one table):
   python_section      one Python range: rlscope_ray.range and the `nvtx`
                       package under our collector beside no tool, a counting
                       tool and torch's record_function.
-  scale_section       collectors sustained by one aggregator on this host.
+  scale_section       collectors sustained by one aggregator on this host
+                      (quick: 32 and 64 workers, 64 through 4 relays).
   sampler_section     cross-stack attribution: the CPU sampler's cost at 1 and
                       10 kHz beside sampling off, its accuracy on a program
                       with a known answer, and py-spy --native beside it
@@ -35,17 +37,18 @@ Sections (each a function that runs its programs and prints one table):
   rundb_section       the run database: run.duckdb per million events beside
                       the JSON, and a question across 1,000 steps in SQL
                       beside a script reading the summaries.
-  report_section      the report of 64 processes and 100 steps: size, write
-                      and Chromium render time, with and without the
-                      timeline pictures (bench/report_bench.py).
+  report_section      the report of 64 processes and 100 steps (quick: 32 and
+                      25): size, write and Chromium render time, with and
+                      without the timeline pictures (bench/report_bench.py).
   memory_section      the memory sampler's cost per reading beside reading
                       /proc/self/status (bench/memory_sampler_bench).
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
-`make bench` runs the headline sections quick (a few minutes); --long runs
-every section at full size. Sections that start an aggregator or run Python
-workloads use the installed rlscope_ray. NVTX reads NVTX_INJECTION64_PATH
+`make bench` runs the headline sections quick (about 4 minutes on 2 cores;
+the last line gives each section's time); --long runs every section at full
+size. Sections that start an aggregator or run Python workloads use the
+installed rlscope_ray. NVTX reads NVTX_INJECTION64_PATH
 once per process, so every configuration runs as its own process.
 """
 
@@ -250,8 +253,8 @@ def nvtx_pair_section(args):
     )
     instruction_rows = _instructions_per_pair(args, exe)
     if instruction_rows:
-        print_table("NVTX push+pop pair, instructions on the recording thread (callgrind: exact and the same on a "
-                    "busy machine, so a regression of the hot path shows here first)",
+        print_table("NVTX push+pop pair, instructions on the recording thread (callgrind, 60k pairs less 20k: exact "
+                    "and the same on a busy machine, so a regression of the hot path shows here first)",
                     ["configuration", "instructions/pair", "vs counting tool", "reference"], instruction_rows)
 
 
@@ -333,7 +336,7 @@ def _nvtx_pair_rows(args, exe, endpoint, endpoint_step99, rows):
 def python_section(args):
     """One Python range around a small function, per API and tool, each its
     own process (bench/python_range_bench.py): ns per range less the bare
-    call, median and min over rounds of 100k, median of the runs. Our
+    call, median and min over rounds of 100k (quick: 50k), median of the runs. Our
     rows beside the peers: the `nvtx` package with no tool and under a
     trivial counting tool, the PyTorch profiler's record_function."""
     import tempfile
@@ -354,7 +357,7 @@ def python_section(args):
         have_torch = True
     except ImportError:
         have_torch = False
-    rows = []
+    rows, per_run = [], (50000, 10000) if args.quick else (100000, 20000)  # ranges per round: ours and nvtx; torch
     with tempfile.TemporaryDirectory(prefix="rlscope_python_bench_") as work:
         with start_aggregator(os.path.join(work, "out"), work_dir=work, nice=True,
                               command=[os.path.join(args.build_dir, "aggregator", "rlscope-ray-aggregator")],
@@ -388,7 +391,7 @@ def python_section(args):
                 for i, (api, tool, mode, overrides, reference) in enumerate(configs):
                     env = clean_env()
                     env.update(overrides)
-                    ranges = 20000 if mode.startswith("torch") else 100000
+                    ranges = per_run[1] if mode.startswith("torch") else per_run[0]
                     results[i].append(run_json([sys.executable, script, mode, "--ranges", str(ranges)], env,
                                                args.timeout_s))
             counting = {api: results[i] for i, (api, tool, *_rest) in enumerate(configs) if tool == "counting tool"}
@@ -403,28 +406,31 @@ def python_section(args):
                              min(r["ns_per_range_min"] for r in runs),
                              ratio, None if None in events else statistics.median(events),
                              None if None in events else max(r["dropped"] for r in runs), reference])
-    print_table("Python: one range around a small function, ns per range less the bare call (100k ranges x 7 "
-                "rounds per run, %d interleaved runs; record_function 20k)" % args.runs,
+    print_table("Python: one range around a small function, ns per range less the bare call (%dk ranges x 7 "
+                "rounds per run, %d interleaved runs; record_function %dk)"
+                % (per_run[0] // 1000, args.runs, per_run[1] // 1000),
                 ["API", "tool", "ns/range (median)", "ns/range (min)", "vs counting tool (pair by pair)",
                  "events recorded", "dropped", "reference"],
                 rows)
 
 
 def aggregator_section(args):
-    """Decode -> per-step store -> Chrome trace export, one core."""
+    """Decode -> per-step store -> Chrome trace export, one core; 2M events
+    (quick: 1M; the figures are per event, the opening table's scale with it)."""
     binary = os.path.join(args.build_dir, "bench", "aggregator_bench")
     rows, all_results = [], []
+    args.events = 1000000 if args.quick else 2000000
     for threads in (1, 4):
         results = []
         all_results.append(results)
         for _ in range(args.runs):
-            cmd = ["taskset", "-c", "0", binary, "--events", "2000000", "--threads", str(threads),
+            cmd = ["taskset", "-c", "0", binary, "--events", str(args.events), "--threads", str(threads),
                    "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
             results.append(run_json(cmd, clean_env(), args.timeout_s))
         eps = statistics.median(r["events_per_s"] for r in results)
         r = results[0]
         rows.append([
-            "2M events, %d thread(s), 1 step" % threads,
+            "%dM events, %d thread(s), 1 step" % (args.events // 1000000, threads),
             fmt(eps / 1e6, 2),
             fmt(r["bytes_per_event"], 2),
             str(EVENT_RECORD_BYTES),
@@ -434,13 +440,13 @@ def aggregator_section(args):
             fmt(statistics.median(x["aggregator_peak_mb"] / (x["events"] / 1e6) for x in results), 0),
             "RL-Scope analysis: 0.145 M events/s",
         ])
-    print_table("Aggregator: wire frames -> step trace.json, one core (median of %d runs); and the collector's "
-                "encoding of the same events" % args.runs,
+    print_table("Aggregator: wire frames -> step trace.json, one core (%dM events, median of %d runs); and the "
+                "collector's encoding of the same events" % (args.events // 1000000, args.runs),
                 ["workload", "M events/s", "wire bytes/event", "record bytes (in memory)",
                  "trace.json bytes/event", "encode ns/event (ours)", "encode ns/event (msgpack-c packer)",
                  "aggregator peak MB per M events (above the frames)", "reference"], rows)
-    corrected = [run_json(["taskset", "-c", "0", binary, "--events", "2000000", "--threads", "1", "--corrected",
-                           "--out", os.path.join("/tmp", "rlscope_aggregator_bench_c%d" % os.getpid())],
+    corrected = [run_json(["taskset", "-c", "0", binary, "--events", str(args.events), "--threads", "1",
+                           "--corrected", "--out", os.path.join("/tmp", "rlscope_aggregator_bench_c%d" % os.getpid())],
                           clean_env(), args.timeout_s) for _ in range(args.runs)]
     formats = []
     for label, results in (("1 thread(s)", all_results[0]), ("4 thread(s)", all_results[1]),
@@ -448,12 +454,13 @@ def aggregator_section(args):
         json_s = statistics.median(x["json_encode_s"] for x in results)
         pf_s = statistics.median(x["pftrace_encode_s"] for x in results)
         r = results[0]
-        formats.append(["2M events, %s, 1 step" % label,
+        formats.append(["%dM events, %s, 1 step" % (args.events // 1000000, label),
                         fmt(r["json_bytes"] / r["events"], 1), fmt(r["pftrace_bytes"] / r["events"], 1),
                         fmt(r["events"] / json_s / 1e6, 2), fmt(r["events"] / pf_s / 1e6, 2), "<= 20"])
-    print_table("Trace formats: the same step encoded as trace.json and as trace.pftrace, one core (median of %d runs)"
-                % args.runs, ["workload", "trace.json bytes/event", "trace.pftrace bytes/event",
-                              "JSON encode M events/s", "Perfetto encode M events/s", "target bytes/event"], formats)
+    print_table("Trace formats: the same %dM-event step encoded as trace.json and as trace.pftrace, one core (median "
+                "of %d runs)" % (args.events // 1000000, args.runs),
+                ["workload", "trace.json bytes/event", "trace.pftrace bytes/event", "JSON encode M events/s",
+                 "Perfetto encode M events/s", "target bytes/event"], formats)
     opening_section(os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid(), "step_1"), args)
 
 
@@ -475,7 +482,7 @@ print(json.dumps({"seconds": time.perf_counter() - t, "items": n,
 
 
 def opening_section(step_dir, args):
-    """What opening the bench's 2M-event step costs a reader: the whole file
+    """What opening the bench's step (args.events) costs a reader: the whole file
     parsed in a fresh Python, JSON with json.load, the protobuf with
     perfetto's own protos (the UI and trace_processor parse in C++; this is
     the same work in one process that holds it all)."""
@@ -488,8 +495,9 @@ def opening_section(step_dir, args):
         rows.append([name, fmt(os.path.getsize(path) / 1e6, 1), str(runs[0]["items"]),
                      fmt(statistics.median(r["seconds"] for r in runs), 2),
                      fmt(statistics.median(r["peak_mb"] for r in runs), 0)])
-    print_table("Opening the 2M-event step (4 threads) in each format: parsed whole in a fresh Python (median of %d)"
-                % args.runs, ["file", "MB", "events / packets", "parse s", "peak RSS MB"], rows)
+    print_table("Opening the %dM-event step (4 threads) in each format: parsed whole in a fresh Python (median of %d)"
+                % (args.events // 1000000, args.runs),
+                ["file", "MB", "events / packets", "parse s", "peak RSS MB"], rows)
 
 
 def ray_startup_section(args):
@@ -535,8 +543,8 @@ def demo_section(args):
     loop_ratio = [on["loop_s"] / off["loop_s"] for on, off in zip(runs["on"], runs["off"])]
     rows.append(["on / off, pair by pair (median)", "%.3f" % statistics.median(ratio), "",
                  "%.3f" % statistics.median(loop_ratio), ""])
-    print_table("PPO demo (2 nodes, 4 workers, %d steps), seconds (median of %d interleaved pairs)"
-                % (steps, args.runs),
+    print_table("PPO demo (2 nodes, 4 workers, %d steps), seconds (median of %d interleaved pair%s)"
+                % (steps, args.runs, "" if args.runs == 1 else "s"),
                 ["configuration", "wall", "cluster + workers up", "training loop", "ms per step"], rows)
 
 
@@ -548,8 +556,10 @@ def scale_section(args):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "apps",
                           "scale_run.py")
     rows = []
-    runs = ((32, 0), (128, 0), (128, 4)) if args.quick else ((64, 0), (128, 0), (256, 0), (256, 8), (512, 0),
-                                                             (512, 16))
+    # Quick: below the 2 cores' knee (here 64 workers took 7 s, 128 took 40-55 s),
+    # with and without relays at the same size; bench-long goes on to 512.
+    runs = ((32, 0), (64, 0), (64, 4)) if args.quick else ((64, 0), (128, 0), (256, 0), (256, 8), (512, 0),
+                                                           (512, 16))
     # With relays, each relay's workers run in a network namespace of their
     # own (a host: its own loopback, a veth pair to the root) where permitted.
     netns = os.geteuid() == 0 and subprocess.run(["ip", "netns", "add", "rlsbench%d" % os.getpid()],
@@ -573,8 +583,9 @@ def scale_section(args):
                      fmt(r["aggregator_peak_rss_mb"], 0),
                      fmt(r["aggregator_peak_rss_mb"] / events_m, 0) if events_m > 0 else "n/a",
                      fmt(r["wall_s"], 1), why[0].split(": ", 1)[1][:90] + "..." if why else ""])
-    print_table("One root aggregator, many collectors on this host (2 cores shared by all), without and with "
-                "relays (worker i on relay i mod R; the controller straight to the root)",
+    print_table("One root aggregator, %d to %d collectors on this host (2 cores shared by all), without and with "
+                "relays (worker i on relay i mod R; the controller straight to the root; 5 steps)"
+                % (runs[0][0] + 1, max(n for n, _ in runs) + 1),
                 ["workers", "relays", "root connections", "registered", "missing (named in not_profiled)",
                  "lost (silent without a goodbye)", "controller", "steps written",
                  "events received", "dropped", "processes unaccounted", "root peak RSS MB", "MB per M events",
@@ -856,9 +867,9 @@ def rundb_section(args):
 
 
 def report_section(args):
-    """The report at scale: 64 processes and 100 steps, written and rendered
-    in headless Chromium, with and without its timeline pictures
-    (bench/report_bench.py; about a minute)."""
+    """The report at scale: 64 processes and 100 steps (quick: 32 and 25),
+    written and rendered in headless Chromium, with and without its timeline
+    pictures (bench/report_bench.py; about four minutes, three runs; quick 15 s)."""
     import report_bench
 
     report_bench.report_section(args, print_table)
@@ -907,7 +918,7 @@ SECTIONS = {
 # at full size (about 40 minutes).
 QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process", "rundb",
                   "report", "memory"]
-QUICK_PAIRS = 512 * 1024
+QUICK_PAIRS = 128 * 1024  # 16 chunks of 8192 a run (each run is mostly the 30 ms pauses between them)
 
 
 def main():
@@ -916,9 +927,9 @@ def main():
     parser.add_argument("--long", action="store_true",
                         help="every section at full size (default: the headline sections, quick)")
     parser.add_argument("--runs", type=int, default=None, help="runs per configuration (default 3; quick: 3, "
-                        "the demo 2 pairs)")
+                        "the demo 1 pair)")
     parser.add_argument("--pairs", type=int, default=None,
-                        help="timed push+pop pairs per run (default 2097152; quick 524288)")
+                        help="timed push+pop pairs per run (default 2097152; quick 131072)")
     parser.add_argument("--chunk", type=int, default=8192, help="pairs per timed chunk")
     parser.add_argument("--sleep-ms", type=int, default=30,
                         help="untimed pause between chunks so the collector drains its ring")
@@ -938,17 +949,19 @@ def main():
     spool_root = tempfile.mkdtemp(prefix="rlscope_bench_spool_")
     os.environ["RLSCOPE_SPOOL_DIR"] = spool_root
     t0 = time.monotonic()
-    failed = []
+    failed, walls = [], []
     for name in sections:
         runs = args.runs
         if runs is None:
-            runs = 2 if (args.quick and name == "demo") else 3
+            runs = 1 if (args.quick and name == "demo") else 3  # the demo: a Ray cluster per run
+        started = time.monotonic()
         try:
             SECTIONS[name](argparse.Namespace(**{**vars(args), "runs": runs}))
         except Exception as e:  # noqa: BLE001 - one section's failure must not hide the others' tables
             failed.append(name)
             print_table(f"Section {name}: FAILED", ["section", "error"], [[name, f"{type(e).__name__}: {e}"]])
-    print(f"(bench: {', '.join(sections)} in {time.monotonic() - t0:.0f} s"
+        walls.append(f"{name} {time.monotonic() - started:.0f} s")
+    print(f"(bench: {', '.join(walls)}; {time.monotonic() - t0:.0f} s in all"
           + ("; `make bench-long` runs every section at full size)" if args.quick else ")"))
     shutil.rmtree(spool_root, ignore_errors=True)
     if failed:  # ours, not a peer's (peers that fail are rows of their sections)

@@ -51,12 +51,13 @@ def _cost_rows(args, clean_env, run_json, lib, agg_endpoint):
     rates = [0, 1000, 10000]
     per_rate = {hz: [] for hz in rates}
     rounds = 3 if args.quick else 7
+    work = 10 if args.quick else 20  # the workload's rounds: each 200k Python iterations + 20M native
     for i in range(rounds):
         order = rates[i % len(rates):] + rates[:i % len(rates)]
         for hz in order:
             config = {"capture_range": "api", "cpu": {"sampling_hz": hz}}
-            per_rate[hz].append(run_json([sys.executable, workload, "--lib", lib], _env(clean_env(), agg_endpoint,
-                                                                                      config), args.timeout_s))
+            per_rate[hz].append(run_json([sys.executable, workload, "--lib", lib, "--rounds", str(work)],
+                                         _env(clean_env(), agg_endpoint, config), args.timeout_s))
     rows = []
     for hz in rates:
         runs = per_rate[hz]
@@ -72,7 +73,7 @@ def _cost_rows(args, clean_env, run_json, lib, agg_endpoint):
                      "1" if hz == 0 else _ratio_text(wall_ratio), "%d" % samples, "%.0f" % per_s,
                      "-" if hz == 0 else "%.0f ns (%.3f %% of the CPU)" % (cost, 100 * cost * per_s / 1e9),
                      "sampling off, same round"])
-    return rounds, rows
+    return (work, rounds), rows
 
 
 def _handler_rows(args, clean_env, run_json, lib, agg_endpoint):
@@ -157,13 +158,14 @@ def _attribution_rows(args, clean_env, lib, pyspy):
     rows, whole = [], []
     walls = {"plain": [], "rlscope": [], "py-spy --native": []}
     rounds = 2 if args.quick else 3
+    spy_rounds = 1 if args.quick else rounds  # 3.6x the program's wall; its gap to the truth is far above noise
     ours_total = {c: 0.0 for c in CATEGORIES}
     truth_total = {c: 0.0 for c in CATEGORIES}
     spy_total = None
     spy_failures = []  # a peer that fails is a row that says so, never the bench's exit status
     with tempfile.TemporaryDirectory(prefix="rlscope_sampler_bench_") as work:
         for i in range(rounds):
-            jobs = ["plain", "rlscope"] + (["py-spy --native"] if pyspy else [])
+            jobs = ["plain", "rlscope"] + (["py-spy --native"] if pyspy and i < spy_rounds else [])
             for kind in jobs[i % len(jobs):] + jobs[:i % len(jobs)]:
                 report = os.path.join(work, f"{kind.split()[0]}_{i}.json")
                 if kind == "plain":
@@ -203,7 +205,7 @@ def _attribution_rows(args, clean_env, lib, pyspy):
                     if spy_total is None:
                         spy_total = {c: 0.0 for c in CATEGORIES}
                     for c in CATEGORIES:
-                        spy_total[c] += cats[c] / rounds
+                        spy_total[c] += cats[c] / spy_rounds
     def cell(totals, c):
         all_ms = sum(totals.values())
         return "%.0f (%.0f %%)" % (totals[c], 100 * totals[c] / all_ms) if all_ms else "0"
@@ -213,11 +215,11 @@ def _attribution_rows(args, clean_env, lib, pyspy):
         spy = cell(spy_total, c) if spy_total else (spy_note or "n/a (py-spy not installed)")
         whole.append([c, cell(truth_total, c), cell(ours_total, c), spy])
     if spy_failures and spy_total:
-        whole.append(["(py-spy)", "", "", f"{len(spy_failures)} of {rounds} rounds {spy_note}"])
+        whole.append(["(py-spy)", "", "", f"{len(spy_failures)} of {spy_rounds} rounds {spy_note}"])
     base = statistics.median(walls["plain"])
     wall_rows = [[k, "%.2f" % statistics.median(v), "%.3fx" % (statistics.median(v) / base)]
                  for k, v in walls.items() if v]
-    return rounds, rows, whole, wall_rows
+    return (rounds, spy_rounds), rows, whole, wall_rows
 
 
 def _phase_rows(out, app):
@@ -251,8 +253,9 @@ def sampler_section(args, print_table, clean_env, run_json):
                               nice=True, database=False) as agg:
             rounds, cost = _cost_rows(args, clean_env, run_json, lib, agg.endpoint)
             handler_rounds, handler = _handler_rows(args, clean_env, run_json, lib, agg.endpoint)
-    print_table("CPU sampler cost: a fixed Python + native workload in a captured range (%d interleaved rounds; "
-                "median, and pair by pair against sampling off in the same round)" % rounds,
+    print_table("CPU sampler cost: a fixed Python + native workload (%d x 200k Python iterations + 20M native) in a "
+                "captured range (%d interleaved rounds; median, and pair by pair against sampling off in the same "
+                "round)" % rounds,
                 ["cpu.sampling_hz", "work thread CPU ms", "work wall ms", "CPU vs off", "wall vs off",
                  "samples", "samples per CPU second", "one sample's cost (start-up calibration), share",
                  "baseline"], cost)
@@ -266,9 +269,9 @@ def sampler_section(args, print_table, clean_env, run_json):
                 "the sim phase runs on two threads): what each phase measured vs the summary",
                 ["step", "sub-task", "category", "measured ms", "summary ms", "error", "stated 1-sd ms",
                  "max sample ms", "share", "samples"], phases)
-    print_table("The same program, whole run by category (ms and share, mean of %d runs): truth, rlscope-ray (CPU samples, "
-                "steps 1-3), py-spy --native (1000 Hz wall-clock samples, leaf frames; sleeping and GIL-waiting "
-                "threads included)" % rounds,
+    print_table("The same program, whole run by category (ms and share, mean of %d runs; py-spy %d): truth, "
+                "rlscope-ray (CPU samples, steps 1-3), py-spy --native (1000 Hz wall-clock samples, leaf frames; "
+                "sleeping and GIL-waiting threads included)" % rounds,
                 ["category", "measured (truth)", "rlscope-ray", "py-spy --native"], whole)
-    print_table("Wall time of that program (median of %d interleaved runs)" % rounds,
+    print_table("Wall time of that program (median of %d interleaved runs; py-spy %d)" % rounds,
                 ["how", "wall s", "vs plain"], walls)
