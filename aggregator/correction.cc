@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "aggregator/ray_calls.h"
+#include "aggregator/sorting.h"
 #include "aggregator/step_profile.h"
 #include "aggregator/subtasks.h"
 #include "native/event.h"
@@ -126,7 +127,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
   }
   // Recording order is time order on one thread, except for clock-fit
   // rounding; keep it stable.
-  std::stable_sort(sorted.begin(), sorted.end(), [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; });
+  StableSortUnlessSorted(sorted.begin(), sorted.end(), [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; });
   ThreadCosts t;
   t.ts.reserve(sorted.size());
   t.cum_ps.reserve(sorted.size());
@@ -557,8 +558,9 @@ std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
   for (const Span& s : spans) {
     if (!s.async) sorted.push_back(&s);
   }
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Span* a, const Span* b) { return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns); });
+  SortUnlessStrictlySorted(sorted.begin(), sorted.end(), [](const Span* a, const Span* b) {
+    return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns);
+  });
   std::vector<const Span*> out;
   std::map<int64_t, int64_t> open_until;  // tid -> the latest end of its ranges so far
   for (const Span* s : sorted) {
@@ -590,7 +592,8 @@ void StepCorrection::ListCalls() {
       calls_.push_back({span->begin_ns, *step_tid, w.corrector.get(), span, false});
     }
   }
-  std::sort(calls_.begin(), calls_.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+  SortUnlessStrictlySorted(calls_.begin(), calls_.end(),
+                           [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
 }
 
 int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {
