@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <string_view>
 #include <set>
 
 #include "aggregator/json_writer.h"
@@ -35,9 +37,14 @@ bool MakeDirs(const std::string& path) {
 // name tracks, "X" slices, "b"/"e" async pairs, "i" instants, "s"/"f" flows.
 class JsonSink : public TraceSink {
  public:
-  explicit JsonSink(JsonWriter* w) : w_(*w) {}
+  // `drain` (optional) is called with the output so far whenever it holds
+  // kChunkBytes or more, between two events; it empties the string.
+  using Drain = std::function<void(std::string*)>;
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+  JsonSink(JsonWriter* w, std::string* out, Drain drain) : w_(*w), out_(out), drain_(std::move(drain)) {}
   void Process(int64_t pid, std::string_view name, int64_t sort_index,
                const std::vector<std::string>& labels) override {
+    MaybeDrain();
     Track("process", pid, 0, name, sort_index);
     if (labels.empty()) return;
     std::string joined;
@@ -47,10 +54,12 @@ class JsonSink : public TraceSink {
     w_.Key("args").BeginObject().Key("labels").String(joined).EndObject().EndObject();
   }
   void Thread(int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) override {
+    MaybeDrain();
     Track("thread", pid, tid, name, sort_index);
   }
   void Slice(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t begin_ns, int64_t end_ns,
              const TraceArgs& args, const RawTimes* raw) override {
+    MaybeDrain();
     Head("X", name, cat, pid, tid);
     w_.Key("ts").Micros(begin_ns).Key("dur").Micros(end_ns - begin_ns);
     Args(args, raw);
@@ -58,6 +67,7 @@ class JsonSink : public TraceSink {
   }
   void Async(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, uint64_t id, int64_t begin_ns,
              int64_t end_ns, const TraceArgs& args, const RawTimes* raw) override {
+    MaybeDrain();
     for (int phase = 0; phase < 2; ++phase) {
       w_.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
       w_.Key("name").String(name).Key("cat").String(cat).Key("id").Uint(id);
@@ -69,6 +79,7 @@ class JsonSink : public TraceSink {
   }
   void Instant(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t ts_ns,
                const TraceArgs& args) override {
+    MaybeDrain();
     w_.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
     w_.Key("name").String(name).Key("cat").String(cat);
     w_.Key("pid").Int(pid).Key("tid").Int(tid).Key("ts").Micros(ts_ns);
@@ -76,6 +87,7 @@ class JsonSink : public TraceSink {
     w_.EndObject();
   }
   void Counter(int64_t pid, std::string_view name, int64_t ts_ns, double value) override {
+    MaybeDrain();
     w_.Newline().BeginObject().Key("ph").String("C").Key("name").String(name).Key("pid").Int(pid);
     w_.Key("ts").Micros(ts_ns).Key("args").BeginObject().Key("value").Double(value).EndObject().EndObject();
   }
@@ -83,10 +95,12 @@ class JsonSink : public TraceSink {
   // as "<name>.<id>".
   void FlowStart(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
                  int64_t ts_ns) override {
+    MaybeDrain();
     FlowPoint("s", pid, id, name, cat, tid, ts_ns);
   }
   void FlowEnd(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
                int64_t ts_ns) override {
+    MaybeDrain();
     FlowPoint("f", pid, id, name, cat, tid, ts_ns);
   }
 
@@ -131,7 +145,12 @@ class JsonSink : public TraceSink {
     if (raw != nullptr) w_.Key("raw_ts").Micros(raw->begin_ns).Key("raw_dur").Micros(raw->end_ns - raw->begin_ns);
     w_.EndObject();
   }
+  void MaybeDrain() {
+    if (drain_ && out_->size() >= kChunkBytes) drain_(out_);
+  }
   JsonWriter& w_;
+  std::string* out_;
+  Drain drain_;
 };
 
 }  // namespace
@@ -178,6 +197,76 @@ void WriteOtherData(JsonWriter& w, const StepProfile& step) {
 
 }  // namespace
 
+namespace {
+
+// The step's trace as JSON into `out`, handed to `drain` in chunks when
+// there is one (JsonSink), the rest left in `out`.
+void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, std::string* out,
+                     const JsonSink::Drain& drain) {
+  JsonWriter w(out);
+  w.BeginObject();
+  w.Key("displayTimeUnit").String("ns");
+  WriteOtherData(w, step);
+  w.Key("traceEvents").BeginArray();
+  JsonSink sink(&w, out, drain);
+  StepTraceEvents(step, trace_pids, &sink);
+  w.Newline().EndArray();
+  w.EndObject();
+  out->push_back('\n');
+}
+
+// A file written under a temporary name and renamed when complete, so a
+// reader never sees half of it. POSIX calls, each checked (a full disk shows
+// at write or close): on any failure the temporary file goes, what was
+// there before stays, and `error` says why. One thread at a time.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+    fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd_ < 0) Fail("cannot create");
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) close(fd_);
+    if (!committed_) unlink(tmp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  // Appends `data` (nothing once something failed).
+  void Write(std::string_view data) {
+    for (size_t done = 0; ok() && done < data.size();) {
+      const ssize_t n = write(fd_, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Fail("cannot write");
+      done += static_cast<size_t>(n);
+    }
+  }
+  // Closes and renames the file into place; false (error()) on any failure.
+  bool Commit() {
+    if (!ok()) return false;
+    const int fd = fd_;
+    fd_ = -1;
+    if (close(fd) != 0) return Fail("cannot write"), false;
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) return Fail("cannot rename"), false;
+    committed_ = true;
+    return true;
+  }
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  void Fail(const std::string& what) {
+    if (error_.empty()) error_ = what + " " + tmp_ + ": " + std::strerror(errno);
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::string error_;
+};
+
+}  // namespace
+
 std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
   std::string out;
   out.reserve(256 + 160 * [&] {
@@ -185,40 +274,32 @@ std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int6
     for (const auto& p : step.processes) n += p.spans.size() + p.instants.size();
     return n;
   }());
-  JsonWriter w(&out);
-  w.BeginObject();
-  w.Key("displayTimeUnit").String("ns");
-  WriteOtherData(w, step);
-  w.Key("traceEvents").BeginArray();
-  JsonSink sink(&w);
-  StepTraceEvents(step, trace_pids, &sink);
-  w.Newline().EndArray();
-  w.EndObject();
-  out.push_back('\n');
+  EncodeStepTrace(step, trace_pids, &out, nullptr);
   return out;
 }
 
 bool ChromeTraceExporter::WriteFile(const std::string& path, const std::string& content) noexcept {
-  // POSIX calls, each checked (a full disk shows at write or close): on any
-  // failure the temporary file goes and what was there before stays.
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what, int fd) {
-    last_error_ = what + " " + tmp + ": " + std::strerror(errno);
-    if (fd >= 0) close(fd);
-    unlink(tmp.c_str());
-    return false;
-  };
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return fail("cannot create", -1);
-  for (size_t done = 0; done < content.size();) {
-    const ssize_t n = write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("cannot write", fd);
-    done += static_cast<size_t>(n);
-  }
-  if (close(fd) != 0) return fail("cannot write", -1);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename", -1);
-  return true;
+  AtomicFile file(path);
+  file.Write(content);
+  if (file.Commit()) return true;
+  last_error_ = file.error();
+  return false;
+}
+
+bool ChromeTraceExporter::WriteTraceJson(const std::string& path, const StepProfile& step) {
+  // Written as it is encoded, a chunk at a time: the trace is never whole
+  // in memory (it can be hundreds of MB).
+  AtomicFile file(path);
+  std::string out;
+  out.reserve(JsonSink::kChunkBytes + 4096);
+  EncodeStepTrace(step, trace_pids_, &out, [&](std::string* chunk) {
+    file.Write(*chunk);
+    chunk->clear();
+  });
+  file.Write(out);
+  if (file.Commit()) return true;
+  last_error_ = file.error();
+  return false;
 }
 
 bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
@@ -232,7 +313,7 @@ bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
     for (const ProcessSlice& slice : step.processes) {
       TracePid(slice.process->hello().session, slice.process->identity().pid);
     }
-    if (!step.summary_only && json_ && !WriteFile(dir + "/trace.json", StepTraceJson(step, trace_pids_))) return false;
+    if (!step.summary_only && json_ && !WriteTraceJson(dir + "/trace.json", step)) return false;
     if (!step.summary_only && pftrace_ &&
         !WriteFile(dir + "/trace.pftrace", StepTracePerfetto(step, trace_pids_))) {
       return false;

@@ -32,6 +32,8 @@ class ChromeTraceExporter : public StepExporter {
  private:
   int64_t TracePid(uint64_t session, int64_t pid);
   bool WriteFile(const std::string& path, const std::string& content) noexcept;
+  // trace.json, encoded and written a chunk at a time.
+  bool WriteTraceJson(const std::string& path, const StepProfile& step);
 
   std::string out_dir_;
   bool json_ = true, pftrace_ = false;
