@@ -558,7 +558,7 @@ std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
   for (const Span& s : spans) {
     if (!s.async) sorted.push_back(&s);
   }
-  SortUnlessStrictlySorted(sorted.begin(), sorted.end(), [](const Span* a, const Span* b) {
+  SortRuns(&sorted, [](const Span* a, const Span* b) {
     return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns);
   });
   std::vector<const Span*> out;
@@ -592,8 +592,7 @@ void StepCorrection::ListCalls() {
       calls_.push_back({span->begin_ns, *step_tid, w.corrector.get(), span, false});
     }
   }
-  SortUnlessStrictlySorted(calls_.begin(), calls_.end(),
-                           [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+  SortRuns(&calls_, [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
 }
 
 int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {

@@ -4,6 +4,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <utility>
+#include <vector>
 
 namespace rlscope {
 
@@ -26,6 +31,45 @@ void SortUnlessStrictlySorted(It first, It last, Less less) {
 template <class It, class Less>
 void StableSortUnlessSorted(It first, It last, Less less) {
   if (!std::is_sorted(first, last, less)) std::stable_sort(first, last, less);
+}
+
+// std::sort(v, less) for inputs made of a few runs already in order (a
+// step's ranges: each batch's, thread by thread): the runs' positions are
+// merged (stable), and when no two elements are equivalent that order is
+// the only one `less` allows, the same as std::sort's, and v is put in it.
+// With equivalent elements, or many short runs, v is std::sort-ed as before.
+template <class T, class Less>
+void SortRuns(std::vector<T>* v, Less less) {
+  const size_t n = v->size();
+  std::vector<uint32_t> order(n);
+  std::vector<size_t> runs{0};  // where each run begins
+  for (size_t i = 0; i < n; ++i) {
+    order[i] = static_cast<uint32_t>(i);
+    if (i > 0 && less((*v)[i], (*v)[i - 1])) runs.push_back(i);
+  }
+  if (runs.size() == 1) return SortUnlessStrictlySorted(v->begin(), v->end(), less);
+  if (n > UINT32_MAX || runs.size() > n / 64 + 1) return std::sort(v->begin(), v->end(), less);
+  runs.push_back(n);
+  auto by = [&](uint32_t a, uint32_t b) { return less((*v)[a], (*v)[b]); };
+  std::vector<uint32_t> merged(n);
+  while (runs.size() > 2) {  // merge neighbouring runs pairwise, then again
+    std::vector<size_t> next{0};
+    for (size_t r = 0; r + 1 < runs.size(); r += 2) {
+      const size_t mid = runs[r + 1], end = r + 2 < runs.size() ? runs[r + 2] : mid;
+      std::merge(order.begin() + runs[r], order.begin() + mid, order.begin() + mid, order.begin() + end,
+                 merged.begin() + runs[r], by);
+      next.push_back(end);
+    }
+    order.swap(merged);
+    runs.swap(next);
+  }
+  for (size_t i = 1; i < n; ++i) {
+    if (!by(order[i - 1], order[i])) return std::sort(v->begin(), v->end(), less);  // equivalent elements
+  }
+  std::vector<T> sorted;
+  sorted.reserve(n);
+  for (uint32_t i : order) sorted.push_back(std::move((*v)[i]));
+  v->swap(sorted);
 }
 
 }  // namespace rlscope

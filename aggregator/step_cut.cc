@@ -72,7 +72,7 @@ namespace {
 
 // The orders ProcessSlice promises (step_profile.h).
 void SortSlice(ProcessSlice* slice) {
-  SortUnlessStrictlySorted(slice->spans.begin(), slice->spans.end(), [](const Span& a, const Span& b) {
+  SortRuns(&slice->spans, [](const Span& a, const Span& b) {
     if (a.tid != b.tid) return a.tid < b.tid;
     if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
     return a.end_ns > b.end_ns;  // enclosing first
