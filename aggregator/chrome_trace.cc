@@ -33,15 +33,17 @@ bool MakeDirs(const std::string& path) {
   return true;
 }
 
+using TraceWriter = BasicJsonWriter<JsonBuffer>;
+
 // The JSON encoding of a step's trace (trace_sink.h): metadata "M" events
 // name tracks, "X" slices, "b"/"e" async pairs, "i" instants, "s"/"f" flows.
 class JsonSink : public TraceSink {
  public:
-  // `drain` (optional) is called with the output so far whenever it holds
-  // kChunkBytes or more, between two events; it empties the string.
-  using Drain = std::function<void(std::string*)>;
+  // `drain` is called with the output so far whenever it holds kChunkBytes
+  // or more, between two events; it empties the buffer.
+  using Drain = std::function<void(JsonBuffer*)>;
   static constexpr size_t kChunkBytes = size_t{1} << 20;
-  JsonSink(JsonWriter* w, std::string* out, Drain drain) : w_(*w), out_(out), drain_(std::move(drain)) {}
+  JsonSink(TraceWriter* w, JsonBuffer* out, Drain drain) : w_(*w), out_(out), drain_(std::move(drain)) {}
   void Process(int64_t pid, std::string_view name, int64_t sort_index,
                const std::vector<std::string>& labels) override {
     MaybeDrain();
@@ -146,10 +148,10 @@ class JsonSink : public TraceSink {
     w_.EndObject();
   }
   void MaybeDrain() {
-    if (drain_ && out_->size() >= kChunkBytes) drain_(out_);
+    if (out_->size() >= kChunkBytes) drain_(out_);
   }
-  JsonWriter& w_;
-  std::string* out_;
+  TraceWriter& w_;
+  JsonBuffer* out_;
   Drain drain_;
 };
 
@@ -174,7 +176,7 @@ int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
 namespace {
 
 // "otherData": the step, and every process's clock against the aggregator's.
-void WriteOtherData(JsonWriter& w, const StepProfile& step) {
+void WriteOtherData(TraceWriter& w, const StepProfile& step) {
   w.Key("otherData").BeginObject();
   w.Key("step").Int(step.step);
   if (!step.capture.empty()) w.Key("capture").String(step.capture);
@@ -199,20 +201,22 @@ void WriteOtherData(JsonWriter& w, const StepProfile& step) {
 
 namespace {
 
-// The step's trace as JSON into `out`, handed to `drain` in chunks when
-// there is one (JsonSink), the rest left in `out`.
-void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, std::string* out,
+// The step's trace as JSON, handed to `drain` a chunk at a time (JsonSink),
+// the last one included.
+void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids,
                      const JsonSink::Drain& drain) {
-  JsonWriter w(out);
+  JsonBuffer out;
+  TraceWriter w(&out);
   w.BeginObject();
   w.Key("displayTimeUnit").String("ns");
   WriteOtherData(w, step);
   w.Key("traceEvents").BeginArray();
-  JsonSink sink(&w, out, drain);
+  JsonSink sink(&w, &out, drain);
   StepTraceEvents(step, trace_pids, &sink);
   w.Newline().EndArray();
   w.EndObject();
-  out->push_back('\n');
+  out.push_back('\n');
+  drain(&out);
 }
 
 // A file written under a temporary name and renamed when complete, so a
@@ -269,12 +273,10 @@ class AtomicFile {
 
 std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
   std::string out;
-  out.reserve(256 + 160 * [&] {
-    size_t n = 0;
-    for (const auto& p : step.processes) n += p.spans.size() + p.instants.size();
-    return n;
-  }());
-  EncodeStepTrace(step, trace_pids, &out, nullptr);
+  EncodeStepTrace(step, trace_pids, [&](JsonBuffer* chunk) {
+    out.append(chunk->view());
+    chunk->clear();
+  });
   return out;
 }
 
@@ -290,13 +292,10 @@ bool ChromeTraceExporter::WriteTraceJson(const std::string& path, const StepProf
   // Written as it is encoded, a chunk at a time: the trace is never whole
   // in memory (it can be hundreds of MB).
   AtomicFile file(path);
-  std::string out;
-  out.reserve(JsonSink::kChunkBytes + 4096);
-  EncodeStepTrace(step, trace_pids_, &out, [&](std::string* chunk) {
-    file.Write(*chunk);
+  EncodeStepTrace(step, trace_pids_, [&](JsonBuffer* chunk) {
+    file.Write(chunk->view());
     chunk->clear();
   });
-  file.Write(out);
   if (file.Commit()) return true;
   last_error_ = file.error();
   return false;

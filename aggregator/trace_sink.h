@@ -14,7 +14,9 @@
 
 #include <array>
 #include <cstdint>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <vector>
 
@@ -32,7 +34,8 @@ struct TraceArg {
   std::array<int64_t, 3> v{};
 };
 
-// An event's arguments, in order, at most kMax (no allocation).
+// An event's arguments, in order, at most kMax (no allocation; the slots
+// not used are not even initialised: one is made per event).
 class TraceArgs {
  public:
   static constexpr int kMax = 8;
@@ -45,17 +48,17 @@ class TraceArgs {
     return Add(k, TraceArg::Type::kInts3).v = v, *this;
   }
   int size() const { return n_; }
-  const TraceArg& operator[](int i) const { return items_[i]; }
+  const TraceArg& operator[](int i) const { return *std::launder(reinterpret_cast<const TraceArg*>(slots_[i])); }
 
  private:
+  static_assert(std::is_trivially_copyable_v<TraceArg> && std::is_trivially_destructible_v<TraceArg>);
   TraceArg& Add(std::string_view k, TraceArg::Type t) {
-    TraceArg& a = items_[n_ < kMax ? n_++ : kMax - 1];
-    a = TraceArg{};
+    TraceArg& a = *new (slots_[n_ < kMax ? n_++ : kMax - 1]) TraceArg{};
     a.key = k;
     a.type = t;
     return a;
   }
-  std::array<TraceArg, kMax> items_;
+  alignas(TraceArg) unsigned char slots_[kMax][sizeof(TraceArg)];  // [0, n_) hold a TraceArg each
   int n_ = 0;
 };
 
