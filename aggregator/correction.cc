@@ -236,12 +236,17 @@ int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int
   return a->second + costs.PaidPs(t) - costs.PaidPs(a->first, true);
 }
 
-int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
+int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const { return ShiftOf(tid).ShiftNs(t); }
+
+Corrector::ThreadShift Corrector::ShiftOf(int64_t tid) const {
+  ThreadShift view;
   auto it = overhead_.threads.find(tid);
-  if (it == overhead_.threads.end()) return 0;
+  if (it == overhead_.threads.end()) return view;
   static const Anchors kNone;
   auto a = anchors_.find(tid);
-  return ShiftPs(it->second, a == anchors_.end() ? kNone : a->second, t) / 1000;
+  view.costs_ = &it->second;
+  view.anchors_ = a == anchors_.end() ? &kNone : &a->second;
+  return view;
 }
 
 bool Corrector::ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_shift_ns) {
@@ -378,13 +383,20 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
 
 // Moves the slice's times by `c`, whose overhead the slice then keeps.
 void ApplyCorrection(Corrector& c, ProcessSlice* slice) {
+  // Records come thread by thread: each thread's shift is looked up once per run.
+  int64_t last_tid = 0;
+  Corrector::ThreadShift last = c.ShiftOf(0);
+  auto shift_of = [&](int64_t tid) -> Corrector::ThreadShift& {
+    if (tid != last_tid) last = c.ShiftOf(tid), last_tid = tid;
+    return last;
+  };
   for (Span& span : slice->spans) {
-    span.begin_ns = c.Correct(span.tid, span.begin_ns);
-    span.end_ns = std::max(span.begin_ns, c.Correct(span.end_tid, span.end_ns));
+    span.begin_ns = shift_of(span.tid).Correct(span.begin_ns);
+    span.end_ns = std::max(span.begin_ns, shift_of(span.end_tid).Correct(span.end_ns));
   }
-  for (Instant& i : slice->instants) i.ts_ns = c.Correct(i.tid, i.ts_ns);
-  for (CpuSample& s : slice->cpu_samples) s.ts_ns = c.Correct(s.tid, s.ts_ns);
-  for (OffCpuSample& s : slice->off_cpu) s.ts_ns = c.Correct(s.tid, s.ts_ns);
+  for (Instant& i : slice->instants) i.ts_ns = shift_of(i.tid).Correct(i.ts_ns);
+  for (CpuSample& s : slice->cpu_samples) s.ts_ns = shift_of(s.tid).Correct(s.ts_ns);
+  for (OffCpuSample& s : slice->off_cpu) s.ts_ns = shift_of(s.tid).Correct(s.ts_ns);
   // CPU-side GPU records shift with their thread; device-side ones with the
   // thread that launched them (by correlation), at its launch.
   std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, raw start)

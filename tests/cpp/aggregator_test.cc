@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -32,6 +33,8 @@
 #include "aggregator/process_json.h"
 #include "native/spool_file.h"
 #include "aggregator/run_json.h"
+#include "aggregator/sorting.h"
+#include "aggregator/step_profile.h"
 #include "aggregator/summary_json.h"
 #include "native/names.h"
 #include "aggregator/timeline.h"
@@ -2483,4 +2486,57 @@ TEST(JsonWriterTest, EscapesNumbersAndMicrosExactly) {
             "{\"plain\":\"gen/update_actor\",\"esc\":\"a\\\"b\\\\c\\nd\\re\\tf\\u0001g\","
             "\"i\":-9223372036854775808,\"u\":18446744073709551615,\"z\":0,\"us\":1234.567,\"us0\":0.005,"
             "\"neg\":-1.000,\"odd\\\"key\":null,\"min\":-9223372036854775.808}");
+}
+
+// The sorts that skip work (sorting.h) give what std::sort gives: runs of
+// distinct keys merged, and inputs with equivalent elements (then sorted as
+// before, so even their order among themselves is std::sort's).
+TEST(Sorting, SortRunsMatchesStdSort) {
+  struct Item {
+    int key, payload;
+  };
+  auto less = [](const Item& a, const Item& b) { return a.key < b.key; };
+  auto same = [](const std::vector<Item>& a, const std::vector<Item>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].key != b[i].key || a[i].payload != b[i].payload) return false;
+    }
+    return true;
+  };
+  std::srand(7);
+  for (int round = 0; round < 200; ++round) {
+    const int runs = 1 + round % 9, per_run = 1 + std::rand() % 300;
+    const bool ties = round % 3 == 0;
+    std::vector<Item> items;
+    for (int r = 0; r < runs; ++r) {
+      for (int i = 0; i < per_run; ++i) {
+        // Run r holds keys r, r + runs, r + 2 runs...: distinct across runs unless `ties`.
+        const int key = ties ? (i * runs + r) / 2 : i * runs + r;
+        items.push_back({key, static_cast<int>(items.size())});
+      }
+    }
+    if (round % 7 == 0) std::reverse(items.begin(), items.end());  // many short runs
+    std::vector<Item> expected = items, runs_sorted = items, skipped = items;
+    std::sort(expected.begin(), expected.end(), less);
+    rlscope::SortRuns(&runs_sorted, less);
+    rlscope::SortUnlessStrictlySorted(skipped.begin(), skipped.end(), less);
+    EXPECT_TRUE(same(runs_sorted, expected)) << "round " << round;
+    EXPECT_TRUE(same(skipped, expected)) << "round " << round;
+  }
+}
+
+// ThreadCosts::PaidPsNear is PaidPs wherever its search starts.
+TEST(Sorting, PaidPsNearMatchesPaidPs) {
+  rlscope::ThreadCosts costs;
+  for (int i = 0; i < 1000; ++i) {
+    costs.ts.push_back(100 + 10 * (i / 3));  // equal times too
+    costs.cum_ps.push_back(7 * (i + 1));
+  }
+  std::srand(11);
+  size_t hint = 0;
+  for (int k = 0; k < 5000; ++k) {
+    const int64_t t = std::rand() % 3600;
+    if (k % 5 == 0) hint = static_cast<size_t>(std::rand() % 1200);  // out of range too
+    EXPECT_EQ(costs.PaidPsNear(t, &hint), costs.PaidPs(t)) << "t " << t;
+  }
 }
