@@ -10,8 +10,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <string_view>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "aggregator/json_writer.h"
 #include "aggregator/perfetto_trace.h"
@@ -62,8 +63,8 @@ class JsonSink : public TraceSink {
   void Slice(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t begin_ns, int64_t end_ns,
              const TraceArgs& args, const RawTimes* raw) override {
     MaybeDrain();
-    Head("X", name, cat, pid, tid);
-    w_.Key("ts").Micros(begin_ns).Key("dur").Micros(end_ns - begin_ns);
+    Head(R"("ph":"X","name":)", name, cat, pid, tid);
+    w_.Fixed(R"(,"ts":)").Micros(begin_ns).Fixed(R"(,"dur":)").Micros(end_ns - begin_ns);
     Args(args, raw);
     w_.EndObject();
   }
@@ -71,10 +72,9 @@ class JsonSink : public TraceSink {
              int64_t end_ns, const TraceArgs& args, const RawTimes* raw) override {
     MaybeDrain();
     for (int phase = 0; phase < 2; ++phase) {
-      w_.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
-      w_.Key("name").String(name).Key("cat").String(cat).Key("id").Uint(id);
-      w_.Key("pid").Int(pid).Key("tid").Int(tid);
-      w_.Key("ts").Micros(phase == 0 ? begin_ns : end_ns);
+      Head(phase == 0 ? R"("ph":"b","name":)" : R"("ph":"e","name":)", name, cat, std::nullopt, 0);
+      w_.Fixed(R"(,"id":)").Uint(id).Fixed(R"(,"pid":)").Int(pid).Fixed(R"(,"tid":)").Int(tid);
+      w_.Fixed(R"(,"ts":)").Micros(phase == 0 ? begin_ns : end_ns);
       if (phase == 0) Args(args, raw);
       w_.EndObject();
     }
@@ -82,9 +82,8 @@ class JsonSink : public TraceSink {
   void Instant(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t ts_ns,
                const TraceArgs& args) override {
     MaybeDrain();
-    w_.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
-    w_.Key("name").String(name).Key("cat").String(cat);
-    w_.Key("pid").Int(pid).Key("tid").Int(tid).Key("ts").Micros(ts_ns);
+    Head(R"("ph":"i","s":"t","name":)", name, cat, pid, tid);
+    w_.Fixed(R"(,"ts":)").Micros(ts_ns);
     if (args.size() > 0) Args(args, nullptr);
     w_.EndObject();
   }
@@ -125,13 +124,16 @@ class JsonSink : public TraceSink {
     w_.Key("name").String(name).Key("cat").String(cat).Key("id").String(std::string(name) + "." + std::to_string(id));
     w_.Key("pid").Int(pid).Key("tid").Int(tid).Key("ts").Micros(ts_ns).EndObject();
   }
-  void Head(const char* ph, std::string_view name, std::string_view cat, int64_t pid, int64_t tid) {
-    w_.Newline().BeginObject().Key("ph").String(ph).Key("name").String(name);
-    w_.Key("cat").String(cat).Key("pid").Int(pid).Key("tid").Int(tid);
+  // An event's opening: `head` (its phase and the "name" key, Fixed), its
+  // name and category, then its pid and tid when `pid` is given.
+  void Head(std::string_view head, std::string_view name, std::string_view cat, std::optional<int64_t> pid,
+            int64_t tid) {
+    w_.Newline().BeginObject().Fixed(head).String(name).Fixed(R"(,"cat":)").String(cat);
+    if (pid) w_.Fixed(R"(,"pid":)").Int(*pid).Fixed(R"(,"tid":)").Int(tid);
   }
   // "args": each in order, then the raw times as "raw_ts" and "raw_dur".
   void Args(const TraceArgs& args, const RawTimes* raw) {
-    w_.Key("args").BeginObject();
+    w_.Fixed(R"(,"args":{)");
     for (int i = 0; i < args.size(); ++i) {
       const TraceArg& a = args[i];
       w_.Key(a.key);

@@ -74,6 +74,14 @@ class BasicJsonWriter {
     first_ = true;  // the value follows without a comma
     return *this;
   }
+  // Appends `text` as it is: JSON the caller vouches for that ends where a
+  // value follows without a comma (a key's colon, an opening bracket), such
+  // as `"ph":"X","name":`. A fast path for fixed keys.
+  BasicJsonWriter& Fixed(std::string_view text) {
+    out_->append(text.data(), text.size());
+    first_ = true;
+    return *this;
+  }
   BasicJsonWriter& String(std::string_view s) { Sep(); Quote(s); return *this; }
   BasicJsonWriter& Int(int64_t v) { Sep(); AppendNumber(v); return *this; }
   BasicJsonWriter& Uint(uint64_t v) { Sep(); AppendNumber(v); return *this; }
