@@ -1,18 +1,24 @@
 #include "aggregator/chrome_trace.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string_view>
+#include <system_error>
+#include <thread>
 
 #include "aggregator/json_writer.h"
 #include "aggregator/perfetto_trace.h"
@@ -40,11 +46,15 @@ using TraceWriter = BasicJsonWriter<JsonBuffer>;
 // name tracks, "X" slices, "b"/"e" async pairs, "i" instants, "s"/"f" flows.
 class JsonSink : public TraceSink {
  public:
-  // `drain` is called with the output so far whenever it holds kChunkBytes
-  // or more, between two events; it empties the buffer.
+  // `drain` (none: the output stays in `out`) is called with the output so
+  // far whenever it holds kChunkBytes or more, between two events; it
+  // empties the buffer. `workers`: threads that may encode long runs of
+  // events (ForEach), this one included.
   using Drain = std::function<void(JsonBuffer*)>;
   static constexpr size_t kChunkBytes = size_t{1} << 20;
-  JsonSink(TraceWriter* w, JsonBuffer* out, Drain drain) : w_(*w), out_(out), drain_(std::move(drain)) {}
+  JsonSink(TraceWriter* w, JsonBuffer* out, Drain drain, int workers)
+      : w_(*w), out_(out), drain_(std::move(drain)), workers_(workers) {}
+  void ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& each) override;
   void Process(int64_t pid, std::string_view name, int64_t sort_index,
                const std::vector<std::string>& labels) override {
     MaybeDrain();
@@ -150,19 +160,151 @@ class JsonSink : public TraceSink {
     w_.EndObject();
   }
   void MaybeDrain() {
-    if (out_->size() >= kChunkBytes) drain_(out_);
+    if (drain_ && out_->size() >= kChunkBytes) drain_(out_);
   }
   TraceWriter& w_;
   JsonBuffer* out_;
   Drain drain_;
+  int workers_;
 };
+
+// A long run of a JsonSink's events (ForEach) encoded in pieces, on the
+// calling thread and helper threads: each piece into a buffer of its own
+// (a sink that continues the list), handed to `emit` in order on the
+// calling thread. At most kAhead pieces wait to be emitted, so memory stays
+// bounded. `each` runs on every thread (TraceSink::ForEach's contract). An
+// exception on a helper stops the run and is rethrown by Run, every helper
+// joined first; a helper that cannot be started leaves the work to the rest.
+class PieceEncoder {
+ public:
+  static constexpr size_t kPieceItems = 8192;
+  static constexpr size_t kAhead = 8;
+  using Each = std::function<void(TraceSink*, size_t)>;
+  PieceEncoder(size_t n, const Each& each, std::function<void(JsonBuffer*)> emit)
+      : n_(n), pieces_((n + kPieceItems - 1) / kPieceItems), each_(each), emit_(std::move(emit)),
+        bufs_(pieces_), ready_(pieces_, 0) {}
+  void Run(int helpers);
+
+ private:
+  // Takes the next piece to encode, if one may be taken now. Under mu_.
+  bool Claim(size_t* piece) {
+    if (next_ >= pieces_ || next_ >= emitted_ + kAhead) return false;
+    *piece = next_++;
+    return true;
+  }
+  // Encodes piece k into bufs_[k], which only its claimant touches until
+  // ready_[k] is set (under mu_).
+  void Encode(size_t k) {
+    TraceWriter w(&bufs_[k], true);  // the process's own events came before (trace_sink.h)
+    JsonSink sink(&w, &bufs_[k], nullptr, 1);
+    for (size_t i = k * kPieceItems; i < std::min(n_, (k + 1) * kPieceItems); ++i) each_(&sink, i);
+  }
+  void Help();        // a helper thread's loop
+  void EmitInOrder();  // the calling thread's loop
+
+  const size_t n_, pieces_;
+  const Each& each_;
+  std::function<void(JsonBuffer*)> emit_;
+  std::vector<JsonBuffer> bufs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_:
+  std::vector<char> ready_;
+  size_t next_ = 0, emitted_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+void PieceEncoder::Help() {
+  try {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || error_ || next_ >= pieces_ || next_ < emitted_ + kAhead; });
+      size_t k = 0;
+      if (stop_ || error_ || !Claim(&k)) return;
+      lock.unlock();
+      Encode(k);
+      lock.lock();
+      ready_[k] = 1;
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void PieceEncoder::EmitInOrder() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (emitted_ < pieces_ && !error_) {
+    size_t k = emitted_;
+    if (ready_[k]) {
+      lock.unlock();
+      emit_(&bufs_[k]);
+      bufs_[k] = JsonBuffer();  // its memory goes now
+      lock.lock();
+      ++emitted_;
+      cv_.notify_all();
+    } else if (Claim(&k)) {
+      lock.unlock();
+      Encode(k);
+      lock.lock();
+      ready_[k] = 1;
+    } else {
+      cv_.wait(lock);  // a piece claimed by a helper becomes ready, or a helper fails
+    }
+  }
+}
+
+void PieceEncoder::Run(int helpers) {
+  std::vector<std::thread> threads;
+  auto join = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads) t.join();
+  };
+  try {
+    for (int i = 0; i < helpers; ++i) threads.emplace_back([this] { Help(); });
+  } catch (const std::system_error&) {
+    // No more threads now: the ones started and this one do the work.
+  }
+  try {
+    EmitInOrder();
+  } catch (...) {
+    join();
+    throw;
+  }
+  join();
+  if (error_) std::rethrow_exception(error_);
+}
+
+void JsonSink::ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& each) {
+  // Short runs, or one worker: here, in order.
+  if (workers_ <= 1 || !drain_ || n < 4 * PieceEncoder::kPieceItems) return TraceSink::ForEach(n, each);
+  PieceEncoder(n, each, [this](JsonBuffer* piece) {
+    drain_(out_);  // what came before the piece
+    drain_(piece);
+  }).Run(workers_ - 1);
+}
 
 }  // namespace
 
-ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats)
+int DefaultTraceWorkers() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::clamp(cores, 1, kMaxTraceWorkers);
+}
+
+ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats, int workers)
     : out_dir_(std::move(out_dir)),
       json_(std::find(formats.begin(), formats.end(), "json") != formats.end()),
-      pftrace_(std::find(formats.begin(), formats.end(), "pftrace") != formats.end()) {}
+      pftrace_(std::find(formats.begin(), formats.end(), "pftrace") != formats.end()),
+      workers_(std::clamp(workers, 1, kMaxTraceWorkers)) {}
 
 int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
   auto it = trace_pids_.find(session);
@@ -205,7 +347,7 @@ namespace {
 
 // The step's trace as JSON, handed to `drain` a chunk at a time (JsonSink),
 // the last one included.
-void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids,
+void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers,
                      const JsonSink::Drain& drain) {
   JsonBuffer out;
   TraceWriter w(&out);
@@ -213,7 +355,7 @@ void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>&
   w.Key("displayTimeUnit").String("ns");
   WriteOtherData(w, step);
   w.Key("traceEvents").BeginArray();
-  JsonSink sink(&w, &out, drain);
+  JsonSink sink(&w, &out, drain, workers);
   StepTraceEvents(step, trace_pids, &sink);
   w.Newline().EndArray();
   w.EndObject();
@@ -273,9 +415,9 @@ class AtomicFile {
 
 }  // namespace
 
-std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
+std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers) {
   std::string out;
-  EncodeStepTrace(step, trace_pids, [&](JsonBuffer* chunk) {
+  EncodeStepTrace(step, trace_pids, workers, [&](JsonBuffer* chunk) {
     out.append(chunk->view());
     chunk->clear();
   });
@@ -294,7 +436,7 @@ bool ChromeTraceExporter::WriteTraceJson(const std::string& path, const StepProf
   // Written as it is encoded, a chunk at a time: the trace is never whole
   // in memory (it can be hundreds of MB).
   AtomicFile file(path);
-  EncodeStepTrace(step, trace_pids_, [&](JsonBuffer* chunk) {
+  EncodeStepTrace(step, trace_pids_, workers_, [&](JsonBuffer* chunk) {
     file.Write(chunk->view());
     chunk->clear();
   });

@@ -48,7 +48,9 @@ class JsonBuffer {
 template <class Out>
 class BasicJsonWriter {
  public:
-  explicit BasicJsonWriter(Out* out) : out_(out) {}
+  // `in_list`: the output continues a list or object that holds something
+  // already (the first value written takes a comma).
+  explicit BasicJsonWriter(Out* out, bool in_list = false) : out_(out), first_(!in_list) {}
 
   BasicJsonWriter& BeginObject() { Sep(); out_->push_back('{'); first_ = true; return *this; }
   BasicJsonWriter& EndObject() { out_->push_back('}'); first_ = false; return *this; }
@@ -157,7 +159,7 @@ class BasicJsonWriter {
   }
 
   Out* out_;
-  bool first_ = true;
+  bool first_;
 };
 
 using JsonWriter = BasicJsonWriter<std::string>;

@@ -410,7 +410,7 @@ void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice&
   GpuTracks(sink, slice, pid, &tids);
   for (int64_t tid : tids) sink->Thread(pid, tid, p.ThreadName(tid), ThreadSort(p, tid));
   GpuEvents(sink, slice, pid);
-  for (const Span& s : slice.spans) SpanEvent(sink, p, s, pid);
+  sink->ForEach(slice.spans.size(), [&](TraceSink* to, size_t i) { SpanEvent(to, p, slice.spans[i], pid); });
   CpuSampleEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   OffCpuEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   for (const Instant& i : slice.instants) InstantEvent(sink, p, i, pid);

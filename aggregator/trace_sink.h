@@ -13,7 +13,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -97,6 +99,14 @@ class TraceSink {
                          int64_t ts_ns) = 0;
   virtual void FlowEnd(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
                        int64_t ts_ns) = 0;
+  // The events of items [0, n), in that order: `each(sink, i)` makes item
+  // i's on `sink`. A sink may make parts of the range on other threads, each
+  // on a sink of its own, and keep their events in order; so `each` may
+  // only read what it shares with others (a ProcessTimeline, the step) and
+  // write only to the sink it is given.
+  virtual void ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& each) {
+    for (size_t i = 0; i < n; ++i) each(this, i);
+  }
 };
 
 }  // namespace rlscope

@@ -1,7 +1,11 @@
-// Aggregator throughput on one core: wire frames in (as collectors send them),
-// step trace.json + summary.json out. Also reports bytes per event on the wire.
+// Aggregator throughput: wire frames in (as collectors send them), step
+// trace.json + summary.json out, on the cores taskset gives it. Also reports
+// bytes per event on the wire.
 //
-//   aggregator_bench [--events N] [--threads T] [--out DIR] [--corrected]
+//   aggregator_bench [--events N] [--threads T] [--workers W] [--out DIR] [--corrected]
+// --threads: recording threads in the synthetic worker; --workers: the
+// aggregator's threads encoding trace.json (default: the cores it may use,
+// DefaultTraceWorkers), reported as "workers".
 // Prints one JSON line: events, frames, wire_bytes, bytes_per_event,
 // seconds (decode -> trace.json written), events_per_s, cpu_seconds (the
 // process's CPU time over the same span, all threads: on a busy machine
@@ -54,7 +58,7 @@ double CpuSeconds(clockid_t clock) {
 // the same step on its own, timed.
 class EncodingTimer : public StepExporter {
  public:
-  explicit EncodingTimer(const std::string& out) : files_(out) {}
+  EncodingTimer(const std::string& out, int workers) : files_(out, {"json"}, workers) {}
   bool ExportStep(const StepProfile& step) noexcept override {
     const bool ok = files_.ExportStep(step);
     const double cpu_a = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
@@ -86,11 +90,13 @@ int main(int argc, char** argv) {
   int64_t events = 2000000;
   bool corrected = false;  // --corrected: the worker states costs, so correction moves every range
   int threads = 4;
+  int workers = DefaultTraceWorkers();
   std::string out = "/tmp/rlscope_aggregator_bench";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--events") && i + 1 < argc) events = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--corrected")) corrected = true;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc) workers = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
   }
   // One controller process holding one step; one worker process with
@@ -198,7 +204,7 @@ int main(int argc, char** argv) {
   for (const auto& f : frames) wire_bytes += f.size();
 
   Config config;
-  EncodingTimer exporter(out);
+  EncodingTimer exporter(out, workers);
   Aggregator agg(config, &exporter);
   const long rss_before_kb = StatusKb("VmRSS:");  // the frames, built above, are not the aggregator's
   const double cpu_start = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
@@ -225,11 +231,11 @@ int main(int argc, char** argv) {
       "\"seconds\": %.4f, \"events_per_s\": %.0f, \"cpu_seconds\": %.4f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
       "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu, "
       "\"aggregator_peak_mb\": %.1f, \"json_encode_s\": %.4f, \"json_bytes\": %zu, \"pftrace_encode_s\": %.4f, "
-      "\"pftrace_bytes\": %zu}\n",
+      "\"pftrace_bytes\": %zu, \"workers\": %d}\n",
       wire_events, frames.size(), wire_bytes, static_cast<double>(wire_bytes) / wire_events, seconds,
       wire_events / seconds, cpu_seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes,
       encode_s * 1e9 / wire_events, packer_s * 1e9 / wire_events, packer_bytes,
       static_cast<double>(StatusKb("VmHWM:") - rss_before_kb) / 1024, exporter.json_s, exporter.json_bytes,
-      exporter.pftrace_s, exporter.pftrace_bytes);
+      exporter.pftrace_s, exporter.pftrace_bytes, workers);
   return agg.stats().steps_written == 1 ? 0 : 1;
 }

@@ -7,7 +7,8 @@ Sections (each a function that runs its programs and prints one table):
   nvtx_pair_section   ns per nvtxRangePushA + nvtxRangePop pair under each
                       NVTX tool configuration (bench/nvtx_pair_bench).
   aggregator_section  events/s from wire frames to trace.json on one core
-                      (bench/aggregator_bench, pinned to CPU 0), and wire
+                      (bench/aggregator_bench pinned to CPU 0, one trace
+                      worker) and on two (CPUs 0-1, two workers), and wire
                       bytes per event beside the 32-byte in-memory record;
                       the step's trace in both formats (bytes per event,
                       encoding throughput of trace.json and trace.pftrace).
@@ -411,21 +412,28 @@ def python_section(args):
 
 
 def aggregator_section(args):
-    """Decode -> per-step store -> Chrome trace export, one core."""
+    """Decode -> per-step store -> Chrome trace export, on one core and on two."""
     binary = os.path.join(args.build_dir, "bench", "aggregator_bench")
     rows, all_results = [], []
     for threads in (1, 4):
-        results = []
+        results, two_cores = [], []
         all_results.append(results)
         for _ in range(args.runs):
-            cmd = ["taskset", "-c", "0", binary, "--events", "2000000", "--threads", str(threads),
-                   "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
-            results.append(run_json(cmd, clean_env(), args.timeout_s))
+            # Interleaved, so a busy machine weighs on both alike.
+            for cpus, workers, into in (("0", 1, results), ("0,1", 2, two_cores)):
+                cmd = ["taskset", "-c", cpus, binary, "--events", "2000000", "--threads", str(threads),
+                       "--workers", str(workers),
+                       "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
+                into.append(run_json(cmd, clean_env(), args.timeout_s))
         eps = statistics.median(r["events_per_s"] for r in results)
+        eps2 = statistics.median(r["events_per_s"] for r in two_cores)
+        cpu_eps = statistics.median(r["events"] / r["cpu_seconds"] for r in results)
         r = results[0]
         rows.append([
             "2M events, %d thread(s), 1 step" % threads,
             fmt(eps / 1e6, 2),
+            fmt(eps2 / 1e6, 2),
+            fmt(cpu_eps / 1e6, 2),
             fmt(r["bytes_per_event"], 2),
             str(EVENT_RECORD_BYTES),
             fmt(r["trace_bytes"] / r["events"], 1),
@@ -434,9 +442,10 @@ def aggregator_section(args):
             fmt(statistics.median(x["aggregator_peak_mb"] / (x["events"] / 1e6) for x in results), 0),
             "RL-Scope analysis: 0.145 M events/s",
         ])
-    print_table("Aggregator: wire frames -> step trace.json, one core (median of %d runs); and the collector's "
-                "encoding of the same events" % args.runs,
-                ["workload", "M events/s", "wire bytes/event", "record bytes (in memory)",
+    print_table("Aggregator: wire frames -> step trace.json, on one core and on two (median of %d runs); and "
+                "the collector's encoding of the same events" % args.runs,
+                ["workload", "M events/s (1 core)", "M events/s (2 cores, 2 workers)",
+                 "M events/s of CPU time (1 core)", "wire bytes/event", "record bytes (in memory)",
                  "trace.json bytes/event", "encode ns/event (ours)", "encode ns/event (msgpack-c packer)",
                  "aggregator peak MB per M events (above the frames)", "reference"], rows)
     corrected = [run_json(["taskset", "-c", "0", binary, "--events", "2000000", "--threads", "1", "--corrected",

@@ -2540,3 +2540,33 @@ TEST(Sorting, PaidPsNearMatchesPaidPs) {
     EXPECT_EQ(costs.PaidPsNear(t, &hint), costs.PaidPs(t)) << "t " << t;
   }
 }
+
+namespace rlscope {
+namespace {
+
+// trace.json encoded on several threads is the one encoded on one, byte for
+// byte (spans in pieces, in order), nested ranges and odd names included.
+TEST_F(AggregatorTest, TraceJsonIsTheSameOnSeveralWorkers) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector w(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(w);
+  for (int64_t i = 0; i < 50000; ++i) {
+    const int64_t tid = 200 + i % 3, ts = 1000 + i * 100;
+    w.Push(tid, ts, i % 7 == 0 ? "odd \"name\"\n" : "range_" + std::to_string(i % 50)).Push(tid, ts + 10, "inner");
+    w.Pop(tid, ts + 20).Pop(tid, ts + 50);
+  }
+  Send(w.Flush(10000000));
+  ctl.Push(1, 500, "step").Pop(1, 9000000);
+  Send(ctl.Flush(10000000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const std::map<uint64_t, int64_t> pids = {{1, 100}, {2, 200}};
+  const std::string one = StepTraceJson(exporter_.steps[0], pids, 1);
+  EXPECT_GT(one.size(), 100000u * 50);
+  EXPECT_TRUE(one == StepTraceJson(exporter_.steps[0], pids, 2));
+  EXPECT_TRUE(one == StepTraceJson(exporter_.steps[0], pids, 4));
+}
+
+}  // namespace
+}  // namespace rlscope
