@@ -19,7 +19,7 @@ std::vector<Interval> UnionClipped(std::vector<Interval> v, int64_t lo, int64_t 
   for (Interval& i : v) i.begin = std::max(i.begin, lo), i.end = std::min(i.end, hi);
   v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return i.end <= i.begin; }), v.end());
   // The union does not depend on the order of intervals that begin together.
-  StableSortUnlessSorted(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  StableSortRuns(&v, [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
   std::vector<Interval> out;
   for (const Interval& i : v) {
     if (!out.empty() && i.begin <= out.back().end) {

@@ -33,6 +33,29 @@ void StableSortUnlessSorted(It first, It last, Less less) {
   if (!std::is_sorted(first, last, less)) std::stable_sort(first, last, less);
 }
 
+// std::stable_sort(v, less), by merging the runs already in order (stable:
+// of equivalent elements, the earlier run's first), the same result; with
+// many short runs, std::stable_sort itself.
+template <class T, class Less>
+void StableSortRuns(std::vector<T>* v, Less less) {
+  std::vector<size_t> runs{0};
+  for (size_t i = 1; i < v->size(); ++i) {
+    if (less((*v)[i], (*v)[i - 1])) runs.push_back(i);
+  }
+  if (runs.size() == 1) return;
+  if (runs.size() > v->size() / 64 + 1) return std::stable_sort(v->begin(), v->end(), less);
+  runs.push_back(v->size());
+  while (runs.size() > 2) {  // neighbouring runs merged pairwise, left to right, then again
+    std::vector<size_t> next{0};
+    for (size_t r = 0; r + 1 < runs.size(); r += 2) {
+      const size_t mid = runs[r + 1], end = r + 2 < runs.size() ? runs[r + 2] : mid;
+      std::inplace_merge(v->begin() + runs[r], v->begin() + mid, v->begin() + end, less);
+      next.push_back(end);
+    }
+    runs.swap(next);
+  }
+}
+
 // std::sort(v, less) for inputs made of a few runs already in order (a
 // step's ranges: each batch's, thread by thread): the runs' positions are
 // merged (stable), and when no two elements are equivalent that order is

@@ -2517,11 +2517,15 @@ TEST(Sorting, SortRunsMatchesStdSort) {
     }
     if (round % 7 == 0) std::reverse(items.begin(), items.end());  // many short runs
     std::vector<Item> expected = items, runs_sorted = items, skipped = items;
+    std::vector<Item> stable_expected = items, stable_runs = items;
     std::sort(expected.begin(), expected.end(), less);
     rlscope::SortRuns(&runs_sorted, less);
     rlscope::SortUnlessStrictlySorted(skipped.begin(), skipped.end(), less);
+    std::stable_sort(stable_expected.begin(), stable_expected.end(), less);
+    rlscope::StableSortRuns(&stable_runs, less);
     EXPECT_TRUE(same(runs_sorted, expected)) << "round " << round;
     EXPECT_TRUE(same(skipped, expected)) << "round " << round;
+    EXPECT_TRUE(same(stable_runs, stable_expected)) << "round " << round;
   }
 }
 
