@@ -255,9 +255,12 @@ bool Corrector::ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_
   const ThreadCosts& th = it->second;
   const auto prev = std::lower_bound(th.ts.begin(), th.ts.end(), begin_ns);
   if (prev == th.ts.begin()) return false;  // nothing paid before it: nothing carried
-  static const Anchors kNone;
   auto a = anchors_.find(tid);
-  const int64_t carried_ns = ShiftPs(th, a == anchors_.end() ? kNone : a->second, *(prev - 1)) / 1000;
+  // Not re-anchored yet: what it paid up to its last mark before begin_ns
+  // (ShiftPs there, without a search: no mark after prev - 1 is that early).
+  const size_t last = static_cast<size_t>(prev - th.ts.begin()) - 1;
+  const int64_t carried_ns =
+      (a == anchors_.end() || a->second.empty() ? th.cum_ps[last] : ShiftPs(th, a->second, th.ts[last])) / 1000;
   if (carried_ns <= anchor_shift_ns || begin_ns - *(prev - 1) <= carried_ns) return false;
   return Reanchor(tid, begin_ns, anchor_shift_ns);
 }
