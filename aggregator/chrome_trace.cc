@@ -186,10 +186,15 @@ class PieceEncoder {
   void Run(int helpers);
 
  private:
-  // Takes the next piece to encode, if one may be taken now. Under mu_.
+  // Takes the next piece to encode, if one may be taken now, with the
+  // memory of one emitted before. Under mu_.
   bool Claim(size_t* piece) {
     if (next_ >= pieces_ || next_ >= emitted_ + kAhead) return false;
     *piece = next_++;
+    if (!spare_.empty()) {
+      bufs_[*piece] = std::move(spare_.back());
+      spare_.pop_back();
+    }
     return true;
   }
   // Encodes piece k into bufs_[k], which only its claimant touches until
@@ -210,6 +215,7 @@ class PieceEncoder {
   std::condition_variable cv_;
   // Guarded by mu_:
   std::vector<char> ready_;
+  std::vector<JsonBuffer> spare_;
   size_t next_ = 0, emitted_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
@@ -242,8 +248,9 @@ void PieceEncoder::EmitInOrder() {
     if (ready_[k]) {
       lock.unlock();
       emit_(&bufs_[k]);
-      bufs_[k] = JsonBuffer();  // its memory goes now
       lock.lock();
+      bufs_[k].clear();
+      spare_.push_back(std::move(bufs_[k]));  // its memory serves a later piece
       ++emitted_;
       cv_.notify_all();
     } else if (Claim(&k)) {

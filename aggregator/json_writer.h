@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace rlscope {
 
@@ -17,6 +18,16 @@ namespace rlscope {
 // std::string's are calls), emptied by its reader as it goes.
 class JsonBuffer {
  public:
+  JsonBuffer() = default;
+  // A moved-from buffer is empty, with no memory.
+  JsonBuffer(JsonBuffer&& o) noexcept
+      : data_(std::move(o.data_)), size_(std::exchange(o.size_, 0)), cap_(std::exchange(o.cap_, 0)) {}
+  JsonBuffer& operator=(JsonBuffer&& o) noexcept {
+    data_ = std::move(o.data_);
+    size_ = std::exchange(o.size_, 0);
+    cap_ = std::exchange(o.cap_, 0);
+    return *this;
+  }
   void append(const char* p, size_t n) {
     if (n > cap_ - size_) Grow(n);
     std::memcpy(data_.get() + size_, p, n);
