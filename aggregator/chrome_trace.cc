@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -420,6 +421,93 @@ class AtomicFile {
   std::string error_;
 };
 
+// Writes the chunks an encoder hands over to `file`, in order, on a thread
+// of its own when `threaded` (the encoder goes on meanwhile; at most
+// kQueued chunks wait), else at once. `file` is only the writer's until
+// Finish returns. An exception on the thread is rethrown by Finish; a
+// thread that cannot start leaves the writing to the encoder.
+class ChunkWriter {
+ public:
+  static constexpr size_t kQueued = 4;
+  ChunkWriter(AtomicFile* file, bool threaded) : file_(file) {
+    if (!threaded) return;
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::system_error&) {
+      // Written at once instead.
+    }
+  }
+  ~ChunkWriter() { Stop(); }
+  ChunkWriter(const ChunkWriter&) = delete;
+  ChunkWriter& operator=(const ChunkWriter&) = delete;
+
+  // Takes `chunk`'s content to be written and leaves it empty (with the
+  // memory of a chunk written before, when there is one).
+  void Write(JsonBuffer* chunk) {
+    if (!thread_.joinable()) {
+      file_->Write(chunk->view());
+      chunk->clear();
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < kQueued || error_; });
+    if (error_) return chunk->clear();  // the file is lost anyway: Finish says why
+    queue_.push_back(std::move(*chunk));
+    if (!spare_.empty()) {
+      *chunk = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    cv_.notify_all();
+  }
+  // Returns once every chunk handed over is written.
+  void Finish() {
+    Stop();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void Run() {
+    try {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (true) {
+        cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+        if (queue_.empty()) return;  // done_, and all written
+        JsonBuffer chunk = std::move(queue_.front());
+        queue_.pop_front();
+        cv_.notify_all();
+        lock.unlock();
+        file_->Write(chunk.view());
+        chunk.clear();
+        lock.lock();
+        spare_.push_back(std::move(chunk));
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  AtomicFile* file_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_ while the thread runs:
+  std::deque<JsonBuffer> queue_;
+  std::vector<JsonBuffer> spare_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
 }  // namespace
 
 std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers) {
@@ -442,11 +530,13 @@ bool ChromeTraceExporter::WriteFile(const std::string& path, const std::string& 
 bool ChromeTraceExporter::WriteTraceJson(const std::string& path, const StepProfile& step) {
   // Written as it is encoded, a chunk at a time: the trace is never whole
   // in memory (it can be hundreds of MB).
+  // With more than one worker the file is written on a thread of its own.
   AtomicFile file(path);
-  EncodeStepTrace(step, trace_pids_, workers_, [&](JsonBuffer* chunk) {
-    file.Write(chunk->view());
-    chunk->clear();
-  });
+  {
+    ChunkWriter writer(&file, workers_ > 1);  // gone before the file
+    EncodeStepTrace(step, trace_pids_, workers_, [&](JsonBuffer* chunk) { writer.Write(chunk); });
+    writer.Finish();
+  }
   if (file.Commit()) return true;
   last_error_ = file.error();
   return false;
