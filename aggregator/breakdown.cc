@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "aggregator/lanes.h"
+#include "aggregator/sorting.h"
 #include "aggregator/step_profile.h"
 #include "aggregator/subtasks.h"
 #include "native/names.h"
@@ -17,7 +18,8 @@ namespace rlscope {
 std::vector<Interval> UnionClipped(std::vector<Interval> v, int64_t lo, int64_t hi) {
   for (Interval& i : v) i.begin = std::max(i.begin, lo), i.end = std::min(i.end, hi);
   v.erase(std::remove_if(v.begin(), v.end(), [](const Interval& i) { return i.end <= i.begin; }), v.end());
-  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  // The union does not depend on the order of intervals that begin together.
+  StableSortRuns(&v, [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
   std::vector<Interval> out;
   for (const Interval& i : v) {
     if (!out.empty() && i.begin <= out.back().end) {
@@ -58,11 +60,16 @@ Overlap ResourceOverlap(const std::vector<Interval>& cpu, const std::vector<Inte
   if (hi <= lo) return o;
   // Sweep the edges of both unions; between two edges the state is constant.
   const std::vector<Interval> c = UnionClipped(cpu, lo, hi), g = UnionClipped(gpu, lo, hi);
-  std::vector<std::pair<int64_t, int>> edges;  // (time, +-1 cpu / +-2 gpu)
-  edges.reserve(2 * (c.size() + g.size()));
-  for (const Interval& i : c) edges.push_back({i.begin, 1}), edges.push_back({i.end, -1});
-  for (const Interval& i : g) edges.push_back({i.begin, 2}), edges.push_back({i.end, -2});
-  std::sort(edges.begin(), edges.end());
+  // (time, +-1 cpu / +-2 gpu), sorted: each union's edges are in order
+  // already (disjoint, sorted), so a merge sorts them (values, no ties to order).
+  std::vector<std::pair<int64_t, int>> cpu_edges, gpu_edges, edges;
+  cpu_edges.reserve(2 * c.size());
+  gpu_edges.reserve(2 * g.size());
+  for (const Interval& i : c) cpu_edges.push_back({i.begin, 1}), cpu_edges.push_back({i.end, -1});
+  for (const Interval& i : g) gpu_edges.push_back({i.begin, 2}), gpu_edges.push_back({i.end, -2});
+  edges.resize(cpu_edges.size() + gpu_edges.size());
+  std::merge(cpu_edges.begin(), cpu_edges.end(), gpu_edges.begin(), gpu_edges.end(), edges.begin());
+  if (!std::is_sorted(edges.begin(), edges.end())) std::sort(edges.begin(), edges.end());
   int64_t t = lo;
   int cpu_on = 0, gpu_on = 0;
   auto account = [&](int64_t until) {

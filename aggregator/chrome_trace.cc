@@ -1,15 +1,25 @@
 #include "aggregator/chrome_trace.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <string_view>
+#include <system_error>
+#include <thread>
 
 #include "aggregator/json_writer.h"
 #include "aggregator/perfetto_trace.h"
@@ -31,13 +41,24 @@ bool MakeDirs(const std::string& path) {
   return true;
 }
 
+using TraceWriter = BasicJsonWriter<JsonBuffer>;
+
 // The JSON encoding of a step's trace (trace_sink.h): metadata "M" events
 // name tracks, "X" slices, "b"/"e" async pairs, "i" instants, "s"/"f" flows.
 class JsonSink : public TraceSink {
  public:
-  explicit JsonSink(JsonWriter* w) : w_(*w) {}
+  // `drain` (none: the output stays in `out`) is called with the output so
+  // far whenever it holds kChunkBytes or more, between two events; it
+  // empties the buffer. `workers`: threads that may encode long runs of
+  // events (ForEach), this one included.
+  using Drain = std::function<void(JsonBuffer*)>;
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+  JsonSink(TraceWriter* w, JsonBuffer* out, Drain drain, int workers)
+      : w_(*w), out_(out), drain_(std::move(drain)), workers_(workers) {}
+  void ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& each) override;
   void Process(int64_t pid, std::string_view name, int64_t sort_index,
                const std::vector<std::string>& labels) override {
+    MaybeDrain();
     Track("process", pid, 0, name, sort_index);
     if (labels.empty()) return;
     std::string joined;
@@ -47,35 +68,38 @@ class JsonSink : public TraceSink {
     w_.Key("args").BeginObject().Key("labels").String(joined).EndObject().EndObject();
   }
   void Thread(int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) override {
+    MaybeDrain();
     Track("thread", pid, tid, name, sort_index);
   }
   void Slice(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t begin_ns, int64_t end_ns,
              const TraceArgs& args, const RawTimes* raw) override {
-    Head("X", name, cat, pid, tid);
-    w_.Key("ts").Micros(begin_ns).Key("dur").Micros(end_ns - begin_ns);
+    MaybeDrain();
+    Head(R"("ph":"X","name":)", name, cat, pid, tid);
+    w_.Fixed(R"(,"ts":)").Micros(begin_ns).Fixed(R"(,"dur":)").Micros(end_ns - begin_ns);
     Args(args, raw);
     w_.EndObject();
   }
   void Async(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, uint64_t id, int64_t begin_ns,
              int64_t end_ns, const TraceArgs& args, const RawTimes* raw) override {
+    MaybeDrain();
     for (int phase = 0; phase < 2; ++phase) {
-      w_.Newline().BeginObject().Key("ph").String(phase == 0 ? "b" : "e");
-      w_.Key("name").String(name).Key("cat").String(cat).Key("id").Uint(id);
-      w_.Key("pid").Int(pid).Key("tid").Int(tid);
-      w_.Key("ts").Micros(phase == 0 ? begin_ns : end_ns);
+      Head(phase == 0 ? R"("ph":"b","name":)" : R"("ph":"e","name":)", name, cat, std::nullopt, 0);
+      w_.Fixed(R"(,"id":)").Uint(id).Fixed(R"(,"pid":)").Int(pid).Fixed(R"(,"tid":)").Int(tid);
+      w_.Fixed(R"(,"ts":)").Micros(phase == 0 ? begin_ns : end_ns);
       if (phase == 0) Args(args, raw);
       w_.EndObject();
     }
   }
   void Instant(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t ts_ns,
                const TraceArgs& args) override {
-    w_.Newline().BeginObject().Key("ph").String("i").Key("s").String("t");
-    w_.Key("name").String(name).Key("cat").String(cat);
-    w_.Key("pid").Int(pid).Key("tid").Int(tid).Key("ts").Micros(ts_ns);
+    MaybeDrain();
+    Head(R"("ph":"i","s":"t","name":)", name, cat, pid, tid);
+    w_.Fixed(R"(,"ts":)").Micros(ts_ns);
     if (args.size() > 0) Args(args, nullptr);
     w_.EndObject();
   }
   void Counter(int64_t pid, std::string_view name, int64_t ts_ns, double value) override {
+    MaybeDrain();
     w_.Newline().BeginObject().Key("ph").String("C").Key("name").String(name).Key("pid").Int(pid);
     w_.Key("ts").Micros(ts_ns).Key("args").BeginObject().Key("value").Double(value).EndObject().EndObject();
   }
@@ -83,10 +107,12 @@ class JsonSink : public TraceSink {
   // as "<name>.<id>".
   void FlowStart(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
                  int64_t ts_ns) override {
+    MaybeDrain();
     FlowPoint("s", pid, id, name, cat, tid, ts_ns);
   }
   void FlowEnd(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
                int64_t ts_ns) override {
+    MaybeDrain();
     FlowPoint("f", pid, id, name, cat, tid, ts_ns);
   }
 
@@ -109,13 +135,16 @@ class JsonSink : public TraceSink {
     w_.Key("name").String(name).Key("cat").String(cat).Key("id").String(std::string(name) + "." + std::to_string(id));
     w_.Key("pid").Int(pid).Key("tid").Int(tid).Key("ts").Micros(ts_ns).EndObject();
   }
-  void Head(const char* ph, std::string_view name, std::string_view cat, int64_t pid, int64_t tid) {
-    w_.Newline().BeginObject().Key("ph").String(ph).Key("name").String(name);
-    w_.Key("cat").String(cat).Key("pid").Int(pid).Key("tid").Int(tid);
+  // An event's opening: `head` (its phase and the "name" key, Fixed), its
+  // name and category, then its pid and tid when `pid` is given.
+  void Head(std::string_view head, std::string_view name, std::string_view cat, std::optional<int64_t> pid,
+            int64_t tid) {
+    w_.Newline().BeginObject().Fixed(head).String(name).Fixed(R"(,"cat":)").String(cat);
+    if (pid) w_.Fixed(R"(,"pid":)").Int(*pid).Fixed(R"(,"tid":)").Int(tid);
   }
   // "args": each in order, then the raw times as "raw_ts" and "raw_dur".
   void Args(const TraceArgs& args, const RawTimes* raw) {
-    w_.Key("args").BeginObject();
+    w_.Fixed(R"(,"args":{)");
     for (int i = 0; i < args.size(); ++i) {
       const TraceArg& a = args[i];
       w_.Key(a.key);
@@ -131,15 +160,159 @@ class JsonSink : public TraceSink {
     if (raw != nullptr) w_.Key("raw_ts").Micros(raw->begin_ns).Key("raw_dur").Micros(raw->end_ns - raw->begin_ns);
     w_.EndObject();
   }
-  JsonWriter& w_;
+  void MaybeDrain() {
+    if (drain_ && out_->size() >= kChunkBytes) drain_(out_);
+  }
+  TraceWriter& w_;
+  JsonBuffer* out_;
+  Drain drain_;
+  int workers_;
 };
+
+// A long run of a JsonSink's events (ForEach) encoded in pieces, on the
+// calling thread and helper threads: each piece into a buffer of its own
+// (a sink that continues the list), handed to `emit` in order on the
+// calling thread. At most kAhead pieces wait to be emitted, so memory stays
+// bounded. `each` runs on every thread (TraceSink::ForEach's contract). An
+// exception on a helper stops the run and is rethrown by Run, every helper
+// joined first; a helper that cannot be started leaves the work to the rest.
+class PieceEncoder {
+ public:
+  static constexpr size_t kPieceItems = 8192;
+  static constexpr size_t kAhead = 8;
+  using Each = std::function<void(TraceSink*, size_t)>;
+  PieceEncoder(size_t n, const Each& each, std::function<void(JsonBuffer*)> emit)
+      : n_(n), pieces_((n + kPieceItems - 1) / kPieceItems), each_(each), emit_(std::move(emit)),
+        bufs_(pieces_), ready_(pieces_, 0) {}
+  void Run(int helpers);
+
+ private:
+  // Takes the next piece to encode, if one may be taken now, with the
+  // memory of one emitted before. Under mu_.
+  bool Claim(size_t* piece) {
+    if (next_ >= pieces_ || next_ >= emitted_ + kAhead) return false;
+    *piece = next_++;
+    if (!spare_.empty()) {
+      bufs_[*piece] = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    return true;
+  }
+  // Encodes piece k into bufs_[k], which only its claimant touches until
+  // ready_[k] is set (under mu_).
+  void Encode(size_t k) {
+    TraceWriter w(&bufs_[k], true);  // the process's own events came before (trace_sink.h)
+    JsonSink sink(&w, &bufs_[k], nullptr, 1);
+    for (size_t i = k * kPieceItems; i < std::min(n_, (k + 1) * kPieceItems); ++i) each_(&sink, i);
+  }
+  void Help();        // a helper thread's loop
+  void EmitInOrder();  // the calling thread's loop
+
+  const size_t n_, pieces_;
+  const Each& each_;
+  std::function<void(JsonBuffer*)> emit_;
+  std::vector<JsonBuffer> bufs_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_:
+  std::vector<char> ready_;
+  std::vector<JsonBuffer> spare_;
+  size_t next_ = 0, emitted_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+void PieceEncoder::Help() {
+  try {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || error_ || next_ >= pieces_ || next_ < emitted_ + kAhead; });
+      size_t k = 0;
+      if (stop_ || error_ || !Claim(&k)) return;
+      lock.unlock();
+      Encode(k);
+      lock.lock();
+      ready_[k] = 1;
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void PieceEncoder::EmitInOrder() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (emitted_ < pieces_ && !error_) {
+    size_t k = emitted_;
+    if (ready_[k]) {
+      lock.unlock();
+      emit_(&bufs_[k]);
+      lock.lock();
+      bufs_[k].clear();
+      spare_.push_back(std::move(bufs_[k]));  // its memory serves a later piece
+      ++emitted_;
+      cv_.notify_all();
+    } else if (Claim(&k)) {
+      lock.unlock();
+      Encode(k);
+      lock.lock();
+      ready_[k] = 1;
+    } else {
+      cv_.wait(lock);  // a piece claimed by a helper becomes ready, or a helper fails
+    }
+  }
+}
+
+void PieceEncoder::Run(int helpers) {
+  std::vector<std::thread> threads;
+  auto join = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads) t.join();
+  };
+  try {
+    for (int i = 0; i < helpers; ++i) threads.emplace_back([this] { Help(); });
+  } catch (const std::system_error&) {
+    // No more threads now: the ones started and this one do the work.
+  }
+  try {
+    EmitInOrder();
+  } catch (...) {
+    join();
+    throw;
+  }
+  join();
+  if (error_) std::rethrow_exception(error_);
+}
+
+void JsonSink::ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& each) {
+  // Short runs, or one worker: here, in order.
+  if (workers_ <= 1 || !drain_ || n < 4 * PieceEncoder::kPieceItems) return TraceSink::ForEach(n, each);
+  PieceEncoder(n, each, [this](JsonBuffer* piece) {
+    drain_(out_);  // what came before the piece
+    drain_(piece);
+  }).Run(workers_ - 1);
+}
 
 }  // namespace
 
-ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats)
+int DefaultTraceWorkers() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::clamp(cores, 1, kMaxTraceWorkers);
+}
+
+ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats, int workers)
     : out_dir_(std::move(out_dir)),
       json_(std::find(formats.begin(), formats.end(), "json") != formats.end()),
-      pftrace_(std::find(formats.begin(), formats.end(), "pftrace") != formats.end()) {}
+      pftrace_(std::find(formats.begin(), formats.end(), "pftrace") != formats.end()),
+      workers_(std::clamp(workers, 1, kMaxTraceWorkers)) {}
 
 int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
   auto it = trace_pids_.find(session);
@@ -155,7 +328,7 @@ int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
 namespace {
 
 // "otherData": the step, and every process's clock against the aggregator's.
-void WriteOtherData(JsonWriter& w, const StepProfile& step) {
+void WriteOtherData(TraceWriter& w, const StepProfile& step) {
   w.Key("otherData").BeginObject();
   w.Key("step").Int(step.step);
   if (!step.capture.empty()) w.Key("capture").String(step.capture);
@@ -178,47 +351,195 @@ void WriteOtherData(JsonWriter& w, const StepProfile& step) {
 
 }  // namespace
 
-std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids) {
-  std::string out;
-  out.reserve(256 + 160 * [&] {
-    size_t n = 0;
-    for (const auto& p : step.processes) n += p.spans.size() + p.instants.size();
-    return n;
-  }());
-  JsonWriter w(&out);
+namespace {
+
+// The step's trace as JSON, handed to `drain` a chunk at a time (JsonSink),
+// the last one included.
+void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers,
+                     const JsonSink::Drain& drain) {
+  JsonBuffer out;
+  TraceWriter w(&out);
   w.BeginObject();
   w.Key("displayTimeUnit").String("ns");
   WriteOtherData(w, step);
   w.Key("traceEvents").BeginArray();
-  JsonSink sink(&w);
+  JsonSink sink(&w, &out, drain, workers);
   StepTraceEvents(step, trace_pids, &sink);
   w.Newline().EndArray();
   w.EndObject();
   out.push_back('\n');
+  drain(&out);
+}
+
+// A file written under a temporary name and renamed when complete, so a
+// reader never sees half of it. POSIX calls, each checked (a full disk shows
+// at write or close): on any failure the temporary file goes, what was
+// there before stays, and `error` says why. One thread at a time.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+    fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd_ < 0) Fail("cannot create");
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) close(fd_);
+    if (!committed_) unlink(tmp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  // Appends `data` (nothing once something failed).
+  void Write(std::string_view data) {
+    for (size_t done = 0; ok() && done < data.size();) {
+      const ssize_t n = write(fd_, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Fail("cannot write");
+      done += static_cast<size_t>(n);
+    }
+  }
+  // Closes and renames the file into place; false (error()) on any failure.
+  bool Commit() {
+    if (!ok()) return false;
+    const int fd = fd_;
+    fd_ = -1;
+    if (close(fd) != 0) return Fail("cannot write"), false;
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) return Fail("cannot rename"), false;
+    committed_ = true;
+    return true;
+  }
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  void Fail(const std::string& what) {
+    if (error_.empty()) error_ = what + " " + tmp_ + ": " + std::strerror(errno);
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::string error_;
+};
+
+// Writes the chunks an encoder hands over to `file`, in order, on a thread
+// of its own when `threaded` (the encoder goes on meanwhile; at most
+// kQueued chunks wait), else at once. `file` is only the writer's until
+// Finish returns. An exception on the thread is rethrown by Finish; a
+// thread that cannot start leaves the writing to the encoder.
+class ChunkWriter {
+ public:
+  static constexpr size_t kQueued = 4;
+  ChunkWriter(AtomicFile* file, bool threaded) : file_(file) {
+    if (!threaded) return;
+    try {
+      thread_ = std::thread([this] { Run(); });
+    } catch (const std::system_error&) {
+      // Written at once instead.
+    }
+  }
+  ~ChunkWriter() { Stop(); }
+  ChunkWriter(const ChunkWriter&) = delete;
+  ChunkWriter& operator=(const ChunkWriter&) = delete;
+
+  // Takes `chunk`'s content to be written and leaves it empty (with the
+  // memory of a chunk written before, when there is one).
+  void Write(JsonBuffer* chunk) {
+    if (!thread_.joinable()) {
+      file_->Write(chunk->view());
+      chunk->clear();
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < kQueued || error_; });
+    if (error_) return chunk->clear();  // the file is lost anyway: Finish says why
+    queue_.push_back(std::move(*chunk));
+    if (!spare_.empty()) {
+      *chunk = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    cv_.notify_all();
+  }
+  // Returns once every chunk handed over is written.
+  void Finish() {
+    Stop();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void Run() {
+    try {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (true) {
+        cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+        if (queue_.empty()) return;  // done_, and all written
+        JsonBuffer chunk = std::move(queue_.front());
+        queue_.pop_front();
+        cv_.notify_all();
+        lock.unlock();
+        file_->Write(chunk.view());
+        chunk.clear();
+        lock.lock();
+        spare_.push_back(std::move(chunk));
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  AtomicFile* file_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_ while the thread runs:
+  std::deque<JsonBuffer> queue_;
+  std::vector<JsonBuffer> spare_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers) {
+  std::string out;
+  EncodeStepTrace(step, trace_pids, workers, [&](JsonBuffer* chunk) {
+    out.append(chunk->view());
+    chunk->clear();
+  });
   return out;
 }
 
 bool ChromeTraceExporter::WriteFile(const std::string& path, const std::string& content) noexcept {
-  // POSIX calls, each checked (a full disk shows at write or close): on any
-  // failure the temporary file goes and what was there before stays.
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what, int fd) {
-    last_error_ = what + " " + tmp + ": " + std::strerror(errno);
-    if (fd >= 0) close(fd);
-    unlink(tmp.c_str());
-    return false;
-  };
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return fail("cannot create", -1);
-  for (size_t done = 0; done < content.size();) {
-    const ssize_t n = write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("cannot write", fd);
-    done += static_cast<size_t>(n);
+  AtomicFile file(path);
+  file.Write(content);
+  if (file.Commit()) return true;
+  last_error_ = file.error();
+  return false;
+}
+
+bool ChromeTraceExporter::WriteTraceJson(const std::string& path, const StepProfile& step) {
+  // Written as it is encoded, a chunk at a time: the trace is never whole
+  // in memory (it can be hundreds of MB).
+  // With more than one worker the file is written on a thread of its own.
+  AtomicFile file(path);
+  {
+    ChunkWriter writer(&file, workers_ > 1);  // gone before the file
+    EncodeStepTrace(step, trace_pids_, workers_, [&](JsonBuffer* chunk) { writer.Write(chunk); });
+    writer.Finish();
   }
-  if (close(fd) != 0) return fail("cannot write", -1);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename", -1);
-  return true;
+  if (file.Commit()) return true;
+  last_error_ = file.error();
+  return false;
 }
 
 bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
@@ -232,7 +553,7 @@ bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
     for (const ProcessSlice& slice : step.processes) {
       TracePid(slice.process->hello().session, slice.process->identity().pid);
     }
-    if (!step.summary_only && json_ && !WriteFile(dir + "/trace.json", StepTraceJson(step, trace_pids_))) return false;
+    if (!step.summary_only && json_ && !WriteTraceJson(dir + "/trace.json", step)) return false;
     if (!step.summary_only && pftrace_ &&
         !WriteFile(dir + "/trace.pftrace", StepTracePerfetto(step, trace_pids_))) {
       return false;

@@ -20,10 +20,18 @@
 
 namespace rlscope {
 
+// Threads that encode a step's trace.json by default: the cores this
+// process may run on (its CPU affinity), at most kMaxTraceWorkers.
+inline constexpr int kMaxTraceWorkers = 4;
+int DefaultTraceWorkers();
+
 class ChromeTraceExporter : public StepExporter {
  public:
   // `formats`: Config::Output::formats ("db" is not the exporter's).
-  explicit ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats = {"json"});
+  // `workers`: threads that encode trace.json, the calling one included
+  // (1: all of it on the calling thread); the file is the same either way.
+  explicit ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats = {"json"},
+                               int workers = DefaultTraceWorkers());
   bool ExportStep(const StepProfile& step) noexcept override;
   bool ExportRun(const RunInfo& run) noexcept override;
 
@@ -32,15 +40,18 @@ class ChromeTraceExporter : public StepExporter {
  private:
   int64_t TracePid(uint64_t session, int64_t pid);
   bool WriteFile(const std::string& path, const std::string& content) noexcept;
+  // trace.json, encoded and written a chunk at a time.
+  bool WriteTraceJson(const std::string& path, const StepProfile& step);
 
   std::string out_dir_;
   bool json_ = true, pftrace_ = false;
+  int workers_ = 1;
   std::map<uint64_t, int64_t> trace_pids_;  // session -> pid in the trace (unique)
   std::string last_error_;
 };
 
-// Serialises a step as Chrome trace JSON (exposed for tests and benchmarks).
-std::string StepTraceJson(const StepProfile& step,
-                          const std::map<uint64_t, int64_t>& trace_pids);
+// Serialises a step as Chrome trace JSON (exposed for tests and benchmarks),
+// on `workers` threads (ChromeTraceExporter).
+std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers = 1);
 
 }  // namespace rlscope

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "aggregator/ray_calls.h"
+#include "aggregator/sorting.h"
 #include "aggregator/step_profile.h"
 #include "aggregator/subtasks.h"
 #include "native/event.h"
@@ -126,7 +127,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
   }
   // Recording order is time order on one thread, except for clock-fit
   // rounding; keep it stable.
-  std::stable_sort(sorted.begin(), sorted.end(), [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; });
+  StableSortUnlessSorted(sorted.begin(), sorted.end(), [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; });
   ThreadCosts t;
   t.ts.reserve(sorted.size());
   t.cum_ps.reserve(sorted.size());
@@ -235,12 +236,17 @@ int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int
   return a->second + costs.PaidPs(t) - costs.PaidPs(a->first, true);
 }
 
-int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const {
+int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const { return ShiftOf(tid).ShiftNs(t); }
+
+Corrector::ThreadShift Corrector::ShiftOf(int64_t tid) const {
+  ThreadShift view;
   auto it = overhead_.threads.find(tid);
-  if (it == overhead_.threads.end()) return 0;
+  if (it == overhead_.threads.end()) return view;
   static const Anchors kNone;
   auto a = anchors_.find(tid);
-  return ShiftPs(it->second, a == anchors_.end() ? kNone : a->second, t) / 1000;
+  view.costs_ = &it->second;
+  view.anchors_ = a == anchors_.end() ? &kNone : &a->second;
+  return view;
 }
 
 bool Corrector::ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_shift_ns) {
@@ -249,9 +255,12 @@ bool Corrector::ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_
   const ThreadCosts& th = it->second;
   const auto prev = std::lower_bound(th.ts.begin(), th.ts.end(), begin_ns);
   if (prev == th.ts.begin()) return false;  // nothing paid before it: nothing carried
-  static const Anchors kNone;
   auto a = anchors_.find(tid);
-  const int64_t carried_ns = ShiftPs(th, a == anchors_.end() ? kNone : a->second, *(prev - 1)) / 1000;
+  // Not re-anchored yet: what it paid up to its last mark before begin_ns
+  // (ShiftPs there, without a search: no mark after prev - 1 is that early).
+  const size_t last = static_cast<size_t>(prev - th.ts.begin()) - 1;
+  const int64_t carried_ns =
+      (a == anchors_.end() || a->second.empty() ? th.cum_ps[last] : ShiftPs(th, a->second, th.ts[last])) / 1000;
   if (carried_ns <= anchor_shift_ns || begin_ns - *(prev - 1) <= carried_ns) return false;
   return Reanchor(tid, begin_ns, anchor_shift_ns);
 }
@@ -377,13 +386,20 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
 
 // Moves the slice's times by `c`, whose overhead the slice then keeps.
 void ApplyCorrection(Corrector& c, ProcessSlice* slice) {
+  // Records come thread by thread: each thread's shift is looked up once per run.
+  int64_t last_tid = 0;
+  Corrector::ThreadShift last = c.ShiftOf(0);
+  auto shift_of = [&](int64_t tid) -> Corrector::ThreadShift& {
+    if (tid != last_tid) last = c.ShiftOf(tid), last_tid = tid;
+    return last;
+  };
   for (Span& span : slice->spans) {
-    span.begin_ns = c.Correct(span.tid, span.begin_ns);
-    span.end_ns = std::max(span.begin_ns, c.Correct(span.end_tid, span.end_ns));
+    span.begin_ns = shift_of(span.tid).Correct(span.begin_ns);
+    span.end_ns = std::max(span.begin_ns, shift_of(span.end_tid).Correct(span.end_ns));
   }
-  for (Instant& i : slice->instants) i.ts_ns = c.Correct(i.tid, i.ts_ns);
-  for (CpuSample& s : slice->cpu_samples) s.ts_ns = c.Correct(s.tid, s.ts_ns);
-  for (OffCpuSample& s : slice->off_cpu) s.ts_ns = c.Correct(s.tid, s.ts_ns);
+  for (Instant& i : slice->instants) i.ts_ns = shift_of(i.tid).Correct(i.ts_ns);
+  for (CpuSample& s : slice->cpu_samples) s.ts_ns = shift_of(s.tid).Correct(s.ts_ns);
+  for (OffCpuSample& s : slice->off_cpu) s.ts_ns = shift_of(s.tid).Correct(s.ts_ns);
   // CPU-side GPU records shift with their thread; device-side ones with the
   // thread that launched them (by correlation), at its launch.
   std::map<uint32_t, std::pair<int64_t, int64_t>> launch;  // correlation -> (tid, raw start)
@@ -557,8 +573,9 @@ std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
   for (const Span& s : spans) {
     if (!s.async) sorted.push_back(&s);
   }
-  std::sort(sorted.begin(), sorted.end(),
-            [](const Span* a, const Span* b) { return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns); });
+  SortRuns(&sorted, [](const Span* a, const Span* b) {
+    return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns);
+  });
   std::vector<const Span*> out;
   std::map<int64_t, int64_t> open_until;  // tid -> the latest end of its ranges so far
   for (const Span* s : sorted) {
@@ -590,7 +607,7 @@ void StepCorrection::ListCalls() {
       calls_.push_back({span->begin_ns, *step_tid, w.corrector.get(), span, false});
     }
   }
-  std::sort(calls_.begin(), calls_.end(), [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+  SortRuns(&calls_, [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
 }
 
 int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {

@@ -140,6 +140,25 @@ class Corrector {
   // re-anchoring at or before `t` plus the shift set there.
   int64_t ShiftNs(int64_t tid, int64_t t) const;
   int64_t Correct(int64_t tid, int64_t t) const { return t - ShiftNs(tid, t); }
+  // ShiftNs of one thread, its costs and anchors looked up once: valid
+  // until the corrector changes (Reanchor) or goes.
+  // One thread's user at a time (it keeps where its last search ended).
+  class ThreadShift {
+   public:
+    int64_t ShiftNs(int64_t t) {
+      if (costs_ == nullptr) return 0;
+      if (anchors_->empty()) return costs_->PaidPsNear(t, &hint_) / 1000;
+      return ShiftPs(*costs_, *anchors_, t) / 1000;
+    }
+    int64_t Correct(int64_t t) { return t - ShiftNs(t); }
+
+   private:
+    friend class Corrector;
+    const ThreadCosts* costs_ = nullptr;
+    const std::vector<std::pair<int64_t, int64_t>>* anchors_ = nullptr;
+    size_t hint_ = 0;
+  };
+  ThreadShift ShiftOf(int64_t tid) const;
   // From `begin_ns` on (events at it included), thread `tid` shifts by
   // `caller_shift_ns` plus what it pays from there, or less: never so much
   // that the call would start before the thread's previous event

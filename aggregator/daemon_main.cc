@@ -325,7 +325,8 @@ int RunRecover(const Options& options) {
   KeySet config_keys;
   if (!LoadConfig(options, &config, &config_keys)) return 2;
   umask(077);
-  ChromeTraceExporter exporter(config.output_dir, config.output.formats);
+  ChromeTraceExporter exporter(config.output_dir, config.output.formats,
+                               options.trace_workers > 0 ? options.trace_workers : DefaultTraceWorkers());
   Aggregator agg(config, &exporter, options.config_path, config_keys);
   if (const char* secret = std::getenv(names::kEnvSecret); secret != nullptr && *secret != '\0') agg.SetSecret(secret);
   std::string unreadable;
@@ -376,7 +377,8 @@ int RunAggregator(const Options& options) {
   void* sock = Listen(ctx, options, config);
   if (sock == nullptr) return 2;
   StopOnSignals(options.exit_with_parent);
-  ChromeTraceExporter exporter(config.output_dir, config.output.formats);
+  ChromeTraceExporter exporter(config.output_dir, config.output.formats,
+                               options.trace_workers > 0 ? options.trace_workers : DefaultTraceWorkers());
   Aggregator agg(config, &exporter, options.config_path, config_keys);
   UseSecret(agg, options);
   TakeUpUnfinishedRun(agg, options, config.output_dir);

@@ -19,6 +19,7 @@ int Usage() {
   std::fprintf(stderr,
                "usage: rlscope-ray-aggregator --listen ENDPOINT --out DIR [--config FILE]\n"
                "           [--grace-ms N] [--exit-when-done] [--exit-with-parent] [--resume] [--endpoint-file FILE]\n"
+               "           [--trace-workers N]\n"
                "       rlscope-ray-aggregator --relay-to ROOT_ENDPOINT --listen ENDPOINT [--endpoint-file FILE]\n"
                "           [--exit-with-parent]\n"
                "       rlscope-ray-aggregator --recover --out DIR [--spool-dir DIR] [--config FILE]\n"
@@ -41,6 +42,7 @@ std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
     else if (a == "--endpoint-file") { if (!value(&o->endpoint_file)) return Usage(); }
     else if (a == "--relay-to") { if (!value(&o->relay_to)) return Usage(); }
     else if (a == "--grace-ms") { if (!value(&v)) return Usage(); o->grace_ms = std::stol(v); }
+    else if (a == "--trace-workers") { if (!value(&v)) return Usage(); o->trace_workers = std::stoi(v); }
     else if (a == "--exit-when-done") o->exit_when_done = true;
     else if (a == "--exit-with-parent") o->exit_with_parent = true;
     else if (a == "--resume") o->resume = true;

@@ -2,24 +2,72 @@
 // summaries, fast enough for millions of events. Not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace rlscope {
 
-class JsonWriter {
+// Where a trace's JSON goes while it is encoded: appends inline (a
+// std::string's are calls), emptied by its reader as it goes.
+class JsonBuffer {
  public:
-  explicit JsonWriter(std::string* out) : out_(out) {}
+  JsonBuffer() = default;
+  // A moved-from buffer is empty, with no memory.
+  JsonBuffer(JsonBuffer&& o) noexcept
+      : data_(std::move(o.data_)), size_(std::exchange(o.size_, 0)), cap_(std::exchange(o.cap_, 0)) {}
+  JsonBuffer& operator=(JsonBuffer&& o) noexcept {
+    data_ = std::move(o.data_);
+    size_ = std::exchange(o.size_, 0);
+    cap_ = std::exchange(o.cap_, 0);
+    return *this;
+  }
+  void append(const char* p, size_t n) {
+    if (n > cap_ - size_) Grow(n);
+    std::memcpy(data_.get() + size_, p, n);
+    size_ += n;
+  }
+  void append(const char* s) { append(s, std::strlen(s)); }
+  void push_back(char c) {
+    if (size_ == cap_) Grow(1);
+    data_[size_++] = c;
+  }
+  size_t size() const { return size_; }
+  std::string_view view() const { return {data_.get(), size_}; }
+  void clear() { size_ = 0; }
 
-  JsonWriter& BeginObject() { Sep(); out_->push_back('{'); first_ = true; return *this; }
-  JsonWriter& EndObject() { out_->push_back('}'); first_ = false; return *this; }
-  JsonWriter& BeginArray() { Sep(); out_->push_back('['); first_ = true; return *this; }
-  JsonWriter& EndArray() { out_->push_back(']'); first_ = false; return *this; }
-  JsonWriter& Key(std::string_view k) {
+ private:
+  void Grow(size_t n) {
+    const size_t cap = std::max(cap_ * 2, std::max<size_t>(size_ + n, 4096));
+    std::unique_ptr<char[]> data(new char[cap]);
+    if (size_ > 0) std::memcpy(data.get(), data_.get(), size_);
+    data_ = std::move(data);
+    cap_ = cap;
+  }
+  std::unique_ptr<char[]> data_;
+  size_t size_ = 0, cap_ = 0;
+};
+
+// `Out`: std::string (JsonWriter) or JsonBuffer; anything with
+// append(const char*, size_t), append(const char*) and push_back(char).
+template <class Out>
+class BasicJsonWriter {
+ public:
+  // `in_list`: the output continues a list or object that holds something
+  // already (the first value written takes a comma).
+  explicit BasicJsonWriter(Out* out, bool in_list = false) : out_(out), first_(!in_list) {}
+
+  BasicJsonWriter& BeginObject() { Sep(); out_->push_back('{'); first_ = true; return *this; }
+  BasicJsonWriter& EndObject() { out_->push_back('}'); first_ = false; return *this; }
+  BasicJsonWriter& BeginArray() { Sep(); out_->push_back('['); first_ = true; return *this; }
+  BasicJsonWriter& EndArray() { out_->push_back(']'); first_ = false; return *this; }
+  BasicJsonWriter& Key(std::string_view k) {
     // Keys are short identifiers: ,"key": in one append when nothing needs escaping.
     char buf[64];
     if (k.size() <= sizeof(buf) - 4 && !NeedsEscape(k)) {
@@ -39,12 +87,20 @@ class JsonWriter {
     first_ = true;  // the value follows without a comma
     return *this;
   }
-  JsonWriter& String(std::string_view s) { Sep(); Quote(s); return *this; }
-  JsonWriter& Int(int64_t v) { Sep(); AppendNumber(v); return *this; }
-  JsonWriter& Uint(uint64_t v) { Sep(); AppendNumber(v); return *this; }
-  JsonWriter& Bool(bool v) { Sep(); out_->append(v ? "true" : "false"); return *this; }
-  JsonWriter& Null() { Sep(); out_->append("null"); return *this; }
-  JsonWriter& Double(double v) {
+  // Appends `text` as it is: JSON the caller vouches for that ends where a
+  // value follows without a comma (a key's colon, an opening bracket), such
+  // as `"ph":"X","name":`. A fast path for fixed keys.
+  BasicJsonWriter& Fixed(std::string_view text) {
+    out_->append(text.data(), text.size());
+    first_ = true;
+    return *this;
+  }
+  BasicJsonWriter& String(std::string_view s) { Sep(); Quote(s); return *this; }
+  BasicJsonWriter& Int(int64_t v) { Sep(); AppendNumber(v); return *this; }
+  BasicJsonWriter& Uint(uint64_t v) { Sep(); AppendNumber(v); return *this; }
+  BasicJsonWriter& Bool(bool v) { Sep(); out_->append(v ? "true" : "false"); return *this; }
+  BasicJsonWriter& Null() { Sep(); out_->append("null"); return *this; }
+  BasicJsonWriter& Double(double v) {
     Sep();
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%.6g", v);
@@ -53,7 +109,7 @@ class JsonWriter {
   }
   // Nanoseconds as microseconds with exactly three decimals ("12.345"), the
   // Chrome trace convention; exact for any int64 ns value.
-  JsonWriter& Micros(int64_t ns) {
+  BasicJsonWriter& Micros(int64_t ns) {
     Sep();
     // The magnitude as unsigned: -INT64_MIN does not fit an int64.
     const uint64_t mag = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
@@ -66,7 +122,7 @@ class JsonWriter {
     return *this;
   }
   // Starts a new line between top-level items (readable, diff-friendly).
-  JsonWriter& Newline() { out_->push_back('\n'); return *this; }
+  BasicJsonWriter& Newline() { out_->push_back('\n'); return *this; }
 
  private:
   void Sep() {
@@ -113,8 +169,10 @@ class JsonWriter {
     out_->push_back('"');
   }
 
-  std::string* out_;
-  bool first_ = true;
+  Out* out_;
+  bool first_;
 };
+
+using JsonWriter = BasicJsonWriter<std::string>;
 
 }  // namespace rlscope

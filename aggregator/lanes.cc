@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "aggregator/sorting.h"
 #include "aggregator/step_profile.h"
 #include "aggregator/timeline.h"
 
@@ -56,8 +57,8 @@ int WindowAt(const std::vector<LaneWindow>& windows, const std::vector<int64_t>&
   return -1;
 }
 
-// Keeps the longest kMaxLaneBoxes, in time order.
-void Bound(Lane* lane) {
+// Keeps the longest kMaxLaneBoxes, in time order (the controller's windows).
+void BoundNamed(Lane* lane) {
   auto& boxes = lane->boxes;
   if (boxes.size() > kMaxLaneBoxes) {
     std::stable_sort(boxes.begin(), boxes.end(),
@@ -67,6 +68,41 @@ void Bound(Lane* lane) {
   }
   std::stable_sort(boxes.begin(), boxes.end(),
                    [](const LaneBox& a, const LaneBox& b) { return a.begin_ns < b.begin_ns; });
+}
+
+// A box before it is kept: its name is made only for the boxes kept.
+struct Candidate {
+  int64_t begin_ns = 0, duration_ns = 0;
+  const Span* span = nullptr;  // a worker's range (its name), or none: `name` below
+  int subtask = -1;
+  bool critical = false;
+  size_t index = 0;  // its place in the lane before Bound
+};
+
+// Keeps the longest kMaxLaneBoxes (of equal ones the first), in time order
+// (of boxes beginning together, the longer first, then the first): as a
+// stable sort by duration, cut to the longest, then a stable sort by begin.
+// `name` names the boxes without a span.
+void Bound(const ProcessTimeline& p, std::vector<Candidate> boxes, const std::string& name, Lane* lane) {
+  if (boxes.size() > kMaxLaneBoxes) {
+    auto longer = [](const Candidate& a, const Candidate& b) {
+      return a.duration_ns != b.duration_ns ? a.duration_ns > b.duration_ns : a.index < b.index;
+    };
+    std::nth_element(boxes.begin(), boxes.begin() + kMaxLaneBoxes, boxes.end(), longer);
+    lane->omitted = boxes.size() - kMaxLaneBoxes;
+    boxes.resize(kMaxLaneBoxes);
+    std::sort(boxes.begin(), boxes.end(), [&](const Candidate& a, const Candidate& b) {
+      return a.begin_ns != b.begin_ns ? a.begin_ns < b.begin_ns : longer(a, b);
+    });
+  } else {
+    StableSortUnlessSorted(boxes.begin(), boxes.end(),
+                           [](const Candidate& a, const Candidate& b) { return a.begin_ns < b.begin_ns; });
+  }
+  lane->boxes.reserve(boxes.size());
+  for (const Candidate& c : boxes) {
+    lane->boxes.push_back({c.begin_ns, c.duration_ns, c.span != nullptr ? p.String(c.span->name) : name, c.subtask,
+                           c.critical});
+  }
 }
 
 }  // namespace
@@ -104,27 +140,30 @@ StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& 
         lane.boxes.push_back({windows[w].begin_ns - begin, windows[w].end_ns - windows[w].begin_ns, windows[w].name,
                               window_subtask[w], false});
       }
+      BoundNamed(&lane);
     } else {
+      std::vector<Candidate> boxes;
       for (const Span& s : slice.spans) {
         if (s.depth != 0 || s.step >= 0) continue;  // outermost ranges; a step range is the controller's
         const int w = WindowAt(windows, max_end, s.begin_ns);
-        lane.boxes.push_back({s.begin_ns - begin, std::max<int64_t>(0, s.end_ns - s.begin_ns),
-                              slice.process->String(s.name), w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1,
-                              w >= 0 && window_critical[static_cast<size_t>(w)] == p});
+        boxes.push_back({s.begin_ns - begin, std::max<int64_t>(0, s.end_ns - s.begin_ns), &s,
+                         w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1,
+                         w >= 0 && window_critical[static_cast<size_t>(w)] == p, boxes.size()});
       }
+      Bound(*slice.process, std::move(boxes), std::string(), &lane);
     }
-    Bound(&lane);
     out.lanes.push_back(std::move(lane));
     if (static_cast<size_t>(p) < gpu_busy.size() && !gpu_busy[static_cast<size_t>(p)].empty()) {
       Lane gpu;
       gpu.process = p;
       gpu.gpu = true;
+      std::vector<Candidate> boxes;
       for (const Interval& i : gpu_busy[static_cast<size_t>(p)]) {
         const int w = WindowAt(windows, max_end, i.begin);
-        gpu.boxes.push_back({i.begin - begin, i.end - i.begin, "GPU busy",
-                             w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1, false});
+        boxes.push_back({i.begin - begin, i.end - i.begin, nullptr,
+                         w >= 0 ? window_subtask[static_cast<size_t>(w)] : -1, false, boxes.size()});
       }
-      Bound(&gpu);
+      Bound(*slice.process, std::move(boxes), "GPU busy", &gpu);
       out.lanes.push_back(std::move(gpu));
     }
   }

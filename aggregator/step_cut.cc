@@ -8,6 +8,7 @@
 #include "aggregator/breakdown.h"
 #include "aggregator/correction.h"
 #include "aggregator/ray_calls.h"
+#include "aggregator/sorting.h"
 
 namespace rlscope {
 
@@ -71,19 +72,19 @@ namespace {
 
 // The orders ProcessSlice promises (step_profile.h).
 void SortSlice(ProcessSlice* slice) {
-  std::sort(slice->spans.begin(), slice->spans.end(), [](const Span& a, const Span& b) {
+  SortRuns(&slice->spans, [](const Span& a, const Span& b) {
     if (a.tid != b.tid) return a.tid < b.tid;
     if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
     return a.end_ns > b.end_ns;  // enclosing first
   });
-  std::sort(slice->instants.begin(), slice->instants.end(),
-            [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
-  std::sort(slice->gpu.begin(), slice->gpu.end(),
-            [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
-  std::stable_sort(slice->cpu_samples.begin(), slice->cpu_samples.end(),
-                   [](const CpuSample& a, const CpuSample& b) { return a.ts_ns < b.ts_ns; });
-  std::stable_sort(slice->off_cpu.begin(), slice->off_cpu.end(),
-                   [](const OffCpuSample& a, const OffCpuSample& b) { return a.ts_ns < b.ts_ns; });
+  SortUnlessStrictlySorted(slice->instants.begin(), slice->instants.end(),
+                           [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
+  SortUnlessStrictlySorted(slice->gpu.begin(), slice->gpu.end(),
+                           [](const GpuRecord& a, const GpuRecord& b) { return a.start_ns < b.start_ns; });
+  StableSortUnlessSorted(slice->cpu_samples.begin(), slice->cpu_samples.end(),
+                         [](const CpuSample& a, const CpuSample& b) { return a.ts_ns < b.ts_ns; });
+  StableSortUnlessSorted(slice->off_cpu.begin(), slice->off_cpu.end(),
+                         [](const OffCpuSample& a, const OffCpuSample& b) { return a.ts_ns < b.ts_ns; });
 }
 
 }  // namespace

@@ -33,6 +33,31 @@ struct ThreadCosts {
     const size_t n = static_cast<size_t>(end - ts.begin());
     return n == 0 ? 0 : cum_ps[n - 1];
   }
+  // PaidPs(t), searched outward from `*hint` (where the last search ended,
+  // updated): cheap for a time near the one before.
+  int64_t PaidPsNear(int64_t t, size_t* hint) const {
+    const size_t size = ts.size();
+    size_t lo = std::min(*hint, size), hi = lo, step = 1;
+    if (lo > 0 && ts[lo - 1] > t) {  // before the hint: the answer is at most lo - 1
+      hi = lo - 1;
+      lo = hi;
+      while (lo > 0 && ts[lo - 1] > t) {
+        hi = lo - 1;
+        lo = hi >= step ? hi - step : 0;
+        step *= 2;
+      }
+    } else {  // at or after it: every ts before lo is at most t
+      while (hi < size && ts[hi] <= t) {
+        lo = hi + 1;
+        hi = lo + step;
+        step *= 2;
+      }
+      hi = std::min(hi, size);
+    }
+    const size_t n = static_cast<size_t>(std::upper_bound(ts.begin() + lo, ts.begin() + hi, t) - ts.begin());
+    *hint = n;
+    return n == 0 ? 0 : cum_ps[n - 1];
+  }
 };
 
 // The samples behind a cost measured in place ("step" or "run").

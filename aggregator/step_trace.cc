@@ -299,7 +299,7 @@ void CategoryArg(TraceArgs* args, const ProcessTimeline& p, uint32_t domain, uin
 void SpanEvent(TraceSink* sink, const ProcessTimeline& p, const Span& s, int64_t pid) {
   const char* raw_name = p.String(s.name);
   const std::string_view name = *raw_name ? raw_name : "(unnamed)";
-  const std::string cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
+  const std::string_view cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
   TraceArgs args;
   std::string category;
   if (s.has_payload) PayloadArg(&args, s.payload, s.payload_signed);
@@ -311,7 +311,7 @@ void SpanEvent(TraceSink* sink, const ProcessTimeline& p, const Span& s, int64_t
   const RawTimes raw{s.raw_begin_ns, s.raw_end_ns};
   const bool moved = s.raw_begin_ns != s.begin_ns || s.raw_end_ns != s.end_ns;
   if (s.async) {
-    sink->Async(pid, s.tid, name, cat + ".async", s.range_id, s.begin_ns, s.end_ns, args, moved ? &raw : nullptr);
+    sink->Async(pid, s.tid, name, std::string(cat) + ".async", s.range_id, s.begin_ns, s.end_ns, args, moved ? &raw : nullptr);
   } else {
     sink->Slice(pid, s.tid, name, cat, s.begin_ns, s.end_ns, args, moved ? &raw : nullptr);
   }
@@ -410,7 +410,7 @@ void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice&
   GpuTracks(sink, slice, pid, &tids);
   for (int64_t tid : tids) sink->Thread(pid, tid, p.ThreadName(tid), ThreadSort(p, tid));
   GpuEvents(sink, slice, pid);
-  for (const Span& s : slice.spans) SpanEvent(sink, p, s, pid);
+  sink->ForEach(slice.spans.size(), [&](TraceSink* to, size_t i) { SpanEvent(to, p, slice.spans[i], pid); });
   CpuSampleEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   OffCpuEvents(sink, slice, pid, step.begin_ns, step.end_ns);
   for (const Instant& i : slice.instants) InstantEvent(sink, p, i, pid);

@@ -303,6 +303,7 @@ void ProcessTimeline::Bye(const wire::Bye& bye) {
 
 void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
                           std::vector<Instant>* instants) const {
+  spans->reserve(spans->size() + done_.size() + open_async_.size() + stacks_.size());
   for (const Span& s : done_) {
     if (s.begin_ns < end_ns && s.end_ns > begin_ns) spans->push_back(s);
     else if (s.begin_ns == s.end_ns && s.begin_ns >= begin_ns && s.begin_ns < end_ns) spans->push_back(s);
@@ -365,7 +366,10 @@ void ProcessTimeline::CutCosts(int64_t begin_ns, int64_t end_ns,
     std::vector<CostMark>* dst = nullptr;
     for (const CostMark& m : marks) {
       if (m.ts_ns < begin_ns || m.ts_ns > end_ns) continue;
-      if (dst == nullptr) dst = &(*out)[tid];
+      if (dst == nullptr) {
+        dst = &(*out)[tid];
+        dst->reserve(dst->size() + marks.size());
+      }
       dst->push_back(m);
     }
   }

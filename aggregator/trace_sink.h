@@ -13,8 +13,12 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <vector>
 
@@ -32,7 +36,8 @@ struct TraceArg {
   std::array<int64_t, 3> v{};
 };
 
-// An event's arguments, in order, at most kMax (no allocation).
+// An event's arguments, in order, at most kMax (no allocation; the slots
+// not used are not even initialised: one is made per event).
 class TraceArgs {
  public:
   static constexpr int kMax = 8;
@@ -45,17 +50,17 @@ class TraceArgs {
     return Add(k, TraceArg::Type::kInts3).v = v, *this;
   }
   int size() const { return n_; }
-  const TraceArg& operator[](int i) const { return items_[i]; }
+  const TraceArg& operator[](int i) const { return *std::launder(reinterpret_cast<const TraceArg*>(slots_[i])); }
 
  private:
+  static_assert(std::is_trivially_copyable_v<TraceArg> && std::is_trivially_destructible_v<TraceArg>);
   TraceArg& Add(std::string_view k, TraceArg::Type t) {
-    TraceArg& a = items_[n_ < kMax ? n_++ : kMax - 1];
-    a = TraceArg{};
+    TraceArg& a = *new (slots_[n_ < kMax ? n_++ : kMax - 1]) TraceArg{};
     a.key = k;
     a.type = t;
     return a;
   }
-  std::array<TraceArg, kMax> items_;
+  alignas(TraceArg) unsigned char slots_[kMax][sizeof(TraceArg)];  // [0, n_) hold a TraceArg each
   int n_ = 0;
 };
 
@@ -94,6 +99,14 @@ class TraceSink {
                          int64_t ts_ns) = 0;
   virtual void FlowEnd(int64_t pid, uint64_t id, std::string_view name, std::string_view cat, int64_t tid,
                        int64_t ts_ns) = 0;
+  // The events of items [0, n), in that order: `each(sink, i)` makes item
+  // i's on `sink`. A sink may make parts of the range on other threads, each
+  // on a sink of its own, and keep their events in order; so `each` may
+  // only read what it shares with others (a ProcessTimeline, the step) and
+  // write only to the sink it is given.
+  virtual void ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& each) {
+    for (size_t i = 0; i < n; ++i) each(this, i);
+  }
 };
 
 }  // namespace rlscope

@@ -1,9 +1,15 @@
-// Aggregator throughput on one core: wire frames in (as collectors send them),
-// step trace.json + summary.json out. Also reports bytes per event on the wire.
+// Aggregator throughput: wire frames in (as collectors send them), step
+// trace.json + summary.json out, on the cores taskset gives it. Also reports
+// bytes per event on the wire.
 //
-//   aggregator_bench [--events N] [--threads T] [--out DIR] [--corrected]
+//   aggregator_bench [--events N] [--threads T] [--workers W] [--out DIR] [--corrected]
+// --threads: recording threads in the synthetic worker; --workers: the
+// aggregator's threads encoding trace.json (default: the cores it may use,
+// DefaultTraceWorkers), reported as "workers".
 // Prints one JSON line: events, frames, wire_bytes, bytes_per_event,
-// seconds (decode -> trace.json written), events_per_s, trace_bytes, and the
+// seconds (decode -> trace.json written), events_per_s, cpu_seconds (the
+// process's CPU time over the same span, all threads: on a busy machine
+// wall time also counts others' turns on the core), trace_bytes, and the
 // collector side's encoding: encode_ns_per_event (the batches' events
 // through wire::BatchWriter, as the flush thread encodes them) beside
 // packer_ns_per_event (the same events packed field by field with msgpack-c's
@@ -11,6 +17,8 @@
 // format, outside the end-to-end time: json_encode_s / json_bytes beside
 // pftrace_encode_s / pftrace_bytes (perfetto_trace.h).
 #include <msgpack.hpp>
+
+#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -40,13 +48,20 @@ long StatusKb(const char* key) {
 }
 using namespace rlscope;
 
+double CpuSeconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 // The exporter the daemon runs (trace.json), then each format's encoding of
 // the same step on its own, timed.
 class EncodingTimer : public StepExporter {
  public:
-  explicit EncodingTimer(const std::string& out) : files_(out) {}
+  EncodingTimer(const std::string& out, int workers) : files_(out, {"json"}, workers) {}
   bool ExportStep(const StepProfile& step) noexcept override {
     const bool ok = files_.ExportStep(step);
+    const double cpu_a = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
     const auto a = std::chrono::steady_clock::now();
     std::map<uint64_t, int64_t> pids;
     for (const ProcessSlice& slice : step.processes) pids[slice.process->hello().session] = slice.process->identity().pid;
@@ -54,6 +69,7 @@ class EncodingTimer : public StepExporter {
     const auto b = std::chrono::steady_clock::now();
     pftrace = StepTracePerfetto(step, pids);
     const auto c = std::chrono::steady_clock::now();
+    extra_cpu_s += CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu_a;
     pftrace_bytes += pftrace.size();
     json_s += std::chrono::duration<double>(b - a).count();
     pftrace_s += std::chrono::duration<double>(c - b).count();
@@ -61,6 +77,7 @@ class EncodingTimer : public StepExporter {
   }
   bool ExportRun(const RunInfo& run) noexcept override { return files_.ExportRun(run); }
   double json_s = 0, pftrace_s = 0;
+  double extra_cpu_s = 0;  // CPU time of the two encodings above (not the aggregator's)
   size_t json_bytes = 0, pftrace_bytes = 0;
   std::string pftrace;  // the last step's, written beside its trace.json after the timing
 
@@ -73,11 +90,13 @@ int main(int argc, char** argv) {
   int64_t events = 2000000;
   bool corrected = false;  // --corrected: the worker states costs, so correction moves every range
   int threads = 4;
+  int workers = DefaultTraceWorkers();
   std::string out = "/tmp/rlscope_aggregator_bench";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--events") && i + 1 < argc) events = std::atoll(argv[++i]);
     if (!std::strcmp(argv[i], "--corrected")) corrected = true;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc) workers = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
   }
   // One controller process holding one step; one worker process with
@@ -185,14 +204,16 @@ int main(int argc, char** argv) {
   for (const auto& f : frames) wire_bytes += f.size();
 
   Config config;
-  EncodingTimer exporter(out);
+  EncodingTimer exporter(out, workers);
   Aggregator agg(config, &exporter);
   const long rss_before_kb = StatusKb("VmRSS:");  // the frames, built above, are not the aggregator's
+  const double cpu_start = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
   const auto start = std::chrono::steady_clock::now();
   for (const auto& f : frames) agg.OnFrame(f.data(), f.size(), 0);
   agg.Tick(0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
                          exporter.json_s - exporter.pftrace_s;
+  const double cpu_seconds = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpu_start - exporter.extra_cpu_s;
   // Beside trace.json, for the bench's look at opening each (run_bench.py).
   if (FILE* f = std::fopen((out + "/step_1/trace.pftrace").c_str(), "wb")) {
     std::fwrite(exporter.pftrace.data(), 1, exporter.pftrace.size(), f);
@@ -207,14 +228,14 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "{\"events\": %zu, \"frames\": %zu, \"wire_bytes\": %zu, \"bytes_per_event\": %.2f, "
-      "\"seconds\": %.4f, \"events_per_s\": %.0f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
+      "\"seconds\": %.4f, \"events_per_s\": %.0f, \"cpu_seconds\": %.4f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
       "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu, "
       "\"aggregator_peak_mb\": %.1f, \"json_encode_s\": %.4f, \"json_bytes\": %zu, \"pftrace_encode_s\": %.4f, "
-      "\"pftrace_bytes\": %zu}\n",
+      "\"pftrace_bytes\": %zu, \"workers\": %d}\n",
       wire_events, frames.size(), wire_bytes, static_cast<double>(wire_bytes) / wire_events, seconds,
-      wire_events / seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes,
+      wire_events / seconds, cpu_seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes,
       encode_s * 1e9 / wire_events, packer_s * 1e9 / wire_events, packer_bytes,
       static_cast<double>(StatusKb("VmHWM:") - rss_before_kb) / 1024, exporter.json_s, exporter.json_bytes,
-      exporter.pftrace_s, exporter.pftrace_bytes);
+      exporter.pftrace_s, exporter.pftrace_bytes, workers);
   return agg.stats().steps_written == 1 ? 0 : 1;
 }

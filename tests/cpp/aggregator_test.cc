@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -32,6 +33,8 @@
 #include "aggregator/process_json.h"
 #include "native/spool_file.h"
 #include "aggregator/run_json.h"
+#include "aggregator/sorting.h"
+#include "aggregator/step_profile.h"
 #include "aggregator/summary_json.h"
 #include "native/names.h"
 #include "aggregator/timeline.h"
@@ -2484,3 +2487,90 @@ TEST(JsonWriterTest, EscapesNumbersAndMicrosExactly) {
             "\"i\":-9223372036854775808,\"u\":18446744073709551615,\"z\":0,\"us\":1234.567,\"us0\":0.005,"
             "\"neg\":-1.000,\"odd\\\"key\":null,\"min\":-9223372036854775.808}");
 }
+
+// The sorts that skip work (sorting.h) give what std::sort gives: runs of
+// distinct keys merged, and inputs with equivalent elements (then sorted as
+// before, so even their order among themselves is std::sort's).
+TEST(Sorting, SortRunsMatchesStdSort) {
+  struct Item {
+    int key, payload;
+  };
+  auto less = [](const Item& a, const Item& b) { return a.key < b.key; };
+  auto same = [](const std::vector<Item>& a, const std::vector<Item>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].key != b[i].key || a[i].payload != b[i].payload) return false;
+    }
+    return true;
+  };
+  std::srand(7);
+  for (int round = 0; round < 200; ++round) {
+    const int runs = 1 + round % 9, per_run = 1 + std::rand() % 300;
+    const bool ties = round % 3 == 0;
+    std::vector<Item> items;
+    for (int r = 0; r < runs; ++r) {
+      for (int i = 0; i < per_run; ++i) {
+        // Run r holds keys r, r + runs, r + 2 runs...: distinct across runs unless `ties`.
+        const int key = ties ? (i * runs + r) / 2 : i * runs + r;
+        items.push_back({key, static_cast<int>(items.size())});
+      }
+    }
+    if (round % 7 == 0) std::reverse(items.begin(), items.end());  // many short runs
+    std::vector<Item> expected = items, runs_sorted = items, skipped = items;
+    std::vector<Item> stable_expected = items, stable_runs = items;
+    std::sort(expected.begin(), expected.end(), less);
+    rlscope::SortRuns(&runs_sorted, less);
+    rlscope::SortUnlessStrictlySorted(skipped.begin(), skipped.end(), less);
+    std::stable_sort(stable_expected.begin(), stable_expected.end(), less);
+    rlscope::StableSortRuns(&stable_runs, less);
+    EXPECT_TRUE(same(runs_sorted, expected)) << "round " << round;
+    EXPECT_TRUE(same(skipped, expected)) << "round " << round;
+    EXPECT_TRUE(same(stable_runs, stable_expected)) << "round " << round;
+  }
+}
+
+// ThreadCosts::PaidPsNear is PaidPs wherever its search starts.
+TEST(Sorting, PaidPsNearMatchesPaidPs) {
+  rlscope::ThreadCosts costs;
+  for (int i = 0; i < 1000; ++i) {
+    costs.ts.push_back(100 + 10 * (i / 3));  // equal times too
+    costs.cum_ps.push_back(7 * (i + 1));
+  }
+  std::srand(11);
+  size_t hint = 0;
+  for (int k = 0; k < 5000; ++k) {
+    const int64_t t = std::rand() % 3600;
+    if (k % 5 == 0) hint = static_cast<size_t>(std::rand() % 1200);  // out of range too
+    EXPECT_EQ(costs.PaidPsNear(t, &hint), costs.PaidPs(t)) << "t " << t;
+  }
+}
+
+namespace rlscope {
+namespace {
+
+// trace.json encoded on several threads is the one encoded on one, byte for
+// byte (spans in pieces, in order), nested ranges and odd names included.
+TEST_F(AggregatorTest, TraceJsonIsTheSameOnSeveralWorkers) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector w(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(w);
+  for (int64_t i = 0; i < 50000; ++i) {
+    const int64_t tid = 200 + i % 3, ts = 1000 + i * 100;
+    w.Push(tid, ts, i % 7 == 0 ? "odd \"name\"\n" : "range_" + std::to_string(i % 50)).Push(tid, ts + 10, "inner");
+    w.Pop(tid, ts + 20).Pop(tid, ts + 50);
+  }
+  Send(w.Flush(10000000));
+  ctl.Push(1, 500, "step").Pop(1, 9000000);
+  Send(ctl.Flush(10000000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  const std::map<uint64_t, int64_t> pids = {{1, 100}, {2, 200}};
+  const std::string one = StepTraceJson(exporter_.steps[0], pids, 1);
+  EXPECT_GT(one.size(), 100000u * 50);
+  EXPECT_TRUE(one == StepTraceJson(exporter_.steps[0], pids, 2));
+  EXPECT_TRUE(one == StepTraceJson(exporter_.steps[0], pids, 4));
+}
+
+}  // namespace
+}  // namespace rlscope

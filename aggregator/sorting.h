@@ -1,0 +1,98 @@
+// Sorts that skip the work when the input is in order already (most of a
+// step's records arrive in time order), with the same result as the sort
+// they stand for, so outputs do not depend on which path was taken.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <utility>
+#include <vector>
+
+namespace rlscope {
+
+// std::sort(first, last, less), skipped when every element is less than the
+// next: then the input is the only order `less` allows, whatever the sort
+// would do with equivalent elements (an input with any is sorted as before).
+template <class It, class Less>
+void SortUnlessStrictlySorted(It first, It last, Less less) {
+  if (first == last) return;
+  for (It a = first, b = std::next(first); b != last; ++a, ++b) {
+    if (!less(*a, *b)) {
+      std::sort(first, last, less);
+      return;
+    }
+  }
+}
+
+// std::stable_sort(first, last, less), skipped when already sorted: a stable
+// sort leaves a sorted input as it is.
+template <class It, class Less>
+void StableSortUnlessSorted(It first, It last, Less less) {
+  if (!std::is_sorted(first, last, less)) std::stable_sort(first, last, less);
+}
+
+// std::stable_sort(v, less), by merging the runs already in order (stable:
+// of equivalent elements, the earlier run's first), the same result; with
+// many short runs, std::stable_sort itself.
+template <class T, class Less>
+void StableSortRuns(std::vector<T>* v, Less less) {
+  std::vector<size_t> runs{0};
+  for (size_t i = 1; i < v->size(); ++i) {
+    if (less((*v)[i], (*v)[i - 1])) runs.push_back(i);
+  }
+  if (runs.size() == 1) return;
+  if (runs.size() > v->size() / 64 + 1) return std::stable_sort(v->begin(), v->end(), less);
+  runs.push_back(v->size());
+  while (runs.size() > 2) {  // neighbouring runs merged pairwise, left to right, then again
+    std::vector<size_t> next{0};
+    for (size_t r = 0; r + 1 < runs.size(); r += 2) {
+      const size_t mid = runs[r + 1], end = r + 2 < runs.size() ? runs[r + 2] : mid;
+      std::inplace_merge(v->begin() + runs[r], v->begin() + mid, v->begin() + end, less);
+      next.push_back(end);
+    }
+    runs.swap(next);
+  }
+}
+
+// std::sort(v, less) for inputs made of a few runs already in order (a
+// step's ranges: each batch's, thread by thread): the runs' positions are
+// merged (stable), and when no two elements are equivalent that order is
+// the only one `less` allows, the same as std::sort's, and v is put in it.
+// With equivalent elements, or many short runs, v is std::sort-ed as before.
+template <class T, class Less>
+void SortRuns(std::vector<T>* v, Less less) {
+  const size_t n = v->size();
+  std::vector<uint32_t> order(n);
+  std::vector<size_t> runs{0};  // where each run begins
+  for (size_t i = 0; i < n; ++i) {
+    order[i] = static_cast<uint32_t>(i);
+    if (i > 0 && less((*v)[i], (*v)[i - 1])) runs.push_back(i);
+  }
+  if (runs.size() == 1) return SortUnlessStrictlySorted(v->begin(), v->end(), less);
+  if (n > UINT32_MAX || runs.size() > n / 64 + 1) return std::sort(v->begin(), v->end(), less);
+  runs.push_back(n);
+  auto by = [&](uint32_t a, uint32_t b) { return less((*v)[a], (*v)[b]); };
+  std::vector<uint32_t> merged(n);
+  while (runs.size() > 2) {  // merge neighbouring runs pairwise, then again
+    std::vector<size_t> next{0};
+    for (size_t r = 0; r + 1 < runs.size(); r += 2) {
+      const size_t mid = runs[r + 1], end = r + 2 < runs.size() ? runs[r + 2] : mid;
+      std::merge(order.begin() + runs[r], order.begin() + mid, order.begin() + mid, order.begin() + end,
+                 merged.begin() + runs[r], by);
+      next.push_back(end);
+    }
+    order.swap(merged);
+    runs.swap(next);
+  }
+  for (size_t i = 1; i < n; ++i) {
+    if (!by(order[i - 1], order[i])) return std::sort(v->begin(), v->end(), less);  // equivalent elements
+  }
+  std::vector<T> sorted;
+  sorted.reserve(n);
+  for (uint32_t i : order) sorted.push_back(std::move((*v)[i]));
+  v->swap(sorted);
+}
+
+}  // namespace rlscope
