@@ -276,9 +276,11 @@ void PieceEncoder::Run(int helpers) {
     for (std::thread& t : threads) t.join();
   };
   try {
+    threads.reserve(static_cast<size_t>(helpers));
     for (int i = 0; i < helpers; ++i) threads.emplace_back([this] { Help(); });
-  } catch (const std::system_error&) {
-    // No more threads now: the ones started and this one do the work.
+  } catch (...) {
+    // No more threads now (none to start, or no memory for one): the ones
+    // started and this one do the work; every started one is joined below.
   }
   try {
     EmitInOrder();
@@ -301,11 +303,10 @@ void JsonSink::ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& 
 
 }  // namespace
 
-int DefaultTraceWorkers() {
+int AvailableCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return std::clamp(cores, 1, kMaxTraceWorkers);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
 ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats, int workers)
@@ -410,10 +411,13 @@ class AtomicFile {
   const std::string& error() const { return error_; }
 
  private:
+  // The temporary file goes at once (a full disk gets its space back while
+  // the rest of the step is still encoded, for nothing).
   void Fail(const std::string& what) {
     if (error_.empty()) error_ = what + " " + tmp_ + ": " + std::strerror(errno);
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
+    unlink(tmp_.c_str());
   }
   std::string path_, tmp_;
   int fd_ = -1;
@@ -433,7 +437,7 @@ class ChunkWriter {
     if (!threaded) return;
     try {
       thread_ = std::thread([this] { Run(); });
-    } catch (const std::system_error&) {
+    } catch (...) {
       // Written at once instead.
     }
   }

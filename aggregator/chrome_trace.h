@@ -20,10 +20,14 @@
 
 namespace rlscope {
 
-// Threads that encode a step's trace.json by default: the cores this
-// process may run on (its CPU affinity), at most kMaxTraceWorkers.
+// Threads that encode a step's trace.json: one by default (on two cores a
+// second one gained nothing measurable in bench/aggregator_bench, and the
+// profiled job wants its cores); the daemon's --trace-workers N asks for up
+// to kMaxTraceWorkers.
 inline constexpr int kMaxTraceWorkers = 4;
-int DefaultTraceWorkers();
+inline constexpr int kDefaultTraceWorkers = 1;
+// The cores this process may run on (its CPU affinity).
+int AvailableCores();
 
 class ChromeTraceExporter : public StepExporter {
  public:
@@ -31,7 +35,7 @@ class ChromeTraceExporter : public StepExporter {
   // `workers`: threads that encode trace.json, the calling one included
   // (1: all of it on the calling thread); the file is the same either way.
   explicit ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats = {"json"},
-                               int workers = DefaultTraceWorkers());
+                               int workers = kDefaultTraceWorkers);
   bool ExportStep(const StepProfile& step) noexcept override;
   bool ExportRun(const RunInfo& run) noexcept override;
 

@@ -326,7 +326,7 @@ int RunRecover(const Options& options) {
   if (!LoadConfig(options, &config, &config_keys)) return 2;
   umask(077);
   ChromeTraceExporter exporter(config.output_dir, config.output.formats,
-                               options.trace_workers > 0 ? options.trace_workers : DefaultTraceWorkers());
+                               options.trace_workers > 0 ? options.trace_workers : kDefaultTraceWorkers);
   Aggregator agg(config, &exporter, options.config_path, config_keys);
   if (const char* secret = std::getenv(names::kEnvSecret); secret != nullptr && *secret != '\0') agg.SetSecret(secret);
   std::string unreadable;
@@ -378,7 +378,7 @@ int RunAggregator(const Options& options) {
   if (sock == nullptr) return 2;
   StopOnSignals(options.exit_with_parent);
   ChromeTraceExporter exporter(config.output_dir, config.output.formats,
-                               options.trace_workers > 0 ? options.trace_workers : DefaultTraceWorkers());
+                               options.trace_workers > 0 ? options.trace_workers : kDefaultTraceWorkers);
   Aggregator agg(config, &exporter, options.config_path, config_keys);
   UseSecret(agg, options);
   TakeUpUnfinishedRun(agg, options, config.output_dir);

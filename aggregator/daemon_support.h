@@ -17,7 +17,7 @@ struct Options {
   std::string listen, out, config_path, endpoint_file, relay_to;
   std::string spool_dir;  // --spool-dir: --recover's directory (default: the run's, by its key)
   long grace_ms = -1;
-  int trace_workers = 0;  // --trace-workers: threads encoding trace.json (0: DefaultTraceWorkers)
+  int trace_workers = 0;  // --trace-workers: threads encoding trace.json (0: kDefaultTraceWorkers)
   bool exit_when_done = false;
   bool exit_with_parent = false;
   bool resume = false;

@@ -29,6 +29,7 @@ class JsonBuffer {
     return *this;
   }
   void append(const char* p, size_t n) {
+    if (n == 0) return;  // (no memcpy from or into a null buffer)
     if (n > cap_ - size_) Grow(n);
     std::memcpy(data_.get() + size_, p, n);
     size_ += n;

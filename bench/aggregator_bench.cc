@@ -5,7 +5,7 @@
 //   aggregator_bench [--events N] [--threads T] [--workers W] [--out DIR] [--corrected]
 // --threads: recording threads in the synthetic worker; --workers: the
 // aggregator's threads encoding trace.json (default: the cores it may use,
-// DefaultTraceWorkers), reported as "workers".
+// AvailableCores, at most kMaxTraceWorkers), reported as "workers".
 // Prints one JSON line: events, frames, wire_bytes, bytes_per_event,
 // seconds (decode -> trace.json written), events_per_s, cpu_seconds (the
 // process's CPU time over the same span, all threads: on a busy machine
@@ -20,6 +20,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
   int64_t events = 2000000;
   bool corrected = false;  // --corrected: the worker states costs, so correction moves every range
   int threads = 4;
-  int workers = DefaultTraceWorkers();
+  int workers = std::min(AvailableCores(), kMaxTraceWorkers);
   std::string out = "/tmp/rlscope_aggregator_bench";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--events") && i + 1 < argc) events = std::atoll(argv[++i]);

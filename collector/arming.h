@@ -48,7 +48,8 @@ class Arming {
   // armed(), watching(), whether events are stamped by the TSC with no test
   // clock, and whether the process's collector runs (kHotOff: not yet, or a
   // forked child's), in one process-wide byte: the handlers' fast lanes
-  // (collector.h) read it once per call, without the collector's pointer.
+  // (Recording::FastPush, FastPop) read it once per call, without the
+  // collector's pointer.
   // kHotArmed alone: record without looking at names; neither kHotArmed nor
   // kHotWatching: count depth only. One Arming per process (the collector's).
   static constexpr uint8_t kHotArmed = rlscope::kHotArmed, kHotWatching = rlscope::kHotWatching,

@@ -148,7 +148,7 @@ RLSCOPE_HOT nvtxRangeId_t Start(Collector* c, ThreadState* ts, uint32_t domain, 
   return c->RangeStart(ts, a.name, domain, a.category, a.value, a.flags);
 }
 
-// ---- Fast lanes (Collector's) in front of pushes and pops ----
+// ---- Fast lanes (Recording's) in front of pushes and pops ----
 // A push or pop handler first tries its lane, inline, and takes its full
 // path (the *Full function beside it, out of line, behind RLSCOPE_ENTER)
 // when the lane says so or the call is the thread's timed one: the full
@@ -241,7 +241,8 @@ int NVTX_API RangePushEx(const nvtxEventAttributes_t* a) {
                [a] { return PushExFull(0, a); });
 }
 int NVTX_API RangePushA(const char* m) {
-  return Front([m](uint8_t hot, ThreadState* ts, int* depth) { return PushALane(hot, ts, m, depth); }, [m] { return PushAFull(m); });
+  return Front([m](uint8_t hot, ThreadState* ts, int* depth) { return PushALane(hot, ts, m, depth); },
+               [m] { return PushAFull(m); });
 }
 int NVTX_API RangePushW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
@@ -250,7 +251,9 @@ int NVTX_API RangePushW(const wchar_t* m) {
   return Push(c, ts, 0, at);
 }
 int NVTX_API RangePop() {
-  return Front([](uint8_t hot, ThreadState* ts, int* depth) { return Recording::FastPop(hot, ts, 0, kFlagNone, depth); }, [] { return PopFull(0); });
+  return Front(
+      [](uint8_t hot, ThreadState* ts, int* depth) { return Recording::FastPop(hot, ts, 0, kFlagNone, depth); },
+      [] { return PopFull(0); });
 }
 void NVTX_API NameCategoryA(uint32_t category, const char* name) {
   if (Collector* c = Collector::Instance(); c != nullptr && name != nullptr) {
@@ -280,13 +283,17 @@ nvtxRangeId_t NVTX_API DomainRangeStartEx(nvtxDomainHandle_t d, const nvtxEventA
 void NVTX_API DomainRangeEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) { End(DomainId(d), id); }
 int NVTX_API DomainRangePushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   const uint32_t domain = DomainId(d);
-  return Front([domain, a](uint8_t hot, ThreadState* ts, int* depth) { return PushExLane(hot, ts, domain, a, depth); },
-               [domain, a] { return PushExFull(domain, a); });
+  return Front(
+      [domain, a](uint8_t hot, ThreadState* ts, int* depth) { return PushExLane(hot, ts, domain, a, depth); },
+      [domain, a] { return PushExFull(domain, a); });
 }
 int NVTX_API DomainRangePop(nvtxDomainHandle_t d) {
   const uint32_t domain = DomainId(d);
-  return Front([domain](uint8_t hot, ThreadState* ts, int* depth) { return Recording::FastPop(hot, ts, domain, kFlagNone, depth); },
-               [domain] { return PopFull(domain); });
+  return Front(
+      [domain](uint8_t hot, ThreadState* ts, int* depth) {
+        return Recording::FastPop(hot, ts, domain, kFlagNone, depth);
+      },
+      [domain] { return PopFull(domain); });
 }
 nvtxResourceHandle_t NVTX_API DomainResourceCreate(nvtxDomainHandle_t, nvtxResourceAttributes_t*) {
   return nullptr;

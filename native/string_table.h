@@ -45,11 +45,12 @@ class StringTable {
 // (sprintf into a stack array) stay correct. Single thread only.
 //
 // Hit() is the hot path's check, inline and without a call: a name shorter
-// than kInlineBytes is compared as two 16-byte loads against the entry's
-// copy. It reads kInlineBytes from `s` (past its end, never past its page:
-// a string that ends near a page end is left to Lookup), which a memory
-// checker such as Valgrind's memcheck may report as a read past a heap
-// block; the bytes past the terminator are masked off and never decide.
+// than kInlineBytes is compared as one or two 16-byte loads against the
+// entry's copy. It may read past the name's terminator, never past its page
+// (a name whose first kInlineBytes cross a page end is left to Lookup),
+// which a memory checker such as Valgrind's memcheck may report as a read
+// past a heap block; the bytes past the terminator are masked off and never
+// decide.
 class NameCache {
  public:
   static constexpr size_t kInlineBytes = 32;

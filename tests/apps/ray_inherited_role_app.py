@@ -9,6 +9,7 @@ inherit the TaskRunner's, role included. Each step (an nvtx start/end range
 import json
 import os
 import sys
+import time
 
 import nvtx
 import ray
@@ -25,18 +26,31 @@ class Worker:
                 x += i
         return os.getpid()
 
+    def recording(self) -> bool:
+        from rlscope_ray import _native
+        return bool(_native.armed())
+
 
 @ray.remote(num_cpus=0)
 class TaskRunner:
     def run(self, steps: int) -> dict:
         workers = [Worker.remote() for _ in range(2)]  # no runtime_env: the TaskRunner's is inherited
         pids = ray.get([w.work.remote(1) for w in workers])
-        for _ in range(steps):
+        for step in range(1, steps + 1):
             r = nvtx.start_range("step")
             g = nvtx.start_range("update_actor")
             ray.get([w.work.remote(2000) for w in workers])
             nvtx.end_range(g)
             nvtx.end_range(r)
+            # The window of step 2 opens as step 1 ends; step 2 is shorter
+            # than its broadcast may take on a busy machine: it begins once
+            # both workers record (what this app checks is the roles, not
+            # how fast the broadcast travels; a late one is counted and said,
+            # tests/test_capture.py).
+            deadline = time.time() + 60
+            while step == 1 and not all(ray.get([w.recording.remote() for w in workers])):
+                assert time.time() < deadline, "the workers never armed"
+                time.sleep(0.01)
         return {"task_runner": os.getpid(), "workers": pids}
 
 

@@ -94,7 +94,8 @@ TEST(FastLanes, APopIsRecordedExactlyWhenItsPushWasWhateverTheArmingThen) {
   EXPECT_EQ(ts->buffer->last().kind, static_cast<uint8_t>(EventKind::kRangePop));
   // Pushed disarmed (the depth alone, the name never asked), popped armed:
   // neither recorded.
-  ASSERT_TRUE(Recording::FastPush(Collector::Hot(), ts, 0, [](RangeAttr*) -> bool { std::abort(); }, &depth));
+  const auto never = [](RangeAttr*) -> bool { std::abort(); };
+  ASSERT_TRUE(Recording::FastPush(Collector::Hot(), ts, 0, never, &depth));
   EXPECT_EQ(depth, 0);
   c->SetCaptureActive(true);
   ASSERT_TRUE(Recording::FastPop(Collector::Hot(), ts, 0, kFlagNone, &depth));
