@@ -228,12 +228,26 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   o.costs = model.used();
 }
 
-int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t) {
-  auto a = std::upper_bound(anchors.begin(), anchors.end(), t,
-                            [](int64_t v, const std::pair<int64_t, int64_t>& x) { return v < x.first; });
-  if (a == anchors.begin()) return costs.PaidPs(t);
-  --a;  // the last re-anchoring at or before t
-  return a->second + costs.PaidPs(t) - costs.PaidPs(a->first, true);
+int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t, size_t* hint,
+                           size_t* anchor_hint) {
+  const int64_t paid_ps = costs.PaidPsNear(t, hint);
+  if (anchors.empty()) return paid_ps;
+  const size_t n = UpperBoundNear(anchors.size(), t, *anchor_hint, [&](size_t i) { return anchors[i].ts; });
+  *anchor_hint = n;
+  if (n == 0) return paid_ps;
+  const Anchor& a = anchors[n - 1];  // the last re-anchoring at or before t
+  return a.base_ps + paid_ps - a.paid_before_ps;
+}
+
+int64_t Corrector::ShiftAtMarkPs(const ThreadCosts& costs, const Anchors& anchors, size_t i) {
+  const int64_t t = costs.ts[i];
+  auto a = anchors.end();  // the last re-anchoring at or before t: most often the last one
+  if (!anchors.empty() && anchors.back().ts > t) {
+    a = std::upper_bound(anchors.begin(), anchors.end(), t, [](int64_t v, const Anchor& x) { return v < x.ts; });
+  }
+  if (a == anchors.begin()) return costs.cum_ps[i];
+  --a;
+  return a->base_ps + costs.cum_ps[i] - a->paid_before_ps;
 }
 
 int64_t Corrector::ShiftNs(int64_t tid, int64_t t) const { return ShiftOf(tid).ShiftNs(t); }
@@ -245,7 +259,7 @@ Corrector::ThreadShift Corrector::ShiftOf(int64_t tid) const {
   static const Anchors kNone;
   auto a = anchors_.find(tid);
   view.costs_ = &it->second;
-  view.anchors_ = a == anchors_.end() ? &kNone : &a->second;
+  view.anchors_ = a == anchors_.end() ? &kNone : &a->second.list;
   return view;
 }
 
@@ -253,15 +267,12 @@ bool Corrector::ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_
   auto it = overhead_.threads.find(tid);
   if (it == overhead_.threads.end()) return false;
   const ThreadCosts& th = it->second;
-  const auto prev = std::lower_bound(th.ts.begin(), th.ts.end(), begin_ns);
-  if (prev == th.ts.begin()) return false;  // nothing paid before it: nothing carried
-  auto a = anchors_.find(tid);
-  // Not re-anchored yet: what it paid up to its last mark before begin_ns
-  // (ShiftPs there, without a search: no mark after prev - 1 is that early).
-  const size_t last = static_cast<size_t>(prev - th.ts.begin()) - 1;
-  const int64_t carried_ns =
-      (a == anchors_.end() || a->second.empty() ? th.cum_ps[last] : ShiftPs(th, a->second, th.ts[last])) / 1000;
-  if (carried_ns <= anchor_shift_ns || begin_ns - *(prev - 1) <= carried_ns) return false;
+  ThreadAnchors& anchors = anchors_[tid];
+  const size_t prev = th.UpperNear(begin_ns - 1, &anchors.mark_hint);  // its first mark at or after begin_ns
+  if (prev == 0) return false;  // nothing paid before it: nothing carried
+  // What it carried at its last mark before begin_ns.
+  const int64_t carried_ns = ShiftAtMarkPs(th, anchors.list, prev - 1) / 1000;
+  if (carried_ns <= anchor_shift_ns || begin_ns - th.ts[prev - 1] <= carried_ns) return false;
   return Reanchor(tid, begin_ns, anchor_shift_ns);
 }
 
@@ -269,18 +280,21 @@ bool Corrector::Reanchor(int64_t tid, int64_t begin_ns, int64_t caller_shift_ns)
   auto it = overhead_.threads.find(tid);
   if (it == overhead_.threads.end()) return false;  // paid nothing in the step: nothing moves
   const ThreadCosts& th = it->second;
-  Anchors& anchors = anchors_[tid];
-  if (!anchors.empty() && begin_ns <= anchors.back().first) return false;  // not in time order
+  ThreadAnchors& anchors = anchors_[tid];
+  if (!anchors.list.empty() && begin_ns <= anchors.list.back().ts) return false;  // not in time order
   // The thread was free from its last event before `begin_ns` (or the
   // step's begin) on: the call, with what its first events cost before
   // `begin_ns`, cannot start before that event, corrected.
-  const auto prev = std::lower_bound(th.ts.begin(), th.ts.end(), begin_ns);
-  const int64_t free_ns = prev == th.ts.begin() ? begin_ns_ : *(prev - 1);
-  const int64_t free_shift_ps = prev == th.ts.begin() ? 0 : ShiftPs(th, anchors, free_ns);
-  const int64_t at_begin_ps = th.PaidPs(begin_ns) - th.PaidPs(begin_ns, true);
+  const size_t prev = th.UpperNear(begin_ns - 1, &anchors.mark_hint);  // its first mark at or after begin_ns
+  const int64_t free_ns = prev == 0 ? begin_ns_ : th.ts[prev - 1];
+  const int64_t free_shift_ps = prev == 0 ? 0 : ShiftAtMarkPs(th, anchors.list, prev - 1);
+  const int64_t before_ps = prev == 0 ? 0 : th.cum_ps[prev - 1];  // paid before begin_ns
+  size_t at = prev;  // past its marks at begin_ns
+  while (at < th.ts.size() && th.ts[at] == begin_ns) ++at;
+  const int64_t at_begin_ps = at == prev ? 0 : th.cum_ps[at - 1] - before_ps;
   const int64_t base_ps =
       std::min(caller_shift_ns * 1000, (begin_ns - free_ns) * 1000 + free_shift_ps - at_begin_ps);
-  anchors.emplace_back(begin_ns, std::max<int64_t>(0, base_ps));
+  anchors.list.push_back({begin_ns, std::max<int64_t>(0, base_ps), before_ps});
   return true;
 }
 

@@ -132,6 +132,15 @@ const char* CostKey(uint8_t kind);
 // Overhead a slice keeps, step_profile.h).
 class Corrector {
  public:
+  // A re-anchoring (Reanchor): from `ts` on, the thread shifts by `base_ps`
+  // plus what it paid at or after ts; `paid_before_ps` is what it paid
+  // before ts (ThreadCosts::PaidPs(ts, true)), kept so a shift needs one
+  // search of the thread's marks, not two.
+  struct Anchor {
+    int64_t ts = 0;
+    int64_t base_ps = 0;
+    int64_t paid_before_ps = 0;
+  };
   // `marks`: per thread, the events recorded in the step (aggregator clock),
   // in recording order; `begin_ns` anchors the step (no shift before it).
   Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model, int64_t begin_ns);
@@ -147,16 +156,15 @@ class Corrector {
    public:
     int64_t ShiftNs(int64_t t) {
       if (costs_ == nullptr) return 0;
-      if (anchors_->empty()) return costs_->PaidPsNear(t, &hint_) / 1000;
-      return ShiftPs(*costs_, *anchors_, t) / 1000;
+      return ShiftPs(*costs_, *anchors_, t, &hint_, &anchor_hint_) / 1000;
     }
     int64_t Correct(int64_t t) { return t - ShiftNs(t); }
 
    private:
     friend class Corrector;
     const ThreadCosts* costs_ = nullptr;
-    const std::vector<std::pair<int64_t, int64_t>>* anchors_ = nullptr;
-    size_t hint_ = 0;
+    const std::vector<Anchor>* anchors_ = nullptr;
+    size_t hint_ = 0, anchor_hint_ = 0;  // where the last searches ended
   };
   ThreadShift ShiftOf(int64_t tid) const;
   // From `begin_ns` on (events at it included), thread `tid` shifts by
@@ -188,13 +196,23 @@ class Corrector {
   Overhead TakeOverhead() { return std::move(overhead_); }
 
  private:
-  using Anchors = std::vector<std::pair<int64_t, int64_t>>;  // (ts, base_ps), in time order
+  using Anchors = std::vector<Anchor>;  // in time order
+  // One thread's re-anchorings, and where the last search of its marks for
+  // a call's begin ended (calls come in time order per thread).
+  struct ThreadAnchors {
+    Anchors list;
+    size_t mark_hint = 0;
+  };
   // What a thread with `costs` and `anchors` shifts by at t, ps: from each
   // re-anchoring's ts on, its base_ps plus what was paid at or after ts.
-  static int64_t ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t);
+  // The searches start at, and leave, the hints.
+  static int64_t ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t, size_t* hint,
+                         size_t* anchor_hint);
+  // ShiftPs at the time of the thread's mark `i`, the last of its marks at that time.
+  static int64_t ShiftAtMarkPs(const ThreadCosts& costs, const Anchors& anchors, size_t i);
   int64_t begin_ns_ = 0;
   Overhead overhead_;
-  std::map<int64_t, Anchors> anchors_;  // Reanchor, by tid
+  std::map<int64_t, ThreadAnchors> anchors_;  // Reanchor, by tid
 };
 
 // A controller window that waits on workers: raw times, aggregator clock;

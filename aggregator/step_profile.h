@@ -21,6 +21,39 @@ namespace rlscope {
 
 struct StepAnalysis;  // breakdown.h, which fills it
 
+// upper_bound over `size` times in order (`at(i)`, i < size) for `t`,
+// galloping outward from `hint` before the binary search: O(log distance),
+// so a run of nearby queries costs little each.
+template <class At>
+size_t UpperBoundNear(size_t size, int64_t t, size_t hint, At at) {
+  size_t lo = std::min(hint, size), hi = lo, step = 1;
+  if (lo > 0 && at(lo - 1) > t) {  // before the hint: the answer is at most lo - 1
+    hi = lo - 1;
+    lo = hi;
+    while (lo > 0 && at(lo - 1) > t) {
+      hi = lo - 1;
+      lo = hi >= step ? hi - step : 0;
+      step *= 2;
+    }
+  } else {  // at or after it: every time before lo is at most t
+    while (hi < size && at(hi) <= t) {
+      lo = hi + 1;
+      hi = lo + step;
+      step *= 2;
+    }
+    hi = std::min(hi, size);
+  }
+  while (lo < hi) {  // the first in [lo, hi) after t
+    const size_t mid = lo + (hi - lo) / 2;
+    if (at(mid) <= t) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 // What one thread paid the profiler in a step, as the overhead correction
 // charged it (correction.h): its marks' times (raw, aggregator clock,
 // sorted) and the cost summed up to each, picoseconds.
@@ -36,27 +69,15 @@ struct ThreadCosts {
   // PaidPs(t), searched outward from `*hint` (where the last search ended,
   // updated): cheap for a time near the one before.
   int64_t PaidPsNear(int64_t t, size_t* hint) const {
-    const size_t size = ts.size();
-    size_t lo = std::min(*hint, size), hi = lo, step = 1;
-    if (lo > 0 && ts[lo - 1] > t) {  // before the hint: the answer is at most lo - 1
-      hi = lo - 1;
-      lo = hi;
-      while (lo > 0 && ts[lo - 1] > t) {
-        hi = lo - 1;
-        lo = hi >= step ? hi - step : 0;
-        step *= 2;
-      }
-    } else {  // at or after it: every ts before lo is at most t
-      while (hi < size && ts[hi] <= t) {
-        lo = hi + 1;
-        hi = lo + step;
-        step *= 2;
-      }
-      hi = std::min(hi, size);
-    }
-    const size_t n = static_cast<size_t>(std::upper_bound(ts.begin() + lo, ts.begin() + hi, t) - ts.begin());
-    *hint = n;
+    const size_t n = UpperNear(t, hint);
     return n == 0 ? 0 : cum_ps[n - 1];
+  }
+  // The index upper_bound(ts, t) gives, searched outward from `*hint` (set
+  // to it); lower_bound(ts, t) is UpperNear(t - 1).
+  size_t UpperNear(int64_t t, size_t* hint) const {
+    const size_t n = UpperBoundNear(ts.size(), t, *hint, [this](size_t i) { return ts[i]; });
+    *hint = n;
+    return n;
   }
 };
 

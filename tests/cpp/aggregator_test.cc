@@ -2529,6 +2529,23 @@ TEST(Sorting, SortRunsMatchesStdSort) {
   }
 }
 
+// UpperBoundNear is std::upper_bound wherever its search starts.
+TEST(Sorting, UpperBoundNearIsUpperBoundFromAnyHint) {
+  std::srand(12);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<int64_t> v(static_cast<size_t>(std::rand() % 70));
+    int64_t x = 0;
+    for (int64_t& e : v) e = x += std::rand() % 3;  // repeats too
+    for (int k = 0; k < 300; ++k) {
+      const int64_t t = std::rand() % (x + 4) - 2;
+      const size_t hint = static_cast<size_t>(std::rand() % (v.size() + 3));  // out of range too
+      const size_t want = static_cast<size_t>(std::upper_bound(v.begin(), v.end(), t) - v.begin());
+      EXPECT_EQ(rlscope::UpperBoundNear(v.size(), t, hint, [&](size_t i) { return v[i]; }), want)
+          << "round " << round << " t " << t << " hint " << hint;
+    }
+  }
+}
+
 // ThreadCosts::PaidPsNear is PaidPs wherever its search starts.
 TEST(Sorting, PaidPsNearMatchesPaidPs) {
   rlscope::ThreadCosts costs;

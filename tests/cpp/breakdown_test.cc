@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "aggregator/attribution.h"
@@ -252,6 +253,69 @@ TEST(Correction, ACallStartsWhenItsSubmitArrivesNotEarlierForTheWorkersOwnPast) 
   const LastWork last{700, 7, 42};
   const auto controller = [](int64_t t) { return t < 600 ? int64_t{15} : 20; };
   EXPECT_EQ(WaitShrinkNs({{&w, last, true}}, 450, controller), 700 - 20 - (700 - 95));
+}
+
+// The corrector searches from hints (where the last search ended); its
+// shifts and re-anchorings are their definitions (correction.h), computed
+// here by brute force over the marks as charged, whatever order the
+// questions come in.
+TEST(Correction, ShiftsAndReanchoringsAreTheirDefinitionsWhateverTheOrderOfQuestions) {
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+  const CostModel model({{"push", 40}, {"pop", 30}}, 1.0);
+  std::srand(5);
+  for (int round = 0; round < 20; ++round) {
+    std::map<int64_t, std::vector<CostMark>> marks;
+    int64_t t = 1000;
+    for (int i = 0; i < 400; ++i) {
+      t += std::rand() % 4 == 0 ? 0 : std::rand() % (round % 2 == 0 ? 200 : 5000);  // equal times too
+      marks[7].push_back({t, i % 2 == 0 ? push : pop, 0});
+    }
+    Corrector c(marks, model, 900);
+    const ThreadCosts& charged = c.overhead().threads.at(7);
+    auto paid = [&](int64_t at) {  // ps paid at or before `at`
+      int64_t ps = 0;
+      for (size_t i = 0; i < charged.ts.size(); ++i) ps = charged.ts[i] <= at ? charged.cum_ps[i] : ps;
+      return ps;
+    };
+    std::vector<std::pair<int64_t, int64_t>> anchors;  // (ts, base_ps)
+    auto shift_ps = [&](int64_t at) {
+      for (auto a = anchors.rbegin(); a != anchors.rend(); ++a) {
+        if (a->first <= at) return a->second + paid(at) - paid(a->first - 1);
+      }
+      return paid(at);
+    };
+    auto last_before = [&](int64_t at) {  // the thread's last mark before `at`, or none
+      std::optional<int64_t> last;
+      for (int64_t ts : charged.ts) last = ts < at ? std::optional<int64_t>(ts) : last;
+      return last;
+    };
+    auto reanchor = [&](int64_t begin, int64_t caller_ns) {
+      if (!anchors.empty() && begin <= anchors.back().first) return false;
+      const std::optional<int64_t> free = last_before(begin);
+      const int64_t free_ns = free ? *free : 900, free_shift_ps = free ? shift_ps(*free) : 0;
+      const int64_t base =
+          std::min(caller_ns * 1000, (begin - free_ns) * 1000 + free_shift_ps - (paid(begin) - paid(begin - 1)));
+      anchors.emplace_back(begin, std::max<int64_t>(0, base));
+      return true;
+    };
+    for (int64_t begin = 1000; begin < t; begin += 1 + std::rand() % 3000) {
+      const int64_t caller_ns = std::rand() % 200;
+      if (std::rand() % 3 == 0) {
+        ASSERT_EQ(c.Reanchor(7, begin, caller_ns), reanchor(begin, caller_ns)) << "round " << round;
+        continue;
+      }
+      const std::optional<int64_t> prev = last_before(begin);
+      const int64_t carried_ns = prev ? shift_ps(*prev) / 1000 : 0;
+      const bool idle = prev && carried_ns > caller_ns && begin - *prev > carried_ns;
+      ASSERT_EQ(c.ReanchorAfterIdle(7, begin, caller_ns), idle && reanchor(begin, caller_ns)) << "round " << round;
+    }
+    Corrector::ThreadShift view = c.ShiftOf(7);
+    for (int k = 0; k < 3000; ++k) {  // in time order, then anywhere
+      const int64_t at = k < 1500 ? 900 + k * (t - 900) / 1500 : 800 + std::rand() % (t - 700);
+      ASSERT_EQ(view.Correct(at), at - shift_ps(at) / 1000) << "round " << round << " at " << at;
+      ASSERT_EQ(c.Correct(7, at), at - shift_ps(at) / 1000) << "round " << round << " at " << at;
+    }
+  }
 }
 
 TEST(Correction, AnEventCostsAtMostTheTimeSinceItsThreadsPreviousMark) {
