@@ -15,7 +15,8 @@ Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config
     : run_config_(&context_, std::move(config), std::move(config_file), std::move(config_keys)),
       admission_(&context_),
       scheduler_(&context_, &run_config_),
-      exporter_(exporter) {}
+      exporter_(exporter),
+      analyze_beside_(AvailableCores() > 1) {}
 
 void Aggregator::Resume(const ResumePoint& point) {
   releases_.Resume(point);
@@ -308,11 +309,22 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
     return StepDone(step);
   }
   StepProfile profile = CutStep(step, forced, now_ns);
+  // The breakdown, on the whole step: beside the trace's export when
+  // nothing selects sub-tasks (then the trace is the step as analysed) and
+  // there is a core for it. It reads the timelines too: done before they
+  // change (StepDone) and before the profile goes.
+  AnalyzeStepInto(&profile, config, analyze_beside_ && config.subtasks.empty() && !config.discrete);
+  struct Joined {
+    const StepProfile& profile;
+    ~Joined() { profile.analysis.Wait(); }
+  } joined{profile};
   // Discrete captures go out before their step's summary.
   for (const StepProfile& capture : ApplySubtasks(&profile, config.subtasks, config.discrete)) {
     exporter_->ExportStep(capture);
   }
-  if (!exporter_->ExportStep(profile)) {
+  const bool exported = exporter_->ExportStep(profile);
+  profile.analysis.Wait();
+  if (!exported) {
     // Kept in the collectors' spools (nothing released): an aggregator
     // started again once the disk has room writes it from their replays.
     ++context_.stats.write_errors;

@@ -67,6 +67,10 @@ class Aggregator {
   void OnMessage(const wire::Message& message, int64_t now_ns);
   // Exports every step that is ready at `now_ns`.
   void Tick(int64_t now_ns);
+  // Whether a step's breakdown may be computed beside its trace's export
+  // (default: when this process may run on more than one core); the same
+  // files either way (golden_test).
+  void set_analyze_beside(bool beside) { analyze_beside_ = beside; }
   // Control messages for collectors (capture windows, flush barriers) since
   // the last call, in order.
   std::vector<Outgoing> TakeOutgoing();
@@ -153,6 +157,9 @@ class Aggregator {
   int64_t last_cut_end_ns_ = INT64_MIN;
   RecoveredCounts recovered_;                // spool files taken up (run.json `recovered`)
   bool finished_ = false;                    // Finish ran: frames are only answered (OnFrame)
+  // A step's breakdown is computed beside its trace's export (AnalyzeStepInto)
+  // when this process may run on more than one core.
+  bool analyze_beside_ = false;
   std::set<std::string> unreadable_spools_;  // said once each
 };
 

@@ -303,12 +303,6 @@ void JsonSink::ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& 
 
 }  // namespace
 
-int AvailableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-}
-
 ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats, int workers)
     : out_dir_(std::move(out_dir)),
       json_(std::find(formats.begin(), formats.end(), "json") != formats.end()),

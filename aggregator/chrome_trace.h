@@ -26,8 +26,6 @@ namespace rlscope {
 // to kMaxTraceWorkers.
 inline constexpr int kMaxTraceWorkers = 4;
 inline constexpr int kDefaultTraceWorkers = 1;
-// The cores this process may run on (its CPU affinity).
-int AvailableCores();
 
 class ChromeTraceExporter : public StepExporter {
  public:

@@ -1,6 +1,11 @@
 #include "aggregator/step_cut.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <future>
+#include <string>
+#include <system_error>
 #include <memory>
 #include <utility>
 
@@ -96,8 +101,33 @@ void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<Expe
   profile->clock_warn_bound_ns = config.clock.warn_bound_us * 1000;
   CheckCausality(profile);
   ClassifyStepSamples(profile, AttributionRules(config.attribution));
-  // On the whole step, before sub-task filtering drops what lies outside.
-  profile->analysis = std::make_shared<const StepAnalysis>(AnalyzeStep(*profile, config.subtasks));
+}
+
+void AnalyzeStepInto(StepProfile* profile, const Config& config, bool beside) {
+  const StepProfile& step = *profile;
+  const std::vector<std::string>& subtasks = config.subtasks;
+  auto analyze = [&step, &subtasks] { return std::make_shared<const StepAnalysis>(AnalyzeStep(step, subtasks)); };
+  if (beside) {
+    try {
+      profile->analysis.Set(std::async(std::launch::async, analyze).share());
+      return;
+    } catch (const std::system_error&) {
+      // No thread to be had: here, as with one core.
+    }
+  }
+  std::promise<std::shared_ptr<const StepAnalysis>> now;
+  try {
+    now.set_value(analyze());
+  } catch (...) {
+    now.set_exception(std::current_exception());  // said where the summary is written
+  }
+  profile->analysis.Set(now.get_future().share());
+}
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
 }  // namespace rlscope

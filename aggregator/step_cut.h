@@ -2,7 +2,8 @@
 // before it is exported (in this order): overhead correction
 // (correction.h), event order, clock causality (ray_calls.h), CPU sample
 // attribution (attribution.h) and the breakdown (breakdown.h). Sub-task
-// selection (subtasks.h) comes after, on the analysed step. Pure.
+// selection (subtasks.h) comes after, on the analysed step. Pure (the
+// breakdown may run on a thread of its own: AnalyzeStepInto).
 #pragma once
 
 #include <vector>
@@ -23,8 +24,17 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s);
 // levels (a discrete capture recuts them to its own interval).
 void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_ns, ProcessSlice* slice);
 
-// The analyses above, under the run's `config`; `not_profiled`: the
-// expected processes missing now (expected.h).
+// The analyses above but the breakdown, under the run's `config`;
+// `not_profiled`: the expected processes missing now (expected.h).
 void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled);
+// The breakdown of the analysed step (breakdown.h), into profile->analysis,
+// on the whole step: before sub-task selection drops what lies outside.
+// With `beside`, on a thread of its own: it only reads the profile, so the
+// trace may be exported meanwhile, but nothing may change, move or destroy
+// the profile before profile->analysis.Wait() returns. Otherwise now.
+void AnalyzeStepInto(StepProfile* profile, const Config& config, bool beside);
+
+// The cores this process may run on (its CPU affinity).
+int AvailableCores();
 
 }  // namespace rlscope

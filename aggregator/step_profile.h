@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -206,7 +207,23 @@ struct StepProfile {
     int64_t removed_ns = 0;
   };
   std::vector<WaitLinks> waits;
-  std::shared_ptr<const StepAnalysis> analysis;  // breakdown.h; null = none
+  // The breakdown (breakdown.h), computed once the step is cut, maybe on
+  // a thread of its own while the trace is exported (AnalyzeStepInto,
+  // step_cut.h): Get waits for it. Empty: none.
+  class AnalysisSlot {
+   public:
+    void Set(std::shared_future<std::shared_ptr<const StepAnalysis>> f) { f_ = std::move(f); }
+    // The analysis (nullptr: none); rethrows what computing it threw.
+    const StepAnalysis* Get() const { return f_.valid() ? f_.get().get() : nullptr; }
+    // Returns once nothing computes it any more (whether it succeeded or not).
+    void Wait() const noexcept {
+      if (f_.valid()) f_.wait();
+    }
+
+   private:
+    std::shared_future<std::shared_ptr<const StepAnalysis>> f_;
+  };
+  AnalysisSlot analysis;
   // Clock causality (Ray): worker executions of the controller's calls that
   // start before the call was submitted or end after its result was got.
   struct Causality {

@@ -450,8 +450,10 @@ std::string StepSummaryJson(const StepProfile& step) {
   w.Key("not_profiled");
   WriteExpected(w, step.not_profiled);
   WriteCorrection(w, step);
-  if (step.analysis) WriteAnalysis(w, step, *step.analysis);
-  if (step.analysis && step.analysis->lanes) WriteLanes(w, step, *step.analysis->lanes);
+  if (const StepAnalysis* analysis = step.analysis.Get()) {
+    WriteAnalysis(w, step, *analysis);
+    if (analysis->lanes) WriteLanes(w, step, *analysis->lanes);
+  }
   WriteTotals(w, step);
   w.EndObject();
   out.push_back('\n');

@@ -542,7 +542,7 @@ TEST_F(AggregatorTest, StartEndRangesAreSubtasksOfAStartEndStep) {
   Send(ctl.Flush(2500));
   agg_->Tick(0);
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
-  const StepAnalysis& a = *exporter_.steps[0].analysis;
+  const StepAnalysis& a = *exporter_.steps[0].analysis.Get();
   std::vector<std::string> segments;
   for (const CriticalSegment& c : a.critical_path) segments.push_back(c.subtask);
   EXPECT_EQ(segments, (std::vector<std::string>{"gen", "reward", "adv"}));
@@ -672,9 +672,9 @@ TEST_F(AggregatorTest, CpuSamplesSayWhereEachSubtasksCpuTimeWentWithTheConfigsPa
   agg_->Tick(0);
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
   const StepProfile& step = exporter_.steps[0];
-  ASSERT_TRUE(step.analysis);
+  ASSERT_NE(step.analysis.Get(), nullptr);
   auto row = [&](const std::string& subtask) -> const Attribution& {
-    for (const BreakdownRow& r : step.analysis->rows) {
+    for (const BreakdownRow& r : step.analysis.Get()->rows) {
       if (r.subtask == subtask) return r.attribution;
     }
     ADD_FAILURE() << "no row " << subtask;
@@ -758,9 +758,9 @@ TEST_F(AggregatorTest, EveryThreadsCpuTimeItsStackTheCoverageAndWhyTheRecordingT
   agg_->Tick(0);
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
   const StepProfile& step = exporter_.steps[0];
-  ASSERT_TRUE(step.analysis);
+  ASSERT_NE(step.analysis.Get(), nullptr);
   auto row = [&](const std::string& subtask, int process) -> const Attribution& {
-    for (const BreakdownRow& r : step.analysis->rows) {
+    for (const BreakdownRow& r : step.analysis.Get()->rows) {
       if (r.subtask == subtask && r.process == process) return r.attribution;
     }
     ADD_FAILURE() << "no row " << subtask;
@@ -815,7 +815,7 @@ TEST_F(AggregatorTest, SamplesInsideACudaApiCallAreTheCudaApisWhateverCodeRanThe
   Send(b);
   agg_->Tick(0);
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
-  for (const BreakdownRow& r : exporter_.steps[0].analysis->rows) {
+  for (const BreakdownRow& r : exporter_.steps[0].analysis.Get()->rows) {
     if (r.subtask != "update") continue;
     EXPECT_EQ(r.attribution.ns[static_cast<size_t>(CpuCategory::kCudaApi)], 1 * kMs);
     EXPECT_EQ(r.attribution.ns[static_cast<size_t>(CpuCategory::kPython)], 1 * kMs);

@@ -157,12 +157,14 @@ std::string ReadAll(const fs::path& p) {
   return ss.str();
 }
 
-// Runs the scenario into `out` with the real exporter.
-void RunScenario(const fs::path& out) {
+// Runs the scenario into `out` with the real exporter; `beside`: each
+// step's breakdown on a thread of its own while its trace is written.
+void RunScenario(const fs::path& out, bool beside) {
   ConfigResult parsed = ParseConfig(kConfig, "golden.yaml");
   ASSERT_TRUE(parsed.ok());
   ChromeTraceExporter exporter(out.string(), {"json", "pftrace"});
   Aggregator agg(parsed.config, &exporter);
+  agg.set_analyze_beside(beside);
   FakeCollector ctl(1, "controller", -1, 100, "node0", "TaskRunner");
   FakeCollector w0(2, "worker", 0, 200, "node0", "ActorRolloutRefWorker");
   w0.Label("actor_id", "a0").Label("class_name", "ActorRolloutRefWorker");
@@ -210,12 +212,14 @@ std::set<std::string> Files(const fs::path& root) {
   return out;
 }
 
-TEST(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
+class Golden : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
   const fs::path golden = RLSCOPE_GOLDEN_DIR;
   char tmpl[] = "/tmp/rlscope_golden_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const fs::path out = tmpl;
-  RunScenario(out);
+  RunScenario(out, GetParam());
   const std::set<std::string> written = Files(out);
   ASSERT_EQ(written.size(), 1u + 3u * kSteps) << "run.json and per step a trace in each format and a summary";
   if (std::getenv("RLSCOPE_UPDATE_GOLDEN") != nullptr) {
@@ -232,6 +236,10 @@ TEST(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
   }
   fs::remove_all(out);
 }
+
+// The breakdown computed in line, and beside the trace's export.
+INSTANTIATE_TEST_SUITE_P(AnalysisThread, Golden, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Beside" : "InLine"; });
 
 }  // namespace
 }  // namespace rlscope
