@@ -1038,6 +1038,43 @@ TEST(WireTest, RejectsHugeDeclaredLengths) {
   EXPECT_FALSE(DecodeString(map_frame).ok);
 }
 
+// Frames of 64 KB and more are unpacked into a zone the thread keeps and
+// clears after each: a frame decodes the same after any other, whole,
+// truncated or corrupt, and what was decoded owns its strings.
+TEST(WireTest, LargeFramesDecodeTheSameAfterAnyOther) {
+  wire::Batch big = SampleBatch();
+  for (uint32_t id = 100; id < 400; ++id) big.strings.emplace_back(id, "a_long_name_of_string_" + std::to_string(id));
+  for (int t = 0; t < 3; ++t) {
+    wire::ThreadEvents te{1000 + t, {}};
+    for (int i = 0; i < 6000; ++i) {
+      te.events.push_back({1000000 + i * 997 + t, 0, static_cast<uint32_t>(100 + i % 300), 0, 0,
+                           static_cast<uint8_t>(i % 2 == 0 ? EventKind::kRangePush : EventKind::kRangePop), 0});
+    }
+    big.threads.push_back(std::move(te));
+  }
+  const std::string frame = wire::Encode(big);
+  ASSERT_GE(frame.size(), size_t{64} << 10);
+  const wire::DecodeResult first = DecodeString(frame);
+  ASSERT_TRUE(first.ok) << first.error;
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 60; ++iter) {
+    std::string f = frame;
+    if (iter % 3 == 0) {
+      f.resize(rng() % f.size());  // truncated
+    } else if (iter % 3 == 1) {
+      f[rng() % f.size()] = static_cast<char>(rng());  // corrupt, or not
+    }
+    wire::DecodeResult r;
+    ASSERT_NO_THROW(r = DecodeString(f)) << "iteration " << iter;
+    if (iter % 3 == 0) EXPECT_THAT(r.error, HasSubstr("truncated")) << "iteration " << iter;
+    const wire::DecodeResult again = DecodeString(frame);
+    ASSERT_TRUE(again.ok) << again.error;
+    ExpectSameBatch(std::get<wire::Batch>(again.message), big);
+  }
+  ExpectSameBatch(std::get<wire::Batch>(first.message), big);  // kept nothing of the zone
+  EXPECT_EQ(wire::Encode(first.message), frame);
+}
+
 // Deterministic mutation fuzzing: Decode must always return, never crash or
 // throw, and a failure always carries an error.
 TEST(WireTest, FuzzedFramesNeverCrash) {
