@@ -120,14 +120,20 @@ struct Charged {
 // One thread's marks (after the step's begin `begin_ns`), charged: each its
 // cost, never more than the time since the thread's previous mark.
 ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, int64_t begin_ns, Charged* sums) {
-  std::vector<CostMark> sorted;
-  sorted.reserve(list.size());
-  for (const CostMark& m : list) {
-    if (m.ts_ns > begin_ns) sorted.push_back(m);  // the step's own begin is the anchor
+  // The marks after the step's begin (its own begin is the anchor), in time
+  // order. Recording order is time order on one thread, except for
+  // clock-fit rounding; keep it stable. Most often that is `list` itself.
+  auto earlier = [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; };
+  std::vector<CostMark> copy;
+  const bool as_is = std::is_sorted(list.begin(), list.end(), earlier) && (list.empty() || list[0].ts_ns > begin_ns);
+  if (!as_is) {
+    copy.reserve(list.size());
+    for (const CostMark& m : list) {
+      if (m.ts_ns > begin_ns) copy.push_back(m);
+    }
+    std::stable_sort(copy.begin(), copy.end(), earlier);
   }
-  // Recording order is time order on one thread, except for clock-fit
-  // rounding; keep it stable.
-  StableSortUnlessSorted(sorted.begin(), sorted.end(), [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; });
+  const std::vector<CostMark>& sorted = as_is ? list : copy;
   ThreadCosts t;
   t.ts.reserve(sorted.size());
   t.cum_ps.reserve(sorted.size());
@@ -554,6 +560,7 @@ class StepCorrection {
   std::set<uint64_t> anchored_;  // keys of the calls re-anchored
   std::map<int64_t, std::vector<CostMark>> waits_;  // the controller's wait marks, by tid
   std::unique_ptr<Corrector> own_;  // the controller's own costs, without waits
+  std::map<int64_t, Corrector::ThreadShift> own_shifts_;  // views of own_ (set once, never re-anchored), by tid
 };
 
 StepCorrection::StepCorrection(StepProfile* step, const std::vector<std::string>& subtasks, double scale)
@@ -584,6 +591,7 @@ void StepCorrection::CorrectWorkersAlone() {
 std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
                                           const std::map<uint64_t, std::pair<int64_t, int64_t>>& submits) {
   std::vector<const Span*> sorted;
+  sorted.reserve(spans.size());
   for (const Span& s : spans) {
     if (!s.async) sorted.push_back(&s);
   }
@@ -591,14 +599,17 @@ std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
     return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns);
   });
   std::vector<const Span*> out;
-  std::map<int64_t, int64_t> open_until;  // tid -> the latest end of its ranges so far
-  for (const Span* s : sorted) {
-    auto [it, first] = open_until.emplace(s->tid, s->end_ns);
-    if (!first && s->begin_ns < it->second) {
-      it->second = std::max(it->second, s->end_ns);
+  out.reserve(sorted.size());
+  // Sorted by thread: each thread's ranges come together.
+  int64_t open_until = 0;  // the latest end of the thread's ranges so far
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const Span* s = sorted[i];
+    const bool first = i == 0 || sorted[i - 1]->tid != s->tid;
+    if (!first && s->begin_ns < open_until) {
+      open_until = std::max(open_until, s->end_ns);
       continue;
     }
-    it->second = s->end_ns;
+    open_until = s->end_ns;
     const bool call = s->has_payload && submits.count(s->payload) != 0;
     if (!call && s->step < 0 && !s->clipped_begin) out.push_back(s);
   }
@@ -611,6 +622,9 @@ void StepCorrection::ListCalls() {
   for (const Span& span : controller_->spans) {
     if (span.step == step_->step) step_tid = span.tid;
   }
+  size_t spans = 0;
+  for (const Worker& w : workers_) spans += w.slice->spans.size();
+  calls_.reserve(spans);  // at most one call per range
   for (Worker& w : workers_) {
     for (const Span& span : w.slice->spans) {
       auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload) : submits.end();
@@ -625,7 +639,9 @@ void StepCorrection::ListCalls() {
 }
 
 int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {
-  int64_t ns = own_->ShiftNs(tid, t);
+  auto own = own_shifts_.find(tid);
+  if (own == own_shifts_.end()) own = own_shifts_.emplace(tid, own_->ShiftOf(tid)).first;
+  int64_t ns = own->second.ShiftNs(t);
   for (const CostMark& m : waits_[tid]) ns += m.ts_ns <= t ? m.wait_ps / 1000 : 0;
   return ns;
 }
