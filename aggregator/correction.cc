@@ -595,7 +595,7 @@ std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
   for (const Span& s : spans) {
     if (!s.async) sorted.push_back(&s);
   }
-  SortRuns(&sorted, [](const Span* a, const Span* b) {
+  SortRunsGrouped(&sorted, [](const Span* s) { return s->tid; }, [](const Span* a, const Span* b) {
     return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns);
   });
   std::vector<const Span*> out;

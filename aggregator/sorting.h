@@ -56,25 +56,22 @@ void StableSortRuns(std::vector<T>* v, Less less) {
   }
 }
 
-// std::sort(v, less) for inputs made of a few runs already in order (a
-// step's ranges: each batch's, thread by thread): the runs' positions are
-// merged (stable), and when no two elements are equivalent that order is
-// the only one `less` allows, the same as std::sort's, and v is put in it.
-// With equivalent elements, or many short runs, v is std::sort-ed as before.
+namespace internal {
+
+// SortRuns from `order` (a permutation of v's positions): its runs in
+// order merged, then v put in that order; std::sort(v) on any equivalent
+// elements or too many runs.
 template <class T, class Less>
-void SortRuns(std::vector<T>* v, Less less) {
+void SortFromOrder(std::vector<T>* v, std::vector<uint32_t> order, Less less) {
   const size_t n = v->size();
-  std::vector<uint32_t> order(n);
-  std::vector<size_t> runs{0};  // where each run begins
-  for (size_t i = 0; i < n; ++i) {
-    order[i] = static_cast<uint32_t>(i);
-    if (i > 0 && less((*v)[i], (*v)[i - 1])) runs.push_back(i);
-  }
-  if (runs.size() == 1) return SortUnlessStrictlySorted(v->begin(), v->end(), less);
-  if (n > UINT32_MAX || runs.size() > n / 64 + 1) return std::sort(v->begin(), v->end(), less);
-  runs.push_back(n);
   auto by = [&](uint32_t a, uint32_t b) { return less((*v)[a], (*v)[b]); };
-  std::vector<uint32_t> merged(n);
+  std::vector<size_t> runs{0};  // where each run begins
+  for (size_t i = 1; i < n; ++i) {
+    if (by(order[i], order[i - 1])) runs.push_back(i);
+  }
+  if (runs.size() > n / 64 + 1) return std::sort(v->begin(), v->end(), less);
+  runs.push_back(n);
+  std::vector<uint32_t> merged(runs.size() > 2 ? n : 0);
   while (runs.size() > 2) {  // merge neighbouring runs pairwise, then again
     std::vector<size_t> next{0};
     for (size_t r = 0; r + 1 < runs.size(); r += 2) {
@@ -86,13 +83,78 @@ void SortRuns(std::vector<T>* v, Less less) {
     order.swap(merged);
     runs.swap(next);
   }
-  for (size_t i = 1; i < n; ++i) {
-    if (!by(order[i - 1], order[i])) return std::sort(v->begin(), v->end(), less);  // equivalent elements
+  bool identity = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0 && !by(order[i - 1], order[i])) return std::sort(v->begin(), v->end(), less);  // equivalent elements
+    identity = identity && order[i] == i;
   }
+  if (identity) return;
   std::vector<T> sorted;
   sorted.reserve(n);
   for (uint32_t i : order) sorted.push_back(std::move((*v)[i]));
   v->swap(sorted);
+}
+
+}  // namespace internal
+
+// std::sort(v, less) for inputs made of a few runs already in order (a
+// step's ranges: each batch's, thread by thread): the runs' positions are
+// merged (stable), and when no two elements are equivalent that order is
+// the only one `less` allows, the same as std::sort's, and v is put in it.
+// With equivalent elements, or many short runs, v is std::sort-ed as before.
+template <class T, class Less>
+void SortRuns(std::vector<T>* v, Less less) {
+  const size_t n = v->size();
+  if (n > UINT32_MAX) return std::sort(v->begin(), v->end(), less);
+  std::vector<uint32_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+  internal::SortFromOrder(v, std::move(order), less);
+}
+
+// SortRuns for a `less` that orders by `group(e)` (an int64_t, e.g. a
+// thread) first, where the elements of each of a few groups come in runs
+// interleaved with the others' (each batch's ranges, thread by thread):
+// the positions are first grouped (stably, in group order), so a group
+// whose runs follow each other in order needs no merge. The same result
+// as SortRuns; SortRuns itself for more than kMaxGroups groups.
+template <class T, class Group, class Less>
+void SortRunsGrouped(std::vector<T>* v, Group group, Less less) {
+  constexpr size_t kMaxGroups = 256;
+  const size_t n = v->size();
+  if (n > UINT32_MAX) return std::sort(v->begin(), v->end(), less);
+  std::vector<std::pair<int64_t, size_t>> counts;  // (group, elements), groups in order of first sight
+  size_t last = 0;                                   // counts' entry of the element before
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t g = group((*v)[i]);
+    if (counts.empty() || counts[last].first != g) {
+      last = 0;
+      while (last < counts.size() && counts[last].first != g) ++last;
+      if (last == counts.size()) {
+        if (counts.size() == kMaxGroups) return SortRuns(v, less);
+        counts.emplace_back(g, 0);
+      }
+    }
+    ++counts[last].second;
+  }
+  std::vector<std::pair<int64_t, size_t>> starts = counts;  // each group's first position, groups in order
+  std::sort(starts.begin(), starts.end());
+  size_t at = 0;
+  for (auto& [g, start] : starts) {
+    const size_t count = start;
+    start = at;
+    at += count;
+  }
+  std::vector<uint32_t> order(n);
+  auto s = starts.begin();
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t g = group((*v)[i]);
+    if (s->first != g) {
+      s = std::lower_bound(starts.begin(), starts.end(), std::make_pair(g, size_t{0}),
+                           [](const auto& a, const auto& b) { return a.first < b.first; });
+    }
+    order[s->second++] = static_cast<uint32_t>(i);
+  }
+  internal::SortFromOrder(v, std::move(order), less);
 }
 
 }  // namespace rlscope

@@ -77,7 +77,7 @@ namespace {
 
 // The orders ProcessSlice promises (step_profile.h).
 void SortSlice(ProcessSlice* slice) {
-  SortRuns(&slice->spans, [](const Span& a, const Span& b) {
+  SortRunsGrouped(&slice->spans, [](const Span& s) { return s.tid; }, [](const Span& a, const Span& b) {
     if (a.tid != b.tid) return a.tid < b.tid;
     if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
     return a.end_ns > b.end_ns;  // enclosing first

@@ -291,6 +291,10 @@ void ProcessTimeline::Close(Span span, StepEdges* edges) {
   if (span.end_ns < span.begin_ns) span.end_ns = span.begin_ns;
   if (span.step >= 0 && edges != nullptr) edges->closed.push_back({span.step, span.begin_ns, span.end_ns});
   done_.push_back(span);
+  if (done_tids_.empty() || (done_tids_.back() != span.tid &&
+                             std::find(done_tids_.begin(), done_tids_.end(), span.tid) == done_tids_.end())) {
+    done_tids_.push_back(span.tid);
+  }
 }
 
 void ProcessTimeline::Bye(const wire::Bye& bye) {
@@ -303,10 +307,41 @@ void ProcessTimeline::Bye(const wire::Bye& bye) {
 
 void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
                           std::vector<Instant>* instants) const {
-  spans->reserve(spans->size() + done_.size() + open_async_.size() + stacks_.size());
-  for (const Span& s : done_) {
-    if (s.begin_ns < end_ns && s.end_ns > begin_ns) spans->push_back(s);
-    else if (s.begin_ns == s.end_ns && s.begin_ns >= begin_ns && s.begin_ns < end_ns) spans->push_back(s);
+  auto in_step = [&](const Span& s) {
+    return (s.begin_ns < end_ns && s.end_ns > begin_ns) ||
+           (s.begin_ns == s.end_ns && s.begin_ns >= begin_ns && s.begin_ns < end_ns);
+  };
+  const size_t base = spans->size();
+  if (done_tids_.size() <= 1) {  // one thread closed them all: in order as they are
+    spans->reserve(base + done_.size() + open_async_.size() + stacks_.size());
+    for (const Span& s : done_) {
+      if (in_step(s)) spans->push_back(s);
+    }
+  } else {
+    // Each thread's spans counted, then each placed after those of the
+    // threads before it (done_tids_ order).
+    std::vector<size_t> at(done_tids_.size(), 0);
+    size_t t = 0;  // done_tids_ index of the span before
+    auto index = [&](int64_t tid) {
+      if (done_tids_[t] != tid) {
+        t = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), tid) - done_tids_.begin());
+      }
+      return t;  // every tid in done_ is in done_tids_
+    };
+    for (const Span& s : done_) {
+      if (in_step(s)) ++at[index(s.tid)];
+    }
+    size_t next = base;
+    for (size_t& a : at) {  // a count becomes where the thread's first span goes
+      const size_t count = a;
+      a = next;
+      next += count;
+    }
+    spans->reserve(next + open_async_.size() + stacks_.size());
+    spans->resize(next);
+    for (const Span& s : done_) {
+      if (in_step(s)) (*spans)[at[index(s.tid)]++] = s;
+    }
   }
   auto add_open = [&](Span s) {
     if (s.begin_ns >= end_ns) return;
@@ -507,6 +542,7 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
                                return s.end_ns < ns || (s.end_ns == ns && s.begin_ns < ns);
                              }),
               done_.end());
+  if (done_.empty()) done_tids_.clear();
   // An end whose start never came (dropped, or recorded before a window) is
   // counted and forgotten once the step it fell in is behind us.
   for (auto it = early_ends_.begin(); it != early_ends_.end();) {

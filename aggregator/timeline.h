@@ -54,6 +54,9 @@ class ProcessTimeline {
 
   // Completed spans and instants overlapping [begin, end), plus still-open
   // spans that began before `end` (marked open), appended to the outputs.
+  // The completed spans come thread by thread (threads in the order they
+  // first closed one, each's in completion order), so a step's spans need
+  // no merge of its batches' runs to be put in thread order (SortSlice).
   void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
            std::vector<Instant>* instants) const;
   // GPU records in the step: CPU-side ones (API calls, syncs, overhead)
@@ -178,6 +181,9 @@ class ProcessTimeline {
   std::unordered_map<uint64_t, Span> open_async_;                     // by range id
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> early_ends_;  // id -> (ts, tid)
   std::deque<Span> done_;         // completed, in completion order
+  // The threads that closed what done_ holds (some may have none left in
+  // it), in order of first sight; cleared when done_ empties.
+  std::vector<int64_t> done_tids_;
   std::deque<Instant> instants_;  // in arrival order
   std::deque<GpuRecord> gpu_;      // in arrival order
   std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order

@@ -2414,6 +2414,37 @@ TEST(ReleasePointTest, NoRangeAcrossItBeganBeforeIt) {
   EXPECT_EQ(q.ReleasePoint(200), 70);
 }
 
+// Cut gives the completed spans thread by thread (threads in the order they
+// first closed one, each's in completion order), however batches
+// interleaved them, and only those in the step; one thread's as they are.
+TEST(CutTest, CompletedSpansComeThreadByThreadInCompletionOrder) {
+  FakeCollector w(2, "worker", 0, 200);
+  ProcessTimeline p(w.Hello());
+  for (int batch = 0; batch < 3; ++batch) {
+    const int64_t t = 1000 * batch;
+    w.Push(7, t + 10, "a").Pop(7, t + 20).Push(7, t + 30, "b").Pop(7, t + 40);
+    w.Push(5, t + 15, "c").Push(5, t + 16, "d").Pop(5, t + 17).Pop(5, t + 50);  // d closes before c
+    w.Push(9, t + 5, "e").Pop(9, t + 6);
+    p.Add(w.Flush(t + 900), nullptr);
+  }
+  std::vector<Span> spans;
+  std::vector<Instant> instants;
+  p.Cut(8, 2045, &spans, &instants);
+  std::vector<std::string> got;
+  for (const Span& s : spans) got.push_back(std::to_string(s.tid) + ":" + p.String(s.name) + "@" + std::to_string(s.begin_ns));
+  EXPECT_EQ(got, (std::vector<std::string>{"7:a@10", "7:b@30", "7:a@1010", "7:b@1030", "7:a@2010", "7:b@2030",
+                                           "5:d@16", "5:c@15", "5:d@1016", "5:c@1015", "5:d@2016", "5:c@2015",
+                                           "9:e@1005", "9:e@2005"}));
+  // What is left of one thread after the others' are discarded.
+  p.DiscardBefore(3000);
+  w.Push(5, 3010, "f").Pop(5, 3020).Push(5, 3005, "g").Pop(5, 3030);
+  p.Add(w.Flush(3900), nullptr);
+  spans.clear();
+  p.Cut(3000, 4000, &spans, &instants);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(std::string(p.String(spans[0].name)) + std::string(p.String(spans[1].name)), "fg");
+}
+
 TEST_F(FrameTest, AResumedRunLeavesOutWhatAReplayHoldsFromBeforeItsReleasePoint) {
   ResumePoint point;
   point.released = {{2, 150}};
@@ -2526,6 +2557,43 @@ TEST(Sorting, SortRunsMatchesStdSort) {
     EXPECT_TRUE(same(runs_sorted, expected)) << "round " << round;
     EXPECT_TRUE(same(skipped, expected)) << "round " << round;
     EXPECT_TRUE(same(stable_runs, stable_expected)) << "round " << round;
+  }
+}
+
+// SortRunsGrouped gives what std::sort gives for a group-major order:
+// threads' runs interleaved batch by batch, with and without equivalent
+// elements, groups out of order, and more groups than it groups.
+TEST(Sorting, SortRunsGroupedMatchesStdSort) {
+  struct Item {
+    int64_t group;
+    int key, payload;
+  };
+  auto less = [](const Item& a, const Item& b) { return std::tie(a.group, a.key) < std::tie(b.group, b.key); };
+  auto group = [](const Item& i) { return i.group; };
+  std::srand(8);
+  for (int round = 0; round < 200; ++round) {
+    const int groups = round % 50 == 0 ? 300 : 1 + round % 6, batches = 1 + std::rand() % 8;
+    const bool ties = round % 4 == 0, nested = round % 5 == 0;
+    std::vector<Item> items;
+    for (int b = 0; b < batches; ++b) {
+      for (int g = 0; g < groups; ++g) {
+        const int per = 1 + std::rand() % 40;
+        for (int i = 0; i < per; ++i) {
+          // Later batches later; `nested`: a batch's last item began before
+          // the batch's first (a range closed after those it encloses).
+          int key = b * 1000 + (ties ? i / 2 : i);
+          if (nested && i == per - 1) key = b * 1000 - 1;
+          items.push_back({(g * 7919) % 1000 - 500, key, static_cast<int>(items.size())});
+        }
+      }
+    }
+    std::vector<Item> expected = items, grouped = items;
+    std::sort(expected.begin(), expected.end(), less);
+    rlscope::SortRunsGrouped(&grouped, group, less);
+    ASSERT_EQ(grouped.size(), expected.size());
+    for (size_t i = 0; i < grouped.size(); ++i) {
+      ASSERT_EQ(grouped[i].payload, expected[i].payload) << "round " << round << " at " << i;
+    }
   }
 }
 
