@@ -1,9 +1,11 @@
 #include "aggregator/aggregator.h"
 
 #include <algorithm>
+#include <system_error>
 #include <utility>
 #include <variant>
 
+#include "aggregator/decode_ahead.h"
 #include "aggregator/expected.h"
 #include "aggregator/step_cut.h"
 #include "aggregator/subtasks.h"
@@ -16,7 +18,7 @@ Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config
       admission_(&context_),
       scheduler_(&context_, &run_config_),
       exporter_(exporter),
-      analyze_beside_(AvailableCores() > 1) {}
+      second_core_(AvailableCores() > 1) {}
 
 void Aggregator::Resume(const ResumePoint& point) {
   releases_.Resume(point);
@@ -34,7 +36,32 @@ void Aggregator::Resume(const ResumePoint& point) {
 }
 
 uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns, const std::string& peer) {
-  wire::DecodeResult r = wire::Decode(data, size);
+  return OnDecoded(wire::Decode(data, size), now_ns, peer);
+}
+
+void Aggregator::OnFrames(const std::vector<Received>& frames, const std::function<int64_t()>& now,
+                          const std::function<void(size_t, uint64_t)>& after) {
+  size_t bytes = 0;
+  for (const Received& f : frames) bytes += f.bytes.size();
+  std::unique_ptr<DecodeAhead> ahead;
+  if (second_core_ && frames.size() > 1 && bytes >= kDecodeAheadFrom) {
+    std::vector<std::string_view> views;
+    for (const Received& f : frames) views.push_back(f.bytes);
+    try {
+      ahead = std::make_unique<DecodeAhead>(std::move(views));
+    } catch (const std::system_error&) {
+      // No thread to be had: each decoded as it is taken.
+    }
+  }
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const Received& f = frames[i];
+    const uint64_t session = ahead ? OnDecoded(ahead->Take(i), now(), f.peer)
+                                   : OnFrame(f.bytes.data(), f.bytes.size(), now(), f.peer);
+    after(i, session);
+  }
+}
+
+uint64_t Aggregator::OnDecoded(const wire::DecodeResult& r, int64_t now_ns, const std::string& peer) {
   if (!r.ok) {
     ++context_.stats.decode_errors;
     context_.stats.last_decode_error = r.error;
@@ -313,7 +340,7 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   // nothing selects sub-tasks (then the trace is the step as analysed) and
   // there is a core for it. It reads the timelines too: done before they
   // change (StepDone) and before the profile goes.
-  AnalyzeStepInto(&profile, config, analyze_beside_ && config.subtasks.empty() && !config.discrete);
+  AnalyzeStepInto(&profile, config, second_core_ && config.subtasks.empty() && !config.discrete);
   struct Joined {
     const StepProfile& profile;
     ~Joined() { profile.analysis.Wait(); }

@@ -15,10 +15,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aggregator/admission.h"
@@ -64,13 +66,28 @@ class Aggregator {
   // Returns the sender's session (0: a bad or refused frame), so the daemon
   // can route Outgoing messages back to it.
   uint64_t OnFrame(const char* data, size_t size, int64_t now_ns, const std::string& peer = "");
+  // A frame as received, from connection `peer`.
+  struct Received {
+    std::string_view bytes;
+    std::string peer;
+  };
+  // Frames received together, in order, each taken as OnFrame is at
+  // now() (read as it is taken), then `after(i, session)` called (the
+  // daemon routes and answers there, as after each OnFrame). With a second
+  // core and at least kDecodeAheadFrom bytes, frame i + 1 on is decoded on
+  // a thread of its own while frame i is taken (decode_ahead.h): the same
+  // outcome, sooner.
+  static constexpr size_t kDecodeAheadFrom = 1 << 20;
+  void OnFrames(const std::vector<Received>& frames, const std::function<int64_t()>& now,
+                const std::function<void(size_t, uint64_t)>& after);
   void OnMessage(const wire::Message& message, int64_t now_ns);
   // Exports every step that is ready at `now_ns`.
   void Tick(int64_t now_ns);
-  // Whether a step's breakdown may be computed beside its trace's export
-  // (default: when this process may run on more than one core); the same
-  // files either way (golden_test).
-  void set_analyze_beside(bool beside) { analyze_beside_ = beside; }
+  // Whether a second core may be used: a step's breakdown computed beside
+  // its trace's export, frames decoded ahead (OnFrames). Default: when this
+  // process may run on more than one core. The same outcome either way
+  // (golden_test).
+  void set_second_core(bool use) { second_core_ = use; }
   // Control messages for collectors (capture windows, flush barriers) since
   // the last call, in order.
   std::vector<Outgoing> TakeOutgoing();
@@ -123,6 +140,8 @@ class Aggregator {
   ProcessTimeline& SenderOf(const wire::Batch& batch);
   // Counts the batch's events, and those older than the last written step's end.
   void CountEvents(const wire::Batch& batch, const ClockEstimate& clock);
+  // OnFrame's, on a frame decoded already.
+  uint64_t OnDecoded(const wire::DecodeResult& r, int64_t now_ns, const std::string& peer);
   // The step placed on the aggregator's clock with the controller's clock
   // estimate of now (not of when its edges arrived), after the last one written.
   PendingStep OnControllerClockNow(const PendingStep& pending) const;
@@ -157,10 +176,8 @@ class Aggregator {
   int64_t last_cut_end_ns_ = INT64_MIN;
   RecoveredCounts recovered_;                // spool files taken up (run.json `recovered`)
   bool finished_ = false;                    // Finish ran: frames are only answered (OnFrame)
-  // A step's breakdown is computed beside its trace's export (AnalyzeStepInto)
-  // when this process may run on more than one core.
-  bool analyze_beside_ = false;
   std::set<std::string> unreadable_spools_;  // said once each
+  bool second_core_ = false;                 // set_second_core
 };
 
 }  // namespace rlscope

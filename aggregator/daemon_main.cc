@@ -121,12 +121,21 @@ class Server {
   Server(void* sock, Aggregator* agg) : sock_(sock), agg_(agg) { zmq_msg_init(&part_); }
   ~Server() { zmq_msg_close(&part_); }
 
-  // Feeds what is queued to the aggregator (bounded, so Tick runs
-  // regularly under load), answering after each message. A message is a
+  // Feeds what is queued to the aggregator (bounded in messages and bytes,
+  // so Tick runs regularly under load), answering after each message. What
+  // is queued is read first, then taken in order (Aggregator::OnFrames, which
+  // may decode large frames ahead on another core); each frame is taken, and
+  // its time read, in its turn, as if it had just been read. A message is a
   // routing id and frames, or a routing id and a relay's three parts
   // (kRelayTag, the collector's routing id at the relay, its frame).
   void Drain() {
-    for (int n = 0; n < 10000; ++n) {
+    constexpr int kMessages = 10000;
+    constexpr size_t kBytes = 64 << 20;
+    std::vector<std::string> bytes;  // each frame's
+    std::vector<Aggregator::Received> frames;
+    std::vector<bool> ends;  // frames[i] is its message's last
+    size_t total = 0;
+    for (int n = 0; n < kMessages && total < kBytes; ++n) {
       if (zmq_msg_recv(&part_, sock_, ZMQ_DONTWAIT) < 0) break;  // routing id frame
       const std::string rid(PartView(&part_));
       std::string peer = rid;
@@ -135,12 +144,18 @@ class Server {
         zmq_msg_recv(&part_, sock_, 0);
         if (first && PartView(&part_) == kRelayTag && !ReadRelayed(rid, &peer)) break;
         first = false;
-        const uint64_t session = agg_->OnFrame(static_cast<const char*>(zmq_msg_data(&part_)),
-                                               zmq_msg_size(&part_), MonotonicNs(), peer);
-        if (session != 0) routes_[session] = peer;
+        bytes.emplace_back(PartView(&part_));
+        total += bytes.back().size();
+        frames.push_back({{}, peer});
+        ends.push_back(false);
       }
-      SendOutgoing();
+      if (!ends.empty()) ends.back() = true;
     }
+    for (size_t i = 0; i < frames.size(); ++i) frames[i].bytes = bytes[i];  // once `bytes` stopped growing
+    agg_->OnFrames(frames, MonotonicNs, [&](size_t i, uint64_t session) {
+      if (session != 0) routes_[session] = frames[i].peer;
+      if (ends[i]) SendOutgoing();
+    });
   }
 
   void SendOutgoing() {

@@ -214,7 +214,9 @@ int main(int argc, char** argv) {
   const long rss_before_kb = StatusKb("VmRSS:");  // the frames, built above, are not the aggregator's
   const double cpu_start = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
   const auto start = std::chrono::steady_clock::now();
-  for (const auto& f : frames) agg.OnFrame(f.data(), f.size(), 0);
+  std::vector<Aggregator::Received> received;  // as the daemon hands what it drained (OnFrames)
+  for (const auto& f : frames) received.push_back({f, ""});
+  agg.OnFrames(received, [] { return int64_t{0}; }, [](size_t, uint64_t) {});
   const auto framed = std::chrono::steady_clock::now();
   agg.Tick(0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/decode_ahead.h"
 #include "aggregator/aggregator.h"
 #include "aggregator/breakdown.h"
 #include "aggregator/clock_fit.h"
@@ -2412,6 +2413,28 @@ TEST(ReleasePointTest, NoRangeAcrossItBeganBeforeIt) {
   ProcessTimeline q(open.Hello());
   q.Add(open.Flush(1000), nullptr);
   EXPECT_EQ(q.ReleasePoint(200), 70);
+}
+
+// DecodeAhead hands each frame's decoding in order, holds no more than
+// kAhead undelivered, and stops without waiting for frames never taken.
+TEST(DecodeAheadTest, FramesComeInOrderAndALeftOverDecoderStops) {
+  FakeCollector w(2, "worker", 0, 200);
+  std::vector<std::string> frames;
+  for (int i = 0; i < 12; ++i) frames.push_back(wire::Encode(w.Push(1, 10 * i, "a").Pop(1, 10 * i + 5).Flush(100 * i)));
+  frames[5] = "not a frame";
+  std::vector<std::string_view> views(frames.begin(), frames.end());
+  {
+    DecodeAhead ahead(views);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const wire::DecodeResult r = ahead.Take(i);
+      ASSERT_EQ(r.ok, i != 5) << i;
+      if (r.ok) EXPECT_EQ(std::get<wire::Batch>(r.message).watermark_ns, 100 * static_cast<int64_t>(i));
+    }
+  }
+  for (int taken = 0; taken < 3; ++taken) {  // destroyed with frames left: returns
+    DecodeAhead ahead(views);
+    for (int i = 0; i < taken; ++i) EXPECT_TRUE(ahead.Take(static_cast<size_t>(i)).ok);
+  }
 }
 
 // Cut gives the completed spans thread by thread (threads in the order they

@@ -164,7 +164,7 @@ void RunScenario(const fs::path& out, bool beside) {
   ASSERT_TRUE(parsed.ok());
   ChromeTraceExporter exporter(out.string(), {"json", "pftrace"});
   Aggregator agg(parsed.config, &exporter);
-  agg.set_analyze_beside(beside);
+  agg.set_second_core(beside);
   FakeCollector ctl(1, "controller", -1, 100, "node0", "TaskRunner");
   FakeCollector w0(2, "worker", 0, 200, "node0", "ActorRolloutRefWorker");
   w0.Label("actor_id", "a0").Label("class_name", "ActorRolloutRefWorker");
@@ -235,6 +235,69 @@ TEST_P(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
                                                         << " (RLSCOPE_UPDATE_GOLDEN=1 rewrites it)";
   }
   fs::remove_all(out);
+}
+
+// Frames decoded ahead on a second core (Aggregator::OnFrames) write what
+// the same frames taken one by one (OnFrame) write, byte for byte: two
+// steps of a controller and a three-thread worker, in frames of a few
+// thousand events, a truncated frame among them (counted alike). `after`
+// comes for each frame in order, with OnFrame's session; each frame's time
+// is read in its turn.
+TEST(OnFrames, DecodingAheadWritesWhatTakingOneByOneWrites) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector w(2, "worker", 0, 200);
+  w.Costs(kCosts);
+  std::vector<std::string> frames = {wire::Encode(ctl.Hello()), wire::Encode(w.Hello())};
+  for (int step = 1; step <= 2; ++step) {
+    const int64_t t = step * 100 * kMs;
+    ctl.Push(1, t, "step", static_cast<uint64_t>(step));
+    for (int chunk = 0; chunk < 10; ++chunk) {
+      for (int64_t tid = 7; tid <= 9; ++tid) {
+        for (int i = 0; i < 2000; ++i) {
+          const int64_t ts = t + 1000 + (chunk * 2000 + i) * 2000 + tid;
+          w.Push(tid, ts, i % 2 == 0 ? "update_actor" : "generate").Pop(tid, ts + 900);
+        }
+      }
+      frames.push_back(wire::Encode(w.Flush(t + (chunk + 1) * 4 * kMs)));
+      if (step == 1 && chunk == 4) frames.push_back(frames.back().substr(0, frames.back().size() / 2));
+    }
+    ctl.Pop(1, t + 90 * kMs);
+    frames.push_back(wire::Encode(ctl.Flush(t + 95 * kMs)));
+    frames.push_back(wire::Encode(w.Flush(t + 95 * kMs)));
+  }
+  size_t bytes = 0;
+  for (const std::string& f : frames) bytes += f.size();
+  ASSERT_GE(bytes, Aggregator::kDecodeAheadFrom);
+  std::vector<fs::path> outs;
+  std::vector<std::vector<uint64_t>> sessions(2);
+  for (int ahead = 0; ahead < 2; ++ahead) {
+    char tmpl[] = "/tmp/rlscope_onframes_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    outs.emplace_back(tmpl);
+    ChromeTraceExporter exporter(outs.back().string(), {"json"});
+    Aggregator agg(Config{}, &exporter);
+    agg.set_second_core(ahead == 1);
+    int64_t now = 0;
+    if (ahead == 1) {
+      std::vector<Aggregator::Received> received;
+      for (const std::string& f : frames) received.push_back({f, "peer"});
+      agg.OnFrames(received, [&] { return now += kMs; }, [&](size_t i, uint64_t session) {
+        EXPECT_EQ(i, sessions[1].size());
+        sessions[1].push_back(session);
+      });
+    } else {
+      for (const std::string& f : frames) sessions[0].push_back(agg.OnFrame(f.data(), f.size(), now += kMs, "peer"));
+    }
+    EXPECT_EQ(agg.stats().decode_errors, 1u);
+    agg.Tick(now);
+    agg.Finish(now + kMs);
+    EXPECT_EQ(agg.stats().steps_written, 2u);
+  }
+  EXPECT_EQ(sessions[0], sessions[1]);
+  const std::set<std::string> written = Files(outs[0]);
+  EXPECT_EQ(Files(outs[1]), written);
+  for (const std::string& f : written) EXPECT_TRUE(ReadAll(outs[0] / f) == ReadAll(outs[1] / f)) << f << " differs";
+  for (const fs::path& out : outs) fs::remove_all(out);
 }
 
 // The breakdown computed in line, and beside the trace's export.
