@@ -308,7 +308,7 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
     profile.processes.push_back(std::move(slice));
   }
   profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
-  AnalyzeCutStep(&profile, run_config_.config(), NotProfiled());
+  AnalyzeCutStep(&profile, run_config_.config(), NotProfiled(), second_core_);
   return profile;
 }
 

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <tuple>
 
 #include "aggregator/ray_calls.h"
@@ -509,13 +511,38 @@ void ReportWaits(StepProfile* step, const std::vector<WaitWindow>& windows, cons
   if (outside.unlinked_ray + outside.unlinked_key > 0) step->waits.push_back(std::move(outside));
 }
 
+// a(), and b() on a thread of its own when `beside` (else after a): both
+// done when it returns; what either threw is thrown (a's first).
+template <class A, class B>
+void RunBoth(bool beside, A a, B b) {
+  std::future<void> other;
+  if (beside) {
+    try {
+      other = std::async(std::launch::async, b);
+    } catch (const std::system_error&) {
+      // No thread to be had: b after a, here.
+    }
+  }
+  try {
+    a();
+  } catch (...) {
+    if (other.valid()) other.wait();
+    throw;
+  }
+  if (other.valid()) {
+    other.get();
+  } else {
+    b();
+  }
+}
+
 // One step's correction, in correction.h's order: the workers alone; then
 // the controller, window by window, with its waits on them (re-anchoring
 // each worker's execution of a call once the waits before its submit are
 // known); then the workers' times; then the step's totals and end.
 class StepCorrection {
  public:
-  StepCorrection(StepProfile* step, const std::vector<std::string>& subtasks, double scale);
+  StepCorrection(StepProfile* step, const std::vector<std::string>& subtasks, double scale, bool second_core);
   void Run();
 
  private:
@@ -530,15 +557,17 @@ class StepCorrection {
   // begin on the step range's thread (correction.h, idle threads).
   struct Call {
     int64_t submit_ns, submit_tid;
-    Corrector* worker;
+    const Worker* worker;  // its corrector charged by the time calls are anchored
     const Span* span;
     bool linked = true;
   };
   // Each worker's costs, on its own; what it did last of what a window
-  // awaited, from its raw times.
+  // awaited, from its raw times. Reads the step, writes workers_' correctors
+  // and lasts only.
   void CorrectWorkersAlone();
   // The calls the controller submitted and the workers' unlinked top-level
-  // ranges, in submit (begin) order.
+  // ranges, in submit (begin) order. Reads the step and workers_' slices,
+  // writes calls_ only: it may run beside CorrectWorkersAlone.
   void ListCalls();
   // The controller's shift at raw t on thread `tid`, its waits so far included.
   int64_t ControllerShift(int64_t tid, int64_t t);
@@ -550,6 +579,7 @@ class StepCorrection {
 
   StepProfile* step_;
   double scale_;
+  const bool second_core_;  // side by side what reads the step apart (RunBoth)
   const std::vector<WaitWindow> windows_;
   ProcessSlice* controller_ = nullptr;
   std::map<uint64_t, int64_t> got_ray_, got_key_;  // what the controller got, by Ray call or by a user's key
@@ -563,10 +593,14 @@ class StepCorrection {
   std::map<int64_t, Corrector::ThreadShift> own_shifts_;  // views of own_ (set once, never re-anchored), by tid
 };
 
-StepCorrection::StepCorrection(StepProfile* step, const std::vector<std::string>& subtasks, double scale)
-    : step_(step), scale_(scale), windows_(WaitWindows(*step, subtasks)) {
+StepCorrection::StepCorrection(StepProfile* step, const std::vector<std::string>& subtasks, double scale,
+                               bool second_core)
+    : step_(step), scale_(scale), second_core_(second_core), windows_(WaitWindows(*step, subtasks)) {
   for (ProcessSlice& slice : step->processes) {
     if (slice.process->is_controller()) controller_ = &slice;
+  }
+  for (ProcessSlice& slice : step->processes) {  // all here before anything points into workers_
+    if (&slice != controller_) workers_.push_back({&slice, nullptr, {}});
   }
   if (controller_ != nullptr) {
     got_ray_ = RayGot(*controller_);
@@ -578,9 +612,9 @@ StepCorrection::StepCorrection(StepProfile* step, const std::vector<std::string>
 }
 
 void StepCorrection::CorrectWorkersAlone() {
-  for (ProcessSlice& slice : step_->processes) {
-    if (&slice == controller_) continue;
-    workers_.push_back({&slice, MakeCorrector(*step_, {}, scale_, slice), LastWorkIn(slice.spans, awaited_, windows_)});
+  for (Worker& w : workers_) {
+    w.corrector = MakeCorrector(*step_, {}, scale_, *w.slice);
+    w.last = LastWorkIn(w.slice->spans, awaited_, windows_);
   }
 }
 
@@ -625,14 +659,14 @@ void StepCorrection::ListCalls() {
   size_t spans = 0;
   for (const Worker& w : workers_) spans += w.slice->spans.size();
   calls_.reserve(spans);  // at most one call per range
-  for (Worker& w : workers_) {
+  for (const Worker& w : workers_) {
     for (const Span& span : w.slice->spans) {
       auto it = span.has_payload && span.step < 0 && !span.clipped_begin ? submits.find(span.payload) : submits.end();
-      if (it != submits.end()) calls_.push_back({it->second.first, it->second.second, w.corrector.get(), &span});
+      if (it != submits.end()) calls_.push_back({it->second.first, it->second.second, &w, &span});
     }
     if (!step_tid) continue;
     for (const Span* span : UnlinkedTopLevel(w.slice->spans, submits)) {
-      calls_.push_back({span->begin_ns, *step_tid, w.corrector.get(), span, false});
+      calls_.push_back({span->begin_ns, *step_tid, &w, span, false});
     }
   }
   SortRuns(&calls_, [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
@@ -655,8 +689,8 @@ void StepCorrection::AnchorCallsSubmittedBy(int64_t t) {
     // after the call's anchor here and is refused (it keeps the shift it
     // carried, as before idle re-anchoring).
     if (!c.linked) {
-      c.worker->ReanchorAfterIdle(c.span->tid, c.span->begin_ns, shift_ns);
-    } else if (c.worker->Reanchor(c.span->tid, c.span->begin_ns, shift_ns)) {
+      c.worker->corrector->ReanchorAfterIdle(c.span->tid, c.span->begin_ns, shift_ns);
+    } else if (c.worker->corrector->Reanchor(c.span->tid, c.span->begin_ns, shift_ns)) {
       anchored_.insert(c.span->payload);
     }
   }
@@ -707,12 +741,18 @@ void StepCorrection::Run() {
   step_->corrected = true;
   step_->correction_scale = scale_;
   step_->corrected_end_ns = step_->end_ns;  // until the controller's step range says otherwise
-  CorrectWorkersAlone();
-  if (controller_ != nullptr) {
-    ListCalls();
-    CorrectController();
-  }
-  for (Worker& w : workers_) ApplyCorrection(*w.corrector, w.slice);
+  // The workers' charges and the calls' list read the step apart.
+  RunBoth(second_core_ && controller_ != nullptr, [this] { CorrectWorkersAlone(); }, [this] {
+    if (controller_ != nullptr) ListCalls();
+  });
+  if (controller_ != nullptr) CorrectController();
+  // Each worker's times moved by its own corrector: half of them beside.
+  const size_t half = workers_.size() / 2;
+  RunBoth(second_core_ && workers_.size() > 1, [&] {
+    for (size_t i = 0; i < half; ++i) ApplyCorrection(*workers_[i].corrector, workers_[i].slice);
+  }, [&] {
+    for (size_t i = half; i < workers_.size(); ++i) ApplyCorrection(*workers_[i].corrector, workers_[i].slice);
+  });
   Totals();
   if (controller_ == nullptr) return;
   for (const Span& span : controller_->spans) {
@@ -723,8 +763,8 @@ void StepCorrection::Run() {
 
 }  // namespace
 
-void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale) {
-  StepCorrection(step, subtasks, scale).Run();
+void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale, bool second_core) {
+  StepCorrection(step, subtasks, scale, second_core).Run();
 }
 
 }  // namespace rlscope

@@ -274,7 +274,10 @@ std::string CostDrift(const KindSamples& first, const KindSamples& second);
 // the controller's corrected submits. Costs are each process's Hello costs
 // times `scale`. Every slice gets its Overhead (step_profile.h), the step
 // `corrected`, `correction_scale` and `corrected_end_ns` (the controller's
-// step range's corrected end), and every time is held to that end.
-void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale);
+// step range's corrected end), and every time is held to that end. With
+// `second_core`, work that reads the step apart runs side by side (the
+// workers' charges beside the calls' list; half the workers' times moved
+// beside the others'): the same result.
+void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale, bool second_core = false);
 
 }  // namespace rlscope

@@ -1,6 +1,7 @@
 // Sorts that skip the work when the input is in order already (most of a
 // step's records arrive in time order), with the same result as the sort
-// they stand for, so outputs do not depend on which path was taken.
+// they stand for, so outputs do not depend on which path was taken; and a
+// search that starts where the last one ended.
 #pragma once
 
 #include <algorithm>
@@ -155,6 +156,39 @@ void SortRunsGrouped(std::vector<T>* v, Group group, Less less) {
     order[s->second++] = static_cast<uint32_t>(i);
   }
   internal::SortFromOrder(v, std::move(order), less);
+}
+
+// upper_bound over `size` times in order (`at(i)`, i < size) for `t`,
+// galloping outward from `hint` before the binary search: O(log distance),
+// so a run of nearby queries costs little each.
+template <class At>
+size_t UpperBoundNear(size_t size, int64_t t, size_t hint, At at) {
+  size_t lo = std::min(hint, size), hi = lo, step = 1;
+  if (lo > 0 && at(lo - 1) > t) {  // before the hint: the answer is at most lo - 1
+    hi = lo - 1;
+    lo = hi;
+    while (lo > 0 && at(lo - 1) > t) {
+      hi = lo - 1;
+      lo = hi >= step ? hi - step : 0;
+      step *= 2;
+    }
+  } else {  // at or after it: every time before lo is at most t
+    while (hi < size && at(hi) <= t) {
+      lo = hi + 1;
+      hi = lo + step;
+      step *= 2;
+    }
+    hi = std::min(hi, size);
+  }
+  while (lo < hi) {  // the first in [lo, hi) after t
+    const size_t mid = lo + (hi - lo) / 2;
+    if (at(mid) <= t) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
 }
 
 }  // namespace rlscope

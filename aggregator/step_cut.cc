@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <future>
+#include <memory>
 #include <string>
 #include <system_error>
-#include <memory>
 #include <utility>
 
 #include "aggregator/attribution.h"
@@ -94,8 +94,9 @@ void SortSlice(ProcessSlice* slice) {
 
 }  // namespace
 
-void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled) {
-  if (config.correction.enabled) CorrectStep(profile, config.subtasks, config.correction.scale);
+void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled,
+                    bool second_core) {
+  if (config.correction.enabled) CorrectStep(profile, config.subtasks, config.correction.scale, second_core);
   for (ProcessSlice& slice : profile->processes) SortSlice(&slice);
   profile->not_profiled = std::move(not_profiled);
   profile->clock_warn_bound_ns = config.clock.warn_bound_us * 1000;
@@ -105,8 +106,7 @@ void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<Expe
 
 void AnalyzeStepInto(StepProfile* profile, const Config& config, bool beside) {
   const StepProfile& step = *profile;
-  const std::vector<std::string>& subtasks = config.subtasks;
-  auto analyze = [&step, &subtasks] { return std::make_shared<const StepAnalysis>(AnalyzeStep(step, subtasks)); };
+  auto analyze = [&step, subtasks = config.subtasks] { return std::make_shared<const StepAnalysis>(AnalyzeStep(step, subtasks)); };
   if (beside) {
     try {
       profile->analysis.Set(std::async(std::launch::async, analyze).share());

@@ -25,8 +25,10 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s);
 void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_ns, ProcessSlice* slice);
 
 // The analyses above but the breakdown, under the run's `config`;
-// `not_profiled`: the expected processes missing now (expected.h).
-void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled);
+// `not_profiled`: the expected processes missing now (expected.h);
+// `second_core`: the correction may use one (CorrectStep).
+void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled,
+                    bool second_core = false);
 // The breakdown of the analysed step (breakdown.h), into profile->analysis,
 // on the whole step: before sub-task selection drops what lies outside.
 // With `beside`, on a thread of its own: it only reads the profile, so the
