@@ -106,7 +106,9 @@ void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<Expe
 
 void AnalyzeStepInto(StepProfile* profile, const Config& config, bool beside) {
   const StepProfile& step = *profile;
-  auto analyze = [&step, subtasks = config.subtasks] { return std::make_shared<const StepAnalysis>(AnalyzeStep(step, subtasks)); };
+  auto analyze = [&step, subtasks = config.subtasks] {
+    return std::make_shared<const StepAnalysis>(AnalyzeStep(step, subtasks));
+  };
   if (beside) {
     try {
       profile->analysis.Set(std::async(std::launch::async, analyze).share());
