@@ -291,10 +291,14 @@ void ProcessTimeline::Close(Span span, StepEdges* edges) {
   if (span.end_ns < span.begin_ns) span.end_ns = span.begin_ns;
   if (span.step >= 0 && edges != nullptr) edges->closed.push_back({span.step, span.begin_ns, span.end_ns});
   done_.push_back(span);
-  if (done_tids_.empty() || (done_tids_.back() != span.tid &&
-                             std::find(done_tids_.begin(), done_tids_.end(), span.tid) == done_tids_.end())) {
-    done_tids_.push_back(span.tid);
+  if (done_tids_.empty() || done_tids_[last_done_] != span.tid) {
+    last_done_ = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), span.tid) - done_tids_.begin());
+    if (last_done_ == done_tids_.size()) {
+      done_tids_.push_back(span.tid);
+      done_counts_.push_back(0);
+    }
   }
+  ++done_counts_[last_done_];
 }
 
 void ProcessTimeline::Bye(const wire::Bye& bye) {
@@ -318,30 +322,30 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
       if (in_step(s)) spans->push_back(s);
     }
   } else {
-    // Each thread's spans counted, then each placed after those of the
-    // threads before it (done_tids_ order).
-    std::vector<size_t> at(done_tids_.size(), 0);
-    size_t t = 0;  // done_tids_ index of the span before
-    auto index = [&](int64_t tid) {
-      if (done_tids_[t] != tid) {
-        t = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), tid) - done_tids_.begin());
-      }
-      return t;  // every tid in done_ is in done_tids_
-    };
-    for (const Span& s : done_) {
-      if (in_step(s)) ++at[index(s.tid)];
-    }
+    // Each thread's spans placed after room for all of the threads' before
+    // it (done_tids_ order, done_counts_), then the room they left closed up.
+    std::vector<size_t> first(done_tids_.size()), at(done_tids_.size());
     size_t next = base;
-    for (size_t& a : at) {  // a count becomes where the thread's first span goes
-      const size_t count = a;
-      a = next;
-      next += count;
+    for (size_t i = 0; i < at.size(); ++i) {
+      first[i] = at[i] = next;
+      next += done_counts_[i];
     }
     spans->reserve(next + open_async_.size() + stacks_.size());
     spans->resize(next);
+    size_t t = 0;  // done_tids_ index of the span before
     for (const Span& s : done_) {
-      if (in_step(s)) (*spans)[at[index(s.tid)]++] = s;
+      if (!in_step(s)) continue;
+      if (done_tids_[t] != s.tid) {  // every tid in done_ is in done_tids_
+        t = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), s.tid) - done_tids_.begin());
+      }
+      (*spans)[at[t]++] = s;
     }
+    size_t to = base;
+    for (size_t i = 0; i < at.size(); ++i) {
+      if (to != first[i]) std::move(spans->begin() + first[i], spans->begin() + at[i], spans->begin() + to);
+      to += at[i] - first[i];
+    }
+    spans->resize(to);
   }
   auto add_open = [&](Span s) {
     if (s.begin_ns >= end_ns) return;
@@ -542,7 +546,20 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
                                return s.end_ns < ns || (s.end_ns == ns && s.begin_ns < ns);
                              }),
               done_.end());
-  if (done_.empty()) done_tids_.clear();
+  if (done_.empty()) {
+    done_tids_.clear();
+    done_counts_.clear();
+    last_done_ = 0;
+  } else {
+    std::fill(done_counts_.begin(), done_counts_.end(), 0);
+    size_t t = 0;
+    for (const Span& s : done_) {
+      if (done_tids_[t] != s.tid) {
+        t = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), s.tid) - done_tids_.begin());
+      }
+      ++done_counts_[t];
+    }
+  }
   // An end whose start never came (dropped, or recorded before a window) is
   // counted and forgotten once the step it fell in is behind us.
   for (auto it = early_ends_.begin(); it != early_ends_.end();) {

@@ -182,8 +182,11 @@ class ProcessTimeline {
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> early_ends_;  // id -> (ts, tid)
   std::deque<Span> done_;         // completed, in completion order
   // The threads that closed what done_ holds (some may have none left in
-  // it), in order of first sight; cleared when done_ empties.
+  // it), in order of first sight, and how many of done_ each closed;
+  // cleared when done_ empties.
   std::vector<int64_t> done_tids_;
+  std::vector<size_t> done_counts_;
+  size_t last_done_ = 0;  // done_tids_ index of the last span closed
   std::deque<Instant> instants_;  // in arrival order
   std::deque<GpuRecord> gpu_;      // in arrival order
   std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order
