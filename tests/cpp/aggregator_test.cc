@@ -2428,7 +2428,9 @@ TEST(DecodeAheadTest, FramesComeInOrderAndALeftOverDecoderStops) {
     for (size_t i = 0; i < frames.size(); ++i) {
       const wire::DecodeResult r = ahead.Take(i);
       ASSERT_EQ(r.ok, i != 5) << i;
-      if (r.ok) EXPECT_EQ(std::get<wire::Batch>(r.message).watermark_ns, 100 * static_cast<int64_t>(i));
+      if (r.ok) {
+        EXPECT_EQ(std::get<wire::Batch>(r.message).watermark_ns, 100 * static_cast<int64_t>(i));
+      }
     }
   }
   for (int taken = 0; taken < 3; ++taken) {  // destroyed with frames left: returns
