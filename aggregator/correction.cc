@@ -566,7 +566,7 @@ class StepCorrection {
   // and lasts only.
   void CorrectWorkersAlone();
   // The calls the controller submitted and the workers' unlinked top-level
-  // ranges, in submit (begin) order. Reads the step and workers_' slices,
+  // ranges, and their submit (begin) order. Reads the step and workers_' slices,
   // writes calls_ only: it may run beside CorrectWorkersAlone.
   void ListCalls();
   // The controller's shift at raw t on thread `tid`, its waits so far included.
@@ -586,7 +586,8 @@ class StepCorrection {
   std::map<uint64_t, size_t> awaited_;
   std::vector<Worker> workers_;
   std::vector<Call> calls_;
-  size_t next_call_ = 0;
+  std::vector<uint32_t> call_order_;  // calls_ by submit (SortRuns' order)
+  size_t next_call_ = 0;              // in call_order_
   std::set<uint64_t> anchored_;  // keys of the calls re-anchored
   std::map<int64_t, std::vector<CostMark>> waits_;  // the controller's wait marks, by tid
   std::unique_ptr<Corrector> own_;  // the controller's own costs, without waits
@@ -669,7 +670,7 @@ void StepCorrection::ListCalls() {
       calls_.push_back({span->begin_ns, *step_tid, &w, span, false});
     }
   }
-  SortRuns(&calls_, [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
+  call_order_ = SortRunsOrder(calls_, [](const Call& a, const Call& b) { return a.submit_ns < b.submit_ns; });
 }
 
 int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {
@@ -681,8 +682,8 @@ int64_t StepCorrection::ControllerShift(int64_t tid, int64_t t) {
 }
 
 void StepCorrection::AnchorCallsSubmittedBy(int64_t t) {
-  for (; next_call_ < calls_.size() && calls_[next_call_].submit_ns <= t; ++next_call_) {
-    const Call& c = calls_[next_call_];
+  for (; next_call_ < call_order_.size() && calls_[call_order_[next_call_]].submit_ns <= t; ++next_call_) {
+    const Call& c = calls_[call_order_[next_call_]];
     const int64_t shift_ns = ControllerShift(c.submit_tid, c.submit_ns);
     // Anchors go in time order per thread: an unlinked range that began
     // between a call's submit and the call's begin on the same thread comes

@@ -59,18 +59,19 @@ void StableSortRuns(std::vector<T>* v, Less less) {
 
 namespace internal {
 
-// SortRuns from `order` (a permutation of v's positions): its runs in
-// order merged, then v put in that order; std::sort(v) on any equivalent
-// elements or too many runs.
+// The order SortRuns puts `v` in, from `order` (a permutation of v's
+// positions): its runs in order merged. Empty when that is not the order
+// std::sort gives (equivalent elements) or there are too many runs: then
+// std::sort decides.
 template <class T, class Less>
-void SortFromOrder(std::vector<T>* v, std::vector<uint32_t> order, Less less) {
-  const size_t n = v->size();
-  auto by = [&](uint32_t a, uint32_t b) { return less((*v)[a], (*v)[b]); };
+std::vector<uint32_t> MergedOrder(const std::vector<T>& v, std::vector<uint32_t> order, Less less) {
+  const size_t n = v.size();
+  auto by = [&](uint32_t a, uint32_t b) { return less(v[a], v[b]); };
   std::vector<size_t> runs{0};  // where each run begins
   for (size_t i = 1; i < n; ++i) {
     if (by(order[i], order[i - 1])) runs.push_back(i);
   }
-  if (runs.size() > n / 64 + 1) return std::sort(v->begin(), v->end(), less);
+  if (runs.size() > n / 64 + 1) return {};
   runs.push_back(n);
   std::vector<uint32_t> merged(runs.size() > 2 ? n : 0);
   while (runs.size() > 2) {  // merge neighbouring runs pairwise, then again
@@ -84,11 +85,22 @@ void SortFromOrder(std::vector<T>* v, std::vector<uint32_t> order, Less less) {
     order.swap(merged);
     runs.swap(next);
   }
-  bool identity = true;
-  for (size_t i = 0; i < n; ++i) {
-    if (i > 0 && !by(order[i - 1], order[i])) return std::sort(v->begin(), v->end(), less);  // equivalent elements
-    identity = identity && order[i] == i;
+  for (size_t i = 1; i < n; ++i) {
+    if (!by(order[i - 1], order[i])) return {};  // equivalent elements
   }
+  return order;
+}
+
+// SortRuns from `order` (a permutation of v's positions): v put in
+// MergedOrder, else std::sort-ed.
+template <class T, class Less>
+void SortFromOrder(std::vector<T>* v, std::vector<uint32_t> order, Less less) {
+  const size_t n = v->size();
+  if (n < 2) return;
+  order = MergedOrder(*v, std::move(order), less);
+  if (order.empty()) return std::sort(v->begin(), v->end(), less);
+  bool identity = true;
+  for (size_t i = 0; i < n && identity; ++i) identity = order[i] == i;
   if (identity) return;
   std::vector<T> sorted;
   sorted.reserve(n);
@@ -110,6 +122,23 @@ void SortRuns(std::vector<T>* v, Less less) {
   std::vector<uint32_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
   internal::SortFromOrder(v, std::move(order), less);
+}
+
+// The positions of `v` in the order SortRuns would put it in (the same
+// permutation, ties included), leaving v as it is: for elements too large
+// to move about.
+template <class T, class Less>
+std::vector<uint32_t> SortRunsOrder(const std::vector<T>& v, Less less) {
+  const size_t n = v.size();
+  std::vector<uint32_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+  if (n < 2) return order;
+  std::vector<uint32_t> merged = n > UINT32_MAX ? std::vector<uint32_t>{} : internal::MergedOrder(v, order, less);
+  if (!merged.empty()) return merged;
+  // std::sort's permutation depends only on its comparisons' outcomes: the
+  // positions sorted by their elements are the one it applies to v.
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return less(v[a], v[b]); });
+  return order;
 }
 
 // SortRuns for a `less` that orders by `group(e)` (an int64_t, e.g. a

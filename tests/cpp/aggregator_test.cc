@@ -2580,6 +2580,10 @@ TEST(Sorting, SortRunsMatchesStdSort) {
     rlscope::SortUnlessStrictlySorted(skipped.begin(), skipped.end(), less);
     std::stable_sort(stable_expected.begin(), stable_expected.end(), less);
     rlscope::StableSortRuns(&stable_runs, less);
+    // SortRunsOrder: the permutation SortRuns applies, ties included.
+    std::vector<Item> by_order;
+    for (uint32_t i : rlscope::SortRunsOrder(items, less)) by_order.push_back(items[i]);
+    EXPECT_TRUE(same(by_order, expected)) << "round " << round;
     EXPECT_TRUE(same(runs_sorted, expected)) << "round " << round;
     EXPECT_TRUE(same(skipped, expected)) << "round " << round;
     EXPECT_TRUE(same(stable_runs, stable_expected)) << "round " << round;
