@@ -47,7 +47,6 @@ wire::DecodeResult DecodeAhead::Take(size_t i) {
     std::unique_lock<std::mutex> lock(mu_);
     changed_.wait(lock, [&] { return decoded_ > i; });
     r = std::move(slots_[i % kAhead]);
-    slots_[i % kAhead] = wire::DecodeResult{};
     taken_ = i + 1;
   }
   changed_.notify_all();

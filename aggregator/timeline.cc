@@ -292,13 +292,18 @@ void ProcessTimeline::Close(Span span, StepEdges* edges) {
   if (span.step >= 0 && edges != nullptr) edges->closed.push_back({span.step, span.begin_ns, span.end_ns});
   done_.push_back(span);
   if (done_tids_.empty() || done_tids_[last_done_] != span.tid) {
-    last_done_ = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), span.tid) - done_tids_.begin());
+    last_done_ = DoneThread(span.tid, last_done_);
     if (last_done_ == done_tids_.size()) {
       done_tids_.push_back(span.tid);
       done_counts_.push_back(0);
     }
   }
   ++done_counts_[last_done_];
+}
+
+size_t ProcessTimeline::DoneThread(int64_t tid, size_t hint) const {
+  if (hint < done_tids_.size() && done_tids_[hint] == tid) return hint;
+  return static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), tid) - done_tids_.begin());
 }
 
 void ProcessTimeline::Bye(const wire::Bye& bye) {
@@ -335,9 +340,7 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
     size_t t = 0;  // done_tids_ index of the span before
     for (const Span& s : done_) {
       if (!in_step(s)) continue;
-      if (done_tids_[t] != s.tid) {  // every tid in done_ is in done_tids_
-        t = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), s.tid) - done_tids_.begin());
-      }
+      t = DoneThread(s.tid, t);  // every tid in done_ is in done_tids_
       (*spans)[at[t]++] = s;
     }
     size_t to = base;
@@ -554,9 +557,7 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
     std::fill(done_counts_.begin(), done_counts_.end(), 0);
     size_t t = 0;
     for (const Span& s : done_) {
-      if (done_tids_[t] != s.tid) {
-        t = static_cast<size_t>(std::find(done_tids_.begin(), done_tids_.end(), s.tid) - done_tids_.begin());
-      }
+      t = DoneThread(s.tid, t);
       ++done_counts_[t];
     }
   }

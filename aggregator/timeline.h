@@ -187,6 +187,8 @@ class ProcessTimeline {
   std::vector<int64_t> done_tids_;
   std::vector<size_t> done_counts_;
   size_t last_done_ = 0;  // done_tids_ index of the last span closed
+  // done_tids_' index of `tid` (its size when absent), `hint` tried first.
+  size_t DoneThread(int64_t tid, size_t hint) const;
   std::deque<Instant> instants_;  // in arrival order
   std::deque<GpuRecord> gpu_;      // in arrival order
   std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order

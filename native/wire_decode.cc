@@ -140,8 +140,10 @@ bool DecodeProbe(Ctx& c, const object& body, Probe* p) {
 // whose first chunk (kept by clear) holds the largest such frame's objects
 // so far, up to kReusedZoneMax: a fresh zone per frame had its object array
 // (24 bytes per element, megabytes) mapped, faulted in and unmapped each
-// time, a third of the decoding's time. A process that only decodes small
-// frames (a collector's controls) never makes one.
+// time (aggregator_bench, 4 recording threads: 76 % of the page faults while
+// frames came in; that phase took 0.31-0.41 s for 2M events, 0.18-0.22 s
+// with the zone kept). A process that only decodes small frames (a
+// collector's controls) never makes one.
 constexpr size_t kReusedZoneFrom = 64 << 10;
 constexpr size_t kReusedZoneMax = 64 << 20;
 
