@@ -419,7 +419,7 @@ def _python_configs(args, ours, counting, have_nvtx, have_torch):
         ("a C-level context manager (bench/null_context.c)", "none: the floor", "null_context", floor,
          "baseline of rlscope_ray.range with no collector"),
         ("rlscope_ray.range", "no collector", "rlscope_range", {},
-         "target <= 100 ns; vs the floor of a C-level context manager"),
+         "target <= 100 ns; vs a C-level context manager (its __enter__/__exit__ bound per `with`)"),
         ("rlscope_ray.range", "rlscope collector, recording", "rlscope_range", ours, "target <= 250 ns"),
         ("rlscope_ray.mark", "no collector", "rlscope_mark", {}, ""),
         ("rlscope_ray.mark", "rlscope collector, recording", "rlscope_mark", ours, ""),

@@ -276,6 +276,63 @@ def test_python_ranges_nest_through_recursion_exceptions_and_reuse(aggregator_fa
     assert all(inside(e, step) for e in fibs + agains + [raises, inner])
 
 
+def test_python_range_enter_and_exit_however_they_are_taken(aggregator_factory, tmp_path):
+    """`with` binds rlscope_ray.range's __enter__/__exit__ its own way (no
+    bound builtin per lookup, fast_api.cc): taken as contextlib.ExitStack
+    takes them (from the type, the range first), bound and kept past the
+    range's last name, on a subclass, 40 deep (past the kept bound objects),
+    each range is recorded where it was entered and left."""
+    agg = aggregator_factory()
+    script = (
+        "import contextlib, gc, rlscope_ray\n"
+        "class Sub(rlscope_ray.range):\n"
+        "    pass\n"
+        "with rlscope_ray.step(1):\n"
+        "    with contextlib.ExitStack() as stack:\n"
+        "        stack.enter_context(rlscope_ray.range('stacked'))\n"
+        "        rlscope_ray.mark('in_stacked')\n"
+        "    exit_kept = rlscope_ray.range('kept').__exit__\n"
+        "    r = rlscope_ray.range('unbound')\n"
+        "    assert rlscope_ray.range.__enter__(r) is r\n"
+        "    rlscope_ray.mark('in_unbound')\n"
+        "    rlscope_ray.range.__exit__(r, None, None, None)\n"
+        "    with Sub('sub') as s:\n"
+        "        assert type(s) is Sub\n"
+        "        rlscope_ray.mark('in_sub')\n"
+        "    with contextlib.ExitStack() as stack:\n"
+        "        for i in range(40):\n"
+        "            stack.enter_context(rlscope_ray.range(f'deep{i}'))\n"
+        "        rlscope_ray.mark('in_deep')\n"
+        "    gc.collect()\n"
+        "    print(repr(exit_kept))\n"
+        "    assert exit_kept(None, None, None) is None  # its range lives on in it; no enter: no pop\n"
+        "    for bad in (lambda: rlscope_ray.range.__exit__(3, None, None, None),\n"
+        "                lambda: rlscope_ray.range('x').__enter__(1)):\n"
+        "        try:\n"
+        "            bad()\n"
+        "        except TypeError as e:\n"
+        "            print(e)\n")
+    env = agg.env(role="controller", inject=False, config="{buffers: {per_thread_kb: 8192}}")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "<bound method __exit__ of rlscope_ray.range('kept')>",
+        "rlscope_ray.range.__exit__(range, ...): the first argument is a rlscope_ray.range",
+        "rlscope_ray.range.__enter__() takes no arguments (1 given)"], r.stdout
+    agg.wait()
+    trace = Trace(agg.out / "step_1" / "trace.json")
+    ctrl = trace.pid_of("(controller)")
+
+    def around(name, mark):
+        (e,) = trace.slices(ctrl, name)
+        (m,) = trace.instants(ctrl, mark)
+        return float(e["ts"]) <= float(m["ts"]) <= float(e["ts"]) + float(e["dur"])
+
+    assert around("stacked", "in_stacked") and around("unbound", "in_unbound") and around("sub", "in_sub")
+    assert all(around(f"deep{i}", "in_deep") for i in range(40))
+    assert trace.slices(ctrl, "kept") == []
+
+
 def test_a_range_and_a_decorated_function_pickle_as_ray_ships_them():
     """Ray ships a driver's functions with cloudpickle: a decorated function
     and a linked range travel, and work on the other side."""

@@ -1,8 +1,10 @@
 // The per-call Python API in raw CPython (no pybind11 dispatch on the hot
 // path): rlscope_ray.range, a context manager and decorator, and
 // rlscope_ray.mark. Contract:
-//   - No collector in this process: a range costs its allocation and one
-//     load-and-compare per enter; nothing else (no interning, no C++ call).
+//   - No collector in this process: a range costs one object from a free
+//     list, `with` binding __enter__/__exit__ to it (from a free list too, not
+//     a bound builtin each) and one "is a collector running" read per enter;
+//     nothing else (no interning, no recording call).
 //   - A collector: a name is interned once per process (a dict from the str
 //     object to its id, cleared in a forked child), then each enter/exit is
 //     one C ABI call (rlscope_range_push_id / rlscope_range_pop).
@@ -314,13 +316,174 @@ PyObject* RangeRepr(PyObject* o) {
 }
 
 PyMethodDef kRangeMethods[] = {
-    {"__enter__", RangeEnter, METH_NOARGS,
-     "Push the range on the calling thread, or start it in a coroutine (a no-op with no collector)."},
-    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(RangeExit)), METH_FASTCALL,
-     "Pop what __enter__ pushed; exceptions propagate."},
     {"__reduce__", RangeReduce, METH_NOARGS, "Pickled by name and link payload."},
     {nullptr, nullptr, 0, nullptr},
 };
+
+// __enter__ and __exit__. `with` looks both up on the type and binds each to
+// the range; a method descriptor would allocate a GC-tracked bound builtin
+// per lookup: two per `with`, about 40 of a range's 85 ns with no collector
+// (bench/null_context.c is that floor). These descriptors (SpecialType) bind
+// a range of the exact type to a BoundSpecial from a free list instead: it
+// holds the range (the range holds nothing of it, so no cycle and no GC
+// tracking) and is called through vectorcall. A subclass's instance gets the
+// standard bound builtin (its __dict__ could close a cycle only the GC frees).
+// On the type (`range.__exit__`, as contextlib.ExitStack takes it) each is
+// called with the range first.
+PyMethodDef kEnterDef = {"__enter__", RangeEnter, METH_NOARGS,
+                         "Push the range on the calling thread, or start it in a coroutine (a no-op with no "
+                         "collector)."};
+PyMethodDef kExitDef = {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(RangeExit)),
+                        METH_FASTCALL, "Pop what __enter__ pushed; exceptions propagate."};
+
+struct SpecialObject {  // range.__enter__ / range.__exit__, on the type
+  PyObject_HEAD
+  PyMethodDef* def;
+};
+
+struct BoundSpecialObject {  // one bound to a range
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyMethodDef* def;
+  PyObject* range;  // strong
+};
+
+extern PyTypeObject SpecialType;
+extern PyTypeObject BoundSpecialType;
+
+// def's function on `range` with args (none for __enter__, anything for
+// __exit__, which ignores them).
+PyObject* CallSpecial(const PyMethodDef* def, PyObject* range, PyObject* const* args, Py_ssize_t nargs) {
+  if (def->ml_flags == METH_NOARGS) {
+    if (nargs != 0) {
+      PyErr_Format(PyExc_TypeError, "rlscope_ray.range.%s() takes no arguments (%zd given)", def->ml_name, nargs);
+      return nullptr;
+    }
+    return def->ml_meth(range, nullptr);
+  }
+  return reinterpret_cast<PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t)>(
+      reinterpret_cast<void (*)()>(def->ml_meth))(range, args, nargs);
+}
+
+PyObject* BoundSpecialVectorcall(PyObject* o, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<BoundSpecialObject*>(o);
+  if (kwnames != nullptr && PyTuple_GET_SIZE(kwnames) != 0) {
+    PyErr_Format(PyExc_TypeError, "rlscope_ray.range.%s() takes no keyword arguments", self->def->ml_name);
+    return nullptr;
+  }
+  return CallSpecial(self->def, self->range, args, PyVectorcall_NARGS(nargsf));
+}
+
+constexpr int kBoundFreeListSize = 32;
+BoundSpecialObject* g_bound_free[kBoundFreeListSize];
+int g_bound_free_count = 0;
+
+void BoundSpecialDealloc(PyObject* o) {
+  auto* self = reinterpret_cast<BoundSpecialObject*>(o);
+  Py_CLEAR(self->range);  // may free the range (to its own free list)
+  if (g_bound_free_count < kBoundFreeListSize) {
+    g_bound_free[g_bound_free_count++] = self;
+    return;
+  }
+  Py_TYPE(o)->tp_free(o);
+}
+
+PyObject* BoundSpecialRepr(PyObject* o) {
+  auto* self = reinterpret_cast<BoundSpecialObject*>(o);
+  return PyUnicode_FromFormat("<bound method %s of %R>", self->def->ml_name, self->range);
+}
+
+PyObject* SpecialGet(PyObject* o, PyObject* obj, PyObject* /*type*/) {
+  auto* self = reinterpret_cast<SpecialObject*>(o);
+  if (obj == nullptr || obj == Py_None) {  // on the type: unbound
+    Py_INCREF(o);
+    return o;
+  }
+  if (Py_TYPE(obj) != &RangeType) return PyCFunction_NewEx(self->def, obj, nullptr);  // a subclass's
+  BoundSpecialObject* bound;
+  if (g_bound_free_count > 0) {
+    bound = g_bound_free[--g_bound_free_count];
+    PyObject_Init(reinterpret_cast<PyObject*>(bound), &BoundSpecialType);
+  } else {
+    bound = reinterpret_cast<BoundSpecialObject*>(BoundSpecialType.tp_alloc(&BoundSpecialType, 0));
+    if (bound == nullptr) return nullptr;
+  }
+  bound->vectorcall = BoundSpecialVectorcall;
+  bound->def = self->def;
+  Py_INCREF(obj);
+  bound->range = obj;
+  return reinterpret_cast<PyObject*>(bound);
+}
+
+// range.__exit__(r, exc_type, exc, tb): the first argument is the range.
+PyObject* SpecialCall(PyObject* o, PyObject* args, PyObject* kwargs) {
+  auto* self = reinterpret_cast<SpecialObject*>(o);
+  const Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if ((kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) || n < 1 ||
+      !PyObject_TypeCheck(PyTuple_GET_ITEM(args, 0), &RangeType)) {
+    PyErr_Format(PyExc_TypeError, "rlscope_ray.range.%s(range, ...): the first argument is a rlscope_ray.range",
+                 self->def->ml_name);
+    return nullptr;
+  }
+  return CallSpecial(self->def, PyTuple_GET_ITEM(args, 0), &PyTuple_GET_ITEM(args, 1), n - 1);
+}
+
+PyObject* SpecialRepr(PyObject* o) {
+  return PyUnicode_FromFormat("<method '%s' of 'rlscope_ray.range' objects>",
+                              reinterpret_cast<SpecialObject*>(o)->def->ml_name);
+}
+
+PyObject* SpecialDoc(PyObject* o, void* /*closure*/) {
+  return PyUnicode_FromString(reinterpret_cast<SpecialObject*>(o)->def->ml_doc);
+}
+
+PyObject* SpecialName(PyObject* o, void* /*closure*/) {
+  return PyUnicode_FromString(reinterpret_cast<SpecialObject*>(o)->def->ml_name);
+}
+
+PyGetSetDef kSpecialGetSet[] = {
+    {"__doc__", SpecialDoc, nullptr, nullptr, nullptr},
+    {"__name__", SpecialName, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyTypeObject SpecialType = [] {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = "rlscope_ray.range_special";
+  t.tp_basicsize = sizeof(SpecialObject);
+  t.tp_flags = Py_TPFLAGS_DEFAULT;
+  t.tp_repr = SpecialRepr;
+  t.tp_call = SpecialCall;
+  t.tp_descr_get = SpecialGet;
+  t.tp_getset = kSpecialGetSet;
+  return t;
+}();
+
+PyTypeObject BoundSpecialType = [] {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = "rlscope_ray.range_bound_special";
+  t.tp_basicsize = sizeof(BoundSpecialObject);
+  t.tp_dealloc = BoundSpecialDealloc;
+  t.tp_repr = BoundSpecialRepr;
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  t.tp_vectorcall_offset = offsetof(BoundSpecialObject, vectorcall);
+  t.tp_call = PyVectorcall_Call;
+  return t;
+}();
+
+SpecialObject g_enter = {PyObject_HEAD_INIT(&SpecialType) &kEnterDef};
+SpecialObject g_exit = {PyObject_HEAD_INIT(&SpecialType) &kExitDef};
+
+// Puts __enter__ and __exit__ in the ready range type's dict.
+bool AddSpecials() {
+  if (PyType_Ready(&SpecialType) != 0 || PyType_Ready(&BoundSpecialType) != 0) return false;
+  if (PyDict_SetItemString(RangeType.tp_dict, "__enter__", reinterpret_cast<PyObject*>(&g_enter)) != 0 ||
+      PyDict_SetItemString(RangeType.tp_dict, "__exit__", reinterpret_cast<PyObject*>(&g_exit)) != 0) {
+    return false;
+  }
+  PyType_Modified(&RangeType);
+  return true;
+}
 
 PyMemberDef kRangeMembers[] = {
     {"name", T_OBJECT, offsetof(RangeObject, name), READONLY, "The range's name."},
@@ -332,7 +495,7 @@ constexpr const char* kRangeDoc =
     "A named range on the calling thread: context manager or decorator.\n\n"
     "In a coroutine (``async def``) it may span awaits while other coroutines\n"
     "run on the thread: each is its own start/end range (a link is not kept).\n"
-    "With no collector in the process it costs an allocation and a compare.\n"
+    "With no collector in the process it costs about what `with` itself costs.\n"
     "``link=key`` marks it as work another process waits for: when the\n"
     "controller says ``waited(key)`` in a sub-task once its wait (a queue, a\n"
     "pipe, a collective) is over, the correction shortens that wait by what\n"
@@ -415,7 +578,7 @@ namespace rlscope_py {
 
 bool AddFastApi(PyObject* module) {
   if (g_ids == nullptr && (g_ids = PyDict_New()) == nullptr) return false;
-  if (PyType_Ready(&RangeType) != 0) return false;
+  if (PyType_Ready(&RangeType) != 0 || !AddSpecials()) return false;
   Py_INCREF(&RangeType);
   if (PyModule_AddObject(module, "range", reinterpret_cast<PyObject*>(&RangeType)) != 0) {
     Py_DECREF(&RangeType);

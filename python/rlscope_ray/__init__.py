@@ -150,7 +150,7 @@ def link_key(key: "str | int") -> int:
 
 
 # range and mark are native (python/bindings/fast_api.cc): with no collector
-# a range costs an allocation and a compare, recording one C call per edge.
+# a range costs about what `with` itself costs, recording one C call per edge.
 # `range(name, link=key)` and `@range(name)` call back into the two hooks
 # below. (range mirrors nvtx.annotate / torch.cuda.nvtx.range.)
 range = _native.range  # noqa: A001
