@@ -212,6 +212,17 @@ def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
     assert len(trace.instants(ctrl, "after_gen")) == 1
 
 
+def _run_controller_script(agg, script):
+    """`python -c script` as the controller, recording one step (step 1):
+    its printed lines, that step's trace and the controller's pid in it."""
+    env = agg.env(role="controller", inject=False, config="{buffers: {per_thread_kb: 8192}}")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    agg.wait()
+    trace = Trace(agg.out / "step_1" / "trace.json")
+    return r.stdout.splitlines(), trace, trace.pid_of("(controller)")
+
+
 def test_python_ranges_nest_through_recursion_exceptions_and_reuse(aggregator_factory, tmp_path):
     """rlscope_ray.range is a native context manager: one decorated function
     recursing enters the same range object while it is open, a range left by
@@ -243,16 +254,11 @@ def test_python_ranges_nest_through_recursion_exceptions_and_reuse(aggregator_fa
         "        bad()\n"
         "    except TypeError as e:\n"
         "        print(e)\n")
-    env = agg.env(role="controller", inject=False, config="{buffers: {per_thread_kb: 8192}}")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [
+    stdout, trace, ctrl = _run_controller_script(agg, script)
+    assert stdout == [
         "rlscope_ray.range(name): name must be a str, got int",
         "rlscope_ray.range() got an unexpected keyword argument 'colour'",
-        "rlscope_ray.mark(name): name must be a str, got NoneType"], r.stdout
-    agg.wait()
-    trace = Trace(agg.out / "step_1" / "trace.json")
-    ctrl = trace.pid_of("(controller)")
+        "rlscope_ray.mark(name): name must be a str, got NoneType"], stdout
 
     def span(e):
         return float(e["ts"]), float(e["ts"]) + float(e["dur"])
@@ -312,16 +318,11 @@ def test_python_range_enter_and_exit_however_they_are_taken(aggregator_factory, 
         "            bad()\n"
         "        except TypeError as e:\n"
         "            print(e)\n")
-    env = agg.env(role="controller", inject=False, config="{buffers: {per_thread_kb: 8192}}")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [
+    stdout, trace, ctrl = _run_controller_script(agg, script)
+    assert stdout == [
         "<bound method __exit__ of rlscope_ray.range('kept')>",
         "rlscope_ray.range.__exit__(range, ...): the first argument is a rlscope_ray.range",
-        "rlscope_ray.range.__enter__() takes no arguments (1 given)"], r.stdout
-    agg.wait()
-    trace = Trace(agg.out / "step_1" / "trace.json")
-    ctrl = trace.pid_of("(controller)")
+        "rlscope_ray.range.__enter__() takes no arguments (1 given)"], stdout
 
     def around(name, mark):
         (e,) = trace.slices(ctrl, name)
