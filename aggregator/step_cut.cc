@@ -30,12 +30,12 @@ void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_
   }
 }
 
-ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s) {
+ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool second_core) {
   ProcessSlice slice;
   slice.process = &p;
   const ClockEstimate& clock = p.clock();
   const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
-  p.Cut(begin, end, &slice.spans, &slice.instants);
+  p.Cut(begin, end, &slice.spans, &slice.instants, second_core);
   p.CutGpu(begin, end, &slice.gpu);
   p.CutCpuSamples(begin, end, &slice.cpu_samples);
   p.CutOffCpu(begin, end, &slice.off_cpu);

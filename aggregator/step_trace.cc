@@ -204,6 +204,7 @@ std::pair<std::string, const char*> GpuName(const ProcessTimeline& p, const GpuR
     case GpuKind::kDriverApi: cat = names::kCatCudaApi; break;
     case GpuKind::kSync: cat = names::kCatCudaSync; name = std::string("Sync: ") + SyncTypeName(g.subkind); break;
     case GpuKind::kOverhead: cat = names::kCatCuptiOverhead; break;
+    case GpuKind::kMemory: break;  // never a record here: a level (ProcessTimeline::AddGpu)
   }
   if (name.empty()) name = "(unnamed)";
   return {name, cat};

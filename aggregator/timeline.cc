@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iterator>
 
+#include "aggregator/prefault.h"
 #include "native/names.h"
 #include "native/steps.h"
 
@@ -315,7 +316,7 @@ void ProcessTimeline::Bye(const wire::Bye& bye) {
 }
 
 void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
-                          std::vector<Instant>* instants) const {
+                          std::vector<Instant>* instants, bool second_core) const {
   auto in_step = [&](const Span& s) {
     return (s.begin_ns < end_ns && s.end_ns > begin_ns) ||
            (s.begin_ns == s.end_ns && s.begin_ns >= begin_ns && s.begin_ns < end_ns);
@@ -323,6 +324,7 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
   const size_t base = spans->size();
   if (done_tids_.size() <= 1) {  // one thread closed them all: in order as they are
     spans->reserve(base + done_.size() + open_async_.size() + stacks_.size());
+    PrefaultCapacity(spans, second_core);
     for (const Span& s : done_) {
       if (in_step(s)) spans->push_back(s);
     }
@@ -336,6 +338,7 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
       next += done_counts_[i];
     }
     spans->reserve(next + open_async_.size() + stacks_.size());
+    PrefaultCapacity(spans, second_core);
     spans->resize(next);
     size_t t = 0;  // done_tids_ index of the span before
     for (const Span& s : done_) {

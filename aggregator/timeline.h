@@ -57,8 +57,10 @@ class ProcessTimeline {
   // The completed spans come thread by thread (threads in the order they
   // first closed one, each's in completion order), so a step's spans need
   // no merge of its batches' runs to be put in thread order (SortSlice).
-  void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
-           std::vector<Instant>* instants) const;
+  // With `second_core`, a large output's fresh pages are mapped by two
+  // threads (prefault.h).
+  void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans, std::vector<Instant>* instants,
+           bool second_core = false) const;
   // GPU records in the step: CPU-side ones (API calls, syncs, overhead)
   // overlapping [begin, end); device-side ones (kernels, copies, sets) whose
   // launching API call began in it, or, launch unknown, that overlap it.

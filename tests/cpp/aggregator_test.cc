@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include "aggregator/exporter.h"
 #include "aggregator/json_writer.h"
 #include "aggregator/process_json.h"
+#include "aggregator/prefault.h"
 #include "native/spool_file.h"
 #include "aggregator/run_json.h"
 #include "aggregator/sorting.h"
@@ -2548,6 +2550,42 @@ TEST(JsonWriterTest, EscapesNumbersAndMicrosExactly) {
 // The sorts that skip work (sorting.h) give what std::sort gives: runs of
 // distinct keys merged, and inputs with equivalent elements (then sorted as
 // before, so even their order among themselves is std::sort's).
+// Pages of [p, p + bytes) the kernel has mapped (mincore).
+size_t ResidentPages(const void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((bytes + page - 1) / page);
+  if (mincore(const_cast<void*>(p), bytes, in.data()) != 0) return 0;
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return (c & 1) != 0; }));
+}
+
+TEST(Prefault, MapsTheRangesWholePagesAndLeavesWhatIsThereAlone) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = size_t{40} << 20, written = (size_t{1} << 20) + 123;
+  for (const bool second_core : {false, true}) {
+    SCOPED_TRACE(second_core ? "two threads" : "one thread");
+    auto* p = static_cast<unsigned char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                               -1, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    for (size_t i = 0; i < written; ++i) p[i] = static_cast<unsigned char>(i * 7 + 1);
+    EXPECT_EQ(ResidentPages(p, bytes), (written + page - 1) / page);  // only what was written so far
+    if (!rlscope::PrefaultForWrite(p + written, bytes - written, second_core)) {
+      munmap(p, bytes);
+      GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE (Linux 5.14): pages fault in as touched";
+    }
+    EXPECT_EQ(ResidentPages(p, bytes), bytes / page);
+    size_t changed = 0;
+    for (size_t i = 0; i < written; ++i) changed += p[i] != static_cast<unsigned char>(i * 7 + 1);
+    for (size_t i = written; i < bytes; ++i) changed += p[i] != 0;
+    EXPECT_EQ(changed, 0u);
+    munmap(p, bytes);
+  }
+  std::vector<int64_t> v = {1, 2, 3};
+  EXPECT_FALSE(rlscope::PrefaultCapacity(&v, true));  // too small to be worth a call
+  v.reserve(size_t{1} << 20);                 // 8 MB
+  EXPECT_TRUE(rlscope::PrefaultCapacity(&v, false));
+  EXPECT_THAT(v, ::testing::ElementsAre(1, 2, 3));
+}
+
 TEST(Sorting, SortRunsMatchesStdSort) {
   struct Item {
     int key, payload;
