@@ -313,6 +313,7 @@ def test_python_range_enter_and_exit_however_they_are_taken(aggregator_factory, 
         "    print(repr(exit_kept))\n"
         "    assert exit_kept(None, None, None) is None  # its range lives on in it; no enter: no pop\n"
         "    for bad in (lambda: rlscope_ray.range.__exit__(3, None, None, None),\n"
+        "                lambda: rlscope_ray.range.__dict__['__enter__'].__get__(3),\n"
         "                lambda: rlscope_ray.range('x').__enter__(1)):\n"
         "        try:\n"
         "            bad()\n"
@@ -322,6 +323,7 @@ def test_python_range_enter_and_exit_however_they_are_taken(aggregator_factory, 
     assert stdout == [
         "<bound method __exit__ of rlscope_ray.range('kept')>",
         "rlscope_ray.range.__exit__(range, ...): the first argument is a rlscope_ray.range",
+        "rlscope_ray.range.__enter__ binds to a rlscope_ray.range, not int",
         "rlscope_ray.range.__enter__() takes no arguments (1 given)"], stdout
 
     def around(name, mark):

@@ -399,7 +399,12 @@ PyObject* SpecialGet(PyObject* o, PyObject* obj, PyObject* /*type*/) {
     Py_INCREF(o);
     return o;
   }
-  if (Py_TYPE(obj) != &RangeType) return PyCFunction_NewEx(self->def, obj, nullptr);  // a subclass's
+  if (Py_TYPE(obj) != &RangeType) {
+    if (PyObject_TypeCheck(obj, &RangeType)) return PyCFunction_NewEx(self->def, obj, nullptr);  // a subclass's
+    PyErr_Format(PyExc_TypeError, "rlscope_ray.range.%s binds to a rlscope_ray.range, not %.100s", self->def->ml_name,
+                 Py_TYPE(obj)->tp_name);
+    return nullptr;
+  }
   BoundSpecialObject* bound;
   if (g_bound_free_count > 0) {
     bound = g_bound_free[--g_bound_free_count];
