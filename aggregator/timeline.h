@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/chunk_queue.h"
 #include "aggregator/records.h"
 #include "native/wire.h"
 
@@ -182,7 +183,7 @@ class ProcessTimeline {
   std::map<std::pair<int64_t, uint32_t>, std::vector<Span>> stacks_;  // (tid, domain)
   std::unordered_map<uint64_t, Span> open_async_;                     // by range id
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> early_ends_;  // id -> (ts, tid)
-  std::deque<Span> done_;         // completed, in completion order
+  ChunkQueue<Span> done_;  // completed, in completion order
   // The threads that closed what done_ holds (some may have none left in
   // it), in order of first sight, and how many of done_ each closed;
   // cleared when done_ empties.
@@ -191,12 +192,12 @@ class ProcessTimeline {
   size_t last_done_ = 0;  // done_tids_ index of the last span closed
   // done_tids_' index of `tid` (its size when absent), `hint` tried first.
   size_t DoneThread(int64_t tid, size_t hint) const;
-  std::deque<Instant> instants_;  // in arrival order
-  std::deque<GpuRecord> gpu_;      // in arrival order
-  std::map<int64_t, std::deque<CostMark>> cost_marks_;  // per thread, in recording order
-  std::deque<CostSample> cost_samples_;                  // in arrival order
-  std::deque<CpuSample> cpu_samples_;                    // in arrival order
-  std::deque<OffCpuSample> off_cpu_;                     // in arrival order (one flush thread: by time)
+  ChunkQueue<Instant> instants_;  // in arrival order
+  ChunkQueue<GpuRecord> gpu_;     // in arrival order
+  std::map<int64_t, ChunkQueue<CostMark>> cost_marks_;  // per thread, in recording order
+  ChunkQueue<CostSample> cost_samples_;                  // in arrival order
+  ChunkQueue<CpuSample> cpu_samples_;                    // in arrival order
+  ChunkQueue<OffCpuSample> off_cpu_;                     // in arrival order (one flush thread: by time)
   std::deque<ProcessCpuPoint> process_cpu_;              // by time
   uint64_t cpu_samples_received_ = 0;
   KindSamples sample_totals_;

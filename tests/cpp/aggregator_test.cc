@@ -15,16 +15,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <optional>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "aggregator/chunk_queue.h"
 #include "aggregator/decode_ahead.h"
 #include "aggregator/aggregator.h"
 #include "aggregator/breakdown.h"
@@ -2550,6 +2553,70 @@ TEST(JsonWriterTest, EscapesNumbersAndMicrosExactly) {
 // The sorts that skip work (sorting.h) give what std::sort gives: runs of
 // distinct keys merged, and inputs with equivalent elements (then sorted as
 // before, so even their order among themselves is std::sort's).
+// ChunkQueue against std::deque under the timeline's operations, at random:
+// appends, pops, filters (remove_if + erase), front erases, inserts in the
+// middle, clears; every element compared along the way, and copies, moves
+// and both iterator kinds.
+TEST(ChunkQueueTest, DoesWhatStdDequeDoesUnderTheTimelinesOperations) {
+  struct Rec {  // 104 bytes, a Span's size: 157 to a chunk
+    int64_t key = 0;
+    int64_t pad[12] = {};
+  };
+  std::mt19937 rng(7);
+  rlscope::ChunkQueue<Rec> q;
+  std::deque<Rec> d;
+  size_t compared = 0;
+  for (int op = 0; op < 100000; ++op) {
+    const uint32_t r = rng() % 20;
+    if (r < 10) {
+      Rec rec;
+      rec.key = rng() % 1000;
+      q.push_back(rec);
+      d.push_back(rec);
+    } else if (r < 13 && !d.empty()) {
+      q.pop_front();
+      d.pop_front();
+    } else if (r == 13) {
+      const int64_t below = rng() % 1000;
+      auto gone = [below](const Rec& x) { return x.key < below; };
+      q.erase(std::remove_if(q.begin(), q.end(), gone), q.end());
+      d.erase(std::remove_if(d.begin(), d.end(), gone), d.end());
+    } else if (r == 14) {
+      const int64_t below = rng() % 300;
+      auto gone = [below](const Rec& x) { return x.key < below; };
+      q.erase(q.begin(), std::find_if_not(q.begin(), q.end(), gone));
+      d.erase(d.begin(), std::find_if_not(d.begin(), d.end(), gone));
+    } else if (r == 15) {
+      const size_t at = rng() % (d.size() + 1);
+      Rec rec;
+      rec.key = 5000 + op;
+      EXPECT_EQ(q.insert(q.begin() + static_cast<std::ptrdiff_t>(at), rec)->key, rec.key);
+      d.insert(d.begin() + static_cast<std::ptrdiff_t>(at), rec);
+    } else if (r == 16 && rng() % 100 == 0) {
+      q.clear();
+      d.clear();
+    }
+    ASSERT_EQ(q.size(), d.size()) << "after operation " << op;
+    if (op % 101 == 0) {
+      for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(q[i].key, d[i].key) << "element " << i << ", operation " << op;
+      compared += d.size();
+    }
+  }
+  EXPECT_GT(compared, 10000u);
+  const rlscope::ChunkQueue<Rec> copy = q;
+  rlscope::ChunkQueue<Rec> moved = std::move(q);
+  EXPECT_TRUE(q.empty());  // NOLINT(bugprone-use-after-move): a moved-from queue is empty
+  ASSERT_EQ(copy.size(), d.size());
+  ASSERT_EQ(moved.size(), d.size());
+  EXPECT_TRUE(std::equal(copy.begin(), copy.end(), d.begin(),
+                         [](const Rec& a, const Rec& b) { return a.key == b.key; }));
+  rlscope::ChunkQueue<Rec>::const_iterator it = moved.begin();  // an iterator converts to a const one
+  EXPECT_EQ(static_cast<size_t>(moved.end() - it), d.size());
+  if (!d.empty()) {
+    EXPECT_EQ(moved.back().key, d.back().key);
+  }
+}
+
 // Pages of [p, p + bytes) the kernel has mapped (mincore).
 size_t ResidentPages(const void* p, size_t bytes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
