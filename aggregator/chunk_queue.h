@@ -2,10 +2,11 @@
 // chunks.
 //
 // std::deque's (libstdc++) blocks are 512 bytes: four spans, 21 cost marks.
-// A step of 1M events filled some 170k blocks, each a malloc while the
-// frames were taken and a free when the step was done; in 16 KiB chunks the
-// aggregator took a 1M-event step 7-17 % faster here (aggregator_bench, 1 and
-// 4 recording threads, one core and two). A queue that holds anything holds
+// A step of 1M events fills some 170k blocks (500k spans, 1M cost marks),
+// each a malloc while the frames are taken and a free when the step is done;
+// in 16 KiB chunks the aggregator took a 1M-event step 7-11 % faster here
+// (aggregator_bench, medians of 7, 1 and 4 recording threads, one core and
+// two). A queue that holds anything holds
 // at least one chunk, and memory is touched only as it fills.
 //
 // The subset of std::deque the timeline uses, with the same meaning:

@@ -324,6 +324,7 @@ void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* s
   const size_t base = spans->size();
   if (done_tids_.size() <= 1) {  // one thread closed them all: in order as they are
     spans->reserve(base + done_.size() + open_async_.size() + stacks_.size());
+    // Mostly filled: done_ holds what ended after the last step written.
     PrefaultCapacity(spans, second_core);
     for (const Span& s : done_) {
       if (in_step(s)) spans->push_back(s);

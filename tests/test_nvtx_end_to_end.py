@@ -212,11 +212,22 @@ def test_python_api_steps_ranges_and_marks(aggregator_factory, tmp_path):
     assert len(trace.instants(ctrl, "after_gen")) == 1
 
 
+# What the scripts below call to print each call's TypeError, in order.
+_PRINT_TYPE_ERRORS = (
+    "def print_type_errors(*calls):\n"
+    "    for call in calls:\n"
+    "        try:\n"
+    "            call()\n"
+    "        except TypeError as e:\n"
+    "            print(e)\n")
+
+
 def _run_controller_script(agg, script):
-    """`python -c script` as the controller, recording one step (step 1):
-    its printed lines, that step's trace and the controller's pid in it."""
+    """`python -c script` (print_type_errors defined) as the controller,
+    recording one step (step 1): its printed lines, that step's trace and
+    the controller's pid in it."""
     env = agg.env(role="controller", inject=False, config="{buffers: {per_thread_kb: 8192}}")
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", _PRINT_TYPE_ERRORS + script], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     agg.wait()
     trace = Trace(agg.out / "step_1" / "trace.json")
@@ -248,12 +259,8 @@ def test_python_ranges_nest_through_recursion_exceptions_and_reuse(aggregator_fa
         "        pass\n"
         "    with again:\n"
         "        rlscope_ray.mark('in_again')\n"
-        "for bad in (lambda: rlscope_ray.range(3), lambda: rlscope_ray.range('a', colour=1),\n"
-        "            lambda: rlscope_ray.mark(None)):\n"
-        "    try:\n"
-        "        bad()\n"
-        "    except TypeError as e:\n"
-        "        print(e)\n")
+        "print_type_errors(lambda: rlscope_ray.range(3), lambda: rlscope_ray.range('a', colour=1),\n"
+        "                  lambda: rlscope_ray.mark(None))\n")
     stdout, trace, ctrl = _run_controller_script(agg, script)
     assert stdout == [
         "rlscope_ray.range(name): name must be a str, got int",
@@ -312,13 +319,9 @@ def test_python_range_enter_and_exit_however_they_are_taken(aggregator_factory, 
         "    gc.collect()\n"
         "    print(repr(exit_kept))\n"
         "    assert exit_kept(None, None, None) is None  # its range lives on in it; no enter: no pop\n"
-        "    for bad in (lambda: rlscope_ray.range.__exit__(3, None, None, None),\n"
-        "                lambda: rlscope_ray.range.__dict__['__enter__'].__get__(3),\n"
-        "                lambda: rlscope_ray.range('x').__enter__(1)):\n"
-        "        try:\n"
-        "            bad()\n"
-        "        except TypeError as e:\n"
-        "            print(e)\n")
+        "    print_type_errors(lambda: rlscope_ray.range.__exit__(3, None, None, None),\n"
+        "                      lambda: rlscope_ray.range.__dict__['__enter__'].__get__(3),\n"
+        "                      lambda: rlscope_ray.range('x').__enter__(1))\n")
     stdout, trace, ctrl = _run_controller_script(agg, script)
     assert stdout == [
         "<bound method __exit__ of rlscope_ray.range('kept')>",
