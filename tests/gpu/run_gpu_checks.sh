@@ -23,10 +23,11 @@
 #   1. collector_test with a driver (InitializeInjection really subscribes);
 #   2. tests/gpu/profiler_range.cu under the collector (NVTX and CUDA
 #      injection) as the controller with `capture_range: cudaProfilerApi` and a
-#      real aggregator: only steps 2 and 3 (inside cudaProfilerStart/Stop) are
-#      written, holding only the "in_window" ranges;
+#      real aggregator: every step is written (as with the other triggers),
+#      and only steps 2 and 3 (inside cudaProfilerStart/Stop) hold the
+#      "in_window" ranges and kernels; nothing before or after the window;
 #   3. the same without CUDA_INJECTION64_PATH: the trigger never runs, the
-#      capture stays closed and no step is written;
+#      capture stays closed: the steps hold their "step" ranges only;
 #   4. gpu_activity_test with a driver;
 #   5. tests/gpu/gpu_activity.cu (kernels, HtoD/DtoH copies, a memset, a stream
 #      sync inside NVTX "step" ranges) as the controller with the gpu kinds on,
@@ -237,28 +238,41 @@ run_case() {
   return "$rc"
 }
 
-# check_steps DIR WANT_STEPS: what the step traces hold, against what the
-# program did inside and outside the window.
+# check_steps DIR WINDOW_STEPS: what the step traces hold, against what the
+# program did inside and outside the window. As with the other capture
+# triggers (tests/test_capture.py: nvtx:<range>, api), every step the
+# controller ran is written and its "step" range numbers it; the trigger
+# decides what else is recorded: "in_window" in WINDOW_STEPS only, nothing
+# recorded before or after the window.
 check_steps() {
   python3 - "$1" "$2" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1]) / "out"
-want = json.loads(sys.argv[2])
+window = json.loads(sys.argv[2])
 steps = sorted(int(p.name[len("step_"):]) for p in out.glob("step_*") if (p / "trace.json").exists())
-names = {}
+names, kernels = {}, {}
 for s in steps:
     events = json.loads((out / f"step_{s}" / "trace.json").read_text())["traceEvents"]
     names[s] = sorted(e["name"] for e in events if e.get("ph") in ("X", "b", "i"))
+    kernels[s] = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "gpu")
 problems = []
-if steps != want:
-    problems.append(f"steps written {steps}, want {want}")
+if steps != [1, 2, 3, 4]:
+    problems.append(f"steps written {steps}, want [1, 2, 3, 4] (the controller ran four)")
 for s, n in names.items():
-    if n.count("in_window") != 1:
-        problems.append(f"step_{s} has {n.count('in_window')} 'in_window' ranges, want 1")
+    want = 1 if s in window else 0
+    if n.count("in_window") != want:
+        problems.append(f"step_{s} has {n.count('in_window')} 'in_window' ranges, want {want}")
+    # Two kernels a step (profiler_range.cu), traced only inside the window.
+    if kernels[s] != 2 * want:
+        problems.append(f"step_{s} has {kernels[s]} kernel slices, want {2 * want}")
+    if n.count("step") != 1:
+        problems.append(f"step_{s} has {n.count('step')} 'step' ranges, want 1")
     for outside in ("before_window", "after_window"):
         if outside in n:
             problems.append(f"step_{s} holds '{outside}', recorded outside the window")
-print("; ".join(problems) if problems else f"steps {steps}: {names}")
+summary = {s: sorted(set(n) & {"in_window", "before_window", "after_window"}) for s, n in names.items()}
+print("; ".join(problems) if problems else f"steps {steps}, ranges recorded besides 'step': {summary}, "
+      f"kernel slices: {kernels}")
 sys.exit(1 if problems else 0)
 EOF
 }
