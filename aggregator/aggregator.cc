@@ -1,6 +1,8 @@
 #include "aggregator/aggregator.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <variant>
@@ -37,6 +39,29 @@ void Aggregator::Resume(const ResumePoint& point) {
 
 uint64_t Aggregator::OnFrame(const char* data, size_t size, int64_t now_ns, const std::string& peer) {
   return OnDecoded(wire::Decode(data, size), now_ns, peer);
+}
+
+std::vector<size_t> Aggregator::PriorityOrder(const std::vector<std::string>& bytes,
+                                              const std::vector<std::string>& peers, const std::vector<bool>& ends,
+                                              const std::string& controller_peer) {
+  std::set<std::string> seen, priority;
+  bool message_start = true;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (message_start && seen.insert(peers[i]).second &&
+        ((!controller_peer.empty() && peers[i] == controller_peer) ||
+         wire::PeekType(bytes[i]) == static_cast<uint8_t>(wire::MessageType::kHello))) {
+      priority.insert(peers[i]);
+    }
+    message_start = ends[i];
+  }
+  std::vector<size_t> order;
+  order.reserve(peers.size());
+  for (const bool first : {true, false}) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if ((priority.count(peers[i]) != 0) == first) order.push_back(i);
+    }
+  }
+  return order;
 }
 
 void Aggregator::OnFrames(const std::vector<Received>& frames, const std::function<int64_t()>& now,

@@ -123,11 +123,13 @@ class Server {
 
   // Feeds what is queued to the aggregator (bounded in messages and bytes,
   // so Tick runs regularly under load), answering after each message. What
-  // is queued is read first, then taken in order (Aggregator::OnFrames, which
-  // may decode large frames ahead on another core); each frame is taken, and
+  // is queued is read first, then taken (Aggregator::OnFrames, which may
+  // decode large frames ahead on another core); each frame is taken, and
   // its time read, in its turn, as if it had just been read. A message is a
   // routing id and frames, or a routing id and a relay's three parts
   // (kRelayTag, the collector's routing id at the relay, its frame).
+  // Taken in the order read, except that the controller's messages and
+  // newcomers' hellos come first (Aggregator::PriorityOrder).
   void Drain() {
     constexpr int kMessages = 10000;
     constexpr size_t kBytes = 64 << 20;
@@ -151,6 +153,7 @@ class Server {
       }
       if (!ends.empty()) ends.back() = true;
     }
+    PriorityFirst(&bytes, &frames, &ends);
     for (size_t i = 0; i < frames.size(); ++i) frames[i].bytes = bytes[i];  // once `bytes` stopped growing
     agg_->OnFrames(frames, MonotonicNs, [&](size_t i, uint64_t session) {
       if (session != 0) routes_[session] = frames[i].peer;
@@ -172,6 +175,27 @@ class Server {
   }
 
  private:
+  // Reorders one drain's frames as Aggregator::PriorityOrder says.
+  void PriorityFirst(std::vector<std::string>* bytes, std::vector<Aggregator::Received>* frames,
+                     std::vector<bool>* ends) const {
+    std::string controller;
+    if (auto it = routes_.find(agg_->controller_session()); it != routes_.end()) controller = it->second;
+    std::vector<std::string> peers;
+    for (const Aggregator::Received& f : *frames) peers.push_back(f.peer);
+    const std::vector<size_t> order = Aggregator::PriorityOrder(*bytes, peers, *ends, controller);
+    std::vector<std::string> b;
+    std::vector<Aggregator::Received> f;
+    std::vector<bool> e;
+    for (size_t i : order) {
+      b.push_back(std::move((*bytes)[i]));
+      f.push_back(std::move((*frames)[i]));
+      e.push_back((*ends)[i]);
+    }
+    *bytes = std::move(b);
+    *frames = std::move(f);
+    *ends = std::move(e);
+  }
+
   // After a relay's tag from connection `rid`: reads exactly [the
   // collector's routing id, its frame] (the frame left in part_) and names
   // the collector `*peer`; false, the rest of the message read and nothing

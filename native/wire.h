@@ -36,6 +36,18 @@ enum class MessageType : uint8_t {
   kProbe = 6,    // collector -> aggregator: a clock probe
 };
 
+// The type of an encoded message without decoding it ([0x94, fixstr
+// "RLSC", fixint version, fixint type, ...], as Encode writes every one),
+// 0 when the frame does not begin so. For ordering, never for trust: the
+// decoder still checks everything.
+inline uint8_t PeekType(std::string_view frame) {
+  if (frame.size() < 8 || static_cast<uint8_t>(frame[0]) != 0x94 || static_cast<uint8_t>(frame[1]) != 0xa4 ||
+      frame.substr(2, 4) != "RLSC" || static_cast<uint8_t>(frame[6]) > 0x7f || static_cast<uint8_t>(frame[7]) > 0x7f) {
+    return 0;
+  }
+  return static_cast<uint8_t>(frame[7]);
+}
+
 // Who a collector is. `rank` is -1 when unknown.
 struct Identity {
   std::string host;

@@ -2793,4 +2793,30 @@ TEST_F(AggregatorTest, TraceJsonIsTheSameOnSeveralWorkers) {
 }
 
 }  // namespace
+// Frames taken together from hundreds of peers: the controller's messages
+// and newcomers' hellos come first, every peer's in its own order.
+TEST(PriorityOrderTest, ControllerAndNewcomersFirstEachPeersOrderKept) {
+  FakeCollector ctl(1, "controller", -1, 100), old_worker(2, "worker", 0, 200), new_worker(3, "worker", 1, 300);
+  const std::string batch = wire::Encode(old_worker.Push(1, 1000, "w", 0).Flush(2000));
+  const std::string ctl_batch = wire::Encode(ctl.Push(1, 1000, "step", 0).Flush(2000));
+  const std::string hello = wire::Encode(new_worker.Hello());
+  const std::string new_batch = wire::Encode(new_worker.Flush(3000));
+  EXPECT_EQ(wire::PeekType(hello), static_cast<uint8_t>(wire::MessageType::kHello));
+  EXPECT_EQ(wire::PeekType(batch), static_cast<uint8_t>(wire::MessageType::kBatch));
+  EXPECT_EQ(wire::PeekType("RLSC"), 0);
+  // Read in this order: old worker, new worker's hello and batch, the
+  // controller, the old worker again; one frame a message.
+  const std::vector<std::string> bytes = {batch, hello, batch, new_batch, ctl_batch, batch};
+  const std::vector<std::string> peers = {"old", "new", "old", "new", "ctl", "old"};
+  const std::vector<bool> ends(6, true);
+  EXPECT_EQ(Aggregator::PriorityOrder(bytes, peers, ends, "ctl"), (std::vector<size_t>{1, 3, 4, 0, 2, 5}));
+  // With no controller known, the newcomer alone goes first.
+  EXPECT_EQ(Aggregator::PriorityOrder(bytes, peers, ends, ""), (std::vector<size_t>{1, 3, 0, 2, 4, 5}));
+  // A peer whose first message here is a batch keeps its place even if a
+  // hello of its own follows (a hello again after a reconnect, behind what
+  // it sent before).
+  const std::vector<std::string> again = {batch, hello};
+  EXPECT_EQ(Aggregator::PriorityOrder(again, {"x", "x"}, {true, true}, ""), (std::vector<size_t>{0, 1}));
+}
+
 }  // namespace rlscope
