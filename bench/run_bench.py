@@ -25,7 +25,7 @@ Sections (each a function that runs its programs and prints one table):
                       package under our collector beside no tool, a counting
                       tool and torch's record_function.
   scale_section       collectors sustained by one aggregator on this host
-                      (quick: 32 and 64 workers, 64 through 4 relays).
+                      (quick: 32 and 256 workers, 64 through 4 relays).
   sampler_section     cross-stack attribution: the CPU sampler's cost at 1 and
                       10 kHz beside sampling off, its accuracy on a program
                       with a known answer, and py-spy --native beside it
@@ -43,6 +43,10 @@ Sections (each a function that runs its programs and prints one table):
                       without the timeline pictures (bench/report_bench.py).
   memory_section      the memory sampler's cost per reading beside reading
                       /proc/self/status (bench/memory_sampler_bench).
+  idle_section        an idle collector's cost (unselected, armed with nothing
+                      to record, sampling off, 1 % work) beside no collector,
+                      side by side, with its wake-ups and /proc reads
+                      (bench/idle_bench.py).
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -588,9 +592,9 @@ def scale_section(args):
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "apps",
                           "scale_run.py")
     rows = []
-    # Quick: below the 2 cores' knee (here 64 workers took 7 s, 128 took 40-55 s),
-    # with and without relays at the same size; bench-long goes on to 512.
-    runs = ((32, 0), (64, 0), (64, 4)) if args.quick else ((64, 0), (128, 0), (256, 0), (256, 8), (512, 0),
+    # Quick: 32, 64 through 4 relays, and 256 (22 s here once idle collectors
+    # stopped flushing every 20 ms); bench-long goes on to 512.
+    runs = ((32, 0), (64, 4), (256, 0)) if args.quick else ((64, 0), (128, 0), (256, 0), (256, 8), (512, 0),
                                                            (512, 16))
     # With relays, each relay's workers run in a network namespace of their
     # own (a host: its own loopback, a veth pair to the root) where permitted.
@@ -907,6 +911,15 @@ def report_section(args):
     report_bench.report_section(args, print_table)
 
 
+def idle_section(args):
+    """What a collector costs a process with nothing (or little) to record,
+    and its wake-ups and /proc reads, side by side with no collector
+    (bench/idle_bench.py; two runs of about 25 s)."""
+    import idle_bench
+
+    idle_bench.idle_section(args, print_table, clean_env)
+
+
 def memory_section(args):
     """The memory sampler's cost per reading (a pread of /proc/self/statm on
     the flush thread, once per flush) beside reading /proc/self/status and a
@@ -918,7 +931,8 @@ def memory_section(args):
             ["open+read+parse /proc/self/status (VmRSS)", r["status_read_ns"],
              f"{r['status_read_ns'] * per_s / 1e7:.4f} %"],
             ["clock_gettime (floor)", r["clock_gettime_ns"], ""]]
-    print_table("Memory sampler: ns per reading, and a core's share at one reading per 20 ms flush",
+    print_table("Memory sampler: ns per reading, and a core's share at one reading per 20 ms flush (a busy "
+                "collector's; an idle one reads once a second)",
                 ["reading", "ns", "share of a core"], rows)
 
 
@@ -943,12 +957,13 @@ SECTIONS = {
     "rundb": rundb_section,
     "report": report_section,
     "memory": memory_section,
+    "idle": idle_section,
 }
 
 
 # `make bench`: the headline tables in a few minutes; --long: every section,
 # at full size (about 40 minutes).
-QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "demo", "sampler", "whole_process", "rundb",
+QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "idle", "demo", "sampler", "whole_process", "rundb",
                   "report", "memory"]
 QUICK_PAIRS = 128 * 1024  # 16 chunks of 8192 a run (each run is mostly the 30 ms pauses between them)
 

@@ -71,6 +71,9 @@ void Arming::UpdateArmed() {
     hot_.fetch_and(static_cast<uint8_t>(~kHotArmed), std::memory_order_relaxed);
   }
   if (armed == was) return;
+  // The flush thread follows now (CPU timers, a flush), not at its next
+  // beat, which may be a second away in an idle process (flush_thread.cc).
+  ctx_.Wake();
   // Remember the armed periods for GPU records, which arrive later.
   const int64_t now = MonotonicNs();
   // Kept for the aggregator (TakeEdges) only where it steers the arming;

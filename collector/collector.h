@@ -217,8 +217,29 @@ class Collector {
 
   // The flush thread (flush_thread.cc).
   void FlushLoop();
-  // One flush: every unit's Flush hook in order, the batches sent.
-  void FlushOnce(bool stop, bool window_closed);
+  // One flush: every unit's Flush hook in order, the batches sent (none when
+  // there is nothing to send and no heartbeat is due). True when it was busy
+  // (flush_thread.cc: the next comes at the interval, else later).
+  bool FlushOnce(bool stop, bool window_closed);
+  // The longest wait between flushes that found nothing (flush_thread.cc).
+  int64_t IdleWaitCapNs(int64_t interval_ns) const;
+  // A flush that carried fewer of the host's records than this (and nothing
+  // else that makes it busy) is not: the next waits longer. About where a
+  // flush's fixed cost (a wake-up, a batch, a send) equals its records'.
+  static constexpr size_t kBusyRecords = 1024;
+  // Armed, a process that used more than 1/kBusyCpuShare of a core since
+  // the last flush is busy too (its new threads are found at the interval).
+  static constexpr int64_t kBusyCpuShare = 20;
+  static constexpr int64_t kIdleWaitNs = 1'000'000'000;
+  // A batch at least this often, even with nothing in it: the aggregator's
+  // watermark and its sign of life (well inside its 2 s silence,
+  // AggregatorStats::kSilentAfterNs).
+  static constexpr int64_t kHeartbeatNs = 1'000'000'000;
+  // Clock probe bursts when no events were flushed in the last
+  // kEventsRecentNs and the process is not watching: this many times
+  // clock.probe_interval_ms apart (flush_thread.cc).
+  static constexpr int64_t kIdleProbeFactor = 10;
+  static constexpr int64_t kEventsRecentNs = 2'000'000'000;
   // Events recorded, and dropped before the transport (rings, over budget,
   // GPU records when `gpu`).
   std::pair<uint64_t, uint64_t> Totals(bool gpu);
@@ -242,6 +263,11 @@ class Collector {
   std::string run_config_;  // the last run config adopted (flush thread)
   std::atomic<uint64_t> forks_{0};  // children forked (CountFork)
   uint64_t overflow_said_ = 0;       // flush thread: ring overflow episodes in the label (FlushOnce)
+  int64_t wait_ns_ = 0;              // flush thread: the wait before the next flush (FlushLoop)
+  int64_t last_batch_ns_ = 0;        // flush thread: when a batch last went out (FlushOnce; MonotonicNs)
+  uint64_t dropped_sent_ = 0;        // flush thread: the drop count the last batch carried
+  int64_t events_flushed_ns_ = INT64_MIN / 2;  // flush thread: when a flush last took the host's events
+  int64_t cpu_seen_ns_ = 0, cpu_seen_at_ns_ = 0;  // flush thread: the process's CPU time at the last armed flush
 
   // The flush thread and its requests.
   std::mutex flush_mu_;

@@ -79,8 +79,8 @@ std::string KernelProblem() {
 
 }  // namespace
 
-CpuSampler::CpuSampler(const Arming* arming, ClockSource clock, TestClock* test_clock)
-    : arming_(arming), clock_(clock), test_clock_(test_clock) {}
+CpuSampler::CpuSampler(const Arming* arming, ClockSource clock, TestClock* test_clock, int wake_fd)
+    : arming_(arming), clock_(clock), test_clock_(test_clock), wake_fd_(wake_fd) {}
 
 CpuSampler::~CpuSampler() {
   // The handler stays installed (a pending signal must never meet the
@@ -235,13 +235,14 @@ ForeignSlot* CpuSampler::SlotOf(const void* cookie) const {
 }
 
 void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::set<int64_t>& recording,
-                                 const std::set<int64_t>& own, bool on, int64_t hz) {
+                                 const std::set<int64_t>& own, bool on, int64_t hz, bool look_at_blocking) {
   if (!installed_) return;
   for (size_t i = 0; i < kForeignSlots; ++i) foreign_[i].present = false;
   size_t next_free = 0;
   for (int64_t tid : tids) {
     auto it = foreign_index_.find(tid);
-    if (it == foreign_index_.end()) {
+    const bool is_new = it == foreign_index_.end();
+    if (is_new) {
       if (recording.count(tid) != 0 || !on) continue;  // sampled through its state; or nothing to start
       while (next_free < kForeignSlots && foreign_[next_free].tid != 0) ++next_free;
       if (next_free == kForeignSlots) {
@@ -268,7 +269,7 @@ void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::se
     // A thread that blocks our signal (ZeroMQ's, some runtimes' helpers)
     // would keep it pending: no timer while it does (looked at again while
     // it has none; a new thread blocks every signal for an instant).
-    if (!slot.sampled.has_timer) slot.blocks = ThreadBlocksSignal(tid, signal_);
+    if (!slot.sampled.has_timer && (is_new || look_at_blocking)) slot.blocks = ThreadBlocksSignal(tid, signal_);
     if (slot.blocks) continue;
     if (slot.sampled.ring == nullptr) slot.sampled.ring = std::make_unique<ThreadBuffer>(tid, kForeignRingRecords);
     ReconcileTimer(&slot.sampled, &slot, &slot.ring, tid, on, hz);
@@ -386,6 +387,12 @@ bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t w
     return false;
   }
   samples_.fetch_add(1, std::memory_order_relaxed);
+  if (ring->AtHalfMark() && wake_fd_ >= 0) {  // the flush thread drains it before it fills
+    const int saved = errno;  // a handler leaves errno as it found it
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+    errno = saved;
+  }
   if (unread) frames_unread_.fetch_add(1, std::memory_order_relaxed);
   if (through_kernel) kernel_reads_.fetch_add(1, std::memory_order_relaxed);
   if (chain.failed_reads > 0) walk_faults_.fetch_add(static_cast<uint64_t>(chain.failed_reads), std::memory_order_relaxed);

@@ -108,7 +108,10 @@ class CpuSampler {
   static constexpr size_t kForeignRingRecords = 1024;
 
   // Records only while `arming` says the process is armed.
-  CpuSampler(const Arming* arming, ClockSource clock, TestClock* test_clock);
+  // `wake_fd`: the flush thread's eventfd (-1 none), written by the handler
+  // when a sample fills half of a thread's ring, as the hot path does for
+  // events: the flush thread may be waiting a second when nothing happens.
+  CpuSampler(const Arming* arming, ClockSource clock, TestClock* test_clock, int wake_fd = -1);
   ~CpuSampler();
   CpuSampler(const CpuSampler&) = delete;
   CpuSampler& operator=(const CpuSampler&) = delete;
@@ -124,9 +127,11 @@ class CpuSampler {
   // state) gets a slot and its timer in line with `on`; `own` are the
   // collector's threads (their samples are the profiler's). A slot whose
   // thread is gone is freed once its samples shipped. Threads past
-  // kForeignSlots are not sampled (counted).
+  // kForeignSlots are not sampled (counted). A thread with no timer is
+  // looked at for blocking the signal (a /proc read) when it is new or when
+  // `look_at_blocking`.
   void ReconcileOthers(const std::vector<int64_t>& tids, const std::set<int64_t>& recording,
-                       const std::set<int64_t>& own, bool on, int64_t hz);
+                       const std::set<int64_t>& own, bool on, int64_t hz, bool look_at_blocking);
   // Flush thread: every slot's timer disarmed (outside windows; no listing).
   void DisarmOthers();
   // Flush thread: the slots in use (their rings ship with the flush; names
@@ -216,6 +221,7 @@ class CpuSampler {
   const Arming* const arming_;
   const ClockSource clock_;
   TestClock* const test_clock_;
+  const int wake_fd_;
   bool installed_ = false;
   int signal_ = 0;
   struct sigaction previous_ {};

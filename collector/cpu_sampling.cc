@@ -16,7 +16,7 @@ CpuSampling::CpuSampling(CollectorContext& ctx, Recording& recording, const Armi
     : ctx_(ctx),
       recording_(recording),
       arming_(&arming),
-      sampler_(&arming, ctx.clock_source, ctx.test_clock.get()),
+      sampler_(&arming, ctx.clock_source, ctx.test_clock.get(), ctx.wake_fd),
       set_label_(std::move(set_label)),
       set_cost_(std::move(set_cost)),
       states_(ctx, recording) {
@@ -29,11 +29,11 @@ void CpuSampling::SetRunConfig(const Config& config) {
   states_.SetHz(config.cpu.off_cpu_hz);
 }
 
-void CpuSampling::Flush() {
+void CpuSampling::Flush(int64_t wait_ns) {
   // Off when Reconcile found the host took the signal, or sampling cannot run.
   const bool on = Reconcile(!off_for_good_ && hz() > 0 && arming_->armed());
   ReconcileOthers(on && all_threads_.load(std::memory_order_relaxed));
-  states_.Flush(arming_->armed());
+  states_.Flush(arming_->armed(), wait_ns);
   SayCounts();
 }
 
@@ -46,7 +46,14 @@ void CpuSampling::ReconcileOthers(bool on) {
   sampler_.RefreshCode(&ctx_.strings);
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
-  sampler_.ReconcileOthers(ListThreads(), recording, ctx_.own_threads, on, hz());
+  // Threads that block the signal are looked at again (a /proc read each)
+  // when the threads changed, else once a second, not at every flush.
+  std::vector<int64_t> tids = ListThreads();
+  const int64_t now = MonotonicNs();
+  const bool look_at_blocking = tids != listed_ || now >= next_blocking_look_ns_;
+  if (look_at_blocking) next_blocking_look_ns_ = now + 1000000000;
+  sampler_.ReconcileOthers(tids, recording, ctx_.own_threads, on, hz(), look_at_blocking);
+  listed_ = std::move(tids);
 }
 
 void CpuSampling::NameOthers(Outgoing* out) {
@@ -160,19 +167,22 @@ void CpuSampling::SayCounts() {
   }
 }
 
-void CpuSampling::TakeSamples(Outgoing* out) {
+size_t CpuSampling::TakeSamples(Outgoing* out) {
   // CPU samples ship as a block of their own with the thread's tid; their
   // shared objects and modules are named now, before the names are collected.
+  size_t samples = 0;
   auto take = [&](ThreadBuffer* ring) {
     if (ring == nullptr || ring->size() == 0) return;
     const size_t n = ring->size();
     sampler_.Resolve(ring, n, &ctx_.strings);
     out->threads.push_back({ring, n});
+    samples += n;
   };
   recording_.ForEachThread([&](ThreadEntry& t) { take(t.sampled.ring.get()); });
   sampler_.ForEachOther([&](ForeignSlot& slot) { take(slot.sampled.ring.get()); });
   NameOthers(out);
   states_.Take(out);
+  return samples;
 }
 
 void CpuSampling::Stats(rlscope_sampler_stats_t* out) const {

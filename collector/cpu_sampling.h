@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "collector/arming.h"
 #include "collector/context.h"
@@ -41,11 +42,15 @@ class CpuSampling {
 
   // Flush thread, each flush: every thread's timer in line with the arming
   // (on while armed with cpu.sampling_hz > 0), the sampler set up the first
-  // time it is on; the labels say how it runs or why not.
-  void Flush();
+  // time it is on; the labels say how it runs or why not. `wait_ns`: how
+  // long the flush thread waited before this flush (the off-CPU looks'
+  // weights).
+  void Flush(int64_t wait_ns);
   // Flush thread, after the rings' snapshot: each sampled thread's pending
-  // samples, their shared objects and modules named, as blocks of their own.
-  void TakeSamples(Outgoing* out);
+  // samples, their shared objects and modules named, as blocks of their own,
+  // and the off-CPU looks' records. Returns the CPU samples taken (the
+  // looks' records not counted: they are the flush thread's own).
+  size_t TakeSamples(Outgoing* out);
   // Flush thread: a thread's timer goes with its entry.
   void Release(ThreadEntry& entry) { sampler_.Release(&entry.sampled); }
   // Flush thread, at exit: every timer deleted.
@@ -80,6 +85,8 @@ class CpuSampling {
   std::string stacks_said_;                                        // the cpu_stacks label last set
   uint64_t stacks_samples_said_ = 0;                               // samples when it was last looked at
   std::string why_off_;             // why it is off for good
+  std::vector<int64_t> listed_;     // the process's threads at the last listing (ReconcileOthers)
+  int64_t next_blocking_look_ns_ = 0;  // when threads that block the signal are looked at again
 };
 
 }  // namespace rlscope

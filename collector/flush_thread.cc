@@ -2,6 +2,23 @@
 // interval, a wake-up or a Control message, and the order in which it runs
 // the units' hooks. Every function here runs on the flush thread only.
 //
+// Its work is proportional to what there is to do (an idle collector is
+// close to silent). The wait between flushes is flush.interval_ms after a
+// busy flush (kBusyRecords of the host's events and CPU samples, any GPU
+// record or arming edge, a hello or batches waiting to go out, or, armed,
+// the process using more than 1/kBusyCpuShare of a core since the last),
+// and doubles after each flush that was not, up to IdleWaitCapNs: the
+// interval for a watching process (a controller's step edges go out at
+// once), else kIdleWaitNs. What cannot wait wakes the thread at once: an event ring's or a CPU sample ring's half mark, an
+// arming change (Arming::UpdateArmed), a Control message (windows,
+// barriers), Flush(), the connection coming up. A flush with nothing at all
+// to send sends nothing, but a heartbeat (the watermark, the resident
+// memory) at least every kHeartbeatNs; clock probe bursts come every
+// clock.probe_interval_ms while watching or while armed threads record
+// events, every kIdleProbeFactor times that otherwise (CPU samples and
+// off-CPU looks are placed to the millisecond: a probe burst's worth of
+// wake-ups a second would be most of an idle process's cost).
+//
 //   start:      CostSampling  calibrates (before the first Hello, which carries the costs)
 //               Link          connects, says hello
 //   each flush: Arming        closes a window whose slack passed (between flushes too)
@@ -14,13 +31,15 @@
 //               Recording     the rings' sizes; then CpuSampling's sample rings (and
 //                             the sampled threads' names), GpuQueue's records, and last
 //                             Recording's new names
-//               Link          sends the batches (the barrier's ack on the last)
+//               Link          sends the batches (the barrier's ack on the last); none
+//                             when there is nothing to say and no heartbeat is due
 //               Recording     frees the rings of threads that exited (CpuSampling
 //                             deletes their timers)
 //   stop:       CpuSampling   deletes every timer
 //               Link          drains the spool, says goodbye, closes
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +58,8 @@ void Collector::FlushLoop() {
   const Transport::ControlHandler apply = [this](const wire::Control& control) { ApplyControl(control); };
   Transport& transport = link_.transport();
   int64_t next_flush_ns = MonotonicNs();
+  const int64_t interval_ns = context_.own.config.flush.interval_ms * 1000000;
+  wait_ns_ = interval_ns;
   bool was_armed = armed();
   // Hello before the first probe burst (up to probes_per_burst round trips):
   // the aggregator waits for a process's data only once it knows it.
@@ -55,13 +76,17 @@ void Collector::FlushLoop() {
     // Waits for the interval, a wake-up (eventfd) or a Control message from
     // the aggregator, whichever comes first.
     if (!stop && now < next_flush_ns) {
-      int64_t wait_ns = next_flush_ns - now;
+      int64_t until_ns = next_flush_ns - now;
       if (const int64_t close_at = arming_.window_close_at(); close_at != 0) {
-        wait_ns = std::min(wait_ns, std::max<int64_t>(0, close_at - now));
+        until_ns = std::min(until_ns, std::max<int64_t>(0, close_at - now));
       }
-      woken = transport.Wait(wait_ns);
+      woken = transport.Wait(until_ns);
     }
-    transport.ProbeIfDue(apply);
+    // Bursts further apart while no events need the clock; a window that
+    // opens on recording threads finds the last one old and brings the next
+    // at once.
+    const bool probing = arming_.watching() || (armed() && now - events_flushed_ns_ < kEventsRecentNs);
+    transport.ProbeIfDue(apply, context_.own.config.clock.probe_interval_ms * (probing ? 1 : kIdleProbeFactor));
     if (transport.ReceiveControls(apply)) woken = true;  // answer the barrier now
     now = MonotonicNs();
     arming_.CloseWindowIfDue(now);
@@ -72,10 +97,11 @@ void Collector::FlushLoop() {
       if (ticket > flushes_done_) woken = true;
     }
     if (!woken && !stop && now < next_flush_ns) continue;
-    next_flush_ns = now + context_.own.config.flush.interval_ms * 1000000;
     const bool armed_now = armed();
-    FlushOnce(stop, was_armed && !armed_now);
+    const bool busy = FlushOnce(stop, was_armed && !armed_now);
     was_armed = armed_now;
+    wait_ns_ = busy ? interval_ns : std::min(2 * wait_ns_, IdleWaitCapNs(interval_ns));
+    next_flush_ns = now + wait_ns_;
     {
       std::lock_guard<std::mutex> lock(flush_mu_);
       flushes_done_ = ticket;
@@ -87,7 +113,11 @@ void Collector::FlushLoop() {
   link_.Stop(apply, [this] { return Totals(/*gpu=*/false); });
 }
 
-void Collector::FlushOnce(bool stop, bool window_closed) {
+int64_t Collector::IdleWaitCapNs(int64_t interval_ns) const {
+  return arming_.watching() ? interval_ns : std::max(interval_ns, kIdleWaitNs);
+}
+
+bool Collector::FlushOnce(bool stop, bool window_closed) {
   if (!stop) {  // test only: RLSCOPE_TEST_LATE_FLUSH_EVENTS (recording.h)
     recording_.WaitLateFlushForTesting([this] {
       std::lock_guard<std::mutex> lock(flush_mu_);
@@ -98,7 +128,7 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
   // buffered first, so the GPU records ship with this flush.
   gpu_.Flush(stop || link_.barrier_owed() || window_closed);
   link_.SendControl();
-  cpu_.Flush();
+  cpu_.Flush(wait_ns_);
   context_.converter.Sample();
   Outgoing out;
   // Every event stamped before the watermark is drained, except one whose
@@ -117,12 +147,40 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
   // Every edge before the watermark is in (later ones may ride along).
   if (out.reports_arming) out.arming = arming_.TakeEdges();
   recording_.SnapshotRings(&out);
-  cpu_.TakeSamples(&out);
+  size_t host_records = 0;  // the host's: its threads' events and CPU samples (not the off-CPU looks)
+  for (const Outgoing::Thread& t : out.threads) host_records += t.count;
+  if (host_records > 0) events_flushed_ns_ = MonotonicNs();
+  host_records += cpu_.TakeSamples(&out);
   gpu_.Take(&out);
   // After everything above interned its names: every drained event's exist.
   recording_.TakeMetadata(&out.metadata);
   out.dropped = Totals(/*gpu=*/true).second + link_.transport().events_dropped();
-  gpu_.CountLost(link_.SendBatches(out));
+  const int64_t mono_ns = MonotonicNs();
+  // Busy too while anything of the link's waits to go out (a hello not yet
+  // queued, as before the connection's handshake; batches the socket did
+  // not take): retried at the interval.
+  bool busy = host_records >= kBusyRecords || !out.gpu.empty() || !out.arming.empty() || !link_.settled();
+  if (armed()) {  // a process at work keeps the interval: a thread it starts is sampled from the next flush
+    timespec cpu{};
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) {
+      const int64_t cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
+      busy = busy || (cpu_ns - cpu_seen_ns_) * kBusyCpuShare >= mono_ns - cpu_seen_at_ns_;
+      cpu_seen_ns_ = cpu_ns;
+      cpu_seen_at_ns_ = mono_ns;
+    }
+  }
+  size_t all_records = 0;
+  for (const Outgoing::Thread& t : out.threads) all_records += t.count;
+  // Nothing at all to say: no batch, but a heartbeat now and then (the
+  // aggregator's watermark and liveness), and what waits in the spool moves.
+  if (!stop && !window_closed && !busy && all_records == 0 && out.metadata.empty() && !link_.barrier_owed() &&
+      !link_.transport().has_pending() && out.dropped == dropped_sent_ && mono_ns - last_batch_ns_ < kHeartbeatNs) {
+    link_.transport().Pump();
+  } else {
+    gpu_.CountLost(link_.SendBatches(out));
+    last_batch_ns_ = mono_ns;
+    dropped_sent_ = out.dropped;
+  }
   // Rings that overflowed (thread_buffer.h), said when a window closes or at
   // exit (each label change re-sends the Hello): run.json labels.ring_overflow.
   if ((window_closed || stop) && recording_.overflow_episodes() != overflow_said_) {
@@ -133,6 +191,7 @@ void Collector::FlushOnce(bool stop, bool window_closed) {
   }
   recording_.RetireExitedThreads([this](ThreadEntry& entry) { cpu_.Release(entry); });
   link_.SayTrouble(out.dropped);
+  return busy;
 }
 
 }  // namespace rlscope

@@ -96,6 +96,12 @@ void Link::Start() {
   transport_.Connect(ctx_.endpoint);
 }
 
+bool Link::settled() {
+  if (!transport_.connected() || refused_) return true;
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  return transport_.ready() && !rehello_ && hello_sent_gen_ == hello_gen_ && transport_.spool().idle();
+}
+
 void Link::SendControl() {
   if (!transport_.connected() || refused_) return;
   if (transport_.TakeLinkLost() && !rehello_) {

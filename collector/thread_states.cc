@@ -98,7 +98,7 @@ void ThreadStates::Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uin
   if (!ring_->TryPush(r, /*privileged=*/true, /*counted=*/false)) dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void ThreadStates::Flush(bool armed) {
+void ThreadStates::Flush(bool armed, int64_t wait_ns) {
   if (!armed) {
     seen_.clear();  // the next window starts afresh: no wait spans a gap in looking
     return;
@@ -118,10 +118,10 @@ void ThreadStates::Flush(bool armed) {
   if (hz <= 0 || now < next_look_ns_) return;
   const int64_t period = 1000000000 / hz;
   next_look_ns_ = now + period * 9 / 10;  // a flush a little early still looks
-  Look(now, period, ticks);
+  Look(now, period, 4 * std::max(period, wait_ns), ticks);
 }
 
-void ThreadStates::Look(int64_t now, int64_t period, uint64_t ticks) {
+void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks) {
   ++look_;
   looks_.fetch_add(1, std::memory_order_relaxed);
   std::vector<int64_t> tids;
@@ -132,25 +132,36 @@ void ThreadStates::Look(int64_t now, int64_t period, uint64_t ticks) {
   char path[64];
   for (int64_t tid : tids) {
     Seen& seen = seen_[tid];
-    const int64_t weight = seen.last_ns == 0 ? period : std::min(now - seen.last_ns, 4 * period);
+    const int64_t weight = seen.last_ns == 0 ? period : std::min(now - seen.last_ns, max_weight);
     seen.last_ns = now;
     seen.look = look_;
-    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/stat", static_cast<long long>(tid));
-    const std::string stat = ReadSmall(path);
-    if (stat.empty()) continue;  // gone
-    std::string sys;
-    const size_t close = stat.rfind(')');
-    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'R') {
-      std::snprintf(path, sizeof(path), "/proc/self/task/%lld/syscall", static_cast<long long>(tid));
-      sys = ReadSmall(path);
-    }
-    const ThreadLook look = ClassifyThread(stat, sys, gil_begin, gil_end);
-    if (!look.running) Push(tid, look.reason, weight, ticks);
-    // Run-queue waits: schedstat's second figure, exact.
+    // schedstat first: its CPU time and run-queue wait (exact).
     std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
     const std::string sched = ReadSmall(path);
     long long cpu_ns = 0, delay_ns = 0;
-    if (std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2) {
+    const bool timed = std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2;
+    if (sched.empty()) continue;  // gone
+    // A thread that has not run since it was last seen waiting still waits
+    // where it did: that look's reason again, with no more reads.
+    if (timed && seen.waiting && cpu_ns == seen.cpu_ns) {
+      Push(tid, seen.reason, weight, ticks);
+    } else {
+      std::snprintf(path, sizeof(path), "/proc/self/task/%lld/stat", static_cast<long long>(tid));
+      const std::string stat = ReadSmall(path);
+      if (stat.empty()) continue;  // gone
+      std::string sys;
+      const size_t close = stat.rfind(')');
+      if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'R') {
+        std::snprintf(path, sizeof(path), "/proc/self/task/%lld/syscall", static_cast<long long>(tid));
+        sys = ReadSmall(path);
+      }
+      const ThreadLook look = ClassifyThread(stat, sys, gil_begin, gil_end);
+      if (!look.running) Push(tid, look.reason, weight, ticks);
+      seen.waiting = !look.running;
+      seen.reason = look.reason;
+    }
+    seen.cpu_ns = timed ? cpu_ns : -1;
+    if (timed) {
       if (seen.run_delay_ns >= 0 && delay_ns > seen.run_delay_ns) {
         Push(tid, OffCpuReason::kCpuWait, delay_ns - seen.run_delay_ns, ticks);
       }

@@ -11,7 +11,8 @@
 //    lock, poll/select/epoll poll, read/write/send/receive/open/sync and the
 //    D state io, nanosleep sleep, anything else other. The sample stands for
 //    the wall time since the thread was last looked at (at most 4 looks'
-//    worth), so the reasons' times are sampled as CPU time is.
+//    worth, or 4 of the flush thread's waits while nothing happens), so the
+//    reasons' times are sampled as CPU time is.
 //  - /proc/self/task/<tid>/schedstat: the time it waited on a run queue
 //    (runnable, no CPU) since the last look, exact, recorded as reason
 //    cpu_wait.
@@ -21,8 +22,9 @@
 //
 // The records go to one ring of the flush thread's (it writes and drains
 // it), shipped as a block of their own; each names its thread in `value`.
-// A look costs about three reads of /proc per recording thread. System call
-// numbers are x86-64's (elsewhere every wait is other). CUDA
+// A look costs three reads of /proc per recording thread, one (schedstat)
+// for a thread that has not run since it was last seen waiting: it still
+// waits where it did. System call numbers are x86-64's (elsewhere every wait is other). CUDA
 // synchronisation is the aggregator's: an off-CPU sample inside a CUDA API
 // call CUPTI traced (attribution.h).
 #pragma once
@@ -59,8 +61,10 @@ class ThreadStates {
   // cpu.off_cpu_hz of the config that applies (0: off).
   void SetHz(int64_t hz) { hz_.store(hz, std::memory_order_relaxed); }
   // Flush thread, each flush: while armed, the process's CPU time, and a
-  // look at the recording threads when one is due.
-  void Flush(bool armed);
+  // look at the recording threads when one is due. `wait_ns`: how long the
+  // flush thread waited before this flush (it waits longer while nothing
+  // happens): a look stands for at most four such waits or four periods.
+  void Flush(bool armed, int64_t wait_ns);
   // Flush thread: this flush's records, as a block of the flush thread's.
   void Take(Outgoing* out);
   uint64_t looks() const { return looks_.load(std::memory_order_relaxed); }
@@ -73,10 +77,13 @@ class ThreadStates {
   struct Seen {
     int64_t last_ns = 0;        // when last looked at (0 never)
     int64_t run_delay_ns = -1;  // schedstat's run delay then
+    int64_t cpu_ns = -1;        // schedstat's CPU time then
+    bool waiting = false;       // it was off CPU then, for `reason`
+    OffCpuReason reason = OffCpuReason::kOther;
     uint64_t look = 0;          // the look it was last seen in
   };
   // One look at every recording thread (`period`: ns between looks).
-  void Look(int64_t now, int64_t period, uint64_t ticks);
+  void Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks);
   void Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks);
 
   CollectorContext& ctx_;

@@ -169,10 +169,12 @@ bool Transport::TakeLinkLost() {
   return lost;
 }
 
-void Transport::ProbeIfDue(const ControlHandler& apply) {
-  if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0 || MonotonicNs() < next_probe_ns_) return;
+void Transport::ProbeIfDue(const ControlHandler& apply, int64_t interval_ms) {
+  if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0) return;
+  const int64_t now = MonotonicNs();
+  if (last_burst_ns_ != 0 && now - last_burst_ns_ < interval_ms * 1000000) return;
+  last_burst_ns_ = now;
   ProbeBurst(apply);
-  next_probe_ns_ = MonotonicNs() + config_.clock.probe_interval_ms * 1000000;
 }
 
 void Transport::ProbeBurst(const ControlHandler& apply) {

@@ -32,6 +32,7 @@ struct Metadata {
   std::vector<wire::CategoryName> categories;
   void Append(Metadata&& more);
   void Clear();  // keeps the capacity
+  bool empty() const { return strings.empty() && thread_names.empty() && categories.empty(); }
 };
 
 // What one flush sends, taken from the units (Collector::FlushOnce, flush_thread.cc).
@@ -84,11 +85,15 @@ class Transport {
     PollMonitor();
     return monitor_ == nullptr || link_up_;
   }
-  // A burst of clock probes when clock.probe_interval_ms passed since the
-  // last: each answered before the next is sent (bounded by 50 ms per probe;
-  // the burst stops at the first unanswered one). Other Control messages
-  // arriving meanwhile go to `apply`. The samples ride on the next batch.
-  void ProbeIfDue(const ControlHandler& apply);
+  // A burst of clock probes when `interval_ms` passed since the last (the
+  // first at once; none when clock.probe_interval_ms is 0): each answered
+  // before the next is sent (bounded by 50 ms per probe; the burst stops at
+  // the first unanswered one). Other Control messages arriving meanwhile go
+  // to `apply`. The samples ride on the next batch.
+  void ProbeIfDue(const ControlHandler& apply, int64_t interval_ms);
+  // Whether anything waits to ride on the next batch: probe samples, or
+  // names a batch could not take.
+  bool has_pending() const { return !pending_probes_.empty() || !unsent_.empty(); }
   // Hands every Control message that arrived to `apply`. True when one asked
   // for a flush (a barrier to answer now).
   bool ReceiveControls(const ControlHandler& apply);
@@ -157,7 +162,7 @@ class Transport {
   bool link_up_ = false, link_lost_ = false;
   std::vector<int64_t> own_threads_;  // ZeroMQ's I/O threads (Connect)
   uint64_t seq_ = 0;
-  int64_t next_probe_ns_ = 0;
+  int64_t last_burst_ns_ = 0;  // when the last probe burst began (MonotonicNs), 0 none
   std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
   Metadata unsent_;
   wire::BatchWriter writer_;

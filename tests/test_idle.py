@@ -1,0 +1,106 @@
+"""An idle collector is close to silent: its work follows what there is to
+do, not a fixed beat. Counted, not timed: tests/apps/call_counter.c,
+preloaded into tests/apps/idle_worker (one NVTX mark, then only sleeps),
+counts the calls through which the process wakes (poll: the flush thread's
+waits and probe replies), sends, and reads the kernel's files (/proc opens),
+over a few seconds of the worker's own clock. A busier machine can only
+lower these counts (fewer wake-ups happen, none are added), so the bounds
+hold whatever the load; before this design an idle collector flushed every
+20 ms: 50 wake-ups and 50 sends a second, and, armed, 150 /proc opens.
+(Its CPU cost is measured in make bench's idle section.)"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from conftest import ROOT
+
+CONTROLLER = r"""
+import os, sys, time
+import rlscope_ray
+began, stop = sys.argv[1], sys.argv[2]
+n = 0
+deadline = time.monotonic() + 120  # a hang guard
+while not os.path.exists(stop) and time.monotonic() < deadline:
+    n += 1
+    with rlscope_ray.step(n):
+        if n == 1:
+            open(began, "w").close()
+        time.sleep(1.0)
+"""
+
+
+def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None):
+    """Runs idle_worker under the collector with the call counter; returns
+    the calls it counted per second, and its report."""
+    report = tmp_path / f"idle{rank}.json"
+    env = agg.env(role="worker", rank=rank, config=config)
+    env["LD_PRELOAD"] = str(build_dir / "tests/apps/librlscope_test_call_counter.so")
+    r = subprocess.run([str(build_dir / "tests/apps/idle_worker"), "--report", str(report), "--settle-s", "1.5",
+                        "--measure-s", str(measure_s), "--max-s", "100"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(report.read_text())
+    assert out["measured"] and "calls" in out, out  # the counter was preloaded and read
+    seconds = out["wall_ns"] / 1e9
+    assert seconds >= measure_s - 0.05  # its loop wakes every 5 ms
+    per_s = {k: v / seconds for k, v in out["calls"].items()}
+    per_s.update({"wakeups " + k: v / seconds for k, v in out["wakeups"].items()})
+    print(f"rank {rank}: {per_s}")
+    return per_s, out
+
+
+def _process(agg, rank):
+    run = json.loads((agg.out / "run.json").read_text())
+    return next(p for p in run["processes"] if p["rank"] == rank)
+
+
+def test_an_unselected_collector_wakes_about_once_a_second_and_reads_no_proc_files(build_dir, aggregator_factory,
+                                                                                    tmp_path):
+    # No controller: the worker's own config selects until a run's arrives.
+    agg = aggregator_factory(config="ranks: [0]\n", exit_when_done=False)
+    per_s, _ = _idle_worker(build_dir, agg, tmp_path, rank=1, measure_s=6, config="ranks: [0]")
+    agg.stop()
+    proc = _process(agg, 1)
+    assert proc["selected"] is False
+    # One wait of a second between heartbeats (20 ms before: 50 a second),
+    # and a probe burst (8 round trips) every 10 s at most while disarmed.
+    assert per_s["wakeups rlscope-flush"] <= 1 + 8 / 6 + 0.5, per_s
+    assert per_s["send"] <= 1 + 8 / 6 + 0.5, per_s  # one heartbeat batch a second (50 batches before)
+    assert per_s["proc_opens"] == 0, per_s  # no thread listing, no off-CPU looks; memory is one pread
+    assert per_s["timer_settime"] == 0, per_s
+    # Clock bursts: the first at once, then every 10 s while disarmed (every second before).
+    assert 1 <= proc["clock"]["bursts"] <= 2, proc["clock"]
+
+
+def test_an_armed_collector_with_nothing_to_record_backs_off(build_dir, aggregator_factory, tmp_path):
+    """Selected and armed (steps: all, a controller stepping all along) but
+    recording nothing: flushes back off to one every 320 ms (20 ms before);
+    each step's end still wakes it for the flush barrier, and while armed
+    the clock probes come every second (8 round trips, 8 wake-ups)."""
+    agg = aggregator_factory(config="steps: all\nranks: [0]\n")
+    began, stop = tmp_path / "began", tmp_path / "stop"
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(began), str(stop)],
+                                  env=agg.env(role="controller"), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60  # a hang guard
+        while not began.exists():
+            assert controller.poll() is None and time.monotonic() < deadline, controller.stderr.read()
+            time.sleep(0.02)
+        per_s, _ = _idle_worker(build_dir, agg, tmp_path, rank=0, measure_s=5)
+    finally:
+        stop.touch()
+        controller.wait(timeout=60)
+    assert controller.returncode == 0, controller.stderr.read()
+    log = agg.wait()
+    proc = _process(agg, 0)
+    assert proc["selected"] is True and proc["labels"]["cpu_sampling"].startswith("on:"), (proc, log)
+    # Wake-ups: 3 flushes a second of its own, one barrier a step (one a
+    # second), 8 probe replies: about 12 (58 a second before).
+    assert per_s["wakeups rlscope-flush"] < 25, per_s
+    # /proc: per flush the thread listing and a look at the one recording
+    # thread (3 reads: it wakes every 5 ms), the threads that block the
+    # signal (ZeroMQ's two) once a second: about 20 (300 a second before).
+    assert per_s["proc_opens"] < 40, per_s
