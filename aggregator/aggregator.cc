@@ -132,7 +132,7 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
                  [&](const wire::Hello& m) { OnHello(m, now_ns); },
                  [&](const wire::Batch& m) { OnBatch(m, now_ns); },
                  [&](const wire::Probe& m) { OnProbe(m, now_ns); },
-                 [&](const wire::Expected& m) { OnExpected(m); },
+                 [&](const wire::Expected& m) { OnExpected(m, now_ns); },
                  [&](const wire::Bye& m) { OnBye(m); },
                  [](const wire::Control&) {},  // ours, not a collector's
              },
@@ -155,6 +155,14 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   ClaimController(hello, slot.get(), &where);
   scheduler_.Where(&where);
   context_.Send(hello.session, where);
+  RunInfoChanged(now_ns);
+}
+
+void Aggregator::RunInfoChanged(int64_t now_ns) {
+  run_info_due_ = true;
+  if (run_info_written_ns_ != 0 && now_ns - run_info_written_ns_ < kRunInfoEveryNs) return;  // Tick writes it
+  run_info_due_ = false;
+  run_info_written_ns_ = now_ns;
   exporter_->ExportRun(MakeRunInfo(false));
 }
 
@@ -230,10 +238,10 @@ void Aggregator::OnProbe(const wire::Probe& probe, int64_t now_ns) {
   context_.Send(probe.session, reply);
 }
 
-void Aggregator::OnExpected(const wire::Expected& expected) {
+void Aggregator::OnExpected(const wire::Expected& expected, int64_t now_ns) {
   if (controller_session_ == 0 || expected.session == controller_session_) {
     expected_ = expected.processes;
-    exporter_->ExportRun(MakeRunInfo(false));
+    RunInfoChanged(now_ns);
   }
 }
 
@@ -249,6 +257,7 @@ void Aggregator::Tick(int64_t now_ns) {
     if (!Emit(*step, false, now_ns)) break;  // stays pending; the daemon stops
     scheduler_.Done();
   }
+  if (run_info_due_ && now_ns - run_info_written_ns_ >= kRunInfoEveryNs) RunInfoChanged(now_ns);
 }
 
 void Aggregator::Finish(int64_t now_ns) {
@@ -392,6 +401,7 @@ bool Aggregator::StepDone(const PendingStep& step) {
   // any collector forgets the step: a restarted aggregator leaves out of a
   // replay at least what was released.
   std::vector<Outgoing> releases = releases_.Done(step, processes_);
+  run_info_due_ = false;  // written now, with every change so far
   if (!exporter_->ExportRun(MakeRunInfo(false))) {
     ++context_.stats.write_errors;
     return false;

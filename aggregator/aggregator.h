@@ -138,7 +138,7 @@ class Aggregator {
   void OnHello(const wire::Hello& hello, int64_t now_ns);
   void OnBatch(const wire::Batch& batch, int64_t now_ns);
   void OnProbe(const wire::Probe& probe, int64_t now_ns);
-  void OnExpected(const wire::Expected& expected);
+  void OnExpected(const wire::Expected& expected, int64_t now_ns);
   void OnBye(const wire::Bye& bye);
   void AckBye(uint64_t session);
   // One controller per run: the first to claim the role takes it (a
@@ -169,6 +169,14 @@ class Aggregator {
   // before any collector hears of them; then nothing before its end is kept.
   bool StepDone(const PendingStep& step);
   RunInfo MakeRunInfo(bool final) const;
+  // run.json after a hello or the expected list: at once when the last
+  // write is kRunInfoEveryNs old, else from Tick once it is (hundreds of
+  // collectors saying hello together would each rewrite a file listing
+  // them all). Steps written and the run's end write it at once.
+  void RunInfoChanged(int64_t now_ns);
+  static constexpr int64_t kRunInfoEveryNs = 1'000'000'000;
+  bool run_info_due_ = false;       // a change not yet in run.json
+  int64_t run_info_written_ns_ = 0;  // when RunInfoChanged last wrote it
   // At the run's end: a run that wrote no step says why in a note (no
   // controller connected; the controller began no step). Never silent.
   void NoteEmptyRun();

@@ -94,6 +94,7 @@ std::string Link::MakePreamble() {
 void Link::Start() {
   transport_.SetPreambleMaker([this] { return MakePreamble(); });
   transport_.Connect(ctx_.endpoint);
+  connected_ns_ = MonotonicNs();
 }
 
 bool Link::settled() {
@@ -189,7 +190,10 @@ void Link::SayTrouble(uint64_t dropped) {
   // in the summaries (or, with no aggregator, nowhere).
   constexpr int64_t kSilenceNs = 5'000'000'000;
   const Config& config = ctx_.own.config;
-  if (!said_unreachable_ && !heard_from_aggregator_ && MonotonicNs() - ctx_.start_ns > kSilenceNs) {
+  // Counted from the connect, not the process's start: a start-up slowed by
+  // a busy host (calibration first) is not the aggregator's silence.
+  if (!said_unreachable_ && !heard_from_aggregator_ && connected_ns_ != 0 &&
+      MonotonicNs() - connected_ns_ > kSilenceNs) {
     said_unreachable_ = true;
     std::fprintf(stderr,
                  "rlscope: pid %d: no answer from the aggregator at %s after %lld s; events wait in the spool "

@@ -118,6 +118,7 @@ class Link {
   uint64_t controls_heard_ = 0;  // Control messages applied (Stop: alive after the goodbye)
   bool run_over_ = false;   // Control.release_ns kRunOver: nothing more can be written (Stop)
   uint64_t pending_ack_ = 0;  // flush token to acknowledge; 0 = none
+  int64_t connected_ns_ = 0;  // flush thread: when Start connected (MonotonicNs), 0 before
 };
 
 }  // namespace rlscope
