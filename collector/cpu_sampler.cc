@@ -235,14 +235,13 @@ ForeignSlot* CpuSampler::SlotOf(const void* cookie) const {
 }
 
 void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::set<int64_t>& recording,
-                                 const std::set<int64_t>& own, bool on, int64_t hz, bool look_at_blocking) {
+                                 const std::set<int64_t>& own, bool on, int64_t hz, int64_t now_ns) {
   if (!installed_) return;
   for (size_t i = 0; i < kForeignSlots; ++i) foreign_[i].present = false;
   size_t next_free = 0;
   for (int64_t tid : tids) {
     auto it = foreign_index_.find(tid);
-    const bool is_new = it == foreign_index_.end();
-    if (is_new) {
+    if (it == foreign_index_.end()) {
       if (recording.count(tid) != 0 || !on) continue;  // sampled through its state; or nothing to start
       while (next_free < kForeignSlots && foreign_[next_free].tid != 0) ++next_free;
       if (next_free == kForeignSlots) {
@@ -255,6 +254,7 @@ void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::se
       slot.recording = false;
       slot.named = false;
       slot.blocks = false;
+      slot.seen_ns = slot.blocks_look_ns = now_ns;
       slot.profiler.store(own.count(tid) != 0, std::memory_order_relaxed);
       slot.sampled.ring.reset();  // a ring is its thread's (the blocks it ships carry the tid)
       it = foreign_index_.emplace(tid, next_free).first;
@@ -269,7 +269,10 @@ void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::se
     // A thread that blocks our signal (ZeroMQ's, some runtimes' helpers)
     // would keep it pending: no timer while it does (looked at again while
     // it has none; a new thread blocks every signal for an instant).
-    if (!slot.sampled.has_timer && (is_new || look_at_blocking)) slot.blocks = ThreadBlocksSignal(tid, signal_);
+    if (!slot.sampled.has_timer && now_ns >= slot.blocks_look_ns) {
+      slot.blocks = ThreadBlocksSignal(tid, signal_);
+      slot.blocks_look_ns = now_ns - slot.seen_ns < 1000000000 ? now_ns : now_ns + 1000000000;
+    }
     if (slot.blocks) continue;
     if (slot.sampled.ring == nullptr) slot.sampled.ring = std::make_unique<ThreadBuffer>(tid, kForeignRingRecords);
     ReconcileTimer(&slot.sampled, &slot, &slot.ring, tid, on, hz);

@@ -92,6 +92,8 @@ struct ForeignSlot {
   bool recording = false;  // it records events since: its state's timer samples it
   bool named = false;      // its name was shipped
   bool blocks = false;     // it blocks the sampler's signal (ZeroMQ's threads block all): no timer while it does
+  int64_t seen_ns = 0;     // when it was first listed (MonotonicNs)
+  int64_t blocks_look_ns = 0;  // when `blocks` is looked at again (a /proc read)
 };
 
 class CpuSampler {
@@ -128,10 +130,11 @@ class CpuSampler {
   // collector's threads (their samples are the profiler's). A slot whose
   // thread is gone is freed once its samples shipped. Threads past
   // kForeignSlots are not sampled (counted). A thread with no timer is
-  // looked at for blocking the signal (a /proc read) when it is new or when
-  // `look_at_blocking`.
+  // looked at for blocking the signal (a /proc read) at each call in its
+  // first second (a new thread blocks every signal for an instant), then
+  // once a second (`now_ns`: MonotonicNs).
   void ReconcileOthers(const std::vector<int64_t>& tids, const std::set<int64_t>& recording,
-                       const std::set<int64_t>& own, bool on, int64_t hz, bool look_at_blocking);
+                       const std::set<int64_t>& own, bool on, int64_t hz, int64_t now_ns);
   // Flush thread: every slot's timer disarmed (outside windows; no listing).
   void DisarmOthers();
   // Flush thread: the slots in use (their rings ship with the flush; names

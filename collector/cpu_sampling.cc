@@ -46,14 +46,7 @@ void CpuSampling::ReconcileOthers(bool on) {
   sampler_.RefreshCode(&ctx_.strings);
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
-  // Threads that block the signal are looked at again (a /proc read each)
-  // when the threads changed, else once a second, not at every flush.
-  std::vector<int64_t> tids = ListThreads();
-  const int64_t now = MonotonicNs();
-  const bool look_at_blocking = tids != listed_ || now >= next_blocking_look_ns_;
-  if (look_at_blocking) next_blocking_look_ns_ = now + 1000000000;
-  sampler_.ReconcileOthers(tids, recording, ctx_.own_threads, on, hz(), look_at_blocking);
-  listed_ = std::move(tids);
+  sampler_.ReconcileOthers(ListThreads(), recording, ctx_.own_threads, on, hz(), MonotonicNs());
 }
 
 void CpuSampling::NameOthers(Outgoing* out) {

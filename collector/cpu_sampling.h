@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <vector>
 
 #include "collector/arming.h"
 #include "collector/context.h"
@@ -85,8 +84,6 @@ class CpuSampling {
   std::string stacks_said_;                                        // the cpu_stacks label last set
   uint64_t stacks_samples_said_ = 0;                               // samples when it was last looked at
   std::string why_off_;             // why it is off for good
-  std::vector<int64_t> listed_;     // the process's threads at the last listing (ReconcileOthers)
-  int64_t next_blocking_look_ns_ = 0;  // when threads that block the signal are looked at again
 };
 
 }  // namespace rlscope
