@@ -357,16 +357,18 @@ fi
 bench_median() {
   local vals=()
   for _ in 1 2 3 4 5; do
-    vals+=("$("$@" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["ns_per_launch"])')")
+    vals+=("$("$@" 2>>"$WORK/launch_overhead.log" |
+              python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["ns_per_launch"])')")
   done
   printf '%s\n' "${vals[@]}" | sort -g | sed -n 3p
 }
 # The traced runs ship to an endpoint nobody listens on (sends are dropped):
-# CUPTI, the buffer callbacks and conversion cost the same.
+# CUPTI, the buffer callbacks and conversion cost the same. What they leave
+# on disk at exit goes to DIR/spool, their lines to DIR/launch_overhead.log.
 LAUNCHES=20000
 if base=$(bench_median "$BIN/gpu_activity" --bench $LAUNCHES) &&
    traced=$(bench_median env -u RLSCOPE_DISABLE RLSCOPE_AGGREGATOR=tcp://127.0.0.1:1 \
-              RLSCOPE_ROLE=controller \
+              RLSCOPE_ROLE=controller RLSCOPE_SPOOL_DIR="$WORK/spool" \
               RLSCOPE_CONFIG="{gpu: {kernels: true, memcpy: true, memset: true, runtime_api: true, sync: true}, flush: {exit_timeout_ms: 0}}" \
               NVTX_INJECTION64_PATH="$COLLECTOR" CUDA_INJECTION64_PATH="$COLLECTOR" \
               "$BIN/gpu_activity" --bench $LAUNCHES) &&
