@@ -230,11 +230,15 @@ class Collector {
   // Armed, a process that used more than 1/kBusyCpuShare of a core since
   // the last flush is busy too (its new threads are found at the interval).
   static constexpr int64_t kBusyCpuShare = 20;
-  static constexpr int64_t kIdleWaitNs = 1'000'000'000;
+  static constexpr int64_t kBusyCpuGapNs = 100'000'000;
+  static constexpr int64_t kIdleWaitNs = 500'000'000;
   // A batch at least this often, even with nothing in it: the aggregator's
-  // watermark and its sign of life (well inside its 2 s silence,
-  // AggregatorStats::kSilentAfterNs).
-  static constexpr int64_t kHeartbeatNs = 1'000'000'000;
+  // watermark and its sign of life (a quarter of the silence after which
+  // it stops waiting for a process, AggregatorStats::kSilentAfterNs).
+  static constexpr int64_t kHeartbeatNs = 500'000'000;
+  // Resident memory that moved this much since the last batch carried it
+  // makes a batch of its own.
+  static constexpr int64_t kMemoryMovedBytes = 1 << 20;
   // Clock probe bursts when no events were flushed in the last
   // kEventsRecentNs and the process is not watching: this many times
   // clock.probe_interval_ms apart (flush_thread.cc).
@@ -267,7 +271,9 @@ class Collector {
   int64_t last_batch_ns_ = 0;        // flush thread: when a batch last went out (FlushOnce; MonotonicNs)
   uint64_t dropped_sent_ = 0;        // flush thread: the drop count the last batch carried
   int64_t events_flushed_ns_ = INT64_MIN / 2;  // flush thread: when a flush last took the host's events
-  int64_t cpu_seen_ns_ = 0, cpu_seen_at_ns_ = 0;  // flush thread: the process's CPU time at the last armed flush
+  int64_t cpu_seen_ns_ = 0, cpu_seen_at_ns_ = 0;  // flush thread: the process's CPU time (but its own) when last judged
+  bool working_ = false;             // flush thread: the last judgement of that CPU time (kBusyCpuShare)
+  int64_t rss_sent_ = -1;            // flush thread: the resident memory the last batch carried
 
   // The flush thread and its requests.
   std::mutex flush_mu_;

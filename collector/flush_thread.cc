@@ -5,19 +5,22 @@
 // Its work is proportional to what there is to do (an idle collector is
 // close to silent). The wait between flushes is flush.interval_ms after a
 // busy flush (kBusyRecords of the host's events and CPU samples, any GPU
-// record or arming edge, a hello or batches waiting to go out, or, armed,
-// the process using more than 1/kBusyCpuShare of a core since the last),
-// and doubles after each flush that was not, up to IdleWaitCapNs: the
-// interval for a watching process (a controller's step edges go out at
-// once), else kIdleWaitNs. What cannot wait wakes the thread at once: an event ring's or a CPU sample ring's half mark, an
-// arming change (Arming::UpdateArmed), a Control message (windows,
-// barriers), Flush(), the connection coming up. A flush with nothing at all
-// to send sends nothing, but a heartbeat (the watermark, the resident
-// memory) at least every kHeartbeatNs; clock probe bursts come every
-// clock.probe_interval_ms while watching or while armed threads record
-// events, every kIdleProbeFactor times that otherwise (CPU samples and
-// off-CPU looks are placed to the millisecond: a probe burst's worth of
-// wake-ups a second would be most of an idle process's cost).
+// record or arming edge, a hello or batches waiting to go out while the
+// connection is up, or, armed, the process using more than 1/kBusyCpuShare
+// of a core, the flush thread's own CPU aside), and doubles after each
+// flush that was not, up to IdleWaitCapNs: the interval for a watching
+// process (a controller's step edges go out at once), else kIdleWaitNs.
+// What cannot wait wakes the thread at once: an event ring's or a CPU
+// sample ring's half mark, an arming change (Arming::UpdateArmed), a
+// Control message (windows, barriers), Flush(), the connection coming up.
+// A flush with nothing to send sends nothing, but a heartbeat (the
+// watermark, the resident memory) goes out at least every kHeartbeatNs,
+// and resident memory that moved kMemoryMovedBytes makes a batch. Clock
+// probe bursts come every clock.probe_interval_ms while watching or while
+// armed threads record events, every kIdleProbeFactor times that otherwise
+// (CPU samples and off-CPU looks are placed to the millisecond: a probe
+// burst's worth of wake-ups a second would be most of an idle process's
+// cost).
 //
 //   start:      CostSampling  calibrates (before the first Hello, which carries the costs)
 //               Link          connects, says hello
@@ -43,6 +46,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "collector/collector.h"
 
@@ -88,6 +92,7 @@ void Collector::FlushLoop() {
     const bool probing = arming_.watching() || (armed() && now - events_flushed_ns_ < kEventsRecentNs);
     transport.ProbeIfDue(apply, context_.own.config.clock.probe_interval_ms * (probing ? 1 : kIdleProbeFactor));
     if (transport.ReceiveControls(apply)) woken = true;  // answer the barrier now
+    if (link_.barrier_owed()) woken = true;  // one that came during the probe burst too
     now = MonotonicNs();
     arming_.CloseWindowIfDue(now);
     {
@@ -101,7 +106,9 @@ void Collector::FlushLoop() {
     const bool busy = FlushOnce(stop, was_armed && !armed_now);
     was_armed = armed_now;
     wait_ns_ = busy ? interval_ns : std::min(2 * wait_ns_, IdleWaitCapNs(interval_ns));
-    next_flush_ns = now + wait_ns_;
+    // Never later than the heartbeat: a flush that sent nothing must not
+    // push the next batch past it.
+    next_flush_ns = std::min(now + wait_ns_, last_batch_ns_ + kHeartbeatNs);
     {
       std::lock_guard<std::mutex> lock(flush_mu_);
       flushes_done_ = ticket;
@@ -139,10 +146,11 @@ bool Collector::FlushOnce(bool stop, bool window_closed) {
       context_.converter.ToNs(ReadTicks(context_.clock_source)) + std::max<int64_t>(0, context_.TestClockNs());
   out.watermark_ns = now_ns - 5000000;
   // Resident memory, each flush, armed or not: a step's peak and change
-  // need the level before it began (wire.h Batch::memory).
-  if (const int64_t rss = memory_.RssBytes(); rss >= 0) {
-    out.memory.push_back({now_ns, rss});
-  }
+  // need the level before it began (wire.h Batch::memory). It goes out with
+  // every batch, and makes one when it moved kMemoryMovedBytes since the
+  // last it went out with.
+  const int64_t rss = memory_.RssBytes();
+  if (rss >= 0) out.memory.push_back({now_ns, rss});
   out.reports_arming = arming_.reports_arming();
   // Every edge before the watermark is in (later ones may ride along).
   if (out.reports_arming) out.arming = arming_.TakeEdges();
@@ -160,26 +168,35 @@ bool Collector::FlushOnce(bool stop, bool window_closed) {
   // queued, as before the connection's handshake; batches the socket did
   // not take): retried at the interval.
   bool busy = host_records >= kBusyRecords || !out.gpu.empty() || !out.arming.empty() || !link_.settled();
-  if (armed()) {  // a process at work keeps the interval: a thread it starts is sampled from the next flush
-    timespec cpu{};
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) {
-      const int64_t cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
-      busy = busy || (cpu_ns - cpu_seen_ns_) * kBusyCpuShare >= mono_ns - cpu_seen_at_ns_;
+  // A process at work keeps the interval (a thread it starts is sampled
+  // from the next flush): its CPU time but the flush thread's own, judged
+  // over kBusyCpuGapNs or more (a barrier's flush right after another says
+  // nothing); in between, the last judgement holds.
+  if (armed() && mono_ns - cpu_seen_at_ns_ >= kBusyCpuGapNs) {
+    timespec cpu{}, own{};
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0 && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &own) == 0) {
+      const int64_t cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec -
+                             (static_cast<int64_t>(own.tv_sec) * 1000000000 + own.tv_nsec);
+      working_ = (cpu_ns - cpu_seen_ns_) * kBusyCpuShare >= mono_ns - cpu_seen_at_ns_;
       cpu_seen_ns_ = cpu_ns;
       cpu_seen_at_ns_ = mono_ns;
     }
   }
+  busy = busy || (armed() && working_);
   size_t all_records = 0;
   for (const Outgoing::Thread& t : out.threads) all_records += t.count;
   // Nothing at all to say: no batch, but a heartbeat now and then (the
   // aggregator's watermark and liveness), and what waits in the spool moves.
+  const bool memory_moved = rss >= 0 && std::abs(rss - rss_sent_) >= kMemoryMovedBytes;
   if (!stop && !window_closed && !busy && all_records == 0 && out.metadata.empty() && !link_.barrier_owed() &&
-      !link_.transport().has_pending() && out.dropped == dropped_sent_ && mono_ns - last_batch_ns_ < kHeartbeatNs) {
+      !link_.transport().has_pending() && out.dropped == dropped_sent_ && !memory_moved &&
+      mono_ns - last_batch_ns_ < kHeartbeatNs) {
     link_.transport().Pump();
   } else {
     gpu_.CountLost(link_.SendBatches(out));
     last_batch_ns_ = mono_ns;
     dropped_sent_ = out.dropped;
+    if (rss >= 0) rss_sent_ = rss;
   }
   // Rings that overflowed (thread_buffer.h), said when a window closes or at
   // exit (each label change re-sends the Hello): run.json labels.ring_overflow.

@@ -98,7 +98,8 @@ void Link::Start() {
 }
 
 bool Link::settled() {
-  if (!transport_.connected() || refused_) return true;
+  // Down, nothing can go out: the connection's return wakes the flush thread.
+  if (!transport_.connected() || refused_ || !transport_.link_up()) return true;
   std::lock_guard<std::mutex> lock(meta_mu_);
   return transport_.ready() && !rehello_ && hello_sent_gen_ == hello_gen_ && transport_.spool().idle();
 }

@@ -58,8 +58,8 @@ class Link {
   // A flush token is owed (answered by the next batch sent).
   bool barrier_owed() const { return pending_ack_ != 0; }
   // Flush thread: nothing of the link waits to go out (the hello is queued
-  // as it stands, the spool has sent all it holds). A refused process or
-  // one with no socket has nothing that could.
+  // as it stands, the spool has sent all it holds), or nothing could (no
+  // socket, refused, the connection down).
   bool settled();
   // Flush thread: sends this flush (the ack owed rides on its last batch);
   // GPU records of a message that could not be queued are returned, lost.

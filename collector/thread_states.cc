@@ -139,8 +139,7 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
     std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
     const std::string sched = ReadSmall(path);
     long long cpu_ns = 0, delay_ns = 0;
-    const bool timed = std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2;
-    if (sched.empty()) continue;  // gone
+    const bool timed = std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2;  // false: gone, or no schedstat
     // A thread that has not run since it was last seen waiting still waits
     // where it did: that look's reason again, with no more reads.
     if (timed && seen.waiting && cpu_ns == seen.cpu_ns) {

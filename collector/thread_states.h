@@ -24,7 +24,8 @@
 // it), shipped as a block of their own; each names its thread in `value`.
 // A look costs three reads of /proc per recording thread, one (schedstat)
 // for a thread that has not run since it was last seen waiting: it still
-// waits where it did. System call numbers are x86-64's (elsewhere every wait is other). CUDA
+// waits where it did (a thread woken and still waiting for a CPU has not
+// run either: that wait counts under its old reason too, besides cpu_wait). System call numbers are x86-64's (elsewhere every wait is other). CUDA
 // synchronisation is the aggregator's: an off-CPU sample inside a CUDA API
 // call CUPTI traced (attribution.h).
 #pragma once

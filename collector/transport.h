@@ -108,7 +108,8 @@ class Transport {
   // Encodes one flush into the spool (spool.h) and sends what the socket
   // takes: one message per kMaxEventsPerMessage events, metadata (with
   // out.gpu and the probe samples) on the first, the watermark and ack on the
-  // last; an empty flush still goes out as a heartbeat. Nothing is sent
+  // last; the flush thread sends an empty one as a heartbeat only (its
+  // FlushOnce skips the others). Nothing is sent
   // before ready (a hello was queued to this aggregator): it waits in order.
   SendResult SendBatches(Outgoing& out, const TickConverter& converter);
   // Sends what waits in the spool, in order, as far as the socket takes it.
