@@ -37,9 +37,10 @@ struct AggregatorStats {
   uint64_t steps_skipped = 0;   // closed but not selected by `steps:`
   uint64_t late_batches = 0;    // thread blocks that arrived for an already-written step
   uint64_t late_events = 0;     // their events older than the last written step's end
-  // A collector silent this long (no heartbeat: they come every
+  // A collector silent this long (no heartbeat: an idle one sends one
+  // every second, Collector::kHeartbeatNs; a busy one a batch every
   // flush.interval_ms) is taken as gone and holds no step back.
-  static constexpr int64_t kSilentAfterNs = 2000000000;
+  static constexpr int64_t kSilentAfterNs = 3000000000;
   std::string last_decode_error;
   // Frames not taken: from a connection that had not said hello (with the
   // run's secret, when the aggregator has one) for that session. A collector

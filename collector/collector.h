@@ -231,11 +231,11 @@ class Collector {
   // the last flush is busy too (its new threads are found at the interval).
   static constexpr int64_t kBusyCpuShare = 20;
   static constexpr int64_t kBusyCpuGapNs = 100'000'000;
-  static constexpr int64_t kIdleWaitNs = 500'000'000;
+  static constexpr int64_t kIdleWaitNs = 1'000'000'000;
   // A batch at least this often, even with nothing in it: the aggregator's
-  // watermark and its sign of life (a quarter of the silence after which
-  // it stops waiting for a process, AggregatorStats::kSilentAfterNs).
-  static constexpr int64_t kHeartbeatNs = 500'000'000;
+  // watermark and its sign of life (a third of the silence after which it
+  // stops waiting for a process, AggregatorStats::kSilentAfterNs).
+  static constexpr int64_t kHeartbeatNs = 1'000'000'000;
   // Resident memory that moved this much since the last batch carried it
   // makes a batch of its own.
   static constexpr int64_t kMemoryMovedBytes = 1 << 20;

@@ -383,7 +383,7 @@ std::vector<KeySpec> MechanismKeySpecs() {
           1, 1 << 16, [](Config& c) -> int64_t& { return c.buffers.spool_mb; }),
       Int("buffers.spool_file_mb", "then in a temporary file up to this size (0: none); beyond, the oldest are dropped",
           0, 1 << 20, [](Config& c) -> int64_t& { return c.buffers.spool_file_mb; }),
-      Int("flush.interval_ms", "how often a busy collector ships buffered events; an idle one waits up to 0.5 s (a heartbeat)", 1, 60000,
+      Int("flush.interval_ms", "how often a busy collector ships buffered events; an idle one waits up to 1 s (a heartbeat)", 1, 60000,
           [](Config& c) -> int64_t& { return c.flush.interval_ms; }),
       Int("flush.exit_timeout_ms", "longest a process waits at exit to deliver its last events", 0, 600000,
           [](Config& c) -> int64_t& { return c.flush.exit_timeout_ms; }),
