@@ -1081,7 +1081,7 @@ TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   Send(ctl.Flush(2500), 10 * kMs);
   agg_->Tick(1000 * kMs);
   EXPECT_THAT(exporter_.steps, IsEmpty());
-  agg_->Tick(2001 * kMs);  // silent for over 2 s: gone, well before the 5 s grace
+  agg_->Tick(AggregatorStats::kSilentAfterNs + kMs);  // silent past it (3 s): gone, well before the 5 s grace
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
   EXPECT_TRUE(FindSlice(exporter_.steps[0], 2)->late);
 }
@@ -1095,7 +1095,7 @@ TEST_F(AggregatorTest, AWorkerGoneWithoutAGoodbyeIsLostOnceAndLaterStepsLeaveItO
   Send(worker.Flush(1500), 10 * kMs);
   ctl.Push(1, 1000, "step").Pop(1, 2000).Push(1, 3000, "step").Pop(1, 4000);
   Send(ctl.Flush(4100), 10 * kMs);
-  agg_->Tick(2011 * kMs);  // silent for over 2 s
+  agg_->Tick(10 * kMs + AggregatorStats::kSilentAfterNs + kMs);  // silent past kSilentAfterNs (3 s)
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
   const ProcessSlice* died = FindSlice(exporter_.steps[0], 2);
   ASSERT_NE(died, nullptr);
