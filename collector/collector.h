@@ -221,6 +221,8 @@ class Collector {
   // there is nothing to send and no heartbeat is due). True when it was busy
   // (flush_thread.cc: the next comes at the interval, else later).
   bool FlushOnce(bool stop, bool window_closed);
+  // Armed and using more than 1/kBusyCpuShare of a core (flush_thread.cc).
+  bool ProcessAtWork(int64_t mono_ns);
   // The longest wait between flushes that found nothing (flush_thread.cc).
   int64_t IdleWaitCapNs(int64_t interval_ns) const;
   // A flush that carried fewer of the host's records than this (and nothing

