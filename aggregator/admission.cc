@@ -81,13 +81,24 @@ bool Admission::Admit(const wire::Message& message, const std::string& peer, int
       RefuseHello(*hello, peer, now_ns);
       return false;
     }
-    if (hello->kind == wire::Hello::kUpdate && peers_.count(session) == 0) {
-      // A collector that said hello to an aggregator before this one (it
-      // restarted behind a relay whose connection stayed up): binding it
-      // now would skip what it sent the other. Asked to say hello again,
-      // it replays its spool first (kReplay).
-      Refuse("an updated hello from a session that has not said hello here", peer, true, now_ns);
-      return false;
+    if (hello->kind == wire::Hello::kUpdate) {
+      // An update is taken only on the connection the session said hello
+      // on. Unknown here: a collector that said hello to an aggregator
+      // before this one (it restarted behind a relay whose connection
+      // stayed up); binding it now would skip what it sent the other. Known
+      // on another connection: the session's replay came that way (its
+      // spool file, through a relay that still held the live frames it sent
+      // before its exit, in whatever order a drain delivers them); binding
+      // it here would refuse the rest of the replay and skip its batches
+      // as duplicates of later ones. Asked to say hello again, a live
+      // collector replays its spool first (kReplay).
+      const auto known = peers_.find(session);
+      if (known == peers_.end() || known->second != peer) {
+        Refuse(known == peers_.end() ? "an updated hello from a session that has not said hello here"
+                                     : "an updated hello for a session that said hello on another connection",
+               peer, true, now_ns);
+        return false;
+      }
     }
     peers_[session] = peer;
     return true;

@@ -2204,6 +2204,43 @@ TEST_F(FrameTest, AnUpdatedHelloFromASessionNotKnownHereIsAskedForTheReplayFirst
   EXPECT_EQ(Frame(update, "peer-w"), 2u);
 }
 
+TEST_F(FrameTest, AnUpdatedHelloOnAnotherConnectionDoesNotTakeTheSessionFromItsReplay) {
+  // A worker behind a relay exits while the root is down: its spool file
+  // (the whole replay) and the live frames it sent before the exit (a later
+  // hello among them) reach a restarted root through the same relay, in
+  // whatever order a drain hands them over. Before: the live update took
+  // the session, the rest of the file was refused and its batches counted
+  // duplicates of the live ones, the live goodbye ended the process; steps
+  // were written without most of its events and nothing said so.
+  FakeCollector w(2, "worker", 0, 200);
+  w.Push(1, 100, "a").Pop(1, 150);
+  const wire::Batch first = w.Flush(160);
+  w.Push(1, 200, "b").Pop(1, 250);
+  const wire::Batch second = w.Flush(260);
+  w.Push(1, 300, "c").Pop(1, 350);
+  const wire::Batch third = w.Flush(360);
+  wire::Hello replay = w.Hello(), update = w.Hello();
+  replay.kind = wire::Hello::kReplay;
+  update.kind = wire::Hello::kUpdate;
+  EXPECT_EQ(Frame(replay, "relay|spool:w"), 2u);
+  EXPECT_EQ(Frame(first, "relay|spool:w"), 2u);
+  agg_->TakeOutgoing();
+  EXPECT_EQ(Frame(update, "relay|w"), 0u);  // the live update, in the middle of the file
+  const auto asked = ControlsTo("relay|w");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_TRUE(asked[0].hello);
+  EXPECT_EQ(Frame(third, "relay|w"), 0u);
+  EXPECT_EQ(Frame(wire::Bye{2, 6, 0}, "relay|w"), 0u);
+  EXPECT_EQ(Frame(second, "relay|spool:w"), 2u);
+  EXPECT_EQ(Frame(third, "relay|spool:w"), 2u);
+  EXPECT_EQ(Frame(wire::Bye{2, 6, 0}, "relay|spool:w"), 2u);
+  EXPECT_EQ(agg_->stats().duplicate_frames, 0u);
+  EXPECT_EQ(agg_->processes().at(2)->events_received(), 6u);
+  EXPECT_EQ(agg_->stats().last_refused, "a frame for a session that said hello on another connection");
+  // On the connection it said hello on, an update is taken as it comes.
+  EXPECT_EQ(Frame(update, "relay|spool:w"), 2u);
+}
+
 TEST_F(FrameTest, AGoodbyeIsAcknowledgedAndAFinishedRunTellsEveryCollectorItIsOver) {
   FakeCollector ctl(1, "controller", -1, 100), w(2, "worker", 0, 200);
   Frame(ctl.Hello(), "peer-c");
