@@ -1,6 +1,8 @@
 #include "aggregator/aggregator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <set>
 #include <string>
 #include <system_error>
@@ -20,9 +22,18 @@ Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config
       admission_(&context_),
       scheduler_(&context_, &run_config_),
       exporter_(exporter),
-      second_core_(AvailableCores() > 1) {}
+      second_core_(AvailableCores() > 1),
+      run_id_(NewRunId()) {}
+
+std::string Aggregator::NewRunId() {
+  std::random_device rd;
+  char id[17];
+  std::snprintf(id, sizeof(id), "%08x%08x", static_cast<unsigned>(rd()), static_cast<unsigned>(rd()));
+  return id;
+}
 
 void Aggregator::Resume(const ResumePoint& point) {
+  if (!point.run_id.empty()) run_id_ = point.run_id;  // the same run (a new id for one written before ids)
   releases_.Resume(point);
   scheduler_.Resume(releases_.resumed().resumes, point.awaited);
   steps_written_ = point.steps_written;
@@ -458,6 +469,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.resumes = releases_.resumed().resumes;
   run.recovered = recovered_;
   run.run_key = admission_.run_key();
+  run.run_id = run_id_;
   run.final = final;
   return run;
 }

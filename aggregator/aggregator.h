@@ -50,6 +50,8 @@ class Aggregator {
   // Identifies the run in run.json (resume.run_key): RunKey(secret)
   // (native/spool_file.h). The secret itself is checked in every hello.
   const std::string& run_key() const { return admission_.run_key(); }
+  // The run's id (run.json run_id): new for each run, a resumed run's own.
+  const std::string& run_id() const { return run_id_; }
   // Keeps a resumed run's key without its secret (rlscope-ray recover).
   void KeepRunKey(const std::string& key) { admission_.KeepRunKey(key); }
   // Takes the run up where run.json says a previous aggregator left it: the
@@ -134,6 +136,8 @@ class Aggregator {
   RunInfo RunInfoNow() const { return MakeRunInfo(false); }
 
  private:
+  // 16 hex digits from std::random_device.
+  static std::string NewRunId();
   // One handler per collector message type (OnMessage dispatches).
   void OnHello(const wire::Hello& hello, int64_t now_ns);
   void OnBatch(const wire::Batch& batch, int64_t now_ns);
@@ -198,6 +202,7 @@ class Aggregator {
   bool finished_ = false;                    // Finish ran: frames are only answered (OnFrame)
   std::set<std::string> unreadable_spools_;  // said once each
   bool second_core_ = false;                 // set_second_core
+  std::string run_id_;                       // run_id(): NewRunId, or the resumed run's
 };
 
 }  // namespace rlscope

@@ -22,7 +22,9 @@
 // them). Started on a --out whose run.json is not final and is this run's
 // (the same secret: resume.run_key), an aggregator of the run was killed: it
 // takes the run up (Aggregator::Resume). Another run's is not taken up
-// (said; --resume forces it).
+// (said; --resume forces it). A --out that holds another run, finished or
+// not, gets a new run: that run's step directories, run database and report
+// go (said), and run.json gets a new run_id.
 // RLSCOPE_SECRET in its environment: every hello must carry it, and it
 // takes up what the run's processes left on this node's disk at exit
 // (spool_takeup.h: at start, every second, and before it finishes).
@@ -32,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -292,6 +295,40 @@ void RemoveTemporaries(const std::string& out) {
   sweep(out, sweep);
 }
 
+// A new run in a directory that holds an earlier run's record (run.json):
+// what that run wrote beside it goes, so that nothing read from the
+// directory (the steps, the run database, the report) mixes the two runs.
+// Only the names a run writes: step_<N> directories, run.duckdb (and its
+// write-ahead log), report.html. Said in one line, with what could not go.
+void ReplaceEarlierRun(const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(fs::path(out) / kRunJsonFile, ec)) return;
+  size_t steps = 0;
+  std::vector<fs::path> doomed;
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool step_dir = name.size() > 5 && name.rfind("step_", 0) == 0 &&
+                          name.find_first_not_of("0123456789", 5) == std::string::npos && it->is_directory(ec);
+    if (step_dir) ++steps;
+    if (step_dir || name == "run.duckdb" || name == "run.duckdb.wal" || name == "report.html") {
+      doomed.push_back(it->path());
+    }
+  }
+  std::string failed;
+  for (const fs::path& p : doomed) {
+    if (fs::remove_all(p, ec) == static_cast<std::uintmax_t>(-1) || ec) {
+      failed += (failed.empty() ? "" : ", ") + p.filename().string() + " (" + ec.message() + ")";
+    }
+  }
+  if (doomed.empty()) return;
+  std::printf("rlscope-ray aggregator: %s held an earlier run: its %zu step directories%s are replaced by this "
+              "run's%s%s\n",
+              out.c_str(), steps, doomed.size() > steps ? ", run database and report" : "",
+              failed.empty() ? "" : "; could not remove: ", failed.c_str());
+  std::fflush(stdout);
+}
+
 // RLSCOPE_SECRET, when set, for every hello; without it, said when others
 // than this host's processes can reach the aggregator.
 void UseSecret(Aggregator& agg, const Options& options) {
@@ -305,7 +342,7 @@ void UseSecret(Aggregator& agg, const Options& options) {
 }
 
 // Takes up the unfinished run in `out_dir` when it is this run's (or
-// --resume); another run's is said and left.
+// --resume); otherwise a new run starts there (ReplaceEarlierRun).
 void TakeUpUnfinishedRun(Aggregator& agg, const Options& options, const std::string& out_dir) {
   std::string unreadable;
   const std::optional<ResumePoint> point = ReadResumePoint(out_dir, &unreadable);
@@ -313,17 +350,18 @@ void TakeUpUnfinishedRun(Aggregator& agg, const Options& options, const std::str
     std::fprintf(stderr, "rlscope-ray aggregator: %s/%s cannot be read (%s): starting the run afresh\n",
                  out_dir.c_str(), kRunJsonFile, unreadable.c_str());
   }
-  if (!point) return;
-  if (options.resume || (!agg.run_key().empty() && point->run_key == agg.run_key())) {
+  if (point && (options.resume || (!agg.run_key().empty() && point->run_key == agg.run_key()))) {
     RemoveTemporaries(out_dir);  // a killed aggregator's writes in progress
     agg.Resume(*point);
     return;
   }
-  std::printf("rlscope-ray aggregator: %s/run.json is an unfinished run that is not this one (%s): starting a "
-              "new run there; its %zu steps on disk stay but are no longer listed (--resume takes it up)\n",
-              out_dir.c_str(), agg.run_key().empty() ? "this aggregator has no secret to tell" : "another secret",
-              point->steps_written.size());
-  std::fflush(stdout);
+  if (point) {
+    std::printf("rlscope-ray aggregator: %s/run.json is an unfinished run that is not this one (%s): starting a "
+                "new run there (--resume takes an unfinished run up)\n",
+                out_dir.c_str(), agg.run_key().empty() ? "this aggregator has no secret to tell" : "another secret");
+    std::fflush(stdout);
+  }
+  ReplaceEarlierRun(out_dir);
 }
 
 // The directory this run's processes leave on this node's disk at exit: by

@@ -47,6 +47,7 @@ std::string RunJson(const RunInfo& run) {
   JsonWriter w(&out);
   w.BeginObject();
   w.Key("format").String(names::kRunFormat);
+  w.Key("run_id").String(run.run_id);
   w.Key("final").Bool(run.final);
   w.Key("config_yaml").String(run.config_yaml);
   w.Key("config_source").String(run.config_source);
@@ -97,6 +98,7 @@ std::optional<ResumePoint> ReadResumePoint(const std::string& out_dir, std::stri
     const YAML::Node run = YAML::LoadFile(path);  // JSON is YAML
     if (run["final"].as<bool>(true) && !even_final) return std::nullopt;
     ResumePoint p;
+    p.run_id = run["run_id"].as<std::string>("");
     for (const auto& n : run["steps_written"]) p.steps_written.push_back(n.as<int64_t>());
     p.steps_seen = run["steps_seen"].as<uint64_t>(0);
     for (const auto& proc : run["processes"]) {

@@ -29,6 +29,7 @@ struct ResumePoint {
   int resumes = 0;
   RecoveredCounts recovered;        // carried over (run.json `recovered`)
   std::string run_key;              // whose run it is (Aggregator::RunKey)
+  std::string run_id;               // run.json run_id ("" from a version before it)
   // Sessions of the selected processes that had neither said goodbye nor
   // been lost: steps wait for them to say hello again (or the grace time).
   std::vector<uint64_t> awaited;

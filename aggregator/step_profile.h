@@ -253,6 +253,10 @@ struct RunInfo {
   // Which run this is: a digest of the run's secret (RunKey), "" without
   // one. An aggregator takes a directory up only for the same run.
   std::string run_key;
+  // The run's identity, with or without a secret: made when the run
+  // starts, kept by an aggregator that takes it up. What else the run's
+  // directory holds (run.duckdb, rlscope_ray.rundb) belongs to this id.
+  std::string run_id;
   bool final = false;
 };
 

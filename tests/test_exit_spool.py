@@ -95,6 +95,23 @@ def _killed_once_step_3_is_written(aggregator_factory, tmp: Path, spool_root: Pa
     return first, listen, controller, worker
 
 
+def _database_steps(out: Path):
+    """The steps run.duckdb holds after an update (rlscope_ray.rundb), None
+    without the duckdb package."""
+    try:
+        import duckdb
+    except ImportError:
+        return None
+    from rlscope_ray import rundb
+
+    rundb.update(str(out))
+    con = duckdb.connect(str(out / "run.duckdb"), read_only=True)
+    try:
+        return sorted(s for (s,) in con.execute("SELECT step FROM steps").fetchall())
+    finally:
+        con.close()
+
+
 def _every_step_and_range(out: Path, tmp: Path) -> dict:
     run = json.loads((out / "run.json").read_text())
     assert run["final"] is True
@@ -113,6 +130,10 @@ def test_programs_that_end_while_the_aggregator_is_down_are_written_when_it_star
                                                                                         tmp_path,
                                                                                         _own_spool_root):
     first, listen, controller, worker = _killed_once_step_3_is_written(aggregator_factory, tmp_path, _own_spool_root)
+    before = json.loads((first.out / "run.json").read_text())
+    db_steps = _database_steps(first.out)  # a query while it is down: the steps the first one wrote
+    assert db_steps is None or db_steps == sorted(before["steps_written"]) and db_steps[:3] == [1, 2, 3], db_steps
+    run_id = before["run_id"]
     _end_programs(tmp_path, controller, worker)  # while no aggregator runs
     left = sorted(_spool_dir(_own_spool_root).glob("*.spool"))
     assert len(left) == 2, left  # the controller's and the worker's
@@ -128,6 +149,10 @@ def test_programs_that_end_while_the_aggregator_is_down_are_written_when_it_star
     assert run["recovered"]["events"] > 0
     assert "left on disk at its exit" in log
     assert not list(_spool_dir(_own_spool_root).glob("*"))  # taken up, removed
+    # The same run, taken up: its id and its database stay, and the database
+    # gets the steps the second aggregator wrote.
+    assert run["run_id"] == run_id and "held an earlier run" not in log
+    assert db_steps is None or _database_steps(first.out) == list(range(1, STEPS + 1))
 
 
 def test_an_aggregator_started_again_just_before_the_programs_end_loses_nothing(aggregator_factory, tmp_path,

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,27 @@ from rlscope_ray import rundb  # noqa: E402  (after the skip: it needs duckdb to
 SUBTASKS = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
 
 
+def wait_for_the_follower(tmp: Path) -> None:
+    """Until the run database's follower (its log under `tmp`, the run's
+    TMPDIR) said its last update is done: it outlives the demo by up to the
+    time that update takes (a handshake; the bound is for a hang)."""
+    deadline = time.monotonic() + 300
+    while not any(rundb.DONE_LINE in log.read_text() for log in tmp.glob("rlscope_aggregator_*/rundb.log")):
+        assert time.monotonic() < deadline, "the follower never finished"
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def run(build_dir, tmp_path_factory):
     """The subprocess demo (a controller, ranks 0-2) writing steps 2 and 3; what
-    its run.duckdb held when the demo returned, before anyone else touched it."""
-    r, out = run_local_demo(build_dir, tmp_path_factory.mktemp("rundb"), "steps: [2, 3]\nflush: {step_grace_ms: 3000}\n")
+    its run.duckdb held once its follower was done, before anyone else touched it."""
+    base = tmp_path_factory.mktemp("rundb")
+    tmp = base / "tmp"  # the aggregator's work directory (its follower's log) goes under TMPDIR
+    tmp.mkdir()
+    r, out = run_local_demo(build_dir, base, "steps: [2, 3]\nflush: {step_grace_ms: 3000}\n",
+                            env={"TMPDIR": str(tmp)})
     assert r.returncode == 0, r.stderr
+    wait_for_the_follower(tmp)
     followed = None
     if (out / "run.duckdb").exists():
         con = duckdb.connect(str(out / "run.duckdb"), read_only=True)
@@ -166,6 +182,47 @@ def test_bad_sql_gets_duckdbs_message_and_a_nonzero_exit(run):
     # Read-only: a query cannot change the database.
     r = cli("query", str(out), "DELETE FROM steps")
     assert r.returncode == 2 and "read-only" in r.stderr.lower()
+
+
+def test_a_second_run_into_the_same_directory_replaces_the_first_runs_steps_and_database(build_dir, tmp_path):
+    """`make demo` twice into one directory: what the directory answers, in
+    files and in SQL, is the second run's alone."""
+    r, out = run_local_demo(build_dir, tmp_path, "steps: [2, 3]\nflush: {step_grace_ms: 3000}\n")
+    assert r.returncode == 0, r.stderr
+    first = json.loads((out / "run.json").read_text())
+    assert [int(s["step"]) for s in query(out, "SELECT step FROM steps ORDER BY step")] == [2, 3]
+    (out / "report.html").write_text("the first run's report")
+    r, out = run_local_demo(build_dir, tmp_path, "steps: [2]\nflush: {step_grace_ms: 3000}\n", steps=2)
+    assert r.returncode == 0, r.stderr
+    second = json.loads((out / "run.json").read_text())
+    assert second["run_id"] and second["run_id"] != first["run_id"] and second["steps_written"] == [2]
+    assert not (out / "step_3").exists() and not (out / "report.html").exists()
+    pids = {p["pid"] for p in second["processes"]}
+    assert pids.isdisjoint({p["pid"] for p in first["processes"]})
+    assert [int(s["step"]) for s in query(out, "SELECT step FROM steps")] == [2]
+    assert {int(p["pid"]) for p in query(out, "SELECT DISTINCT pid FROM processes")} == pids
+    assert {int(p["pid"]) for p in query(out, "SELECT DISTINCT pid FROM spans")} <= pids
+    assert query(out, "SELECT value FROM meta WHERE key = 'run_id'") == [{"value": second["run_id"]}]
+
+
+def test_a_database_left_by_another_run_is_rebuilt_not_read(run, tmp_path):
+    """Where the aggregator could not remove it (or a copy brought it), a
+    database whose run_id is not run.json's is replaced before a query."""
+    out, _ = run
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    run_json = json.loads((other / "run.json").read_text())
+    run_json["run_id"] = "0123456789abcdef"  # another run, with the same steps on disk
+    (other / "run.json").write_text(json.dumps(run_json))
+    con = duckdb.connect(str(other / "run.duckdb"))
+    con.execute("UPDATE steps SET duration_ms = -1")  # what only the stale database says
+    con.close()
+    steps = query(other, "SELECT step, duration_ms, (SELECT value FROM meta WHERE key = 'run_id') AS id FROM steps "
+                         "ORDER BY step")
+    sums = summaries(other)
+    assert [int(s["step"]) for s in steps] == sorted(sums)
+    assert all(float(s["duration_ms"]) == pytest.approx(sums[int(s["step"])]["duration_ms"]) for s in steps)
+    assert {s["id"] for s in steps} == {"0123456789abcdef"}
 
 
 def test_a_directory_of_an_older_format_or_no_run_is_said(run, tmp_path):

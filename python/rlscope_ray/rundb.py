@@ -4,7 +4,10 @@
     python -m rlscope_ray.rundb follow RUN_DIR --pid AGG_PID
                                           # beside an aggregator: updates as steps are written
 
-Tables and columns: docs/run_database.md. Each written step (run.json
+Tables and columns: docs/run_database.md. The database belongs to its run:
+it records run.json's ``run_id``, and a database of another run (a new run
+written into the same directory) is replaced, never added to or read as this
+run's. Each written step (run.json
 ``steps_written``) is ingested once, in one transaction, from its
 ``summary.json`` (Python's json) and its ``trace.json`` (DuckDB's CSV and JSON
 readers, one event per line). DuckDB lets one process write a database file;
@@ -33,6 +36,9 @@ DB_NAME = "run.duckdb"
 RUN_FORMATS = (_names.RUN_FORMAT,)  # the run.json formats this module reads
 DEFAULT_FORMATS = ("json", "pftrace", "db")  # output.formats absent (native/config.h); holds db
 LOCK_RETRY_S = 5.0
+# The follower's last line, once its last update is done (or given up):
+# what a caller that must see the database whole waits for.
+DONE_LINE = "rundb: done"
 BLOCK_SIZE = 65536
 # The follower leaves this much of the run directory's disk free (and as much
 # again as the JSON it is about to read): the run's own files come first.
@@ -350,6 +356,28 @@ def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]]) -> Lis
     return [s["step"] for s in summaries]
 
 
+def run_id(run: Dict[str, Any]) -> str:
+    """run.json's run_id ("" from an aggregator before ids)."""
+    return str(run.get("run_id") or "")
+
+
+def owner(con) -> Optional[str]:
+    """The run_id a database was built for ("" before ids); None for a
+    database with no table yet (new)."""
+    if not con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'meta' AND schema_name = 'main'").fetchone():
+        return None
+    row = con.execute("SELECT value FROM meta WHERE key = 'run_id'").fetchone()
+    return row[0] if row else ""
+
+
+def _remove(path: str) -> None:
+    for p in (path, path + ".wal"):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
 def _prepare(con, run: Dict[str, Any]) -> None:
     con.execute(SCHEMA[0])
     row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -360,7 +388,7 @@ def _prepare(con, run: Dict[str, Any]) -> None:
         con.execute(stmt)
     con.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                     [("schema_version", str(SCHEMA_VERSION)), ("run_format", str(run.get("format"))),
-                     ("final", "true" if run.get("final") else "false")])
+                     ("final", "true" if run.get("final") else "false"), ("run_id", run_id(run))])
 
 
 def _check_room(run_dir: str, steps: Iterable[int], keep_free: int) -> None:
@@ -380,7 +408,8 @@ def _check_room(run_dir: str, steps: Iterable[int], keep_free: int) -> None:
 
 def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 0) -> List[int]:
     """Ingests every step of run.json's steps_written not yet in run.duckdb
-    (creating it); returns the steps added, in order. Idempotent. keep_free:
+    (creating it, or replacing one built for another run: its run_id is
+    not run.json's); returns the steps added, in order. Idempotent. keep_free:
     NoRoom, and nothing written, unless the disk keeps that many bytes free
     beyond the new steps' JSON (the follower keeps DISK_RESERVE_BYTES: the
     run's own files come first)."""
@@ -391,6 +420,13 @@ def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 
     if created and keep_free:
         _check_room(run_dir, written, keep_free)
     con = connect(path)
+    if not created and owner(con) not in (None, run_id(run)):
+        con.close()  # another run's, in this directory before this one: replaced
+        _remove(path)
+        created = True
+        if keep_free:
+            _check_room(run_dir, written, keep_free)
+        con = connect(path)
     try:
         if created:
             os.chmod(path, 0o600)  # as the run's other files
@@ -446,8 +482,16 @@ def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
 
 def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr, sleep=time.sleep) -> int:
     """Updates run_dir's database while process `pid` (the aggregator) runs,
-    then once more; exits 0 whatever happens to the database. `sleep(interval_s)`
-    between looks (a test counts looks with its own)."""
+    then once more; exits 0 whatever happens to the database, its last line
+    DONE_LINE however it ends. `sleep(interval_s)` between looks (a test
+    counts looks with its own)."""
+    try:
+        return _follow(run_dir, pid, interval_s, log, sleep)
+    finally:
+        print(DONE_LINE, file=log, flush=True)
+
+
+def _follow(run_dir: str, pid: int, interval_s: float, log, sleep) -> int:
     try:
         import duckdb  # noqa: F401
     except ImportError as e:

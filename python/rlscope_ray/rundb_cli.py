@@ -71,14 +71,29 @@ def _catch_up(prog: str, run_dir: str) -> Optional[int]:
 
 
 def _open(prog: str, run_dir: str):
-    """A read-only connection, or None (said in one line)."""
+    """A read-only connection to the database of the directory's run, or
+    None (said in one line): never one of another run (a directory we could
+    not write, where the update could not replace it)."""
     import duckdb
 
+    path = rundb.db_path(run_dir)
     try:
-        return rundb.connect(rundb.db_path(run_dir), read_only=True)
+        con = rundb.connect(path, read_only=True)
+        theirs, ours = rundb.owner(con), rundb.run_id(rundb.read_run_json(run_dir))
     except duckdb.Error as e:
-        print(f"{prog}: {rundb.db_path(run_dir)}: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"{prog}: {path}: {str(e).splitlines()[0]}", file=sys.stderr)
         return None
+    except rundb.RunDirError as e:
+        con.close()
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+    if theirs not in (None, ours):
+        con.close()
+        print(f"{prog}: {path} holds another run's rows (run {theirs or 'without an id'}), not those of "
+              f"{run_dir}/run.json (run {ours or 'without an id'}), and could not be rebuilt here; run it where "
+              f"the directory can be written", file=sys.stderr)
+        return None
+    return con
 
 
 def _run(con, sql: str) -> Tuple[List[str], List[tuple]]:

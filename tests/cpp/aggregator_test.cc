@@ -2372,8 +2372,15 @@ TEST(RunJsonTest, WhatAnUnfinishedRunWroteIsTheResumePointReadBack) {
   EXPECT_EQ(p->controller_ns, 200);
   EXPECT_EQ(p->resumes, 0);
   EXPECT_EQ(p->run_key, RunKey("s"));
+  EXPECT_EQ(p->run_id.size(), 16u);
+  EXPECT_EQ(p->run_id, agg.run_id());
   EXPECT_EQ(p->awaited, (std::vector<uint64_t>{1, 2}));  // selected, no goodbye yet
   EXPECT_EQ(p->released, (std::map<uint64_t, int64_t>{{1, 100}, {2, 200}}));
+  // Every run its own id; one taken up keeps the id it had.
+  Aggregator again(Config(), &chrome);
+  EXPECT_NE(again.run_id(), agg.run_id());
+  again.Resume(*p);
+  EXPECT_EQ(again.run_id(), agg.run_id());
   agg.Finish(0);
   EXPECT_FALSE(ReadResumePoint(dir.path(), &error).has_value());  // final: nothing to take up
   EXPECT_TRUE(error.empty());

@@ -212,6 +212,21 @@ std::set<std::string> Files(const fs::path& root) {
   return out;
 }
 
+// The run's id is new each run (Aggregator::NewRunId): written as zeros
+// before a comparison. False (a failure said) when run.json has none.
+bool ZeroRunId(const fs::path& path) {
+  std::string run_json = ReadAll(path);
+  const std::string key = "\"run_id\":\"";
+  const size_t at = run_json.find(key);
+  if (at == std::string::npos || run_json.compare(at + key.size() + 16, 1, "\"") != 0) {
+    ADD_FAILURE() << path << " has no 16-digit run_id";
+    return false;
+  }
+  run_json.replace(at + key.size(), 16, std::string(16, '0'));
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << run_json;
+  return true;
+}
+
 class Golden : public ::testing::TestWithParam<bool> {};
 
 TEST_P(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
@@ -220,6 +235,7 @@ TEST_P(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const fs::path out = tmpl;
   RunScenario(out, GetParam());
+  ASSERT_TRUE(ZeroRunId(out / "run.json"));
   const std::set<std::string> written = Files(out);
   ASSERT_EQ(written.size(), 1u + 3u * kSteps) << "run.json and per step a trace in each format and a summary";
   if (std::getenv("RLSCOPE_UPDATE_GOLDEN") != nullptr) {
@@ -228,6 +244,8 @@ TEST_P(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
       fs::create_directories((golden / f).parent_path());
       fs::copy_file(out / f, golden / f);
     }
+    fs::remove_all(out);
+    GTEST_SKIP() << "tests/golden rewritten: review its diff (nothing was compared)";
   }
   EXPECT_EQ(Files(golden), written);
   for (const std::string& f : written) {
@@ -294,6 +312,7 @@ TEST(OnFrames, DecodingAheadWritesWhatTakingOneByOneWrites) {
     EXPECT_EQ(agg.stats().steps_written, 2u);
   }
   EXPECT_EQ(sessions[0], sessions[1]);
+  for (const fs::path& out : outs) ZeroRunId(out / "run.json");
   const std::set<std::string> written = Files(outs[0]);
   EXPECT_EQ(Files(outs[1]), written);
   for (const std::string& f : written) EXPECT_TRUE(ReadAll(outs[0] / f) == ReadAll(outs[1] / f)) << f << " differs";
