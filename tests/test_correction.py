@@ -10,7 +10,10 @@ between. The corrected step must equal it to the microsecond, whatever the
 machine's load: the two are computed independently, by the collectors'
 clock and by the aggregator's correction of the events it received.
 How close correction comes on real, measured costs is `make bench`'s
-(section "correction")."""
+(section "correction"). One test runs the production path (the real clock,
+calibration, costs measured in place, the fast lanes) and asserts what holds
+whatever the machine does: order, nesting, each event charged once, the
+costs charged those measured."""
 from __future__ import annotations
 
 import json
@@ -54,6 +57,13 @@ def virtual_costs(env: dict, tmp_path, costs: dict = TEST_COSTS) -> dict:
 def _ns(us) -> int:
     """A trace time (microseconds with three decimals) in ns, exactly."""
     return int(Decimal(str(us)) * 1000)
+
+
+def _raw(e: dict) -> tuple:
+    """A slice's raw (begin, duration) in ns: its args when correction moved
+    it, else its own."""
+    args = e.get("args", {})
+    return _ns(args.get("raw_ts", e["ts"])), _ns(args.get("raw_dur", e["dur"]))
 
 
 def steps_of(agg, pid: int, numbers) -> dict:
@@ -128,6 +138,58 @@ def test_the_corrected_step_is_the_uninstrumented_one(aggregator_factory, tmp_pa
     assert f"{ranges - 256} shorter sub-task occurrences are not listed" in page
 
 
+@pytest.mark.parametrize("style", ["push", "annotate"])
+def test_on_the_production_path_correction_keeps_every_range_in_order_and_charges_what_it_measured(
+        aggregator_factory, tmp_path, style):
+    """The default configuration, as users run it: the real clock, start-up
+    calibration, costs measured in place, rlscope's fast lanes for the
+    `nvtx` package. What it removes is machine-dependent (its accuracy is
+    `make bench`'s, section accuracy); what holds whatever the machine does:
+    the corrected step lies between zero and the raw one; on the thread,
+    every range keeps its order and its nesting in the step (nothing moves
+    before what caused it); what is removed only grows along the thread (each
+    event charged once, at its place) and adds up to the step's
+    subtracted_ms; and a cost taken from this step's measurements is their
+    mean."""
+    steps, ranges = 3, 2000
+    agg = aggregator_factory()
+    report = tmp_path / "dense.json"
+    r = subprocess.run([sys.executable, str(DENSE), "--steps", str(steps), "--ranges", str(ranges), "--style",
+                        style, "--report", str(report)],
+                       env=agg.env(role="controller", config=BUFFERS), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    agg.wait(timeout=60)
+    pid = json.loads((agg.out / "run.json").read_text())["processes"][0]["pid"]
+    for n in range(1, steps + 1):
+        trace = Trace(agg.out / f"step_{n}" / "trace.json")
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        (proc,) = summary["processes"]
+        assert proc["dropped_total"] == 0 and summary["correction"]["enabled"] is True
+        (step,) = trace.slices(trace.pid_of("(controller)"), "step")
+        s0, s1 = _ns(step["ts"]), _ns(step["ts"]) + _ns(step["dur"])
+        raw_b, raw_d = _raw(step)
+        assert 0 < s1 - s0 <= raw_d, step
+        ops = sorted(trace.slices(trace.pid_of("(controller)"), "op"), key=lambda e: _raw(e)[0])
+        assert len(ops) == ranges
+        shift, end = raw_b - s0, s0
+        assert shift >= 0
+        for e in ops:
+            b, d = _ns(e["ts"]), _ns(e["dur"])
+            assert end <= b and b + d <= s1, (n, e, end, s1)  # in order, inside the corrected step
+            moved = _raw(e)[0] - b
+            assert moved >= shift and 0 <= d <= _raw(e)[1], (n, e, shift)  # only ever more removed
+            shift, end = moved, b + d
+        raw_end = raw_b + raw_d
+        assert raw_end - s1 >= shift  # the step's own end is moved the most
+        assert summary["correction"]["subtracted_ms"] == pytest.approx((raw_end - s1) / 1e6, abs=1e-3)
+        overhead = proc["overhead"]
+        measured = [k for k, source in overhead["cost_sources"].items() if source == "step"]
+        assert "push" in measured and "pop" in measured, overhead["cost_sources"]  # sampled in place, 1 in 64
+        for k in measured:
+            assert overhead["costs_ns"][k] == pytest.approx(
+                overhead["measured_costs"][k]["mean_ns"] * summary["correction"]["scale"], rel=1e-3), (k, overhead)
+
+
 def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_factory, tmp_path):
     """dense_steps --style nested (the accuracy bench's own dense nested
     workload): nvtx.annotate > rlscope_ray.range > two nvtx push/pop. The
@@ -167,7 +229,7 @@ def test_a_missing_core_shows_as_run_queue_wait_beside_the_profilers_cpu(aggrega
     waited = 0.0
     for n, (raw, _, summary) in steps_of(agg, pid, range(1, 3)).items():
         overhead = summary["processes"][0]["overhead"]
-        assert overhead["profiler_thread_ms"] >= 0
+        assert overhead["profiler_thread_ms"] > 0  # 100,000 ranges a step: its flush thread encoded them
         assert 0 <= overhead["run_queue_wait_ms"] * 1e6 <= raw, (n, overhead)
         waited += overhead["run_queue_wait_ms"]
     # Two runnable threads on one CPU: one waits whenever the other runs, on
@@ -226,7 +288,7 @@ def test_costs_measured_in_place_correct_a_calibration_that_under_estimates(aggr
             assert overhead["calibrated_events"] == 0
             # The flush thread's CPU in the step is reported (not removed); its
             # value is real CPU time (the arithmetic is aggregator_test's).
-            assert overhead["profiler_thread_ms"] >= 0 and overhead["run_queue_wait_ms"] >= 0
+            assert "profiler_thread_ms" in overhead and "run_queue_wait_ms" in overhead
             # Nothing varied: the measured means are exact, so is the correction;
             # no caller-side costs, nothing systematic.
             assert summary["correction"]["uncertainty_ms"] == 0
@@ -459,10 +521,10 @@ def test_an_nvtx_package_of_another_shape_never_fails_the_import(aggregator_fact
     (pkg / "nvtx.py").write_text("# no get_domain, no dummy_domain\n")
     agg = aggregator_factory()
     env = dict(agg.env(role="worker"), PYTHONPATH=str(tmp_path / "site"))
-    r = subprocess.run([sys.executable, "-c", "import rlscope_ray; print(rlscope_ray.stats()['threads'] >= 0)"],
+    r = subprocess.run([sys.executable, "-c", "import rlscope_ray; print('imported', sorted(rlscope_ray.stats()) != [])"],
                        env=env, capture_output=True, text=True, timeout=60)
     agg.stop()
-    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+    assert r.returncode == 0 and r.stdout.strip() == "imported True", r.stderr  # the program ran on
     assert "could not calibrate the `nvtx` package's overhead (AttributeError" in r.stderr
 
 
@@ -522,7 +584,7 @@ def test_the_start_up_calibration_takes_each_cost_at_one_speed_of_the_machine():
         assert best[id(real)] - best[id(untooled)] in (520, -250), fast
         calls.clear()
         ((cost, spread),) = paired_estimates([(untooled, real)], measure, rounds=7)
-        assert cost == pytest.approx(170) and spread >= 0, fast
+        assert cost == pytest.approx(170), fast
     # The rounds' figures 100, 120, ..., 220 ns: their median, and half their
     # interquartile range (120 to 200) as the spread the aggregator states.
     rounds = iter(range(0, 140, 20))

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 from conftest import ROOT, Trace, clean_env
 
@@ -24,11 +25,12 @@ def test_a_full_ring_drops_whole_ranges_and_never_a_step_boundary(aggregator_fac
     # events) a step: any step holds events past what ring and overflow keep
     # between two drains, so ranges are dropped in every step.
     agg = aggregator_factory(config="steps: all\n")
-    # Fixed test costs: no start-up calibration, whose own (unshipped-to-any-step)
-    # events would blur the accounting below.
+    # The production path (the real clock, start-up calibration, costs
+    # measured in place, the fast lanes); only the flush thread's lateness
+    # is the test's (RLSCOPE_TEST_LATE_FLUSH_EVENTS: a count, not a time).
     env = dict(agg.env(role="controller",
                        config='{"buffers": {"per_thread_kb": 4, "max_mb": 1}, "flush": {"interval_ms": 200}}'),
-               RLSCOPE_TEST_COSTS="push=1,pop=1", RLSCOPE_TEST_LATE_FLUSH_EVENTS="40000")
+               RLSCOPE_TEST_LATE_FLUSH_EVENTS="40000")
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "apps" / "dense_steps.py"), "--steps", str(STEPS),
                         "--ranges", "20000", "--report", str(tmp_path / "report.json")],
                        env=env, capture_output=True, text=True, timeout=300)
@@ -67,12 +69,27 @@ def test_a_process_says_once_that_no_aggregator_answers(tmp_path):
         port = s.getsockname()[1]
     env = clean_env()
     env.update({"RLSCOPE_AGGREGATOR": f"tcp://127.0.0.1:{port}", "RLSCOPE_CONFIG": "flush: {exit_timeout_ms: 0}"})
-    # The collector waits 5 s for an answer before it says so (not a timing of ours: a fixed threshold).
-    r = subprocess.run([sys.executable, "-c", "import time, rlscope_ray; time.sleep(6.5)"], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    said = [line for line in r.stderr.splitlines() if "no answer from the aggregator" in line]
-    assert len(said) == 1 and f"tcp://127.0.0.1:{port}" in said[0], r.stderr
+    # The collector says so once 5 s passed without an answer (its fixed
+    # threshold); the program runs until the test has read the line (a
+    # handshake, not a sleep), then ends: said once, not once a flush.
+    go = tmp_path / "go"
+    code = f"import os, time, rlscope_ray\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(300, p.kill)  # a hang's bound, not a timing
+    watchdog.start()
+    try:
+        err = ""
+        for line in p.stderr:
+            err += line
+            if "no answer from the aggregator" in line:
+                go.touch()
+                break
+        err += p.communicate()[1]
+    finally:
+        watchdog.cancel()
+    assert p.returncode == 0, err
+    said = [line for line in err.splitlines() if "no answer from the aggregator" in line]
+    assert len(said) == 1 and f"tcp://127.0.0.1:{port}" in said[0], err
 
 
 # RLSCOPE_TEST_LATE_FLUSH_EVENTS (test only, collector/recording.h): the flush
@@ -83,8 +100,10 @@ RANGES = 40000  # a step: 2 * RANGES + 2 events
 
 
 def _run_late(agg, tmp_path, config=None):
-    env = dict(agg.env(role="controller", config=config), RLSCOPE_TEST_COSTS="push=1,pop=1",
-               RLSCOPE_TEST_LATE_FLUSH_EVENTS=str(LATE_EVENTS))
+    """dense_steps.py on the production path (the real clock, calibration,
+    costs measured in place, the fast lanes), its flush thread late by a
+    count of events."""
+    env = dict(agg.env(role="controller", config=config), RLSCOPE_TEST_LATE_FLUSH_EVENTS=str(LATE_EVENTS))
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "apps" / "dense_steps.py"), "--steps", "4",
                         "--ranges", str(RANGES), "--report", str(tmp_path / "report.json")],
                        env=env, capture_output=True, text=True, timeout=300)
