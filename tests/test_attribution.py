@@ -68,7 +68,8 @@ def test_each_subtasks_cpu_time_goes_to_where_the_program_spent_it(attribution_r
         others = sum(a[f"{c}_ms"] for c in ("python", "backend", "cuda_api", "simulator", "other")
                      if c != category)
         assert got > others, (subtask, category, a)
-        assert a["profiler_ms"] >= 0 and a["idle_ms"] >= 0 and a["gpu_ms"] == 0
+        # The sampler's own handler time is the profiler's: every sampled window has some.
+        assert a["profiler_ms"] > 0 and a["gpu_ms"] == 0
         assert a["cuda_api_wall_ms"] is None  # no GPU traced
     # The sim window holds both threads' simulator time (the helper's too):
     # more than either phase alone could have, as the samples' weights are

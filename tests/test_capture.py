@@ -89,13 +89,16 @@ def test_workers_record_only_in_the_windows_of_selected_steps(aggregator_factory
     slack = sum(p["clock"]["bound_ns"] for p in summary["processes"]) + 1_000_000
     traced = {int(e["args"]["payload"]): e for e in trace.slices(trace.pid_of("(worker, rank 0)"), "py_iter")}
     s3 = steps[3]
+    inside = 0
     for i, r in enumerate(iters):
         if r["begin_ns"] > s3["end_ns"] + slack or r["end_ns"] < s3["begin_ns"] - slack:
             assert i not in traced, (i, r, s3)  # cut to the step exactly
         elif r["begin_ns"] > s3["begin_hi_ns"] + slack and r["end_ns"] < s3["end_lo_ns"] - slack:
             assert i in traced and not traced[i]["args"].get("clipped_begin"), (i, r, s3)
+            inside += 1
         elif r["begin_ns"] < s3["begin_ns"] - slack and r["end_ns"] > s3["begin_hi_ns"] + slack:
             assert i in traced and traced[i]["args"]["clipped_begin"], (i, r, s3)  # clipped, not lost
+    assert inside > 0, (s3, len(iters))  # the step held whole iterations: what was checked is not empty
     (step,) = trace.slices(trace.pid_of("(controller)"), "step")
     for e in traced.values():
         assert _ns(step["ts"]) <= _ns(e["ts"]) and _ns(e["ts"]) + _ns(e["dur"]) <= _ns(step["ts"]) + _ns(step["dur"])
@@ -149,7 +152,9 @@ def test_a_worker_armed_after_the_step_began_says_how_much_of_it_is_missing(aggr
     # What it did record lies in the part it says it recorded.
     trace = Trace(agg.out / "step_2" / "trace.json")
     (s2,) = trace.slices(trace.pid_of("(controller)"), "step")
-    for e in trace.slices(trace.pid_of("(worker, rank 0)"), "py_iter"):
+    iters = trace.slices(trace.pid_of("(worker, rank 0)"), "py_iter")
+    assert iters  # armed before `go`, with the rest of the step to record in
+    for e in iters:
         assert _ns(e["ts"]) >= _ns(s2["ts"]) + w["unarmed_ms"] * 1e6 - 1e6, (e, w["unarmed_ms"])
 
 
@@ -312,7 +317,9 @@ def test_discrete_mode_writes_one_capture_per_occurrence(aggregator_factory, tmp
         assert abs(float(own["ts"]) - c0) < 0.002
         others = {"gen", "update_actor"} - {name}
         assert not any(trace.slices(cpid, o) for o in others)
-        for e in trace.slices(trace.pid_of("(worker")):  # only this occurrence's events
+        wslices = trace.slices(trace.pid_of("(worker"))
+        assert wslices, capture  # the worker worked in each occurrence
+        for e in wslices:  # only this occurrence's events
             assert c0 - 0.001 <= float(e["ts"]) and float(e["ts"]) + float(e["dur"]) <= c1 + 0.001
     assert bounds["gen"][1] <= bounds["update_actor"][0] <= bounds["update_actor"][1] <= bounds["update_actor_2"][0]
 

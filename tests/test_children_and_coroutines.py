@@ -56,6 +56,7 @@ def test_an_actors_children_record_in_the_selected_step_with_its_rank(children_r
     # The children of the unselected steps 1 and 3 ran the same work: none
     # of it is in step 2.
     others = {report["children"][step][kind] for step in ("1", "3") for kind in ("subprocess", "spawn")}
+    assert others <= {p["pid"] for p in run["processes"]}, others  # they ran profiled: absent by selection
     tpids = {t for t, n in trace.process_names.items() if any(f"/ pid {pid}" in n for pid in others)}
     assert not [e for e in trace.events if e["pid"] in tpids and e["ph"] != "M"]
 

@@ -151,6 +151,7 @@ def test_ray_workers_and_the_driver_are_cpu_sampled_with_their_python_frames(dem
         assert p["cpu_sampling"].startswith("on: "), (p["label"], p["cpu_sampling"])
         assert "python frames: CPython" in p["cpu_sampling"], (p["label"], p["cpu_sampling"])
     rows = [r for r in summary["breakdown"] if r["attribution"]]
+    assert rows, summary["breakdown"]  # the workers' sampled methods have their attribution
     for r in rows:  # what there is adds up, and leaves the profiler's share out of the shares
         a = r["attribution"]
         parts = sum(a[f"{c}_ms"] for c in ("python", "backend", "cuda_api", "simulator", "other", "profiler"))

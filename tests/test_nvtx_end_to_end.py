@@ -486,9 +486,12 @@ def test_bad_config_in_environment_leaves_program_unharmed(build_dir, aggregator
 def test_rank_selection_leaves_out_unselected_workers_not_the_controller(build_dir, aggregator_factory, tmp_path):
     agg = aggregator_factory()
     config = "{ranks: [1]}"
-    ready = tmp_path / "ready"
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    # The worker records from before the controller's first step until after
+    # its last (a handshake by files): its absence from the steps is the
+    # selection's doing, not an exit.
     worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"), "--duration", "1.5",
+        [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"), "--duration", "600", "--stop-file", str(stop),
          "--report", str(tmp_path / "w.json"), "--ready", str(ready)],
         env=agg.env(role="worker", rank=0, config=config))
     while not ready.exists():
@@ -497,7 +500,10 @@ def test_rank_selection_leaves_out_unselected_workers_not_the_controller(build_d
     r = subprocess.run([str(build_dir / "tests/apps/nvtx_app"), "--steps", "2", "--step-ms", "10"],
                        env=agg.env(role="controller", config=config), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "treating it as rank 0" not in r.stderr
-    assert worker.wait(timeout=30) == 0
+    assert worker.poll() is None  # alive through every step
+    stop.touch()
+    assert worker.wait(timeout=60) == 0
+    assert json.loads((tmp_path / "w.json").read_text())["ranges"]  # it recorded ranges all along
     log = agg.wait()
     assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_1", "step_2"], log
     trace = Trace(agg.out / "step_2" / "trace.json")
