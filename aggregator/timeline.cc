@@ -101,6 +101,8 @@ void ProcessTimeline::AddGpuMemory(const GpuRecord& g) {
 void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges* steps) {
   events_received_ += block.events.size();
   auto& marks = cost_marks_[block.tid];
+  const size_t before = marks.size();
+  bool samples = false;
   bool after_calibration = false;  // the event before was rlscope_ray's start-up calibration
   for (const auto& e : block.events) {
     if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
@@ -108,14 +110,21 @@ void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges
     if (e.kind == static_cast<uint8_t>(EventKind::kOffCpuSample) || e.kind == static_cast<uint8_t>(EventKind::kProcessCpu)) {
       continue;  // the flush thread's looks at other threads: no cost to its own timeline
     } else if (e.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
-      // Samples come in a block of their own: into recording order by time.
-      auto at = marks.end();
-      while (at != marks.begin() && std::prev(at)->ts_ns > e.ts_ns) --at;
-      marks.insert(at, CostMark{e.ts_ns, e.kind, e.flags, 0});
+      marks.push_back(CostMark{e.ts_ns, e.kind, e.flags, 0});
+      samples = true;
     } else if (!calibration) {
       marks.push_back({e.ts_ns, e.kind, e.flags});
     }
     after_calibration = calibration;
+  }
+  // Samples come in a block of their own, after the events they fell
+  // among: merged into recording order by time (after marks of the same
+  // time), in one pass over the marks they overtake.
+  if (samples) {
+    const auto by_time = [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; };
+    const auto mid = marks.begin() + static_cast<std::ptrdiff_t>(before);
+    std::stable_sort(mid, marks.end(), by_time);
+    std::inplace_merge(std::upper_bound(marks.begin(), mid, *mid, by_time), mid, marks.end(), by_time);
   }
 }
 

@@ -2,11 +2,22 @@
 // trace.json + summary.json out, on the cores taskset gives it. Also reports
 // bytes per event on the wire.
 //
-//   aggregator_bench [--events N] [--threads T] [--workers W] [--out DIR] [--corrected]
+//   aggregator_bench [--events N] [--threads T] [--workers W] [--out DIR] [--ranges-only]
 // --threads: recording threads in the synthetic worker; --workers: the
 // aggregator's threads encoding trace.json (default: the cores it may use,
 // AvailableCores, at most kMaxTraceWorkers), reported as "workers".
-// Prints one JSON line: events, frames, wire_bytes, bytes_per_event,
+// The default is what a collector at the default config sends (the
+// production path): a Hello with its calibrated costs of every record kind
+// (correction on), a measured cost sample after one call in 64 on each
+// thread (correction.sample_every), each thread's CPU samples at 1 kHz with
+// their native stacks and Python modules, and every 20 ms (a flush) the
+// flush thread's off-CPU looks at two waiting threads, the process's CPU
+// time and its resident memory; written as the daemon writes by default
+// (trace.json and trace.pftrace). --ranges-only: the ranges alone, no
+// costs (correction has nothing to remove), trace.json alone: the figure
+// this bench quoted before, beside it.
+// Prints one JSON line: events (every record), range_events (push and pop),
+// formats (the step's files), frames, wire_bytes, bytes_per_event,
 // seconds (decode -> trace.json written), events_per_s, cpu_seconds (the
 // process's CPU time over the same span, all threads: on a busy machine
 // wall time also counts others' turns on the core), trace_bytes, and the
@@ -60,7 +71,8 @@ double CpuSeconds(clockid_t clock) {
 // the same step on its own, timed.
 class EncodingTimer : public StepExporter {
  public:
-  EncodingTimer(const std::string& out, int workers) : files_(out, {"json"}, workers) {}
+  EncodingTimer(const std::string& out, const std::vector<std::string>& formats, int workers)
+      : files_(out, formats, workers) {}
   bool ExportStep(const StepProfile& step) noexcept override {
     const auto e = std::chrono::steady_clock::now();
     const bool ok = files_.ExportStep(step);
@@ -91,15 +103,47 @@ class EncodingTimer : public StepExporter {
 };
 }  // namespace
 
+// The default mix's records beside the ranges (see the top of the file).
+constexpr int kCostSampleEvery = 64;      // correction.sample_every
+constexpr int kEventsPerCpuSample = 1000;  // 1 kHz of CPU time, an event each microsecond
+constexpr int64_t kFlushNs = 20000000;     // flush.interval_ms
+constexpr uint32_t kStackId = 66, kLibId = 67, kModuleId = 68;
+
+// A thread's CPU samples for its events [done, done + n): one each
+// kEventsPerCpuSample events, in a block of their own as the collector sends them.
+wire::ThreadEvents CpuSamples(int64_t tid, int64_t t0, int64_t done, int64_t n, int t) {
+  wire::ThreadEvents te{tid, {}};
+  for (int64_t i = done + kEventsPerCpuSample - done % kEventsPerCpuSample; i < done + n; i += kEventsPerCpuSample) {
+    te.events.push_back({t0 + i * 1000 + t + 300, kStackId, kLibId, 1000, kModuleId,
+                         static_cast<uint8_t>(EventKind::kCpuSample), kFlagNativeStack});
+  }
+  return te;
+}
+
+// The flush thread's looks over [from_ns, to_ns): each flush, the process's
+// CPU time and two waiting threads (a poll, a lock) for the interval.
+wire::ThreadEvents FlushLooks(int64_t from_ns, int64_t to_ns, std::vector<wire::MemorySample>* memory) {
+  wire::ThreadEvents te{99, {}};
+  for (int64_t ts = (from_ns / kFlushNs + 1) * kFlushNs; ts < to_ns; ts += kFlushNs) {
+    te.events.push_back({ts, static_cast<uint64_t>(ts / 2), 0, 0, 0, static_cast<uint8_t>(EventKind::kProcessCpu), 0});
+    te.events.push_back({ts, 90, 0, static_cast<uint32_t>(kFlushNs / 1000),
+                         static_cast<uint32_t>(OffCpuReason::kPoll), static_cast<uint8_t>(EventKind::kOffCpuSample), 0});
+    te.events.push_back({ts, 91, 0, static_cast<uint32_t>(kFlushNs / 1000),
+                         static_cast<uint32_t>(OffCpuReason::kLock), static_cast<uint8_t>(EventKind::kOffCpuSample), 0});
+    memory->push_back({ts, (512 << 20) + (ts / kFlushNs % 7) * (1 << 20)});
+  }
+  return te;
+}
+
 int main(int argc, char** argv) {
   int64_t events = 2000000;
-  bool corrected = false;  // --corrected: the worker states costs, so correction moves every range
+  bool ranges_only = false;  // --ranges-only: no costs, no samples, looks or memory; trace.json alone
   int threads = 4;
   int workers = std::min(AvailableCores(), kMaxTraceWorkers);
   std::string out = "/tmp/rlscope_aggregator_bench";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--events") && i + 1 < argc) events = std::atoll(argv[++i]);
-    if (!std::strcmp(argv[i], "--corrected")) corrected = true;
+    if (!std::strcmp(argv[i], "--ranges-only")) ranges_only = true;
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc) workers = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
@@ -112,12 +156,20 @@ int main(int argc, char** argv) {
   std::vector<std::string> frames;
   wire::Hello ch{kCtrl, {"bench", 1, -1, "controller", "ctrl", {}}, "monotonic", t0};
   wire::Hello wh{kWorker, {"bench", 2, 0, "worker", "worker", {}}, "monotonic", t0};
-  if (corrected) wh.costs = {{"push", 40}, {"pop", 30}};  // every range moved: its raw times in its args
+  if (!ranges_only) {
+    // A start-up calibration's figures on this project's machines (ns per
+    // event): every range moves, its raw times in its args.
+    wh.costs = {{"push", 42}, {"pop", 38}, {"start", 61}, {"end", 55}, {"mark", 33}};
+    ch.costs = wh.costs;
+  }
   frames.push_back(wire::Encode(ch));
   frames.push_back(wire::Encode(wh));
   std::vector<std::pair<uint32_t, std::string>> strings;
   for (uint32_t id = 1; id <= 64; ++id) strings.emplace_back(id, "subtask_" + std::to_string(id));
   strings.emplace_back(65, "step");
+  strings.emplace_back(kStackId, "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0\n/usr/lib/x86_64-linux-gnu/libc.so.6");
+  strings.emplace_back(kLibId, "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0");
+  strings.emplace_back(kModuleId, "worker");
   const int64_t per_thread = events / threads;
   const int64_t span_ns = per_thread * 1000 + 1000000;
   {
@@ -132,7 +184,8 @@ int main(int argc, char** argv) {
     frames.push_back(wire::Encode(b));
   }
   uint64_t seq = 0;
-  size_t wire_events = 0;
+  size_t wire_events = 0;  // every record: ranges, and in the default mix cost samples, CPU samples, looks
+  int64_t range_events = 0;
   double encode_s = 0, packer_s = 0;
   size_t packer_bytes = 0;
   for (int64_t done = 0; done < per_thread;) {
@@ -148,10 +201,23 @@ int main(int argc, char** argv) {
         const int64_t ts = t0 + i * 1000 + t;
         const uint32_t name = static_cast<uint32_t>(1 + (i / 2) % 64);
         te.events.push_back({ts, 0, name, 0, 0, static_cast<uint8_t>(EventKind::kRangePush), 0});
+        if (!ranges_only && (i / 2) % (kCostSampleEvery / 2) == 0) {  // the push just before, timed (ps)
+          te.events.push_back({ts + 1, 44000, 0, 0, static_cast<uint32_t>(EventKind::kRangePush),
+                               static_cast<uint8_t>(EventKind::kCostSample), 0});
+        }
         te.events.push_back({ts + 700, 0, 0, 0, 0, static_cast<uint8_t>(EventKind::kRangePop), 0});
       }
       wire_events += te.events.size();
+      range_events += n;
       b.threads.push_back(std::move(te));
+      if (!ranges_only) {
+        b.threads.push_back(CpuSamples(100 + t, t0, done, n, t));
+        wire_events += b.threads.back().events.size();
+      }
+    }
+    if (!ranges_only) {
+      b.threads.push_back(FlushLooks(t0 + done * 1000, t0 + (done + n) * 1000, &b.memory));
+      wire_events += b.threads.back().events.size();
     }
     done += n;
     b.watermark_ns = t0 + done * 1000;
@@ -209,8 +275,11 @@ int main(int argc, char** argv) {
   for (const auto& f : frames) wire_bytes += f.size();
 
   Config config;
-  EncodingTimer exporter(out, workers);
+  if (ranges_only) config.output.formats = {"json"};
+  EncodingTimer exporter(out, config.output.formats, workers);
   Aggregator agg(config, &exporter);
+  std::string formats;
+  for (const std::string& f : config.output.formats) formats += (formats.empty() ? "" : ",") + f;
   const long rss_before_kb = StatusKb("VmRSS:");  // the frames, built above, are not the aggregator's
   const double cpu_start = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
   const auto start = std::chrono::steady_clock::now();
@@ -239,12 +308,13 @@ int main(int argc, char** argv) {
       "\"seconds\": %.4f, \"events_per_s\": %.0f, \"cpu_seconds\": %.4f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
       "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu, "
       "\"aggregator_peak_mb\": %.1f, \"json_encode_s\": %.4f, \"json_bytes\": %zu, \"pftrace_encode_s\": %.4f, "
-      "\"pftrace_bytes\": %zu, \"workers\": %d, \"frames_s\": %.4f, \"export_s\": %.4f}\n",
+      "\"pftrace_bytes\": %zu, \"workers\": %d, \"frames_s\": %.4f, \"export_s\": %.4f, \"range_events\": %lld, "
+      "\"formats\": \"%s\"}\n",
       wire_events, frames.size(), wire_bytes, static_cast<double>(wire_bytes) / wire_events, seconds,
       wire_events / seconds, cpu_seconds, static_cast<unsigned long long>(agg.stats().steps_written), trace_bytes,
       encode_s * 1e9 / wire_events, packer_s * 1e9 / wire_events, packer_bytes,
       static_cast<double>(StatusKb("VmHWM:") - rss_before_kb) / 1024, exporter.json_s, exporter.json_bytes,
       exporter.pftrace_s, exporter.pftrace_bytes, workers, std::chrono::duration<double>(framed - start).count(),
-      exporter.export_s);
+      exporter.export_s, static_cast<long long>(range_events), formats.c_str());
   return agg.stats().steps_written == 1 ? 0 : 1;
 }

@@ -6,11 +6,13 @@ Usage: python3 bench/run_bench.py [--build-dir build] [--runs 3] [--pairs N]
 Sections (each a function that runs its programs and prints one table):
   nvtx_pair_section   ns per nvtxRangePushA + nvtxRangePop pair under each
                       NVTX tool configuration (bench/nvtx_pair_bench).
-  aggregator_section  events/s from wire frames to trace.json on one core
-                      (bench/aggregator_bench pinned to CPU 0, one trace
-                      worker) and on two (CPUs 0-1, two workers); 2M events,
-                      quick 1M; and wire
-                      bytes per event beside the 32-byte in-memory record;
+  aggregator_section  range events/s from wire frames to a step's files on
+                      one core (bench/aggregator_bench pinned to CPU 0, one
+                      trace worker) and on two (CPUs 0-1, two workers), at
+                      the default config (correction on, the collector's
+                      record mix, json + pftrace) beside ranges alone
+                      uncorrected; 2M range events, quick 1M; and wire
+                      bytes per record beside the 32-byte in-memory record;
                       the step's trace in both formats (bytes per event,
                       encoding throughput of trace.json and trace.pftrace).
   correction_section  dense-annotation workloads uninstrumented vs profiled:
@@ -21,9 +23,10 @@ Sections (each a function that runs its programs and prints one table):
   accuracy_section    one profiled run's corrected error at scale 1 (median
                       and IQR over interleaved rounds), costs measured in
                       place vs start-up calibration, beside the noise floor.
-  python_section      one Python range: rlscope_ray.range and the `nvtx`
-                      package under our collector beside no tool, a counting
-                      tool and torch's record_function.
+  python_section      one Python range: rlscope_ray.range beside a plain
+                      Python context manager, and the `nvtx` package under
+                      our collector beside its own path with no tool and a
+                      counting tool; torch's record_function.
   scale_section       collectors sustained by one aggregator on this host
                       (quick: 32 and 256 workers, 64 through 4 relays).
   sampler_section     cross-stack attribution: the CPU sampler's cost at 1 and
@@ -354,8 +357,9 @@ def python_section(args):
     """One Python range around a small function, per API and tool, each its
     own process (bench/python_range_bench.py): ns per range less the bare
     call, median and min over rounds of 100k (quick: 50k), median of the runs. Our
-    rows beside the peers: the `nvtx` package with no tool and under a
-    trivial counting tool, the PyTorch profiler's record_function."""
+    rows beside what a user has without us (a plain Python context manager;
+    the `nvtx` package's own path with no tool), the trivial-tool floor (the
+    package under a counting tool) and the PyTorch profiler's record_function."""
     import tempfile
 
     from rlscope_ray import collector_path
@@ -390,40 +394,52 @@ def python_section(args):
                     ranges = per_run[1] if mode.startswith("torch") else per_run[0]
                     results[i].append(run_json([sys.executable, script, mode, "--ranges", str(ranges)], env,
                                                args.timeout_s))
-            # Each rlscope row's baseline: the counting tool under the same
-            # API; for rlscope_ray.range with no collector, the C-level floor.
-            baselines = {api: results[i] for i, (api, tool, *_rest) in enumerate(configs) if tool == "counting tool"}
-            floor = next((results[i] for i, c in enumerate(configs) if c[2] == "null_context"), None)
+            # Two baselines per row, run i against run i: what a user has
+            # without us (for an `nvtx` API the package's own path with no
+            # tool; for rlscope_ray.range a plain Python class doing nothing),
+            # and the trivial-tool floor (the same API under a counting tool).
+            counting_runs = {api: results[i] for i, (api, tool, *_r) in enumerate(configs) if tool == "counting tool"}
+            without_us = {api: results[i] for i, (api, tool, *_r) in enumerate(configs) if tool == "no tool"}
+            python_cm = next((results[i] for i, c in enumerate(configs) if c[2] == "python_cm"), None)
+
+            def ratio(runs, base):
+                if base is None:
+                    return None
+                return "%.2fx" % statistics.median(r["ns_per_range_median"] / c["ns_per_range_median"]
+                                                   for r, c in zip(runs, base))
+
             for i, (api, tool, mode, overrides, reference) in enumerate(configs):
                 runs = results[i]
                 events = [r["events"] for r in runs]
-                base = floor if mode == "rlscope_range" and tool == "no collector" else baselines.get(api)
-                ratio = None
-                if base is not None and (tool.startswith("rlscope") or tool == "no collector"):  # run i against run i
-                    ratio = "%.2fx" % statistics.median(
-                        r["ns_per_range_median"] / c["ns_per_range_median"] for r, c in zip(runs, base))
+                user = python_cm if mode == "rlscope_range" else without_us.get(api)
+                ours_or_tool = tool.startswith("rlscope") or tool in ("no collector", "counting tool")
                 rows.append([api, tool, statistics.median(r["ns_per_range_median"] for r in runs),
                              min(r["ns_per_range_min"] for r in runs),
-                             ratio, None if None in events else statistics.median(events),
+                             ratio(runs, user) if ours_or_tool else None,
+                             ratio(runs, counting_runs.get(api)) if tool.startswith("rlscope") else None,
+                             None if None in events else statistics.median(events),
                              None if None in events else max(r["dropped"] for r in runs), reference])
     print_table("Python: one range around a small function, ns per range less the bare call (%dk ranges x 7 "
                 "rounds per run, %d interleaved runs; record_function %dk)"
                 % (per_run[0] // 1000, args.runs, per_run[1] // 1000),
-                ["API", "tool", "ns/range (median)", "ns/range (min)", "vs its baseline (pair by pair)",
+                ["API", "tool", "ns/range (median)", "ns/range (min)",
+                 "vs what a user has without us (pair by pair)", "vs the counting tool (pair by pair)",
                  "events recorded", "dropped", "reference"],
                 rows)
 
 
 def _python_configs(args, ours, counting, have_nvtx, have_torch):
     """(API, tool, mode, env overrides, reference) per row of the python
-    section: ours beside their baselines (the floor of a C-level context
-    manager; the nvtx package under a counting tool) and the peers."""
+    section: ours beside what a user has without us (a plain Python context
+    manager; the `nvtx` package with no tool) and the trivial-tool floor (the
+    package under a counting tool), and the peers."""
     floor = {"RLSCOPE_BENCH_MODULES": os.path.join(args.build_dir, "bench")}
     configs = [
-        ("a C-level context manager (bench/null_context.c)", "none: the floor", "null_context", floor,
-         "baseline of rlscope_ray.range with no collector"),
-        ("rlscope_ray.range", "no collector", "rlscope_range", {},
-         "target <= 100 ns; vs a C-level context manager (its __enter__/__exit__ bound per `with`)"),
+        ("a Python class with __enter__/__exit__ doing nothing", "none: baseline", "python_cm", {},
+         "what a user writes: the baseline of rlscope_ray.range"),
+        ("a C-level context manager (bench/null_context.c)", "none", "null_context", floor,
+         "informational: its __enter__/__exit__ bound per `with`, as C extensions usually are"),
+        ("rlscope_ray.range", "no collector", "rlscope_range", {}, "target <= 100 ns"),
         ("rlscope_ray.range", "rlscope collector, recording", "rlscope_range", ours, "target <= 250 ns"),
         ("rlscope_ray.mark", "no collector", "rlscope_mark", {}, ""),
         ("rlscope_ray.mark", "rlscope collector, recording", "rlscope_mark", ours, ""),
@@ -431,7 +447,7 @@ def _python_configs(args, ours, counting, have_nvtx, have_torch):
     if have_nvtx:
         for api, mode in (("nvtx.annotate", "nvtx_annotate"), ("nvtx.push_range/pop_range", "nvtx_push_pop")):
             configs += [
-                (api, "no tool", mode, {}, "peer"),
+                (api, "no tool", mode, {}, "the package's own path: the baseline of its rows"),
                 (api, "counting tool", mode, {"NVTX_INJECTION64_PATH": counting}, "trivial-tool floor"),
                 (api, "rlscope collector, recording", mode, ours, "target: within 1.2x of the counting tool"),
             ]
@@ -442,61 +458,68 @@ def _python_configs(args, ours, counting, have_nvtx, have_torch):
 
 
 def aggregator_section(args):
-    """Decode -> per-step store -> Chrome trace export, on one core and on
-    two; 2M events (quick: 1M; the figures are per event, the opening
-    table's scale with it)."""
+    """Decode -> per-step store -> the step's files, on one core and on two;
+    2M ranges' events (quick: 1M; the figures are per event, the opening
+    table's scale with it). The headline is the default path: what a
+    collector at the default config sends (costs in its hello, so
+    correction moves every range; cost samples, CPU samples with native
+    stacks, off-CPU looks, memory) written as trace.json and trace.pftrace;
+    the ranges alone, uncorrected, into trace.json alone (the figure quoted
+    before) beside it."""
     binary = os.path.join(args.build_dir, "bench", "aggregator_bench")
-    rows, all_results = [], []
+    rows, by_mix = [], {}
     args.events = 1000000 if args.quick else 2000000
+    # The default last: the opening table below opens the last run's files.
+    mixes = (("ranges only, uncorrected, json only (as quoted before)", ["--ranges-only"]),
+             ("default config (corrected; samples, looks, memory; json + pftrace)", []))
     for threads in (1, 4):
-        results, two_cores = [], []
-        all_results.append(results)
-        for _ in range(args.runs):
-            # Interleaved, so a busy machine weighs on both alike.
-            for cpus, workers, into in (("0", 1, results), ("0,1", 2, two_cores)):
-                cmd = ["taskset", "-c", cpus, binary, "--events", str(args.events), "--threads", str(threads),
-                       "--workers", str(workers),
-                       "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
-                into.append(run_json(cmd, clean_env(), args.timeout_s))
-        eps = statistics.median(r["events_per_s"] for r in results)
-        eps2 = statistics.median(r["events_per_s"] for r in two_cores)
-        cpu_eps = statistics.median(r["events"] / r["cpu_seconds"] for r in results)
-        r = results[0]
-        rows.append([
-            "%dM events, %d thread(s), 1 step" % (args.events // 1000000, threads),
-            fmt(eps / 1e6, 2),
-            fmt(eps2 / 1e6, 2),
-            fmt(cpu_eps / 1e6, 2),
-            fmt(r["bytes_per_event"], 2),
-            str(EVENT_RECORD_BYTES),
-            fmt(r["trace_bytes"] / r["events"], 1),
-            fmt(statistics.median(x["encode_ns_per_event"] for x in results), 1),
-            fmt(statistics.median(x["packer_ns_per_event"] for x in results), 1),
-            fmt(statistics.median(x["aggregator_peak_mb"] / (x["events"] / 1e6) for x in results), 0),
-            "target >= 2 (1 core), >= 3 (2 cores); RL-Scope analysis: 0.145",
-        ])
-    print_table("Aggregator: wire frames -> step trace.json, on one core and on two (%dM events, median of %d "
+        for label, flags in mixes:
+            results, two_cores = [], []
+            by_mix[(threads, label)] = results
+            for _ in range(args.runs):
+                # Interleaved, so a busy machine weighs on both alike.
+                for cpus, workers, into in (("0", 1, results), ("0,1", 2, two_cores)):
+                    cmd = ["taskset", "-c", cpus, binary, "--events", str(args.events), "--threads", str(threads),
+                           "--workers", str(workers), *flags,
+                           "--out", os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid())]
+                    into.append(run_json(cmd, clean_env(), args.timeout_s))
+            # Per range event (push or pop): the other records ride along.
+            per = lambda x: x["range_events"] / x["seconds"]  # noqa: E731
+            r = results[0]
+            rows.append([
+                "%dM range events, %d thread(s), 1 step, %s" % (args.events // 1000000, threads, label),
+                fmt(statistics.median(per(x) for x in results) / 1e6, 2),
+                fmt(statistics.median(per(x) for x in two_cores) / 1e6, 2),
+                fmt(statistics.median(x["range_events"] / x["cpu_seconds"] for x in results) / 1e6, 2),
+                fmt(r["events"] / r["range_events"], 2),
+                fmt(r["bytes_per_event"], 2),
+                str(EVENT_RECORD_BYTES),
+                fmt(r["trace_bytes"] / r["range_events"], 1),
+                fmt(statistics.median(x["encode_ns_per_event"] for x in results), 1),
+                fmt(statistics.median(x["packer_ns_per_event"] for x in results), 1),
+                fmt(statistics.median(x["aggregator_peak_mb"] / (x["range_events"] / 1e6) for x in results), 0),
+                "target >= 2 (1 core), >= 3 (2 cores); RL-Scope analysis: 0.145",
+            ])
+    rows.sort(key=lambda row: (row[0].split(" thread")[0], "default config" not in row[0]))  # the default first
+    print_table("Aggregator: wire frames -> a step's files, on one core and on two (%dM range events, median of %d "
                 "runs); and the collector's encoding of the same events" % (args.events // 1000000, args.runs),
-                ["workload", "M events/s (1 core)", "M events/s (2 cores, 2 workers)",
-                 "M events/s of CPU time (1 core)", "wire bytes/event", "record bytes (in memory)",
-                 "trace.json bytes/event", "encode ns/event (ours)", "encode ns/event (msgpack-c packer)",
-                 "aggregator peak MB per M events (above the frames)", "reference"], rows)
-    corrected = [run_json(["taskset", "-c", "0", binary, "--events", str(args.events), "--threads", "1",
-                           "--corrected", "--out", os.path.join("/tmp", "rlscope_aggregator_bench_c%d" % os.getpid())],
-                          clean_env(), args.timeout_s) for _ in range(args.runs)]
+                ["workload", "M range events/s (1 core)", "M range events/s (2 cores, 2 workers)",
+                 "M range events/s of CPU time (1 core)", "records per range event", "wire bytes/record",
+                 "record bytes (in memory)", "trace.json bytes/range event", "encode ns/record (ours)",
+                 "encode ns/record (msgpack-c packer)", "aggregator peak MB per M range events (above the frames)",
+                 "reference"], rows)
     formats = []
-    for label, results in (("1 thread(s)", all_results[0]), ("4 thread(s)", all_results[1]),
-                           ("1 thread, corrected (raw times in args)", corrected)):
+    for (threads, label), results in by_mix.items():
         json_s = statistics.median(x["json_encode_s"] for x in results)
         pf_s = statistics.median(x["pftrace_encode_s"] for x in results)
         r = results[0]
-        formats.append(["%dM events, %s, 1 step" % (args.events // 1000000, label),
-                        fmt(r["json_bytes"] / r["events"], 1), fmt(r["pftrace_bytes"] / r["events"], 1),
-                        fmt(r["events"] / json_s / 1e6, 2), fmt(r["events"] / pf_s / 1e6, 2), "<= 20"])
-    print_table("Trace formats: the same %dM-event step encoded as trace.json and as trace.pftrace, one core (median "
-                "of %d runs)" % (args.events // 1000000, args.runs),
-                ["workload", "trace.json bytes/event", "trace.pftrace bytes/event", "JSON encode M events/s",
-                 "Perfetto encode M events/s", "target bytes/event"], formats)
+        formats.append(["%dM range events, %d thread(s), %s" % (args.events // 1000000, threads, label),
+                        fmt(r["json_bytes"] / r["range_events"], 1), fmt(r["pftrace_bytes"] / r["range_events"], 1),
+                        fmt(r["range_events"] / json_s / 1e6, 2), fmt(r["range_events"] / pf_s / 1e6, 2), "<= 20"])
+    print_table("Trace formats: the same step encoded as trace.json and as trace.pftrace, one core, outside the "
+                "timed span above (median of %d runs)" % args.runs,
+                ["workload", "trace.json bytes/range event", "trace.pftrace bytes/range event",
+                 "JSON encode M range events/s", "Perfetto encode M range events/s", "target bytes/event"], formats)
     opening_section(os.path.join("/tmp", "rlscope_aggregator_bench_%d" % os.getpid(), "step_1"), args)
 
 
