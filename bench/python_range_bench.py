@@ -5,9 +5,11 @@ rlscope environment the parent set.
 
     python_range_bench.py MODE [--ranges N] [--rounds R]
 
-MODE: rlscope_range (`with rlscope_ray.range(...)`), null_context (`with
-null_context.range(...)`, the floor of a C-level context manager:
-bench/null_context.c, found in $RLSCOPE_BENCH_MODULES), rlscope_mark
+MODE: rlscope_range (`with rlscope_ray.range(...)`), python_cm (`with
+NullRange(...)`: a plain Python class with __enter__/__exit__ doing nothing,
+what a user writes), null_context (`with null_context.range(...)`, a C-level
+context manager written the usual way: bench/null_context.c, found in
+$RLSCOPE_BENCH_MODULES), rlscope_mark
 (`rlscope_ray.mark(...)` beside the call), nvtx_annotate (`with
 nvtx.annotate(...)`), nvtx_push_pop (`nvtx.push_range` / `nvtx.pop_range`),
 torch_record_function (`with torch.profiler.record_function(...)` inside
@@ -55,7 +57,29 @@ def make_loop(mode):
             return time.perf_counter_ns() - t0
 
         return loop, contextlib.nullcontext()
-    if mode == "null_context":  # the floor: bench/null_context.c, from RLSCOPE_BENCH_MODULES
+    if mode == "python_cm":  # what a user writes: a class doing nothing
+        class NullRange:
+            __slots__ = ("name",)
+
+            def __init__(self, name):
+                self.name = name
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return None
+
+        def loop(n):
+            f, rng = small, NullRange
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                with rng("bench.range"):
+                    f()
+            return time.perf_counter_ns() - t0
+
+        return loop, contextlib.nullcontext()
+    if mode == "null_context":  # bench/null_context.c, from RLSCOPE_BENCH_MODULES
         sys.path.insert(0, os.environ["RLSCOPE_BENCH_MODULES"])
         import null_context
 

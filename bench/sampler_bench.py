@@ -11,8 +11,10 @@
    each phase measured of its own thread CPU time against what the summary
    says, with the summary's own sampling error.
 3. The same program under py-spy's native mode (py-spy record --native, 1000
-   samples per second of wall time), as a peer: whole-run time by category
-   from its leaf frames, beside ours and the truth, and the wall time of the
+   samples per second of wall time), as a peer: whole-run time by category,
+   each of its stacks scored by the rule that scores ours (bench/pyspy_rule.py:
+   the whole native chain, then the innermost Python frame's module), beside
+   ours and the truth, and the wall time of the
    program plain, under our collector and under py-spy (interleaved).
 4. What one sample costs in its handler, measured in place on the workload's
    Python thread: with the frame read by guarded loads, and through the
@@ -21,7 +23,6 @@
 """
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -30,6 +31,9 @@ import tempfile
 import time
 
 ATTRIBUTION = {"simulator": ["rlscope_test_sim"], "backend": ["librlscope_test_burn*"]}
+# py-spy names a native frame with debug information by its source file: the
+# test library's (bench/pyspy_rule.py maps it to its object).
+PYSPY_SOURCES = {"burn.cc": "librlscope_test_burn.so"}
 CATEGORIES = ("python", "backend", "simulator", "other")
 
 
@@ -125,30 +129,26 @@ def _failure(e):
 
 
 def _pyspy_categories(path):
-    """ms per category from py-spy's raw output, by each stack's leaf frame."""
+    """ms per category from py-spy's raw output, each stack scored by the rule
+    that scores ours (bench/pyspy_rule.py: the native chain from the leaf
+    outwards, then the innermost Python frame's module); the profiler's own
+    samples (rlscope_ray's import) left out as ours are, cuda_api counted
+    as other (this program makes no CUDA call)."""
+    import pyspy_rule
+
     out = {c: 0.0 for c in CATEGORIES}
     samples = 0
     with open(path) as f:
         for line in f:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
-            if not count.isdigit():
+            parsed = pyspy_rule.parse_line(line)
+            if parsed is None:
                 continue
-            n = int(count)
+            frames, n = parsed
+            cat = pyspy_rule.classify(frames, ATTRIBUTION, PYSPY_SOURCES)
+            if cat == "profiler":
+                continue
             samples += n
-            leaf = stack.split(";")[-1]
-            m = re.search(r"\(([^():]+)(?::\d+)?\)\s*$", leaf)
-            where = m.group(1) if m else ""
-            if where == "rlscope_test_sim.py":
-                cat = "simulator"
-            elif where.endswith(".py"):
-                cat = "python"
-            elif where in ("burn.cc",) or where.startswith("librlscope_test_burn"):
-                cat = "backend"
-            elif where.startswith("libpython") or where.endswith(".c") and "ctypes" not in where:
-                cat = "python"  # the interpreter's own C frames (ceval.c, ...)
-            else:
-                cat = "other"
-            out[cat] += n  # at --rate 1000: 1 ms each
+            out[cat if cat in out else "other"] += n  # at --rate 1000: 1 ms each
     return out, samples
 
 
@@ -270,8 +270,8 @@ def sampler_section(args, print_table, clean_env, run_json):
                 ["step", "sub-task", "category", "measured ms", "summary ms", "error", "stated 1-sd ms",
                  "max sample ms", "share", "samples"], phases)
     print_table("The same program, whole run by category (ms and share, mean of %d runs; py-spy %d): truth, "
-                "rlscope-ray (CPU samples, steps 1-3), py-spy --native (1000 Hz wall-clock samples, leaf frames; "
-                "sleeping and GIL-waiting threads included)" % rounds,
+                "rlscope-ray (CPU samples, steps 1-3), py-spy --native (1000 Hz wall-clock samples of the threads it "
+                "judges active, GIL waits among them; each stack scored by our rule, bench/pyspy_rule.py)" % rounds,
                 ["category", "measured (truth)", "rlscope-ray", "py-spy --native"], whole)
     print_table("Wall time of that program (median of %d interleaved runs; py-spy %d)" % rounds,
                 ["how", "wall s", "vs plain"], walls)

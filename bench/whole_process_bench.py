@@ -9,8 +9,8 @@ measured (collector/cpu_sampler.h, native_stack.h, thread_states.h).
 2. The known program (tests/apps/whole_process_app.py): threads started in a
    window that never record (their CPU against what they measured, and how
    long until they were sampled), a "simulator" library whose time is in libm
-   and libc (the simulator's share by the stack; py-spy --native's leaf frames
-   beside it), and the off-CPU reasons of five waits (each reason's share of
+   and libc (the simulator's share by the stack; py-spy --native's stacks
+   scored by the same rule beside it), and the off-CPU reasons of five waits (each reason's share of
    its window's off-CPU time).
 3. What a sample costs with the stack walked: the handler's own time,
    measured in place, per sample, and at the default rate as a share of the
@@ -18,7 +18,6 @@ measured (collector/cpu_sampler.h, native_stack.h, thread_states.h).
 """
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -87,7 +86,12 @@ def _coverage_rows(args, clean_env, work):
 
 def _pyspy_sim_share(pyspy, args, clean_env, work, libs):
     """py-spy --native on the known program: of the samples whose stack is in
-    the sim phase's library call, the share whose leaf frame is in it."""
+    the sim phase's library call, the share that the rule scoring ours
+    (bench/pyspy_rule.py, the whole native chain) calls the simulator's, and
+    beside it the share whose leaf frame is in the library (the analogue of
+    our own "by the interrupted instruction alone")."""
+    import pyspy_rule
+
     raw = os.path.join(work, "pyspy.txt")
     report = os.path.join(work, "pyspy_app.json")
     cmd = [pyspy, "record", "--native", "--rate", "1000", "--format", "raw", "--threads", "--output", raw, "--",
@@ -100,19 +104,23 @@ def _pyspy_sim_share(pyspy, args, clean_env, work, libs):
         return "py-spy did not finish in %d s" % args.timeout_s
     if r.returncode != 0 or not os.path.exists(raw):
         return "py-spy exited %d: %s" % (r.returncode, (r.stderr or "").strip().splitlines()[-1:] or "")
-    in_sim = leaf_sim = 0
+    sources = {"sim_lib.c": "librlscope_test_simlib.so", "pool_lib.c": "librlscope_test_pool.so"}
+    in_sim = ruled_sim = leaf_sim = 0
     with open(raw) as f:
         for line in f:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
-            if not count.isdigit() or "rlscope_test_sim_step" not in stack:
+            parsed = pyspy_rule.parse_line(line)
+            if parsed is None or not any(name == "rlscope_test_sim_step" for name, _ in parsed[0]):
                 continue
-            in_sim += int(count)
-            leaf = stack.split(";")[-1]
-            if "rlscope_test_sim_step" in leaf or "sim_lib" in leaf:
-                leaf_sim += int(count)
+            frames, n = parsed
+            in_sim += n
+            if pyspy_rule.classify(frames, WHOLE_CONFIG["attribution"], sources) == "simulator":
+                ruled_sim += n
+            if pyspy_rule.matches_object("librlscope_test_simlib*", pyspy_rule.leaf_object(frames, sources)):
+                leaf_sim += n
     if in_sim == 0:
         return "no samples in the sim phase"
-    return "%.0f %% (leaf frame in the library; %d samples)" % (100 * leaf_sim / in_sim, in_sim)
+    return "%.0f %% by our rule (leaf frame in the library: %.0f %%; %d samples)" % (
+        100 * ruled_sim / in_sim, 100 * leaf_sim / in_sim, in_sim)
 
 
 def _known_program_rows(args, clean_env, work, pyspy):
