@@ -306,6 +306,7 @@ void ReplaceEarlierRun(const std::string& out) {
   if (!fs::exists(fs::path(out) / kRunJsonFile, ec)) return;
   size_t steps = 0;
   std::vector<fs::path> doomed;
+  std::string others;  // the files among them, named
   for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const bool step_dir = name.size() > 5 && name.rfind("step_", 0) == 0 &&
@@ -313,6 +314,7 @@ void ReplaceEarlierRun(const std::string& out) {
     if (step_dir) ++steps;
     if (step_dir || name == "run.duckdb" || name == "run.duckdb.wal" || name == "report.html") {
       doomed.push_back(it->path());
+      if (!step_dir) others += ", " + name;
     }
   }
   std::string failed;
@@ -324,8 +326,7 @@ void ReplaceEarlierRun(const std::string& out) {
   if (doomed.empty()) return;
   std::printf("rlscope-ray aggregator: %s held an earlier run: its %zu step directories%s are replaced by this "
               "run's%s%s\n",
-              out.c_str(), steps, doomed.size() > steps ? ", run database and report" : "",
-              failed.empty() ? "" : "; could not remove: ", failed.c_str());
+              out.c_str(), steps, others.c_str(), failed.empty() ? "" : "; could not remove: ", failed.c_str());
   std::fflush(stdout);
 }
 
