@@ -95,15 +95,19 @@ def _killed_once_step_3_is_written(aggregator_factory, tmp: Path, spool_root: Pa
     return first, listen, controller, worker
 
 
-def _database_steps(out: Path):
-    """The steps run.duckdb holds after an update (rlscope_ray.rundb), None
-    without the duckdb package."""
+def _database_steps(out: Path, agg):
+    """The steps run.duckdb holds after an update (rlscope_ray.rundb), once
+    the follower beside `agg` (gone or stopped) made its last one: it holds
+    the database's lock while it does (a handshake; the bound is a hang's).
+    None without the duckdb package."""
     try:
         import duckdb
     except ImportError:
         return None
     from rlscope_ray import rundb
 
+    if agg._agg.follower is not None:
+        agg._agg.follower.wait(timeout=300)
     rundb.update(str(out))
     con = duckdb.connect(str(out / "run.duckdb"), read_only=True)
     try:
@@ -131,7 +135,7 @@ def test_programs_that_end_while_the_aggregator_is_down_are_written_when_it_star
                                                                                         _own_spool_root):
     first, listen, controller, worker = _killed_once_step_3_is_written(aggregator_factory, tmp_path, _own_spool_root)
     before = json.loads((first.out / "run.json").read_text())
-    db_steps = _database_steps(first.out)  # a query while it is down: the steps the first one wrote
+    db_steps = _database_steps(first.out, first)  # a query while it is down: the steps the first one wrote
     assert db_steps is None or db_steps == sorted(before["steps_written"]) and db_steps[:3] == [1, 2, 3], db_steps
     run_id = before["run_id"]
     _end_programs(tmp_path, controller, worker)  # while no aggregator runs
@@ -152,7 +156,7 @@ def test_programs_that_end_while_the_aggregator_is_down_are_written_when_it_star
     # The same run, taken up: its id and its database stay, and the database
     # gets the steps the second aggregator wrote.
     assert run["run_id"] == run_id and "held an earlier run" not in log
-    assert db_steps is None or _database_steps(first.out) == list(range(1, STEPS + 1))
+    assert db_steps is None or _database_steps(first.out, second) == list(range(1, STEPS + 1))
 
 
 def test_an_aggregator_started_again_just_before_the_programs_end_loses_nothing(aggregator_factory, tmp_path,
