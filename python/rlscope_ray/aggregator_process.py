@@ -36,7 +36,7 @@ from ._native import names as _names
 ENV_DISABLE = _names.ENV_DISABLE
 
 PathLike = Union[str, "os.PathLike[str]"]
-SECRET = "RLSCOPE_SECRET"  # native/names.h kEnvSecret (the daemon reads it)
+SECRET = _names.ENV_SECRET  # RLSCOPE_SECRET: the daemon reads it
 
 
 class AggregatorStartError(RuntimeError):

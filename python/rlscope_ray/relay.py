@@ -17,7 +17,6 @@ their spools, each saying so on its stderr.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import subprocess
 import sys
@@ -26,18 +25,17 @@ import threading
 import time
 from typing import Optional
 
+from . import _native
+
 RELAYS = ("auto", "on", "off")
 MAX_RESTARTS = 10  # then the host's workers go to the aggregator itself
 
 
-def run_key(secret: str) -> str:
-    """A digest of the run's secret that names its files (never the secret)."""
-    return hashlib.blake2b(secret.encode("utf-8"), digest_size=8).hexdigest()
-
-
 def relay_file(secret: str) -> str:
-    """Where this host's relay of the run with `secret` writes its endpoint."""
-    return os.path.join(tempfile.gettempdir(), f"rlscope-relays-{os.getuid()}", run_key(secret) + ".endpoint")
+    """Where this host's relay of the run with `secret` writes its endpoint:
+    named by the run's key (native/spool_file.h RunKey, as its spool
+    directory is), never by the secret."""
+    return os.path.join(tempfile.gettempdir(), f"rlscope-relays-{os.getuid()}", _native.run_key(secret) + ".endpoint")
 
 
 def host_relay(secret: str) -> Optional[str]:
