@@ -23,7 +23,8 @@ Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config
       scheduler_(&context_, &run_config_),
       exporter_(exporter),
       second_core_(AvailableCores() > 1),
-      run_id_(NewRunId()) {}
+      run_id_(NewRunId()),
+      output_formats_(run_config_.config().output.formats) {}
 
 std::string Aggregator::NewRunId() {
   std::random_device rd;
@@ -470,6 +471,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.recovered = recovered_;
   run.run_key = admission_.run_key();
   run.run_id = run_id_;
+  run.output_formats = output_formats_;
   run.final = final;
   return run;
 }

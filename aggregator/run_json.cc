@@ -48,6 +48,9 @@ std::string RunJson(const RunInfo& run) {
   w.BeginObject();
   w.Key("format").String(names::kRunFormat);
   w.Key("run_id").String(run.run_id);
+  w.Key("output_formats").BeginArray();
+  for (const std::string& f : run.output_formats) w.String(f);
+  w.EndArray();
   w.Key("final").Bool(run.final);
   w.Key("config_yaml").String(run.config_yaml);
   w.Key("config_source").String(run.config_source);

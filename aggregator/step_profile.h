@@ -257,6 +257,9 @@ struct RunInfo {
   // starts, kept by an aggregator that takes it up. What else the run's
   // directory holds (run.duckdb, rlscope_ray.rundb) belongs to this id.
   std::string run_id;
+  // The output formats this run's files are written in (output.formats as
+  // the aggregator resolved it; "db" is the follower's to write).
+  std::vector<std::string> output_formats;
   bool final = false;
 };
 

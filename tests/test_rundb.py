@@ -124,6 +124,37 @@ def test_the_follower_updates_while_the_aggregator_still_runs(run, tmp_path):
     assert _steps_in(live / "run.duckdb") == [2, 3]
 
 
+def test_a_follower_that_sees_a_new_run_begin_in_its_directory_replaces_the_database(run, tmp_path):
+    """A new run in the directory while the follower runs (it was started
+    beside the new aggregator, which then replaced the old run's files):
+    at its next look the database is the new run's, not the old one's with
+    the new steps skipped as known."""
+    out, _ = run
+    live = tmp_path / "live"
+    shutil.copytree(out, live)
+    (live / "run.duckdb").unlink()
+    old = json.loads((live / "run.json").read_text())
+    standin = subprocess.Popen(["sleep", "300"])  # the aggregator, still running
+    seen = []
+
+    def between_looks(_interval: float) -> None:
+        con = duckdb.connect(str(live / "run.duckdb"), read_only=True)
+        seen.append(con.execute("SELECT value FROM meta WHERE key = 'run_id'").fetchone()[0])
+        con.close()
+        if len(seen) == 1:  # the new run: the same step numbers, another id
+            (live / "run.json").write_text(json.dumps(dict(old, run_id="0123456789abcdef")))
+        else:
+            standin.kill()
+            standin.wait()
+
+    try:
+        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+    finally:
+        standin.kill()
+        standin.wait()
+    assert seen[:2] == [old["run_id"], "0123456789abcdef"], seen
+
+
 def test_sql_answers_equal_the_summaries(run):
     out, _ = run
     sums = summaries(out)
@@ -242,14 +273,20 @@ def test_a_directory_of_an_older_format_or_no_run_is_said(run, tmp_path):
     assert not (old / "run.duckdb").exists()
 
 
+@pytest.mark.parametrize("where", ["resolved", "config of an older run.json"])
 @pytest.mark.parametrize("formats, db", [("[json]", False), ("[json, db]", True)])
-def test_the_follower_writes_only_when_the_formats_hold_db(run, tmp_path, formats, db):
+def test_the_follower_writes_only_when_the_formats_hold_db(run, tmp_path, formats, db, where):
     out, _ = run
     d = tmp_path / "run"
     shutil.copytree(out, d)
     (d / "run.duckdb").unlink()
     run_json = json.loads((d / "run.json").read_text())
-    run_json["config_yaml"] += f"output:\n  formats: {formats}\n"
+    assert run_json["output_formats"] == ["json", "pftrace", "db"]  # the default, as the aggregator resolved it
+    if where == "resolved":  # what the aggregator resolved, whatever the config's text says
+        run_json["output_formats"] = [f.strip() for f in formats.strip("[]").split(",")]
+    else:  # a run.json from before output_formats: the config's key
+        del run_json["output_formats"]
+        run_json["config_yaml"] += f"output:\n  formats: {formats}\n"
     (d / "run.json").write_text(json.dumps(run_json))
     gone = subprocess.Popen(["true"])
     gone.wait()  # an aggregator that has exited: one update, then the follower exits

@@ -136,7 +136,11 @@ def read_run_json(run_dir: str) -> Dict[str, Any]:
 
 
 def output_formats(run: Dict[str, Any]) -> List[str]:
-    """The run's output.formats from run.json's config_yaml (absent: DEFAULT_FORMATS)."""
+    """The run's output formats: run.json's output_formats (the list its
+    aggregator resolved and writes); from a run.json before that key, its
+    config_yaml's output.formats (absent: DEFAULT_FORMATS)."""
+    if isinstance(run.get("output_formats"), list):
+        return [str(f) for f in run["output_formats"]]
     text = run.get("config_yaml") or ""
     try:
         import yaml
@@ -459,17 +463,23 @@ def _alive(pid: int) -> bool:
 
 def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
     """One look; an update when run.json lists a step not in `known` (the
-    steps in the database; the last look updates in any case). True once the
-    run's formats leave db out, None when run.json is not (yet, or not
-    wholly) readable."""
+    steps in the database; the last look updates in any case), or names
+    another run than the one they were of (a new run began in the
+    directory: the update replaces the database). True once the run's
+    formats leave db out, None when run.json is not (yet, or not wholly)
+    readable."""
     try:
         run = read_run_json(run_dir)
     except RunDirError:
         return None
     if "db" not in output_formats(run):
         return True
+    which = ("run_id", run_id(run))
+    if which not in known:
+        known.clear()
+        known.add(which)
     written = {int(s) for s in run.get("steps_written") or []}
-    if not last and known and written <= known:
+    if not last and None in known and written <= known:
         return False  # nothing new: the database is not opened
     added = update(run_dir, run, keep_free=DISK_RESERVE_BYTES)
     # In it now: every written step whose summary is there (written whole, by rename).
