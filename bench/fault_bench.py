@@ -15,8 +15,10 @@ program left on disk (run.json recovered.events: every record taken up, CPU
 samples and the profiler's own included, so it can exceed what was emitted),
 and the program's exit time: from its report's appearance (the end of its
 main) to its exit.
-Profiled runs use 1 ns test costs (RLSCOPE_TEST_COSTS): no start-up
-calibration, whose own events (never in a step) would blur the count.
+Profiled runs take the production path (the real clock, start-up
+calibration, costs measured in place, the fast lanes), as tests/test_drops.py
+does: the calibration's own events are never shipped, so the count is
+exact there too.
 """
 import json
 import os
@@ -120,7 +122,7 @@ def faults_section(args, clean_env, print_table):
                                        log=os.path.join(work, "agg.log"), work_dir=work, config={"steps": "all"},
                                        secret=SECRET)
             env.update(RLSCOPE_AGGREGATOR=listen, RLSCOPE_ROLE="controller", NVTX_INJECTION64_PATH=collector_path(),
-                       RLSCOPE_CONFIG=config, RLSCOPE_TEST_COSTS="push=1,pop=1", RLSCOPE_SECRET=SECRET,
+                       RLSCOPE_CONFIG=config, RLSCOPE_SECRET=SECRET,
                        RLSCOPE_SPOOL_DIR=os.environ["RLSCOPE_SPOOL_DIR"])
         relay = None
         if fault == "relay killed at exit":
