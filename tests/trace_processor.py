@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from conftest import ROOT
-from pftrace import _args, _num
+from pftrace import _num
 
 # Import stats that say nothing about the trace's content: the clock
 # snapshots' cache (info: a trace with one clock domain, ours, has misses).
@@ -140,5 +140,3 @@ def json_as_view(j: dict) -> dict:
     return {"processes": j["processes"], "tracks": tracks, "slices": slices, "flows": j["flows"],
             "counters": j["counters"]}
 
-
-__all__ = ["HARMLESS_STATS", "json_as_view", "query", "shell", "stats", "view", "_args"]
