@@ -115,7 +115,7 @@ def _pyspy_sim_share(pyspy, args, clean_env, work, libs):
             in_sim += n
             if pyspy_rule.classify(frames, WHOLE_CONFIG["attribution"], sources) == "simulator":
                 ruled_sim += n
-            if pyspy_rule.matches_object("librlscope_test_simlib*", pyspy_rule.leaf_object(frames, sources)):
+            if pyspy_rule.classify_leaf(frames, WHOLE_CONFIG["attribution"], sources) == "simulator":
                 leaf_sim += n
     if in_sim == 0:
         return "no samples in the sim phase"

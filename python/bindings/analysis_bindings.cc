@@ -3,10 +3,13 @@
 // breakdown, for rlscope_ray.analysis. They need no collector.
 #include <pybind11/stl.h>
 
+#include <map>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "aggregator/attribution.h"
 #include "aggregator/breakdown.h"
 #include "python/bindings/bindings.h"
 
@@ -35,6 +38,27 @@ Pairs ToPairs(const std::vector<rlscope::Interval>& v) {
 }  // namespace
 
 void AddAnalysisBindings(py::module_& m) {
+  // The rule that puts a CPU sample in a category (AttributionRules::Classify),
+  // for scoring another profiler's samples as ours are (bench/pyspy_rule.py).
+  m.def(
+      "classify_cpu_sample",
+      [](const std::string& object, const std::string& module, const std::string& callers,
+         const std::map<std::string, std::vector<std::string>>& attribution) {
+        rlscope::Config::Attribution patterns;  // a list given replaces its default, as in a config
+        for (const auto& [key, list] : attribution) {
+          if (key == "python") patterns.python = list;
+          else if (key == "backend") patterns.backend = list;
+          else if (key == "cuda_api") patterns.cuda_api = list;
+          else if (key == "simulator") patterns.simulator = list;
+          else throw py::value_error("unknown attribution list '" + key + "'");
+        }
+        return std::string(rlscope::CpuCategoryName(rlscope::AttributionRules(patterns).Classify(object, module, callers)));
+      },
+      py::arg("object"), py::arg("module"), py::arg("callers") = "",
+      py::arg("attribution") = std::map<std::string, std::vector<std::string>>{},
+      "The category of a CPU sample in shared object `object`, called from `callers` ('\\n'-joined, "
+      "outwards), with the thread's Python frame in `module`: python, backend, cuda_api, simulator, other "
+      "or profiler; `attribution`: the config's lists (attribution.python, ...).");
   // The breakdown engine (aggregator/breakdown.h): pure functions on
   // (begin, end) pairs, ns, end exclusive. The GIL is released: a sweep over
   // a big trace may take a while.
