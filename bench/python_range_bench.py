@@ -41,6 +41,21 @@ def bare_loop(n):
     return time.perf_counter_ns() - t0
 
 
+def with_loop(cm):
+    """The loop timing n calls of small() each inside `with cm("bench.range")`
+    (cm and small bound to locals: the loop's own cost is the bare one's)."""
+
+    def loop(n):
+        f, rng = small, cm
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            with rng("bench.range"):
+                f()
+        return time.perf_counter_ns() - t0
+
+    return loop
+
+
 def make_loop(mode):
     """The annotated loop of MODE, and a context to run it in."""
     import contextlib
@@ -48,15 +63,7 @@ def make_loop(mode):
     if mode == "rlscope_range":
         import rlscope_ray
 
-        def loop(n):
-            f, rng = small, rlscope_ray.range
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                with rng("bench.range"):
-                    f()
-            return time.perf_counter_ns() - t0
-
-        return loop, contextlib.nullcontext()
+        return with_loop(rlscope_ray.range), contextlib.nullcontext()
     if mode == "python_cm":  # what a user writes: a class doing nothing
         class NullRange:
             __slots__ = ("name",)
@@ -70,28 +77,12 @@ def make_loop(mode):
             def __exit__(self, *exc):
                 return None
 
-        def loop(n):
-            f, rng = small, NullRange
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                with rng("bench.range"):
-                    f()
-            return time.perf_counter_ns() - t0
-
-        return loop, contextlib.nullcontext()
+        return with_loop(NullRange), contextlib.nullcontext()
     if mode == "null_context":  # bench/null_context.c, from RLSCOPE_BENCH_MODULES
         sys.path.insert(0, os.environ["RLSCOPE_BENCH_MODULES"])
         import null_context
 
-        def loop(n):
-            f, rng = small, null_context.range
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                with rng("bench.range"):
-                    f()
-            return time.perf_counter_ns() - t0
-
-        return loop, contextlib.nullcontext()
+        return with_loop(null_context.range), contextlib.nullcontext()
     if mode == "rlscope_mark":
         import rlscope_ray
 
@@ -107,15 +98,7 @@ def make_loop(mode):
     if mode == "nvtx_annotate":
         import nvtx
 
-        def loop(n):
-            f, annotate = small, nvtx.annotate
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                with annotate("bench.range"):
-                    f()
-            return time.perf_counter_ns() - t0
-
-        return loop, contextlib.nullcontext()
+        return with_loop(nvtx.annotate), contextlib.nullcontext()
     if mode == "nvtx_push_pop":
         import nvtx
 
@@ -132,16 +115,8 @@ def make_loop(mode):
     if mode == "torch_record_function":
         import torch
 
-        def loop(n):
-            f, rf = small, torch.profiler.record_function
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                with rf("bench.range"):
-                    f()
-            return time.perf_counter_ns() - t0
-
         profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-        return loop, profile
+        return with_loop(torch.profiler.record_function), profile
     raise SystemExit(f"unknown mode {mode!r}")
 
 
