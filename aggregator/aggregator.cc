@@ -252,7 +252,7 @@ void Aggregator::OnProbe(const wire::Probe& probe, int64_t now_ns) {
 
 void Aggregator::OnExpected(const wire::Expected& expected, int64_t now_ns) {
   if (controller_session_ == 0 || expected.session == controller_session_) {
-    expected_ = expected.processes;
+    expected_.Set(expected.processes, now_ns);
     RunInfoChanged(now_ns);
   }
 }
@@ -265,7 +265,9 @@ void Aggregator::OnBye(const wire::Bye& bye) {
 }
 
 void Aggregator::Tick(int64_t now_ns) {
-  while (const PendingStep* step = scheduler_.NextReady(now_ns, processes_)) {
+  // Expected processes still starting hold steps (expected.h), within the grace.
+  const bool starting = expected_.Awaiting(processes_, now_ns, run_config_.config().flush.step_grace_ms * 1000000);
+  while (const PendingStep* step = scheduler_.NextReady(now_ns, processes_, starting)) {
     if (!Emit(*step, false, now_ns)) break;  // stays pending; the daemon stops
     scheduler_.Done();
   }
@@ -314,7 +316,7 @@ void Aggregator::NoteEmptyRun() {
   if (!why.empty()) context_.notes.Record(why);
 }
 
-std::vector<ExpectedProcess> Aggregator::NotProfiled() const { return rlscope::NotProfiled(expected_, processes_); }
+std::vector<ExpectedProcess> Aggregator::NotProfiled() const { return rlscope::NotProfiled(expected_.processes(), processes_); }
 
 bool Aggregator::ControllerDone() const {
   auto c = processes_.find(controller_session_);
@@ -454,7 +456,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
         {session, p.get(), run_config_.Selected(*p), releases_.released_ns(session), admission_.ViaRelay(session)});
   }
   run.steps_written = steps_written_;
-  run.expected = expected_;
+  run.expected = expected_.processes();
   run.not_profiled = NotProfiled();
   run.steps_seen = stats.steps_seen;
   run.decode_errors = stats.decode_errors;

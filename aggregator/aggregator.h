@@ -26,6 +26,7 @@
 #include "aggregator/admission.h"
 #include "aggregator/clock_fit.h"
 #include "aggregator/context.h"
+#include "aggregator/expected.h"
 #include "aggregator/exporter.h"
 #include "aggregator/release.h"
 #include "aggregator/run_config.h"
@@ -195,7 +196,7 @@ class Aggregator {
   std::map<uint64_t, ClockFit> clock_fits_;  // by session: each timeline's clock follows its fit
   uint64_t controller_session_ = 0;  // the first controller to connect
   std::set<uint64_t> demoted_;       // later claimants, told they are workers (Control.role)
-  std::vector<ExpectedProcess> expected_;
+  ExpectedList expected_;  // the controller's (wire::Expected)
   std::vector<int64_t> steps_written_;
   int64_t last_cut_end_ns_ = INT64_MIN;
   RecoveredCounts recovered_;                // spool files taken up (run.json `recovered`)

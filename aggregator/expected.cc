@@ -44,4 +44,22 @@ std::vector<ExpectedProcess> NotProfiled(const std::vector<ExpectedProcess>& exp
   return missing;
 }
 
+std::string ExpectedList::KeyOf(const ExpectedProcess& e) {
+  const std::string actor_id = Get(e, "actor_id");
+  return actor_id.empty() ? "pid " + Get(e, "pid") + " on " + Get(e, "node_id") : actor_id;
+}
+
+void ExpectedList::Set(const std::vector<ExpectedProcess>& processes, int64_t now_ns) {
+  processes_ = processes;
+  for (const ExpectedProcess& e : processes_) since_ns_.emplace(KeyOf(e), now_ns);
+}
+
+bool ExpectedList::Awaiting(const ProcessMap& processes, int64_t now_ns, int64_t wait_ns) const {
+  for (const ExpectedProcess& e : NotProfiled(processes_, processes)) {
+    auto it = since_ns_.find(KeyOf(e));
+    if (it != since_ns_.end() && now_ns - it->second < wait_ns) return true;
+  }
+  return false;
+}
+
 }  // namespace rlscope

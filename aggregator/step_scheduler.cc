@@ -116,9 +116,10 @@ bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) 
   return p.said_bye() || acked || flushed_past;
 }
 
-bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes) const {
+bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes,
+                          bool starting) const {
   if (now_ns - step.closed_at_ns >= run_->config().flush.step_grace_ms * 1000000) return true;
-  if (!awaited_.empty()) return false;  // a resumed run's processes, not back yet
+  if (!awaited_.empty() || starting) return false;  // a resumed run's processes not back; expected ones starting
   for (const auto& [session, p] : processes) {
     if (!run_->Selected(*p)) continue;
     if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye
@@ -127,8 +128,8 @@ bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const Process
   return true;
 }
 
-const PendingStep* StepScheduler::NextReady(int64_t now_ns, const ProcessMap& processes) {
-  if (pending_.empty() || !Ready(pending_.front(), now_ns, processes)) return nullptr;
+const PendingStep* StepScheduler::NextReady(int64_t now_ns, const ProcessMap& processes, bool starting) {
+  if (pending_.empty() || !Ready(pending_.front(), now_ns, processes, starting)) return nullptr;
   if (!awaited_.empty()) {  // ready only by the grace time: they are not coming back
     context_->notes.Record(std::to_string(awaited_.size()) +
                            " processes of this run did not say hello again after the aggregator restarted; steps no "

@@ -11,7 +11,8 @@
 // is ready once every selected, connected collector has caught up with it
 // (CaughtUp) or once flush.step_grace_ms has passed since it closed (the
 // profile then lists the late processes); a resumed run's steps wait, within
-// that time, for its processes to say hello again.
+// that time, for its processes to say hello again, and any step for a
+// process the controller expects that is still starting (expected.h).
 #pragma once
 
 #include <cstdint>
@@ -63,7 +64,10 @@ class StepScheduler {
   // The first closed step if it is ready at `now_ns`, else nullptr. Ready
   // by the grace time while a resumed run's processes are not back: they
   // are not coming back (said once; steps no longer wait for them).
-  const PendingStep* NextReady(int64_t now_ns, const ProcessMap& processes);
+  // `starting`: a process the controller expects has not connected yet and
+  // is still given time (ExpectedList::Awaiting): no step is ready before
+  // the grace time.
+  const PendingStep* NextReady(int64_t now_ns, const ProcessMap& processes, bool starting);
   // The first closed step, ready or not; nullptr when none.
   const PendingStep* Next() const { return pending_.empty() ? nullptr : &pending_.front(); }
   // The first closed step was written or skipped.
@@ -79,7 +83,7 @@ class StepScheduler {
   // followed in the order they happened; notes how late the window for a
   // selected step was (window_late_ns).
   void FollowEdges(const StepEdges& edges, int64_t now_ns);
-  bool Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes) const;
+  bool Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting) const;
 
   AggregatorContext* context_;
   const RunConfig* run_;

@@ -1434,10 +1434,21 @@ TEST_F(AggregatorTest, ExpectedProcessesThatNeverConnectAreNotProfiled) {
   ctl.Push(1, 1000, "step").Pop(1, 2000);
   Send(ctl.Flush(2500));
   Send(worker.Flush(2500));
-  agg_->Tick(0);
+  // It may only be starting: the step waits for it, within the grace.
+  const int64_t grace_ns = agg_->config().flush.step_grace_ms * 1000000;
+  agg_->Tick(grace_ns - 1);
+  EXPECT_TRUE(exporter_.steps.empty());
+  agg_->Tick(grace_ns);
   ASSERT_EQ(exporter_.steps.size(), 1u);
   ASSERT_EQ(exporter_.steps[0].not_profiled.size(), 1u);
   EXPECT_EQ(exporter_.steps[0].not_profiled[0].at("class_name"), "Critic");
+  // Once: the next step does not wait for it again.
+  ctl.Push(1, 3000, "step").Pop(1, 4000);
+  Send(ctl.Flush(4500), grace_ns + 1);
+  Send(worker.Flush(4500), grace_ns + 1);
+  agg_->Tick(grace_ns + 1);
+  ASSERT_EQ(exporter_.steps.size(), 2u);
+  EXPECT_EQ(exporter_.steps[1].not_profiled.size(), 1u);
   // An Expected list from a process that is not the controller is ignored.
   wire::Expected bogus;
   bogus.session = 2;
@@ -1448,6 +1459,34 @@ TEST_F(AggregatorTest, ExpectedProcessesThatNeverConnectAreNotProfiled) {
   h.identity.labels = {{"actor_id", "present"}, {"node_id", "n2"}};
   Send(h);
   EXPECT_THAT(agg_->NotProfiled()[0].at("reason"), ::testing::HasSubstr("other processes on its node connected"));
+}
+
+TEST_F(AggregatorTest, StepsWaitForAnExpectedProcessThatIsStillStarting) {
+  // An actor is up, its collector not yet connected (calibrating, a loaded
+  // host): a step that closes meanwhile waits for it and is written with it,
+  // not with it listed as "not profiled".
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  wire::Expected ex;
+  ex.session = 1;
+  ex.processes = {{{"actor_id", "w0"}, {"class_name", "Learner"}, {"node_id", "n1"}}};
+  Send(ex, 1000);
+  ctl.Push(1, 1000, "step").Pop(1, 2000);
+  Send(ctl.Flush(2500), 2000);
+  agg_->Tick(3000);
+  EXPECT_TRUE(exporter_.steps.empty());
+  wire::Hello h = worker.Hello();
+  h.identity.labels = {{"actor_id", "w0"}, {"node_id", "n1"}};
+  Send(h, 4000);
+  EXPECT_TRUE(agg_->NotProfiled().empty());
+  Send(worker.Push(1, 1500, "compute").Pop(1, 1800).Flush(2500), 5000);
+  agg_->Tick(5000);
+  ASSERT_EQ(exporter_.steps.size(), 1u);
+  EXPECT_TRUE(exporter_.steps[0].not_profiled.empty());
+  bool worker_in_step = false;
+  for (const ProcessSlice& slice : exporter_.steps[0].processes) worker_in_step |= slice.process->identity().pid == 200;
+  EXPECT_TRUE(worker_in_step);
 }
 
 // --------------------------------------------------------------- selection
