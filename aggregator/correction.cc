@@ -10,10 +10,10 @@
 #include <system_error>
 #include <tuple>
 
+#include "aggregator/occurrences.h"
 #include "aggregator/ray_calls.h"
 #include "aggregator/sorting.h"
 #include "aggregator/step_profile.h"
-#include "aggregator/subtasks.h"
 #include "native/event.h"
 
 namespace rlscope {

@@ -270,7 +270,7 @@ std::string CostDrift(const KindSamples& first, const KindSamples& second);
 
 // Overhead correction of a cut step: the workers' costs first, then the
 // controller with its waits on them (its windows: the occurrences of
-// `subtasks`, subtasks.h), then the workers with their calls re-anchored at
+// `subtasks`, occurrences.h), then the workers with their calls re-anchored at
 // the controller's corrected submits. Costs are each process's Hello costs
 // times `scale`. Every slice gets its Overhead (step_profile.h), the step
 // `corrected`, `correction_scale` and `corrected_end_ns` (the controller's

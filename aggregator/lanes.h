@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "aggregator/breakdown.h"
+#include "aggregator/intervals.h"
+#include "aggregator/step_analysis.h"
 
 namespace rlscope {
 
@@ -52,7 +53,7 @@ struct LaneWindow {
 
 // `windows`: the controller's sub-task windows in time order; `gpu_busy`: per
 // process, its GPU busy intervals (sorted, disjoint); `critical`: the
-// critical path (breakdown.h), whose segments are the windows'.
+// critical path (step_analysis.h), whose segments are the windows'.
 StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& windows,
                      const std::vector<std::vector<Interval>>& gpu_busy,
                      const std::vector<CriticalSegment>& critical);

@@ -1,5 +1,6 @@
 """The idle section of run_bench.py: what a collector costs a process that
-has nothing (or little) to record, and what it does meanwhile.
+has nothing (or little) to record, and what it does meanwhile
+(`run_bench.py --section idle` runs it alone).
 
 Side by side in one run, so the machine's noise falls on all of them alike:
 tests/apps/idle_worker processes (one NVTX mark, then a 5 ms sleep loop; or
@@ -112,11 +113,3 @@ def idle_section(args, print_table, clean_env, collector=None):
                 "wake-ups (voluntary context switches) and calls per second (tests/apps/call_counter.c)" % measure_s,
                 ["worker", "s", "CPU (% of a core)", "over no collector", "flush thread wake-ups/s",
                  "ZeroMQ I/O thread wake-ups/s", "/proc opens/s", "socket sends/s"], rows)
-
-
-if __name__ == "__main__":  # python3 bench/idle_bench.py BUILD_DIR [COLLECTOR.so]: this table alone
-    import argparse
-    import run_bench
-
-    a = argparse.Namespace(build_dir=os.path.abspath(sys.argv[1]))
-    idle_section(a, run_bench.print_table, run_bench.clean_env, sys.argv[2] if len(sys.argv) > 2 else None)

@@ -59,6 +59,7 @@
 
 #include "collector/native_stack.h"
 #include "collector/rlscope_collector.h"
+#include "collector/sampled_thread.h"
 #include "native/clock.h"
 #include "native/string_table.h"
 #include "native/thread_buffer.h"
@@ -67,18 +68,6 @@ namespace rlscope {
 
 class Arming;
 class TestClock;
-
-// One profiled thread's sampling state, owned by its registry entry; the
-// flush thread alone touches it (the handler reaches the ring through the
-// thread's ThreadState::sample_ring).
-struct SampledThread {
-  std::unique_ptr<ThreadBuffer> ring;  // created with the timer
-  timer_t timer{};
-  bool has_timer = false;
-  bool armed = false;
-  int64_t hz = 0;       // the rate it is armed at
-  bool failed = false;  // timer_create refused: this thread is not sampled
-};
 
 // A thread that records no events, sampled all the same. The handler finds
 // it by its timer's cookie (the slot's address) and reads `ring` and

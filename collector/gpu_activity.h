@@ -41,7 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "collector/cupti_trigger.h"
+#include "collector/cupti_api.h"
 #include "native/config.h"
 #include "native/gpu_record.h"
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "collector/context.h"
-#include "collector/cpu_sampler.h"
+#include "collector/sampled_thread.h"
 #include "collector/transport.h"
 #include "native/event.h"
 #include "native/string_table.h"

@@ -24,7 +24,8 @@ import sys
 import time
 from typing import Any, Callable, TypeVar
 
-from . import _native, settings
+from . import _native
+from .collector import aggregator_path, calibrate, collector_path, shutdown_collector, start_collector
 
 # The CPU sampler reads sampled threads' Python frames (cross-stack
 # attribution) until the interpreter starts freeing thread states: atexit
@@ -52,79 +53,9 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-
-def collector_path() -> str:
-    """Absolute path of the collector library (for NVTX_INJECTION64_PATH)."""
-    return os.path.join(_PKG_DIR, "librlscope_collector.so")
-
-
-def aggregator_path() -> str:
-    """Absolute path of the aggregator daemon binary."""
-    return os.path.join(_PKG_DIR, "bin", "rlscope-ray-aggregator")
-
-
-def start_collector() -> bool:
-    """Start this process's collector from the environment, if not running.
-
-    Done at import; call it again after setting RLSCOPE_AGGREGATOR (and the
-    other RLSCOPE_* variables) later. Idempotent; True when a collector runs.
-    """
-    global _calibrated
-    running = bool(_native.init())
-    if running:
-        # The collector claimed the profiler's environment for this process
-        # (C setenv); Python's copy too, for children started with
-        # env=dict(os.environ): they are profiled as this process's children
-        # (config `children`), never as it.
-        os.environ[settings.OWNER_PID] = str(os.getpid())
-    if running and not os.environ.get("NVTX_INJECTION64_PATH"):
-        # NVTX reads this at each library's first NVTX call: from now on the
-        # `nvtx` package and torch.cuda.nvtx report into this same collector.
-        os.environ["NVTX_INJECTION64_PATH"] = collector_path()
-    if running:
-        # With this collector attached the `nvtx` package reads colour names,
-        # and fails on most without matplotlib: never let that crash the host.
-        from .nvtx_colors import make_colour_names_safe
-
-        make_colour_names_safe()
-        # The `nvtx` package's calls through rlscope's entry points (the
-        # same events, a fraction of the caller-side cost): nvtx_fast.
-        from . import nvtx_fast
-
-        nvtx_fast.install(collector_path())
-    if running and not _calibrated:
-        # Overhead correction: the caller-side cost of Python annotations
-        # (rlscope_ray.calibration), once per process (again while the
-        # `nvtx` package is missing, as it may be installed later). It reads
-        # the package's internals: if they changed, profile without it.
-        from . import calibration
-
-        try:
-            _calibrated = bool(calibration.calibrate_python())
-        except Exception as e:  # noqa: BLE001 - never fail the host's import
-            _calibrated = True
-            print(f"rlscope: could not calibrate the `nvtx` package's overhead ({type(e).__name__}: {e}); "
-                  "its annotations are not overhead-corrected", file=sys.stderr)
-    return running
-
-
-_calibrated = False
-
-
 start_collector()
-
-
-def calibrate() -> dict:
-    """Re-measure the per-event overhead costs of this process (the collector's
-    own, per record kind, and the Python annotations'); returns the latter.
-    Done once at start-up; call again after the workload's mix changed."""
-    _native.calibrate()
-    from . import calibration
-
-    return calibration.calibrate_python()
 
 
 def enabled() -> bool:
@@ -272,11 +203,6 @@ def stop() -> None:
 def flush(timeout_s: float = 2.0) -> bool:
     """Ship everything recorded so far; True when sent within the timeout."""
     return bool(_native.flush(int(timeout_s * 1000)))
-
-
-def shutdown_collector() -> None:
-    """Flush and stop this process's collector (also done at exit)."""
-    _native.shutdown()
 
 
 def stats() -> dict:

@@ -33,7 +33,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from . import _native, collector_path, settings
+from . import _native, settings
+from .collector import collector_path
 from .aggregator_process import AggregatorStartError, start_aggregator
 
 SCALE_MAX = 100.0  # the config's range for correction.scale

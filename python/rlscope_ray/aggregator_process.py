@@ -155,7 +155,7 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
         command line): it then takes hellos that carry it only.
     """
     if command is None:
-        from . import aggregator_path
+        from .collector import aggregator_path
 
         command = [aggregator_path()]
     work = os.fspath(work_dir) if work_dir is not None else tempfile.mkdtemp(prefix="rlscope_aggregator_")

@@ -45,7 +45,7 @@ from typing import List, Optional
 
 
 def _exec_native(args: List[str]) -> int:
-    from . import aggregator_path
+    from .collector import aggregator_path
 
     binary = aggregator_path()
     if not os.access(binary, os.X_OK):
@@ -139,7 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         return _exec_native(["check"] + rest)
     if cmd == "paths":
-        from . import aggregator_path, collector_path
+        from .collector import aggregator_path, collector_path
 
         print(f"collector: {collector_path()}")
         print(f"aggregator: {aggregator_path()}")

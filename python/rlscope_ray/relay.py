@@ -58,7 +58,7 @@ class RelayActor:
     num_cpus=0, pinned to its node, never profiled itself."""
 
     def __init__(self, root: str, secret: str) -> None:
-        from . import aggregator_path
+        from .collector import aggregator_path
 
         self._root, self._secret = root, secret
         self._command = [aggregator_path(), "--relay-to", root, "--exit-with-parent"]

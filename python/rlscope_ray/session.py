@@ -191,7 +191,7 @@ def _profile_driver(session: Session) -> None:
         _native.names.ENV_LABEL_PREFIX + "NODE_IP": ray.util.get_node_ip_address(),
         _native.names.ENV_LABEL_PREFIX + "JOB_ID": ctx.get_job_id(),
     })
-    from . import start_collector
+    from .collector import start_collector
 
     start_collector()
     _start_controller_duties(session)
@@ -216,7 +216,7 @@ def shutdown(timeout_s: float = 60.0) -> Optional[str]:
             session._reporter.join(timeout=5)
         if ray.is_initialized() and session is _duties:
             _report_expected(session)
-        from . import shutdown_collector
+        from .collector import shutdown_collector
 
         shutdown_collector()  # flush and goodbye: the aggregator writes the last steps
         if session.aggregator is not None and ray.is_initialized():
