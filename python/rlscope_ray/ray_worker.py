@@ -39,11 +39,11 @@ def bootstrap() -> None:
 def _start() -> None:
     import ray
 
-    import rlscope_ray  # importing the package already started the collector
-
+    # Importing this module imported the package, which started the collector.
     from . import _native
+    from .collector import start_collector
 
-    if not rlscope_ray.start_collector():
+    if not start_collector():
         return
     ctx = ray.get_runtime_context()
     # Re-sent to the aggregator with the next flush (a repeated Hello).

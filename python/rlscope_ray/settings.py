@@ -151,7 +151,7 @@ def resolve(value: Any, job_env: Mapping[str, str]) -> Optional[Dict[str, str]]:
         raise RLScopeConfigError(
             f"{WHERE}: no aggregator to send to: call rlscope_ray.init() in the driver, "
             "or set 'aggregator': 'tcp://host:port'")
-    from . import collector_path
+    from .collector import collector_path
 
     env = {
         AGGREGATOR: aggregator,
