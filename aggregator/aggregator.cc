@@ -23,8 +23,7 @@ Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config
       scheduler_(&context_, &run_config_),
       exporter_(exporter),
       second_core_(AvailableCores() > 1),
-      run_id_(NewRunId()),
-      output_formats_(run_config_.config().output.formats) {}
+      run_id_(NewRunId()) {}
 
 std::string Aggregator::NewRunId() {
   std::random_device rd;
@@ -473,7 +472,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.recovered = recovered_;
   run.run_key = admission_.run_key();
   run.run_id = run_id_;
-  run.output_formats = output_formats_;
+  run.output_formats = exporter_->formats();  // as its exporter writes them (outputs.h)
   run.final = final;
   return run;
 }

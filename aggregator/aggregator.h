@@ -204,9 +204,6 @@ class Aggregator {
   std::set<std::string> unreadable_spools_;  // said once each
   bool second_core_ = false;                 // set_second_core
   std::string run_id_;                       // run_id(): NewRunId, or the resumed run's
-  // output.formats of this aggregator's own config, as its exporter writes
-  // them (run.json output_formats: what the database follower reads).
-  const std::vector<std::string> output_formats_;
 };
 
 }  // namespace rlscope

@@ -1,45 +1,22 @@
 #include "aggregator/chrome_trace.h"
 
-#include <fcntl.h>
-#include <sched.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string_view>
-#include <system_error>
 #include <thread>
 
 #include "aggregator/json_writer.h"
-#include "aggregator/perfetto_trace.h"
-#include "aggregator/run_json.h"
 #include "aggregator/step_trace.h"
-#include "aggregator/summary_json.h"
 
 namespace rlscope {
 namespace {
-
-bool MakeDirs(const std::string& path) {
-  std::string cur;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!cur.empty() && mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-    if (i < path.size()) cur.push_back(path[i]);
-  }
-  return true;
-}
 
 using TraceWriter = BasicJsonWriter<JsonBuffer>;
 
@@ -301,27 +278,6 @@ void JsonSink::ForEach(size_t n, const std::function<void(TraceSink*, size_t)>& 
   }).Run(workers_ - 1);
 }
 
-}  // namespace
-
-ChromeTraceExporter::ChromeTraceExporter(std::string out_dir, std::vector<std::string> formats, int workers)
-    : out_dir_(std::move(out_dir)),
-      json_(std::find(formats.begin(), formats.end(), "json") != formats.end()),
-      pftrace_(std::find(formats.begin(), formats.end(), "pftrace") != formats.end()),
-      workers_(std::clamp(workers, 1, kMaxTraceWorkers)) {}
-
-int64_t ChromeTraceExporter::TracePid(uint64_t session, int64_t pid) {
-  auto it = trace_pids_.find(session);
-  if (it != trace_pids_.end()) return it->second;
-  std::set<int64_t> used;
-  for (const auto& [s, tp] : trace_pids_) used.insert(tp);
-  int64_t tp = pid;
-  while (used.count(tp) != 0) tp += 10000000;  // same pid on another host
-  trace_pids_[session] = tp;
-  return tp;
-}
-
-namespace {
-
 // "otherData": the step, and every process's clock against the aggregator's.
 void WriteOtherData(TraceWriter& w, const StepProfile& step) {
   w.Key("otherData").BeginObject();
@@ -344,10 +300,6 @@ void WriteOtherData(TraceWriter& w, const StepProfile& step) {
   w.EndObject();
 }
 
-}  // namespace
-
-namespace {
-
 // The step's trace as JSON, handed to `drain` a chunk at a time (JsonSink),
 // the last one included.
 void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers,
@@ -366,90 +318,47 @@ void EncodeStepTrace(const StepProfile& step, const std::map<uint64_t, int64_t>&
   drain(&out);
 }
 
-// A file written under a temporary name and renamed when complete, so a
-// reader never sees half of it. POSIX calls, each checked (a full disk shows
-// at write or close): on any failure the temporary file goes, what was
-// there before stays, and `error` says why. One thread at a time.
-class AtomicFile {
- public:
-  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
-    fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd_ < 0) Fail("cannot create");
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) close(fd_);
-    if (!committed_) unlink(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-  // Appends `data` (nothing once something failed).
-  void Write(std::string_view data) {
-    for (size_t done = 0; ok() && done < data.size();) {
-      const ssize_t n = write(fd_, data.data() + done, data.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return Fail("cannot write");
-      done += static_cast<size_t>(n);
-    }
-  }
-  // Closes and renames the file into place; false (error()) on any failure.
-  bool Commit() {
-    if (!ok()) return false;
-    const int fd = fd_;
-    fd_ = -1;
-    if (close(fd) != 0) return Fail("cannot write"), false;
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) return Fail("cannot rename"), false;
-    committed_ = true;
-    return true;
-  }
-  bool ok() const { return error_.empty(); }
-  const std::string& error() const { return error_; }
+}  // namespace
 
- private:
-  // The temporary file goes at once (a full disk gets its space back while
-  // the rest of the step is still encoded, for nothing).
-  void Fail(const std::string& what) {
-    if (error_.empty()) error_ = what + " " + tmp_ + ": " + std::strerror(errno);
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-    unlink(tmp_.c_str());
-  }
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-  std::string error_;
-};
+std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers) {
+  std::string out;
+  EncodeStepTrace(step, trace_pids, workers, [&](JsonBuffer* chunk) {
+    out.append(chunk->view());
+    chunk->clear();
+  });
+  return out;
+}
 
-// Writes the chunks an encoder hands over to `file`, in order, on a thread
-// of its own when `threaded` (the encoder goes on meanwhile; at most
-// kQueued chunks wait), else at once. `file` is only the writer's until
-// Finish returns. An exception on the thread is rethrown by Finish; a
-// thread that cannot start leaves the writing to the encoder.
-class ChunkWriter {
+// The trace writer's thread (TraceJsonOutput with more than one worker):
+// writes the chunks the encoder hands over to the step's file, in order,
+// while the encoder goes on (at most kQueued chunks wait). Started with the
+// first step, kept until Shutdown. An exception on it is rethrown by the
+// step's Finish, and the thread is gone: later steps are written at once.
+class TraceJsonOutput::Writer {
  public:
   static constexpr size_t kQueued = 4;
-  ChunkWriter(AtomicFile* file, bool threaded) : file_(file) {
-    if (!threaded) return;
+  ~Writer() { Stop(); }
+  // Starts the thread (false when it cannot: written at once instead).
+  bool Start() {
     try {
       thread_ = std::thread([this] { Run(); });
+      return true;
     } catch (...) {
-      // Written at once instead.
+      return false;
     }
   }
-  ~ChunkWriter() { Stop(); }
-  ChunkWriter(const ChunkWriter&) = delete;
-  ChunkWriter& operator=(const ChunkWriter&) = delete;
-
+  bool running() const { return thread_.joinable() && !dead_; }
+  // The file the chunks of the step now encoded go to.
+  void Begin(OutputSink* file) {
+    std::lock_guard<std::mutex> lock(mu_);
+    file_ = file;
+  }
   // Takes `chunk`'s content to be written and leaves it empty (with the
   // memory of a chunk written before, when there is one).
   void Write(JsonBuffer* chunk) {
-    if (!thread_.joinable()) {
-      file_->Write(chunk->view());
-      chunk->clear();
-      return;
-    }
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return queue_.size() < kQueued || error_; });
-    if (error_) return chunk->clear();  // the file is lost anyway: Finish says why
+    cv_.wait(lock, [&] { return queue_.size() < kQueued || dead_; });
+    if (dead_) return chunk->clear();  // the file is lost anyway: Finish says why
     queue_.push_back(std::move(*chunk));
     if (!spare_.empty()) {
       *chunk = std::move(spare_.back());
@@ -457,32 +366,15 @@ class ChunkWriter {
     }
     cv_.notify_all();
   }
-  // Returns once every chunk handed over is written.
+  // Returns once every chunk handed over since Begin is written.
   void Finish() {
-    Stop();
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  void Run() {
-    try {
-      std::unique_lock<std::mutex> lock(mu_);
-      while (true) {
-        cv_.wait(lock, [&] { return !queue_.empty() || done_; });
-        if (queue_.empty()) return;  // done_, and all written
-        JsonBuffer chunk = std::move(queue_.front());
-        queue_.pop_front();
-        cv_.notify_all();
-        lock.unlock();
-        file_->Write(chunk.view());
-        chunk.clear();
-        lock.lock();
-        spare_.push_back(std::move(chunk));
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu_);
-      error_ = std::current_exception();
-      cv_.notify_all();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return (queue_.empty() && !writing_) || dead_; });
+    file_ = nullptr;
+    if (error_) {
+      std::exception_ptr e = error_;
+      error_ = nullptr;
+      std::rethrow_exception(e);
     }
   }
   void Stop() {
@@ -495,85 +387,77 @@ class ChunkWriter {
     thread_.join();
   }
 
-  AtomicFile* file_;
+ private:
+  void Run() {
+    try {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (true) {
+        cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+        if (queue_.empty()) return;  // done_, and all written
+        JsonBuffer chunk = std::move(queue_.front());
+        queue_.pop_front();
+        writing_ = true;
+        cv_.notify_all();
+        lock.unlock();
+        file_->Write(chunk.view());
+        chunk.clear();
+        lock.lock();
+        writing_ = false;
+        spare_.push_back(std::move(chunk));
+        cv_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      dead_ = true;
+      queue_.clear();
+      cv_.notify_all();
+    }
+  }
+
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
   // Guarded by mu_ while the thread runs:
+  OutputSink* file_ = nullptr;
   std::deque<JsonBuffer> queue_;
   std::vector<JsonBuffer> spare_;
-  bool done_ = false;
+  bool writing_ = false, done_ = false, dead_ = false;
   std::exception_ptr error_;
 };
 
-}  // namespace
+TraceJsonOutput::TraceJsonOutput(int workers) : workers_(std::clamp(workers, 1, kMaxTraceWorkers)) {}
 
-std::string StepTraceJson(const StepProfile& step, const std::map<uint64_t, int64_t>& trace_pids, int workers) {
-  std::string out;
-  EncodeStepTrace(step, trace_pids, workers, [&](JsonBuffer* chunk) {
-    out.append(chunk->view());
-    chunk->clear();
-  });
-  return out;
-}
+TraceJsonOutput::~TraceJsonOutput() = default;
 
-bool ChromeTraceExporter::WriteFile(const std::string& path, const std::string& content) noexcept {
-  AtomicFile file(path);
-  file.Write(content);
-  if (file.Commit()) return true;
-  last_error_ = file.error();
-  return false;
-}
-
-bool ChromeTraceExporter::WriteTraceJson(const std::string& path, const StepProfile& step) {
+void TraceJsonOutput::WriteStep(const StepProfile& step, const TracePids& pids, OutputSink* out) {
   // Written as it is encoded, a chunk at a time: the trace is never whole
   // in memory (it can be hundreds of MB).
-  // With more than one worker the file is written on a thread of its own.
-  AtomicFile file(path);
-  {
-    ChunkWriter writer(&file, workers_ > 1);  // gone before the file
-    EncodeStepTrace(step, trace_pids_, workers_, [&](JsonBuffer* chunk) { writer.Write(chunk); });
-    writer.Finish();
+  if (workers_ > 1 && !shut_ && writer_ == nullptr) {
+    writer_ = std::make_unique<Writer>();
+    if (!writer_->Start()) writer_.reset();
   }
-  if (file.Commit()) return true;
-  last_error_ = file.error();
-  return false;
+  if (writer_ == nullptr || !writer_->running()) {
+    EncodeStepTrace(step, pids, workers_, [&](JsonBuffer* chunk) {
+      out->Write(chunk->view());
+      chunk->clear();
+    });
+    return;
+  }
+  writer_->Begin(out);
+  try {
+    EncodeStepTrace(step, pids, workers_, [&](JsonBuffer* chunk) { writer_->Write(chunk); });
+  } catch (...) {
+    writer_->Finish();  // nothing of the step's is written after the file goes
+    throw;
+  }
+  writer_->Finish();
 }
 
-bool ChromeTraceExporter::ExportStep(const StepProfile& step) noexcept {
-  try {
-    std::string dir = out_dir_ + "/step_" + std::to_string(step.step);
-    if (!step.capture.empty()) dir += "/" + step.capture;
-    if (!MakeDirs(dir)) {
-      last_error_ = "cannot create " + dir + ": " + std::strerror(errno);
-      return false;
-    }
-    for (const ProcessSlice& slice : step.processes) {
-      TracePid(slice.process->hello().session, slice.process->identity().pid);
-    }
-    if (!step.summary_only && json_ && !WriteTraceJson(dir + "/trace.json", step)) return false;
-    if (!step.summary_only && pftrace_ &&
-        !WriteFile(dir + "/trace.pftrace", StepTracePerfetto(step, trace_pids_))) {
-      return false;
-    }
-    return WriteFile(dir + "/summary.json", StepSummaryJson(step));
-  } catch (const std::exception& e) {
-    last_error_ = e.what();
-    return false;
-  }
-}
-
-bool ChromeTraceExporter::ExportRun(const RunInfo& run) noexcept {
-  try {
-    if (!MakeDirs(out_dir_)) {
-      last_error_ = "cannot create " + out_dir_ + ": " + std::strerror(errno);
-      return false;
-    }
-    return WriteFile(out_dir_ + "/" + kRunJsonFile, RunJson(run));
-  } catch (const std::exception& e) {
-    last_error_ = e.what();
-    return false;
-  }
+void TraceJsonOutput::Shutdown() noexcept {
+  shut_ = true;
+  if (writer_ != nullptr) writer_->Stop();
+  writer_.reset();
 }
 
 }  // namespace rlscope

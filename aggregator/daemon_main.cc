@@ -36,6 +36,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,8 @@
 
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
+#include "aggregator/outputs.h"
+#include "aggregator/step_files.h"
 #include "aggregator/daemon_support.h"
 #include "aggregator/relay.h"
 #include "aggregator/run_json.h"
@@ -260,7 +263,7 @@ void ReportNotes(Aggregator& agg) {
   std::fflush(stdout);
 }
 
-void ReportDone(const Aggregator& agg, const ChromeTraceExporter& exporter) {
+void ReportDone(const Aggregator& agg, const StepFiles& exporter) {
   const auto& st = agg.stats();
   std::printf("rlscope-ray aggregator: done: %zu processes, %llu events, %llu steps seen, %llu written, "
               "%llu bad frames%s%s, %llu refused%s%s\n",
@@ -395,6 +398,13 @@ void Serve(void* sock, Server& server, Aggregator& agg, const Options& options, 
   }
 }
 
+// The run's files as the config's output.formats asks (outputs.h), for
+// both modes.
+std::unique_ptr<StepFiles> MakeRunFiles(const Config& config, const Options& options) {
+  return MakeStepFiles(config.output_dir, config.output.formats,
+                       options.trace_workers > 0 ? options.trace_workers : kDefaultTraceWorkers);
+}
+
 // rlscope-ray recover: the spool files of --spool-dir (or of the run's
 // directory by its key) into the run directory --out, resumed whether it is
 // final or not; writes what they complete and finishes the run again.
@@ -403,9 +413,8 @@ int RunRecover(const Options& options) {
   KeySet config_keys;
   if (!LoadConfig(options, &config, &config_keys)) return 2;
   umask(077);
-  ChromeTraceExporter exporter(config.output_dir, config.output.formats,
-                               options.trace_workers > 0 ? options.trace_workers : kDefaultTraceWorkers);
-  Aggregator agg(config, &exporter, options.config_path, config_keys);
+  const std::unique_ptr<StepFiles> exporter = MakeRunFiles(config, options);
+  Aggregator agg(config, exporter.get(), options.config_path, config_keys);
   if (const char* secret = std::getenv(names::kEnvSecret); secret != nullptr && *secret != '\0') agg.SetSecret(secret);
   std::string unreadable;
   if (const std::optional<ResumePoint> point = ReadResumePoint(config.output_dir, &unreadable, true)) {
@@ -426,7 +435,7 @@ int RunRecover(const Options& options) {
   agg.Finish(MonotonicNs());
   ReportWritten(agg, config.output_dir, &reported);
   ReportNotes(agg);
-  ReportDone(agg, exporter);
+  ReportDone(agg, *exporter);
   return agg.stats().write_errors > 0 ? 3 : 0;
 }
 
@@ -455,13 +464,12 @@ int RunAggregator(const Options& options) {
   void* sock = Listen(ctx, options, config);
   if (sock == nullptr) return 2;
   StopOnSignals(options.exit_with_parent);
-  ChromeTraceExporter exporter(config.output_dir, config.output.formats,
-                               options.trace_workers > 0 ? options.trace_workers : kDefaultTraceWorkers);
-  Aggregator agg(config, &exporter, options.config_path, config_keys);
+  const std::unique_ptr<StepFiles> exporter = MakeRunFiles(config, options);
+  Aggregator agg(config, exporter.get(), options.config_path, config_keys);
   UseSecret(agg, options);
   TakeUpUnfinishedRun(agg, options, config.output_dir);
-  if (!exporter.ExportRun(agg.RunInfoNow())) {
-    std::fprintf(stderr, "rlscope-ray aggregator: %s\n", exporter.last_error().c_str());
+  if (!exporter->ExportRun(agg.RunInfoNow())) {
+    std::fprintf(stderr, "rlscope-ray aggregator: %s\n", exporter->last_error().c_str());
     return 3;
   }
   size_t reported = agg.steps_written().size();  // a resumed run's are announced already
@@ -473,7 +481,7 @@ int RunAggregator(const Options& options) {
                  "rlscope-ray aggregator: stopping: %s. The steps written so far are kept; the collectors keep "
                  "what was not written in their spools (buffers.spool_mb): start the aggregator again on the same "
                  "--out once it can be written, and it writes them\n",
-                 exporter.last_error().c_str());
+                 exporter->last_error().c_str());
   } else {
     TakeUpSpoolFiles(agg, SpoolDirOf(agg), MonotonicNs());  // what the last exits left
     agg.Finish(MonotonicNs());
@@ -481,7 +489,7 @@ int RunAggregator(const Options& options) {
     ReportWritten(agg, config.output_dir, &reported);
     ReportNotes(agg);  // an empty run says why
   }
-  ReportDone(agg, exporter);
+  ReportDone(agg, *exporter);
   const int linger_ms = 1000;  // the last answers go out, or are given up on
   zmq_setsockopt(sock, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
   zmq_close(sock);

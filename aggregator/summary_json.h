@@ -1,6 +1,6 @@
 // summary.json (one per step or capture), as JSON text;
 // docs/summary_format.md says what each key means. No I/O: the exporter
-// (chrome_trace.h) writes it beside the trace. run.json is run_json.h's.
+// (outputs.h) writes it beside the trace. run.json is run_json.h's.
 #pragma once
 
 #include <string>

@@ -37,11 +37,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
+#include "aggregator/outputs.h"
 #include "aggregator/perfetto_trace.h"
 #include "aggregator/step_cut.h"
 #include "native/wire.h"
@@ -72,10 +74,10 @@ double CpuSeconds(clockid_t clock) {
 class EncodingTimer : public StepExporter {
  public:
   EncodingTimer(const std::string& out, const std::vector<std::string>& formats, int workers)
-      : files_(out, formats, workers) {}
+      : files_(MakeStepFiles(out, formats, workers)) {}
   bool ExportStep(const StepProfile& step) noexcept override {
     const auto e = std::chrono::steady_clock::now();
-    const bool ok = files_.ExportStep(step);
+    const bool ok = files_->ExportStep(step);
     export_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - e).count();
     const double cpu_a = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
     const auto a = std::chrono::steady_clock::now();
@@ -91,7 +93,7 @@ class EncodingTimer : public StepExporter {
     pftrace_s += std::chrono::duration<double>(c - b).count();
     return ok;
   }
-  bool ExportRun(const RunInfo& run) noexcept override { return files_.ExportRun(run); }
+  bool ExportRun(const RunInfo& run) noexcept override { return files_->ExportRun(run); }
   double json_s = 0, pftrace_s = 0;
   double export_s = 0;  // the daemon's exporter (trace.json and summary.json), inside the timed span
   double extra_cpu_s = 0;  // CPU time of the two encodings above (not the aggregator's)
@@ -99,7 +101,7 @@ class EncodingTimer : public StepExporter {
   std::string pftrace;  // the last step's, written beside its trace.json after the timing
 
  private:
-  ChromeTraceExporter files_;
+  std::unique_ptr<StepFiles> files_;
 };
 }  // namespace
 

@@ -316,7 +316,10 @@ std::vector<KeySpec> CaptureKeySpecs() {
                  [](Config& c) -> std::vector<std::string>& { return c.output.formats; },
                  "expected a list like [json, pftrace, db]", "list items must be format names",
                  [](const std::string& v) -> std::string {
-                   return v == "json" || v == "pftrace" || v == "db" ? "" : "'" + v + "' is not one of: json | pftrace | db";
+                   for (const char* f : {names::kFormatJson, names::kFormatPftrace, names::kFormatDb}) {
+                     if (v == f) return "";
+                   }
+                   return "'" + v + "' is not one of: json | pftrace | db";
                  }),
       Run(Selection("ranks", "ranks to profile: all, or a list like [0, 1]",
                 [](Config& c) -> IntSelection& { return c.ranks; })),

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "native/names.h"
+
 namespace rlscope {
 
 // A set of non-negative integers: `all`, or an explicit sorted list.
@@ -25,13 +27,13 @@ struct IntSelection {
 struct Config {
   std::string aggregator = "auto";
   std::string output_dir = "rlscope_out";
-  // The files of each written step besides summary.json (chrome_trace.h):
+  // The files of each written step besides summary.json (aggregator/outputs.h,
+  // the only reader of this list):
   // "json" trace.json, "pftrace" trace.pftrace (perfetto_trace.h), "db" the
   // run database run.duckdb, kept by a process beside the aggregator from
   // each step's trace.json and summary.json (docs/run_database.md).
   struct Output {
-    std::vector<std::string> formats = {"json", "pftrace", "db"};
-    bool Has(const std::string& f) const { return std::find(formats.begin(), formats.end(), f) != formats.end(); }
+    std::vector<std::string> formats = {names::kFormatJson, names::kFormatPftrace, names::kFormatDb};
   } output;
   IntSelection ranks;
   IntSelection steps;

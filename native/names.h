@@ -74,6 +74,12 @@ inline constexpr char kCatOffCpu[] = "off_cpu";
 // directory (rlscope-ray report, query, export) know how to read.
 inline constexpr char kRunFormat[] = "rlscope-ray run v1";
 
+// output.formats' names (native/config.h; aggregator/outputs.h builds the
+// aggregator's, the run database follower, rlscope_ray/rundb.py, writes db).
+inline constexpr char kFormatJson[] = "json";        // step_<N>/trace.json
+inline constexpr char kFormatPftrace[] = "pftrace";  // step_<N>/trace.pftrace
+inline constexpr char kFormatDb[] = "db";            // run.duckdb
+
 // Cross-stack attribution's categories (aggregator/attribution.h): keys of
 // summary.json's breakdown[].attribution, names of the trace's sample slices.
 inline constexpr char kCpuPython[] = "python";
@@ -124,6 +130,9 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"CPU_OTHER", kCpuOther},
     {"CPU_PROFILER", kCpuProfiler},
     {"RUN_FORMAT", kRunFormat},
+    {"FORMAT_JSON", kFormatJson},
+    {"FORMAT_PFTRACE", kFormatPftrace},
+    {"FORMAT_DB", kFormatDb},
 };
 
 }  // namespace rlscope::names

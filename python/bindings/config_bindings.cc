@@ -45,6 +45,9 @@ void AddConfigBindings(py::module_& m) {
       py::arg("layers"),
       "Merge config layers [(text, source, located)], each over those before: (JSON of the keys they set, "
       "errors). located False: a generated text, its errors without line and column.");
+  m.def(
+      "default_output_formats", [] { return rlscope::Config().output.formats; },
+      "output.formats when no config sets it (native/config.h).");
   m.def("run_key", &rlscope::RunKey, py::arg("secret"),
         "The run's key: a digest of its secret (run.json resume.run_key; \"\" without one).");
   m.def("spool_dir", &rlscope::SpoolDirFor, py::arg("run_key"),

@@ -22,19 +22,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from . import _native
 from ._native import names as _names
 
 SCHEMA_VERSION = 1
 DB_NAME = "run.duckdb"
 RUN_FORMATS = (_names.RUN_FORMAT,)  # the run.json formats this module reads
-DEFAULT_FORMATS = ("json", "pftrace", "db")  # output.formats absent (native/config.h); holds db
 LOCK_RETRY_S = 5.0
 # The follower's last line, once its last update is done (or given up):
 # what a caller that must see the database whole waits for.
@@ -136,23 +135,12 @@ def read_run_json(run_dir: str) -> Dict[str, Any]:
 
 
 def output_formats(run: Dict[str, Any]) -> List[str]:
-    """The run's output formats: run.json's output_formats (the list its
-    aggregator resolved and writes); from a run.json before that key, its
-    config_yaml's output.formats (absent: DEFAULT_FORMATS)."""
+    """The run's output formats: run.json's output_formats, the list its
+    aggregator resolved and writes (aggregator/outputs.h); a run.json of an
+    rlscope-ray from before that key ran with the defaults."""
     if isinstance(run.get("output_formats"), list):
         return [str(f) for f in run["output_formats"]]
-    text = run.get("config_yaml") or ""
-    try:
-        import yaml
-
-        cfg = yaml.safe_load(text) or {}
-        formats = (cfg.get("output") or {}).get("formats") if isinstance(cfg, dict) else None
-    except ImportError:  # PyYAML is Ray's, not ours: the two forms the aggregator writes
-        m = re.search(r"^output:\s*\n(?:[ \t]+.*\n)*?[ \t]+formats:\s*\[([^\]]*)\]", text, re.M)
-        if m is None:
-            m = re.search(r"^output:\s*\{[^}]*formats:\s*\[([^\]]*)\]", text, re.M)
-        formats = [s.strip().strip("'\"") for s in m.group(1).split(",") if s.strip()] if m else None
-    return [str(f) for f in formats] if isinstance(formats, list) else list(DEFAULT_FORMATS)
+    return list(_native.default_output_formats())
 
 
 def _create(path: str) -> None:
@@ -472,7 +460,7 @@ def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
         run = read_run_json(run_dir)
     except RunDirError:
         return None
-    if "db" not in output_formats(run):
+    if _names.FORMAT_DB not in output_formats(run):
         return True
     which = ("run_id", run_id(run))
     if which not in known:

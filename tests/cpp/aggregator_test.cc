@@ -13,17 +13,21 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <set>
 #include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,6 +38,8 @@
 #include "aggregator/clock_fit.h"
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
+#include "aggregator/outputs.h"
+#include "aggregator/step_files.h"
 #include "aggregator/json_writer.h"
 #include "aggregator/process_json.h"
 #include "aggregator/prefault.h"
@@ -1702,10 +1708,10 @@ std::map<int64_t, std::string> ProcessNames(const std::string& trace) {
   return out;
 }
 
-TEST_F(AggregatorTest, ChromeTraceExporterGivesSamePidOnTwoHostsDistinctTracePids) {
+TEST_F(AggregatorTest, StepFilesGiveSamePidOnTwoHostsDistinctTracePids) {
   TempDir dir;
-  ChromeTraceExporter chrome(dir.path());
-  Aggregator agg(Config(), &chrome);
+  const auto chrome = MakeStepFiles(dir.path(), {"json"}, 1);
+  Aggregator agg(Config(), chrome.get());
   FakeCollector ctl(1, "controller", -1, 100, "head", "driver");
   FakeCollector a(2, "worker", 0, 4242, "hostA", "train");
   FakeCollector b(3, "worker", 1, 4242, "hostB", "train");
@@ -1718,7 +1724,7 @@ TEST_F(AggregatorTest, ChromeTraceExporterGivesSamePidOnTwoHostsDistinctTracePid
   ctl.Push(100, 3000, "step").Pop(100, 4000);
   agg.OnMessage(ctl.Flush(5000), 0);
   agg.Tick(0);
-  EXPECT_EQ(agg.steps_written(), (std::vector<int64_t>{1, 2})) << chrome.last_error();
+  EXPECT_EQ(agg.steps_written(), (std::vector<int64_t>{1, 2})) << chrome->last_error();
   agg.Finish(0);
 
   namespace fs = std::filesystem;
@@ -2386,12 +2392,109 @@ TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheR
   EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 300}, {2, 200}}));
 }
 
+// ------------------------------------------------------ the export contract
+
+// The files in `dir` (names only, sorted).
+std::vector<std::string> FilesIn(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+size_t ThreadsOfThisProcess() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory() ? 1 : 0;
+  return n;
+}
+
+StepProfile EmptyStep(int64_t n) {
+  StepProfile step;
+  step.step = n;
+  step.begin_ns = 1000;
+  step.end_ns = 2000;
+  step.reason = "complete";
+  return step;
+}
+
+TEST(StepFilesTest, TheFactoryBuildsOneOutputPerFormatAndRunJsonListsThem) {
+  TempDir dir;
+  const auto pf = MakeStepFiles(dir.path() + "/a", {"pftrace"}, 1);
+  EXPECT_EQ(pf->formats(), (std::vector<std::string>{"pftrace"}));
+  ASSERT_TRUE(pf->ExportStep(EmptyStep(1))) << pf->last_error();
+  EXPECT_EQ(FilesIn(dir.path() + "/a/step_1"), (std::vector<std::string>{"summary.json", "trace.pftrace"}));
+  // db is the run database follower's: listed, no file of the aggregator's.
+  const auto jd = MakeStepFiles(dir.path() + "/b", {"db", "json"}, 1);
+  EXPECT_EQ(jd->formats(), (std::vector<std::string>{"json", "db"}));
+  ASSERT_TRUE(jd->ExportStep(EmptyStep(2))) << jd->last_error();
+  EXPECT_EQ(FilesIn(dir.path() + "/b/step_2"), (std::vector<std::string>{"summary.json", "trace.json"}));
+  RunInfo run;
+  run.output_formats = jd->formats();
+  ASSERT_TRUE(jd->ExportRun(run)) << jd->last_error();
+  std::ifstream in(dir.path() + "/b/run.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, ::testing::HasSubstr(R"("output_formats":["json","db"])"));
+  EXPECT_EQ(FilesIn(dir.path() + "/b"), (std::vector<std::string>{"run.json", "step_2"}));
+}
+
+TEST(StepFilesTest, AStepWhoseDetailIsFiguresOnlyGetsNoTrace) {
+  TempDir dir;
+  const auto files = MakeStepFiles(dir.path(), {"json", "pftrace"}, 1);
+  StepProfile figures = EmptyStep(3);
+  figures.summary_only = true;  // chosen per step, after it ended
+  ASSERT_TRUE(files->ExportStep(figures)) << files->last_error();
+  ASSERT_TRUE(files->ExportStep(EmptyStep(4))) << files->last_error();
+  EXPECT_EQ(FilesIn(dir.path() + "/step_3"), (std::vector<std::string>{"summary.json"}));
+  EXPECT_EQ(FilesIn(dir.path() + "/step_4"), (std::vector<std::string>{"summary.json", "trace.json", "trace.pftrace"}));
+}
+
+TEST(StepFilesTest, ShutdownStopsTheTraceWritersThreadAndLaterExportsFail) {
+  TempDir dir;
+  const size_t before = ThreadsOfThisProcess();
+  const auto files = MakeStepFiles(dir.path(), {"json"}, 2);  // trace.json written on a thread of its own
+  ASSERT_TRUE(files->ExportStep(EmptyStep(1))) << files->last_error();
+  ASSERT_TRUE(files->ExportStep(EmptyStep(2))) << files->last_error();
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1);  // one writer, kept from step to step
+  EXPECT_TRUE(files->Flush(std::chrono::milliseconds(0)));  // each export wrote its files before returning
+  files->Shutdown();
+  EXPECT_EQ(ThreadsOfThisProcess(), before);
+  EXPECT_FALSE(files->ExportStep(EmptyStep(3)));
+  EXPECT_THAT(files->last_error(), ::testing::HasSubstr("shut down"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/step_3"));
+  // Both steps written on the thread are whole, and the same as without it.
+  const auto one = MakeStepFiles(dir.path() + "/one", {"json"}, 1);
+  ASSERT_TRUE(one->ExportStep(EmptyStep(2)));
+  std::ifstream a(dir.path() + "/step_2/trace.json"), b(dir.path() + "/one/step_2/trace.json");
+  const std::string ta((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+  const std::string tb((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(ta.empty());
+  EXPECT_EQ(ta, tb);
+}
+
+TEST(StepFilesTest, AnOutputThatFailsLeavesNoFileAndSaysWhich) {
+  class Failing : public Output {
+   public:
+    const char* step_file() const override { return "broken.bin"; }
+    void WriteStep(const StepProfile&, const TracePids&, OutputSink* out) override {
+      out->Write("half");
+      throw std::runtime_error("cannot encode");
+    }
+  };
+  TempDir dir;
+  std::vector<std::unique_ptr<Output>> outputs;
+  outputs.push_back(std::make_unique<Failing>());
+  StepFiles files(dir.path(), std::move(outputs), {"broken"});
+  EXPECT_FALSE(files.ExportStep(EmptyStep(1)));
+  EXPECT_THAT(files.last_error(), ::testing::HasSubstr("broken.bin: cannot encode"));
+  EXPECT_TRUE(FilesIn(dir.path() + "/step_1").empty());  // neither the file nor its temporary
+}
+
 // run.json both ways (run_json.h): what an unfinished run wrote there is
 // what an aggregator started again on the directory takes up.
 TEST(RunJsonTest, WhatAnUnfinishedRunWroteIsTheResumePointReadBack) {
   TempDir dir;
-  ChromeTraceExporter chrome(dir.path());
-  Aggregator agg(Config(), &chrome);
+  const auto chrome = MakeStepFiles(dir.path(), {"json"}, 1);
+  Aggregator agg(Config(), chrome.get());
   agg.SetSecret("s");
   FakeCollector ctl(1, "controller", -1, 100), w(2, "worker", 0, 200);
   agg.OnMessage(ctl.Hello(), 0);
@@ -2416,7 +2519,7 @@ TEST(RunJsonTest, WhatAnUnfinishedRunWroteIsTheResumePointReadBack) {
   EXPECT_EQ(p->awaited, (std::vector<uint64_t>{1, 2}));  // selected, no goodbye yet
   EXPECT_EQ(p->released, (std::map<uint64_t, int64_t>{{1, 100}, {2, 200}}));
   // Every run its own id; one taken up keeps the id it had.
-  Aggregator again(Config(), &chrome);
+  Aggregator again(Config(), chrome.get());
   EXPECT_NE(again.run_id(), agg.run_id());
   again.Resume(*p);
   EXPECT_EQ(again.run_id(), agg.run_id());

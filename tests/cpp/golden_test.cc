@@ -28,6 +28,7 @@
 
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
+#include "aggregator/outputs.h"
 #include "native/config.h"
 #include "tests/cpp/fake_collector.h"
 
@@ -162,8 +163,8 @@ std::string ReadAll(const fs::path& p) {
 void RunScenario(const fs::path& out, bool beside) {
   ConfigResult parsed = ParseConfig(kConfig, "golden.yaml");
   ASSERT_TRUE(parsed.ok());
-  ChromeTraceExporter exporter(out.string(), {"json", "pftrace"});
-  Aggregator agg(parsed.config, &exporter);
+  const auto exporter = MakeStepFiles(out.string(), parsed.config.output.formats, 1);  // as the daemon does
+  Aggregator agg(parsed.config, exporter.get());
   agg.set_second_core(beside);
   FakeCollector ctl(1, "controller", -1, 100, "node0", "TaskRunner");
   FakeCollector w0(2, "worker", 0, 200, "node0", "ActorRolloutRefWorker");
@@ -292,8 +293,8 @@ TEST(OnFrames, DecodingAheadWritesWhatTakingOneByOneWrites) {
     char tmpl[] = "/tmp/rlscope_onframes_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     outs.emplace_back(tmpl);
-    ChromeTraceExporter exporter(outs.back().string(), {"json"});
-    Aggregator agg(Config{}, &exporter);
+    const auto exporter = MakeStepFiles(outs.back().string(), {"json"}, 1);
+    Aggregator agg(Config{}, exporter.get());
     agg.set_second_core(ahead == 1);
     int64_t now = 0;
     if (ahead == 1) {

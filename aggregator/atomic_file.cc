@@ -1,0 +1,62 @@
+#include "aggregator/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace rlscope {
+
+bool MakeDirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!cur.empty() && mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return false;
+    }
+    if (i < path.size()) cur.push_back(path[i]);
+  }
+  return true;
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
+  fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd_ < 0) Fail("cannot create");
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) close(fd_);
+  if (!committed_) unlink(tmp_.c_str());
+}
+
+void AtomicFile::Write(std::string_view data) {
+  for (size_t done = 0; ok() && done < data.size();) {
+    const ssize_t n = write(fd_, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Fail("cannot write");
+    done += static_cast<size_t>(n);
+  }
+}
+
+bool AtomicFile::Commit() {
+  if (!ok()) return false;
+  const int fd = fd_;
+  fd_ = -1;
+  if (close(fd) != 0) return Fail("cannot write"), false;
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) return Fail("cannot rename"), false;
+  committed_ = true;
+  return true;
+}
+
+// The temporary file goes at once (a full disk gets its space back while
+// the rest of the step is still encoded, for nothing).
+void AtomicFile::Fail(const std::string& what) {
+  if (error_.empty()) error_ = what + " " + tmp_ + ": " + std::strerror(errno);
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  unlink(tmp_.c_str());
+}
+
+}  // namespace rlscope

@@ -1,0 +1,43 @@
+// Writing the run's files: directories made 0700, files 0600 (a profile's
+// names, timings and identities are its user's only), each file written
+// under a temporary name and renamed when complete, so a reader never sees
+// half of it.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "aggregator/exporter.h"
+
+namespace rlscope {
+
+// Makes `path` and its parents (0700); false (errno) when one cannot be.
+bool MakeDirs(const std::string& path);
+
+// A file written under `path`.tmp and renamed to `path` by Commit. POSIX
+// calls, each checked (a full disk shows at write or close): on any failure
+// the temporary file goes at once, what was there before stays, and
+// error() says why. One thread at a time.
+class AtomicFile : public OutputSink {
+ public:
+  explicit AtomicFile(const std::string& path);
+  ~AtomicFile() override;
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  // Appends `data` (nothing once something failed).
+  void Write(std::string_view data) override;
+  // Closes and renames the file into place; false (error()) on any failure.
+  bool Commit();
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  void Fail(const std::string& what);
+
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::string error_;
+};
+
+}  // namespace rlscope

@@ -1,0 +1,47 @@
+// The run's files: a StepExporter over one Output per file (exporter.h).
+// Per written step, <out>/step_<N>[/<capture>]/ with each Output's step
+// file (a step whose detail is figures only, StepProfile::summary_only,
+// gets those that are not full detail); per run, each Output's run file in
+// <out>. Each file is written whole before the export returns (atomic_file.h:
+// a reader never sees half of one); a failed write leaves no temporary file
+// and says why (last_error). outputs.h builds one from output.formats.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregator/exporter.h"
+
+namespace rlscope {
+
+class StepFiles : public StepExporter {
+ public:
+  // `formats`: what run.json records it writes (the factory's resolved list).
+  StepFiles(std::string out_dir, std::vector<std::unique_ptr<Output>> outputs, std::vector<std::string> formats);
+  bool ExportStep(const StepProfile& step) noexcept override;
+  bool ExportRun(const RunInfo& run) noexcept override;
+  // Stops every output's threads; exports after it fail.
+  void Shutdown() noexcept override;
+  std::vector<std::string> formats() const override { return formats_; }
+
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  // The pid a process has in the run's traces (TracePids).
+  int64_t TracePid(uint64_t session, int64_t pid);
+  // Creates `dir` (and its parents); false with last_error.
+  bool MakeDir(const std::string& dir);
+  // One output's file at `path`, encoded by `write` and committed; false with last_error.
+  template <typename WriteFn>
+  bool WriteFile(const std::string& path, WriteFn write);
+
+  std::string out_dir_;
+  std::vector<std::unique_ptr<Output>> outputs_;
+  std::vector<std::string> formats_;
+  TracePids trace_pids_;
+  bool shut_ = false;
+  std::string last_error_;
+};
+
+}  // namespace rlscope
