@@ -2,7 +2,7 @@
 #   make demo   - the main job under the profiler; writes merged step profiles
 #   make test   - installs what is missing, builds, runs every test
 # Also: make bench (headline overhead and throughput tables, a few minutes),
-# make bench-long (every section), make build, make clean.
+# make bench-long (every section), make build, make format, make clean.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 BUILD_DIR := build/py
 JOBS ?= 2
 
-.PHONY: all deps venv build test test-cpp test-py demo bench bench-long clean gpu-bundle fuzz
+.PHONY: all deps venv build test test-cpp test-py demo bench bench-long clean gpu-bundle fuzz format
 
 all: build
 
@@ -69,6 +69,14 @@ fuzz: deps
 # with no build step there (scripts/build_gpu_bundle.sh).
 gpu-bundle: deps
 	JOBS=$(JOBS) scripts/build_gpu_bundle.sh
+
+# The C and C++ sources laid out by .clang-format (third_party/ as it came).
+FORMATTED = $(shell git ls-files 'aggregator/*.cc' 'aggregator/*.h' 'collector/*.c' 'collector/*.cc' \
+  'collector/*.h' 'native/*.cc' 'native/*.h' 'python/bindings/*.c' 'python/bindings/*.cc' 'python/bindings/*.h' \
+  'bench/*.c' 'bench/*.cc' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'tests/apps/*.c' 'tests/apps/*.cc' 'tests/fuzz/*.cc')
+format:
+	@command -v clang-format >/dev/null || (apt-get update -qq && apt-get install -y -qq clang-format)
+	clang-format -i $(FORMATTED)
 
 clean:
 	rm -rf build $(VENV) demo_out

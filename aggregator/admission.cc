@@ -37,7 +37,6 @@ void Admission::SetSecret(std::string secret) {
   run_key_ = RunKey(secret_);
 }
 
-
 void Admission::Refuse(const std::string& why, const std::string& peer, bool ask_hello, int64_t now_ns) {
   ++context_->stats.refused_frames;
   context_->stats.last_refused = why;

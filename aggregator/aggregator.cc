@@ -91,8 +91,8 @@ void Aggregator::OnFrames(const std::vector<Received>& frames, const std::functi
   }
   for (size_t i = 0; i < frames.size(); ++i) {
     const Received& f = frames[i];
-    const uint64_t session = ahead ? OnDecoded(ahead->Take(i), now(), f.peer)
-                                   : OnFrame(f.bytes.data(), f.bytes.size(), now(), f.peer);
+    const uint64_t session =
+        ahead ? OnDecoded(ahead->Take(i), now(), f.peer) : OnFrame(f.bytes.data(), f.bytes.size(), now(), f.peer);
     after(i, session);
   }
 }
@@ -139,15 +139,13 @@ Overloaded(F...) -> Overloaded<F...>;
 
 void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
   ++context_.stats.messages;
-  std::visit(Overloaded{
-                 [&](const wire::Hello& m) { OnHello(m, now_ns); },
-                 [&](const wire::Batch& m) { OnBatch(m, now_ns); },
-                 [&](const wire::Probe& m) { OnProbe(m, now_ns); },
-                 [&](const wire::Expected& m) { OnExpected(m, now_ns); },
-                 [&](const wire::Bye& m) { OnBye(m); },
-                 [](const wire::Control&) {},  // ours, not a collector's
-             },
-             message);
+  std::visit(
+      Overloaded{
+          [&](const wire::Hello& m) { OnHello(m, now_ns); }, [&](const wire::Batch& m) { OnBatch(m, now_ns); },
+          [&](const wire::Probe& m) { OnProbe(m, now_ns); }, [&](const wire::Expected& m) { OnExpected(m, now_ns); },
+          [&](const wire::Bye& m) { OnBye(m); }, [](const wire::Control&) {},  // ours, not a collector's
+      },
+      message);
 }
 
 void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
@@ -187,7 +185,8 @@ void Aggregator::ClaimController(const wire::Hello& hello, ProcessTimeline* p, w
     scheduler_.RunConfigDecided();
     return;
   }
-  if (hello.session == controller_session_ || (controller_session_ == 0 && releases_.resumed().controller_session == 0)) {
+  if (hello.session == controller_session_ ||
+      (controller_session_ == 0 && releases_.resumed().controller_session == 0)) {
     return;
   }
   where->role = names::kWorker;
@@ -315,7 +314,9 @@ void Aggregator::NoteEmptyRun() {
   if (!why.empty()) context_.notes.Record(why);
 }
 
-std::vector<ExpectedProcess> Aggregator::NotProfiled() const { return rlscope::NotProfiled(expected_.processes(), processes_); }
+std::vector<ExpectedProcess> Aggregator::NotProfiled() const {
+  return rlscope::NotProfiled(expected_.processes(), processes_);
+}
 
 bool Aggregator::ControllerDone() const {
   auto c = processes_.find(controller_session_);

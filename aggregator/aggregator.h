@@ -81,9 +81,8 @@ class Aggregator {
   // i's; `ends[i]`: frame i is its message's last. On a host past its CPU,
   // with hundreds of collectors queued, the controller's step edges and a
   // newcomer's registration do not wait behind everyone's batches.
-  static std::vector<size_t> PriorityOrder(const std::vector<std::string>& bytes,
-                                           const std::vector<std::string>& peers, const std::vector<bool>& ends,
-                                           const std::string& controller_peer);
+  static std::vector<size_t> PriorityOrder(const std::vector<std::string>& bytes, const std::vector<std::string>& peers,
+                                           const std::vector<bool>& ends, const std::string& controller_peer);
   // Frames received together, in order, each taken as OnFrame is at
   // now() (read as it is taken), then `after(i, session)` called (the
   // daemon routes and answers there, as after each OnFrame). With a second
@@ -180,7 +179,7 @@ class Aggregator {
   // them all). Steps written and the run's end write it at once.
   void RunInfoChanged(int64_t now_ns);
   static constexpr int64_t kRunInfoEveryNs = 1'000'000'000;
-  bool run_info_due_ = false;       // a change not yet in run.json
+  bool run_info_due_ = false;        // a change not yet in run.json
   int64_t run_info_written_ns_ = 0;  // when RunInfoChanged last wrote it
   // At the run's end: a run that wrote no step says why in a note (no
   // controller connected; the controller began no step). Never silent.
@@ -194,9 +193,9 @@ class Aggregator {
   StepExporter* exporter_;
   ProcessMap processes_;
   std::map<uint64_t, ClockFit> clock_fits_;  // by session: each timeline's clock follows its fit
-  uint64_t controller_session_ = 0;  // the first controller to connect
-  std::set<uint64_t> demoted_;       // later claimants, told they are workers (Control.role)
-  ExpectedList expected_;  // the controller's (wire::Expected)
+  uint64_t controller_session_ = 0;          // the first controller to connect
+  std::set<uint64_t> demoted_;               // later claimants, told they are workers (Control.role)
+  ExpectedList expected_;                    // the controller's (wire::Expected)
   std::vector<int64_t> steps_written_;
   int64_t last_cut_end_ns_ = INT64_MIN;
   RecoveredCounts recovered_;                // spool files taken up (run.json `recovered`)

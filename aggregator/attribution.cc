@@ -84,8 +84,8 @@ const std::vector<std::string>& ProfilerModules() {
 // reaches the interpreter through these alone is the interpreter's own work
 // (a memcpy of a Python bytes object).
 const std::vector<std::string>& SystemObjects() {
-  static const std::vector<std::string> p = {"libc.so*", "libm.so*", "libpthread*", "ld-linux*", "libdl.so*",
-                                             "librt.so*", "libgcc_s*", "libstdc++*", "linux-vdso*", "libffi*"};
+  static const std::vector<std::string> p = {"libc.so*",  "libm.so*",  "libpthread*", "ld-linux*",   "libdl.so*",
+                                             "librt.so*", "libgcc_s*", "libstdc++*",  "linux-vdso*", "libffi*"};
   return p;
 }
 
@@ -101,12 +101,18 @@ struct ChainVerdict {
 
 const char* CpuCategoryName(CpuCategory c) {
   switch (c) {
-    case CpuCategory::kPython: return names::kCpuPython;
-    case CpuCategory::kBackend: return names::kCpuBackend;
-    case CpuCategory::kCudaApi: return names::kCpuCudaApi;
-    case CpuCategory::kSimulator: return names::kCpuSimulator;
-    case CpuCategory::kOther: return names::kCpuOther;
-    case CpuCategory::kProfiler: return names::kCpuProfiler;
+    case CpuCategory::kPython:
+      return names::kCpuPython;
+    case CpuCategory::kBackend:
+      return names::kCpuBackend;
+    case CpuCategory::kCudaApi:
+      return names::kCpuCudaApi;
+    case CpuCategory::kSimulator:
+      return names::kCpuSimulator;
+    case CpuCategory::kOther:
+      return names::kCpuOther;
+    case CpuCategory::kProfiler:
+      return names::kCpuProfiler;
   }
   return names::kCpuOther;
 }
@@ -136,11 +142,16 @@ CpuCategory AttributionRules::Classify(std::string_view object, std::string_view
   bool system_only = true;
   std::string_view rest = callers;
   for (std::string_view obj = object;;) {
-    if (AnyObject(ProfilerObjects(), obj)) chain = {true, CpuCategory::kProfiler, false};
-    else if (AnyObject(patterns_.cuda_api, obj)) chain = {true, CpuCategory::kCudaApi, false};
-    else if (AnyObject(patterns_.backend, obj)) chain = {true, CpuCategory::kBackend, false};
-    else if (AnyObject(patterns_.simulator, obj)) chain = {true, CpuCategory::kSimulator, false};
-    else if (AnyObject(patterns_.python, obj)) chain.interpreter = system_only;
+    if (AnyObject(ProfilerObjects(), obj))
+      chain = {true, CpuCategory::kProfiler, false};
+    else if (AnyObject(patterns_.cuda_api, obj))
+      chain = {true, CpuCategory::kCudaApi, false};
+    else if (AnyObject(patterns_.backend, obj))
+      chain = {true, CpuCategory::kBackend, false};
+    else if (AnyObject(patterns_.simulator, obj))
+      chain = {true, CpuCategory::kSimulator, false};
+    else if (AnyObject(patterns_.python, obj))
+      chain.interpreter = system_only;
     if (chain.named || AnyObject(patterns_.python, obj) || rest.empty()) break;
     if (!AnyObject(SystemObjects(), obj)) system_only = false;
     const size_t nl = rest.find('\n');
@@ -158,7 +169,8 @@ CpuCategory AttributionRules::Classify(std::string_view object, std::string_view
 }
 
 const char* OffCpuReasonName(int reason) {
-  static const char* const kNames[kOffCpuReasons] = {"other", "gil", "lock", "poll", "io", "sleep", "cpu_wait", "cuda_sync"};
+  static const char* const kNames[kOffCpuReasons] = {"other", "gil",   "lock",     "poll",
+                                                     "io",    "sleep", "cpu_wait", "cuda_sync"};
   return reason >= 0 && reason < kOffCpuReasons ? kNames[reason] : "other";
 }
 
@@ -210,8 +222,10 @@ void ClassifyStepSamples(StepProfile* step, const AttributionRules& rules) {
       std::sort(calls.begin(), calls.end());
       std::vector<std::pair<int64_t, int64_t>> merged;
       for (const auto& c : calls) {
-        if (!merged.empty() && c.first <= merged.back().second) merged.back().second = std::max(merged.back().second, c.second);
-        else merged.push_back(c);
+        if (!merged.empty() && c.first <= merged.back().second)
+          merged.back().second = std::max(merged.back().second, c.second);
+        else
+          merged.push_back(c);
       }
       calls = std::move(merged);
     }

@@ -90,8 +90,8 @@ struct Attribution {
   int64_t samples = 0;
   double weight_sq_ns2 = 0;  // the samples' weights squared, summed: the sampling error's
   int64_t max_weight_ns = 0;
-  int64_t gpu_ns = 0;       // the process's GPU busy time (kernels, copies, sets)
-  int64_t idle_ns = 0;      // window time with neither its threads on a CPU (as sampled) nor its GPU busy
+  int64_t gpu_ns = 0;             // the process's GPU busy time (kernels, copies, sets)
+  int64_t idle_ns = 0;            // window time with neither its threads on a CPU (as sampled) nor its GPU busy
   int64_t cuda_api_wall_ns = -1;  // its threads' CUDA API calls, wall time (CUPTI); -1 none traced
   // Off CPU: the recording threads' wall time not running, per OffCpuReason
   // (native/event.h), summed over threads; the looks it came from.

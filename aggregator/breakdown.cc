@@ -15,8 +15,7 @@
 
 namespace rlscope {
 
-Overlap ResourceOverlap(const std::vector<Interval>& cpu, const std::vector<Interval>& gpu, int64_t lo,
-                        int64_t hi) {
+Overlap ResourceOverlap(const std::vector<Interval>& cpu, const std::vector<Interval>& gpu, int64_t lo, int64_t hi) {
   Overlap o;
   if (hi <= lo) return o;
   // Sweep the edges of both unions; between two edges the state is constant.
@@ -36,16 +35,22 @@ Overlap ResourceOverlap(const std::vector<Interval>& cpu, const std::vector<Inte
   auto account = [&](int64_t until) {
     const int64_t d = until - t;
     if (d <= 0) return;
-    if (cpu_on && gpu_on) o.cpu_gpu += d;
-    else if (cpu_on) o.cpu_only += d;
-    else if (gpu_on) o.gpu_only += d;
-    else o.idle += d;
+    if (cpu_on && gpu_on)
+      o.cpu_gpu += d;
+    else if (cpu_on)
+      o.cpu_only += d;
+    else if (gpu_on)
+      o.gpu_only += d;
+    else
+      o.idle += d;
   };
   for (const auto& [at, delta] : edges) {
     account(at);
     t = std::max(t, at);
-    if (delta == 1 || delta == -1) cpu_on += delta;
-    else gpu_on += delta / 2;
+    if (delta == 1 || delta == -1)
+      cpu_on += delta;
+    else
+      gpu_on += delta / 2;
   }
   account(hi);
   return o;
@@ -153,8 +158,10 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
       cpu.push_back({sp.begin_ns, sp.end_ns});
     }
     for (const GpuRecord& g : s.gpu) {
-      if (OnDevice(g)) busy[p].gpu.push_back({g.start_ns, g.end_ns});
-      else if (static_cast<GpuKind>(g.kind) == GpuKind::kSync) waits.push_back({g.start_ns, g.end_ns});
+      if (OnDevice(g))
+        busy[p].gpu.push_back({g.start_ns, g.end_ns});
+      else if (static_cast<GpuKind>(g.kind) == GpuKind::kSync)
+        waits.push_back({g.start_ns, g.end_ns});
     }
     busy[p].cpu = Subtract(UnionClipped(cpu, step_begin, step_end), UnionClipped(waits, step_begin, step_end));
     busy[p].gpu = UnionClipped(busy[p].gpu, step_begin, step_end);
@@ -221,8 +228,8 @@ void OffCpuAndCoverage(const ProcessSlice& s, int64_t lo, int64_t hi, Attributio
 Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo, int64_t hi) {
   Attribution a;
   const auto& samples = s.cpu_samples;
-  auto it = std::lower_bound(samples.begin(), samples.end(), lo,
-                             [](const CpuSample& c, int64_t t) { return c.ts_ns < t; });
+  auto it =
+      std::lower_bound(samples.begin(), samples.end(), lo, [](const CpuSample& c, int64_t t) { return c.ts_ns < t; });
   for (; it != samples.end() && it->ts_ns < hi; ++it) {
     const int64_t w = it->weight_ns;
     a.ns[std::min<size_t>(it->category, kCpuCategories - 1)] += w;
@@ -240,7 +247,8 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
     int64_t taken = 0;
     for (size_t c = 0; c < kCpuCategories; ++c) {
       if (c == profiler) continue;
-      const int64_t t = static_cast<int64_t>(static_cast<double>(a.ns[c]) * static_cast<double>(own) / static_cast<double>(job));
+      const int64_t t =
+          static_cast<int64_t>(static_cast<double>(a.ns[c]) * static_cast<double>(own) / static_cast<double>(job));
       a.ns[c] -= t;
       taken += t;
     }

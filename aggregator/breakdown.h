@@ -24,8 +24,7 @@ struct StepProfile;
 struct ProcessSlice;
 
 // Sweeps CPU and GPU busy intervals (any order, may overlap) over [lo, hi).
-Overlap ResourceOverlap(const std::vector<Interval>& cpu, const std::vector<Interval>& gpu, int64_t lo,
-                        int64_t hi);
+Overlap ResourceOverlap(const std::vector<Interval>& cpu, const std::vector<Interval>& gpu, int64_t lo, int64_t hi);
 // nvidia-smi's "utilization": the share of `sample_ns` bins of [lo, hi) in
 // which any GPU interval ran (a partial last bin counts as a bin).
 double NaiveUtilization(const std::vector<Interval>& gpu, int64_t lo, int64_t hi, int64_t sample_ns);

@@ -126,12 +126,24 @@ class JsonSink : public TraceSink {
       const TraceArg& a = args[i];
       w_.Key(a.key);
       switch (a.type) {
-        case TraceArg::Type::kInt: w_.Int(a.i); break;
-        case TraceArg::Type::kUint: w_.Uint(a.u); break;
-        case TraceArg::Type::kDouble: w_.Double(a.d); break;
-        case TraceArg::Type::kString: w_.String(a.s); break;
-        case TraceArg::Type::kBool: w_.Bool(a.i != 0); break;
-        case TraceArg::Type::kInts3: w_.BeginArray().Int(a.v[0]).Int(a.v[1]).Int(a.v[2]).EndArray(); break;
+        case TraceArg::Type::kInt:
+          w_.Int(a.i);
+          break;
+        case TraceArg::Type::kUint:
+          w_.Uint(a.u);
+          break;
+        case TraceArg::Type::kDouble:
+          w_.Double(a.d);
+          break;
+        case TraceArg::Type::kString:
+          w_.String(a.s);
+          break;
+        case TraceArg::Type::kBool:
+          w_.Bool(a.i != 0);
+          break;
+        case TraceArg::Type::kInts3:
+          w_.BeginArray().Int(a.v[0]).Int(a.v[1]).Int(a.v[2]).EndArray();
+          break;
       }
     }
     if (raw != nullptr) w_.Key("raw_ts").Micros(raw->begin_ns).Key("raw_dur").Micros(raw->end_ns - raw->begin_ns);
@@ -159,8 +171,12 @@ class PieceEncoder {
   static constexpr size_t kAhead = 8;
   using Each = std::function<void(TraceSink*, size_t)>;
   PieceEncoder(size_t n, const Each& each, std::function<void(JsonBuffer*)> emit)
-      : n_(n), pieces_((n + kPieceItems - 1) / kPieceItems), each_(each), emit_(std::move(emit)),
-        bufs_(pieces_), ready_(pieces_, 0) {}
+      : n_(n),
+        pieces_((n + kPieceItems - 1) / kPieceItems),
+        each_(each),
+        emit_(std::move(emit)),
+        bufs_(pieces_),
+        ready_(pieces_, 0) {}
   void Run(int helpers);
 
  private:
@@ -182,7 +198,7 @@ class PieceEncoder {
     JsonSink sink(&w, &bufs_[k], nullptr, 1);
     for (size_t i = k * kPieceItems; i < std::min(n_, (k + 1) * kPieceItems); ++i) each_(&sink, i);
   }
-  void Help();        // a helper thread's loop
+  void Help();         // a helper thread's loop
   void EmitInOrder();  // the calling thread's loop
 
   const size_t n_, pieces_;
@@ -293,7 +309,10 @@ void WriteOtherData(TraceWriter& w, const StepProfile& step) {
     const ClockEstimate& e = slice.process->clock();
     w.Key("offset_ns").Int(e.offset_ns).Key("drift_ppm").Double(e.drift * 1e6);
     w.Key("bound_ns");
-    if (e.bound_ns >= 0) w.Int(e.bound_ns); else w.Null();
+    if (e.bound_ns >= 0)
+      w.Int(e.bound_ns);
+    else
+      w.Null();
     w.Key("probes").Int(e.probes).EndObject();
   }
   w.EndObject();

@@ -52,12 +52,32 @@ class ChunkQueue {
     reference operator*() const { return (*q_)[i_]; }
     pointer operator->() const { return &(*q_)[i_]; }
     reference operator[](difference_type n) const { return (*q_)[i_ + n]; }
-    Iter& operator++() { ++i_; return *this; }
-    Iter operator++(int) { Iter t = *this; ++i_; return t; }
-    Iter& operator--() { --i_; return *this; }
-    Iter operator--(int) { Iter t = *this; --i_; return t; }
-    Iter& operator+=(difference_type n) { i_ += n; return *this; }
-    Iter& operator-=(difference_type n) { i_ -= n; return *this; }
+    Iter& operator++() {
+      ++i_;
+      return *this;
+    }
+    Iter operator++(int) {
+      Iter t = *this;
+      ++i_;
+      return t;
+    }
+    Iter& operator--() {
+      --i_;
+      return *this;
+    }
+    Iter operator--(int) {
+      Iter t = *this;
+      --i_;
+      return t;
+    }
+    Iter& operator+=(difference_type n) {
+      i_ += n;
+      return *this;
+    }
+    Iter& operator-=(difference_type n) {
+      i_ -= n;
+      return *this;
+    }
     Iter operator+(difference_type n) const { return Iter(q_, i_ + n); }
     friend Iter operator+(difference_type n, Iter it) { return it + n; }
     Iter operator-(difference_type n) const { return Iter(q_, i_ - n); }
@@ -67,17 +87,29 @@ class ChunkQueue {
       return static_cast<difference_type>(i_) - static_cast<difference_type>(o.index());
     }
     template <bool K>
-    bool operator==(const Iter<K>& o) const { return i_ == o.index(); }
+    bool operator==(const Iter<K>& o) const {
+      return i_ == o.index();
+    }
     template <bool K>
-    bool operator!=(const Iter<K>& o) const { return i_ != o.index(); }
+    bool operator!=(const Iter<K>& o) const {
+      return i_ != o.index();
+    }
     template <bool K>
-    bool operator<(const Iter<K>& o) const { return i_ < o.index(); }
+    bool operator<(const Iter<K>& o) const {
+      return i_ < o.index();
+    }
     template <bool K>
-    bool operator>(const Iter<K>& o) const { return i_ > o.index(); }
+    bool operator>(const Iter<K>& o) const {
+      return i_ > o.index();
+    }
     template <bool K>
-    bool operator<=(const Iter<K>& o) const { return i_ <= o.index(); }
+    bool operator<=(const Iter<K>& o) const {
+      return i_ <= o.index();
+    }
     template <bool K>
-    bool operator>=(const Iter<K>& o) const { return i_ >= o.index(); }
+    bool operator>=(const Iter<K>& o) const {
+      return i_ >= o.index();
+    }
     size_t index() const { return i_; }
     Queue* queue() const { return q_; }
 
@@ -90,7 +122,9 @@ class ChunkQueue {
   using value_type = T;
 
   ChunkQueue() = default;
-  ChunkQueue(const ChunkQueue& o) { for (const T& v : o) push_back(v); }
+  ChunkQueue(const ChunkQueue& o) {
+    for (const T& v : o) push_back(v);
+  }
   ChunkQueue& operator=(const ChunkQueue& o) {
     if (this != &o) {
       clear();

@@ -8,7 +8,7 @@ namespace {
 
 constexpr int64_t kBurstGapNs = 200000000;  // 200 ms
 constexpr size_t kMaxSamples = 4096;
-constexpr size_t kMaxBursts = 64;            // recent history only: drift changes slowly
+constexpr size_t kMaxBursts = 64;                 // recent history only: drift changes slowly
 constexpr int64_t kMinDriftSpanNs = 10000000000;  // shorter spans give noise, not drift
 
 int64_t Rtt(const wire::ProbeSample& s) { return (s.t4 - s.t1) - (s.t3 - s.t2); }
@@ -41,8 +41,8 @@ void ClockFit::Refit() {
   int64_t last_t1 = 0;
   auto close_burst = [&] {
     if (best != nullptr) {
-      points.push_back({static_cast<double>(best->t1 + best->t4) / 2.0, Offset(*best),
-                        static_cast<double>(Rtt(*best)) / 2.0});
+      points.push_back(
+          {static_cast<double>(best->t1 + best->t4) / 2.0, Offset(*best), static_cast<double>(Rtt(*best)) / 2.0});
     }
     best = nullptr;
   };

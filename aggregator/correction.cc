@@ -24,15 +24,23 @@ int64_t Ps(double ns) { return static_cast<int64_t>(std::llround(ns * 1000.0)); 
 
 const char* CostKey(uint8_t kind) {
   switch (static_cast<EventKind>(kind)) {
-    case EventKind::kRangePush: return "push";
-    case EventKind::kRangePop: return "pop";
-    case EventKind::kRangeStart: return "start";
-    case EventKind::kRangeEnd: return "end";
-    case EventKind::kMark: return "mark";
-    case EventKind::kCostSample: return "sample";
-    case EventKind::kCpuSample: return "cpu_sample";
+    case EventKind::kRangePush:
+      return "push";
+    case EventKind::kRangePop:
+      return "pop";
+    case EventKind::kRangeStart:
+      return "start";
+    case EventKind::kRangeEnd:
+      return "end";
+    case EventKind::kMark:
+      return "mark";
+    case EventKind::kCostSample:
+      return "sample";
+    case EventKind::kCpuSample:
+      return "cpu_sample";
     case EventKind::kOffCpuSample:
-    case EventKind::kProcessCpu: return "";  // the flush thread's looks: no cost charged
+    case EventKind::kProcessCpu:
+      return "";  // the flush thread's looks: no cost charged
   }
   return "";
 }
@@ -113,7 +121,7 @@ namespace {
 struct Charged {
   int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0, caller_ps = 0;
   int64_t caller_scaled_ps = 0;  // of caller_ps: scaled by the in-place ratio (CostModel::CallerScaled)
-  int64_t capped_ps = 0;  // what the model charged capped events beyond their gaps
+  int64_t capped_ps = 0;         // what the model charged capped events beyond their gaps
   int64_t caller_spread_ps = 0;  // the calibration's spread of the caller sides charged (CallerSpreadPs)
   uint64_t events = 0, capped = 0, cpu_samples = 0;
   uint64_t per_kind[CostModel::kKinds] = {};  // recorded events
@@ -193,8 +201,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
 
 }  // namespace
 
-Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model,
-                     int64_t begin_ns)
+Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model, int64_t begin_ns)
     : begin_ns_(begin_ns) {
   Charged sums;
   for (const auto& [tid, list] : marks) overhead_.threads.emplace(tid, Charge(list, model, begin_ns, &sums));
@@ -277,7 +284,7 @@ bool Corrector::ReanchorAfterIdle(int64_t tid, int64_t begin_ns, int64_t anchor_
   const ThreadCosts& th = it->second;
   ThreadAnchors& anchors = anchors_[tid];
   const size_t prev = th.UpperNear(begin_ns - 1, &anchors.mark_hint);  // its first mark at or after begin_ns
-  if (prev == 0) return false;  // nothing paid before it: nothing carried
+  if (prev == 0) return false;                                         // nothing paid before it: nothing carried
   // What it carried at its last mark before begin_ns.
   const int64_t carried_ns = ShiftAtMarkPs(th, anchors.list, prev - 1) / 1000;
   if (carried_ns <= anchor_shift_ns || begin_ns - th.ts[prev - 1] <= carried_ns) return false;
@@ -297,11 +304,10 @@ bool Corrector::Reanchor(int64_t tid, int64_t begin_ns, int64_t caller_shift_ns)
   const int64_t free_ns = prev == 0 ? begin_ns_ : th.ts[prev - 1];
   const int64_t free_shift_ps = prev == 0 ? 0 : ShiftAtMarkPs(th, anchors.list, prev - 1);
   const int64_t before_ps = prev == 0 ? 0 : th.cum_ps[prev - 1];  // paid before begin_ns
-  size_t at = prev;  // past its marks at begin_ns
+  size_t at = prev;                                               // past its marks at begin_ns
   while (at < th.ts.size() && th.ts[at] == begin_ns) ++at;
   const int64_t at_begin_ps = at == prev ? 0 : th.cum_ps[at - 1] - before_ps;
-  const int64_t base_ps =
-      std::min(caller_shift_ns * 1000, (begin_ns - free_ns) * 1000 + free_shift_ps - at_begin_ps);
+  const int64_t base_ps = std::min(caller_shift_ns * 1000, (begin_ns - free_ns) * 1000 + free_shift_ps - at_begin_ps);
   anchors.list.push_back({begin_ns, std::max<int64_t>(0, base_ps), before_ps});
   return true;
 }
@@ -362,8 +368,9 @@ std::string CostDrift(const KindSamples& first, const KindSamples& second) {
     const double se = std::sqrt(a.var_ps2() / static_cast<double>(a.n) + b.var_ps2() / static_cast<double>(b.n));
     if (d > 3 * se && d > 0.25 * std::max(a.mean_ps(), b.mean_ps())) {
       char text[160];
-      std::snprintf(text, sizeof(text), "%s costs drifted during the step: %.0f ns in its first half, %.0f ns in its second",
-                    CostKey(kind), a.mean_ps() / 1000.0, b.mean_ps() / 1000.0);
+      std::snprintf(text, sizeof(text),
+                    "%s costs drifted during the step: %.0f ns in its first half, %.0f ns in its second", CostKey(kind),
+                    a.mean_ps() / 1000.0, b.mean_ps() / 1000.0);
       return text;
     }
   }
@@ -400,8 +407,8 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
     in_step[s.kind].Add(static_cast<double>(s.ps));
     (s.ts_ns < begin + (end - begin) / 2 ? first : second)[s.kind].Add(static_cast<double>(s.ps));
   }
-  auto corrector =
-      std::make_unique<Corrector>(marks, CostModel(p.hello().costs, scale, &in_step, &p.sample_totals()), step.begin_ns);
+  auto corrector = std::make_unique<Corrector>(marks, CostModel(p.hello().costs, scale, &in_step, &p.sample_totals()),
+                                               step.begin_ns);
   corrector->set_cost_note(CostDrift(first, second));
   return corrector;
 }
@@ -586,11 +593,11 @@ class StepCorrection {
   std::map<uint64_t, size_t> awaited_;
   std::vector<Worker> workers_;
   std::vector<Call> calls_;
-  std::vector<uint32_t> call_order_;  // calls_ by submit (SortRuns' order)
-  size_t next_call_ = 0;              // in call_order_
-  std::set<uint64_t> anchored_;  // keys of the calls re-anchored
-  std::map<int64_t, std::vector<CostMark>> waits_;  // the controller's wait marks, by tid
-  std::unique_ptr<Corrector> own_;  // the controller's own costs, without waits
+  std::vector<uint32_t> call_order_;                      // calls_ by submit (SortRuns' order)
+  size_t next_call_ = 0;                                  // in call_order_
+  std::set<uint64_t> anchored_;                           // keys of the calls re-anchored
+  std::map<int64_t, std::vector<CostMark>> waits_;        // the controller's wait marks, by tid
+  std::unique_ptr<Corrector> own_;                        // the controller's own costs, without waits
   std::map<int64_t, Corrector::ThreadShift> own_shifts_;  // views of own_ (set once, never re-anchored), by tid
 };
 
@@ -630,9 +637,9 @@ std::vector<const Span*> UnlinkedTopLevel(const std::vector<Span>& spans,
   for (const Span& s : spans) {
     if (!s.async) sorted.push_back(&s);
   }
-  SortRunsGrouped(&sorted, [](const Span* s) { return s->tid; }, [](const Span* a, const Span* b) {
-    return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns);
-  });
+  SortRunsGrouped(
+      &sorted, [](const Span* s) { return s->tid; },
+      [](const Span* a, const Span* b) { return std::tie(a->tid, a->begin_ns) < std::tie(b->tid, b->begin_ns); });
   std::vector<const Span*> out;
   out.reserve(sorted.size());
   // Sorted by thread: each thread's ranges come together.
@@ -743,17 +750,22 @@ void StepCorrection::Run() {
   step_->correction_scale = scale_;
   step_->corrected_end_ns = step_->end_ns;  // until the controller's step range says otherwise
   // The workers' charges and the calls' list read the step apart.
-  RunBoth(second_core_ && controller_ != nullptr, [this] { CorrectWorkersAlone(); }, [this] {
-    if (controller_ != nullptr) ListCalls();
-  });
+  RunBoth(
+      second_core_ && controller_ != nullptr, [this] { CorrectWorkersAlone(); },
+      [this] {
+        if (controller_ != nullptr) ListCalls();
+      });
   if (controller_ != nullptr) CorrectController();
   // Each worker's times moved by its own corrector: half of them beside.
   const size_t half = workers_.size() / 2;
-  RunBoth(second_core_ && workers_.size() > 1, [&] {
-    for (size_t i = 0; i < half; ++i) ApplyCorrection(*workers_[i].corrector, workers_[i].slice);
-  }, [&] {
-    for (size_t i = half; i < workers_.size(); ++i) ApplyCorrection(*workers_[i].corrector, workers_[i].slice);
-  });
+  RunBoth(
+      second_core_ && workers_.size() > 1,
+      [&] {
+        for (size_t i = 0; i < half; ++i) ApplyCorrection(*workers_[i].corrector, workers_[i].slice);
+      },
+      [&] {
+        for (size_t i = half; i < workers_.size(); ++i) ApplyCorrection(*workers_[i].corrector, workers_[i].slice);
+      });
   Totals();
   if (controller_ == nullptr) return;
   for (const Span& span : controller_->spans) {

@@ -115,7 +115,7 @@ class CostModel {
   const UsedCosts& used() const { return used_; }
 
  private:
-  int64_t own_ps_[kKinds] = {};     // the collector's recording
+  int64_t own_ps_[kKinds] = {};  // the collector's recording
   // [caller][kind]: the caller side an event with that caller's flag
   // (CallerOf, event.h) pays on its side of the pair; caller 0 none.
   int64_t caller_ps_[kCallers][kKinds] = {};

@@ -265,15 +265,14 @@ void ReportNotes(Aggregator& agg) {
 
 void ReportDone(const Aggregator& agg, const StepFiles& exporter) {
   const auto& st = agg.stats();
-  std::printf("rlscope-ray aggregator: done: %zu processes, %llu events, %llu steps seen, %llu written, "
-              "%llu bad frames%s%s, %llu refused%s%s\n",
-              agg.processes().size(), static_cast<unsigned long long>(st.events),
-              static_cast<unsigned long long>(st.steps_seen),
-              static_cast<unsigned long long>(st.steps_written),
-              static_cast<unsigned long long>(st.decode_errors),
-              st.decode_errors ? " (last: " : "", st.decode_errors ? (st.last_decode_error + ")").c_str() : "",
-              static_cast<unsigned long long>(st.refused_frames), st.refused_frames ? " (last: " : "",
-              st.refused_frames ? (st.last_refused + ")").c_str() : "");
+  std::printf(
+      "rlscope-ray aggregator: done: %zu processes, %llu events, %llu steps seen, %llu written, "
+      "%llu bad frames%s%s, %llu refused%s%s\n",
+      agg.processes().size(), static_cast<unsigned long long>(st.events),
+      static_cast<unsigned long long>(st.steps_seen), static_cast<unsigned long long>(st.steps_written),
+      static_cast<unsigned long long>(st.decode_errors), st.decode_errors ? " (last: " : "",
+      st.decode_errors ? (st.last_decode_error + ")").c_str() : "", static_cast<unsigned long long>(st.refused_frames),
+      st.refused_frames ? " (last: " : "", st.refused_frames ? (st.last_refused + ")").c_str() : "");
   if (!exporter.last_error().empty()) {
     std::fprintf(stderr, "rlscope-ray aggregator: write error: %s\n", exporter.last_error().c_str());
   }
@@ -290,8 +289,10 @@ void RemoveTemporaries(const std::string& out) {
       const std::string name = e->d_name;
       if (name == "." || name == "..") continue;
       const std::string path = dir + "/" + name;
-      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) unlink(path.c_str());
-      else if (name.rfind("step_", 0) == 0 && e->d_type == DT_DIR) recurse(path, recurse);
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)
+        unlink(path.c_str());
+      else if (name.rfind("step_", 0) == 0 && e->d_type == DT_DIR)
+        recurse(path, recurse);
     }
     closedir(d);
   };
@@ -327,9 +328,10 @@ void ReplaceEarlierRun(const std::string& out) {
     }
   }
   if (doomed.empty()) return;
-  std::printf("rlscope-ray aggregator: %s held an earlier run: its %zu step directories%s are replaced by this "
-              "run's%s%s\n",
-              out.c_str(), steps, others.c_str(), failed.empty() ? "" : "; could not remove: ", failed.c_str());
+  std::printf(
+      "rlscope-ray aggregator: %s held an earlier run: its %zu step directories%s are replaced by this "
+      "run's%s%s\n",
+      out.c_str(), steps, others.c_str(), failed.empty() ? "" : "; could not remove: ", failed.c_str());
   std::fflush(stdout);
 }
 
@@ -340,8 +342,10 @@ void UseSecret(Aggregator& agg, const Options& options) {
   if (secret != nullptr && *secret != '\0') {
     agg.SetSecret(secret);
   } else if (options.listen.find("127.0.0.1") == std::string::npos && options.listen.rfind("ipc://", 0) != 0) {
-    std::fprintf(stderr, "rlscope-ray aggregator: no %s: any process that can reach %s can write to this run "
-                 "(rlscope_ray.init makes one per run)\n", names::kEnvSecret, options.listen.c_str());
+    std::fprintf(stderr,
+                 "rlscope-ray aggregator: no %s: any process that can reach %s can write to this run "
+                 "(rlscope_ray.init makes one per run)\n",
+                 names::kEnvSecret, options.listen.c_str());
   }
 }
 
@@ -360,9 +364,10 @@ void TakeUpUnfinishedRun(Aggregator& agg, const Options& options, const std::str
     return;
   }
   if (point) {
-    std::printf("rlscope-ray aggregator: %s/run.json is an unfinished run that is not this one (%s): starting a "
-                "new run there (--resume takes an unfinished run up)\n",
-                out_dir.c_str(), agg.run_key().empty() ? "this aggregator has no secret to tell" : "another secret");
+    std::printf(
+        "rlscope-ray aggregator: %s/run.json is an unfinished run that is not this one (%s): starting a "
+        "new run there (--resume takes an unfinished run up)\n",
+        out_dir.c_str(), agg.run_key().empty() ? "this aggregator has no secret to tell" : "another secret");
     std::fflush(stdout);
   }
   ReplaceEarlierRun(out_dir);
@@ -422,8 +427,8 @@ int RunRecover(const Options& options) {
     agg.Resume(*point);
     agg.KeepRunKey(point->run_key);
   } else if (!unreadable.empty()) {
-    std::fprintf(stderr, "rlscope-ray recover: %s/%s cannot be read (%s)\n", config.output_dir.c_str(),
-                 kRunJsonFile, unreadable.c_str());
+    std::fprintf(stderr, "rlscope-ray recover: %s/%s cannot be read (%s)\n", config.output_dir.c_str(), kRunJsonFile,
+                 unreadable.c_str());
     return 2;
   }
   const std::string dir = !options.spool_dir.empty() ? options.spool_dir : SpoolDirFor(agg.run_key());

@@ -36,20 +36,39 @@ std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
       return true;
     };
     std::string v;
-    if (a == "--listen") { if (!value(&o->listen)) return Usage(); }
-    else if (a == "--out") { if (!value(&o->out)) return Usage(); }
-    else if (a == "--config") { if (!value(&o->config_path)) return Usage(); }
-    else if (a == "--endpoint-file") { if (!value(&o->endpoint_file)) return Usage(); }
-    else if (a == "--relay-to") { if (!value(&o->relay_to)) return Usage(); }
-    else if (a == "--grace-ms") { if (!value(&v)) return Usage(); o->grace_ms = std::stol(v); }
-    else if (a == "--trace-workers") { if (!value(&v)) return Usage(); o->trace_workers = std::stoi(v); }
-    else if (a == "--exit-when-done") o->exit_when_done = true;
-    else if (a == "--exit-with-parent") o->exit_with_parent = true;
-    else if (a == "--resume") o->resume = true;
-    else if (a == "--recover") o->recover = true;
-    else if (a == "--spool-dir") { if (!value(&o->spool_dir)) return Usage(); }
-    else if (a == "-h" || a == "--help") { Usage(); return 0; }
-    else { std::fprintf(stderr, "rlscope-ray aggregator: unknown argument '%s'\n", a.c_str()); return Usage(); }
+    if (a == "--listen") {
+      if (!value(&o->listen)) return Usage();
+    } else if (a == "--out") {
+      if (!value(&o->out)) return Usage();
+    } else if (a == "--config") {
+      if (!value(&o->config_path)) return Usage();
+    } else if (a == "--endpoint-file") {
+      if (!value(&o->endpoint_file)) return Usage();
+    } else if (a == "--relay-to") {
+      if (!value(&o->relay_to)) return Usage();
+    } else if (a == "--grace-ms") {
+      if (!value(&v)) return Usage();
+      o->grace_ms = std::stol(v);
+    } else if (a == "--trace-workers") {
+      if (!value(&v)) return Usage();
+      o->trace_workers = std::stoi(v);
+    } else if (a == "--exit-when-done")
+      o->exit_when_done = true;
+    else if (a == "--exit-with-parent")
+      o->exit_with_parent = true;
+    else if (a == "--resume")
+      o->resume = true;
+    else if (a == "--recover")
+      o->recover = true;
+    else if (a == "--spool-dir") {
+      if (!value(&o->spool_dir)) return Usage();
+    } else if (a == "-h" || a == "--help") {
+      Usage();
+      return 0;
+    } else {
+      std::fprintf(stderr, "rlscope-ray aggregator: unknown argument '%s'\n", a.c_str());
+      return Usage();
+    }
   }
   if (o->recover ? o->out.empty() : o->listen.empty()) return Usage();
   return std::nullopt;

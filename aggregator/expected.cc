@@ -34,10 +34,10 @@ std::vector<ExpectedProcess> NotProfiled(const std::vector<ExpectedProcess>& exp
     if (out.count("reason") == 0) {  // the reporter's own reason wins
       out["reason"] = node_seen ? "its runtime_env asks for profiling and other processes on its node connected, "
                                   "but its collector did not (its worker setup failed: see its log)"
-                    : node_id.empty() ? "its runtime_env asks for profiling, but its collector never connected"
-                                      : "its runtime_env asks for profiling, but no process on its node connected: "
-                                        "the node has no rlscope plugin registered (RAY_RUNTIME_ENV_PLUGINS before "
-                                        "`ray start`), or it cannot reach the aggregator";
+                      : node_id.empty() ? "its runtime_env asks for profiling, but its collector never connected"
+                                        : "its runtime_env asks for profiling, but no process on its node connected: "
+                                          "the node has no rlscope plugin registered (RAY_RUNTIME_ENV_PLUGINS before "
+                                          "`ray start`), or it cannot reach the aggregator";
     }
     missing.push_back(std::move(out));
   }

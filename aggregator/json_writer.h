@@ -64,10 +64,28 @@ class BasicJsonWriter {
   // already (the first value written takes a comma).
   explicit BasicJsonWriter(Out* out, bool in_list = false) : out_(out), first_(!in_list) {}
 
-  BasicJsonWriter& BeginObject() { Sep(); out_->push_back('{'); first_ = true; return *this; }
-  BasicJsonWriter& EndObject() { out_->push_back('}'); first_ = false; return *this; }
-  BasicJsonWriter& BeginArray() { Sep(); out_->push_back('['); first_ = true; return *this; }
-  BasicJsonWriter& EndArray() { out_->push_back(']'); first_ = false; return *this; }
+  BasicJsonWriter& BeginObject() {
+    Sep();
+    out_->push_back('{');
+    first_ = true;
+    return *this;
+  }
+  BasicJsonWriter& EndObject() {
+    out_->push_back('}');
+    first_ = false;
+    return *this;
+  }
+  BasicJsonWriter& BeginArray() {
+    Sep();
+    out_->push_back('[');
+    first_ = true;
+    return *this;
+  }
+  BasicJsonWriter& EndArray() {
+    out_->push_back(']');
+    first_ = false;
+    return *this;
+  }
   BasicJsonWriter& Key(std::string_view k) {
     // Keys are short identifiers: ,"key": in one append when nothing needs escaping.
     char buf[64];
@@ -96,11 +114,31 @@ class BasicJsonWriter {
     first_ = true;
     return *this;
   }
-  BasicJsonWriter& String(std::string_view s) { Sep(); Quote(s); return *this; }
-  BasicJsonWriter& Int(int64_t v) { Sep(); AppendNumber(v); return *this; }
-  BasicJsonWriter& Uint(uint64_t v) { Sep(); AppendNumber(v); return *this; }
-  BasicJsonWriter& Bool(bool v) { Sep(); out_->append(v ? "true" : "false"); return *this; }
-  BasicJsonWriter& Null() { Sep(); out_->append("null"); return *this; }
+  BasicJsonWriter& String(std::string_view s) {
+    Sep();
+    Quote(s);
+    return *this;
+  }
+  BasicJsonWriter& Int(int64_t v) {
+    Sep();
+    AppendNumber(v);
+    return *this;
+  }
+  BasicJsonWriter& Uint(uint64_t v) {
+    Sep();
+    AppendNumber(v);
+    return *this;
+  }
+  BasicJsonWriter& Bool(bool v) {
+    Sep();
+    out_->append(v ? "true" : "false");
+    return *this;
+  }
+  BasicJsonWriter& Null() {
+    Sep();
+    out_->append("null");
+    return *this;
+  }
   BasicJsonWriter& Double(double v) {
     Sep();
     char buf[32];
@@ -123,7 +161,10 @@ class BasicJsonWriter {
     return *this;
   }
   // Starts a new line between top-level items (readable, diff-friendly).
-  BasicJsonWriter& Newline() { out_->push_back('\n'); return *this; }
+  BasicJsonWriter& Newline() {
+    out_->push_back('\n');
+    return *this;
+  }
 
  private:
   void Sep() {
@@ -154,11 +195,21 @@ class BasicJsonWriter {
       out_->append(s.data() + run, i - run);
       run = i + 1;
       switch (c) {
-        case '"': out_->append("\\\""); break;
-        case '\\': out_->append("\\\\"); break;
-        case '\n': out_->append("\\n"); break;
-        case '\r': out_->append("\\r"); break;
-        case '\t': out_->append("\\t"); break;
+        case '"':
+          out_->append("\\\"");
+          break;
+        case '\\':
+          out_->append("\\\\");
+          break;
+        case '\n':
+          out_->append("\\n");
+          break;
+        case '\r':
+          out_->append("\\r");
+          break;
+        case '\t':
+          out_->append("\\t");
+          break;
         default: {
           char buf[8];
           std::snprintf(buf, sizeof(buf), "\\u%04x", c);

@@ -100,16 +100,15 @@ void Bound(const ProcessTimeline& p, std::vector<Candidate> boxes, const std::st
   }
   lane->boxes.reserve(boxes.size());
   for (const Candidate& c : boxes) {
-    lane->boxes.push_back({c.begin_ns, c.duration_ns, c.span != nullptr ? p.String(c.span->name) : name, c.subtask,
-                           c.critical});
+    lane->boxes.push_back(
+        {c.begin_ns, c.duration_ns, c.span != nullptr ? p.String(c.span->name) : name, c.subtask, c.critical});
   }
 }
 
 }  // namespace
 
 StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& windows,
-                     const std::vector<std::vector<Interval>>& gpu_busy,
-                     const std::vector<CriticalSegment>& critical) {
+                     const std::vector<std::vector<Interval>>& gpu_busy, const std::vector<CriticalSegment>& critical) {
   StepLanes out;
   std::map<std::string, int> index;
   std::vector<int> window_subtask;
@@ -129,7 +128,8 @@ StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& 
     window_critical.push_back(it != critical_in.end() ? it->second : -1);
   }
   std::vector<int64_t> max_end;
-  for (const LaneWindow& w : windows) max_end.push_back(std::max(w.end_ns, max_end.empty() ? w.end_ns : max_end.back()));
+  for (const LaneWindow& w : windows)
+    max_end.push_back(std::max(w.end_ns, max_end.empty() ? w.end_ns : max_end.back()));
   const int64_t begin = profile.begin_ns;
   for (int p : LaneOrder(profile)) {
     const ProcessSlice& slice = profile.processes[static_cast<size_t>(p)];

@@ -28,8 +28,8 @@ struct LaneBox {
 };
 
 struct Lane {
-  int process = -1;  // index into StepProfile::processes
-  bool gpu = false;  // its GPU's busy time, else its ranges
+  int process = -1;            // index into StepProfile::processes
+  bool gpu = false;            // its GPU's busy time, else its ranges
   std::vector<LaneBox> boxes;  // by begin
   size_t omitted = 0;          // shorter boxes left out (kMaxLaneBoxes)
 };
@@ -55,7 +55,6 @@ struct LaneWindow {
 // process, its GPU busy intervals (sorted, disjoint); `critical`: the
 // critical path (step_analysis.h), whose segments are the windows'.
 StepLanes BuildLanes(const StepProfile& profile, const std::vector<LaneWindow>& windows,
-                     const std::vector<std::vector<Interval>>& gpu_busy,
-                     const std::vector<CriticalSegment>& critical);
+                     const std::vector<std::vector<Interval>>& gpu_busy, const std::vector<CriticalSegment>& critical);
 
 }  // namespace rlscope

@@ -98,8 +98,7 @@ struct Out {
 class PerfettoSink : public TraceSink {
  public:
   explicit PerfettoSink(std::string* out) : out_(*out) {}
-  void Process(int64_t pid, std::string_view name, int64_t sort_index,
-               const std::vector<std::string>& labels) override;
+  void Process(int64_t pid, std::string_view name, int64_t sort_index, const std::vector<std::string>& labels) override;
   void Thread(int64_t pid, int64_t tid, std::string_view name, int64_t sort_index) override;
   void Slice(int64_t pid, int64_t tid, std::string_view name, std::string_view cat, int64_t begin_ns, int64_t end_ns,
              const TraceArgs& args, const RawTimes* raw) override;
@@ -151,16 +150,16 @@ class PerfettoSink : public TraceSink {
   std::vector<Track> tracks_;  // [0]: the process's
   std::unordered_map<int64_t, uint32_t> by_tid_;
   std::map<std::string, uint32_t, std::less<>> counters_;  // counter tracks by name
-  std::vector<int64_t> lane_ends_;     // async lanes: the last end on each,
-  std::vector<uint32_t> lane_tracks_;  // and its track
-  std::vector<uint32_t> async_;        // recs of start/end ranges, placed on lanes at FlushProcess
+  std::vector<int64_t> lane_ends_;                         // async lanes: the last end on each,
+  std::vector<uint32_t> lane_tracks_;                      // and its track
+  std::vector<uint32_t> async_;                            // recs of start/end ranges, placed on lanes at FlushProcess
   std::vector<Rec> recs_;
   std::vector<Arg> args_;
   std::vector<PendingFlow> flows_;
   std::string packet_, event_, interned_bytes_, entry_, annotation_, item_;  // scratch for WriteEvent
-  std::unordered_map<std::string_view, uint32_t> interned_[3];  // views into strings_
-  std::deque<std::string> strings_[3];  // by iid - 1
-  std::vector<bool> written_[3];         // whether its interned entry was written
+  std::unordered_map<std::string_view, uint32_t> interned_[3];               // views into strings_
+  std::deque<std::string> strings_[3];                                       // by iid - 1
+  std::vector<bool> written_[3];                                             // whether its interned entry was written
 };
 
 uint32_t PerfettoSink::Intern(Table table, std::string_view s) {
@@ -185,12 +184,12 @@ void PerfettoSink::Process(int64_t pid, std::string_view name, int64_t sort_inde
   ++sequence_;
   uuid_base_ = uint64_t{sequence_} << 20;
   std::string process, track;
-  VarintField(&process, 1, static_cast<uint64_t>(pid));  // ProcessDescriptor.pid
-  BytesField(&process, 6, name);                           // process_name
+  VarintField(&process, 1, static_cast<uint64_t>(pid));            // ProcessDescriptor.pid
+  BytesField(&process, 6, name);                                   // process_name
   for (const std::string& l : labels) BytesField(&process, 8, l);  // process_labels
-  VarintField(&track, 1, uuid_base_);                      // uuid
-  BytesField(&track, 3, process);                          // process
-  VarintField(&track, 11, 3);                              // child_ordering: EXPLICIT
+  VarintField(&track, 1, uuid_base_);                              // uuid
+  BytesField(&track, 3, process);                                  // process
+  VarintField(&track, 11, 3);                                      // child_ordering: EXPLICIT
   VarintField(&track, 12, static_cast<uint64_t>(std::clamp<int64_t>(sort_index, 0, INT32_MAX)));
   NewTrack(track);
 }
@@ -204,7 +203,7 @@ void PerfettoSink::Thread(int64_t pid, int64_t tid, std::string_view name, int64
     VarintField(&thread, 2, static_cast<uint64_t>(tid));  // tid
     BytesField(&thread, 5, name);                         // thread_name
     BytesField(&track, 4, thread);
-  } else {  // a track of its own under the process (a GPU stream, sampled CPU)
+  } else {                               // a track of its own under the process (a GPU stream, sampled CPU)
     VarintField(&track, 5, uuid_base_);  // parent_uuid
     BytesField(&track, 2, name);
   }
@@ -325,7 +324,10 @@ void PerfettoSink::BindFlows() {
     int64_t rec = at(slice_at, fl);
     if (rec < 0 && fl.start) rec = at(instant_at, fl);
     if (rec < 0) continue;
-    if (fl.start) recs_[rec].flows_out.push_back(fl.id); else recs_[rec].flow_in = fl.id;
+    if (fl.start)
+      recs_[rec].flows_out.push_back(fl.id);
+    else
+      recs_[rec].flow_in = fl.id;
   }
 }
 
@@ -377,11 +379,21 @@ void PerfettoSink::WriteAnnotations(std::string* event, const Rec& r) {
     a.clear();
     VarintField(&a, 1, arg.key_iid);  // DebugAnnotation.name_iid
     switch (v.type) {
-      case TraceArg::Type::kInt: VarintField(&a, 4, static_cast<uint64_t>(v.i)); break;
-      case TraceArg::Type::kUint: VarintField(&a, 3, v.u); break;
-      case TraceArg::Type::kDouble: DoubleField(&a, 5, v.d); break;
-      case TraceArg::Type::kString: BytesField(&a, 6, arg.s); break;
-      case TraceArg::Type::kBool: VarintField(&a, 2, v.i != 0); break;
+      case TraceArg::Type::kInt:
+        VarintField(&a, 4, static_cast<uint64_t>(v.i));
+        break;
+      case TraceArg::Type::kUint:
+        VarintField(&a, 3, v.u);
+        break;
+      case TraceArg::Type::kDouble:
+        DoubleField(&a, 5, v.d);
+        break;
+      case TraceArg::Type::kString:
+        BytesField(&a, 6, arg.s);
+        break;
+      case TraceArg::Type::kBool:
+        VarintField(&a, 2, v.i != 0);
+        break;
       case TraceArg::Type::kInts3:
         for (int64_t n : v.v) {
           item.clear();
@@ -442,8 +454,7 @@ void PerfettoSink::FlushProcess() {
   // The track most events are on is the sequence's default (its events omit it).
   std::vector<size_t> per_track(tracks_.size(), 0);
   for (const Out& o : events) ++per_track[recs_[o.rec].track];
-  const uint64_t default_track =
-      tracks_[std::max_element(per_track.begin(), per_track.end()) - per_track.begin()].uuid;
+  const uint64_t default_track = tracks_[std::max_element(per_track.begin(), per_track.end()) - per_track.begin()].uuid;
   int64_t last_ts = events.empty() ? 0 : events.front().ts;
   // The sequence's first packet: clears its state, snapshots the
   // incremental clock against BOOTTIME at the first time, sets defaults.

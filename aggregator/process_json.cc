@@ -17,7 +17,10 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected) {
   w.Key("host").String(id.host);
   w.Key("pid").Int(id.pid);
   w.Key("rank");
-  if (id.rank >= 0) w.Int(id.rank); else w.Null();
+  if (id.rank >= 0)
+    w.Int(id.rank);
+  else
+    w.Null();
   w.Key("role").String(id.role);
   w.Key("name").String(ProcessName(p));
   w.Key("selected").Bool(selected);
@@ -33,7 +36,10 @@ void WriteClock(JsonWriter& w, const ProcessTimeline& p) {
   w.Key("offset_ns").Int(e.offset_ns);
   w.Key("drift_ppm").Double(e.drift * 1e6);
   w.Key("bound_ns");
-  if (e.bound_ns >= 0) w.Int(e.bound_ns); else w.Null();
+  if (e.bound_ns >= 0)
+    w.Int(e.bound_ns);
+  else
+    w.Null();
   w.Key("probes").Int(e.probes);
   w.Key("bursts").Int(e.bursts);
   w.EndObject();

@@ -24,14 +24,14 @@ struct Span {
   uint32_t name = 0;
   uint32_t domain = 0;
   uint32_t category = 0;
-  uint16_t depth = 0;     // nesting depth on its (thread, domain) stack
+  uint16_t depth = 0;  // nesting depth on its (thread, domain) stack
   bool has_payload = false;
   bool payload_signed = false;  // an int64 payload (kFlagPayloadSigned)
-  bool async = false;     // a start/end range
-  bool open = false;      // not closed (yet) when cut
-  bool clipped_begin = false;  // began before the step; begin_ns is the step's
-  bool clipped_end = false;    // ended after the step (or open); end_ns is the step's
-  int64_t step = -1;           // a controller's "step" range: its step number
+  bool async = false;           // a start/end range
+  bool open = false;            // not closed (yet) when cut
+  bool clipped_begin = false;   // began before the step; begin_ns is the step's
+  bool clipped_end = false;     // ended after the step (or open); end_ns is the step's
+  int64_t step = -1;            // a controller's "step" range: its step number
   // Before overhead correction (correction.h); equal to begin/end when none applied.
   int64_t raw_begin_ns = 0;
   int64_t raw_end_ns = 0;
@@ -108,12 +108,12 @@ struct StepEdges {
 struct CpuSample {
   int64_t ts_ns = 0;
   int64_t tid = 0;
-  uint32_t object = 0;     // string id of the shared object's path, 0 unknown
-  uint32_t module = 0;     // string id of the Python frame's module, 0 none
-  int64_t weight_ns = 0;   // thread CPU time it stands for
-  uint8_t category = 0;    // CpuCategory (attribution.h), set by ClassifyStepSamples
-  bool frame_unread = false;  // its Python frame could not be read (kFlagFrameUnread): module 0
-  uint32_t stack = 0;      // string id of its callers' objects, '\n'-joined outwards (kFlagNativeStack), 0 none
+  uint32_t object = 0;           // string id of the shared object's path, 0 unknown
+  uint32_t module = 0;           // string id of the Python frame's module, 0 none
+  int64_t weight_ns = 0;         // thread CPU time it stands for
+  uint8_t category = 0;          // CpuCategory (attribution.h), set by ClassifyStepSamples
+  bool frame_unread = false;     // its Python frame could not be read (kFlagFrameUnread): module 0
+  uint32_t stack = 0;            // string id of its callers' objects, '\n'-joined outwards (kFlagNativeStack), 0 none
   bool profiler_thread = false;  // a thread the collector runs (kFlagProfilerThread)
 };
 
@@ -143,13 +143,13 @@ struct MemoryPoint {
 // A collector's clock against the aggregator's, as ClockFit (clock_fit.h)
 // last estimated it from probes; the conversions are exact inverses.
 struct ClockEstimate {
-  bool valid = false;       // false: no probe answered yet (times taken as they are)
-  int64_t offset_ns = 0;    // aggregator - collector, at ref_ns
-  double drift = 0;         // d(offset)/d(collector time), e.g. 1e-6 = 1 ppm
-  int64_t ref_ns = 0;       // collector time the offset refers to
-  int64_t bound_ns = -1;    // stated error bound; -1 unknown
-  int64_t probes = 0;       // samples received
-  int64_t bursts = 0;       // bursts used
+  bool valid = false;     // false: no probe answered yet (times taken as they are)
+  int64_t offset_ns = 0;  // aggregator - collector, at ref_ns
+  double drift = 0;       // d(offset)/d(collector time), e.g. 1e-6 = 1 ppm
+  int64_t ref_ns = 0;     // collector time the offset refers to
+  int64_t bound_ns = -1;  // stated error bound; -1 unknown
+  int64_t probes = 0;     // samples received
+  int64_t bursts = 0;     // bursts used
 
   // Collector time -> aggregator time.
   int64_t ToAggregator(int64_t collector_ns) const {

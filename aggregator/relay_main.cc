@@ -39,8 +39,7 @@ namespace {
 // The relay's loop over its two sockets, from one thread.
 class Relay {
  public:
-  Relay(void* front, void* back, std::string spool_dir)
-      : front_(front), back_(back), spool_dir_(std::move(spool_dir)) {
+  Relay(void* front, void* back, std::string spool_dir) : front_(front), back_(back), spool_dir_(std::move(spool_dir)) {
     zmq_msg_init(&part_);
   }
   ~Relay() { zmq_msg_close(&part_); }
@@ -59,13 +58,13 @@ class Relay {
   }
 
   void Report() const {
-    std::printf("rlscope-ray relay: done: %llu frames up, %llu down, %llu down to collectors gone, %llu frames "
-                "not for a collector, %zu frames not sent up (their collectors replay them); spool files left at "
-                "exit: %llu sent up, %llu delivered\n",
-                static_cast<unsigned long long>(up_), static_cast<unsigned long long>(down_),
-                static_cast<unsigned long long>(down_dropped_), static_cast<unsigned long long>(malformed_),
-                up_queue_.size(), static_cast<unsigned long long>(spool_files_sent_),
-                static_cast<unsigned long long>(spool_files_delivered_));
+    std::printf(
+        "rlscope-ray relay: done: %llu frames up, %llu down, %llu down to collectors gone, %llu frames "
+        "not for a collector, %zu frames not sent up (their collectors replay them); spool files left at "
+        "exit: %llu sent up, %llu delivered\n",
+        static_cast<unsigned long long>(up_), static_cast<unsigned long long>(down_),
+        static_cast<unsigned long long>(down_dropped_), static_cast<unsigned long long>(malformed_), up_queue_.size(),
+        static_cast<unsigned long long>(spool_files_sent_), static_cast<unsigned long long>(spool_files_delivered_));
     std::fflush(stdout);
   }
 

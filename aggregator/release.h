@@ -54,10 +54,10 @@ class ReleaseTracker {
 
  private:
   ResumePoint resumed_;
-  int64_t last_step_ = -1;                     // highest step written or skipped
-  int64_t controller_resume_ns_ = 0;           // its end on the controller's clock
-  int64_t released_end_ns_ = INT64_MIN;        // the last step released (its end, aggregator clock)
-  std::map<uint64_t, int64_t> released_ns_;    // session -> the last release_ns sent (its clock)
+  int64_t last_step_ = -1;                   // highest step written or skipped
+  int64_t controller_resume_ns_ = 0;         // its end on the controller's clock
+  int64_t released_end_ns_ = INT64_MIN;      // the last step released (its end, aggregator clock)
+  std::map<uint64_t, int64_t> released_ns_;  // session -> the last release_ns sent (its clock)
 };
 
 }  // namespace rlscope

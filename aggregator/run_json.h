@@ -27,9 +27,9 @@ struct ResumePoint {
   uint64_t controller_session = 0;  // the run's controller then
   int64_t controller_ns = 0;        // that step's end on the controller's clock
   int resumes = 0;
-  RecoveredCounts recovered;        // carried over (run.json `recovered`)
-  std::string run_key;              // whose run it is (Aggregator::RunKey)
-  std::string run_id;               // run.json run_id ("" from a version before it)
+  RecoveredCounts recovered;  // carried over (run.json `recovered`)
+  std::string run_key;        // whose run it is (Aggregator::RunKey)
+  std::string run_id;         // run.json run_id ("" from a version before it)
   // Sessions of the selected processes that had neither said goodbye nor
   // been lost: steps wait for them to say hello again (or the grace time).
   std::vector<uint64_t> awaited;

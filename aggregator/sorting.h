@@ -153,7 +153,7 @@ void SortRunsGrouped(std::vector<T>* v, Group group, Less less) {
   const size_t n = v->size();
   if (n > UINT32_MAX) return std::sort(v->begin(), v->end(), less);
   std::vector<std::pair<int64_t, size_t>> counts;  // (group, elements), groups in order of first sight
-  size_t last = 0;                                   // counts' entry of the element before
+  size_t last = 0;                                 // counts' entry of the element before
   for (size_t i = 0; i < n; ++i) {
     const int64_t g = group((*v)[i]);
     if (counts.empty() || counts[last].first != g) {

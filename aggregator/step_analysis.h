@@ -33,7 +33,7 @@ struct BreakdownRow {
 
 struct CriticalSegment {
   std::string subtask;
-  int occurrence = 0;  // 1-based, per sub-task name
+  int occurrence = 0;    // 1-based, per sub-task name
   int64_t begin_ns = 0;  // from the step's begin (corrected)
   int64_t duration_ns = 0;
   int critical = -1;  // process index whose busy time in it ended last; -1: no worker was busy in it
@@ -64,7 +64,7 @@ struct StepAnalysis {
   std::vector<BreakdownRow> rows;
   std::vector<CriticalSegment> critical_path;  // time order, at most kMaxCriticalSegments
   int64_t segments_omitted = 0;                // the shorter occurrences left out
-  int64_t controller_ns = 0;  // step time outside every segment
+  int64_t controller_ns = 0;                   // step time outside every segment
   std::vector<Straggler> stragglers;
   std::vector<GpuUtilization> gpu;
   std::shared_ptr<const StepLanes> lanes;  // the timeline picture's lanes (lanes.h)

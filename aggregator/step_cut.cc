@@ -77,11 +77,13 @@ namespace {
 
 // The orders ProcessSlice promises (step_profile.h).
 void SortSlice(ProcessSlice* slice) {
-  SortRunsGrouped(&slice->spans, [](const Span& s) { return s.tid; }, [](const Span& a, const Span& b) {
-    if (a.tid != b.tid) return a.tid < b.tid;
-    if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
-    return a.end_ns > b.end_ns;  // enclosing first
-  });
+  SortRunsGrouped(
+      &slice->spans, [](const Span& s) { return s.tid; },
+      [](const Span& a, const Span& b) {
+        if (a.tid != b.tid) return a.tid < b.tid;
+        if (a.begin_ns != b.begin_ns) return a.begin_ns < b.begin_ns;
+        return a.end_ns > b.end_ns;  // enclosing first
+      });
   SortUnlessStrictlySorted(slice->instants.begin(), slice->instants.end(),
                            [](const Instant& a, const Instant& b) { return a.ts_ns < b.ts_ns; });
   SortUnlessStrictlySorted(slice->gpu.begin(), slice->gpu.end(),

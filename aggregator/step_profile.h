@@ -59,8 +59,8 @@ struct MeasuredCost {
 // The costs a process's correction used (correction.h CostModel), by cost
 // key ("push", ..., "py_nvtx_push").
 struct UsedCosts {
-  std::map<std::string, double> ns;            // per event, scaled
-  std::map<std::string, std::string> sources;  // "step", "run", "calibration" or "scaled calibration"
+  std::map<std::string, double> ns;              // per event, scaled
+  std::map<std::string, std::string> sources;    // "step", "run", "calibration" or "scaled calibration"
   std::map<std::string, MeasuredCost> measured;  // behind a "step" or "run" cost
   // The in-place costs over their start-up figures (CostModel::in_place_ratio); 0 none.
   double in_place_ratio = 0;
@@ -70,16 +70,16 @@ struct UsedCosts {
 // (correction.h fills it; see there for the model). Times summed over its
 // threads.
 struct Overhead {
-  int64_t total_ns = 0;        // removed in the whole step
-  int64_t waits_ns = 0;        // of which waiting on other processes' overhead (wait marks)
-  uint64_t events = 0;         // recorded events (not wait marks, not cost or CPU samples)
-  uint64_t capped = 0;         // marks charged only the time since the thread's previous one
-  int64_t capped_ns = 0;       // what the model would have charged them beyond that (not removed)
-  uint64_t cpu_samples = 0;    // CPU samples, charged the sampler's own cost
+  int64_t total_ns = 0;      // removed in the whole step
+  int64_t waits_ns = 0;      // of which waiting on other processes' overhead (wait marks)
+  uint64_t events = 0;       // recorded events (not wait marks, not cost or CPU samples)
+  uint64_t capped = 0;       // marks charged only the time since the thread's previous one
+  int64_t capped_ns = 0;     // what the model would have charged them beyond that (not removed)
+  uint64_t cpu_samples = 0;  // CPU samples, charged the sampler's own cost
   int64_t cpu_samples_ns = 0;
-  int64_t uncertainty_ns = 0;  // sampling error of total_ns, one standard deviation (waits not included)
+  int64_t uncertainty_ns = 0;      // sampling error of total_ns, one standard deviation (waits not included)
   uint64_t calibrated_events = 0;  // events whose kind's cost is the start-up calibration's
-  int64_t caller_ns = 0;       // the caller-side (py_nvtx_*) cost removed
+  int64_t caller_ns = 0;           // the caller-side (py_nvtx_*) cost removed
   // Of systematic_ns: the start-up calibration's own spread of the caller
   // sides charged (CostModel::CallerSpreadPs, summed over the events).
   int64_t calibration_spread_ns = 0;
@@ -88,7 +88,7 @@ struct Overhead {
   // the gaps that bound it).
   int64_t systematic_ns = 0;
   UsedCosts costs;
-  std::string cost_note;  // why it may be off ("" none): costs that drifted in the step
+  std::string cost_note;                   // why it may be off ("" none): costs that drifted in the step
   std::map<int64_t, ThreadCosts> threads;  // by tid
 
   // What thread `tid` paid in raw [from, to] (its own events and wait marks).
@@ -108,9 +108,9 @@ struct Overhead {
 // One process's part of a step.
 struct ProcessSlice {
   const ProcessTimeline* process = nullptr;
-  std::vector<Span> spans;        // clipped to the step, sorted (tid, begin, -end)
-  std::vector<Instant> instants;  // inside the step, sorted by time
-  std::vector<GpuRecord> gpu;     // GPU activity of the step (timeline.h CutGpu), by start
+  std::vector<Span> spans;             // clipped to the step, sorted (tid, begin, -end)
+  std::vector<Instant> instants;       // inside the step, sorted by time
+  std::vector<GpuRecord> gpu;          // GPU activity of the step (timeline.h CutGpu), by start
   std::vector<CpuSample> cpu_samples;  // CPU samples in the step, by time; categories set by ClassifyStepSamples
   std::vector<OffCpuSample> off_cpu;   // off-CPU samples in the step, by time (cuda_sync set by ClassifyStepSamples)
   std::vector<ProcessCpuPoint> process_cpu;  // the process's CPU time, by time, one point either side of the step
@@ -119,8 +119,8 @@ struct ProcessSlice {
   // at the step's begin when one was known.
   std::vector<MemoryPoint> rss;
   std::map<uint32_t, std::vector<MemoryPoint>> gpu_allocated;
-  bool late = false;              // had not flushed past the step end in time
-  bool lost = false;              // late and gone without a goodbye (ProcessTimeline::lost)
+  bool late = false;  // had not flushed past the step end in time
+  bool lost = false;  // late and gone without a goodbye (ProcessTimeline::lost)
   // How much of the step it did not record (ProcessTimeline::UnarmedNs; -1
   // unknown): a worker whose window reached it after the step began.
   int64_t unarmed_ns = -1;
@@ -141,12 +141,12 @@ using ExpectedProcess = std::map<std::string, std::string>;
 
 struct StepProfile {
   int64_t step = 0;
-  int64_t begin_ns = 0;           // of the step, or of the capture
+  int64_t begin_ns = 0;  // of the step, or of the capture
   int64_t end_ns = 0;
-  std::string capture;            // discrete mode: the sub-task capture ("gen", "gen_2"); "" = the step
+  std::string capture;                // discrete mode: the sub-task capture ("gen", "gen_2"); "" = the step
   std::vector<std::string> captures;  // on the step's own profile: its discrete captures
-  bool summary_only = false;      // the step's profile in discrete mode: no trace of its own
-  std::string reason;  // "complete" or "grace_timeout" or "final"
+  bool summary_only = false;          // the step's profile in discrete mode: no trace of its own
+  std::string reason;                 // "complete" or "grace_timeout" or "final"
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;
   int64_t clock_warn_bound_ns = 100000;  // config clock.warn_bound_us
@@ -217,15 +217,15 @@ struct ProcessInfo {
 // their exit (aggregator/spool_takeup.h), over every resume of the run.
 struct RecoveredCounts {
   uint64_t files = 0;
-  uint64_t processes = 0;          // files with a process's data taken
-  uint64_t events = 0;             // events applied from them (duplicates not counted)
-  uint64_t unreadable_files = 0;   // left in place, said
+  uint64_t processes = 0;         // files with a process's data taken
+  uint64_t events = 0;            // events applied from them (duplicates not counted)
+  uint64_t unreadable_files = 0;  // left in place, said
   std::string last_error;
 };
 
 struct RunInfo {
-  std::string config_yaml;     // the run's config (config.h "One config per run")
-  std::string config_source;   // where its run keys came from: controller, aggregator, defaults
+  std::string config_yaml;                // the run's config (config.h "One config per run")
+  std::string config_source;              // where its run keys came from: controller, aggregator, defaults
   std::vector<std::string> config_notes;  // disagreements between sources, as logged
   std::vector<ProcessInfo> processes;
   std::vector<int64_t> steps_written;

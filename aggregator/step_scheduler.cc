@@ -92,7 +92,8 @@ void StepScheduler::FollowEdges(const StepEdges& edges, int64_t now_ns) {
     order.push_back({s.begin_ns, 2 * s.number, true, steps::WorkersArmedDuring(selected, s.number), s.number});
   }
   for (const StepSpan& s : edges.closed) {
-    order.push_back({s.end_ns, 2 * s.number + 1, false, steps::WorkersArmedBefore(selected, s.number + 1), s.number + 1});
+    order.push_back(
+        {s.end_ns, 2 * s.number + 1, false, steps::WorkersArmedBefore(selected, s.number + 1), s.number + 1});
   }
   std::sort(order.begin(), order.end(),
             [](const Edge& a, const Edge& b) { return a.ts_ns != b.ts_ns ? a.ts_ns < b.ts_ns : a.order < b.order; });
@@ -116,8 +117,7 @@ bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) 
   return p.said_bye() || acked || flushed_past;
 }
 
-bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes,
-                          bool starting) const {
+bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting) const {
   if (now_ns - step.closed_at_ns >= run_->config().flush.step_grace_ms * 1000000) return true;
   if (!awaited_.empty() || starting) return false;  // a resumed run's processes not back; expected ones starting
   for (const auto& [session, p] : processes) {

@@ -30,10 +30,10 @@ namespace rlscope {
 
 // A step the controller closed, not yet written or skipped.
 struct PendingStep {
-  StepSpan span;                  // on the aggregator's clock
-  int64_t closed_at_ns;           // aggregator time when the step's end arrived
-  uint64_t barrier = 0;           // flush barrier token sent at its end (selected steps)
-  int64_t controller_end_ns = 0;  // span.end_ns on the controller's own clock, as recorded
+  StepSpan span;                    // on the aggregator's clock
+  int64_t closed_at_ns;             // aggregator time when the step's end arrived
+  uint64_t barrier = 0;             // flush barrier token sent at its end (selected steps)
+  int64_t controller_end_ns = 0;    // span.end_ns on the controller's own clock, as recorded
   int64_t controller_begin_ns = 0;  // span.begin_ns on the controller's own clock, as recorded
   // A selected step: how long after it began the workers' capture window
   // for it was broadcast (their first moments in it may be missing; they
@@ -91,7 +91,7 @@ class StepScheduler {
   bool window_open_ = false;
   int64_t window_opened_ns_ = 0;     // when the window last opened (aggregator clock; 0: before any step)
   std::map<int64_t, int64_t> late_;  // selected steps begun, not closed: their window_late_ns
-  bool step_begun_ = false;  // the controller began a step
+  bool step_begun_ = false;          // the controller began a step
   int64_t window_step_ = 1;
   uint64_t barrier_token_ = 0;
   std::set<uint64_t> awaited_;  // a resumed run's processes not back yet

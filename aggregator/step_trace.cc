@@ -52,7 +52,8 @@ void OffCpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64
       int64_t end = list[i]->ts_ns, off_ns = 0;
       int looks = 0;
       // A run: the same reason, each look starting where the one before ended.
-      for (; i < list.size() && list[i]->reason == reason && list[i]->ts_ns - list[i]->weight_ns <= end + 1000000; ++i) {
+      for (; i < list.size() && list[i]->reason == reason && list[i]->ts_ns - list[i]->weight_ns <= end + 1000000;
+           ++i) {
         end = list[i]->ts_ns;
         off_ns += list[i]->weight_ns;
         ++looks;
@@ -163,27 +164,43 @@ void CpuSampleEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, in
 
 const char* MemcpyKindName(uint32_t kind) {
   switch (kind) {  // CUpti_ActivityMemcpyKind
-    case 1: return "HtoD";
-    case 2: return "DtoH";
-    case 3: return "HtoA";
-    case 4: return "AtoH";
-    case 5: return "AtoA";
-    case 6: return "AtoD";
-    case 7: return "DtoA";
-    case 8: return "DtoD";
-    case 9: return "HtoH";
-    case 10: return "PtoP";
-    default: return "unknown";
+    case 1:
+      return "HtoD";
+    case 2:
+      return "DtoH";
+    case 3:
+      return "HtoA";
+    case 4:
+      return "AtoH";
+    case 5:
+      return "AtoA";
+    case 6:
+      return "AtoD";
+    case 7:
+      return "DtoA";
+    case 8:
+      return "DtoD";
+    case 9:
+      return "HtoH";
+    case 10:
+      return "PtoP";
+    default:
+      return "unknown";
   }
 }
 
 const char* SyncTypeName(uint32_t type) {
   switch (type) {  // CUpti_ActivitySynchronizationType
-    case 1: return "event synchronize";
-    case 2: return "stream wait event";
-    case 3: return "stream synchronize";
-    case 4: return "context synchronize";
-    default: return "synchronize";
+    case 1:
+      return "event synchronize";
+    case 2:
+      return "stream wait event";
+    case 3:
+      return "stream synchronize";
+    case 4:
+      return "context synchronize";
+    default:
+      return "synchronize";
   }
 }
 
@@ -197,14 +214,30 @@ std::pair<std::string, const char*> GpuName(const ProcessTimeline& p, const GpuR
   std::string name = p.String(g.name);
   const char* cat = names::kCatKernel;
   switch (static_cast<GpuKind>(g.kind)) {
-    case GpuKind::kKernel: cat = names::kCatKernel; break;
-    case GpuKind::kMemcpy: cat = names::kCatMemcpy; name = std::string("Memcpy ") + MemcpyKindName(g.subkind); break;
-    case GpuKind::kMemset: cat = names::kCatMemset; name = "Memset"; break;
+    case GpuKind::kKernel:
+      cat = names::kCatKernel;
+      break;
+    case GpuKind::kMemcpy:
+      cat = names::kCatMemcpy;
+      name = std::string("Memcpy ") + MemcpyKindName(g.subkind);
+      break;
+    case GpuKind::kMemset:
+      cat = names::kCatMemset;
+      name = "Memset";
+      break;
     case GpuKind::kRuntimeApi:
-    case GpuKind::kDriverApi: cat = names::kCatCudaApi; break;
-    case GpuKind::kSync: cat = names::kCatCudaSync; name = std::string("Sync: ") + SyncTypeName(g.subkind); break;
-    case GpuKind::kOverhead: cat = names::kCatCuptiOverhead; break;
-    case GpuKind::kMemory: break;  // never a record here: a level (ProcessTimeline::AddGpu)
+    case GpuKind::kDriverApi:
+      cat = names::kCatCudaApi;
+      break;
+    case GpuKind::kSync:
+      cat = names::kCatCudaSync;
+      name = std::string("Sync: ") + SyncTypeName(g.subkind);
+      break;
+    case GpuKind::kOverhead:
+      cat = names::kCatCuptiOverhead;
+      break;
+    case GpuKind::kMemory:
+      break;  // never a record here: a level (ProcessTimeline::AddGpu)
   }
   if (name.empty()) name = "(unnamed)";
   return {name, cat};
@@ -236,7 +269,8 @@ void GpuTracks(TraceSink* sink, const ProcessSlice& slice, int64_t pid, std::set
     if (OnDevice(g)) {
       const int64_t track = StreamTrackId(g.device, g.stream);
       if (streams.insert(track).second) {
-        sink->Thread(pid, track, "stream " + std::to_string(g.stream) + " (GPU " + std::to_string(g.device) + ")", track);
+        sink->Thread(pid, track, "stream " + std::to_string(g.stream) + " (GPU " + std::to_string(g.device) + ")",
+                     track);
       }
     } else if (g.tid != 0) {
       cpu_tids->insert(g.tid);
@@ -283,7 +317,10 @@ void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
 
 // An integer payload as it was given: an int64 one (kFlagPayloadSigned) signed.
 void PayloadArg(TraceArgs* args, uint64_t payload, bool is_signed) {
-  if (is_signed) args->Int("payload", static_cast<int64_t>(payload)); else args->Uint("payload", payload);
+  if (is_signed)
+    args->Int("payload", static_cast<int64_t>(payload));
+  else
+    args->Uint("payload", payload);
 }
 
 // An event's category (0: none), by its name where the domain named it;
@@ -291,7 +328,10 @@ void PayloadArg(TraceArgs* args, uint64_t payload, bool is_signed) {
 void CategoryArg(TraceArgs* args, const ProcessTimeline& p, uint32_t domain, uint32_t category, std::string* storage) {
   if (category == 0) return;
   *storage = p.CategoryName(domain, category);
-  if (storage->empty()) args->Uint("category", category); else args->String("category", *storage);
+  if (storage->empty())
+    args->Uint("category", category);
+  else
+    args->String("category", *storage);
 }
 
 // A push/pop range as a slice, a start/end range as an async range; its
@@ -312,7 +352,8 @@ void SpanEvent(TraceSink* sink, const ProcessTimeline& p, const Span& s, int64_t
   const RawTimes raw{s.raw_begin_ns, s.raw_end_ns};
   const bool moved = s.raw_begin_ns != s.begin_ns || s.raw_end_ns != s.end_ns;
   if (s.async) {
-    sink->Async(pid, s.tid, name, std::string(cat) + ".async", s.range_id, s.begin_ns, s.end_ns, args, moved ? &raw : nullptr);
+    sink->Async(pid, s.tid, name, std::string(cat) + ".async", s.range_id, s.begin_ns, s.end_ns, args,
+                moved ? &raw : nullptr);
   } else {
     sink->Slice(pid, s.tid, name, cat, s.begin_ns, s.end_ns, args, moved ? &raw : nullptr);
   }
@@ -329,8 +370,8 @@ void InstantEvent(TraceSink* sink, const ProcessTimeline& p, const Instant& i, i
 
 // The process's Ray identity from its collector's labels (ray_worker.py).
 std::vector<std::string> RayLabels(const ProcessTimeline& p) {
-  static const char* const kKeys[] = {"actor_class", "actor_name", "actor_id", "job_id", "node_id", "node_ip",
-                                      "worker_id"};
+  static const char* const kKeys[] = {"actor_class", "actor_name", "actor_id", "job_id",
+                                      "node_id",     "node_ip",    "worker_id"};
   std::vector<std::string> out;
   for (const char* key : kKeys) {
     auto it = p.identity().labels.find(key);
@@ -390,7 +431,8 @@ void MemoryCounters(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int
   auto series = [&](const std::string& name, const std::vector<MemoryPoint>& points) {
     for (const MemoryPoint& m : points) {
       if (m.ts_ns > end_ns) break;
-      sink->Counter(pid, name, std::max(m.ts_ns, begin_ns), std::round(static_cast<double>(m.bytes) / (1 << 20) * 10) / 10);
+      sink->Counter(pid, name, std::max(m.ts_ns, begin_ns),
+                    std::round(static_cast<double>(m.bytes) / (1 << 20) * 10) / 10);
     }
   };
   series("Memory: RSS (MiB)", slice.rss);

@@ -21,7 +21,10 @@ void WhoKeys(JsonWriter& w, const StepProfile& step, int index, const char* rank
   }
   const ProcessTimeline& p = *step.processes[index].process;
   w.Key(rank_key);
-  if (p.identity().rank >= 0) w.Int(p.identity().rank); else w.Null();
+  if (p.identity().rank >= 0)
+    w.Int(p.identity().rank);
+  else
+    w.Null();
   w.Key(process_key).String(ProcessLabel(p));
 }
 
@@ -39,7 +42,10 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
   }
   w.Key("gpu_ms").Double(Ms(a.gpu_ns)).Key("idle_ms").Double(Ms(a.idle_ns));
   w.Key("cuda_api_wall_ms");
-  if (a.cuda_api_wall_ns >= 0) w.Double(Ms(a.cuda_api_wall_ns)); else w.Null();
+  if (a.cuda_api_wall_ns >= 0)
+    w.Double(Ms(a.cuda_api_wall_ns));
+  else
+    w.Null();
   w.Key("shares").BeginObject();  // of the job's CPU time (the profiler's left out)
   for (size_t c = 0; c < kCpuCategories; ++c) {
     if (static_cast<CpuCategory>(c) == CpuCategory::kProfiler) continue;
@@ -55,9 +61,15 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
   w.Key("threads").Int(a.threads);
   // The sampled CPU time over the process's own (every thread's) CPU time.
   w.Key("process_cpu_ms");
-  if (a.process_cpu_ns >= 0) w.Double(Ms(a.process_cpu_ns)); else w.Null();
+  if (a.process_cpu_ns >= 0)
+    w.Double(Ms(a.process_cpu_ns));
+  else
+    w.Null();
   w.Key("coverage");
-  if (a.Coverage() >= 0) w.Double(a.Coverage()); else w.Null();
+  if (a.Coverage() >= 0)
+    w.Double(a.Coverage());
+  else
+    w.Null();
   // The recording threads' time off CPU, by why (summed over threads).
   w.Key("off_cpu_ms").BeginObject();
   for (int r = 0; r < kOffCpuReasons; ++r) w.Key(OffCpuReasonName(r)).Double(Ms(a.off_ns[r]));
@@ -182,7 +194,10 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("calibrated_events").Uint(o.calibrated_events);
   w.Key("caller_side_ms").Double(Ms(o.caller_ns));
   w.Key("in_place_ratio");
-  if (o.costs.in_place_ratio > 0) w.Double(o.costs.in_place_ratio); else w.Null();
+  if (o.costs.in_place_ratio > 0)
+    w.Double(o.costs.in_place_ratio);
+  else
+    w.Null();
   w.Key("calibration_spread_ms").Double(Ms(o.calibration_spread_ns));
   w.Key("systematic_ms").Double(Ms(o.systematic_ns));
   w.Key("note").String(o.cost_note);
@@ -368,7 +383,10 @@ void WriteWaits(JsonWriter& w, const StepProfile& step) {
   for (const StepProfile::WaitLinks& l : step.waits) {
     w.Newline().BeginObject();
     w.Key("subtask");
-    if (l.capture.empty()) w.Null(); else w.String(l.capture);
+    if (l.capture.empty())
+      w.Null();
+    else
+      w.String(l.capture);
     w.Key("linked").BeginObject().Key("ray").Int(l.linked_ray).Key("key").Int(l.linked_key).EndObject();
     w.Key("unlinked").BeginObject().Key("ray").Int(l.unlinked_ray).Key("key").Int(l.unlinked_key).EndObject();
     w.Key("removed_ms").Double(Ms(l.removed_ns));
@@ -396,10 +414,10 @@ void WriteCorrection(JsonWriter& w, const StepProfile& step) {
       const int unlinked = l.unlinked_ray + l.unlinked_key;
       if (unlinked == 0) continue;
       const std::string what = std::to_string(unlinked) + (unlinked == 1 ? " result" : " results");
-      w.String(l.capture.empty()
-                   ? what + " got outside every sub-task: those waits keep the other processes' overhead"
-                   : l.capture + ": " + what + " waited for with no profiled range of the same key: those waits "
-                                             "keep the other processes' overhead");
+      w.String(l.capture.empty() ? what + " got outside every sub-task: those waits keep the other processes' overhead"
+                                 : l.capture + ": " + what +
+                                       " waited for with no profiled range of the same key: those waits "
+                                       "keep the other processes' overhead");
     }
     w.EndArray();
     WriteWaits(w, step);

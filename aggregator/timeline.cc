@@ -107,7 +107,8 @@ void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges
   for (const auto& e : block.events) {
     if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
     const bool calibration = AddEvent(block.tid, e, after_calibration, steps);
-    if (e.kind == static_cast<uint8_t>(EventKind::kOffCpuSample) || e.kind == static_cast<uint8_t>(EventKind::kProcessCpu)) {
+    if (e.kind == static_cast<uint8_t>(EventKind::kOffCpuSample) ||
+        e.kind == static_cast<uint8_t>(EventKind::kProcessCpu)) {
       continue;  // the flush thread's looks at other threads: no cost to its own timeline
     } else if (e.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
       marks.push_back(CostMark{e.ts_ns, e.kind, e.flags, 0});
@@ -133,15 +134,29 @@ bool ProcessTimeline::AddEvent(int64_t tid, const wire::Event& e, bool after_cal
   // "rlscope.calibration") are matched as usual, then left out.
   const bool calibration = calibration_name_ != 0 && e.name == calibration_name_;
   switch (static_cast<EventKind>(e.kind)) {
-    case EventKind::kRangePush: OnPush(tid, e, steps); break;
-    case EventKind::kRangePop: return OnPop(tid, e, calibration, steps);
-    case EventKind::kRangeStart: OnStart(tid, e, steps); break;
-    case EventKind::kRangeEnd: return OnEnd(tid, e, calibration, steps);
-    case EventKind::kCostSample: OnCostSample(e, after_calibration); break;
-    case EventKind::kCpuSample: OnCpuSample(tid, e); break;
+    case EventKind::kRangePush:
+      OnPush(tid, e, steps);
+      break;
+    case EventKind::kRangePop:
+      return OnPop(tid, e, calibration, steps);
+    case EventKind::kRangeStart:
+      OnStart(tid, e, steps);
+      break;
+    case EventKind::kRangeEnd:
+      return OnEnd(tid, e, calibration, steps);
+    case EventKind::kCostSample:
+      OnCostSample(e, after_calibration);
+      break;
+    case EventKind::kCpuSample:
+      OnCpuSample(tid, e);
+      break;
     case EventKind::kOffCpuSample:
-    case EventKind::kProcessCpu: OnOffCpu(e); break;
-    case EventKind::kMark: if (!calibration) OnMark(tid, e); break;
+    case EventKind::kProcessCpu:
+      OnOffCpu(e);
+      break;
+    case EventKind::kMark:
+      if (!calibration) OnMark(tid, e);
+      break;
   }
   return calibration;
 }
@@ -222,8 +237,8 @@ void ProcessTimeline::OnCpuSample(int64_t tid, const wire::Event& e) {
   // something (the sampler's signal).
   --events_received_;
   ++cpu_samples_received_;
-  CpuSample s{e.ts_ns, tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0,
-              (e.flags & kFlagFrameUnread) != 0};
+  CpuSample s{
+      e.ts_ns, tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0, (e.flags & kFlagFrameUnread) != 0};
   if ((e.flags & kFlagNativeStack) != 0 && e.value <= UINT32_MAX) s.stack = static_cast<uint32_t>(e.value);
   s.profiler_thread = (e.flags & kFlagProfilerThread) != 0;
   cpu_samples_.push_back(s);
@@ -324,8 +339,8 @@ void ProcessTimeline::Bye(const wire::Bye& bye) {
   early_ends_.clear();
 }
 
-void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans,
-                          std::vector<Instant>* instants, bool second_core) const {
+void ProcessTimeline::Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans, std::vector<Instant>* instants,
+                          bool second_core) const {
   auto in_step = [&](const Span& s) {
     return (s.begin_ns < end_ns && s.end_ns > begin_ns) ||
            (s.begin_ns == s.end_ns && s.begin_ns >= begin_ns && s.begin_ns < end_ns);
@@ -415,8 +430,7 @@ void ProcessTimeline::CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRe
   }
 }
 
-void ProcessTimeline::CutCosts(int64_t begin_ns, int64_t end_ns,
-                               std::map<int64_t, std::vector<CostMark>>* out) const {
+void ProcessTimeline::CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const {
   for (const auto& [tid, marks] : cost_marks_) {
     std::vector<CostMark>* dst = nullptr;
     for (const CostMark& m : marks) {
@@ -496,9 +510,9 @@ int64_t ProcessTimeline::UnarmedNs(int64_t begin_ns, int64_t end_ns) const {
   // or, the oldest forgotten, the opposite of the oldest kept).
   auto it = std::upper_bound(arming_.begin(), arming_.end(), begin_ns,
                              [](int64_t t, const wire::ArmEdge& e) { return t < e.ts_ns; });
-  bool armed = it != arming_.begin()                                       ? std::prev(it)->armed
+  bool armed = it != arming_.begin()                                ? std::prev(it)->armed
                : arming_.size() >= kMaxArmEdges && !arming_.empty() ? !arming_.front().armed
-                                                                          : false;
+                                                                    : false;
   int64_t unarmed = 0, from = begin_ns;
   for (; it != arming_.end() && it->ts_ns < end_ns; ++it) {
     if (!armed) unarmed += it->ts_ns - from;
@@ -533,9 +547,9 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
     while (points.size() > 1 && points[1].ts_ns < ns) points.pop_front();
   }
   // Threads' samples arrive in blocks of their own, not in one time order.
-  cpu_samples_.erase(std::remove_if(cpu_samples_.begin(), cpu_samples_.end(),
-                                    [ns](const CpuSample& s) { return s.ts_ns < ns; }),
-                     cpu_samples_.end());
+  cpu_samples_.erase(
+      std::remove_if(cpu_samples_.begin(), cpu_samples_.end(), [ns](const CpuSample& s) { return s.ts_ns < ns; }),
+      cpu_samples_.end());
   for (auto it = cost_marks_.begin(); it != cost_marks_.end();) {
     auto& marks = it->second;
     while (!marks.empty() && marks.front().ts_ns < ns) marks.pop_front();
@@ -558,9 +572,7 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
   // A step beginning at `ns` still takes what is exactly at `ns` (Cut is
   // [begin, end)): instants and zero-length spans there are kept.
   done_.erase(std::remove_if(done_.begin(), done_.end(),
-                             [ns](const Span& s) {
-                               return s.end_ns < ns || (s.end_ns == ns && s.begin_ns < ns);
-                             }),
+                             [ns](const Span& s) { return s.end_ns < ns || (s.end_ns == ns && s.begin_ns < ns); }),
               done_.end());
   if (done_.empty()) {
     done_tids_.clear();
@@ -584,8 +596,7 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
       ++it;
     }
   }
-  instants_.erase(std::remove_if(instants_.begin(), instants_.end(),
-                                 [ns](const Instant& i) { return i.ts_ns < ns; }),
+  instants_.erase(std::remove_if(instants_.begin(), instants_.end(), [ns](const Instant& i) { return i.ts_ns < ns; }),
                   instants_.end());
 }
 
@@ -630,8 +641,10 @@ std::string ProcessLabel(const ProcessTimeline& p) {
   const std::string node_id = label_of("node_id");
   if (!node_id.empty()) label += " [" + node_id.substr(0, 8) + "]";
   label += " / " + ProcessName(p);
-  if (id.role == "controller") label += " (controller)";
-  else if (id.rank >= 0) label += " (rank " + std::to_string(id.rank) + ")";
+  if (id.role == "controller")
+    label += " (controller)";
+  else if (id.rank >= 0)
+    label += " (rank " + std::to_string(id.rank) + ")";
   return label + " / pid " + std::to_string(id.pid);
 }
 

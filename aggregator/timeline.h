@@ -140,7 +140,9 @@ class ProcessTimeline {
   // nor show it, and its ranges still open end at its last flush.
   bool lost() const { return lost_; }
   void set_lost() { lost_ = true; }
-  uint64_t events_received() const { return events_received_; }  // recorded events and GPU records (not cost or CPU samples)
+  uint64_t events_received() const {
+    return events_received_;
+  }  // recorded events and GPU records (not cost or CPU samples)
   uint64_t dropped() const { return dropped_; }
   uint64_t unmatched() const { return unmatched_; }
   uint64_t last_ack() const { return last_ack_; }
@@ -180,10 +182,10 @@ class ProcessTimeline {
   std::unordered_map<uint32_t, std::string> strings_;
   std::map<int64_t, std::string> thread_names_;
   std::map<std::pair<uint32_t, uint32_t>, std::string> categories_;
-  std::map<std::pair<int64_t, uint32_t>, std::vector<Span>> stacks_;  // (tid, domain)
-  std::unordered_map<uint64_t, Span> open_async_;                     // by range id
+  std::map<std::pair<int64_t, uint32_t>, std::vector<Span>> stacks_;      // (tid, domain)
+  std::unordered_map<uint64_t, Span> open_async_;                         // by range id
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> early_ends_;  // id -> (ts, tid)
-  ChunkQueue<Span> done_;  // completed, in completion order
+  ChunkQueue<Span> done_;                                                 // completed, in completion order
   // The threads that closed what done_ holds (some may have none left in
   // it), in order of first sight, and how many of done_ each closed;
   // cleared when done_ empties.
@@ -192,31 +194,31 @@ class ProcessTimeline {
   size_t last_done_ = 0;  // done_tids_ index of the last span closed
   // done_tids_' index of `tid` (its size when absent), `hint` tried first.
   size_t DoneThread(int64_t tid, size_t hint) const;
-  ChunkQueue<Instant> instants_;  // in arrival order
-  ChunkQueue<GpuRecord> gpu_;     // in arrival order
+  ChunkQueue<Instant> instants_;                        // in arrival order
+  ChunkQueue<GpuRecord> gpu_;                           // in arrival order
   std::map<int64_t, ChunkQueue<CostMark>> cost_marks_;  // per thread, in recording order
-  ChunkQueue<CostSample> cost_samples_;                  // in arrival order
-  ChunkQueue<CpuSample> cpu_samples_;                    // in arrival order
-  ChunkQueue<OffCpuSample> off_cpu_;                     // in arrival order (one flush thread: by time)
-  std::deque<ProcessCpuPoint> process_cpu_;              // by time
+  ChunkQueue<CostSample> cost_samples_;                 // in arrival order
+  ChunkQueue<CpuSample> cpu_samples_;                   // in arrival order
+  ChunkQueue<OffCpuSample> off_cpu_;                    // in arrival order (one flush thread: by time)
+  std::deque<ProcessCpuPoint> process_cpu_;             // by time
   uint64_t cpu_samples_received_ = 0;
   KindSamples sample_totals_;
   uint64_t interrupted_samples_ = 0;
-  std::deque<std::pair<int64_t, int64_t>> cpu_points_;  // (watermark, flush thread CPU so far)
-  std::deque<MemoryPoint> rss_;                                  // by time
-  std::map<uint32_t, std::deque<MemoryPoint>> gpu_allocated_;     // per device, by time
+  std::deque<std::pair<int64_t, int64_t>> cpu_points_;         // (watermark, flush thread CPU so far)
+  std::deque<MemoryPoint> rss_;                                // by time
+  std::map<uint32_t, std::deque<MemoryPoint>> gpu_allocated_;  // per device, by time
   bool reports_arming_ = false;
-  bool saw_first_batch_ = false;  // its batch seq 0 came here (UnarmedNs)
-  std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
-  uint32_t calibration_name_ = 0;  // id of "rlscope.calibration": those events are left out
+  bool saw_first_batch_ = false;                    // its batch seq 0 came here (UnarmedNs)
+  std::deque<wire::ArmEdge> arming_;                // by time; bounded (kMaxArmEdges), the oldest forgotten
+  uint32_t calibration_name_ = 0;                   // id of "rlscope.calibration": those events are left out
   std::unordered_map<uint32_t, int64_t> launches_;  // correlation -> API call start
   int64_t watermark_ns_ = 0;
   int64_t next_auto_step_ = 1;
   int64_t steps_done_before_ns_ = INT64_MIN;  // ContinueSteps
   int64_t skip_before_ns_ = INT64_MIN;        // SkipBefore
-  uint32_t step_name_id_ = 0;  // the id of "step" in this process, once known
-  uint32_t step_number_name_ = 0;  // the id of "rlscope.step_number": numbers the next step, not an instant
-  int64_t announced_step_ = -1;    // the number it announced, until that step opens
+  uint32_t step_name_id_ = 0;                 // the id of "step" in this process, once known
+  uint32_t step_number_name_ = 0;             // the id of "rlscope.step_number": numbers the next step, not an instant
+  int64_t announced_step_ = -1;               // the number it announced, until that step opens
   uint64_t events_received_ = 0;
   uint64_t dropped_ = 0;
   uint64_t unmatched_ = 0;  // pops on an empty stack, ends of unknown ids

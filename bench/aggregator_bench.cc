@@ -82,7 +82,8 @@ class EncodingTimer : public StepExporter {
     const double cpu_a = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
     const auto a = std::chrono::steady_clock::now();
     std::map<uint64_t, int64_t> pids;
-    for (const ProcessSlice& slice : step.processes) pids[slice.process->hello().session] = slice.process->identity().pid;
+    for (const ProcessSlice& slice : step.processes)
+      pids[slice.process->hello().session] = slice.process->identity().pid;
     json_bytes += StepTraceJson(step, pids).size();
     const auto b = std::chrono::steady_clock::now();
     pftrace = StepTracePerfetto(step, pids);
@@ -95,7 +96,7 @@ class EncodingTimer : public StepExporter {
   }
   bool ExportRun(const RunInfo& run) noexcept override { return files_->ExportRun(run); }
   double json_s = 0, pftrace_s = 0;
-  double export_s = 0;  // the daemon's exporter (trace.json and summary.json), inside the timed span
+  double export_s = 0;     // the daemon's exporter (trace.json and summary.json), inside the timed span
   double extra_cpu_s = 0;  // CPU time of the two encodings above (not the aggregator's)
   size_t json_bytes = 0, pftrace_bytes = 0;
   std::string pftrace;  // the last step's, written beside its trace.json after the timing
@@ -106,7 +107,7 @@ class EncodingTimer : public StepExporter {
 }  // namespace
 
 // The default mix's records beside the ranges (see the top of the file).
-constexpr int kCostSampleEvery = 64;      // correction.sample_every
+constexpr int kCostSampleEvery = 64;       // correction.sample_every
 constexpr int kEventsPerCpuSample = 1000;  // 1 kHz of CPU time, an event each microsecond
 constexpr int64_t kFlushNs = 20000000;     // flush.interval_ms
 constexpr uint32_t kStackId = 66, kLibId = 67, kModuleId = 68;
@@ -128,10 +129,10 @@ wire::ThreadEvents FlushLooks(int64_t from_ns, int64_t to_ns, std::vector<wire::
   wire::ThreadEvents te{99, {}};
   for (int64_t ts = (from_ns / kFlushNs + 1) * kFlushNs; ts < to_ns; ts += kFlushNs) {
     te.events.push_back({ts, static_cast<uint64_t>(ts / 2), 0, 0, 0, static_cast<uint8_t>(EventKind::kProcessCpu), 0});
-    te.events.push_back({ts, 90, 0, static_cast<uint32_t>(kFlushNs / 1000),
-                         static_cast<uint32_t>(OffCpuReason::kPoll), static_cast<uint8_t>(EventKind::kOffCpuSample), 0});
-    te.events.push_back({ts, 91, 0, static_cast<uint32_t>(kFlushNs / 1000),
-                         static_cast<uint32_t>(OffCpuReason::kLock), static_cast<uint8_t>(EventKind::kOffCpuSample), 0});
+    te.events.push_back({ts, 90, 0, static_cast<uint32_t>(kFlushNs / 1000), static_cast<uint32_t>(OffCpuReason::kPoll),
+                         static_cast<uint8_t>(EventKind::kOffCpuSample), 0});
+    te.events.push_back({ts, 91, 0, static_cast<uint32_t>(kFlushNs / 1000), static_cast<uint32_t>(OffCpuReason::kLock),
+                         static_cast<uint8_t>(EventKind::kOffCpuSample), 0});
     memory->push_back({ts, (512 << 20) + (ts / kFlushNs % 7) * (1 << 20)});
   }
   return te;
@@ -145,10 +146,14 @@ int main(int argc, char** argv) {
   std::string out = "/tmp/rlscope_aggregator_bench";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--events") && i + 1 < argc) events = std::atoll(argv[++i]);
-    if (!std::strcmp(argv[i], "--ranges-only")) ranges_only = true;
-    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc) workers = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    if (!std::strcmp(argv[i], "--ranges-only"))
+      ranges_only = true;
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--workers") && i + 1 < argc)
+      workers = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
+      out = argv[++i];
   }
   // One controller process holding one step; one worker process with
   // `threads` threads of nested push/pop pairs (names from 64 interned
@@ -287,7 +292,8 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<Aggregator::Received> received;  // as the daemon hands what it drained (OnFrames)
   for (const auto& f : frames) received.push_back({f, ""});
-  agg.OnFrames(received, [] { return int64_t{0}; }, [](size_t, uint64_t) {});
+  agg.OnFrames(
+      received, [] { return int64_t{0}; }, [](size_t, uint64_t) {});
   const auto framed = std::chrono::steady_clock::now();
   agg.Tick(0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
@@ -307,7 +313,8 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "{\"events\": %zu, \"frames\": %zu, \"wire_bytes\": %zu, \"bytes_per_event\": %.2f, "
-      "\"seconds\": %.4f, \"events_per_s\": %.0f, \"cpu_seconds\": %.4f, \"steps_written\": %llu, \"trace_bytes\": %ld, "
+      "\"seconds\": %.4f, \"events_per_s\": %.0f, \"cpu_seconds\": %.4f, \"steps_written\": %llu, \"trace_bytes\": "
+      "%ld, "
       "\"encode_ns_per_event\": %.2f, \"packer_ns_per_event\": %.2f, \"packer_bytes\": %zu, "
       "\"aggregator_peak_mb\": %.1f, \"json_encode_s\": %.4f, \"json_bytes\": %zu, \"pftrace_encode_s\": %.4f, "
       "\"pftrace_bytes\": %zu, \"workers\": %d, \"frames_s\": %.4f, \"export_s\": %.4f, \"range_events\": %lld, "

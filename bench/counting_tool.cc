@@ -130,8 +130,7 @@ void Set(NvtxFunctionTable table, unsigned size, unsigned cbid, Fn fn) {
 }
 
 int FillTables(NvtxGetExportTableFunc_t get_export_table) {
-  const auto* callbacks =
-      static_cast<const NvtxExportTableCallbacks*>(get_export_table(NVTX_ETID_CALLBACKS));
+  const auto* callbacks = static_cast<const NvtxExportTableCallbacks*>(get_export_table(NVTX_ETID_CALLBACKS));
   if (callbacks == nullptr || callbacks->struct_size < sizeof(NvtxExportTableCallbacks)) return 0;
   NvtxFunctionTable t = nullptr;
   unsigned n = 0;
@@ -140,10 +139,8 @@ int FillTables(NvtxGetExportTableFunc_t get_export_table) {
   Set(t, n, NVTX_CBID_CORE_RangePushEx, static_cast<nvtxRangePushEx_impl_fntype>(&RangePushEx));
   Set(t, n, NVTX_CBID_CORE_RangePop, static_cast<nvtxRangePop_impl_fntype>(&RangePop));
   if (callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &t, &n) == 0 || t == nullptr) return 0;
-  Set(t, n, NVTX_CBID_CORE2_DomainRangePushEx,
-      static_cast<nvtxDomainRangePushEx_impl_fntype>(&DomainRangePushEx));
-  Set(t, n, NVTX_CBID_CORE2_DomainRangePop,
-      static_cast<nvtxDomainRangePop_impl_fntype>(&DomainRangePop));
+  Set(t, n, NVTX_CBID_CORE2_DomainRangePushEx, static_cast<nvtxDomainRangePushEx_impl_fntype>(&DomainRangePushEx));
+  Set(t, n, NVTX_CBID_CORE2_DomainRangePop, static_cast<nvtxDomainRangePop_impl_fntype>(&DomainRangePop));
   return 1;
 }
 

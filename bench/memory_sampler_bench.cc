@@ -54,8 +54,9 @@ int main() {
   const double ours = NsPerCall([&] { return sampler.RssBytes(); }, 20000, 7);
   const double status = NsPerCall(StatusVmRss, 2000, 7);
   const double clock = NsPerCall(Now, 200000, 7);
-  std::printf("{\"rss_bytes\": %lld, \"status_rss_bytes\": %lld, \"statm_pread_ns\": %.1f, "
-              "\"status_read_ns\": %.1f, \"clock_gettime_ns\": %.1f}\n",
-              static_cast<long long>(rss), static_cast<long long>(StatusVmRss()), ours, status, clock);
+  std::printf(
+      "{\"rss_bytes\": %lld, \"status_rss_bytes\": %lld, \"statm_pread_ns\": %.1f, "
+      "\"status_read_ns\": %.1f, \"clock_gettime_ns\": %.1f}\n",
+      static_cast<long long>(rss), static_cast<long long>(StatusVmRss()), ours, status, clock);
   return rss > 0 ? 0 : 1;
 }

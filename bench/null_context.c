@@ -12,8 +12,7 @@
 #include <Python.h>
 
 typedef struct {
-  PyObject_HEAD
-  PyObject* name;
+  PyObject_HEAD PyObject* name;
 } NullRange;
 
 static PyTypeObject NullRangeType;

@@ -57,8 +57,8 @@ struct Options {
   int64_t chunk = 8192;             // pairs per timed chunk
   int64_t sleep_ms = 30;            // idle gap between chunks (not timed)
   int64_t threads = 1;
-  int64_t warmup_pairs = 0;         // untimed, back to back, before timing
-  bool busy_gaps = false;           // spin through the gaps instead of sleeping
+  int64_t warmup_pairs = 0;  // untimed, back to back, before timing
+  bool busy_gaps = false;    // spin through the gaps instead of sleeping
 };
 
 int64_t NowNs() {
@@ -210,9 +210,7 @@ int main(int argc, char** argv) {
   } else {
     std::vector<std::thread> workers;
     for (size_t i = 0; i < nthreads; ++i) {
-      workers.emplace_back([&o, &per_thread, &tool_events, i] {
-        RunChunks(o, &per_thread[i], &tool_events[i]);
-      });
+      workers.emplace_back([&o, &per_thread, &tool_events, i] { RunChunks(o, &per_thread[i], &tool_events[i]); });
     }
     for (auto& t : workers) t.join();
   }
@@ -221,16 +219,14 @@ int main(int argc, char** argv) {
   const double median = Median(all);
   const double min = all.empty() ? 0.0 : *std::min_element(all.begin(), all.end());
 
-  std::string stats_json =
-      "\"events_recorded\":null,\"dropped\":null,\"batches_sent\":null,\"batches_dropped\":null";
-  if (auto stats_fn =
-          reinterpret_cast<CollectorStatsFn>(FindToolSymbol("rlscope_collector_stats"))) {
+  std::string stats_json = "\"events_recorded\":null,\"dropped\":null,\"batches_sent\":null,\"batches_dropped\":null";
+  if (auto stats_fn = reinterpret_cast<CollectorStatsFn>(FindToolSymbol("rlscope_collector_stats"))) {
     CollectorStats s{};
     stats_fn(&s);
     char buf[256];
     std::snprintf(buf, sizeof(buf),
-                  "\"events_recorded\":%" PRIu64 ",\"dropped\":%" PRIu64
-                  ",\"batches_sent\":%" PRIu64 ",\"batches_dropped\":%" PRIu64,
+                  "\"events_recorded\":%" PRIu64 ",\"dropped\":%" PRIu64 ",\"batches_sent\":%" PRIu64
+                  ",\"batches_dropped\":%" PRIu64,
                   s.events, s.dropped, s.batches_sent, s.batches_dropped);
     stats_json = buf;
   } else if (tool_events[0] >= 0) {
@@ -239,10 +235,9 @@ int main(int argc, char** argv) {
     stats_json = "\"events_recorded\":" + std::to_string(total) +
                  ",\"dropped\":null,\"batches_sent\":null,\"batches_dropped\":null";
   }
-  std::printf("{\"ns_per_pair_median\":%.3f,\"ns_per_pair_min\":%.3f,\"pairs\":%" PRId64
-              ",\"threads\":%" PRId64 ",\"warmup_pairs\":%" PRId64 ",%s}\n",
-              median, min, o.pairs * o.threads, o.threads, o.warmup_pairs * o.threads,
-              stats_json.c_str());
+  std::printf("{\"ns_per_pair_median\":%.3f,\"ns_per_pair_min\":%.3f,\"pairs\":%" PRId64 ",\"threads\":%" PRId64
+              ",\"warmup_pairs\":%" PRId64 ",%s}\n",
+              median, min, o.pairs * o.threads, o.threads, o.warmup_pairs * o.threads, stats_json.c_str());
   std::fflush(stdout);
   return 0;
 }

@@ -30,16 +30,17 @@ Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int
       trigger_(ParseTrigger(ctx.own.config.capture_range)),
       step_name_id_(ctx.strings.Intern(names::kStep)),
       step_number_name_id_(ctx.strings.Intern(names::kStepNumber)),
-      trigger_name_id_(trigger_ == Trigger::kNvtxRange ? ctx.strings.Intern(ctx.own.config.capture_range.substr(5)) : 0),
+      trigger_name_id_(trigger_ == Trigger::kNvtxRange ? ctx.strings.Intern(ctx.own.config.capture_range.substr(5))
+                                                       : 0),
       selected_(SelectsProcess(ctx.own.config, controller, rank)),
       is_controller_(controller),
       steps_(ctx.own.config.steps) {
   // A controller always records its "step" ranges: they number the steps,
   // whatever opens its captures. Off until the collector is the instance.
-  hot_.store(static_cast<uint8_t>(kHotOff | (controller || trigger_ == Trigger::kNvtxRange ? kHotWatching : 0) |
-                                  (ctx.clock_source != ClockSource::kTsc || ctx.test_clock != nullptr ? kHotSlowClock
-                                                                                                        : 0)),
-             std::memory_order_relaxed);
+  hot_.store(
+      static_cast<uint8_t>(kHotOff | (controller || trigger_ == Trigger::kNvtxRange ? kHotWatching : 0) |
+                           (ctx.clock_source != ClockSource::kTsc || ctx.test_clock != nullptr ? kHotSlowClock : 0)),
+      std::memory_order_relaxed);
   if (!ctx.own.config.ranks.all && rank < 0 && !controller) {
     std::fprintf(stderr,
                  "rlscope: config selects ranks %s but this process has no rank "

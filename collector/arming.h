@@ -170,14 +170,14 @@ class Arming {
   // flush thread's arming and a recording thread's claim never undo each other.
   static std::atomic<uint8_t> hot_;
   std::atomic<bool> stopped_{false};
-  std::atomic<bool> capture_active_{false};  // api / nvtx / cudaProfilerApi triggers
-  std::atomic<bool> window_open_{false};     // controller trigger: inside a selected step
-  std::atomic<int64_t> next_step_{1};        // controller: number of the next unnumbered step
+  std::atomic<bool> capture_active_{false};    // api / nvtx / cudaProfilerApi triggers
+  std::atomic<bool> window_open_{false};       // controller trigger: inside a selected step
+  std::atomic<int64_t> next_step_{1};          // controller: number of the next unnumbered step
   std::atomic<int64_t> derived_next_step_{1};  // what the aggregator numbers it without an announcement
-  std::atomic<bool> in_step_{false};         // controller: a step range is open
+  std::atomic<bool> in_step_{false};           // controller: a step range is open
   std::atomic<uint64_t> step_range_id_{0};     // controller's open start/end "step" range
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range
-  int64_t window_close_at_ns_ = 0;  // flush thread: a closed window disarms at this time (slack), 0 = none
+  int64_t window_close_at_ns_ = 0;             // flush thread: a closed window disarms at this time (slack), 0 = none
 };
 
 }  // namespace rlscope

@@ -137,8 +137,7 @@ void rlscope_nvtx_pop(uint32_t domain_id, uint8_t flags) {
   c->RangePop(ts, domain_id, flags);
 }
 
-uint64_t rlscope_nvtx_start(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload,
-                            uint8_t flags) {
+uint64_t rlscope_nvtx_start(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload, uint8_t flags) {
   Collector* c = Collector::Instance();
   ThreadState* ts = c != nullptr ? c->TrackedThread() : nullptr;
   if (ts == nullptr) return 0;
@@ -193,7 +192,8 @@ void rlscope_step_begin(int64_t step) {
   ThreadState* ts;
   if (Enter(&c, &ts, /*step_call=*/true)) {
     CostSampler sampler(c, ts);
-    c->RangePush(ts, ts->names.Lookup(rlscope::names::kStep), 0, 0, static_cast<uint64_t>(step), rlscope::kFlagHasPayload);
+    c->RangePush(ts, ts->names.Lookup(rlscope::names::kStep), 0, 0, static_cast<uint64_t>(step),
+                 rlscope::kFlagHasPayload);
   }
 }
 

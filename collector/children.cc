@@ -40,8 +40,8 @@ std::string JoinCommandLine(const std::vector<std::string>& args, size_t max_cha
 bool IsRayHelper(const std::vector<std::string>& args) {
   // Paths inside Ray's package (its daemons, agents and worker entry points)
   // and the titles Ray's workers give themselves.
-  static const char* const kRayPaths[] = {"/ray/_private/", "/ray/dashboard/", "/ray/autoscaler/",
-                                          "/ray/util/client/", "/ray/core/src/"};
+  static const char* const kRayPaths[] = {"/ray/_private/", "/ray/dashboard/", "/ray/autoscaler/", "/ray/util/client/",
+                                          "/ray/core/src/"};
   static const char* const kRayNames[] = {"raylet", "gcs_server", "default_worker.py", "setup_worker.py"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];

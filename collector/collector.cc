@@ -93,8 +93,7 @@ Collector* Collector::Start() {
     pthread_atfork(nullptr, ParentAfterFork, ChildAfterFork);
   } catch (const std::exception& e) {
     // Any failure leaves the process without a collector: never crash it.
-    std::fprintf(stderr, "rlscope: the collector failed to start (%s); profiling is off in this process\n",
-                 e.what());
+    std::fprintf(stderr, "rlscope: the collector failed to start (%s); profiling is off in this process\n", e.what());
     failed = true;
   } catch (...) {
     std::fprintf(stderr, "rlscope: the collector failed to start; profiling is off in this process\n");
@@ -104,9 +103,8 @@ Collector* Collector::Start() {
 }
 
 Collector::Collector(CollectorSettings settings)
-    : context_(std::move(settings.own), std::move(settings.endpoint),
-               std::move(settings.secret), std::move(settings.test_clock), settings.clock_source,
-               eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+    : context_(std::move(settings.own), std::move(settings.endpoint), std::move(settings.secret),
+               std::move(settings.test_clock), settings.clock_source, eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       arming_(context_, recording_, settings.identity.role == names::kController, settings.identity.rank,
               settings.identity.labels.count(names::kLabelParentPid) != 0),
       link_(context_, recording_, arming_, std::move(settings.identity)),
@@ -126,9 +124,12 @@ ThreadState* Collector::RegisterThread() {
 
 bool Collector::ClaimController() {
   switch (arming_.ClaimController()) {
-    case Arming::Claim::kAlready: return true;
-    case Arming::Claim::kRefused: return false;
-    case Arming::Claim::kClaimed: break;
+    case Arming::Claim::kAlready:
+      return true;
+    case Arming::Claim::kRefused:
+      return false;
+    case Arming::Claim::kClaimed:
+      break;
   }
   link_.SetRole(true);  // the flush thread says hello again, now as the controller
   std::fprintf(stderr, "rlscope: pid %d claims the run's controller role (its steps drive the run)\n",
@@ -151,7 +152,7 @@ bool Collector::ScratchScope(bool on) {
 }
 
 void Collector::ApplyControl(const wire::Control& control) {
-  if (!link_.Apply(control)) return;  // refused: nothing else applies
+  if (!link_.Apply(control)) return;                                              // refused: nothing else applies
   if (control.role == names::kWorker && arming_.is_controller()) BecomeWorker();  // before the window it carries
   arming_.ApplyWindow(control.window);
   if (!control.run_config.empty() && control.run_config != run_config_) AdoptRunConfig(control.run_config);

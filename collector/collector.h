@@ -68,9 +68,9 @@ class Collector {
     const bool recorded =
         attempted && recording_.Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
     const int depth = ts->depth++;
-    ts->SetOpen(depth, recorded ? (ThreadState::kOpenRecorded |
-                                   ((flags & kFlagViaNvtxEx) != 0 ? ThreadState::kOpenViaEx : 0))
-                                : (attempted ? ThreadState::kOpenDropped : 0));
+    ts->SetOpen(depth,
+                recorded ? (ThreadState::kOpenRecorded | ((flags & kFlagViaNvtxEx) != 0 ? ThreadState::kOpenViaEx : 0))
+                         : (attempted ? ThreadState::kOpenDropped : 0));
     return depth;
   }
   // `flags`: the closing call's entry point (kFlagViaNvtxFast,
@@ -91,8 +91,8 @@ class Collector {
     if (closes != 0) arming_.AfterClose(closes);
     return depth;
   }
-  RLSCOPE_HOT uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category,
-                                  uint64_t payload, uint8_t flags) {
+  RLSCOPE_HOT uint64_t RangeStart(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
+                                  uint8_t flags) {
     // Disarmed and not watching: no id is needed (NVTX's own no-op returns 0
     // too), so the shared counter is not touched.
     if (!arming_.watching() && !armed()) return 0;
@@ -266,16 +266,16 @@ class Collector {
   MemorySampler memory_;  // flush thread: the process's resident memory, each flush
   GpuQueue gpu_{context_};
 
-  std::string run_config_;  // the last run config adopted (flush thread)
-  std::atomic<uint64_t> forks_{0};  // children forked (CountFork)
-  uint64_t overflow_said_ = 0;       // flush thread: ring overflow episodes in the label (FlushOnce)
-  int64_t wait_ns_ = 0;              // flush thread: the wait before the next flush (FlushLoop)
-  int64_t last_batch_ns_ = 0;        // flush thread: when a batch last went out (FlushOnce; MonotonicNs)
-  uint64_t dropped_sent_ = 0;        // flush thread: the drop count the last batch carried
-  int64_t events_flushed_ns_ = INT64_MIN / 2;  // flush thread: when a flush last took the host's events
+  std::string run_config_;                        // the last run config adopted (flush thread)
+  std::atomic<uint64_t> forks_{0};                // children forked (CountFork)
+  uint64_t overflow_said_ = 0;                    // flush thread: ring overflow episodes in the label (FlushOnce)
+  int64_t wait_ns_ = 0;                           // flush thread: the wait before the next flush (FlushLoop)
+  int64_t last_batch_ns_ = 0;                     // flush thread: when a batch last went out (FlushOnce; MonotonicNs)
+  uint64_t dropped_sent_ = 0;                     // flush thread: the drop count the last batch carried
+  int64_t events_flushed_ns_ = INT64_MIN / 2;     // flush thread: when a flush last took the host's events
   int64_t cpu_seen_ns_ = 0, cpu_seen_at_ns_ = 0;  // flush thread: the process's CPU time (but its own) when last judged
-  bool working_ = false;             // flush thread: the last judgement of that CPU time (kBusyCpuShare)
-  int64_t rss_sent_ = -1;            // flush thread: the resident memory the last batch carried
+  bool working_ = false;                          // flush thread: the last judgement of that CPU time (kBusyCpuShare)
+  int64_t rss_sent_ = -1;                         // flush thread: the resident memory the last batch carried
 
   // The flush thread and its requests.
   std::mutex flush_mu_;
@@ -285,7 +285,6 @@ class Collector {
   uint64_t flushes_done_ = 0;    // requests served, set by the flush thread (flush_mu_)
   std::atomic<bool> shut_down_{false};
   std::thread flush_thread_;
-
 };
 
 // Times one recording call in CostSampling::sample_every() on the calling

@@ -76,7 +76,8 @@ std::map<std::string, double> CostSampling::Calibrate() {
   const double push = best_ns([&](int) {
     if (state.depth == ThreadState::kTrackedDepth) state.depth = 0;
     int depth;
-    if (Recording::FastPush(hot, &state, 0, [&](RangeAttr* at) { return state.names.Hit(kName, &at->name); }, &depth)) {
+    if (Recording::FastPush(
+            hot, &state, 0, [&](RangeAttr* at) { return state.names.Hit(kName, &at->name); }, &depth)) {
       return;
     }
     rec.Record(&state, EventKind::kRangePush, state.names.Lookup(kName), 0, 0, 0, kFlagNone);
@@ -95,16 +96,15 @@ std::map<std::string, double> CostSampling::Calibrate() {
   const double end = best_ns([&](int i) {
     rec.Record(&state, EventKind::kRangeEnd, 0, 0, 0, static_cast<uint64_t>(i) | kRecordedRangeBit, kFlagNone);
   });
-  const double mark = best_ns([&](int) {
-    rec.Record(&state, EventKind::kMark, state.names.Lookup(kName), 0, 0, 0, kFlagNone);
-  });
+  const double mark =
+      best_ns([&](int) { rec.Record(&state, EventKind::kMark, state.names.Lookup(kName), 0, 0, 0, kFlagNone); });
   // A cost sample: the timed call's two clock reads and the sample's record.
   const double sample = best_ns([&](int) {
     volatile uint64_t t0 = ReadTicks(clock_source_);
     RecordCostSample(&state, ReadTicks(clock_source_) - t0);
   });
-  std::map<std::string, double> out = {{"push", push - empty}, {"pop", pop - empty}, {"start", start - empty},
-                                       {"end", end - empty}, {"mark", mark - empty}, {"sample", sample - empty}};
+  std::map<std::string, double> out = {{"push", push - empty}, {"pop", pop - empty},   {"start", start - empty},
+                                       {"end", end - empty},   {"mark", mark - empty}, {"sample", sample - empty}};
   for (auto& [k, v] : out) v = std::max(0.0, v);
   return out;
 }

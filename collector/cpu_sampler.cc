@@ -67,11 +67,13 @@ std::string KernelProblem() {
   utsname u{};
   if (uname(&u) != 0) return "uname failed";
   int major = 0, minor = 0;
-  if (std::sscanf(u.release, "%d.%d", &major, &minor) != 2) return std::string("kernel release '") + u.release + "' unreadable";
+  if (std::sscanf(u.release, "%d.%d", &major, &minor) != 2)
+    return std::string("kernel release '") + u.release + "' unreadable";
   const bool x86_64 = std::strcmp(u.machine, "x86_64") == 0;
   if (!x86_64 || major < 5 || (major == 5 && minor < 11)) {
-    return std::string("needs Linux >= 5.11 on x86_64, where a CPU timer's signal is raised on the return to user "
-                       "space and never interrupts a system call (this host: ") +
+    return std::string(
+               "needs Linux >= 5.11 on x86_64, where a CPU timer's signal is raised on the return to user "
+               "space and never interrupts a system call (this host: ") +
            u.sysname + " " + u.release + " " + u.machine + ")";
   }
   return "";
@@ -103,8 +105,7 @@ void CpuSampler::SetPythonReader(rlscope_py_module_reader_t reader, const char* 
 }
 
 std::string CpuSampler::PythonReaderName() {
-  return g_py_reader.load(std::memory_order_acquire) != nullptr ? g_py_reader_name.load(std::memory_order_acquire)
-                                                                : "";
+  return g_py_reader.load(std::memory_order_acquire) != nullptr ? g_py_reader_name.load(std::memory_order_acquire) : "";
 }
 
 bool CpuSampler::Setup(std::string* why) {
@@ -178,8 +179,8 @@ bool CpuSampler::StillOurs(std::string* why) {
   struct sigaction now {};
   if (sigaction(signal_, nullptr, &now) != 0) return true;
   if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &CpuSampler::OnSignal) return true;
-  *why = "the host installed its own handler for signal " + std::to_string(signal_) +
-         " (the sampler's): sampling stopped";
+  *why =
+      "the host installed its own handler for signal " + std::to_string(signal_) + " (the sampler's): sampling stopped";
   return false;
 }
 
@@ -391,25 +392,31 @@ bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t w
   }
   samples_.fetch_add(1, std::memory_order_relaxed);
   if (ring->AtHalfMark() && wake_fd_ >= 0) {  // the flush thread drains it before it fills
-    const int saved = errno;  // a handler leaves errno as it found it
+    const int saved = errno;                  // a handler leaves errno as it found it
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
     errno = saved;
   }
   if (unread) frames_unread_.fetch_add(1, std::memory_order_relaxed);
   if (through_kernel) kernel_reads_.fetch_add(1, std::memory_order_relaxed);
-  if (chain.failed_reads > 0) walk_faults_.fetch_add(static_cast<uint64_t>(chain.failed_reads), std::memory_order_relaxed);
-  if (!walked) unwalked_.fetch_add(1, std::memory_order_relaxed);
-  else if (chain.frame_pointers) walks_fp_.fetch_add(1, std::memory_order_relaxed);
-  else if (chain.scanned) walks_scan_.fetch_add(1, std::memory_order_relaxed);
-  else walks_leaf_.fetch_add(1, std::memory_order_relaxed);
+  if (chain.failed_reads > 0)
+    walk_faults_.fetch_add(static_cast<uint64_t>(chain.failed_reads), std::memory_order_relaxed);
+  if (!walked)
+    unwalked_.fetch_add(1, std::memory_order_relaxed);
+  else if (chain.frame_pointers)
+    walks_fp_.fetch_add(1, std::memory_order_relaxed);
+  else if (chain.scanned)
+    walks_scan_.fetch_add(1, std::memory_order_relaxed);
+  else
+    walks_leaf_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 void CpuSampler::UpdateHandlerNs(const TickConverter& converter) {
   const uint64_t n = samples_.load(std::memory_order_relaxed);
   const uint64_t ps = converter.DurationPs(handler_ticks_.load(std::memory_order_relaxed));
-  if (n > 0 && ps > 0) handler_ns_.store(static_cast<double>(ps) / 1000.0 / static_cast<double>(n), std::memory_order_relaxed);
+  if (n > 0 && ps > 0)
+    handler_ns_.store(static_cast<double>(ps) / 1000.0 / static_cast<double>(n), std::memory_order_relaxed);
 }
 
 uint32_t CpuSampler::ModuleSlot(const char* name, size_t n) {

@@ -77,11 +77,11 @@ struct ForeignSlot {
   std::atomic<bool> profiler{false};  // one of the collector's own threads
   int64_t tid = 0;                    // 0: free
   SampledThread sampled;
-  bool present = false;    // in the last listing of the process's threads
-  bool recording = false;  // it records events since: its state's timer samples it
-  bool named = false;      // its name was shipped
-  bool blocks = false;     // it blocks the sampler's signal (ZeroMQ's threads block all): no timer while it does
-  int64_t seen_ns = 0;     // when it was first listed (MonotonicNs)
+  bool present = false;        // in the last listing of the process's threads
+  bool recording = false;      // it records events since: its state's timer samples it
+  bool named = false;          // its name was shipped
+  bool blocks = false;         // it blocks the sampler's signal (ZeroMQ's threads block all): no timer while it does
+  int64_t seen_ns = 0;         // when it was first listed (MonotonicNs)
   int64_t blocks_look_ns = 0;  // when `blocks` is looked at again (a /proc read)
 };
 
@@ -223,7 +223,7 @@ class CpuSampler {
   std::atomic<uint64_t> frames_unread_{0}, kernel_reads_{0};  // samples: a read failed; read through the kernel
   std::atomic<uint64_t> walks_fp_{0}, walks_scan_{0}, walks_leaf_{0}, unwalked_{0}, threads_unsampled_{0};
   std::atomic<uint64_t> threads_blocking_{0}, walk_faults_{0};
-  std::atomic<uint64_t> handler_ticks_{0};                   // summed over recorded samples
+  std::atomic<uint64_t> handler_ticks_{0};  // summed over recorded samples
   std::atomic<double> handler_ns_{-1};
   std::atomic<int> timers_{0};
 
@@ -239,8 +239,8 @@ class CpuSampler {
   std::unique_ptr<ModuleEntry[]> modules_;
   std::vector<uint32_t> module_ids_;  // flush thread: slot -> interned id (0 not yet)
 
-  CodeMap code_;  // the process's code, for the handler's walks
-  std::unique_ptr<ForeignSlot[]> foreign_;  // kForeignSlots, made by Setup
+  CodeMap code_;                                       // the process's code, for the handler's walks
+  std::unique_ptr<ForeignSlot[]> foreign_;             // kForeignSlots, made by Setup
   std::unordered_map<int64_t, size_t> foreign_index_;  // tid -> slot (flush thread)
 
   static std::atomic<CpuSampler*> installed_instance_;

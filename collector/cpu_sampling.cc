@@ -90,7 +90,8 @@ bool CpuSampling::Reconcile(bool on) {
     const int64_t hz = this->hz();
     recording_.ForEachThread([&](ThreadEntry& t) {
       // An exited thread's timer goes with its entry (Release).
-      if (!t.exited.load(std::memory_order_acquire)) sampler_.Reconcile(&t.sampled, t.state.get(), t.buffer->tid(), on, hz);
+      if (!t.exited.load(std::memory_order_acquire))
+        sampler_.Reconcile(&t.sampled, t.state.get(), t.buffer->tid(), on, hz);
     });
   }
   if (const std::string label = Label(); label != label_) {
@@ -112,9 +113,8 @@ std::string CpuSampling::Label() const {
          ", signal " + std::to_string(sampler_.signal_number()) + "; python frames: " +
          (reader.empty() ? std::string("none (rlscope_ray not imported in this process)")
                          : reader + ", reads " + sampler_.FrameReads()) +
-         "; native stacks: frame pointers where they validate, else a scan of " +
-         std::to_string(CodeMap::kScanBytes) + " bytes of stack for return addresses, " +
-         std::to_string(NativeChain::kMaxObjects) + " objects at most";
+         "; native stacks: frame pointers where they validate, else a scan of " + std::to_string(CodeMap::kScanBytes) +
+         " bytes of stack for return addresses, " + std::to_string(NativeChain::kMaxObjects) + " objects at most";
 }
 
 std::string CpuSampling::StacksLabel() const {

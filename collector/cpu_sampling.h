@@ -78,12 +78,12 @@ class CpuSampling {
   std::atomic<bool> all_threads_{true};
   ThreadStates states_;
   // Flush thread only.
-  std::string label_;               // the cpu_sampling label last set
-  bool off_for_good_ = false;       // could not be set up, or the host took its signal
+  std::string label_;          // the cpu_sampling label last set
+  bool off_for_good_ = false;  // could not be set up, or the host took its signal
   uint64_t dropped_said_ = 0, unread_said_ = 0, unsampled_said_ = 0, blocking_said_ = 0;  // the counts' labels last set
-  std::string stacks_said_;                                        // the cpu_stacks label last set
-  uint64_t stacks_samples_said_ = 0;                               // samples when it was last looked at
-  std::string why_off_;             // why it is off for good
+  std::string stacks_said_;           // the cpu_stacks label last set
+  uint64_t stacks_samples_said_ = 0;  // samples when it was last looked at
+  std::string why_off_;               // why it is off for good
 };
 
 }  // namespace rlscope

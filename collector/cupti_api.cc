@@ -20,8 +20,7 @@ bool Resolve(void* lib, const char* name, Fn* out) {
 
 std::string CuptiResultText(const CuptiApi& api, CUptiResult r) {
   const char* s = nullptr;
-  if (api.get_result_string == nullptr || api.get_result_string(r, &s) != CUPTI_SUCCESS ||
-      s == nullptr) {
+  if (api.get_result_string == nullptr || api.get_result_string(r, &s) != CUPTI_SUCCESS || s == nullptr) {
     s = "unknown CUPTI error";
   }
   return std::string(s) + " (" + std::to_string(static_cast<int>(r)) + ")";
@@ -37,8 +36,7 @@ bool LoadCuptiLibrary(CuptiApi* api, std::string* why) {
     candidates.emplace_back(env);
   }
   for (const char* c : {"libcupti.so", "libcupti.so.13", "libcupti.so.12",
-                        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
-                        "/usr/local/cuda/lib64/libcupti.so"}) {
+                        "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib64/libcupti.so"}) {
     candidates.emplace_back(c);
   }
   std::string first_error;
@@ -52,8 +50,7 @@ bool LoadCuptiLibrary(CuptiApi* api, std::string* why) {
       continue;
     }
     CuptiApi a;
-    if (Resolve(lib, "cuptiSubscribe", &a.subscribe) &&
-        Resolve(lib, "cuptiEnableCallback", &a.enable_callback) &&
+    if (Resolve(lib, "cuptiSubscribe", &a.subscribe) && Resolve(lib, "cuptiEnableCallback", &a.enable_callback) &&
         Resolve(lib, "cuptiUnsubscribe", &a.unsubscribe) &&
         Resolve(lib, "cuptiGetResultString", &a.get_result_string)) {
       // Optional: StartGpuTracing names any that is missing.
@@ -72,8 +69,7 @@ bool LoadCuptiLibrary(CuptiApi* api, std::string* why) {
     if (first_error.empty()) first_error = path + " lacks the CUPTI callback API";
     dlclose(lib);
   }
-  *why = "libcupti not found (" + first_error +
-         "); set RLSCOPE_CUPTI_LIBRARY to the path of libcupti.so";
+  *why = "libcupti not found (" + first_error + "); set RLSCOPE_CUPTI_LIBRARY to the path of libcupti.so";
   return false;
 }
 

@@ -66,8 +66,7 @@ void StartCupti() noexcept {
 
 }  // namespace
 
-TriggerAction CudaProfilerTriggerAction(uint32_t domain, uint32_t cbid, int callback_site,
-                                        int driver_result) {
+TriggerAction CudaProfilerTriggerAction(uint32_t domain, uint32_t cbid, int callback_site, int driver_result) {
   if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return TriggerAction::kNone;
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuProfilerStart && callback_site == CUPTI_API_EXIT &&
       driver_result == CUDA_SUCCESS) {
@@ -79,8 +78,8 @@ TriggerAction CudaProfilerTriggerAction(uint32_t domain, uint32_t cbid, int call
   return TriggerAction::kNone;
 }
 
-void CUPTIAPI CudaProfilerTriggerCallback(void* userdata, CUpti_CallbackDomain domain,
-                                          CUpti_CallbackId cbid, const void* cbdata) {
+void CUPTIAPI CudaProfilerTriggerCallback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                          const void* cbdata) {
   if (userdata == nullptr || cbdata == nullptr) return;
   if (domain != CUPTI_CB_DOMAIN_DRIVER_API && domain != CUPTI_CB_DOMAIN_RUNTIME_API) return;
   const auto* d = static_cast<const CUpti_CallbackData*>(cbdata);
@@ -110,8 +109,7 @@ bool InstallCudaProfilerTrigger(const CuptiApi& api, void* userdata, std::string
     }
     return false;
   }
-  for (CUpti_CallbackId cbid :
-       {CUPTI_DRIVER_TRACE_CBID_cuProfilerStart, CUPTI_DRIVER_TRACE_CBID_cuProfilerStop}) {
+  for (CUpti_CallbackId cbid : {CUPTI_DRIVER_TRACE_CBID_cuProfilerStart, CUPTI_DRIVER_TRACE_CBID_cuProfilerStop}) {
     r = api.enable_callback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
     if (r != CUPTI_SUCCESS) {
       *why = "cuptiEnableCallback failed: " + CuptiResultText(api, r);

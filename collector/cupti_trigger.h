@@ -42,14 +42,13 @@ enum class TriggerAction { kNone, kOpen, kClose };
 // CUPTI_API_ENTER, so nothing after the stop call began is recorded. Anything
 // else is kNone, including the runtime domain's cudaProfilerStart/Stop: they
 // forward to the driver calls, which are the only ones subscribed.
-TriggerAction CudaProfilerTriggerAction(uint32_t domain, uint32_t cbid, int callback_site,
-                                        int driver_result);
+TriggerAction CudaProfilerTriggerAction(uint32_t domain, uint32_t cbid, int callback_site, int driver_result);
 
 // The subscribed callback. `userdata` is the Collector*; `cbdata` a
 // CUpti_CallbackData for the driver and runtime domains. Runs synchronously on
 // the thread calling into the driver: two relaxed stores, no locks.
-void CUPTIAPI CudaProfilerTriggerCallback(void* userdata, CUpti_CallbackDomain domain,
-                                          CUpti_CallbackId cbid, const void* cbdata);
+void CUPTIAPI CudaProfilerTriggerCallback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                          const void* cbdata);
 
 // Subscribes CudaProfilerTriggerCallback with `userdata` and enables the two
 // driver callbacks. On failure undoes the subscription and returns false with

@@ -108,7 +108,8 @@ wire::Identity ReadIdentity(const Config& config) {
 void MarkChild(wire::Identity* id, const std::string& parent_pid, const std::vector<std::string>& args) {
   id->role = names::kWorker;
   id->labels[names::kLabelParentPid] = parent_pid;
-  if (const std::string actor = Env(names::kEnvParentActor); !actor.empty()) id->labels[names::kLabelParentActor] = actor;
+  if (const std::string actor = Env(names::kEnvParentActor); !actor.empty())
+    id->labels[names::kLabelParentActor] = actor;
   id->labels[names::kLabelCommandLine] = JoinCommandLine(args);
 }
 

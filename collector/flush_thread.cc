@@ -92,7 +92,7 @@ void Collector::FlushLoop() {
     const bool probing = arming_.watching() || (armed() && now - events_flushed_ns_ < kEventsRecentNs);
     transport.ProbeIfDue(apply, context_.own.config.clock.probe_interval_ms * (probing ? 1 : kIdleProbeFactor));
     if (transport.ReceiveControls(apply)) woken = true;  // answer the barrier now
-    if (link_.barrier_owed()) woken = true;  // one that came during the probe burst too
+    if (link_.barrier_owed()) woken = true;              // one that came during the probe burst too
     now = MonotonicNs();
     arming_.CloseWindowIfDue(now);
     {

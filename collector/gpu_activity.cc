@@ -98,9 +98,7 @@ const T& As(const CUpti_Activity* r) {
 
 // Host-side kinds: they run on a CPU thread and are kept by time alone. API
 // records also open the correlation path for their device work.
-bool IsApiKind(CUpti_ActivityKind k) {
-  return k == CUPTI_ACTIVITY_KIND_RUNTIME || k == CUPTI_ACTIVITY_KIND_DRIVER;
-}
+bool IsApiKind(CUpti_ActivityKind k) { return k == CUPTI_ACTIVITY_KIND_RUNTIME || k == CUPTI_ACTIVITY_KIND_DRIVER; }
 
 bool Times(uint64_t start, uint64_t end, int64_t* s, int64_t* e) {
   if (start == 0 || end < start) return false;
@@ -111,8 +109,7 @@ bool Times(uint64_t start, uint64_t end, int64_t* s, int64_t* e) {
 
 // Walks the buffer (no lock: cuptiActivityGetNextRecord only parses).
 // Returns false when the walk ended on an error other than the normal end.
-bool Walk(const ActivityApi& api, const uint8_t* buffer, size_t valid_size,
-          std::vector<const CUpti_Activity*>* out) {
+bool Walk(const ActivityApi& api, const uint8_t* buffer, size_t valid_size, std::vector<const CUpti_Activity*>* out) {
   if (api.get_next_record == nullptr || buffer == nullptr || valid_size == 0) return true;
   CUpti_Activity* r = nullptr;
   // CUPTI's signature takes a non-const buffer; it does not write to it.
@@ -229,7 +226,6 @@ ConvertedActivity FromOverhead(const cs::Overhead& o, uint32_t name) {
 
 }  // namespace
 
-
 std::string StripApiVersion(std::string_view name) {
   // A trailing "_v<digits>".
   size_t i = name.size();
@@ -242,18 +238,28 @@ std::string StripApiVersion(std::string_view name) {
 
 const char* OverheadKindName(uint32_t overhead_kind) {
   switch (overhead_kind) {
-    case CUPTI_ACTIVITY_OVERHEAD_UNKNOWN: return "unknown";
-    case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: return "driver compiler";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH: return "CUPTI buffer flush";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION: return "CUPTI instrumentation";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE: return "CUPTI resource";
+    case CUPTI_ACTIVITY_OVERHEAD_UNKNOWN:
+      return "unknown";
+    case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER:
+      return "driver compiler";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH:
+      return "CUPTI buffer flush";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION:
+      return "CUPTI instrumentation";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE:
+      return "CUPTI resource";
     case CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING:
       return "runtime triggered module loading";
-    case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING: return "lazy function loading";
-    case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL: return "command buffer full";
-    case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST: return "activity buffer request";
-    case CUPTI_ACTIVITY_OVERHEAD_UVM_ACTIVITY_INIT: return "UVM activity init";
-    default: return nullptr;
+    case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING:
+      return "lazy function loading";
+    case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL:
+      return "command buffer full";
+    case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST:
+      return "activity buffer request";
+    case CUPTI_ACTIVITY_OVERHEAD_UVM_ACTIVITY_INIT:
+      return "UVM activity init";
+    default:
+      return nullptr;
   }
 }
 
@@ -281,9 +287,8 @@ uint32_t ActivityConverter::ApiName(ActivitySink& sink, uint32_t domain, uint32_
   std::string name;
   const char* s = nullptr;
   if (api_.get_callback_name != nullptr &&
-      api_.get_callback_name(static_cast<CUpti_CallbackDomain>(domain), cbid, &s) ==
-          CUPTI_SUCCESS &&
-      s != nullptr && *s != 0) {
+      api_.get_callback_name(static_cast<CUpti_CallbackDomain>(domain), cbid, &s) == CUPTI_SUCCESS && s != nullptr &&
+      *s != 0) {
     name = StripApiVersion(s);
   } else {
     name = "cbid " + std::to_string(cbid);
@@ -309,15 +314,14 @@ uint32_t ActivityConverter::OverheadName(ActivitySink& sink, uint32_t overhead_k
   }
   const char* n = OverheadKindName(overhead_kind);
   const std::string name =
-      n != nullptr ? std::string("overhead: ") + n
-                   : "overhead: kind " + std::to_string(overhead_kind);
+      n != nullptr ? std::string("overhead: ") + n : "overhead: kind " + std::to_string(overhead_kind);
   const uint32_t id = sink.Intern(name);
   overhead_names_.emplace(overhead_kind, id);
   return id;
 }
 
-ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_size,
-                                           ActivitySink& sink, std::vector<GpuRecord>* out) {
+ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_size, ActivitySink& sink,
+                                           std::vector<GpuRecord>* out) {
   // A local, not a thread_local: CUPTI may complete a buffer on a thread
   // whose thread_locals exit() destroyed already (one allocation per
   // buffer of megabytes).
@@ -344,8 +348,7 @@ ConversionStats ActivityConverter::Convert(const uint8_t* buffer, size_t valid_s
       continue;
     }
     if (decided[i] != kKeep && !c.always) {
-      const bool correlated = c.device_side && c.g.correlation != 0 &&
-                              kept_correlations_.count(c.g.correlation) != 0;
+      const bool correlated = c.device_side && c.g.correlation != 0 && kept_correlations_.count(c.g.correlation) != 0;
       if (!correlated && !sink.WasArmedDuring(s, e)) {
         ++st.outside_window;
         continue;
@@ -402,8 +405,7 @@ bool ActivityConverter::ToGpuRecord(const CUpti_Activity* r, ActivitySink& sink,
                    ApiName(sink, CUPTI_CB_DOMAIN_RUNTIME_API, As<cs::Api>(r).cbid));
       return true;
     case CUPTI_ACTIVITY_KIND_DRIVER:
-      *c = FromApi(As<cs::Api>(r), GpuKind::kDriverApi,
-                   ApiName(sink, CUPTI_CB_DOMAIN_DRIVER_API, As<cs::Api>(r).cbid));
+      *c = FromApi(As<cs::Api>(r), GpuKind::kDriverApi, ApiName(sink, CUPTI_CB_DOMAIN_DRIVER_API, As<cs::Api>(r).cbid));
       return true;
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
       // CUpti_ActivitySynchronization2 has no thread id: take it from the
@@ -435,8 +437,7 @@ const char* OverheadKindName(uint32_t) { return nullptr; }
 ActivityConverter::ActivityConverter(ActivityApi api, size_t correlation_capacity)
     : api_(api), correlation_capacity_(correlation_capacity) {}
 ConversionStats ActivityConverter::totals() const { return totals_; }
-ConversionStats ActivityConverter::Convert(const uint8_t*, size_t, ActivitySink&,
-                                           std::vector<GpuRecord>*) {
+ConversionStats ActivityConverter::Convert(const uint8_t*, size_t, ActivitySink&, std::vector<GpuRecord>*) {
   ConversionStats st;
   st.truncated = true;
   return st;
@@ -454,9 +455,8 @@ ConversionStats& ConversionStats::operator+=(const ConversionStats& o) {
   return *this;
 }
 
-ConversionStats ConvertActivityBuffer(const uint8_t* buffer, size_t valid_size,
-                                      const ActivityApi& api, ActivitySink& sink,
-                                      std::vector<GpuRecord>* out) {
+ConversionStats ConvertActivityBuffer(const uint8_t* buffer, size_t valid_size, const ActivityApi& api,
+                                      ActivitySink& sink, std::vector<GpuRecord>* out) {
   ActivityConverter converter(api);
   return converter.Convert(buffer, valid_size, sink, out);
 }

@@ -82,20 +82,18 @@ struct ConversionStats {
 class ActivityConverter {
  public:
   static constexpr size_t kDefaultCorrelationCapacity = 1 << 16;
-  explicit ActivityConverter(ActivityApi api,
-                             size_t correlation_capacity = kDefaultCorrelationCapacity);
+  explicit ActivityConverter(ActivityApi api, size_t correlation_capacity = kDefaultCorrelationCapacity);
 
   // Walks buffer[0, valid_size) and appends the kept records to *out, in
   // buffer order. Returns this buffer's counts (also added to totals()).
-  ConversionStats Convert(const uint8_t* buffer, size_t valid_size, ActivitySink& sink,
-                          std::vector<GpuRecord>* out);
+  ConversionStats Convert(const uint8_t* buffer, size_t valid_size, ActivitySink& sink, std::vector<GpuRecord>* out);
   ConversionStats totals() const;
 
  private:
   // Convert's first pass: keeps or drops each API record by time alone and
   // remembers the kept ones' correlation ids. Returns a decision per record.
-  std::vector<uint8_t> DecideApiRecords(const std::vector<const CUpti_Activity*>& records,
-                                        ActivitySink& sink, ConversionStats* st);
+  std::vector<uint8_t> DecideApiRecords(const std::vector<const CUpti_Activity*>& records, ActivitySink& sink,
+                                        ConversionStats* st);
   // Dispatches on the record's kind to its handler, resolving names and the
   // thread of a synchronisation. False for kinds not converted.
   bool ToGpuRecord(const CUpti_Activity* r, ActivitySink& sink, ConvertedActivity* c);
@@ -125,9 +123,8 @@ class ActivityConverter {
 
 // Free-function form: a one-shot converter (no correlation memory across
 // calls). Appends to *out.
-ConversionStats ConvertActivityBuffer(const uint8_t* buffer, size_t valid_size,
-                                      const ActivityApi& api, ActivitySink& sink,
-                                      std::vector<GpuRecord>* out);
+ConversionStats ConvertActivityBuffer(const uint8_t* buffer, size_t valid_size, const ActivityApi& api,
+                                      ActivitySink& sink, std::vector<GpuRecord>* out);
 
 // "cudaLaunchKernel_v7000" -> "cudaLaunchKernel": CUPTI's callback names carry
 // the API version; the trace shows the function.

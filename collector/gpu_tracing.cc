@@ -23,8 +23,7 @@ namespace rlscope {
 // ---------------------------------------------------------------------------
 // Buffer pool.
 
-BufferPool::BufferPool(size_t max_buffers, size_t preallocate)
-    : max_buffers_(std::max<size_t>(1, max_buffers)) {
+BufferPool::BufferPool(size_t max_buffers, size_t preallocate) : max_buffers_(std::max<size_t>(1, max_buffers)) {
   const size_t n = std::min(preallocate, max_buffers_);
   for (size_t i = 0; i < n; ++i) {
     void* p = std::aligned_alloc(8, kBufferSize);
@@ -87,14 +86,11 @@ struct LiveTracer {
   std::atomic<uint64_t> cupti_dropped{0};
   std::atomic<uint64_t> completed{0};
   LiveTracer(GpuTracingHost* h, const CuptiApi& a, size_t cap)
-      : host(h),
-        api(a),
-        converter(ActivityApi{a.activity_get_next_record, a.get_callback_name}),
-        pool(cap) {}
+      : host(h), api(a), converter(ActivityApi{a.activity_get_next_record, a.get_callback_name}), pool(cap) {}
 };
 
 std::atomic<LiveTracer*> g_tracer{nullptr};
-std::mutex g_start_mu;              // serialises StartGpuTracing
+std::mutex g_start_mu;                // serialises StartGpuTracing
 bool g_timestamp_registered = false;  // guarded by g_start_mu: once per process
 bool g_started = false;               // guarded by g_start_mu
 
@@ -170,14 +166,13 @@ std::string MissingFunction(const CuptiApi& api) {
     const void* fn;
     const char* name;
   };
-  for (const Need& n : {Need{reinterpret_cast<const void*>(api.activity_register_timestamp_callback),
-                             "cuptiActivityRegisterTimestampCallback"},
-                        Need{reinterpret_cast<const void*>(api.activity_register_callbacks),
-                             "cuptiActivityRegisterCallbacks"},
-                        Need{reinterpret_cast<const void*>(api.activity_enable), "cuptiActivityEnable"},
-                        Need{reinterpret_cast<const void*>(api.activity_flush_all), "cuptiActivityFlushAll"},
-                        Need{reinterpret_cast<const void*>(api.activity_get_next_record),
-                             "cuptiActivityGetNextRecord"}}) {
+  for (const Need& n :
+       {Need{reinterpret_cast<const void*>(api.activity_register_timestamp_callback),
+             "cuptiActivityRegisterTimestampCallback"},
+        Need{reinterpret_cast<const void*>(api.activity_register_callbacks), "cuptiActivityRegisterCallbacks"},
+        Need{reinterpret_cast<const void*>(api.activity_enable), "cuptiActivityEnable"},
+        Need{reinterpret_cast<const void*>(api.activity_flush_all), "cuptiActivityFlushAll"},
+        Need{reinterpret_cast<const void*>(api.activity_get_next_record), "cuptiActivityGetNextRecord"}}) {
     if (n.fn == nullptr) return std::string("libcupti lacks ") + n.name;
   }
   return "";
@@ -278,8 +273,7 @@ bool StartLocked(GpuTracingHost* host, const CuptiApi& api, std::string* why) {
     return false;
   }
   if (*why = MissingFunction(api); !why->empty()) return false;
-  if (!SetClockAndThreadIds(api, why) || !InstallTracer(host, api, why) ||
-      !EnableKinds(api, host->config().gpu, why)) {
+  if (!SetClockAndThreadIds(api, why) || !InstallTracer(host, api, why) || !EnableKinds(api, host->config().gpu, why)) {
     return false;
   }
   host->SetGpuFlushHook(&FlushHook);

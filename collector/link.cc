@@ -160,8 +160,8 @@ bool Link::Apply(const wire::Control& control) {
       std::fprintf(stderr,
                    "rlscope: pid %d: the aggregator at %s refused this process: its hello %s the run's secret "
                    "(%s); nothing it records reaches the run\n",
-                   static_cast<int>(getpid()), ctx_.endpoint.c_str(),
-                   ctx_.secret.empty() ? "lacks" : "does not carry", names::kEnvSecret);
+                   static_cast<int>(getpid()), ctx_.endpoint.c_str(), ctx_.secret.empty() ? "lacks" : "does not carry",
+                   names::kEnvSecret);
     }
     return false;
   }
@@ -216,8 +216,7 @@ void Link::SayTrouble(uint64_t dropped) {
   }
 }
 
-void Link::Stop(const Transport::ControlHandler& apply,
-                const std::function<std::pair<uint64_t, uint64_t>()>& totals) {
+void Link::Stop(const Transport::ControlHandler& apply, const std::function<std::pair<uint64_t, uint64_t>()>& totals) {
   // flush.exit_timeout_ms bounds all of the exit: what waits in the spool
   // goes first, for three quarters of it, still answering the aggregator (a
   // restarted one asks for a hello first; a connection that comes back says
@@ -276,7 +275,8 @@ void Link::Stop(const Transport::ControlHandler& apply,
 }
 
 void Link::SayLost(uint64_t events, const std::string& why) {
-  std::fprintf(stderr, "rlscope: pid %d: exiting with %llu recorded events the aggregator at %s never received (%s); "
+  std::fprintf(stderr,
+               "rlscope: pid %d: exiting with %llu recorded events the aggregator at %s never received (%s); "
                "they are lost\n",
                static_cast<int>(getpid()), static_cast<unsigned long long>(events), ctx_.endpoint.c_str(), why.c_str());
 }

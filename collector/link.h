@@ -114,11 +114,11 @@ class Link {
   bool heard_from_aggregator_ = false, said_unreachable_ = false, said_dropping_ = false;
   bool rehello_ = false;
   bool refused_ = false;
-  bool bye_acked_ = false;  // Control.bye_ack: the aggregator has everything (Stop)
+  bool bye_acked_ = false;       // Control.bye_ack: the aggregator has everything (Stop)
   uint64_t controls_heard_ = 0;  // Control messages applied (Stop: alive after the goodbye)
-  bool run_over_ = false;   // Control.release_ns kRunOver: nothing more can be written (Stop)
-  uint64_t pending_ack_ = 0;  // flush token to acknowledge; 0 = none
-  int64_t connected_ns_ = 0;  // flush thread: when Start connected (MonotonicNs), 0 before
+  bool run_over_ = false;        // Control.release_ns kRunOver: nothing more can be written (Stop)
+  uint64_t pending_ack_ = 0;     // flush token to acknowledge; 0 = none
+  int64_t connected_ns_ = 0;     // flush thread: when Start connected (MonotonicNs), 0 before
 };
 
 }  // namespace rlscope

@@ -46,8 +46,10 @@ uint32_t CodeMap::Table::Find(uint64_t address) const {
   size_t low = 0, high = ranges.size();
   while (low < high) {  // the first range beginning after address
     const size_t mid = (low + high) / 2;
-    if (ranges[mid].begin <= address) low = mid + 1;
-    else high = mid;
+    if (ranges[mid].begin <= address)
+      low = mid + 1;
+    else
+      high = mid;
   }
   if (low == 0) return 0;
   const Range& r = ranges[low - 1];

@@ -116,8 +116,8 @@ class CodeMap {
   mutable std::atomic<int> in_walk_{0};
   std::vector<const Table*> retired_;  // replaced while a handler was in a walk
   uint64_t adds_ = ~uint64_t{0}, subs_ = ~uint64_t{0};
-  std::unordered_map<std::string, uint16_t> ids_;  // path -> object id (from 1)
-  std::vector<uint32_t> names_{0};                 // object id -> interned path
+  std::unordered_map<std::string, uint16_t> ids_;             // path -> object id (from 1)
+  std::vector<uint32_t> names_{0};                            // object id -> interned path
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> chains_;  // (leaf, callers) -> interned chain
 };
 

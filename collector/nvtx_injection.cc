@@ -41,9 +41,7 @@ std::string Utf8(const wchar_t* w) {
 }
 
 // Domain and registered-string handles are interned string ids (non-null).
-uint32_t DomainId(nvtxDomainHandle_t d) {
-  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(d));
-}
+uint32_t DomainId(nvtxDomainHandle_t d) { return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(d)); }
 
 // What an event's attributes say, resolved to ids.
 using Attr = RangeAttr;
@@ -119,20 +117,20 @@ RLSCOPE_HOT bool ReadAttrInline(ThreadState* ts, const nvtxEventAttributes_t* a,
 // thread is tracked (Collector::TrackedThread: registered while armed or
 // watching; disarmed, only an existing state is used, so a thread that never
 // recorded pays two loads and a branch).
-#define RLSCOPE_ENTER(c, ts, ret)                  \
-  Collector* c = Collector::Instance();            \
-  if (c == nullptr) return ret;                    \
-  ThreadState* ts = c->TrackedThread();            \
-  if (ts == nullptr) return ret;                   \
+#define RLSCOPE_ENTER(c, ts, ret)       \
+  Collector* c = Collector::Instance(); \
+  if (c == nullptr) return ret;         \
+  ThreadState* ts = c->TrackedThread(); \
+  if (ts == nullptr) return ret;        \
   CostSampler rlscope_sampler(c, ts)
 
 // Marks are recorded only while armed: a disarmed one returns before the
 // thread is looked up (a first call would register it).
-#define RLSCOPE_ENTER_ARMED(c, ts)                 \
-  Collector* c = Collector::Instance();            \
-  if (c == nullptr || !c->armed()) return;         \
-  ThreadState* ts = c->CurrentThread();            \
-  if (ts == nullptr) return;                       \
+#define RLSCOPE_ENTER_ARMED(c, ts)         \
+  Collector* c = Collector::Instance();    \
+  if (c == nullptr || !c->armed()) return; \
+  ThreadState* ts = c->CurrentThread();    \
+  if (ts == nullptr) return;               \
   CostSampler rlscope_sampler(c, ts)
 
 RLSCOPE_HOT int Push(Collector* c, ThreadState* ts, uint32_t domain, const Attr& a) {
@@ -210,9 +208,9 @@ nvtxRangeId_t NVTX_API RangeStartW(const wchar_t* m) {
 }
 void NVTX_API RangeEnd(nvtxRangeId_t id) { End(0, id); }
 // The push entry points' lanes (Recording::FastPush), and their full paths.
-RLSCOPE_HOT bool PushExLane(uint8_t hot, ThreadState* ts, uint32_t domain, const nvtxEventAttributes_t* a,
-                            int* depth) {
-  return Recording::FastPush(hot, ts, domain, [ts, a](Attr* at) { return ReadAttrInline(ts, a, at); }, depth);
+RLSCOPE_HOT bool PushExLane(uint8_t hot, ThreadState* ts, uint32_t domain, const nvtxEventAttributes_t* a, int* depth) {
+  return Recording::FastPush(
+      hot, ts, domain, [ts, a](Attr* at) { return ReadAttrInline(ts, a, at); }, depth);
 }
 __attribute__((noinline)) int PushExFull(uint32_t domain, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
@@ -220,7 +218,8 @@ __attribute__((noinline)) int PushExFull(uint32_t domain, const nvtxEventAttribu
   return Push(c, ts, domain, c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
 }
 RLSCOPE_HOT bool PushALane(uint8_t hot, ThreadState* ts, const char* m, int* depth) {
-  return Recording::FastPush(hot, ts, 0, [ts, m](Attr* at) { return ts->names.Hit(m, &at->name); }, depth);
+  return Recording::FastPush(
+      hot, ts, 0, [ts, m](Attr* at) { return ts->names.Hit(m, &at->name); }, depth);
 }
 __attribute__((noinline)) int PushAFull(const char* m) {
   RLSCOPE_ENTER(c, ts, NVTX_NO_PUSH_POP_TRACKING);
@@ -283,21 +282,16 @@ nvtxRangeId_t NVTX_API DomainRangeStartEx(nvtxDomainHandle_t d, const nvtxEventA
 void NVTX_API DomainRangeEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) { End(DomainId(d), id); }
 int NVTX_API DomainRangePushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   const uint32_t domain = DomainId(d);
-  return Front(
-      [domain, a](uint8_t hot, ThreadState* ts, int* depth) { return PushExLane(hot, ts, domain, a, depth); },
-      [domain, a] { return PushExFull(domain, a); });
+  return Front([domain, a](uint8_t hot, ThreadState* ts, int* depth) { return PushExLane(hot, ts, domain, a, depth); },
+               [domain, a] { return PushExFull(domain, a); });
 }
 int NVTX_API DomainRangePop(nvtxDomainHandle_t d) {
   const uint32_t domain = DomainId(d);
-  return Front(
-      [domain](uint8_t hot, ThreadState* ts, int* depth) {
-        return Recording::FastPop(hot, ts, domain, kFlagNone, depth);
-      },
-      [domain] { return PopFull(domain); });
+  return Front([domain](uint8_t hot, ThreadState* ts,
+                        int* depth) { return Recording::FastPop(hot, ts, domain, kFlagNone, depth); },
+               [domain] { return PopFull(domain); });
 }
-nvtxResourceHandle_t NVTX_API DomainResourceCreate(nvtxDomainHandle_t, nvtxResourceAttributes_t*) {
-  return nullptr;
-}
+nvtxResourceHandle_t NVTX_API DomainResourceCreate(nvtxDomainHandle_t, nvtxResourceAttributes_t*) { return nullptr; }
 void NVTX_API DomainResourceDestroy(nvtxResourceHandle_t) {}
 void NVTX_API DomainNameCategoryA(nvtxDomainHandle_t d, uint32_t category, const char* name) {
   if (Collector* c = Collector::Instance(); c != nullptr && name != nullptr) {
@@ -344,8 +338,7 @@ void Set(NvtxFunctionTable table, unsigned size, unsigned cbid, Fn fn) {
 }
 
 int FillTables(NvtxGetExportTableFunc_t get_export_table) {
-  const auto* callbacks =
-      static_cast<const NvtxExportTableCallbacks*>(get_export_table(NVTX_ETID_CALLBACKS));
+  const auto* callbacks = static_cast<const NvtxExportTableCallbacks*>(get_export_table(NVTX_ETID_CALLBACKS));
   if (callbacks == nullptr || callbacks->struct_size < sizeof(NvtxExportTableCallbacks)) return 0;
   NvtxFunctionTable t = nullptr;
   unsigned n = 0;

@@ -69,8 +69,8 @@ ThreadState* Recording::Register() {
   // Allocate, prefault and reserve the overflow outside the lock: the flush
   // thread keeps going.
   auto entry = std::make_unique<ThreadEntry>();
-  entry->buffer = std::make_unique<ThreadBuffer>(static_cast<int64_t>(syscall(SYS_gettid)),
-                                                 bytes / sizeof(EventRecord), &budget_);
+  entry->buffer =
+      std::make_unique<ThreadBuffer>(static_cast<int64_t>(syscall(SYS_gettid)), bytes / sizeof(EventRecord), &budget_);
   entry->state = std::make_unique<ThreadState>(&ctx_.strings);
   entry->state->buffer = entry->buffer.get();
   std::lock_guard<std::mutex> lock(registry_mu_);

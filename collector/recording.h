@@ -82,14 +82,14 @@ struct ThreadState {
 
   // The hot path's fields first, on one cache line with the ring's pointer.
   ThreadBuffer* buffer = nullptr;  // owned by the registry's entry
-  int depth = 0;           // open push/pop ranges, returned to NVTX callers
+  int depth = 0;                   // open push/pop ranges, returned to NVTX callers
   // In-place cost sampling (cost_sampling.h): calls left until the next
   // timed one; the thread's own virtual costs so far (test clock only).
   uint32_t sample_countdown = 1;
   uint8_t open[kTrackedDepth] = {};  // kOpen* of the push at each depth
   uint32_t sample_rng = 0x9E3779B9;  // xorshift32: the gaps between timed calls vary
-  int step_depth = -1;     // depth of this thread's open "step" push (controller), -1 none
-  int trigger_depth = -1;  // depth of its open nvtx:<name> trigger push, -1 none
+  int step_depth = -1;               // depth of this thread's open "step" push (controller), -1 none
+  int trigger_depth = -1;            // depth of its open nvtx:<name> trigger push, -1 none
   int64_t virtual_own_ns = 0;
   NameCache names;
   // CostSampling::ScratchScope: the thread's own ring while `buffer` is a
@@ -317,10 +317,10 @@ class Recording {
 
   std::mutex registry_mu_;  // guards threads_, retired_*
   std::vector<std::unique_ptr<ThreadEntry>> threads_;
-  uint64_t retired_dropped_ = 0;   // drops of threads already removed
-  uint64_t retired_written_ = 0;   // records of threads already removed
+  uint64_t retired_dropped_ = 0;  // drops of threads already removed
+  uint64_t retired_written_ = 0;  // records of threads already removed
 
-  std::mutex meta_mu_;  // guards thread_names_, renamed_threads_, categories_
+  std::mutex meta_mu_;                           // guards thread_names_, renamed_threads_, categories_
   std::map<int64_t, std::string> thread_names_;  // explicit (NVTX) names
   std::vector<int64_t> renamed_threads_;
   std::vector<wire::CategoryName> categories_;

@@ -82,8 +82,10 @@ uint64_t Spool::AbandonUnsent() {
   unsent_events_.fetch_sub(events, std::memory_order_relaxed);
   while (entries_.size() > next_) {
     Entry& e = entries_.back();
-    if (e.in_file) --in_file_;
-    else memory_used_ -= e.size;
+    if (e.in_file)
+      --in_file_;
+    else
+      memory_used_ -= e.size;
     entries_.pop_back();
   }
   preamble_.clear();
@@ -144,7 +146,8 @@ void Spool::PopFront() {
   if (e.in_file) {
     if (--in_file_ == 0) {
       file_end_ = 0;
-      if (fd_ >= 0 && ftruncate(fd_, 0) != 0) {}  // best effort: the next spill overwrites from 0
+      if (fd_ >= 0 && ftruncate(fd_, 0) != 0) {
+      }  // best effort: the next spill overwrites from 0
     }
   } else {
     memory_used_ -= e.size;
@@ -187,7 +190,7 @@ void Spool::Bound() {
     if (file_limit_ > 0 && file_end_ + e.size <= file_limit_) {
       if (fd_ < 0) {
         std::string path = tmp_dir_ + "/rlscope-spool-XXXXXX";
-        fd_ = mkstemp(path.data());  // 0600
+        fd_ = mkstemp(path.data());          // 0600
         if (fd_ >= 0) unlink(path.c_str());  // gone with the process
       }
       if (fd_ >= 0) {

@@ -88,7 +88,7 @@ class Spool {
 
  private:
   struct Entry {
-    std::string bytes;      // in memory; empty when in the file
+    std::string bytes;  // in memory; empty when in the file
     size_t file_offset = 0;
     size_t size = 0;
     uint64_t events = 0;
@@ -110,11 +110,11 @@ class Spool {
   size_t next_ = 0;            // entries_[next_] is the first not sent
   std::string preamble_;       // sent before entries_[next_] (Rewind)
   size_t memory_used_ = 0;
-  int fd_ = -1;                // the spill file (unlinked), -1 until needed
-  std::string tmp_dir_;        // where it goes: $TMPDIR at construction (the flush thread never reads the environment)
-  size_t file_end_ = 0;        // bytes written to it; reset when no entry is in it
-  size_t in_file_ = 0;         // entries in the file
-  bool names_lost_ = false;    // TakeNamesLost
+  int fd_ = -1;              // the spill file (unlinked), -1 until needed
+  std::string tmp_dir_;      // where it goes: $TMPDIR at construction (the flush thread never reads the environment)
+  size_t file_end_ = 0;      // bytes written to it; reset when no entry is in it
+  size_t in_file_ = 0;       // entries in the file
+  bool names_lost_ = false;  // TakeNamesLost
   // Evicted messages not released yet: (latest event time, events), oldest first.
   std::deque<std::pair<int64_t, uint64_t>> evicted_pending_;
   std::atomic<uint64_t> lost_events_{0}, lost_messages_{0}, evicted_events_{0}, unsent_events_{0};

@@ -25,8 +25,8 @@ struct Kind {
   EventKind kind;
 };
 constexpr Kind kKinds[] = {
-    {"push", EventKind::kRangePush}, {"pop", EventKind::kRangePop},         {"start", EventKind::kRangeStart},
-    {"end", EventKind::kRangeEnd},   {"mark", EventKind::kMark},            {"sample", EventKind::kCostSample},
+    {"push", EventKind::kRangePush},       {"pop", EventKind::kRangePop}, {"start", EventKind::kRangeStart},
+    {"end", EventKind::kRangeEnd},         {"mark", EventKind::kMark},    {"sample", EventKind::kCostSample},
     {"cpu_sample", EventKind::kCpuSample},
 };
 constexpr int kRangeKinds = 5;  // the first five: what a caller side can charge

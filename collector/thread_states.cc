@@ -36,14 +36,41 @@ OffCpuReason SyscallReason(long nr, uint64_t arg0, uint64_t gil_begin, uint64_t 
     case 202:  // futex
     case 449:  // futex_waitv
       return nr == 202 && arg0 >= gil_begin && arg0 < gil_end ? OffCpuReason::kGil : OffCpuReason::kLock;
-    case 7: case 23: case 232: case 270: case 271: case 281: case 441:  // poll select epoll_wait pselect6 ppoll epoll_pwait(2)
+    case 7:
+    case 23:
+    case 232:
+    case 270:
+    case 271:
+    case 281:
+    case 441:  // poll select epoll_wait pselect6 ppoll epoll_pwait(2)
       return OffCpuReason::kPoll;
-    case 0: case 1: case 17: case 18: case 19: case 20: case 42: case 43: case 44: case 45: case 46: case 47:
-    case 74: case 75: case 257: case 288: case 295: case 296: case 299: case 307: case 208: case 426:
+    case 0:
+    case 1:
+    case 17:
+    case 18:
+    case 19:
+    case 20:
+    case 42:
+    case 43:
+    case 44:
+    case 45:
+    case 46:
+    case 47:
+    case 74:
+    case 75:
+    case 257:
+    case 288:
+    case 295:
+    case 296:
+    case 299:
+    case 307:
+    case 208:
+    case 426:
       // read write pread pwrite readv writev connect accept sendto recvfrom sendmsg recvmsg fsync fdatasync
       // openat accept4 preadv pwritev recvmmsg sendmmsg io_getevents io_uring_enter
       return OffCpuReason::kIo;
-    case 35: case 230:  // nanosleep clock_nanosleep
+    case 35:
+    case 230:  // nanosleep clock_nanosleep
       return OffCpuReason::kSleep;
     default:
       return OffCpuReason::kOther;
@@ -128,7 +155,8 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
   recording_.ForEachThread([&](ThreadEntry& t) {
     if (!t.exited.load(std::memory_order_acquire)) tids.push_back(t.buffer->tid());
   });
-  const uint64_t gil_begin = g_gil_begin.load(std::memory_order_relaxed), gil_end = g_gil_end.load(std::memory_order_relaxed);
+  const uint64_t gil_begin = g_gil_begin.load(std::memory_order_relaxed),
+                 gil_end = g_gil_end.load(std::memory_order_relaxed);
   char path[64];
   for (int64_t tid : tids) {
     Seen& seen = seen_[tid];
@@ -139,7 +167,8 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
     std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
     const std::string sched = ReadSmall(path);
     long long cpu_ns = 0, delay_ns = 0;
-    const bool timed = std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2;  // false: gone, or no schedstat
+    const bool timed =
+        std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2;  // false: gone, or no schedstat
     // A thread that has not run since it was last seen waiting still waits
     // where it did: that look's reason again, with no more reads.
     if (timed && seen.waiting && cpu_ns == seen.cpu_ns) {

@@ -25,9 +25,9 @@
 // A look costs three reads of /proc per recording thread, one (schedstat)
 // for a thread that has not run since it was last seen waiting: it still
 // waits where it did (a thread woken and still waiting for a CPU has not
-// run either: that wait counts under its old reason too, besides cpu_wait). System call numbers are x86-64's (elsewhere every wait is other). CUDA
-// synchronisation is the aggregator's: an off-CPU sample inside a CUDA API
-// call CUPTI traced (attribution.h).
+// run either: that wait counts under its old reason too, besides cpu_wait). System call numbers are x86-64's (elsewhere
+// every wait is other). CUDA synchronisation is the aggregator's: an off-CPU sample inside a CUDA API call CUPTI traced
+// (attribution.h).
 #pragma once
 
 #include <atomic>
@@ -81,7 +81,7 @@ class ThreadStates {
     int64_t cpu_ns = -1;        // schedstat's CPU time then
     bool waiting = false;       // it was off CPU then, for `reason`
     OffCpuReason reason = OffCpuReason::kOther;
-    uint64_t look = 0;          // the look it was last seen in
+    uint64_t look = 0;  // the look it was last seen in
   };
   // One look at every recording thread (`period`: ns between looks).
   void Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks);

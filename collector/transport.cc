@@ -32,8 +32,7 @@ wire::DecodeResult DecodeMsg(zmq_msg_t* msg) {
 
 // Takes up to max_events events off the front of `threads` (threads in order,
 // their counts reduced); *taken is how many.
-std::vector<Outgoing::Thread> TakeEvents(std::vector<Outgoing::Thread>* threads, size_t max_events,
-                                         size_t* taken) {
+std::vector<Outgoing::Thread> TakeEvents(std::vector<Outgoing::Thread>* threads, size_t max_events, size_t* taken) {
   std::vector<Outgoing::Thread> take;
   size_t budget = max_events;
   for (Outgoing::Thread& t : *threads) {
@@ -67,7 +66,8 @@ Transport::Transport(const Config& config, uint64_t session, int wake_fd)
     : config_(config),
       session_(session),
       wake_fd_(wake_fd),
-      spool_(static_cast<size_t>(config.buffers.spool_mb) << 20, static_cast<size_t>(config.buffers.spool_file_mb) << 20) {
+      spool_(static_cast<size_t>(config.buffers.spool_mb) << 20, static_cast<size_t>(config.buffers.spool_file_mb)
+                                                                     << 20) {
   // Here, on the thread that starts the collector, not in Connect on the
   // flush thread: creating a context reads the environment (libpgm's
   // getenv), and a host thread's setenv meanwhile frees the array getenv
@@ -81,8 +81,7 @@ void Transport::Connect(const std::string& endpoint) {
   const std::vector<int64_t> before = ListThreads();
   socket_ = context_ != nullptr ? zmq_socket(context_, ZMQ_DEALER) : nullptr;
   for (int64_t tid : ListThreads()) {
-    if (std::find(before.begin(), before.end(), tid) == before.end() &&
-        ReadThreadName(tid).rfind("ZMQbg", 0) == 0) {
+    if (std::find(before.begin(), before.end(), tid) == before.end() && ReadThreadName(tid).rfind("ZMQbg", 0) == 0) {
       own_threads_.push_back(tid);
     }
   }
@@ -125,8 +124,8 @@ void Transport::Connect(const std::string& endpoint) {
 }
 
 bool Transport::Wait(int64_t wait_ns) {
-  zmq_pollitem_t items[3] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0}, {socket_, 0, ZMQ_POLLIN, 0},
-                             {monitor_, 0, ZMQ_POLLIN, 0}};
+  zmq_pollitem_t items[3] = {
+      {nullptr, wake_fd_, ZMQ_POLLIN, 0}, {socket_, 0, ZMQ_POLLIN, 0}, {monitor_, 0, ZMQ_POLLIN, 0}};
   const int num_items = (wake_fd_ >= 0 ? 1 : 0) + (socket_ != nullptr ? 1 : 0) + (monitor_ != nullptr ? 1 : 0);
   zmq_pollitem_t* first_item = wake_fd_ >= 0 ? &items[0] : &items[1];
   if (num_items > 0) {

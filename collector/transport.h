@@ -163,7 +163,7 @@ class Transport {
   bool link_up_ = false, link_lost_ = false;
   std::vector<int64_t> own_threads_;  // ZeroMQ's I/O threads (Connect)
   uint64_t seq_ = 0;
-  int64_t last_burst_ns_ = 0;  // when the last probe burst began (MonotonicNs), 0 none
+  int64_t last_burst_ns_ = 0;                      // when the last probe burst began (MonotonicNs), 0 none
   std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
   Metadata unsent_;
   wire::BatchWriter writer_;

@@ -13,8 +13,7 @@ bool TscIsInvariant() {
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("flags", 0) == 0) {
-      return line.find(" constant_tsc") != std::string::npos &&
-             line.find(" nonstop_tsc") != std::string::npos;
+      return line.find(" constant_tsc") != std::string::npos && line.find(" nonstop_tsc") != std::string::npos;
     }
   }
 #endif
@@ -45,8 +44,7 @@ void TickConverter::Sample() {
     // Until a baseline exists, assume ~1 tick/ns; replaced within one flush.
     ns_per_tick_ = 1.0;
   } else if (best_ticks > first_ticks_ + 1000000) {
-    ns_per_tick_ = static_cast<double>(best_ns - first_ns_) /
-                   static_cast<double>(best_ticks - first_ticks_);
+    ns_per_tick_ = static_cast<double>(best_ns - first_ns_) / static_cast<double>(best_ticks - first_ticks_);
     rate_known_ = true;
   }
   last_ticks_ = best_ticks;

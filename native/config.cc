@@ -91,8 +91,7 @@ KeySpec Int(const char* path, const char* help, int64_t min, int64_t max, Field<
               return "expected an integer, got '" + Scalar(n) + "'";
             }
             if (v < min || v > max) {
-              return std::to_string(v) + " is out of range [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "]";
+              return std::to_string(v) + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]";
             }
             f(c) = v;
             return "";
@@ -118,8 +117,8 @@ KeySpec Double(const char* path, const char* help, double min, double max, Field
           [f](const Config& c) { return JsonDouble(f(const_cast<Config&>(c))); }};
 }
 
-KeySpec Enum(const char* path, const char* help, std::vector<std::string> allowed,
-             bool allow_nvtx_prefix, Field<std::string> f) {
+KeySpec Enum(const char* path, const char* help, std::vector<std::string> allowed, bool allow_nvtx_prefix,
+             Field<std::string> f) {
   return {path, help,
           [f, allowed, allow_nvtx_prefix](const YAML::Node& n, Config& c) -> std::string {
             const std::string v = Scalar(n);
@@ -172,8 +171,7 @@ std::string ParseSelectionItem(const std::string& s, std::set<int64_t>* out) {
         if (used != b.size()) return "'" + part + "' is not a range like 2-5";
         if (lo < 0) return "range \"" + part + "\" starts below 0";
         if (lo > hi) {
-          return "range \"" + part + "\" is empty (start " + std::to_string(lo) + " > end " +
-                 std::to_string(hi) + ")";
+          return "range \"" + part + "\" is empty (start " + std::to_string(lo) + " > end " + std::to_string(hi) + ")";
         }
         if (hi - lo > 1000000) return "range \"" + part + "\" is too large (over 1000000 values)";
         for (int64_t v = lo; v <= hi; ++v) out->insert(v);
@@ -277,7 +275,8 @@ KeySpec Children(const char* path, const char* help, Field<std::vector<std::stri
               f(c) = n.Scalar() == "all" ? std::vector<std::string>{"*"} : std::vector<std::string>{};
               return "";
             }
-            const char* what = "expected all, none, or a list of command-line patterns like [\"*vllm*\", engine_core.py]";
+            const char* what =
+                "expected all, none, or a list of command-line patterns like [\"*vllm*\", engine_core.py]";
             if (!n.IsSequence()) return what;
             std::vector<std::string> v;
             for (const auto& item : n) {
@@ -310,35 +309,36 @@ std::vector<KeySpec> CaptureKeySpecs() {
              [](Config& c) -> std::string& { return c.aggregator; }),
       String("output_dir", "run directory the aggregator writes step profiles into",
              [](Config& c) -> std::string& { return c.output_dir; }),
-      StringList("output.formats",
-                 "the files of each written step: json (trace.json, Chrome JSON), pftrace (trace.pftrace, Perfetto's "
-                 "protobuf), db (the run database run.duckdb, for rlscope-ray query and stats; it reads trace.json)",
-                 [](Config& c) -> std::vector<std::string>& { return c.output.formats; },
-                 "expected a list like [json, pftrace, db]", "list items must be format names",
-                 [](const std::string& v) -> std::string {
-                   for (const char* f : {names::kFormatJson, names::kFormatPftrace, names::kFormatDb}) {
-                     if (v == f) return "";
-                   }
-                   return "'" + v + "' is not one of: json | pftrace | db";
-                 }),
+      StringList(
+          "output.formats",
+          "the files of each written step: json (trace.json, Chrome JSON), pftrace (trace.pftrace, Perfetto's "
+          "protobuf), db (the run database run.duckdb, for rlscope-ray query and stats; it reads trace.json)",
+          [](Config& c) -> std::vector<std::string>& { return c.output.formats; },
+          "expected a list like [json, pftrace, db]", "list items must be format names",
+          [](const std::string& v) -> std::string {
+            for (const char* f : {names::kFormatJson, names::kFormatPftrace, names::kFormatDb}) {
+              if (v == f) return "";
+            }
+            return "'" + v + "' is not one of: json | pftrace | db";
+          }),
       Run(Selection("ranks", "ranks to profile: all, or a list like [0, 1]",
-                [](Config& c) -> IntSelection& { return c.ranks; })),
+                    [](Config& c) -> IntSelection& { return c.ranks; })),
       Run(Selection("steps", "training steps to write: all, a list like [2, 3, 5], or a range like \"2-5\"",
-                [](Config& c) -> IntSelection& { return c.steps; })),
+                    [](Config& c) -> IntSelection& { return c.steps; })),
       Run(StringList("subtasks", "only these sub-task ranges (e.g. [gen, update_actor]); empty = everything",
-                 [](Config& c) -> std::vector<std::string>& { return c.subtasks; })),
+                     [](Config& c) -> std::vector<std::string>& { return c.subtasks; })),
       Run(Bool("discrete", "one capture (and file) per sub-task occurrence",
-           [](Config& c) -> bool& { return c.discrete; })),
+               [](Config& c) -> bool& { return c.discrete; })),
       Run(Bool("controller", "profile the driver/controller process too",
-           [](Config& c) -> bool& { return c.controller; })),
-      Enum("capture_range", "what opens and closes a capture",
-           {"controller", "cudaProfilerApi", "api"}, true,
+               [](Config& c) -> bool& { return c.controller; })),
+      Enum("capture_range", "what opens and closes a capture", {"controller", "cudaProfilerApi", "api"}, true,
            [](Config& c) -> std::string& { return c.capture_range; }),
       Children("children",
                "processes a profiled process starts (subprocess, multiprocessing, a rollout engine's): all, none, "
                "or command-line patterns like [\"*vllm*\"]; Ray's own helper processes are never profiled",
                [](Config& c) -> std::vector<std::string>& { return c.children; }),
-      Bool("cpu.nvtx", "record NVTX ranges and marks (false: NVTX calls stay no-ops)", [](Config& c) -> bool& { return c.cpu.nvtx; }),
+      Bool("cpu.nvtx", "record NVTX ranges and marks (false: NVTX calls stay no-ops)",
+           [](Config& c) -> bool& { return c.cpu.nvtx; }),
       Bool("cpu.python_api", "record rlscope_ray.range/mark (steps are always recorded)",
            [](Config& c) -> bool& { return c.cpu.python_api; }),
       Run(Int("cpu.sampling_hz",
@@ -355,20 +355,24 @@ std::vector<KeySpec> CaptureKeySpecs() {
               0, 1000, [](Config& c) -> int64_t& { return c.cpu.off_cpu_hz; })),
       Run(PatternList("attribution.python", "shared objects and Python modules that are the Python interpreter",
                       [](Config& c) -> std::vector<std::string>& { return c.attribution.python; })),
-      Run(PatternList("attribution.backend", "shared objects and Python modules that are the ML backend (libtorch and friends)",
+      Run(PatternList("attribution.backend",
+                      "shared objects and Python modules that are the ML backend (libtorch and friends)",
                       [](Config& c) -> std::vector<std::string>& { return c.attribution.backend; })),
       Run(PatternList("attribution.cuda_api", "shared objects that are the CUDA runtime and driver API",
                       [](Config& c) -> std::vector<std::string>& { return c.attribution.cuda_api; })),
-      Run(PatternList("attribution.simulator",
-                      "shared objects and Python modules that are the simulator / environment (e.g. [mujoco, \"gymnasium.*\"])",
-                      [](Config& c) -> std::vector<std::string>& { return c.attribution.simulator; })),
+      Run(PatternList(
+          "attribution.simulator",
+          "shared objects and Python modules that are the simulator / environment (e.g. [mujoco, \"gymnasium.*\"])",
+          [](Config& c) -> std::vector<std::string>& { return c.attribution.simulator; })),
   };
 }
 
 // The GPU, buffers, flushing, clocks and the overhead correction.
 std::vector<KeySpec> MechanismKeySpecs() {
   return {
-      Bool("gpu.kernels", "CUPTI kernels (CONCURRENT_KERNEL); any gpu.* on traces the GPU when CUDA loads the collector", [](Config& c) -> bool& { return c.gpu.kernels; }),
+      Bool("gpu.kernels",
+           "CUPTI kernels (CONCURRENT_KERNEL); any gpu.* on traces the GPU when CUDA loads the collector",
+           [](Config& c) -> bool& { return c.gpu.kernels; }),
       Bool("gpu.memcpy", "CUPTI memory copies", [](Config& c) -> bool& { return c.gpu.memcpy; }),
       Bool("gpu.memset", "CUPTI memsets", [](Config& c) -> bool& { return c.gpu.memset; }),
       Bool("gpu.runtime_api", "CUDA runtime API calls", [](Config& c) -> bool& { return c.gpu.runtime_api; }),
@@ -376,8 +380,8 @@ std::vector<KeySpec> MechanismKeySpecs() {
       Bool("gpu.sync", "CUDA synchronization records", [](Config& c) -> bool& { return c.gpu.sync; }),
       Bool("gpu.memory", "CUDA memory allocations and releases (CUPTI MEMORY2): GPU memory allocated per step",
            [](Config& c) -> bool& { return c.gpu.memory; }),
-      Int("buffers.per_thread_kb", "ring buffer per recording thread; full = overflow by chunks within buffers.max_mb", 4, 1 << 20,
-          [](Config& c) -> int64_t& { return c.buffers.per_thread_kb; }),
+      Int("buffers.per_thread_kb", "ring buffer per recording thread; full = overflow by chunks within buffers.max_mb",
+          4, 1 << 20, [](Config& c) -> int64_t& { return c.buffers.per_thread_kb; }),
       Int("buffers.max_mb", "cap on one process's rings and their overflow; past it, counted drops", 1, 1 << 16,
           [](Config& c) -> int64_t& { return c.buffers.max_mb; }),
       Int("buffers.spool_mb",
@@ -386,28 +390,33 @@ std::vector<KeySpec> MechanismKeySpecs() {
           1, 1 << 16, [](Config& c) -> int64_t& { return c.buffers.spool_mb; }),
       Int("buffers.spool_file_mb", "then in a temporary file up to this size (0: none); beyond, the oldest are dropped",
           0, 1 << 20, [](Config& c) -> int64_t& { return c.buffers.spool_file_mb; }),
-      Int("flush.interval_ms", "how often a busy collector ships buffered events; an idle one waits up to 1 s (a heartbeat)", 1, 60000,
+      Int("flush.interval_ms",
+          "how often a busy collector ships buffered events; an idle one waits up to 1 s (a heartbeat)", 1, 60000,
           [](Config& c) -> int64_t& { return c.flush.interval_ms; }),
       Int("flush.exit_timeout_ms", "longest a process waits at exit to deliver its last events", 0, 600000,
           [](Config& c) -> int64_t& { return c.flush.exit_timeout_ms; }),
-      Int("flush.step_grace_ms", "how long the aggregator waits for late processes before writing a step",
-          0, 3600000, [](Config& c) -> int64_t& { return c.flush.step_grace_ms; }),
+      Int("flush.step_grace_ms", "how long the aggregator waits for late processes before writing a step", 0, 3600000,
+          [](Config& c) -> int64_t& { return c.flush.step_grace_ms; }),
       Int("flush.window_slack_ms",
           "how long a worker stays armed after a selected step ends (events in flight are kept)", 0, 60000,
           [](Config& c) -> int64_t& { return c.flush.window_slack_ms; }),
-      Int("clock.probe_interval_ms", "how often collectors probe the aggregator's clock while they record events (10x apart otherwise; 0: never)", 0, 3600000,
-          [](Config& c) -> int64_t& { return c.clock.probe_interval_ms; }),
+      Int("clock.probe_interval_ms",
+          "how often collectors probe the aggregator's clock while they record events (10x apart otherwise; 0: never)",
+          0, 3600000, [](Config& c) -> int64_t& { return c.clock.probe_interval_ms; }),
       Int("clock.probes_per_burst", "probes per burst; the one with the shortest round trip counts", 1, 64,
           [](Config& c) -> int64_t& { return c.clock.probes_per_burst; }),
       Int("clock.warn_bound_us", "warn in the summaries when a clock's error bound exceeds this", 0, 60000000,
           [](Config& c) -> int64_t& { return c.clock.warn_bound_us; }),
-      Run(Bool("correction.enabled", "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
-           [](Config& c) -> bool& { return c.correction.enabled; })),
-      Run(Double("correction.scale", "multiplies the calibrated per-event costs; `rlscope-ray calibrate` measures it on your workload",
-             0.0, 100.0, [](Config& c) -> double& { return c.correction.scale; })),
-      Run(Int("correction.sample_every", "time one recording call in N on each thread, in place, and correct each step with "
-              "the costs measured in it (0: start-up calibration only)", 0, 1000000,
-              [](Config& c) -> int64_t& { return c.correction.sample_every; })),
+      Run(Bool("correction.enabled",
+               "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
+               [](Config& c) -> bool& { return c.correction.enabled; })),
+      Run(Double("correction.scale",
+                 "multiplies the calibrated per-event costs; `rlscope-ray calibrate` measures it on your workload", 0.0,
+                 100.0, [](Config& c) -> double& { return c.correction.scale; })),
+      Run(Int("correction.sample_every",
+              "time one recording call in N on each thread, in place, and correct each step with "
+              "the costs measured in it (0: start-up calibration only)",
+              0, 1000000, [](Config& c) -> int64_t& { return c.correction.sample_every; })),
   };
 }
 
@@ -438,8 +447,8 @@ std::string Where(const std::string& source, const YAML::Mark& mark) {
   return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
 
-void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string& source,
-             Config& config, std::vector<std::string>* errors, KeySet* keys) {
+void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string& source, Config& config,
+             std::vector<std::string>* errors, KeySet* keys) {
   for (const auto& kv : map) {
     const std::string key = kv.first.Scalar();
     const std::string path = prefix + key;
@@ -457,8 +466,7 @@ void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string
       }
     } else if (is_section) {
       if (!kv.second.IsMap()) {
-        errors->push_back(Where(source, kv.second.Mark()) + ": " + path +
-                          ": expected a section (a map of keys)");
+        errors->push_back(Where(source, kv.second.Mark()) + ": " + path + ": expected a section (a map of keys)");
       } else {
         WalkMap(kv.second, path + ".", source, config, errors, keys);
       }
@@ -477,9 +485,7 @@ void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string
 
 }  // namespace
 
-bool IntSelection::Contains(int64_t v) const {
-  return all || std::binary_search(values.begin(), values.end(), v);
-}
+bool IntSelection::Contains(int64_t v) const { return all || std::binary_search(values.begin(), values.end(), v); }
 
 std::string IntSelection::ToString() const {
   if (all) return "all";
@@ -499,8 +505,7 @@ ConfigResult ParseConfig(const std::string& text, const std::string& source) {
   }
   if (root.IsNull()) return result;  // empty document: defaults
   if (!root.IsMap()) {
-    result.errors.push_back(Where(source, root.Mark()) +
-                            ": expected a map of keys like 'steps: [2, 3]'");
+    result.errors.push_back(Where(source, root.Mark()) + ": expected a map of keys like 'steps: [2, 3]'");
     return result;
   }
   try {

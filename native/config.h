@@ -72,11 +72,11 @@ struct Config {
   // its submodules ("gymnasium" matches gymnasium.envs.cartpole).
   struct Attribution {
     std::vector<std::string> python = {"python*", "libpython*", "*/lib-dynload/*"};
-    std::vector<std::string> backend = {"libtorch*", "libc10*", "libshm*", "torch._C", "libcublas*", "libcudnn*",
-                                        "libnccl*", "libcufft*", "libcurand*", "libcusparse*", "libcusolver*",
-                                        "libgomp*", "libiomp*", "libmkl*", "libopenblas*", "libdnnl*",
-                                        "libsleef*", "jaxlib", "libtensorflow*", "jax", "numpy", "scipy",
-                                        "libscipy_openblas*", "libgfortran*"};
+    std::vector<std::string> backend = {
+        "libtorch*",      "libc10*",   "libshm*",      "torch._C",     "libcublas*",         "libcudnn*",
+        "libnccl*",       "libcufft*", "libcurand*",   "libcusparse*", "libcusolver*",       "libgomp*",
+        "libiomp*",       "libmkl*",   "libopenblas*", "libdnnl*",     "libsleef*",          "jaxlib",
+        "libtensorflow*", "jax",       "numpy",        "scipy",        "libscipy_openblas*", "libgfortran*"};
     std::vector<std::string> cuda_api = {"libcuda.*", "libcudart*", "libcupti*", "libnvidia-*"};
     std::vector<std::string> simulator = {};
   } attribution;
@@ -106,7 +106,7 @@ struct Config {
   } flush;
   struct Correction {
     bool enabled = true;
-    double scale = 1.0;  // applied to every calibrated cost
+    double scale = 1.0;         // applied to every calibrated cost
     int64_t sample_every = 64;  // in-place cost sampling: one handler call in N per thread is timed; 0 off
   } correction;
   struct Clock {
@@ -150,8 +150,8 @@ std::string ConfigToJson(const Config& config, const KeySet* only = nullptr);
 // each layer is YAML or JSON text, checked by this parser.
 struct ConfigLayer {
   std::string text;
-  std::string source;    // names the layer in errors
-  bool located = true;   // false: a generated text; its errors name the source without line and column
+  std::string source;   // names the layer in errors
+  bool located = true;  // false: a generated text; its errors name the source without line and column
 };
 // The layers in order, each over those before it: a key a later layer sets
 // wins, one no layer sets keeps its default. `keys`: the keys any layer set.
@@ -186,8 +186,7 @@ void AdoptRunKeys(const Config& run, Config* into, const KeySet* only = nullptr)
 // The run keys on which `ours` and `theirs` differ (among `only`, when
 // given), one "key: ours vs theirs" each ("steps: all vs [2, 4]"); empty
 // when they agree.
-std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs,
-                                           const KeySet* only = nullptr);
+std::vector<std::string> RunKeyDifferences(const Config& ours, const Config& theirs, const KeySet* only = nullptr);
 // The run keys among `keys`.
 KeySet RunKeysIn(const KeySet& keys);
 // Whether a process is profiled under `config`: a controller when

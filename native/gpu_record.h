@@ -15,8 +15,8 @@
 namespace rlscope {
 
 enum class GpuKind : uint8_t {
-  kKernel = 1,      // CONCURRENT_KERNEL
-  kMemcpy = 2,      // subkind: CUpti_ActivityMemcpyKind (1 HtoD, 2 DtoH, 8 DtoD, ...)
+  kKernel = 1,  // CONCURRENT_KERNEL
+  kMemcpy = 2,  // subkind: CUpti_ActivityMemcpyKind (1 HtoD, 2 DtoH, 8 DtoD, ...)
   kMemset = 3,
   kRuntimeApi = 4,  // name: the cudaXxx function; tid: the calling thread
   kDriverApi = 5,   // name: the cuXxx function; tid: the calling thread
@@ -40,17 +40,17 @@ inline uint32_t MemoryKind(uint32_t subkind) { return subkind >> 8; }
 struct GpuRecord {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
-  int64_t tid = 0;             // CPU thread (API, sync, overhead), 0 otherwise
-  uint64_t bytes = 0;          // memcpy / memset
-  uint32_t correlation = 0;    // 0 = none
-  uint32_t name = 0;           // interned string id: kernel, API function, overhead kind
+  int64_t tid = 0;           // CPU thread (API, sync, overhead), 0 otherwise
+  uint64_t bytes = 0;        // memcpy / memset
+  uint32_t correlation = 0;  // 0 = none
+  uint32_t name = 0;         // interned string id: kernel, API function, overhead kind
   uint32_t device = 0;
   uint32_t context = 0;
   uint32_t stream = 0;
-  uint32_t subkind = 0;        // see GpuKind
+  uint32_t subkind = 0;  // see GpuKind
   int32_t grid[3] = {0, 0, 0};
   int32_t block[3] = {0, 0, 0};
-  uint8_t kind = 0;            // GpuKind
+  uint8_t kind = 0;  // GpuKind
   bool operator==(const GpuRecord&) const = default;
 };
 

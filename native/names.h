@@ -10,10 +10,10 @@
 namespace rlscope::names {
 
 // Ranges and marks the profiler itself gives meaning to.
-inline constexpr char kStep[] = "step";              // a controller's training step
-inline constexpr char kRaySubmit[] = "ray.submit";   // controller, just before an actor call
-inline constexpr char kRayTask[] = "ray.task";       // controller, the call's task key (payload)
-inline constexpr char kRayGot[] = "ray.got";         // controller, the call's result is in (payload: key)
+inline constexpr char kStep[] = "step";             // a controller's training step
+inline constexpr char kRaySubmit[] = "ray.submit";  // controller, just before an actor call
+inline constexpr char kRayTask[] = "ray.task";      // controller, the call's task key (payload)
+inline constexpr char kRayGot[] = "ray.got";        // controller, the call's result is in (payload: key)
 // Controller, a wait on other processes is over (a queue, a pipe, a
 // collective; payload: a key the user gave, rlscope_ray.waited): the work
 // it waited for is any other process's range with the same payload.
@@ -34,7 +34,7 @@ inline constexpr char kEnvAggregator[] = "RLSCOPE_AGGREGATOR";  // endpoint (rul
 inline constexpr char kEnvConfig[] = "RLSCOPE_CONFIG";          // path, or inline YAML/JSON
 inline constexpr char kEnvRole[] = "RLSCOPE_ROLE";
 inline constexpr char kEnvRank[] = "RLSCOPE_RANK";
-inline constexpr char kEnvOwnerPid[] = "RLSCOPE_OWNER_PID";     // the process the environment is for
+inline constexpr char kEnvOwnerPid[] = "RLSCOPE_OWNER_PID";  // the process the environment is for
 inline constexpr char kEnvDisable[] = "RLSCOPE_DISABLE";
 // The Ray actor class of the profiled process that set it (rlscope_ray's
 // worker bootstrap): its children, which inherit it, are labelled with it.
@@ -42,13 +42,13 @@ inline constexpr char kEnvParentActor[] = "RLSCOPE_PARENT_ACTOR";
 // The run's secret (Hello.secret): collectors send it, the aggregator
 // requires it when it has one. Read from the environment, never argv.
 inline constexpr char kEnvSecret[] = "RLSCOPE_SECRET";
-inline constexpr char kEnvLabelPrefix[] = "RLSCOPE_LABEL_";     // RLSCOPE_LABEL_<KEY>=value
+inline constexpr char kEnvLabelPrefix[] = "RLSCOPE_LABEL_";  // RLSCOPE_LABEL_<KEY>=value
 // Where what could not be delivered at exit is left (native/spool_file.h):
 // the root of the per-run directories, on every node. Read by collectors,
 // the aggregator, relays and `rlscope-ray recover` alike.
 inline constexpr char kEnvSpoolDir[] = "RLSCOPE_SPOOL_DIR";
-inline constexpr char kEnvClock[] = "RLSCOPE_CLOCK";            // "monotonic": no TSC
-inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";   // test_clock.h
+inline constexpr char kEnvClock[] = "RLSCOPE_CLOCK";           // "monotonic": no TSC
+inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";  // test_clock.h
 inline constexpr char kEnvTestClock[] = "RLSCOPE_TEST_CLOCK";
 
 // Labels of a child of a profiled process (collector/children.h).
@@ -64,7 +64,7 @@ inline constexpr char kCatMemset[] = "gpu_memset";
 inline constexpr char kCatCudaApi[] = "cuda_api";
 inline constexpr char kCatCudaSync[] = "cuda_sync";
 inline constexpr char kCatCuptiOverhead[] = "cupti_overhead";
-inline constexpr char kCatLaunch[] = "launch";  // launch -> kernel flow arrows
+inline constexpr char kCatLaunch[] = "launch";     // launch -> kernel flow arrows
 inline constexpr char kCatRayCall[] = "ray_call";  // a Ray call's submit -> its execution
 // The category tracks of CPU samples, one per sampled thread.
 inline constexpr char kCatCpuSamples[] = "cpu_samples";

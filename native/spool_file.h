@@ -38,9 +38,9 @@ std::string SpoolDirFor(const std::string& run_key);
 
 struct SpoolWriteResult {
   bool ok = false;
-  size_t messages = 0;   // written (all of them when ok)
-  std::string path;      // the file, when ok
-  std::string error;     // what failed and where, when not ok
+  size_t messages = 0;  // written (all of them when ok)
+  std::string path;     // the file, when ok
+  std::string error;    // what failed and where, when not ok
 };
 // Writes `messages` to <dir>/<name>.spool (creating dir, 0700). The space is
 // reserved first (posix_fallocate), so a full disk fails before anything is

@@ -23,8 +23,7 @@ size_t StringTable::size() const {
   return strings_.size();
 }
 
-uint32_t StringTable::CopySince(
-    uint32_t first_id, std::vector<std::pair<uint32_t, std::string>>* out) const {
+uint32_t StringTable::CopySince(uint32_t first_id, std::vector<std::pair<uint32_t, std::string>>* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (first_id == 0) first_id = 1;
   for (uint32_t id = first_id; id <= strings_.size(); ++id) {

@@ -31,8 +31,7 @@ class StringTable {
   size_t size() const;
   // Appends (id, string) for ids in [first_id, size] to `out`; returns the
   // next id to ask for. Used by the flush thread to ship new strings once.
-  uint32_t CopySince(uint32_t first_id,
-                     std::vector<std::pair<uint32_t, std::string>>* out) const;
+  uint32_t CopySince(uint32_t first_id, std::vector<std::pair<uint32_t, std::string>>* out) const;
 
  private:
   mutable std::mutex mu_;

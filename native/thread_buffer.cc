@@ -67,8 +67,7 @@ ThreadBuffer::ThreadBuffer(int64_t tid, size_t capacity, MemoryBudget* budget)
     : tid_(tid),
       mask_(RoundUpPow2(capacity) - 1),
       reserve_(std::min<uint64_t>((mask_ + 1) / 8, 256)),
-      slots_(static_cast<EventRecord*>(
-          ::operator new[]((mask_ + 1) * sizeof(EventRecord), std::align_val_t{64}))),
+      slots_(static_cast<EventRecord*>(::operator new[]((mask_ + 1) * sizeof(EventRecord), std::align_val_t{64}))),
       half_mask_(mask_ >> 1) {
   std::memset(static_cast<void*>(slots_.get()), 0, (mask_ + 1) * sizeof(EventRecord));
   UpdateFastEnd();

@@ -180,8 +180,7 @@ class ThreadBuffer {
   // Records accepted since creation, less the uncounted ones (the
   // profiler's own: cost samples). What the process recorded.
   uint64_t written() const {
-    const uint64_t pushed =
-        head_.load(std::memory_order_acquire) + overflow_pushed_.load(std::memory_order_relaxed);
+    const uint64_t pushed = head_.load(std::memory_order_acquire) + overflow_pushed_.load(std::memory_order_relaxed);
     return pushed - std::min(pushed, uncounted_.load(std::memory_order_relaxed));
   }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
@@ -239,7 +238,7 @@ class ThreadBuffer {
   template <typename Fn>
   size_t DrainRing(Fn& fn, size_t max_records) {
     const uint64_t tail = tail_.load(std::memory_order_relaxed);  // own index
-    uint64_t head = head_.load(std::memory_order_acquire);  // see published slots
+    uint64_t head = head_.load(std::memory_order_acquire);        // see published slots
     if (head - tail > max_records) head = tail + max_records;
     const size_t n = static_cast<size_t>(head - tail);
     if (n == 0) return 0;

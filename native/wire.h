@@ -53,16 +53,16 @@ struct Identity {
   std::string host;
   int64_t pid = 0;
   int64_t rank = -1;
-  std::string role;  // "controller" or "worker"
-  std::string name;  // process name (script or executable)
+  std::string role;                           // "controller" or "worker"
+  std::string name;                           // process name (script or executable)
   std::map<std::string, std::string> labels;  // free-form (Ray ids, ...)
 };
 
 struct Hello {
-  uint64_t session = 0;   // random per collector instance; the process key
+  uint64_t session = 0;  // random per collector instance; the process key
   Identity identity;
-  std::string clock;      // "monotonic": timestamps are CLOCK_MONOTONIC ns
-  int64_t start_ns = 0;   // collector start on that clock
+  std::string clock;     // "monotonic": timestamps are CLOCK_MONOTONIC ns
+  int64_t start_ns = 0;  // collector start on that clock
   // false: this rank/role is not profiled under its config (its own, then
   // the run's once adopted); the aggregator decides by the run's config
   // itself once it is known, and by this before.
@@ -148,15 +148,15 @@ struct MemorySample {
 
 struct Batch {
   uint64_t session = 0;
-  uint64_t seq = 0;           // 0, 1, 2, ... per session
-  int64_t watermark_ns = 0;   // every event stamped before this is in a batch <= seq
-  uint64_t dropped = 0;       // events dropped by this collector so far (total)
-  uint64_t ack = 0;           // flush token answered by this batch (Control.flush), 0 = none
+  uint64_t seq = 0;              // 0, 1, 2, ... per session
+  int64_t watermark_ns = 0;      // every event stamped before this is in a batch <= seq
+  uint64_t dropped = 0;          // events dropped by this collector so far (total)
+  uint64_t ack = 0;              // flush token answered by this batch (Control.flush), 0 = none
   int64_t profiler_cpu_ns = -1;  // CPU time of the collector's flush thread so far (optional; -1 absent)
-  std::vector<std::pair<uint32_t, std::string>> strings;   // new ids only
+  std::vector<std::pair<uint32_t, std::string>> strings;  // new ids only
   std::vector<std::pair<int64_t, std::string>> thread_names;
   std::vector<CategoryName> categories;
-  std::vector<GpuRecord> gpu;  // GPU activity (optional key; times on the collector's clock)
+  std::vector<GpuRecord> gpu;       // GPU activity (optional key; times on the collector's clock)
   std::vector<ProbeSample> probes;  // answered clock probes (optional key)
   // Arming under the controller trigger (optional key; a process under
   // another trigger, which arms as its user says, sends none): every edge
@@ -198,8 +198,8 @@ inline constexpr int64_t kRunOver = INT64_MAX;
 struct Control {
   enum class Window : uint8_t { kUnchanged = 0, kOpen = 1, kClosed = 2 };
   Window window = Window::kUnchanged;
-  int64_t step = -1;        // the step the window is for, -1 when none
-  uint64_t flush = 0;       // flush barrier token, 0 = none
+  int64_t step = -1;   // the step the window is for, -1 when none
+  uint64_t flush = 0;  // flush barrier token, 0 = none
   // A clock probe answered: t1 as the collector sent it, t2/t3 when the
   // aggregator received it and answered (its clock). All 0 = none.
   int64_t probe_t1 = 0, probe_t2 = 0, probe_t3 = 0;

@@ -13,8 +13,8 @@ namespace rlscope::wire {
 
 using internal::PackString;
 
-void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped,
-                        uint64_t ack, int64_t profiler_cpu_ns) {
+void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped, uint64_t ack,
+                        int64_t profiler_cpu_ns) {
   buffer_.clear();
   body_keys_ = 0;
   body_at_ = internal::OpenBody(packer_, buffer_, MessageType::kBatch);
@@ -116,9 +116,7 @@ void BatchWriter::Probes(const std::vector<ProbeSample>& probes) {
   }
 }
 
-void BatchWriter::BeginThreads(size_t num_threads) {
-  Key("threads").pack_array(static_cast<uint32_t>(num_threads));
-}
+void BatchWriter::BeginThreads(size_t num_threads) { Key("threads").pack_array(static_cast<uint32_t>(num_threads)); }
 
 void BatchWriter::BeginThread(int64_t tid, size_t num_events) {
   packer_.pack_array(2);

@@ -16,9 +16,6 @@
 namespace rlscope::wire {
 namespace {
 
-using msgpack::object;
-using msgpack::object_array;
-using msgpack::type::object_type;
 using internal::Ctx;
 using internal::Find;
 using internal::GetArray;
@@ -29,6 +26,9 @@ using internal::GetStrMap;
 using internal::GetUint;
 using internal::Require;
 using internal::TypeName;
+using msgpack::object;
+using msgpack::object_array;
+using msgpack::type::object_type;
 
 // Hello's `costs`: a map of str to a number of ns in [0, 1e9).
 bool DecodeCosts(Ctx& c, const object& o, std::map<std::string, double>* costs) {
@@ -38,9 +38,12 @@ bool DecodeCosts(Ctx& c, const object& o, std::map<std::string, double>* costs) 
     if (!GetStr(c, o.via.map.ptr[i].key, "hello.costs key", &k)) return false;
     const object& v = o.via.map.ptr[i].val;
     double ns;
-    if (v.type == object_type::FLOAT32 || v.type == object_type::FLOAT64) ns = v.via.f64;
-    else if (v.type == object_type::POSITIVE_INTEGER) ns = static_cast<double>(v.via.u64);
-    else return c.Fail("hello.costs[" + k + "]", std::string("expected a number, got ") + TypeName(v));
+    if (v.type == object_type::FLOAT32 || v.type == object_type::FLOAT64)
+      ns = v.via.f64;
+    else if (v.type == object_type::POSITIVE_INTEGER)
+      ns = static_cast<double>(v.via.u64);
+    else
+      return c.Fail("hello.costs[" + k + "]", std::string("expected a number, got ") + TypeName(v));
     if (!(ns >= 0 && ns < 1e9)) return c.Fail("hello.costs[" + k + "]", "out of range");
     (*costs)[k] = ns;
   }
@@ -193,8 +196,7 @@ bool Unpack(const char* data, size_t size, msgpack::zone* zone, msgpack::object_
     *err = "frame: truncated (" + std::to_string(size) + " bytes)";
     return false;
   } catch (const msgpack::size_overflow&) {
-    *err = "frame: truncated or corrupt (declares more entries than its " + std::to_string(size) +
-           " bytes can hold)";
+    *err = "frame: truncated or corrupt (declares more entries than its " + std::to_string(size) + " bytes can hold)";
     return false;
   } catch (const std::exception& e) {
     *err = std::string("frame: not msgpack (") + e.what() + ")";
@@ -217,8 +219,8 @@ bool ReadFrame(Ctx& c, const object& root, uint8_t* type, const object** body) {
   uint64_t version;
   if (!GetUint(c, top->ptr[1], "frame.version", &version)) return false;
   if (version != kVersion) {
-    return c.Fail("frame.version", "unsupported wire version " + std::to_string(version) +
-                                       " (this aggregator speaks " + std::to_string(kVersion) + ")");
+    return c.Fail("frame.version", "unsupported wire version " + std::to_string(version) + " (this aggregator speaks " +
+                                       std::to_string(kVersion) + ")");
   }
   uint64_t wide_type;
   if (!GetUint(c, top->ptr[2], "frame.type", &wide_type)) return false;
@@ -244,13 +246,20 @@ bool DecodeAs(Ctx& c, const object& body, bool (*decode)(Ctx&, const object&, M*
 // The body of a message of type `type`, into *out.
 bool DecodeBody(Ctx& c, uint8_t type, const object& body, Message* out) {
   switch (static_cast<MessageType>(type)) {
-    case MessageType::kHello: return DecodeAs(c, body, DecodeHello, out);
-    case MessageType::kBatch: return DecodeAs(c, body, internal::DecodeBatch, out);
-    case MessageType::kBye: return DecodeAs(c, body, DecodeBye, out);
-    case MessageType::kExpected: return DecodeAs(c, body, DecodeExpected, out);
-    case MessageType::kControl: return DecodeAs(c, body, DecodeControl, out);
-    case MessageType::kProbe: return DecodeAs(c, body, DecodeProbe, out);
-    default: return c.Fail("frame.type", "unknown message type " + std::to_string(type));
+    case MessageType::kHello:
+      return DecodeAs(c, body, DecodeHello, out);
+    case MessageType::kBatch:
+      return DecodeAs(c, body, internal::DecodeBatch, out);
+    case MessageType::kBye:
+      return DecodeAs(c, body, DecodeBye, out);
+    case MessageType::kExpected:
+      return DecodeAs(c, body, DecodeExpected, out);
+    case MessageType::kControl:
+      return DecodeAs(c, body, DecodeControl, out);
+    case MessageType::kProbe:
+      return DecodeAs(c, body, DecodeProbe, out);
+    default:
+      return c.Fail("frame.type", "unknown message type " + std::to_string(type));
   }
 }
 

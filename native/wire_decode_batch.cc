@@ -107,7 +107,8 @@ bool DecodeGpu(Ctx& c, const object& o, Batch* b) {
 bool DecodeProbes(Ctx& c, const object& o, Batch* b) {
   const object_array* arr;
   if (!GetArray(c, o, "batch.probes", &arr)) return false;
-  if (arr->size % 4 != 0) return c.Fail("batch.probes", "length " + std::to_string(arr->size) + " is not a multiple of 4");
+  if (arr->size % 4 != 0)
+    return c.Fail("batch.probes", "length " + std::to_string(arr->size) + " is not a multiple of 4");
   for (uint32_t i = 0; i < arr->size; i += 4) {
     ProbeSample p;
     const std::string where = "batch.probes[" + std::to_string(i / 4) + "]";
@@ -159,8 +160,7 @@ bool DecodeEventFast(const object* f, int64_t* ts, Event* ev) {
   }
   const uint64_t kind = f[0].via.u64;
   if (kind < static_cast<uint64_t>(EventKind::kRangePush) || kind > static_cast<uint64_t>(EventKind::kProcessCpu) ||
-      f[2].via.u64 > UINT32_MAX || f[3].via.u64 > UINT32_MAX || f[4].via.u64 > UINT32_MAX ||
-      f[6].via.u64 > UINT8_MAX) {
+      f[2].via.u64 > UINT32_MAX || f[3].via.u64 > UINT32_MAX || f[4].via.u64 > UINT32_MAX || f[6].via.u64 > UINT8_MAX) {
     return false;
   }
   const int64_t dts = f[1].type == object_type::POSITIVE_INTEGER ? static_cast<int64_t>(f[1].via.u64) : f[1].via.i64;
@@ -185,12 +185,10 @@ bool DecodeEvent(Ctx& c, const object* f, const std::string& where, int64_t* ts,
       !GetUintAtMost(c, f[2], where + ".name", UINT32_MAX, &name) ||
       !GetUintAtMost(c, f[3], where + ".domain", UINT32_MAX, &domain) ||
       !GetUintAtMost(c, f[4], where + ".category", UINT32_MAX, &category) ||
-      !GetUint(c, f[5], where + ".value", &value) ||
-      !GetUintAtMost(c, f[6], where + ".flags", UINT8_MAX, &flags)) {
+      !GetUint(c, f[5], where + ".value", &value) || !GetUintAtMost(c, f[6], where + ".flags", UINT8_MAX, &flags)) {
     return false;
   }
-  if (kind < static_cast<uint64_t>(EventKind::kRangePush) ||
-      kind > static_cast<uint64_t>(EventKind::kProcessCpu)) {
+  if (kind < static_cast<uint64_t>(EventKind::kRangePush) || kind > static_cast<uint64_t>(EventKind::kProcessCpu)) {
     return c.Fail(where + ".kind", "unknown event kind " + std::to_string(kind));
   }
   // Wrapping add: a hostile dts must not be signed-overflow UB.
@@ -214,8 +212,8 @@ bool DecodeThread(Ctx& c, const object& o, const std::string& where, ThreadEvent
   const object_array* flat;
   if (!GetArray(c, block->ptr[1], where + ".events", &flat)) return false;
   if (flat->size % kFieldsPerEvent != 0) {
-    return c.Fail(where + ".events", "length " + std::to_string(flat->size) +
-                                         " is not a multiple of " + std::to_string(kFieldsPerEvent));
+    return c.Fail(where + ".events",
+                  "length " + std::to_string(flat->size) + " is not a multiple of " + std::to_string(kFieldsPerEvent));
   }
   te->events.resize(flat->size / kFieldsPerEvent);
   int64_t ts = 0;
@@ -235,7 +233,8 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
   const object* o;
   if (!Require(c, body, "batch", "session", &o) || !GetUint(c, *o, "batch.session", &b->session)) return false;
   if (!Require(c, body, "batch", "seq", &o) || !GetUint(c, *o, "batch.seq", &b->seq)) return false;
-  if (!Require(c, body, "batch", "watermark_ns", &o) || !GetInt(c, *o, "batch.watermark_ns", &b->watermark_ns)) return false;
+  if (!Require(c, body, "batch", "watermark_ns", &o) || !GetInt(c, *o, "batch.watermark_ns", &b->watermark_ns))
+    return false;
   if (!Require(c, body, "batch", "dropped", &o) || !GetUint(c, *o, "batch.dropped", &b->dropped)) return false;
   if ((o = Find(body, "ack")) != nullptr && !GetUint(c, *o, "batch.ack", &b->ack)) return false;
   if ((o = Find(body, "profiler_cpu_ns")) != nullptr) {

@@ -9,17 +9,27 @@ using msgpack::type::object_type;
 
 const char* TypeName(const object& o) {
   switch (o.type) {
-    case object_type::NIL: return "nil";
-    case object_type::BOOLEAN: return "bool";
-    case object_type::POSITIVE_INTEGER: return "uint";
-    case object_type::NEGATIVE_INTEGER: return "int";
+    case object_type::NIL:
+      return "nil";
+    case object_type::BOOLEAN:
+      return "bool";
+    case object_type::POSITIVE_INTEGER:
+      return "uint";
+    case object_type::NEGATIVE_INTEGER:
+      return "int";
     case object_type::FLOAT32:
-    case object_type::FLOAT64: return "float";
-    case object_type::STR: return "str";
-    case object_type::BIN: return "bin";
-    case object_type::ARRAY: return "array";
-    case object_type::MAP: return "map";
-    default: return "ext";
+    case object_type::FLOAT64:
+      return "float";
+    case object_type::STR:
+      return "str";
+    case object_type::BIN:
+      return "bin";
+    case object_type::ARRAY:
+      return "array";
+    case object_type::MAP:
+      return "map";
+    default:
+      return "ext";
   }
 }
 
@@ -43,8 +53,7 @@ bool GetUint(Ctx& c, const object& o, const std::string& where, uint64_t* out) {
   return true;
 }
 
-bool GetUintAtMost(Ctx& c, const object& o, const std::string& where, uint64_t max,
-                   uint64_t* out) {
+bool GetUintAtMost(Ctx& c, const object& o, const std::string& where, uint64_t max, uint64_t* out) {
   if (!GetUint(c, o, where, out)) return false;
   if (*out > max) {
     return c.Fail(where, std::to_string(*out) + " is out of range (max " + std::to_string(max) + ")");
@@ -77,8 +86,7 @@ bool GetArray(Ctx& c, const object& o, const std::string& where, const object_ar
 const object* Find(const object& map, std::string_view key) {
   for (uint32_t i = 0; i < map.via.map.size; ++i) {
     const auto& kv = map.via.map.ptr[i];
-    if (kv.key.type == object_type::STR &&
-        std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
+    if (kv.key.type == object_type::STR && std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
       return &kv.val;
     }
   }

@@ -35,17 +35,14 @@ bool GetInt(Ctx& c, const msgpack::object& o, const std::string& where, int64_t*
 bool GetUint(Ctx& c, const msgpack::object& o, const std::string& where, uint64_t* out);
 // An unsigned integer that must fit the field it lands in (ids are 32-bit,
 // flags 8-bit): a larger value is an error, never silently truncated.
-bool GetUintAtMost(Ctx& c, const msgpack::object& o, const std::string& where, uint64_t max,
-                   uint64_t* out);
+bool GetUintAtMost(Ctx& c, const msgpack::object& o, const std::string& where, uint64_t max, uint64_t* out);
 bool GetStr(Ctx& c, const msgpack::object& o, const std::string& where, std::string* out);
 bool GetBool(Ctx& c, const msgpack::object& o, const std::string& where, bool* out);
-bool GetArray(Ctx& c, const msgpack::object& o, const std::string& where,
-              const msgpack::object_array** out);
+bool GetArray(Ctx& c, const msgpack::object& o, const std::string& where, const msgpack::object_array** out);
 // The entries of map `m` (the caller has checked it is a map), each a str
 // to str, into *out (a repeated key: the last wins); errors name
 // "`where` key" or "`where`[key]".
-bool GetStrMap(Ctx& c, const msgpack::object& m, const std::string& where,
-               std::map<std::string, std::string>* out);
+bool GetStrMap(Ctx& c, const msgpack::object& m, const std::string& where, std::map<std::string, std::string>* out);
 
 // Looks `key` up in a map object; nullptr when absent.
 const msgpack::object* Find(const msgpack::object& map, std::string_view key);
@@ -56,8 +53,7 @@ bool Require(Ctx& c, const msgpack::object& map, const std::string& where, std::
 // Walks array `o` (named `name` in errors), whose elements are arrays of
 // `n` items (`shape` says which), handing each one's items to `each`.
 template <typename F>
-bool ForEachTuple(Ctx& c, const msgpack::object& o, const std::string& name, uint32_t n, const char* shape,
-                  F each) {
+bool ForEachTuple(Ctx& c, const msgpack::object& o, const std::string& name, uint32_t n, const char* shape, F each) {
   const msgpack::object_array* arr;
   if (!GetArray(c, o, name, &arr)) return false;
   for (uint32_t i = 0; i < arr->size; ++i) {

@@ -46,13 +46,19 @@ void AddAnalysisBindings(py::module_& m) {
          const std::map<std::string, std::vector<std::string>>& attribution) {
         rlscope::Config::Attribution patterns;  // a list given replaces its default, as in a config
         for (const auto& [key, list] : attribution) {
-          if (key == "python") patterns.python = list;
-          else if (key == "backend") patterns.backend = list;
-          else if (key == "cuda_api") patterns.cuda_api = list;
-          else if (key == "simulator") patterns.simulator = list;
-          else throw py::value_error("unknown attribution list '" + key + "'");
+          if (key == "python")
+            patterns.python = list;
+          else if (key == "backend")
+            patterns.backend = list;
+          else if (key == "cuda_api")
+            patterns.cuda_api = list;
+          else if (key == "simulator")
+            patterns.simulator = list;
+          else
+            throw py::value_error("unknown attribution list '" + key + "'");
         }
-        return std::string(rlscope::CpuCategoryName(rlscope::AttributionRules(patterns).Classify(object, module, callers)));
+        return std::string(
+            rlscope::CpuCategoryName(rlscope::AttributionRules(patterns).Classify(object, module, callers)));
       },
       py::arg("object"), py::arg("module"), py::arg("callers") = "",
       py::arg("attribution") = std::map<std::string, std::vector<std::string>>{},

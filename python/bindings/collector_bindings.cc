@@ -74,8 +74,9 @@ void AddPythonFrames(py::module_& m) {
   const void* gil = nullptr;
   size_t gil_size = 0;
   if (RlscopePyGil(&gil, &gil_size)) rlscope_set_py_gil(gil, gil_size);
-  m.def("stop_python_frames", [] { rlscope_set_py_module_reader(nullptr, nullptr); },
-        "The CPU sampler stops reading Python frames (interpreter exit).");
+  m.def(
+      "stop_python_frames", [] { rlscope_set_py_module_reader(nullptr, nullptr); },
+      "The CPU sampler stops reading Python frames (interpreter exit).");
 }
 
 }  // namespace
@@ -83,17 +84,21 @@ void AddPythonFrames(py::module_& m) {
 void AddCollectorBindings(py::module_& m) {
   m.def("init", &rlscope_collector_init, "Start the collector from the environment; 1 if running.");
   m.def("armed", &rlscope_collector_armed);
-  m.def("running", [] { return rlscope_collector_running() != 0; }, "True when a collector runs in this process.");
-  m.def("range_push", [](const char* name) { rlscope_range_push(name); }, py::arg("name"));
+  m.def(
+      "running", [] { return rlscope_collector_running() != 0; }, "True when a collector runs in this process.");
+  m.def(
+      "range_push", [](const char* name) { rlscope_range_push(name); }, py::arg("name"));
   m.def("range_pop", &rlscope_range_pop);
-  m.def("intern", [](const char* name) { return rlscope_intern(name); }, py::arg("name"),
-        "The name's id in this process's collector (0 when none runs).");
+  m.def(
+      "intern", [](const char* name) { return rlscope_intern(name); }, py::arg("name"),
+      "The name's id in this process's collector (0 when none runs).");
   m.def("range_push_id", &rlscope_range_push_id, py::arg("name_id"));
   m.def("range_start_id", &rlscope_range_start_id, py::arg("name_id"));
   m.def("mark_id", &rlscope_mark_id, py::arg("name_id"));
   m.def("range_push_payload", &rlscope_range_push_payload, py::arg("name_id"), py::arg("payload"));
   m.def("mark_payload", &rlscope_mark_payload, py::arg("name_id"), py::arg("payload"));
-  m.def("range_start", [](const char* name) { return rlscope_range_start(name); }, py::arg("name"));
+  m.def(
+      "range_start", [](const char* name) { return rlscope_range_start(name); }, py::arg("name"));
   m.def("range_end", &rlscope_range_end, py::arg("range_id"));
   m.def("step_begin", &rlscope_step_begin, py::arg("step"));
   m.def("step_end", &rlscope_step_end);
@@ -101,16 +106,18 @@ void AddCollectorBindings(py::module_& m) {
   m.def("set_next_step", &rlscope_set_next_step, py::arg("step"));
   m.def("capture_start", &rlscope_capture_start);
   m.def("capture_stop", &rlscope_capture_stop);
-  m.def("flush", &rlscope_flush, py::arg("timeout_ms") = 2000,
-        py::call_guard<py::gil_scoped_release>());
+  m.def("flush", &rlscope_flush, py::arg("timeout_ms") = 2000, py::call_guard<py::gil_scoped_release>());
   m.def("shutdown", &rlscope_collector_shutdown, py::call_guard<py::gil_scoped_release>());
-  m.def("set_label", [](const std::string& k, const std::string& v) { rlscope_set_label(k.c_str(), v.c_str()); },
-        py::arg("key"), py::arg("value"));
+  m.def(
+      "set_label", [](const std::string& k, const std::string& v) { rlscope_set_label(k.c_str(), v.c_str()); },
+      py::arg("key"), py::arg("value"));
   m.def("report_expected", &ReportExpected, py::arg("processes"));
-  m.def("set_cost", [](const std::string& k, double ns) { rlscope_set_cost(k.c_str(), ns); },
-        py::arg("key"), py::arg("ns"), "Set one calibrated cost, ns per event (overhead correction).");
-  m.def("cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),
-        "A calibrated cost, ns per event; -1 when unknown.");
+  m.def(
+      "set_cost", [](const std::string& k, double ns) { rlscope_set_cost(k.c_str(), ns); }, py::arg("key"),
+      py::arg("ns"), "Set one calibrated cost, ns per event (overhead correction).");
+  m.def(
+      "cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),
+      "A calibrated cost, ns per event; -1 when unknown.");
   m.def("calibrate", &rlscope_calibrate, "Re-measure the collector's own per-event costs; 1 if running.");
   m.def("scratch_scope", &rlscope_scratch_scope, py::arg("on"),
         "1: this thread records into a scratch ring nothing ships, until 0; 1 when the scope changed.");

@@ -36,9 +36,9 @@
 
 namespace {
 
-PyObject* g_ids = nullptr;       // str -> int: names this process's collector interned
-PyObject* g_link_key = nullptr;  // callable(key) -> int payload (rlscope_ray.link_key)
-PyObject* g_decorate = nullptr;  // callable(range, fn) -> wrapper (rlscope_ray._decorate)
+PyObject* g_ids = nullptr;                       // str -> int: names this process's collector interned
+PyObject* g_link_key = nullptr;                  // callable(key) -> int payload (rlscope_ray.link_key)
+PyObject* g_decorate = nullptr;                  // callable(range, fn) -> wrapper (rlscope_ray._decorate)
 constexpr Py_ssize_t kMaxCachedNames = 1 << 16;  // past this, intern on every call
 
 }  // namespace
@@ -76,10 +76,9 @@ namespace {
 using rlscope_py::NameId;
 
 struct RangeObject {
-  PyObject_HEAD
-  PyObject* name;     // str
-  uint64_t payload;   // link_key(link) when has_payload
-  uint32_t id;        // 0 until entered with a collector running
+  PyObject_HEAD PyObject* name;  // str
+  uint64_t payload;              // link_key(link) when has_payload
+  uint32_t id;                   // 0 until entered with a collector running
   int has_payload;
   // Open entries from coroutines: the first in the slot (frame, handle),
   // more at once (one object, concurrent coroutines) in a dict from the
@@ -109,8 +108,7 @@ int g_free_count = 0;
 // A new range of `name` (str) with `link` (nullptr or None: no link).
 PyObject* NewRange(PyTypeObject* type, PyObject* name, PyObject* link) {
   if (!PyUnicode_Check(name)) {
-    PyErr_Format(PyExc_TypeError, "rlscope_ray.range(name): name must be a str, got %.100s",
-                 Py_TYPE(name)->tp_name);
+    PyErr_Format(PyExc_TypeError, "rlscope_ray.range(name): name must be a str, got %.100s", Py_TYPE(name)->tp_name);
     return nullptr;
   }
   uint64_t payload = 0;
@@ -337,13 +335,11 @@ PyMethodDef kExitDef = {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_ca
                         METH_FASTCALL, "Pop what __enter__ pushed; exceptions propagate."};
 
 struct SpecialObject {  // range.__enter__ / range.__exit__, on the type
-  PyObject_HEAD
-  PyMethodDef* def;
+  PyObject_HEAD PyMethodDef* def;
 };
 
 struct BoundSpecialObject {  // one bound to a range
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyMethodDef* def;
   PyObject* range;  // strong
 };
@@ -476,8 +472,8 @@ PyTypeObject BoundSpecialType = [] {
   return t;
 }();
 
-SpecialObject g_enter = {PyObject_HEAD_INIT(&SpecialType) &kEnterDef};
-SpecialObject g_exit = {PyObject_HEAD_INIT(&SpecialType) &kExitDef};
+SpecialObject g_enter = {PyObject_HEAD_INIT(&SpecialType) & kEnterDef};
+SpecialObject g_exit = {PyObject_HEAD_INIT(&SpecialType) & kExitDef};
 
 // Puts __enter__ and __exit__ in the ready range type's dict.
 bool AddSpecials() {

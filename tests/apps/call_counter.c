@@ -44,7 +44,8 @@ __attribute__((visibility("default"))) int rlscope_test_call_counts(uint64_t* ou
   return n;
 }
 
-#define NEXT(name) static __typeof__(name)* next_##name; \
+#define NEXT(name)                      \
+  static __typeof__(name)* next_##name; \
   if (next_##name == NULL) next_##name = (__typeof__(name)*)dlsym(RTLD_NEXT, #name)
 
 int poll(struct pollfd* fds, nfds_t n, int timeout) {

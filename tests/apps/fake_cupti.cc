@@ -166,8 +166,7 @@ void fake_cupti_kernel(const char* name, uint32_t device, uint32_t stream, uint6
 }
 
 // A host-to-device copy of `bytes`.
-void fake_cupti_memcpy(uint32_t device, uint32_t stream, uint64_t start, uint64_t end, uint64_t bytes,
-                       uint32_t corr) {
+void fake_cupti_memcpy(uint32_t device, uint32_t stream, uint64_t start, uint64_t end, uint64_t bytes, uint32_t corr) {
   cs::Memcpy m;
   std::memset(&m, 0, sizeof(m));
   m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;

@@ -60,7 +60,7 @@ static void HostHandler(int sig, siginfo_t* info, void* ucontext) {
   ++host_seen;
   char* addr = (char*)info->si_addr;
   if (host_page != NULL && addr >= host_page && addr < host_page + kPage) {
-    mprotect(host_page, kPage, PROT_READ);  /* repaired: the load runs again */
+    mprotect(host_page, kPage, PROT_READ); /* repaired: the load runs again */
     ++host_faults;
     return;
   }

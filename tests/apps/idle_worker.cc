@@ -71,13 +71,20 @@ int main(int argc, char** argv) {
   std::string stop_file, report;
   double period_ms = 5, range_us = 0, settle_s = 1, measure_s = 3, max_s = 300;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--stop-file")) stop_file = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--report")) report = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--period-ms")) period_ms = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--range-us")) range_us = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--settle-s")) settle_s = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--measure-s")) measure_s = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--max-s")) max_s = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--stop-file"))
+      stop_file = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--report"))
+      report = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--period-ms"))
+      period_ms = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--range-us"))
+      range_us = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--settle-s"))
+      settle_s = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--measure-s"))
+      measure_s = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--max-s"))
+      max_s = std::atof(argv[i + 1]);
   }
   nvtxMarkA("idle_worker started");
   using Clock = std::chrono::steady_clock;
@@ -127,8 +134,8 @@ int main(int argc, char** argv) {
       }
       std::fprintf(f, "}");
       if (counted) {
-        static const char* const kNames[kCounts] = {"poll", "epoll_wait", "proc_opens", "opens",
-                                                    "timer_settime", "send", "eventfd_write", "reserved"};
+        static const char* const kNames[kCounts] = {"poll",          "epoll_wait", "proc_opens",    "opens",
+                                                    "timer_settime", "send",       "eventfd_write", "reserved"};
         std::fprintf(f, ", \"calls\": {");
         for (int i = 0; i < kCounts; ++i) {
           std::fprintf(f, "%s\"%s\": %llu", i ? ", " : "", kNames[i],

@@ -59,9 +59,12 @@ int main(int argc, char** argv) {
   double step_ms = 20;
   std::string report;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--step-ms") && i + 1 < argc) step_ms = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--report") && i + 1 < argc) report = argv[++i];
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--step-ms") && i + 1 < argc)
+      step_ms = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--report") && i + 1 < argc)
+      report = argv[++i];
   }
   const int main_tid = static_cast<int>(syscall(SYS_gettid));
   nvtxNameOsThreadA(main_tid, "app-main");
@@ -143,8 +146,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < measured.size(); ++i) {
       const Measured& m = measured[i];
       out << (i ? ",\n" : "\n") << "{\"name\": \"" << m.name << "\", \"thread\": \"" << m.thread
-          << "\", \"step\": " << m.step << ", \"begin_ns\": " << m.begin_ns << ", \"begin_hi_ns\": "
-          << m.begin_hi_ns << ", \"end_lo_ns\": " << m.end_lo_ns << ", \"end_ns\": " << m.end_ns << "}";
+          << "\", \"step\": " << m.step << ", \"begin_ns\": " << m.begin_ns << ", \"begin_hi_ns\": " << m.begin_hi_ns
+          << ", \"end_lo_ns\": " << m.end_lo_ns << ", \"end_ns\": " << m.end_ns << "}";
     }
     out << "]}\n";
   }

@@ -19,11 +19,16 @@ int main(int argc, char** argv) {
   std::string stop_file, report;
   double period_ms = 5, range_us = 50, max_s = 300;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--stop-file")) stop_file = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--report")) report = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--period-ms")) period_ms = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--range-us")) range_us = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--max-s")) max_s = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--stop-file"))
+      stop_file = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--report"))
+      report = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--period-ms"))
+      period_ms = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--range-us"))
+      range_us = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--max-s"))
+      max_s = std::atof(argv[i + 1]);
   }
   using Clock = std::chrono::steady_clock;
   const auto end = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(max_s * 1000));

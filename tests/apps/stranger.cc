@@ -40,8 +40,8 @@ wire::Batch ForgedBatch(uint64_t session, uint64_t seq, const char* name) {
     e.name = name;
     return e;
   };
-  t.events = {ev(1000, EventKind::kRangePush, 1), ev(2000, EventKind::kRangePush, 2),
-              ev(3000, EventKind::kRangePop, 0), ev(4000, EventKind::kRangePop, 0)};
+  t.events = {ev(1000, EventKind::kRangePush, 1), ev(2000, EventKind::kRangePush, 2), ev(3000, EventKind::kRangePop, 0),
+              ev(4000, EventKind::kRangePop, 0)};
   b.threads.push_back(t);
   return b;
 }
@@ -87,8 +87,7 @@ int main(int argc, char** argv) {
     zmq_msg_init(&msg);
     if (zmq_msg_recv(&msg, sock, 0) >= 0) {
       ++replies;
-      const wire::DecodeResult r =
-          wire::Decode(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+      const wire::DecodeResult r = wire::Decode(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
       const auto* c = r.ok ? std::get_if<wire::Control>(&r.message) : nullptr;
       wire::Control say_hello, refused;  // what the aggregator may answer anyone
       say_hello.hello = true;

@@ -74,9 +74,7 @@ const ProcessSlice* FindSlice(const StepProfile& step, uint64_t session) {
   return nullptr;
 }
 
-std::string SpanName(const ProcessSlice& slice, const Span& s) {
-  return slice.process->String(s.name);
-}
+std::string SpanName(const ProcessSlice& slice, const Span& s) { return slice.process->String(s.name); }
 
 std::vector<std::string> SpanNames(const ProcessSlice* slice) {
   std::vector<std::string> out;
@@ -137,8 +135,7 @@ std::string ReadFile(const std::string& path) {
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "rlscope_agg_test_XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "rlscope_agg_test_XXXXXX").string();
     char* p = mkdtemp(tmpl.data());
     EXPECT_NE(p, nullptr);
     path_ = tmpl;
@@ -156,9 +153,7 @@ class TempDir {
 // Drives one Aggregator with a recording exporter.
 class AggregatorTest : public ::testing::Test {
  protected:
-  void Init(Config config = Config()) {
-    agg_ = std::make_unique<Aggregator>(std::move(config), &exporter_);
-  }
+  void Init(Config config = Config()) { agg_ = std::make_unique<Aggregator>(std::move(config), &exporter_); }
   void SetUp() override { Init(); }
 
   void Send(const wire::Message& m, int64_t now_ns = 0) { agg_->OnMessage(m, now_ns); }
@@ -403,8 +398,7 @@ TEST_F(CuttingTest, MarksInsideHalfOpenStepIntervalOnly) {
 }
 
 TEST_F(CuttingTest, StepSlicesExactContents) {
-  EXPECT_EQ(SpanNames(s1_),
-            (std::vector<std::string>{"straddle_begin", "inside", "both", "straddle_end"}));
+  EXPECT_EQ(SpanNames(s1_), (std::vector<std::string>{"straddle_begin", "inside", "both", "straddle_end"}));
   EXPECT_EQ(SpanNames(s2_), (std::vector<std::string>{"both", "open"}));
   // The controller's own slice holds just its step range, unclipped.
   const ProcessSlice* c1 = FindSlice(exporter_.steps[0], 1);
@@ -619,13 +613,13 @@ TEST_F(AggregatorTest, GpuRecordsFollowTheirLaunchIntoStepsAndTraces) {
   GpuRecord launch = rec(GpuKind::kRuntimeApi, 1900, 1950, 7);  // in step 1
   launch.tid = 1;
   launch.name = kApiName;
-  GpuRecord kernel = rec(GpuKind::kKernel, 2200, 2600, 7);     // runs during step 2
+  GpuRecord kernel = rec(GpuKind::kKernel, 2200, 2600, 7);  // runs during step 2
   kernel.name = kKernelName;
   kernel.device = 1;
   kernel.stream = 13;
   kernel.grid[0] = 64;
   kernel.block[0] = 128;
-  GpuRecord copy = rec(GpuKind::kMemcpy, 2500, 2700, 0);       // no launch known: by time, step 2
+  GpuRecord copy = rec(GpuKind::kMemcpy, 2500, 2700, 0);  // no launch known: by time, step 2
   copy.subkind = 1;
   copy.bytes = 1000;
   copy.stream = 13;
@@ -664,8 +658,9 @@ TEST_F(AggregatorTest, CpuSamplesSayWhereEachSubtasksCpuTimeWentWithTheConfigsPa
   // config calls the simulator; one sample of 1 ms every ms, in the middle
   // of each ms, one of them in the collector itself. Thread 2 runs the
   // simulator's native code for the whole "sim" window. A sample costs 1 us.
-  Init(ConfigFrom("attribution: {simulator: [rlscope_test_sim], backend: [\"librlscope_test_burn*\"]}\n"
-                  "correction: {enabled: false}\n"));
+  Init(
+      ConfigFrom("attribution: {simulator: [rlscope_test_sim], backend: [\"librlscope_test_burn*\"]}\n"
+                 "correction: {enabled: false}\n"));
   FakeCollector ctl(1, "controller", -1, 100);
   ctl.Costs({{"cpu_sample", 1000}});
   Connect(ctl);
@@ -674,10 +669,14 @@ TEST_F(AggregatorTest, CpuSamplesSayWhereEachSubtasksCpuTimeWentWithTheConfigsPa
   ctl.Push(1, 40 * kMs, "python").Pop(1, 70 * kMs).Push(1, 70 * kMs, "sim").Pop(1, 100 * kMs).Pop(1, 100 * kMs);
   for (int ms = 10; ms < 100; ++ms) {
     const int64_t ts = ms * kMs + kMs / 2;
-    if (ms == 20) ctl.Sample(1, ts, "/v/site-packages/rlscope_ray/librlscope_collector.so", "__main__", 1000);
-    else if (ms < 40) ctl.Sample(1, ts, burn, "__main__", 1000);
-    else if (ms < 70) ctl.Sample(1, ts, py, "__main__", 1000);
-    else ctl.Sample(1, ts, py, "rlscope_test_sim", 1000);
+    if (ms == 20)
+      ctl.Sample(1, ts, "/v/site-packages/rlscope_ray/librlscope_collector.so", "__main__", 1000);
+    else if (ms < 40)
+      ctl.Sample(1, ts, burn, "__main__", 1000);
+    else if (ms < 70)
+      ctl.Sample(1, ts, py, "__main__", 1000);
+    else
+      ctl.Sample(1, ts, py, "rlscope_test_sim", 1000);
     if (ms >= 70) ctl.Sample(2, ts, "/v/site-packages/numpy/core/_umath.so", "rlscope_test_sim.physics", 1000);
   }
   Send(ctl.Flush(200 * kMs));
@@ -721,7 +720,8 @@ TEST_F(AggregatorTest, CpuSamplesSayWhereEachSubtasksCpuTimeWentWithTheConfigsPa
   // The summary and the trace say the same.
   const std::string summary = StepSummaryJson(step);
   EXPECT_THAT(summary, HasSubstr("\"subtask\":\"native\""));
-  EXPECT_THAT(summary, HasSubstr("\"attribution\":{\"cpu_ms\":30,\"samples\":30,\"python_ms\":0,\"backend_ms\":28.97,"));
+  EXPECT_THAT(summary,
+              HasSubstr("\"attribution\":{\"cpu_ms\":30,\"samples\":30,\"python_ms\":0,\"backend_ms\":28.97,"));
   EXPECT_THAT(summary, HasSubstr("\"cpu_samples\":120"));
   const std::string trace = StepTraceJson(step, {{1, 100}});
   EXPECT_THAT(trace, HasSubstr("CPU (sampled)"));
@@ -749,7 +749,8 @@ TEST_F(AggregatorTest, EveryThreadsCpuTimeItsStackTheCoverageAndWhyTheRecordingT
   ctl.Push(1, 0, "step").Push(1, 10 * kMs, "work").Pop(1, 50 * kMs);
   ctl.Push(1, 50 * kMs, "wait").Pop(1, 100 * kMs).Pop(1, 100 * kMs);
   const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6", torch = "/v/site-packages/torch/lib/libtorch_cpu.so";
-  for (int ms = 10; ms < 50; ++ms) ctl.StackSample(7, ms * kMs + kMs / 2, libc, torch + "\n/usr/bin/python3.11", "", 1000);
+  for (int ms = 10; ms < 50; ++ms)
+    ctl.StackSample(7, ms * kMs + kMs / 2, libc, torch + "\n/usr/bin/python3.11", "", 1000);
   ctl.StackSample(9, 30 * kMs + kMs / 4, libc, "", "", 1000, /*profiler=*/true);
   for (auto [at_ms, cpu_ms] : {std::pair{0, 0}, {10, 0}, {50, 41}, {100, 41}, {120, 41}}) {
     ctl.ProcessCpu(5, at_ms * kMs, cpu_ms * kMs);
@@ -964,7 +965,7 @@ TEST_F(AggregatorTest, CausalityChecksWorkerExecutionsAgainstTheControllersCalls
   ctl.Pop(1, 2000);
   worker.Push(7, 1200, "update_actor", 11).Pop(7, 1400);
   worker.Push(7, 1300 + 0, "unrelated").Pop(7, 1350);  // no payload: not checked
-  worker.Push(7, 1300 + 1, "gen", 99).Pop(7, 1302);     // a task this controller never submitted
+  worker.Push(7, 1300 + 1, "gen", 99).Pop(7, 1302);    // a task this controller never submitted
   worker.Push(7, 1300 + 3, "x").Pop(7, 1304);
   worker.Push(7, 1300 + 5, "update_actor", 12).Pop(7, 1800);  // starts before its submit at 1600
   Send(ctl.Flush(2500));
@@ -1009,7 +1010,7 @@ TEST_F(AggregatorTest, CaptureWindowFollowsEdgesInOneFlushInTheOrderTheyHappened
   Send(ctl.Flush(1100));
   ctl.Pop(1, 2000).Push(1, 2010, "step");  // step 1 ends, step 2 begins: one flush
   Send(ctl.Flush(2100));
-  EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{1, 2}}));  // open while step 2 runs
+  EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{1, 2}}));       // open while step 2 runs
   ctl.Pop(1, 3000).Push(1, 3010, "step").Pop(1, 4000).Push(1, 4010, "step");  // steps 2, 3 end; 3, 4 begin
   Send(ctl.Flush(4100));
   EXPECT_EQ(Windows(), (std::vector<std::pair<int, int64_t>>{{2, 4}}));  // closed once step 3 ended
@@ -1350,15 +1351,15 @@ TEST_F(AggregatorTest, TheControllersRunKeysGoOverTheAggregatorsAndItSaysWhereTh
   Send(c);
   const std::string run = ConfigToYaml(agg_->config());
   // Everyone connected so far, then the controller's own answer.
-  EXPECT_EQ(RunConfigsSent(agg_.get()),
-            (std::vector<std::pair<uint64_t, std::string>>{{0, run}, {1, run}}));
+  EXPECT_EQ(RunConfigsSent(agg_.get()), (std::vector<std::pair<uint64_t, std::string>>{{0, run}, {1, run}}));
   EXPECT_EQ(agg_->config().steps.ToString(), "[2, 4]");
   EXPECT_EQ(agg_->config().ranks.ToString(), "[1]");  // the controller did not set it: the aggregator's
-  EXPECT_EQ(agg_->config().flush.step_grace_ms, 7);    // not a run key: the aggregator's own
+  EXPECT_EQ(agg_->config().flush.step_grace_ms, 7);   // not a run key: the aggregator's own
   const std::vector<std::string> notes = agg_->TakeNotes();
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_EQ(notes[0], "the controller's config (pid 100) disagrees with --config agg.yaml "
-                      "(steps: [3] vs [2, 4]): using the controller's");
+  EXPECT_EQ(notes[0],
+            "the controller's config (pid 100) disagrees with --config agg.yaml "
+            "(steps: [3] vs [2, 4]): using the controller's");
   EXPECT_THAT(agg_->TakeNotes(), IsEmpty());
   FakeCollector late(3, "worker", 1, 300);
   Connect(late);  // a newcomer gets it with its window
@@ -1383,8 +1384,10 @@ TEST_F(AggregatorTest, ASecondControllerIsToldItIsAWorkerOnceNoted) {
     roles.push_back(c.role);
   }
   EXPECT_EQ(roles, (std::vector<std::string>{"worker", "worker"}));
-  EXPECT_THAT(agg_->TakeNotes(), ::testing::ElementsAre(
-      "pid 200 on node0 said hello as a controller too; pid 100 on node0 is the run's: it records as a worker"));
+  EXPECT_THAT(
+      agg_->TakeNotes(),
+      ::testing::ElementsAre(
+          "pid 200 on node0 said hello as a controller too; pid 100 on node0 is the run's: it records as a worker"));
 }
 
 TEST_F(AggregatorTest, AControllerWithoutAConfigGetsTheAggregatorsWithoutANote) {
@@ -1405,8 +1408,8 @@ TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {
   EXPECT_EQ(ProcessName(*agg_->processes().begin()->second), "ray::IDLE");
   wire::Hello later = worker.Hello();
   later.identity.name = "ray::IDLE";
-  later.identity.labels = {{"actor_id", "a1"}, {"actor_class", "Learner"}, {"node_ip", "10.0.0.2"},
-                           {"node_id", "0123456789abcdef"}};
+  later.identity.labels = {
+      {"actor_id", "a1"}, {"actor_class", "Learner"}, {"node_ip", "10.0.0.2"}, {"node_id", "0123456789abcdef"}};
   Send(later);
   ASSERT_EQ(agg_->processes().size(), 1u);
   const ProcessTimeline& p = *agg_->processes().begin()->second;
@@ -1574,8 +1577,7 @@ TEST_F(AggregatorTest, SpansSortedByThreadThenBeginThenLongerFirst) {
   agg_->Tick(0);
   ASSERT_EQ(exporter_.steps.size(), 1u);
   const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
-  EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"pre", "outer", "inner", "inner2", "t2_outer",
-                                                    "t2_inner"}));
+  EXPECT_EQ(SpanNames(w), (std::vector<std::string>{"pre", "outer", "inner", "inner2", "t2_outer", "t2_inner"}));
   std::vector<int64_t> tids, begins, ends, depths;
   for (const Span& s : w->spans) {
     tids.push_back(s.tid);
@@ -1637,10 +1639,8 @@ TEST_F(AggregatorTest, MultiProcessStepHasOneSlicePerProcessAndLabelledTracks) {
   EXPECT_EQ(SpanNames(FindSlice(p, 2)), (std::vector<std::string>{"w1_fwd"}));
   EXPECT_EQ(SpanNames(FindSlice(p, 3)), (std::vector<std::string>{"w0_fwd"}));
 
-  EXPECT_EQ(ProcessLabel(*agg_->processes().at(2)),
-            "node1 / train (worker, rank 1) / pid 200");
-  EXPECT_EQ(ProcessLabel(*agg_->processes().at(1)),
-            "head / driver (controller) / pid 100");
+  EXPECT_EQ(ProcessLabel(*agg_->processes().at(2)), "node1 / train (worker, rank 1) / pid 200");
+  EXPECT_EQ(ProcessLabel(*agg_->processes().at(1)), "head / driver (controller) / pid 100");
 
   const std::map<uint64_t, int64_t> trace_pids = {{1, 100}, {2, 200}, {3, 300}};
   const std::string json = StepTraceJson(p, trace_pids);
@@ -1699,10 +1699,8 @@ TEST_F(AggregatorTest, TraceJsonMarksClippedOpenAndAsyncSpans) {
 // Lines of trace.json holding a process_name metadata event, as (pid, label).
 std::map<int64_t, std::string> ProcessNames(const std::string& trace) {
   std::map<int64_t, std::string> out;
-  static const std::regex re(
-      R"re("name":"process_name","pid":(-?[0-9]+),"tid":0,"args":\{"name":"([^"]*)"\})re");
-  for (auto it = std::sregex_iterator(trace.begin(), trace.end(), re); it != std::sregex_iterator();
-       ++it) {
+  static const std::regex re(R"re("name":"process_name","pid":(-?[0-9]+),"tid":0,"args":\{"name":"([^"]*)"\})re");
+  for (auto it = std::sregex_iterator(trace.begin(), trace.end(), re); it != std::sregex_iterator(); ++it) {
     out[std::stoll((*it)[1].str())] = (*it)[2].str();
   }
   return out;
@@ -1737,8 +1735,7 @@ TEST_F(AggregatorTest, StepFilesGiveSamePidOnTwoHostsDistinctTracePids) {
   EXPECT_FALSE(fs::exists(root / "run.json.tmp"));
   EXPECT_FALSE(fs::exists(root / "step_1" / "trace.json.tmp"));
 
-  const std::map<int64_t, std::string> names1 =
-      ProcessNames(ReadFile((root / "step_1" / "trace.json").string()));
+  const std::map<int64_t, std::string> names1 = ProcessNames(ReadFile((root / "step_1" / "trace.json").string()));
   ASSERT_EQ(names1.size(), 3u);
   EXPECT_EQ(names1.at(100), "head / driver (controller) / pid 100");
   // Both pid 4242; one keeps it, the other is moved; labels keep the real pid.
@@ -2094,7 +2091,7 @@ TEST_F(CorrectStepTest, AnIdleWorkerStartsUnlinkedWorkNoEarlierForItsOwnPast) {
   EXPECT_EQ(n->begin_ns, 12000 - 250 - 600);
   EXPECT_EQ(y->end_ns, 14000 - 250 - 1200);
   EXPECT_EQ(after->begin_ns, 14400 - 250 - 1500);  // the shift y left, and its push
-  EXPECT_EQ(w->overhead->total_ns, 3000);  // what it paid; moving it costs nothing
+  EXPECT_EQ(w->overhead->total_ns, 3000);          // what it paid; moving it costs nothing
 }
 
 TEST_F(CorrectStepTest, AWorkerRangeOpenAtTheStepsEndEndsWithTheCorrectedStep) {
@@ -2454,7 +2451,7 @@ TEST(StepFilesTest, ShutdownStopsTheTraceWritersThreadAndLaterExportsFail) {
   const auto files = MakeStepFiles(dir.path(), {"json"}, 2);  // trace.json written on a thread of its own
   ASSERT_TRUE(files->ExportStep(EmptyStep(1))) << files->last_error();
   ASSERT_TRUE(files->ExportStep(EmptyStep(2))) << files->last_error();
-  EXPECT_EQ(ThreadsOfThisProcess(), before + 1);  // one writer, kept from step to step
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1);            // one writer, kept from step to step
   EXPECT_TRUE(files->Flush(std::chrono::milliseconds(0)));  // each export wrote its files before returning
   files->Shutdown();
   EXPECT_EQ(ThreadsOfThisProcess(), before);
@@ -2592,7 +2589,7 @@ TEST_F(FrameTest, AResumedRunsControllerRoleIsOnlyForItsControllerBeforeTheResta
 TEST(ReleasePointTest, NoRangeAcrossItBeganBeforeIt) {
   FakeCollector w(2, "worker", 0, 200);
   w.Push(1, 50, "b").Push(1, 100, "a").Pop(1, 150).Pop(1, 300);  // b [50, 300] holds a [100, 150]
-  w.Push(2, 120, "c").Pop(2, 250);                                  // c [120, 250] on another thread
+  w.Push(2, 120, "c").Pop(2, 250);                               // c [120, 250] on another thread
   w.Push(3, 10, "d").Pop(3, 20);
   ProcessTimeline p(w.Hello());
   p.Add(w.Flush(1000), nullptr);
@@ -2648,10 +2645,11 @@ TEST(CutTest, CompletedSpansComeThreadByThreadInCompletionOrder) {
   std::vector<Instant> instants;
   p.Cut(8, 2045, &spans, &instants);
   std::vector<std::string> got;
-  for (const Span& s : spans) got.push_back(std::to_string(s.tid) + ":" + p.String(s.name) + "@" + std::to_string(s.begin_ns));
-  EXPECT_EQ(got, (std::vector<std::string>{"7:a@10", "7:b@30", "7:a@1010", "7:b@1030", "7:a@2010", "7:b@2030",
-                                           "5:d@16", "5:c@15", "5:d@1016", "5:c@1015", "5:d@2016", "5:c@2015",
-                                           "9:e@1005", "9:e@2005"}));
+  for (const Span& s : spans)
+    got.push_back(std::to_string(s.tid) + ":" + p.String(s.name) + "@" + std::to_string(s.begin_ns));
+  EXPECT_EQ(got, (std::vector<std::string>{"7:a@10", "7:b@30", "7:a@1010", "7:b@1030", "7:a@2010", "7:b@2030", "5:d@16",
+                                           "5:c@15", "5:d@1016", "5:c@1015", "5:d@2016", "5:c@2015", "9:e@1005",
+                                           "9:e@2005"}));
   // What is left of one thread after the others' are discarded.
   p.DiscardBefore(3000);
   w.Push(5, 3010, "f").Pop(5, 3020).Push(5, 3005, "g").Pop(5, 3030);
@@ -2719,16 +2717,26 @@ TEST(JsonWriterTest, EscapesNumbersAndMicrosExactly) {
   std::string out;
   rlscope::JsonWriter w(&out);
   w.BeginObject()
-      .Key("plain").String("gen/update_actor")
-      .Key("esc").String(std::string("a\"b\\c\nd\re\tf\x01g", 13))
-      .Key("i").Int(INT64_MIN)
-      .Key("u").Uint(UINT64_MAX)
-      .Key("z").Int(0)
-      .Key("us").Micros(1234567)
-      .Key("us0").Micros(5)
-      .Key("neg").Micros(-1000)
-      .Key("odd\"key").Null()
-      .Key("min").Micros(INT64_MIN)
+      .Key("plain")
+      .String("gen/update_actor")
+      .Key("esc")
+      .String(std::string("a\"b\\c\nd\re\tf\x01g", 13))
+      .Key("i")
+      .Int(INT64_MIN)
+      .Key("u")
+      .Uint(UINT64_MAX)
+      .Key("z")
+      .Int(0)
+      .Key("us")
+      .Micros(1234567)
+      .Key("us0")
+      .Micros(5)
+      .Key("neg")
+      .Micros(-1000)
+      .Key("odd\"key")
+      .Null()
+      .Key("min")
+      .Micros(INT64_MIN)
       .EndObject();
   EXPECT_EQ(out,
             "{\"plain\":\"gen/update_actor\",\"esc\":\"a\\\"b\\\\c\\nd\\re\\tf\\u0001g\","
@@ -2794,8 +2802,8 @@ TEST(ChunkQueueTest, DoesWhatStdDequeDoesUnderTheTimelinesOperations) {
   EXPECT_TRUE(q.empty());  // NOLINT(bugprone-use-after-move): a moved-from queue is empty
   ASSERT_EQ(copy.size(), d.size());
   ASSERT_EQ(moved.size(), d.size());
-  EXPECT_TRUE(std::equal(copy.begin(), copy.end(), d.begin(),
-                         [](const Rec& a, const Rec& b) { return a.key == b.key; }));
+  EXPECT_TRUE(
+      std::equal(copy.begin(), copy.end(), d.begin(), [](const Rec& a, const Rec& b) { return a.key == b.key; }));
   rlscope::ChunkQueue<Rec>::const_iterator it = moved.begin();  // an iterator converts to a const one
   EXPECT_EQ(static_cast<size_t>(moved.end() - it), d.size());
   if (!d.empty()) {
@@ -2816,8 +2824,8 @@ TEST(Prefault, MapsTheRangesWholePagesAndLeavesWhatIsThereAlone) {
   const size_t bytes = size_t{40} << 20, written = (size_t{1} << 20) + 123;
   for (const bool second_core : {false, true}) {
     SCOPED_TRACE(second_core ? "two threads" : "one thread");
-    auto* p = static_cast<unsigned char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                                               -1, 0));
+    auto* p =
+        static_cast<unsigned char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(p, MAP_FAILED);
     for (size_t i = 0; i < written; ++i) p[i] = static_cast<unsigned char>(i * 7 + 1);
     EXPECT_EQ(ResidentPages(p, bytes), (written + page - 1) / page);  // only what was written so far
@@ -2834,7 +2842,7 @@ TEST(Prefault, MapsTheRangesWholePagesAndLeavesWhatIsThereAlone) {
   }
   std::vector<int64_t> v = {1, 2, 3};
   EXPECT_FALSE(rlscope::PrefaultCapacity(&v, true));  // too small to be worth a call
-  v.reserve(size_t{1} << 20);                 // 8 MB
+  v.reserve(size_t{1} << 20);                         // 8 MB
   EXPECT_TRUE(rlscope::PrefaultCapacity(&v, false));
   EXPECT_THAT(v, ::testing::ElementsAre(1, 2, 3));
 }

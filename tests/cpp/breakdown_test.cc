@@ -41,10 +41,10 @@ TEST(Breakdown, ResourceOverlapSplitsCpuGpuBothAndIdle) {
   // Window [0, 100). CPU: [0,30) and nested [10,20) on another thread, then
   // [60,80). GPU: two streams overlapping each other, [20,40) and [25,50).
   const Overlap o = ResourceOverlap({{0, 30}, {10, 20}, {60, 80}}, {{20, 40}, {25, 50}}, 0, 100);
-  EXPECT_EQ(o.cpu_gpu, 10);   // [20,30)
+  EXPECT_EQ(o.cpu_gpu, 10);        // [20,30)
   EXPECT_EQ(o.cpu_only, 20 + 20);  // [0,20) + [60,80)
-  EXPECT_EQ(o.gpu_only, 20);  // [30,50), counted once though two streams ran
-  EXPECT_EQ(o.idle, 10 + 20);  // [50,60) + [80,100)
+  EXPECT_EQ(o.gpu_only, 20);       // [30,50), counted once though two streams ran
+  EXPECT_EQ(o.idle, 10 + 20);      // [50,60) + [80,100)
   EXPECT_EQ(o.cpu_only + o.gpu_only + o.cpu_gpu + o.idle, 100);
 }
 
@@ -85,9 +85,8 @@ TEST(Correction, LaterEventsShiftAndEnclosingRangesShrink) {
 }
 
 TEST(Correction, EntryPointCostsApplyToEachSideOfAPairAndScale) {
-  const CostModel model({{"push", 8}, {"pop", 8}, {"end", 6}, {"py_nvtx_push", 300}, {"py_nvtx_pop", 100},
-                         {"py_nvtx_end", 50}},
-                        0.5);
+  const CostModel model(
+      {{"push", 8}, {"pop", 8}, {"end", 6}, {"py_nvtx_push", 300}, {"py_nvtx_pop", 100}, {"py_nvtx_end", 50}}, 0.5);
   const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop),
              end = static_cast<uint8_t>(EventKind::kRangeEnd);
   EXPECT_EQ(model.CostPs(push, kFlagNone), 4000);
@@ -105,8 +104,13 @@ TEST(Correction, EachEntryPointIsChargedItsOwnCallerSide) {
   // points for its functions (py_fast_*) and for its annotate
   // (py_annotate_*): one kind, three caller sides; a replacement's flag wins
   // over ViaNvtxEx (a fast pop closing a range the package opened).
-  const CostModel model({{"push", 10}, {"pop", 10}, {"py_nvtx_push", 500}, {"py_fast_push", 40},
-                         {"py_fast_pop", 20}, {"py_annotate_push", 70}, {"py_annotate_pop", 30}},
+  const CostModel model({{"push", 10},
+                         {"pop", 10},
+                         {"py_nvtx_push", 500},
+                         {"py_fast_push", 40},
+                         {"py_fast_pop", 20},
+                         {"py_annotate_push", 70},
+                         {"py_annotate_pop", 30}},
                         1.0);
   const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
   EXPECT_EQ(model.CostPs(push, kFlagViaNvtxEx), 510000);
@@ -206,7 +210,7 @@ TEST(Correction, OnlyAwaitedCallsAreWaitedFor) {
   marks[7] = {{115, push, 0}, {130, push, 0}, {320, push, 0}, {350, push, 0}};
   marks[8] = {{150, push, 0}};
   const Corrector worker(marks, model, 50);
-  const auto none = [](int64_t) { return int64_t{0}; };  // a controller that paid nothing
+  const auto none = [](int64_t) { return int64_t{0}; };          // a controller that paid nothing
   EXPECT_EQ(WaitShrinkNs({{&worker, last[0]}}, 100, none), 20);  // what thread 7 paid in the window
   EXPECT_EQ(WaitShrinkNs({{&worker, last[1]}}, 300, none), 20);
   // Another worker's awaited call ends at 185 with no overhead: the corrected
@@ -231,7 +235,7 @@ TEST(Correction, ACallStartsWhenItsSubmitArrivesNotEarlierForTheWorkersOwnPast) 
   EXPECT_EQ(own.Correct(7, 500), 500 - 120);  // on its own: its past shifts the call
   Corrector w(marks, model, 50);
   ASSERT_TRUE(w.Reanchor(7, 500, 15));
-  EXPECT_EQ(w.Correct(7, 200), 200 - 80);      // before the call: as before
+  EXPECT_EQ(w.Correct(7, 200), 200 - 80);       // before the call: as before
   EXPECT_EQ(w.Correct(7, 500), 500 - 15 - 40);  // the submit's shift, and its own push
   EXPECT_EQ(w.Correct(7, 700), 700 - 15 - 80);
   EXPECT_EQ(w.RemovedNs(7, 0, 1000), 160);  // what it paid: re-anchoring costs nothing
@@ -326,8 +330,8 @@ TEST(Correction, AnEventCostsAtMostTheTimeSinceItsThreadsPreviousMark) {
   std::map<int64_t, std::vector<CostMark>> marks;
   marks[1] = {{100, push, 0}, {125, push, 0}, {150, push, 0}, {300, push, 0}};
   const Corrector c(marks, model, 50);
-  EXPECT_EQ(c.Correct(1, 100), 60);   // 50 ns passed since the step began: 40 charged
-  EXPECT_EQ(c.Correct(1, 125), 60);   // 25 ns passed: 25 charged
+  EXPECT_EQ(c.Correct(1, 100), 60);  // 50 ns passed since the step began: 40 charged
+  EXPECT_EQ(c.Correct(1, 125), 60);  // 25 ns passed: 25 charged
   EXPECT_EQ(c.Correct(1, 150), 60);
   EXPECT_EQ(c.Correct(1, 300), 170);  // 150 ns passed: 40
   EXPECT_EQ(c.overhead().capped, 2u);
@@ -390,13 +394,15 @@ TEST(Attribution, ObjectPatternsMatchFileNamesStemsAndSitePackagesModules) {
   EXPECT_TRUE(MatchesObject("libtorch*", "/x/site-packages/torch/lib/libtorch_cpu.so"));
   EXPECT_TRUE(MatchesObject("libtorch*", "/x/site-packages/torch/lib/libtorch_python.so"));
   EXPECT_FALSE(MatchesObject("libtorch*", "/x/site-packages/numpy/core/_multiarray_umath.so"));
-  EXPECT_TRUE(MatchesObject("mujoco", "/opt/mujoco/lib/libmujoco.so.3.1.6"));        // the library stem
-  EXPECT_TRUE(MatchesObject("mujoco", "/v/lib/python3.11/site-packages/mujoco/_functions.cpython-311-x86_64-linux-gnu.so"));
+  EXPECT_TRUE(MatchesObject("mujoco", "/opt/mujoco/lib/libmujoco.so.3.1.6"));  // the library stem
+  EXPECT_TRUE(
+      MatchesObject("mujoco", "/v/lib/python3.11/site-packages/mujoco/_functions.cpython-311-x86_64-linux-gnu.so"));
   EXPECT_TRUE(MatchesObject("jaxlib", "/v/site-packages/jaxlib/xla_extension.so"));  // a package of the module path
   EXPECT_TRUE(MatchesObject("jax*", "/v/site-packages/jaxlib/xla_extension.so"));
-  EXPECT_FALSE(MatchesObject("jax", "/v/site-packages/jaxlib/xla_extension.so"));    // bare: the package jax only
+  EXPECT_FALSE(MatchesObject("jax", "/v/site-packages/jaxlib/xla_extension.so"));  // bare: the package jax only
   EXPECT_TRUE(MatchesObject("torch._C", "/v/site-packages/torch/_C.cpython-311-x86_64-linux-gnu.so"));
-  EXPECT_TRUE(MatchesObject("*/lib-dynload/*", "/py/lib/python3.11/lib-dynload/_struct.cpython-311-x86_64-linux-gnu.so"));
+  EXPECT_TRUE(
+      MatchesObject("*/lib-dynload/*", "/py/lib/python3.11/lib-dynload/_struct.cpython-311-x86_64-linux-gnu.so"));
   EXPECT_TRUE(MatchesObject("python*", "/root/.pyenv/versions/3.11.7/bin/python3.11"));
   EXPECT_FALSE(MatchesObject("libcuda.*", "/usr/local/cuda/lib64/libcudart.so.13"));
   EXPECT_TRUE(MatchesObject("libcudart*", "/usr/local/cuda/lib64/libcudart.so.13"));
@@ -420,7 +426,8 @@ TEST(Attribution, ClassifiesNativeCodeByTheFirstObjectOfItsStackThatNamesACatego
   const std::string python = "/usr/bin/python3.11", torch = "/v/site-packages/torch/lib/libtorch_cpu.so";
   // libc called from libtorch is the backend's; libm called from a simulator's library the simulator's.
   EXPECT_EQ(rules.Classify(libc, "", torch), CpuCategory::kBackend);
-  EXPECT_EQ(rules.Classify(libm, "__main__", "/opt/libsim.so\n/usr/lib/libffi.so.8\n" + python), CpuCategory::kSimulator);
+  EXPECT_EQ(rules.Classify(libm, "__main__", "/opt/libsim.so\n/usr/lib/libffi.so.8\n" + python),
+            CpuCategory::kSimulator);
   // Its leaf alone (no stack walked): other native code, as before stacks.
   EXPECT_EQ(rules.Classify(libm, "__main__"), CpuCategory::kOther);
   // The walk stops at the interpreter: what called Python does not decide.
@@ -472,8 +479,8 @@ TEST(Attribution, SampledCpuTimeLiesJustBeforeEachSampleAfterTheThreadsPrevious)
   // Thread 1 ran [0, 30) (samples of 10 at 10, 20, 30), slept, and ran 10
   // before its sample at 100. Thread 2's sample at 15 overlaps thread 1's
   // time: the union counts wall time once.
-  const std::vector<CpuSample> samples = {{10, 1, 0, 0, 10, 0}, {15, 2, 0, 0, 10, 0}, {20, 1, 0, 0, 10, 0},
-                                          {30, 1, 0, 0, 10, 0}, {100, 1, 0, 0, 10, 0}};
+  const std::vector<CpuSample> samples = {
+      {10, 1, 0, 0, 10, 0}, {15, 2, 0, 0, 10, 0}, {20, 1, 0, 0, 10, 0}, {30, 1, 0, 0, 10, 0}, {100, 1, 0, 0, 10, 0}};
   const std::vector<Interval> on = UnionClipped(SampledCpuIntervals(samples), 0, 200);
   ASSERT_EQ(on.size(), 2u);
   EXPECT_EQ(on[0].begin, 0);

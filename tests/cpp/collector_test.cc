@@ -103,7 +103,8 @@ TEST(FastLanes, APopIsRecordedExactlyWhenItsPushWasWhateverTheArmingThen) {
   EXPECT_EQ(ts->depth, 0);
   EXPECT_EQ(ts->buffer->pushed(), before + 2);
   // A name the lane cannot resolve inline: nothing done, the full path's.
-  EXPECT_FALSE(Recording::FastPush(Collector::Hot(), ts, 0, [](RangeAttr*) { return false; }, &depth));
+  EXPECT_FALSE(Recording::FastPush(
+      Collector::Hot(), ts, 0, [](RangeAttr*) { return false; }, &depth));
   EXPECT_EQ(ts->depth, 0);
   EXPECT_EQ(ts->buffer->pushed(), before + 2);
   // Nothing open: the full path's (-1 to NVTX).
@@ -119,38 +120,29 @@ constexpr uint32_t kStart = CUPTI_DRIVER_TRACE_CBID_cuProfilerStart;
 constexpr uint32_t kStop = CUPTI_DRIVER_TRACE_CBID_cuProfilerStop;
 
 TEST(CudaProfilerTriggerAction, StartOpensOnSuccessfulExitOnly) {
-  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_SUCCESS),
-            TriggerAction::kOpen);
-  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kEnter, CUDA_SUCCESS),
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_SUCCESS), TriggerAction::kOpen);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kEnter, CUDA_SUCCESS), TriggerAction::kNone);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_ERROR_NOT_INITIALIZED),
             TriggerAction::kNone);
-  EXPECT_EQ(
-      CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_ERROR_NOT_INITIALIZED),
-      TriggerAction::kNone);
-  EXPECT_EQ(
-      CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_ERROR_INVALID_CONTEXT),
-      TriggerAction::kNone);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStart, kExit, CUDA_ERROR_INVALID_CONTEXT),
+            TriggerAction::kNone);
 }
 
 TEST(CudaProfilerTriggerAction, StopClosesOnEntryWhateverTheResult) {
-  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kEnter, CUDA_SUCCESS),
-            TriggerAction::kClose);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kEnter, CUDA_SUCCESS), TriggerAction::kClose);
   // At entry there is no result yet; whatever is passed is ignored.
-  EXPECT_EQ(
-      CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kEnter, CUDA_ERROR_NOT_INITIALIZED),
-      TriggerAction::kClose);
-  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kExit, CUDA_SUCCESS),
-            TriggerAction::kNone);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kEnter, CUDA_ERROR_NOT_INITIALIZED),
+            TriggerAction::kClose);
+  EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_DRIVER_API, kStop, kExit, CUDA_SUCCESS), TriggerAction::kNone);
 }
 
 TEST(CudaProfilerTriggerAction, RuntimeDomainIsIgnored) {
   // The runtime's cudaProfilerStart/Stop forward to the driver calls, which
   // carry the decision; acting on both would toggle twice.
   for (uint32_t cbid : {static_cast<uint32_t>(CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStart_v4000),
-                        static_cast<uint32_t>(CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000),
-                        kStart, kStop}) {
+                        static_cast<uint32_t>(CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000), kStart, kStop}) {
     for (int site : {kEnter, kExit}) {
-      EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, site, CUDA_SUCCESS),
-                TriggerAction::kNone)
+      EXPECT_EQ(CudaProfilerTriggerAction(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, site, CUDA_SUCCESS), TriggerAction::kNone)
           << "cbid " << cbid << " site " << site;
     }
   }
@@ -158,13 +150,16 @@ TEST(CudaProfilerTriggerAction, RuntimeDomainIsIgnored) {
 
 TEST(CudaProfilerTriggerAction, EveryOtherCombinationIsNone) {
   const std::vector<uint32_t> domains = {
-      CUPTI_CB_DOMAIN_INVALID,     CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RUNTIME_API,
-      CUPTI_CB_DOMAIN_RESOURCE,    CUPTI_CB_DOMAIN_SYNCHRONIZE, CUPTI_CB_DOMAIN_NVTX,
-      CUPTI_CB_DOMAIN_STATE};
-  const std::vector<uint32_t> cbids = {
-      kStart, kStop, CUPTI_DRIVER_TRACE_CBID_INVALID, CUPTI_DRIVER_TRACE_CBID_cuInit,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
-      CUPTI_DRIVER_TRACE_CBID_SIZE, 0xFFFFFFFFu};
+      CUPTI_CB_DOMAIN_INVALID,     CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_RESOURCE,
+      CUPTI_CB_DOMAIN_SYNCHRONIZE, CUPTI_CB_DOMAIN_NVTX,       CUPTI_CB_DOMAIN_STATE};
+  const std::vector<uint32_t> cbids = {kStart,
+                                       kStop,
+                                       CUPTI_DRIVER_TRACE_CBID_INVALID,
+                                       CUPTI_DRIVER_TRACE_CBID_cuInit,
+                                       CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                                       CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+                                       CUPTI_DRIVER_TRACE_CBID_SIZE,
+                                       0xFFFFFFFFu};
   int opens = 0, closes = 0;
   for (uint32_t domain : domains) {
     for (uint32_t cbid : cbids) {
@@ -178,8 +173,7 @@ TEST(CudaProfilerTriggerAction, EveryOtherCombinationIsNone) {
           } else if (driver && cbid == kStop && site == kEnter) {
             want = TriggerAction::kClose;
           }
-          EXPECT_EQ(a, want) << "domain " << domain << " cbid " << cbid << " site " << site
-                             << " result " << result;
+          EXPECT_EQ(a, want) << "domain " << domain << " cbid " << cbid << " site " << site << " result " << result;
           opens += a == TriggerAction::kOpen;
           closes += a == TriggerAction::kClose;
         }
@@ -216,8 +210,7 @@ TEST(CudaProfilerTriggerCallback, CuProfilerStartAndStopOpenAndCloseTheCapture) 
   EXPECT_EQ(rlscope_collector_armed(), 1);
 
   // The runtime's own callbacks change nothing.
-  Drive(c, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000,
-        CUPTI_API_ENTER);
+  Drive(c, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000, CUPTI_API_ENTER);
   EXPECT_EQ(rlscope_collector_armed(), 1);
 
   Drive(c, CUPTI_CB_DOMAIN_DRIVER_API, kStop, CUPTI_API_ENTER);
@@ -259,7 +252,7 @@ TEST(CudaProfilerApiCapture, IsClosedUntilCuProfilerStart) {
 // A scripted libcupti: results per call, and a log of what was called.
 struct FakeCupti {
   CUptiResult subscribe_result = CUPTI_SUCCESS;
-  std::vector<CUptiResult> enable_results;  // consumed in order; CUPTI_SUCCESS once empty
+  std::vector<CUptiResult> enable_results;             // consumed in order; CUPTI_SUCCESS once empty
   std::vector<std::pair<uint32_t, uint32_t>> enabled;  // (domain, cbid)
   CUpti_CallbackFunc callback = nullptr;
   void* userdata = nullptr;
@@ -274,8 +267,8 @@ CUptiResult CUPTIAPI FakeSubscribe(CUpti_SubscriberHandle* sub, CUpti_CallbackFu
   *sub = g_fake->subscribe_result == CUPTI_SUCCESS ? kFakeHandle : nullptr;
   return g_fake->subscribe_result;
 }
-CUptiResult CUPTIAPI FakeEnableCallback(uint32_t enable, CUpti_SubscriberHandle sub,
-                                        CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+CUptiResult CUPTIAPI FakeEnableCallback(uint32_t enable, CUpti_SubscriberHandle sub, CUpti_CallbackDomain domain,
+                                        CUpti_CallbackId cbid) {
   if (enable != 1 || sub != kFakeHandle) return CUPTI_ERROR_INVALID_PARAMETER;
   CUptiResult r = CUPTI_SUCCESS;
   if (!g_fake->enable_results.empty()) {
@@ -316,8 +309,8 @@ TEST_F(InstallCudaProfilerTriggerTest, SubscribesAndEnablesTheTwoDriverCallbacks
   ASSERT_TRUE(Install(&why)) << why;
   EXPECT_EQ(fake_.callback, &CudaProfilerTriggerCallback);
   EXPECT_EQ(fake_.userdata, &userdata_);
-  const std::vector<std::pair<uint32_t, uint32_t>> want = {
-      {CUPTI_CB_DOMAIN_DRIVER_API, kStart}, {CUPTI_CB_DOMAIN_DRIVER_API, kStop}};
+  const std::vector<std::pair<uint32_t, uint32_t>> want = {{CUPTI_CB_DOMAIN_DRIVER_API, kStart},
+                                                           {CUPTI_CB_DOMAIN_DRIVER_API, kStop}};
   EXPECT_EQ(fake_.enabled, want);
   EXPECT_EQ(fake_.unsubscribed, 0);
 }
@@ -412,7 +405,7 @@ TEST(Spool, WhenFullTheOldestGoUnsentOnesCountedLostSentOnesEvicted) {
   FakeSocket sock;
   spool.Push("sent----", 3, 1);
   spool.Pump(sock.fn());
-  sock.room = 1;  // nothing more goes out
+  sock.room = 1;                 // nothing more goes out
   spool.Push("unsent-1", 5, 2);  // evicts the sent one: no loss, only no replay
   EXPECT_EQ(spool.evicted_events(), 3u);
   EXPECT_EQ(spool.lost_events(), 0u);
@@ -486,7 +479,7 @@ TEST(SpoolFile, WrittenWholeForTheUserOnlyAndReadBackInOrder) {
   const SpoolWriteResult w = WriteSpoolFile(dir, "123-00ab", messages);
   ASSERT_TRUE(w.ok) << w.error;
   EXPECT_EQ(w.path, dir + "/123-00ab.spool");
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat(w.path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat(dir.c_str(), &st), 0);
@@ -571,7 +564,8 @@ TEST_F(SafeReadTest, UnmappedMemoryIsAFailedReadCountedAsAFaultNotACrash) {
 }
 
 TEST_F(SafeReadTest, UnderAHostHandlerInstalledAfterTheGuardReadsGoThroughTheKernel) {
-  struct sigaction host {}, ours {};
+  struct sigaction host {
+  }, ours{};
   host.sa_handler = [](int) {};
   sigemptyset(&host.sa_mask);
   ASSERT_EQ(sigaction(SIGSEGV, &host, &ours), 0);
@@ -628,7 +622,8 @@ TEST(Children, RaysOwnProcessesAreHelpersWhateverTheirPaths) {
     EXPECT_TRUE(IsRayHelper(args)) << JoinCommandLine(args);
   }
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"/venv/bin/python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()", "--multiprocessing-fork"},
+           {"/venv/bin/python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()",
+            "--multiprocessing-fork"},
            {"/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"},
            {"/usr/bin/python3", "train_ray.py"},  // a user's script named after Ray is not Ray's
            {"./engine_core"},
@@ -641,9 +636,9 @@ TEST(Children, PatternsMatchTheCommandLineAnArgumentOrItsFileName) {
   const std::vector<std::string> engine = {"/venv/bin/python", "/opt/sglang/scheduler.py", "--tp", "2"};
   EXPECT_TRUE(ChildSelected({"*"}, engine));
   EXPECT_FALSE(ChildSelected({}, engine));
-  EXPECT_TRUE(ChildSelected({"scheduler.py"}, engine));        // a file name
-  EXPECT_TRUE(ChildSelected({"*sglang*"}, engine));            // the whole line
-  EXPECT_TRUE(ChildSelected({"/opt/sglang/*.py"}, engine));    // an argument
+  EXPECT_TRUE(ChildSelected({"scheduler.py"}, engine));      // a file name
+  EXPECT_TRUE(ChildSelected({"*sglang*"}, engine));          // the whole line
+  EXPECT_TRUE(ChildSelected({"/opt/sglang/*.py"}, engine));  // an argument
   EXPECT_FALSE(ChildSelected({"*vllm*", "engine_core.py"}, engine));
 }
 

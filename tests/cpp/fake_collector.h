@@ -27,8 +27,8 @@ namespace rlscope {
 // that first uses it.
 class FakeCollector {
  public:
-  FakeCollector(uint64_t session, std::string role, int64_t rank, int64_t pid,
-                std::string host = "node0", std::string name = "proc") {
+  FakeCollector(uint64_t session, std::string role, int64_t rank, int64_t pid, std::string host = "node0",
+                std::string name = "proc") {
     hello_.session = session;
     hello_.identity.host = std::move(host);
     hello_.identity.pid = pid;
@@ -50,8 +50,8 @@ class FakeCollector {
     return *this;
   }
 
-  FakeCollector& Push(int64_t tid, int64_t ts, const std::string& name,
-                      std::optional<uint64_t> payload = std::nullopt, uint32_t domain = 0) {
+  FakeCollector& Push(int64_t tid, int64_t ts, const std::string& name, std::optional<uint64_t> payload = std::nullopt,
+                      uint32_t domain = 0) {
     wire::Event e = Make(EventKind::kRangePush, ts, name);
     e.domain = domain;
     if (payload) {

@@ -44,8 +44,8 @@ constexpr int64_t kMs = 1000000;
 constexpr int kSteps = 3;
 
 const char kConfig[] = "attribution: {simulator: [rlscope_test_sim]}\nclock: {warn_bound_us: 50}\n";
-const std::map<std::string, double> kCosts = {{"push", 200}, {"pop", 150}, {"start", 220}, {"end", 160},
-                                             {"mark", 100}, {"cpu_sample", 1000}};
+const std::map<std::string, double> kCosts = {{"push", 200}, {"pop", 150},  {"start", 220},
+                                              {"end", 160},  {"mark", 100}, {"cpu_sample", 1000}};
 const char kPython[] = "/usr/lib/libpython3.11.so.1.0";
 const char kTorch[] = "/venv/site-packages/torch/lib/libtorch_cpu.so";
 const char kLibc[] = "/lib/x86_64-linux-gnu/libc.so.6";
@@ -250,8 +250,8 @@ TEST_P(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
   }
   EXPECT_EQ(Files(golden), written);
   for (const std::string& f : written) {
-    EXPECT_TRUE(ReadAll(out / f) == ReadAll(golden / f)) << f << " differs from tests/golden/" << f
-                                                        << " (RLSCOPE_UPDATE_GOLDEN=1 rewrites it)";
+    EXPECT_TRUE(ReadAll(out / f) == ReadAll(golden / f))
+        << f << " differs from tests/golden/" << f << " (RLSCOPE_UPDATE_GOLDEN=1 rewrites it)";
   }
   fs::remove_all(out);
 }
@@ -300,10 +300,12 @@ TEST(OnFrames, DecodingAheadWritesWhatTakingOneByOneWrites) {
     if (ahead == 1) {
       std::vector<Aggregator::Received> received;
       for (const std::string& f : frames) received.push_back({f, "peer"});
-      agg.OnFrames(received, [&] { return now += kMs; }, [&](size_t i, uint64_t session) {
-        EXPECT_EQ(i, sessions[1].size());
-        sessions[1].push_back(session);
-      });
+      agg.OnFrames(
+          received, [&] { return now += kMs; },
+          [&](size_t i, uint64_t session) {
+            EXPECT_EQ(i, sessions[1].size());
+            sessions[1].push_back(session);
+          });
     } else {
       for (const std::string& f : frames) sessions[0].push_back(agg.OnFrame(f.data(), f.size(), now += kMs, "peer"));
     }

@@ -53,10 +53,11 @@ static_assert(sizeof(OverheadRec) == 56);
 constexpr bool kPinned = false;
 #endif
 
-#define SKIP_UNLESS_PINNED()                                                             \
-  if (!kPinned) GTEST_SKIP() << "golden buffers are pinned to CUPTI_API_VERSION 130001, " \
-                                "this build has "                                        \
-                             << CUPTI_API_VERSION
+#define SKIP_UNLESS_PINNED()                                                \
+  if (!kPinned)                                                             \
+  GTEST_SKIP() << "golden buffers are pinned to CUPTI_API_VERSION 130001, " \
+                  "this build has "                                         \
+               << CUPTI_API_VERSION
 
 // The real libcupti, loaded once.
 const CuptiApi* RealCupti(std::string* why) {
@@ -70,11 +71,11 @@ const CuptiApi* RealCupti(std::string* why) {
   return &api;
 }
 
-#define REAL_ACTIVITY_API(var)                                                          \
-  std::string load_why_;                                                              \
-  const CuptiApi* real_ = RealCupti(&load_why_);                                      \
-  if (real_ == nullptr) GTEST_SKIP() << "libcupti not loadable: " << load_why_;       \
-  const ActivityApi var{real_->activity_get_next_record, real_->get_callback_name}
+#define REAL_ACTIVITY_API(var)                                                  \
+  std::string load_why_;                                                        \
+  const CuptiApi* real_ = RealCupti(&load_why_);                                \
+  if (real_ == nullptr) GTEST_SKIP() << "libcupti not loadable: " << load_why_; \
+  const ActivityApi var { real_->activity_get_next_record, real_->get_callback_name }
 
 // Packed records back to back, 8-byte aligned storage.
 class GoldenBuffer {
@@ -162,8 +163,7 @@ MemsetRec Memset(uint64_t start, uint64_t end, uint32_t corr, uint64_t bytes) {
   return m;
 }
 
-ApiRec Api(CUpti_ActivityKind kind, uint32_t cbid, uint64_t start, uint64_t end, uint32_t tid,
-           uint32_t corr) {
+ApiRec Api(CUpti_ActivityKind kind, uint32_t cbid, uint64_t start, uint64_t end, uint32_t tid, uint32_t corr) {
   ApiRec a;
   std::memset(&a, 0, sizeof(a));
   a.kind = kind;
@@ -286,8 +286,7 @@ TEST(BufferPool, HandsOutAlignedMegabytesUpToTheCapThenNull) {
 TEST(GoldenBuffer, TheRealParserWalksHandBuiltRecords) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 10, 20,
-              77, 5));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 10, 20, 77, 5));
   buf.Add(Kernel(30, 40, 5, "k"));
   buf.Add(Memcpy(50, 60, 6, CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 64));
   std::vector<size_t> offsets;
@@ -303,11 +302,9 @@ TEST(GoldenBuffer, TheRealParserWalksHandBuiltRecords) {
 TEST(ConvertActivityBuffer, EachKind) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 100,
-              110, 77, 5));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 100, 110, 77, 5));
   buf.Add(Kernel(120, 180, 5, "Busy(float*, int, int)"));
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, 190, 260, 77,
-              6));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, 190, 260, 77, 6));
   buf.Add(Memcpy(200, 250, 6, CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 1 << 20));
   buf.Add(Memset(270, 280, 9, 4096));
   buf.Add(Api(CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 101, 109, 77, 5));
@@ -403,10 +400,8 @@ TEST(ConvertActivityBuffer, EachKind) {
 TEST(ConvertActivityBuffer, KernelAndItsLaunchShareTheCorrelationId) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 10, 20,
-              77, 41));
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 21, 30,
-              77, 42));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 10, 20, 77, 41));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 21, 30, 77, 42));
   buf.Add(Kernel(40, 50, 42, "second"));
   buf.Add(Kernel(25, 35, 41, "first"));
   FakeSink sink;
@@ -424,14 +419,12 @@ TEST(ConvertActivityBuffer, ApiNamesFallBackToTheCbid) {
   ActivityApi api = real;
   api.get_callback_name = nullptr;
   GoldenBuffer buf;
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 10, 20,
-              77, 1));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 10, 20, 77, 1));
   FakeSink sink;
   std::vector<GpuRecord> out;
   ConvertActivityBuffer(buf.data(), buf.size(), api, sink, &out);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(sink.Name(out[0].name),
-            "cbid " + std::to_string(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
+  EXPECT_EQ(sink.Name(out[0].name), "cbid " + std::to_string(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
 }
 
 // Armed over [100, 200]: the launch inside is kept, its kernel at [250, 300]
@@ -439,12 +432,11 @@ TEST(ConvertActivityBuffer, ApiNamesFallBackToTheCbid) {
 TEST(ActivityConverter, WindowCutKeepsKernelsOfLaunchesInsideIt) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 150,
-              160, 77, 7));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 150, 160, 77, 7));
   buf.Add(Kernel(250, 300, 7, "launched_inside"));
   buf.Add(Kernel(250, 300, 8, "unrelated"));
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 210,
-              220, 77, 8));  // the unrelated kernel's launch, after the window
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 210, 220, 77,
+              8));                                          // the unrelated kernel's launch, after the window
   buf.Add(Kernel(190, 240, 9, "overlaps_the_window_end"));  // kept by time
   FakeSink sink;
   sink.armed = {{100, 200}};
@@ -456,8 +448,7 @@ TEST(ActivityConverter, WindowCutKeepsKernelsOfLaunchesInsideIt) {
   EXPECT_EQ(st.outside_window, 2u);
   std::vector<std::string> names;
   for (const GpuRecord& r : out) names.push_back(sink.Name(r.name));
-  EXPECT_EQ(names, (std::vector<std::string>{"cudaLaunchKernel", "launched_inside",
-                                             "overlaps_the_window_end"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"cudaLaunchKernel", "launched_inside", "overlaps_the_window_end"}));
 
   // A later buffer: the launch's kernel (and a memcpy of it) still follow it;
   // a copy of another correlation does not.
@@ -511,8 +502,7 @@ TEST(ActivityConverter, MemoryRecordsAreKeptOutsideTheWindowWithTheirOperationAn
 TEST(ActivityConverter, HostSideRecordsAreNotKeptByCorrelation) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 150,
-              160, 77, 7));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 150, 160, 77, 7));
   buf.Add(Api(CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 250, 260, 77, 7));
   buf.Add(Sync(250, 260, 7));
   FakeSink sink;
@@ -527,8 +517,7 @@ TEST(ActivityConverter, SynchronizationTakesTheThreadOfItsApiRecord) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
   buf.Add(Sync(150, 190, 12));
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, 140,
-              195, 4321, 12));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, 140, 195, 4321, 12));
   FakeSink sink;
   std::vector<GpuRecord> out;
   ConvertActivityBuffer(buf.data(), buf.size(), api, sink, &out);
@@ -545,8 +534,8 @@ TEST(ActivityConverter, CorrelationMemoryIsBounded) {
   sink.armed = {{100, 200}};
   GoldenBuffer launches;
   for (uint32_t corr : {1u, 2u, 3u}) {
-    launches.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-                     100 + corr, 101 + corr, 77, corr));
+    launches.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 100 + corr,
+                     101 + corr, 77, corr));
   }
   std::vector<GpuRecord> out;
   conv.Convert(launches.data(), launches.size(), sink, &out);
@@ -562,11 +551,10 @@ TEST(ActivityConverter, CorrelationMemoryIsBounded) {
 TEST(ConvertActivityBuffer, InvalidTimesAreDroppedAndCounted) {
   REAL_ACTIVITY_API(api);
   GoldenBuffer buf;
-  buf.Add(Kernel(0, 0, 1, "no_timing"));             // device buffer ran out
-  buf.Add(Kernel(300, 200, 2, "backwards"));         // end < start
+  buf.Add(Kernel(0, 0, 1, "no_timing"));      // device buffer ran out
+  buf.Add(Kernel(300, 200, 2, "backwards"));  // end < start
   buf.Add(Memcpy(0, 10, 3, CUPTI_ACTIVITY_MEMCPY_KIND_HTOD, 8));
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 20, 10,
-              77, 4));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 20, 10, 77, 4));
   buf.Add(Kernel(5, 5, 5, "zero_length_is_fine"));
   FakeSink sink;
   std::vector<GpuRecord> out;
@@ -631,9 +619,10 @@ TEST(ConvertActivityBuffer, DISABLED_ThroughputOfAMegabyteOfKernels) {
   }
   const double s = static_cast<double>(MonotonicNs() - t0) / 1e9;
   const double rate = static_cast<double>(n) / s;
-  std::printf("{\"bench\": \"cupti_conversion\", \"records_per_buffer\": %zu, "
-              "\"records_per_s\": %.0f, \"ns_per_record\": %.1f}\n",
-              out.size(), rate, 1e9 / rate);
+  std::printf(
+      "{\"bench\": \"cupti_conversion\", \"records_per_buffer\": %zu, "
+      "\"records_per_s\": %.0f, \"ns_per_record\": %.1f}\n",
+      out.size(), rate, 1e9 / rate);
   RecordProperty("records_per_s", std::to_string(static_cast<int64_t>(rate)));
   EXPECT_EQ(out.size(), corr - 1);
 }
@@ -648,9 +637,7 @@ class FakeHost : public GpuTracingHost {
   uint32_t Intern(std::string_view s) override { return sink.Intern(s); }
   bool WasArmedDuring(int64_t b, int64_t e) override { return sink.WasArmedDuring(b, e); }
   const Config& config() const override { return cfg; }
-  void AddGpuRecords(std::vector<GpuRecord>&& r) override {
-    records.insert(records.end(), r.begin(), r.end());
-  }
+  void AddGpuRecords(std::vector<GpuRecord>&& r) override { records.insert(records.end(), r.begin(), r.end()); }
   void SetGpuFlushHook(void (*hook)()) override { flush_hook = hook; }
   void SetLabel(const std::string& k, const std::string& v) override { labels[k] = v; }
   FakeSink sink;
@@ -716,11 +703,14 @@ CUptiResult CUPTIAPI FakeFlushAll(uint32_t flag) {
 CUptiResult CUPTIAPI FakeSetThreadIdType(CUpti_ActivityThreadIdType) { return CUPTI_SUCCESS; }
 CUptiResult CUPTIAPI FakeGetResultString(CUptiResult r, const char** str) {
   switch (r) {
-    case CUPTI_ERROR_UNKNOWN: *str = "CUPTI_ERROR_UNKNOWN"; break;
+    case CUPTI_ERROR_UNKNOWN:
+      *str = "CUPTI_ERROR_UNKNOWN";
+      break;
     case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
       *str = "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED";
       break;
-    default: *str = "CUPTI_ERROR_SOMETHING";
+    default:
+      *str = "CUPTI_ERROR_SOMETHING";
   }
   return CUPTI_SUCCESS;
 }
@@ -768,9 +758,8 @@ TEST_F(StartGpuTracingTest, EnablesTheConfiguredKindsAndLabelsOn) {
   EXPECT_LT(ts - now, 1000000000);
   // Defaults: everything but the driver API; never the serialising KERNEL.
   const std::vector<CUpti_ActivityKind> want = {
-      CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-      CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_RUNTIME,
-      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_MEMORY2,
+      CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,          CUPTI_ACTIVITY_KIND_MEMSET,
+      CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_MEMORY2,
       CUPTI_ACTIVITY_KIND_OVERHEAD};
   EXPECT_EQ(fake_.enabled, want);
   ASSERT_NE(host_.flush_hook, nullptr);
@@ -789,8 +778,7 @@ TEST_F(StartGpuTracingTest, DriverApiOnlyWhenConfigured) {
   host_.cfg.gpu = {true, false, false, false, true, false, false};
   std::string why;
   ASSERT_TRUE(StartGpuTracing(&host_, api, &why)) << why;
-  const std::vector<CUpti_ActivityKind> want = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                                CUPTI_ACTIVITY_KIND_DRIVER,
+  const std::vector<CUpti_ActivityKind> want = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_DRIVER,
                                                 CUPTI_ACTIVITY_KIND_OVERHEAD};
   EXPECT_EQ(fake_.enabled, want);
 }
@@ -803,8 +791,7 @@ TEST_F(StartGpuTracingTest, CompletedBuffersAreConvertedAndHandedToTheCollector)
   std::string why;
   ASSERT_TRUE(StartGpuTracing(&host_, api, &why)) << why;
   GoldenBuffer buf;
-  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 150,
-              160, 77, 7));
+  buf.Add(Api(CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 150, 160, 77, 7));
   buf.Add(Kernel(250, 300, 7, "kept"));
   buf.Add(Kernel(250, 300, 8, "dropped"));
   fake_.pending = &buf;
@@ -822,9 +809,7 @@ TEST_F(StartGpuTracingTest, NoDriverNamesTheCallAndCuptisError) {
   fake_.timestamp_result = CUPTI_ERROR_UNKNOWN;
   std::string why;
   EXPECT_FALSE(StartGpuTracing(&host_, api, &why));
-  EXPECT_EQ(why.rfind("cuptiActivityRegisterTimestampCallback failed: CUPTI_ERROR_UNKNOWN (999)", 0),
-            0u)
-      << why;
+  EXPECT_EQ(why.rfind("cuptiActivityRegisterTimestampCallback failed: CUPTI_ERROR_UNKNOWN (999)", 0), 0u) << why;
   EXPECT_EQ(host_.labels["gpu_tracing"], "unavailable: " + why);
   EXPECT_TRUE(fake_.enabled.empty());
   EXPECT_EQ(host_.flush_hook, nullptr);
@@ -862,8 +847,7 @@ TEST_F(StartGpuTracingTest, RealLibcuptiWithoutADriverFailsCleanly) {
   if (real == nullptr) GTEST_SKIP() << "libcupti not loadable: " << load_why;
   std::string why;
   const bool ok = StartGpuTracing(&host_, *real, &why);
-  std::printf("StartGpuTracing with the real libcupti: %s%s\n", ok ? "on" : "unavailable: ",
-              why.c_str());
+  std::printf("StartGpuTracing with the real libcupti: %s%s\n", ok ? "on" : "unavailable: ", why.c_str());
   RecordProperty("why", why);
   if (ok) {
     EXPECT_EQ(host_.labels["gpu_tracing"], "on");

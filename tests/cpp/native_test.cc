@@ -443,8 +443,8 @@ wire::Hello SampleHello() {
   return h;
 }
 
-wire::Event MakeEvent(EventKind kind, int64_t ts, uint32_t name, uint64_t value = 0,
-                      uint8_t flags = kFlagNone, uint32_t domain = 0, uint32_t category = 0) {
+wire::Event MakeEvent(EventKind kind, int64_t ts, uint32_t name, uint64_t value = 0, uint8_t flags = kFlagNone,
+                      uint32_t domain = 0, uint32_t category = 0) {
   wire::Event e;
   e.kind = static_cast<uint8_t>(kind);
   e.ts_ns = ts;
@@ -677,8 +677,7 @@ TEST(WireTest, HelloSelectedFlagRoundTrips) {
 TEST(WireTest, ExpectedRoundTrips) {
   wire::Expected ex;
   ex.session = 42;
-  ex.processes = {{{"actor_id", "abc"}, {"class_name", "Learner"}, {"node_id", "n1"}},
-                  {{"pid", "4242"}}, {}};
+  ex.processes = {{{"actor_id", "abc"}, {"class_name", "Learner"}, {"node_id", "n1"}}, {{"pid", "4242"}}, {}};
   const wire::DecodeResult r = DecodeString(wire::Encode(ex));
   ASSERT_TRUE(r.ok) << r.error;
   ASSERT_TRUE(std::holds_alternative<wire::Expected>(r.message));
@@ -713,11 +712,12 @@ TEST(WireTest, BatchWriterIsReusableAndResetsDeltasPerThread) {
 // An event's fields are packed by hand (one buffer write per event): the
 // bytes must be msgpack-c's own, at every encoding's boundary.
 TEST(WireTest, EventsPackAsMsgpackPacksThem) {
-  const std::vector<int64_t> deltas = {0, 1, 31, 127, 128, 255, 256, 65535, 65536, 4294967295LL, 4294967296LL,
-                                       INT64_MAX, -1, -32, -33, -128, -129, -32768, -32769, INT32_MIN,
-                                       static_cast<int64_t>(INT32_MIN) - 1, INT64_MIN};
-  const std::vector<uint64_t> values = {0, 127, 128, 255, 256, 65535, 65536, 4294967295ULL, 4294967296ULL,
-                                        UINT64_MAX};
+  const std::vector<int64_t> deltas = {
+      0,        1,     31,           127,          128,       255,       256,
+      65535,    65536, 4294967295LL, 4294967296LL, INT64_MAX, -1,        -32,
+      -33,      -128,  -129,         -32768,       -32769,    INT32_MIN, static_cast<int64_t>(INT32_MIN) - 1,
+      INT64_MIN};
+  const std::vector<uint64_t> values = {0, 127, 128, 255, 256, 65535, 65536, 4294967295ULL, 4294967296ULL, UINT64_MAX};
   wire::BatchWriter w;
   w.Begin(1, 2, 3, 0);
   w.BeginThreads(1);
@@ -818,8 +818,8 @@ std::string ByeBody(bool with_dropped, bool with_unknown_key) {
 
 TEST(WireTest, HandEncodedFrameDecodes) {
   const wire::DecodeResult r = DecodeString(BatchWithEvents({5, 100, 1, 0, 0, 0, 0,  //
-                                                             5, 0, 1, 0, 0, 0, 0,    //
-                                                             5, -3, 1, 0, 0, 9, 1}));
+                                                             5, 0,   1, 0, 0, 0, 0,  //
+                                                             5, -3,  1, 0, 0, 9, 1}));
   ASSERT_TRUE(r.ok) << r.error;
   const auto& b = std::get<wire::Batch>(r.message);
   ASSERT_EQ(b.threads.size(), 1u);
@@ -860,16 +860,14 @@ TEST(WireTest, RejectsTrailingBytes) {
 }
 
 TEST(WireTest, RejectsOtherVersion) {
-  const wire::DecodeResult r =
-      DecodeString(Frame("RLSC", 2, 3, [](Packer& pk) { pk.pack_map(0); }));
+  const wire::DecodeResult r = DecodeString(Frame("RLSC", 2, 3, [](Packer& pk) { pk.pack_map(0); }));
   EXPECT_FALSE(r.ok);
   EXPECT_THAT(r.error, HasSubstr("version"));
   EXPECT_THAT(r.error, HasSubstr("version 2"));
 }
 
 TEST(WireTest, RejectsWrongMagic) {
-  const wire::DecodeResult r =
-      DecodeString(Frame("RLSX", 1, 3, [](Packer& pk) { pk.pack_map(0); }));
+  const wire::DecodeResult r = DecodeString(Frame("RLSX", 1, 3, [](Packer& pk) { pk.pack_map(0); }));
   EXPECT_FALSE(r.ok);
   EXPECT_THAT(r.error, HasSubstr("magic"));
   EXPECT_THAT(r.error, HasSubstr("RLSX"));
@@ -899,8 +897,7 @@ TEST(WireTest, RejectsNonFrameShapes) {
 
 TEST(WireTest, RejectsUnknownMessageType) {
   for (uint64_t type : {0ull, 7ull, 9ull, 257ull, 258ull, 259ull}) {
-    const wire::DecodeResult r =
-        DecodeString(Frame("RLSC", 1, type, [](Packer& pk) { pk.pack_map(0); }));
+    const wire::DecodeResult r = DecodeString(Frame("RLSC", 1, type, [](Packer& pk) { pk.pack_map(0); }));
     EXPECT_FALSE(r.ok) << "type " << type;
     EXPECT_THAT(r.error, HasSubstr("unknown message type " + std::to_string(type)));
   }
@@ -1079,8 +1076,7 @@ TEST(WireTest, LargeFramesDecodeTheSameAfterAnyOther) {
 // throw, and a failure always carries an error.
 TEST(WireTest, FuzzedFramesNeverCrash) {
   const std::vector<std::string> seeds = {wire::Encode(SampleHello()), wire::Encode(SampleBatch()),
-                                          wire::Encode(SampleBye()),
-                                          BatchWithEvents({5, 0, 1, 0, 0, 0, 0})};
+                                          wire::Encode(SampleBye()), BatchWithEvents({5, 0, 1, 0, 0, 0, 0})};
   std::mt19937 rng(20240607);
   int ok = 0, failed = 0;
   for (int iter = 0; iter < 20000; ++iter) {
@@ -1089,11 +1085,21 @@ TEST(WireTest, FuzzedFramesNeverCrash) {
     for (int m = 0; m < mutations && !f.empty(); ++m) {
       const size_t pos = rng() % f.size();
       switch (rng() % 5) {
-        case 0: f[pos] = static_cast<char>(rng()); break;                   // overwrite
-        case 1: f[pos] = static_cast<char>(f[pos] ^ (1u << (rng() % 8))); break;  // bit flip
-        case 2: f.resize(pos); break;                                        // truncate
-        case 3: f.insert(pos, 1, static_cast<char>(rng())); break;           // insert
-        case 4: f[pos] = "\xc0\xc2\xc3\xcc\xcd\xce\xcf\xd9\xdc\xdd\xde\xdf\xff"[rng() % 13]; break;
+        case 0:
+          f[pos] = static_cast<char>(rng());
+          break;  // overwrite
+        case 1:
+          f[pos] = static_cast<char>(f[pos] ^ (1u << (rng() % 8)));
+          break;  // bit flip
+        case 2:
+          f.resize(pos);
+          break;  // truncate
+        case 3:
+          f.insert(pos, 1, static_cast<char>(rng()));
+          break;  // insert
+        case 4:
+          f[pos] = "\xc0\xc2\xc3\xcc\xcd\xce\xcf\xd9\xdc\xdd\xde\xdf\xff"[rng() % 13];
+          break;
       }
     }
     wire::DecodeResult r;
@@ -1268,8 +1274,8 @@ TEST(ConfigTest, NegativeRankIsRejected) {
 }
 
 TEST(ConfigTest, BadSelectionItems) {
-  for (const char* yaml : {"steps: [a]", "steps: \"2-x\"", "steps: []", "steps: {a: 1}",
-                           "steps: [[1]]", "steps: \"1,,2\"", "steps: \"0-2000000\""}) {
+  for (const char* yaml : {"steps: [a]", "steps: \"2-x\"", "steps: []", "steps: {a: 1}", "steps: [[1]]",
+                           "steps: \"1,,2\"", "steps: \"0-2000000\""}) {
     const ConfigResult r = ParseConfig(yaml, "s.yaml");
     ASSERT_EQ(r.errors.size(), 1u) << yaml;
     EXPECT_THAT(r.errors[0], HasSubstr("steps: ")) << yaml;
@@ -1301,7 +1307,8 @@ TEST(ConfigTest, UnknownNestedKeyNamesFullPath) {
 TEST(ConfigTest, AttributionPatternsReplaceTheirDefaultsAndAreRunKeys) {
   const ConfigResult r = ParseConfig(
       "cpu: {sampling_hz: 250}\n"
-      "attribution: {simulator: [mujoco, \"gymnasium.*\"], backend: [\"libtorch*\", jax]}\n", "a.yaml");
+      "attribution: {simulator: [mujoco, \"gymnasium.*\"], backend: [\"libtorch*\", jax]}\n",
+      "a.yaml");
   ASSERT_TRUE(r.ok()) << JoinErrors(r);
   EXPECT_EQ(r.config.cpu.sampling_hz, 250);
   EXPECT_EQ(r.config.attribution.simulator, (std::vector<std::string>{"mujoco", "gymnasium.*"}));
@@ -1467,8 +1474,8 @@ TEST(ConfigTest, YamlOutputRoundTrips) {
 
 TEST(ConfigTest, KeyHelpListsEveryKey) {
   const std::string help = ConfigKeyHelp();
-  for (const char* key : {"aggregator: ", "steps: all", "gpu.kernels: true", "flush.interval_ms: 20",
-                          "correction.enabled: true"}) {
+  for (const char* key :
+       {"aggregator: ", "steps: all", "gpu.kernels: true", "flush.interval_ms: 20", "correction.enabled: true"}) {
     EXPECT_THAT(help, HasSubstr(key));
   }
 }
@@ -1476,9 +1483,11 @@ TEST(ConfigTest, KeyHelpListsEveryKey) {
 // ------------------------------------------------------- one config per run
 
 TEST(RunConfigTest, AdoptRunKeysTakesTheSelectionAndKeepsTheProcesssOwnKeys) {
-  const ConfigResult run = ParseConfig("steps: \"2-4\"\nranks: [0]\nsubtasks: [gen]\ndiscrete: true\n"
-                                       "controller: false\ncorrection: {enabled: false, scale: 1.5}\n"
-                                       "buffers: {per_thread_kb: 64}\n", "run.yaml");
+  const ConfigResult run = ParseConfig(
+      "steps: \"2-4\"\nranks: [0]\nsubtasks: [gen]\ndiscrete: true\n"
+      "controller: false\ncorrection: {enabled: false, scale: 1.5}\n"
+      "buffers: {per_thread_kb: 64}\n",
+      "run.yaml");
   const ConfigResult own = ParseConfig("steps: [9]\nbuffers: {per_thread_kb: 4096}\ncapture_range: api\n", "own.yaml");
   ASSERT_TRUE(run.ok() && own.ok());
   Config c = own.config;
@@ -1532,8 +1541,8 @@ TEST(RunConfigTest, EndpointRuleFirstExplicitThenTheConfigsUnlessAuto) {
 TEST(StepsTest, NumberingIsThePayloadWhenNonNegativeElseTheNextOne) {
   EXPECT_EQ(steps::Number(true, 7, 3), 7);
   EXPECT_EQ(steps::Number(true, 0, 3), 0);
-  EXPECT_EQ(steps::Number(false, 7, 3), 3);                          // a start/end range's id
-  EXPECT_EQ(steps::Number(true, static_cast<uint64_t>(-1), 3), 3);   // negative: numbered in order
+  EXPECT_EQ(steps::Number(false, 7, 3), 3);                         // a start/end range's id
+  EXPECT_EQ(steps::Number(true, static_cast<uint64_t>(-1), 3), 3);  // negative: numbered in order
 }
 
 TEST(StepsTest, WorkersAreArmedAStepAheadTheControllerOnlyForItsStep) {
