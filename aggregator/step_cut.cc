@@ -11,7 +11,7 @@
 
 #include "aggregator/attribution.h"
 #include "aggregator/breakdown.h"
-#include "aggregator/correction.h"
+#include "aggregator/step_correction.h"
 #include "aggregator/ray_calls.h"
 #include "aggregator/sorting.h"
 

@@ -11,7 +11,7 @@
 
 #include "aggregator/attribution.h"
 #include "aggregator/breakdown.h"
-#include "aggregator/correction.h"
+#include "aggregator/step_correction.h"
 #include "native/event.h"
 
 namespace rlscope {
