@@ -13,7 +13,7 @@ sub-tasks lack whole sections: any missing or malformed section renders as
 "none"; nothing in the data makes this package raise. Every string taken from
 the data (process labels come from user programs) is escaped.
 
-Layout: ``model.py`` reads the files into the page model (what the page
+Layout: ``model.py`` reads the files into the page model (``page.py``: what the page
 shows, as text and chart data), ``render.py`` renders it with the Jinja2
 templates in ``templates/`` (autoescaping on) and inlines ``static/``:
 ``report.css``, ``show_errors.js`` (first, in the head) and ``report.js``

@@ -1,10 +1,7 @@
 """What the report page shows, built from run.json and the step summaries.
 
-``load(run_dir)`` reads the files and returns a ``Page``: plain dataclasses
-holding text (every value already formatted, nothing escaped: the templates
-escape) and the charts' data. A section is a list of blocks (``Para``,
-``Table``, ``Chart``, ``Facts``, ``Heading``, ``Items``, ``Details``); each
-block's ``block`` names the template macro that draws it.
+``load(run_dir)`` reads the files and returns a ``Page`` (page.py: the
+blocks a section is made of, every value already formatted).
 
 Reading is defensive: a missing or malformed section becomes a "none"
 paragraph, a malformed value an en dash; nothing in the data makes this
@@ -16,11 +13,26 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import _native
+from .page import (
+    Block,
+    Cell,
+    Chart,
+    Details,
+    Facts,
+    Heading,
+    Items,
+    Page,
+    Para,
+    Part,
+    ReportError,
+    Step,
+    StepLink,
+    Table,
+)
 
 _names = _native.names
 
@@ -73,112 +85,6 @@ PALETTE = 10
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 _DASH = "\u2013"  # a missing value
-
-
-class ReportError(Exception):
-    """The directory cannot be reported on. The message is one line and names the path."""
-
-
-# --- the page's blocks --------------------------------------------------------
-
-@dataclass
-class Para:
-    """<p class=cls>text</p>."""
-
-    text: str
-    cls: str = ""
-    block: ClassVar[str] = "para"
-
-
-@dataclass
-class Cell:
-    text: str
-    num: bool  # right-aligned
-
-
-@dataclass
-class Table:
-    cls: str
-    headers: List[str]
-    rows: List[List[Cell]]
-    row_classes: List[str]  # one per row, "" for none
-    block: ClassVar[str] = "table"
-
-
-@dataclass
-class Chart:
-    """An empty container the page's script draws into from Page.charts[id]."""
-
-    kind: str  # its class beside "chart": breakdown-chart, attribution-chart, ...
-    id: str
-    legend: List[Tuple[str, str]]  # (swatch class, text)
-    block: ClassVar[str] = "chart"
-
-
-@dataclass
-class Facts:
-    """A definition list of (term, text)."""
-
-    items: List[Tuple[str, str]]
-    block: ClassVar[str] = "facts"
-
-
-@dataclass
-class Heading:
-    text: str
-    block: ClassVar[str] = "heading"
-
-
-@dataclass
-class Items:
-    """<ul class=cls> of texts."""
-
-    cls: str
-    items: List[str]
-    block: ClassVar[str] = "items"
-
-
-@dataclass
-class Details:
-    """A folded <pre> text."""
-
-    summary: str
-    text: str
-    block: ClassVar[str] = "details"
-
-
-Block = Union[Para, Table, Chart, Facts, Heading, Items, Details]
-
-
-@dataclass
-class Part:
-    name: str  # class part-<name>
-    title: str
-    blocks: List[Block]
-
-
-@dataclass
-class Step:
-    number: int
-    blocks: List[Block]  # before the parts: the duration, or why there is nothing
-    parts: List[Part] = field(default_factory=list)
-    timeline: List[Block] = field(default_factory=list)  # <section id="timeline-step-N">
-
-
-@dataclass
-class StepLink:
-    number: int
-    detail: str
-
-
-@dataclass
-class Page:
-    title: str
-    overview: List[Block]
-    links: List[StepLink]
-    steps: List[Step]
-    charts: Dict[str, Any]  # chart id -> the data its drawer reads
-    trend: List[Block] = field(default_factory=list)  # <section id="trend">
 
 
 # --- reading ----------------------------------------------------------------

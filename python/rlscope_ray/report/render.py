@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from .model import Page
+from .page import Page
 
 _HERE = Path(__file__).resolve().parent
 
