@@ -101,18 +101,12 @@ struct ChainVerdict {
 
 const char* CpuCategoryName(CpuCategory c) {
   switch (c) {
-    case CpuCategory::kPython:
-      return names::kCpuPython;
-    case CpuCategory::kBackend:
-      return names::kCpuBackend;
-    case CpuCategory::kCudaApi:
-      return names::kCpuCudaApi;
-    case CpuCategory::kSimulator:
-      return names::kCpuSimulator;
-    case CpuCategory::kOther:
-      return names::kCpuOther;
-    case CpuCategory::kProfiler:
-      return names::kCpuProfiler;
+    case CpuCategory::kPython: return names::kCpuPython;
+    case CpuCategory::kBackend: return names::kCpuBackend;
+    case CpuCategory::kCudaApi: return names::kCpuCudaApi;
+    case CpuCategory::kSimulator: return names::kCpuSimulator;
+    case CpuCategory::kOther: return names::kCpuOther;
+    case CpuCategory::kProfiler: return names::kCpuProfiler;
   }
   return names::kCpuOther;
 }

@@ -126,24 +126,12 @@ class JsonSink : public TraceSink {
       const TraceArg& a = args[i];
       w_.Key(a.key);
       switch (a.type) {
-        case TraceArg::Type::kInt:
-          w_.Int(a.i);
-          break;
-        case TraceArg::Type::kUint:
-          w_.Uint(a.u);
-          break;
-        case TraceArg::Type::kDouble:
-          w_.Double(a.d);
-          break;
-        case TraceArg::Type::kString:
-          w_.String(a.s);
-          break;
-        case TraceArg::Type::kBool:
-          w_.Bool(a.i != 0);
-          break;
-        case TraceArg::Type::kInts3:
-          w_.BeginArray().Int(a.v[0]).Int(a.v[1]).Int(a.v[2]).EndArray();
-          break;
+        case TraceArg::Type::kInt: w_.Int(a.i); break;
+        case TraceArg::Type::kUint: w_.Uint(a.u); break;
+        case TraceArg::Type::kDouble: w_.Double(a.d); break;
+        case TraceArg::Type::kString: w_.String(a.s); break;
+        case TraceArg::Type::kBool: w_.Bool(a.i != 0); break;
+        case TraceArg::Type::kInts3: w_.BeginArray().Int(a.v[0]).Int(a.v[1]).Int(a.v[2]).EndArray(); break;
       }
     }
     if (raw != nullptr) w_.Key("raw_ts").Micros(raw->begin_ns).Key("raw_dur").Micros(raw->end_ns - raw->begin_ns);
@@ -308,11 +296,7 @@ void WriteOtherData(TraceWriter& w, const StepProfile& step) {
     w.Key(ProcessLabel(*slice.process)).BeginObject();
     const ClockEstimate& e = slice.process->clock();
     w.Key("offset_ns").Int(e.offset_ns).Key("drift_ppm").Double(e.drift * 1e6);
-    w.Key("bound_ns");
-    if (e.bound_ns >= 0)
-      w.Int(e.bound_ns);
-    else
-      w.Null();
+    w.Key("bound_ns").IntOrNull(e.bound_ns);
     w.Key("probes").Int(e.probes).EndObject();
   }
   w.EndObject();

@@ -16,23 +16,15 @@ int64_t Ps(double ns) { return static_cast<int64_t>(std::llround(ns * 1000.0)); 
 
 const char* CostKey(uint8_t kind) {
   switch (static_cast<EventKind>(kind)) {
-    case EventKind::kRangePush:
-      return "push";
-    case EventKind::kRangePop:
-      return "pop";
-    case EventKind::kRangeStart:
-      return "start";
-    case EventKind::kRangeEnd:
-      return "end";
-    case EventKind::kMark:
-      return "mark";
-    case EventKind::kCostSample:
-      return "sample";
-    case EventKind::kCpuSample:
-      return "cpu_sample";
+    case EventKind::kRangePush: return "push";
+    case EventKind::kRangePop: return "pop";
+    case EventKind::kRangeStart: return "start";
+    case EventKind::kRangeEnd: return "end";
+    case EventKind::kMark: return "mark";
+    case EventKind::kCostSample: return "sample";
+    case EventKind::kCpuSample: return "cpu_sample";
     case EventKind::kOffCpuSample:
-    case EventKind::kProcessCpu:
-      return "";  // the flush thread's looks: no cost charged
+    case EventKind::kProcessCpu: return "";  // the flush thread's looks: no cost charged
   }
   return "";
 }

@@ -86,6 +86,10 @@ class BasicJsonWriter {
     first_ = false;
     return *this;
   }
+  // `v`, or null when it is negative (not known: a rank, a bound).
+  BasicJsonWriter& IntOrNull(int64_t v) { return v >= 0 ? Int(v) : Null(); }
+  // `v` when `known`, else null.
+  BasicJsonWriter& DoubleOrNull(bool known, double v) { return known ? Double(v) : Null(); }
   BasicJsonWriter& Key(std::string_view k) {
     // Keys are short identifiers: ,"key": in one append when nothing needs escaping.
     char buf[64];
@@ -195,21 +199,11 @@ class BasicJsonWriter {
       out_->append(s.data() + run, i - run);
       run = i + 1;
       switch (c) {
-        case '"':
-          out_->append("\\\"");
-          break;
-        case '\\':
-          out_->append("\\\\");
-          break;
-        case '\n':
-          out_->append("\\n");
-          break;
-        case '\r':
-          out_->append("\\r");
-          break;
-        case '\t':
-          out_->append("\\t");
-          break;
+        case '"': out_->append("\\\""); break;
+        case '\\': out_->append("\\\\"); break;
+        case '\n': out_->append("\\n"); break;
+        case '\r': out_->append("\\r"); break;
+        case '\t': out_->append("\\t"); break;
         default: {
           char buf[8];
           std::snprintf(buf, sizeof(buf), "\\u%04x", c);

@@ -379,21 +379,11 @@ void PerfettoSink::WriteAnnotations(std::string* event, const Rec& r) {
     a.clear();
     VarintField(&a, 1, arg.key_iid);  // DebugAnnotation.name_iid
     switch (v.type) {
-      case TraceArg::Type::kInt:
-        VarintField(&a, 4, static_cast<uint64_t>(v.i));
-        break;
-      case TraceArg::Type::kUint:
-        VarintField(&a, 3, v.u);
-        break;
-      case TraceArg::Type::kDouble:
-        DoubleField(&a, 5, v.d);
-        break;
-      case TraceArg::Type::kString:
-        BytesField(&a, 6, arg.s);
-        break;
-      case TraceArg::Type::kBool:
-        VarintField(&a, 2, v.i != 0);
-        break;
+      case TraceArg::Type::kInt: VarintField(&a, 4, static_cast<uint64_t>(v.i)); break;
+      case TraceArg::Type::kUint: VarintField(&a, 3, v.u); break;
+      case TraceArg::Type::kDouble: DoubleField(&a, 5, v.d); break;
+      case TraceArg::Type::kString: BytesField(&a, 6, arg.s); break;
+      case TraceArg::Type::kBool: VarintField(&a, 2, v.i != 0); break;
       case TraceArg::Type::kInts3:
         for (int64_t n : v.v) {
           item.clear();

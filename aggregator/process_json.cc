@@ -16,11 +16,7 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected) {
   w.Key("label").String(ProcessLabel(p));
   w.Key("host").String(id.host);
   w.Key("pid").Int(id.pid);
-  w.Key("rank");
-  if (id.rank >= 0)
-    w.Int(id.rank);
-  else
-    w.Null();
+  w.Key("rank").IntOrNull(id.rank);
   w.Key("role").String(id.role);
   w.Key("name").String(ProcessName(p));
   w.Key("selected").Bool(selected);
@@ -35,11 +31,7 @@ void WriteClock(JsonWriter& w, const ProcessTimeline& p) {
   w.Key("aligned").Bool(e.valid);
   w.Key("offset_ns").Int(e.offset_ns);
   w.Key("drift_ppm").Double(e.drift * 1e6);
-  w.Key("bound_ns");
-  if (e.bound_ns >= 0)
-    w.Int(e.bound_ns);
-  else
-    w.Null();
+  w.Key("bound_ns").IntOrNull(e.bound_ns);
   w.Key("probes").Int(e.probes);
   w.Key("bursts").Int(e.bursts);
   w.EndObject();

@@ -162,46 +162,22 @@ void CpuSampleEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, in
   }
 }
 
-const char* MemcpyKindName(uint32_t kind) {
-  switch (kind) {  // CUpti_ActivityMemcpyKind
-    case 1:
-      return "HtoD";
-    case 2:
-      return "DtoH";
-    case 3:
-      return "HtoA";
-    case 4:
-      return "AtoH";
-    case 5:
-      return "AtoA";
-    case 6:
-      return "AtoD";
-    case 7:
-      return "DtoA";
-    case 8:
-      return "DtoD";
-    case 9:
-      return "HtoH";
-    case 10:
-      return "PtoP";
-    default:
-      return "unknown";
-  }
+// The name of `i` in `names` (indexed by a CUPTI enum's value), else `other`.
+template <size_t N>
+const char* EnumName(const char* const (&names)[N], uint32_t i, const char* other) {
+  return i < N && names[i] != nullptr ? names[i] : other;
 }
 
-const char* SyncTypeName(uint32_t type) {
-  switch (type) {  // CUpti_ActivitySynchronizationType
-    case 1:
-      return "event synchronize";
-    case 2:
-      return "stream wait event";
-    case 3:
-      return "stream synchronize";
-    case 4:
-      return "context synchronize";
-    default:
-      return "synchronize";
-  }
+const char* MemcpyKindName(uint32_t kind) {  // CUpti_ActivityMemcpyKind
+  static constexpr const char* kNames[] = {nullptr, "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                           "AtoD",  "DtoA", "DtoD", "HtoH", "PtoP"};
+  return EnumName(kNames, kind, "unknown");
+}
+
+const char* SyncTypeName(uint32_t type) {  // CUpti_ActivitySynchronizationType
+  static constexpr const char* kNames[] = {nullptr, "event synchronize", "stream wait event", "stream synchronize",
+                                           "context synchronize"};
+  return EnumName(kNames, type, "synchronize");
 }
 
 bool OnDevice(const GpuRecord& g) {
@@ -214,9 +190,7 @@ std::pair<std::string, const char*> GpuName(const ProcessTimeline& p, const GpuR
   std::string name = p.String(g.name);
   const char* cat = names::kCatKernel;
   switch (static_cast<GpuKind>(g.kind)) {
-    case GpuKind::kKernel:
-      cat = names::kCatKernel;
-      break;
+    case GpuKind::kKernel: cat = names::kCatKernel; break;
     case GpuKind::kMemcpy:
       cat = names::kCatMemcpy;
       name = std::string("Memcpy ") + MemcpyKindName(g.subkind);
@@ -226,18 +200,13 @@ std::pair<std::string, const char*> GpuName(const ProcessTimeline& p, const GpuR
       name = "Memset";
       break;
     case GpuKind::kRuntimeApi:
-    case GpuKind::kDriverApi:
-      cat = names::kCatCudaApi;
-      break;
+    case GpuKind::kDriverApi: cat = names::kCatCudaApi; break;
     case GpuKind::kSync:
       cat = names::kCatCudaSync;
       name = std::string("Sync: ") + SyncTypeName(g.subkind);
       break;
-    case GpuKind::kOverhead:
-      cat = names::kCatCuptiOverhead;
-      break;
-    case GpuKind::kMemory:
-      break;  // never a record here: a level (ProcessTimeline::AddGpu)
+    case GpuKind::kOverhead: cat = names::kCatCuptiOverhead; break;
+    case GpuKind::kMemory: break;  // never a record here: a level (ProcessTimeline::AddGpu)
   }
   if (name.empty()) name = "(unnamed)";
   return {name, cat};

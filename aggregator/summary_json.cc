@@ -20,11 +20,7 @@ void WhoKeys(JsonWriter& w, const StepProfile& step, int index, const char* rank
     return;
   }
   const ProcessTimeline& p = *step.processes[index].process;
-  w.Key(rank_key);
-  if (p.identity().rank >= 0)
-    w.Int(p.identity().rank);
-  else
-    w.Null();
+  w.Key(rank_key).IntOrNull(p.identity().rank);
   w.Key(process_key).String(ProcessLabel(p));
 }
 
@@ -41,11 +37,7 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
     w.Key(std::string(CpuCategoryName(static_cast<CpuCategory>(c))) + "_ms").Double(Ms(a.ns[c]));
   }
   w.Key("gpu_ms").Double(Ms(a.gpu_ns)).Key("idle_ms").Double(Ms(a.idle_ns));
-  w.Key("cuda_api_wall_ms");
-  if (a.cuda_api_wall_ns >= 0)
-    w.Double(Ms(a.cuda_api_wall_ns));
-  else
-    w.Null();
+  w.Key("cuda_api_wall_ms").DoubleOrNull(a.cuda_api_wall_ns >= 0, Ms(a.cuda_api_wall_ns));
   w.Key("shares").BeginObject();  // of the job's CPU time (the profiler's left out)
   for (size_t c = 0; c < kCpuCategories; ++c) {
     if (static_cast<CpuCategory>(c) == CpuCategory::kProfiler) continue;
@@ -60,16 +52,8 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
   w.Key("max_sample_ms").Double(Ms(a.max_weight_ns));
   w.Key("threads").Int(a.threads);
   // The sampled CPU time over the process's own (every thread's) CPU time.
-  w.Key("process_cpu_ms");
-  if (a.process_cpu_ns >= 0)
-    w.Double(Ms(a.process_cpu_ns));
-  else
-    w.Null();
-  w.Key("coverage");
-  if (a.Coverage() >= 0)
-    w.Double(a.Coverage());
-  else
-    w.Null();
+  w.Key("process_cpu_ms").DoubleOrNull(a.process_cpu_ns >= 0, Ms(a.process_cpu_ns));
+  w.Key("coverage").DoubleOrNull(a.Coverage() >= 0, a.Coverage());
   // The recording threads' time off CPU, by why (summed over threads).
   w.Key("off_cpu_ms").BeginObject();
   for (int r = 0; r < kOffCpuReasons; ++r) w.Key(OffCpuReasonName(r)).Double(Ms(a.off_ns[r]));
@@ -193,11 +177,7 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("uncertainty_ms").Double(Ms(o.uncertainty_ns));
   w.Key("calibrated_events").Uint(o.calibrated_events);
   w.Key("caller_side_ms").Double(Ms(o.caller_ns));
-  w.Key("in_place_ratio");
-  if (o.costs.in_place_ratio > 0)
-    w.Double(o.costs.in_place_ratio);
-  else
-    w.Null();
+  w.Key("in_place_ratio").DoubleOrNull(o.costs.in_place_ratio > 0, o.costs.in_place_ratio);
   w.Key("calibration_spread_ms").Double(Ms(o.calibration_spread_ns));
   w.Key("systematic_ms").Double(Ms(o.systematic_ns));
   w.Key("note").String(o.cost_note);

@@ -134,26 +134,14 @@ bool ProcessTimeline::AddEvent(int64_t tid, const wire::Event& e, bool after_cal
   // "rlscope.calibration") are matched as usual, then left out.
   const bool calibration = calibration_name_ != 0 && e.name == calibration_name_;
   switch (static_cast<EventKind>(e.kind)) {
-    case EventKind::kRangePush:
-      OnPush(tid, e, steps);
-      break;
-    case EventKind::kRangePop:
-      return OnPop(tid, e, calibration, steps);
-    case EventKind::kRangeStart:
-      OnStart(tid, e, steps);
-      break;
-    case EventKind::kRangeEnd:
-      return OnEnd(tid, e, calibration, steps);
-    case EventKind::kCostSample:
-      OnCostSample(e, after_calibration);
-      break;
-    case EventKind::kCpuSample:
-      OnCpuSample(tid, e);
-      break;
+    case EventKind::kRangePush: OnPush(tid, e, steps); break;
+    case EventKind::kRangePop: return OnPop(tid, e, calibration, steps);
+    case EventKind::kRangeStart: OnStart(tid, e, steps); break;
+    case EventKind::kRangeEnd: return OnEnd(tid, e, calibration, steps);
+    case EventKind::kCostSample: OnCostSample(e, after_calibration); break;
+    case EventKind::kCpuSample: OnCpuSample(tid, e); break;
     case EventKind::kOffCpuSample:
-    case EventKind::kProcessCpu:
-      OnOffCpu(e);
-      break;
+    case EventKind::kProcessCpu: OnOffCpu(e); break;
     case EventKind::kMark:
       if (!calibration) OnMark(tid, e);
       break;

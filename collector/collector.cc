@@ -124,12 +124,9 @@ ThreadState* Collector::RegisterThread() {
 
 bool Collector::ClaimController() {
   switch (arming_.ClaimController()) {
-    case Arming::Claim::kAlready:
-      return true;
-    case Arming::Claim::kRefused:
-      return false;
-    case Arming::Claim::kClaimed:
-      break;
+    case Arming::Claim::kAlready: return true;
+    case Arming::Claim::kRefused: return false;
+    case Arming::Claim::kClaimed: break;
   }
   link_.SetRole(true);  // the flush thread says hello again, now as the controller
   std::fprintf(stderr, "rlscope: pid %d claims the run's controller role (its steps drive the run)\n",

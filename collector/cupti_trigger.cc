@@ -88,14 +88,9 @@ void CUPTIAPI CudaProfilerTriggerCallback(void* userdata, CUpti_CallbackDomain d
     result = *static_cast<const CUresult*>(d->functionReturnValue);
   }
   switch (CudaProfilerTriggerAction(domain, cbid, d->callbackSite, result)) {
-    case TriggerAction::kOpen:
-      static_cast<Collector*>(userdata)->SetCaptureActive(true);
-      break;
-    case TriggerAction::kClose:
-      static_cast<Collector*>(userdata)->SetCaptureActive(false);
-      break;
-    case TriggerAction::kNone:
-      break;
+    case TriggerAction::kOpen: static_cast<Collector*>(userdata)->SetCaptureActive(true); break;
+    case TriggerAction::kClose: static_cast<Collector*>(userdata)->SetCaptureActive(false); break;
+    case TriggerAction::kNone: break;
   }
 }
 

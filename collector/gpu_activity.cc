@@ -238,28 +238,17 @@ std::string StripApiVersion(std::string_view name) {
 
 const char* OverheadKindName(uint32_t overhead_kind) {
   switch (overhead_kind) {
-    case CUPTI_ACTIVITY_OVERHEAD_UNKNOWN:
-      return "unknown";
-    case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER:
-      return "driver compiler";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH:
-      return "CUPTI buffer flush";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION:
-      return "CUPTI instrumentation";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE:
-      return "CUPTI resource";
-    case CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING:
-      return "runtime triggered module loading";
-    case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING:
-      return "lazy function loading";
-    case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL:
-      return "command buffer full";
-    case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST:
-      return "activity buffer request";
-    case CUPTI_ACTIVITY_OVERHEAD_UVM_ACTIVITY_INIT:
-      return "UVM activity init";
-    default:
-      return nullptr;
+    case CUPTI_ACTIVITY_OVERHEAD_UNKNOWN: return "unknown";
+    case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: return "driver compiler";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH: return "CUPTI buffer flush";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION: return "CUPTI instrumentation";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE: return "CUPTI resource";
+    case CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING: return "runtime triggered module loading";
+    case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING: return "lazy function loading";
+    case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL: return "command buffer full";
+    case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST: return "activity buffer request";
+    case CUPTI_ACTIVITY_OVERHEAD_UVM_ACTIVITY_INIT: return "UVM activity init";
+    default: return nullptr;
   }
 }
 
@@ -391,15 +380,9 @@ std::vector<uint8_t> ActivityConverter::DecideApiRecords(const std::vector<const
 bool ActivityConverter::ToGpuRecord(const CUpti_Activity* r, ActivitySink& sink, ConvertedActivity* c) {
   switch (r->kind) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-    case CUPTI_ACTIVITY_KIND_KERNEL:
-      *c = FromKernel(As<cs::Kernel>(r));
-      return true;
-    case CUPTI_ACTIVITY_KIND_MEMCPY:
-      *c = FromMemcpy(As<cs::Memcpy>(r));
-      return true;
-    case CUPTI_ACTIVITY_KIND_MEMSET:
-      *c = FromMemset(As<cs::Memset>(r));
-      return true;
+    case CUPTI_ACTIVITY_KIND_KERNEL: *c = FromKernel(As<cs::Kernel>(r)); return true;
+    case CUPTI_ACTIVITY_KIND_MEMCPY: *c = FromMemcpy(As<cs::Memcpy>(r)); return true;
+    case CUPTI_ACTIVITY_KIND_MEMSET: *c = FromMemset(As<cs::Memset>(r)); return true;
     case CUPTI_ACTIVITY_KIND_RUNTIME:
       *c = FromApi(As<cs::Api>(r), GpuKind::kRuntimeApi,
                    ApiName(sink, CUPTI_CB_DOMAIN_RUNTIME_API, As<cs::Api>(r).cbid));
@@ -417,16 +400,13 @@ bool ActivityConverter::ToGpuRecord(const CUpti_Activity* r, ActivitySink& sink,
       *c = FromSync(y, it != kept_correlations_.end() ? it->second : 0);
       return true;
     }
-    case CUPTI_ACTIVITY_KIND_MEMORY2:
-      *c = FromMemory(As<cs::Memory>(r));
-      return true;
+    case CUPTI_ACTIVITY_KIND_MEMORY2: *c = FromMemory(As<cs::Memory>(r)); return true;
     case CUPTI_ACTIVITY_KIND_OVERHEAD: {
       const auto& o = As<cs::Overhead>(r);
       *c = FromOverhead(o, OverheadName(sink, static_cast<uint32_t>(o.overheadKind)));
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

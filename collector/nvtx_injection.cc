@@ -69,8 +69,7 @@ RLSCOPE_HOT void ReadPayload(const nvtxEventAttributes_t* a, Attr* out) {
       out->value = static_cast<uint64_t>(static_cast<int64_t>(a->payload.iValue));
       out->flags |= kFlagHasPayload | kFlagPayloadSigned;
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -80,17 +79,12 @@ Attr ReadAttr(Collector* c, ThreadState* ts, const nvtxEventAttributes_t* a) {
   if (a == nullptr || a->size < kAttrMessageEnd) return out;
   out.category = a->category;
   switch (a->messageType) {
-    case NVTX_MESSAGE_TYPE_ASCII:
-      out.name = ts->names.Lookup(a->message.ascii);
-      break;
+    case NVTX_MESSAGE_TYPE_ASCII: out.name = ts->names.Lookup(a->message.ascii); break;
     case NVTX_MESSAGE_TYPE_REGISTERED:
       out.name = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(a->message.registered));
       break;
-    case NVTX_MESSAGE_TYPE_UNICODE:
-      out.name = c->Intern(Utf8(a->message.unicode));
-      break;
-    default:
-      break;
+    case NVTX_MESSAGE_TYPE_UNICODE: out.name = c->Intern(Utf8(a->message.unicode)); break;
+    default: break;
   }
   ReadPayload(a, &out);
   return out;

@@ -215,15 +215,10 @@ int SafeRead(void* dst, const void* src, size_t n) {
   bool ok = false;
   switch (s.mode) {
 #if defined(__x86_64__)
-    case ReadMode::kGuarded:
-      ok = rlscope_guarded_copy(dst, src, n) != 0;
-      break;
+    case ReadMode::kGuarded: ok = rlscope_guarded_copy(dst, src, n) != 0; break;
 #endif
-    case ReadMode::kKernel:
-      ok = KernelCopy(dst, src, n);
-      break;
-    default:
-      break;
+    case ReadMode::kKernel: ok = KernelCopy(dst, src, n); break;
+    default: break;
   }
   if (!ok) s.failed = true;
   return ok ? 1 : 0;

@@ -72,8 +72,7 @@ OffCpuReason SyscallReason(long nr, uint64_t arg0, uint64_t gil_begin, uint64_t 
     case 35:
     case 230:  // nanosleep clock_nanosleep
       return OffCpuReason::kSleep;
-    default:
-      return OffCpuReason::kOther;
+    default: return OffCpuReason::kOther;
   }
 #else
   (void)nr;

@@ -246,20 +246,13 @@ bool DecodeAs(Ctx& c, const object& body, bool (*decode)(Ctx&, const object&, M*
 // The body of a message of type `type`, into *out.
 bool DecodeBody(Ctx& c, uint8_t type, const object& body, Message* out) {
   switch (static_cast<MessageType>(type)) {
-    case MessageType::kHello:
-      return DecodeAs(c, body, DecodeHello, out);
-    case MessageType::kBatch:
-      return DecodeAs(c, body, internal::DecodeBatch, out);
-    case MessageType::kBye:
-      return DecodeAs(c, body, DecodeBye, out);
-    case MessageType::kExpected:
-      return DecodeAs(c, body, DecodeExpected, out);
-    case MessageType::kControl:
-      return DecodeAs(c, body, DecodeControl, out);
-    case MessageType::kProbe:
-      return DecodeAs(c, body, DecodeProbe, out);
-    default:
-      return c.Fail("frame.type", "unknown message type " + std::to_string(type));
+    case MessageType::kHello: return DecodeAs(c, body, DecodeHello, out);
+    case MessageType::kBatch: return DecodeAs(c, body, internal::DecodeBatch, out);
+    case MessageType::kBye: return DecodeAs(c, body, DecodeBye, out);
+    case MessageType::kExpected: return DecodeAs(c, body, DecodeExpected, out);
+    case MessageType::kControl: return DecodeAs(c, body, DecodeControl, out);
+    case MessageType::kProbe: return DecodeAs(c, body, DecodeProbe, out);
+    default: return c.Fail("frame.type", "unknown message type " + std::to_string(type));
   }
 }
 

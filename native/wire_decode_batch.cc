@@ -89,64 +89,50 @@ bool DecodeGpuRecord(Ctx& c, const object* f, const std::string& where, GpuRecor
   return true;
 }
 
-bool DecodeGpu(Ctx& c, const object& o, Batch* b) {
+// The array `name` of `n`-field tuples into `out`, each decoded by
+// `each(fields, where, &item)`; its length must be a multiple of n.
+template <typename T, typename Each>
+bool DecodeTuples(Ctx& c, const object& o, const char* name, uint32_t n, std::vector<T>* out, Each each) {
   const object_array* arr;
-  if (!GetArray(c, o, "batch.gpu", &arr)) return false;
-  if (arr->size % kFieldsPerGpuRecord != 0) {
-    return c.Fail("batch.gpu", "length " + std::to_string(arr->size) + " is not a multiple of " +
-                                   std::to_string(kFieldsPerGpuRecord));
+  if (!GetArray(c, o, name, &arr)) return false;
+  if (arr->size % n != 0) {
+    return c.Fail(name, "length " + std::to_string(arr->size) + " is not a multiple of " + std::to_string(n));
   }
-  b->gpu.resize(arr->size / kFieldsPerGpuRecord);
-  for (size_t i = 0; i < b->gpu.size(); ++i) {
-    const std::string where = "batch.gpu[" + std::to_string(i) + "]";
-    if (!DecodeGpuRecord(c, arr->ptr + i * kFieldsPerGpuRecord, where, &b->gpu[i])) return false;
+  out->resize(arr->size / n);
+  for (size_t i = 0; i < out->size(); ++i) {
+    const std::string where = std::string(name) + "[" + std::to_string(i) + "]";
+    if (!each(arr->ptr + i * n, where, &(*out)[i])) return false;
   }
   return true;
+}
+
+bool DecodeGpu(Ctx& c, const object& o, Batch* b) {
+  return DecodeTuples(
+      c, o, "batch.gpu", kFieldsPerGpuRecord, &b->gpu,
+      [&](const object* f, const std::string& where, GpuRecord* g) { return DecodeGpuRecord(c, f, where, g); });
 }
 
 bool DecodeProbes(Ctx& c, const object& o, Batch* b) {
-  const object_array* arr;
-  if (!GetArray(c, o, "batch.probes", &arr)) return false;
-  if (arr->size % 4 != 0)
-    return c.Fail("batch.probes", "length " + std::to_string(arr->size) + " is not a multiple of 4");
-  for (uint32_t i = 0; i < arr->size; i += 4) {
-    ProbeSample p;
-    const std::string where = "batch.probes[" + std::to_string(i / 4) + "]";
-    if (!GetInt(c, arr->ptr[i], where, &p.t1) || !GetInt(c, arr->ptr[i + 1], where, &p.t2) ||
-        !GetInt(c, arr->ptr[i + 2], where, &p.t3) || !GetInt(c, arr->ptr[i + 3], where, &p.t4)) {
-      return false;
-    }
-    b->probes.push_back(p);
-  }
-  return true;
+  return DecodeTuples(c, o, "batch.probes", 4, &b->probes,
+                      [&](const object* f, const std::string& where, ProbeSample* p) {
+                        return GetInt(c, f[0], where, &p->t1) && GetInt(c, f[1], where, &p->t2) &&
+                               GetInt(c, f[2], where, &p->t3) && GetInt(c, f[3], where, &p->t4);
+                      });
 }
 
 bool DecodeArming(Ctx& c, const object& o, Batch* b) {
-  const object_array* arr;
-  if (!GetArray(c, o, "batch.arming", &arr)) return false;
-  if (arr->size % 2 != 0) return c.Fail("batch.arming", "length " + std::to_string(arr->size) + " is not even");
   b->reports_arming = true;
-  for (uint32_t i = 0; i < arr->size; i += 2) {
-    ArmEdge e;
-    const std::string where = "batch.arming[" + std::to_string(i / 2) + "]";
-    if (!GetInt(c, arr->ptr[i], where, &e.ts_ns) || !GetBool(c, arr->ptr[i + 1], where, &e.armed)) return false;
-    b->arming.push_back(e);
-  }
-  return true;
+  return DecodeTuples(c, o, "batch.arming", 2, &b->arming, [&](const object* f, const std::string& where, ArmEdge* e) {
+    return GetInt(c, f[0], where, &e->ts_ns) && GetBool(c, f[1], where, &e->armed);
+  });
 }
 
 bool DecodeMemory(Ctx& c, const object& o, Batch* b) {
-  const object_array* arr;
-  if (!GetArray(c, o, "batch.memory", &arr)) return false;
-  if (arr->size % 2 != 0) return c.Fail("batch.memory", "length " + std::to_string(arr->size) + " is not even");
-  for (uint32_t i = 0; i < arr->size; i += 2) {
-    MemorySample m;
-    const std::string where = "batch.memory[" + std::to_string(i / 2) + "]";
-    if (!GetInt(c, arr->ptr[i], where, &m.ts_ns) || !GetInt(c, arr->ptr[i + 1], where, &m.rss_bytes)) return false;
-    if (m.rss_bytes < 0) return c.Fail(where, "negative resident bytes");
-    b->memory.push_back(m);
-  }
-  return true;
+  return DecodeTuples(c, o, "batch.memory", 2, &b->memory,
+                      [&](const object* f, const std::string& where, MemorySample* m) {
+                        if (!GetInt(c, f[0], where, &m->ts_ns) || !GetInt(c, f[1], where, &m->rss_bytes)) return false;
+                        return m->rss_bytes >= 0 || c.Fail(where, "negative resident bytes");
+                      });
 }
 
 // The common case of DecodeEvent with no error text built: the seven

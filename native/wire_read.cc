@@ -9,27 +9,17 @@ using msgpack::type::object_type;
 
 const char* TypeName(const object& o) {
   switch (o.type) {
-    case object_type::NIL:
-      return "nil";
-    case object_type::BOOLEAN:
-      return "bool";
-    case object_type::POSITIVE_INTEGER:
-      return "uint";
-    case object_type::NEGATIVE_INTEGER:
-      return "int";
+    case object_type::NIL: return "nil";
+    case object_type::BOOLEAN: return "bool";
+    case object_type::POSITIVE_INTEGER: return "uint";
+    case object_type::NEGATIVE_INTEGER: return "int";
     case object_type::FLOAT32:
-    case object_type::FLOAT64:
-      return "float";
-    case object_type::STR:
-      return "str";
-    case object_type::BIN:
-      return "bin";
-    case object_type::ARRAY:
-      return "array";
-    case object_type::MAP:
-      return "map";
-    default:
-      return "ext";
+    case object_type::FLOAT64: return "float";
+    case object_type::STR: return "str";
+    case object_type::BIN: return "bin";
+    case object_type::ARRAY: return "array";
+    case object_type::MAP: return "map";
+    default: return "ext";
   }
 }
 

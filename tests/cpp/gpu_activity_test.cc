@@ -703,14 +703,9 @@ CUptiResult CUPTIAPI FakeFlushAll(uint32_t flag) {
 CUptiResult CUPTIAPI FakeSetThreadIdType(CUpti_ActivityThreadIdType) { return CUPTI_SUCCESS; }
 CUptiResult CUPTIAPI FakeGetResultString(CUptiResult r, const char** str) {
   switch (r) {
-    case CUPTI_ERROR_UNKNOWN:
-      *str = "CUPTI_ERROR_UNKNOWN";
-      break;
-    case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
-      *str = "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED";
-      break;
-    default:
-      *str = "CUPTI_ERROR_SOMETHING";
+    case CUPTI_ERROR_UNKNOWN: *str = "CUPTI_ERROR_UNKNOWN"; break;
+    case CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: *str = "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"; break;
+    default: *str = "CUPTI_ERROR_SOMETHING";
   }
   return CUPTI_SUCCESS;
 }

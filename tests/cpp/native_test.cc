@@ -968,6 +968,54 @@ TEST(WireTest, RejectsEventArrayNotMultipleOfSeven) {
   EXPECT_THAT(r.error, HasSubstr("length 8 is not a multiple of 7"));
 }
 
+// A batch whose one extra key `key` holds the flat array `flat` (tuples of a
+// fixed length: probes, arming, memory).
+std::string BatchWithTuples(const char* key, const std::vector<int64_t>& flat) {
+  return Frame("RLSC", 1, 2, [&](Packer& pk) {
+    pk.pack_map(6);
+    PackStr(pk, "session");
+    pk.pack_uint64(1);
+    PackStr(pk, "seq");
+    pk.pack_uint64(0);
+    PackStr(pk, "watermark_ns");
+    pk.pack_int64(0);
+    PackStr(pk, "dropped");
+    pk.pack_uint64(0);
+    PackStr(pk, "threads");
+    pk.pack_array(0);
+    PackStr(pk, key);
+    pk.pack_array(static_cast<uint32_t>(flat.size()));
+    for (int64_t v : flat) pk.pack_int64(v);
+  });
+}
+
+TEST(WireTest, TupleArraysDecodeWholeTuplesOrSayWhich) {
+  const wire::DecodeResult probes = DecodeString(BatchWithTuples("probes", {1, 2, 3, 4, 5, 6, 7, 8}));
+  ASSERT_TRUE(probes.ok) << probes.error;
+  const auto& b = std::get<wire::Batch>(probes.message);
+  ASSERT_EQ(b.probes.size(), 2u);
+  EXPECT_EQ(b.probes[1].t1, 5);
+  EXPECT_EQ(b.probes[1].t4, 8);
+  const wire::DecodeResult memory = DecodeString(BatchWithTuples("memory", {10, 4096, 20, 8192}));
+  ASSERT_TRUE(memory.ok) << memory.error;
+  EXPECT_EQ(std::get<wire::Batch>(memory.message).memory[1].rss_bytes, 8192);
+  struct Case {
+    const char* key;
+    std::vector<int64_t> flat;
+    const char* error;
+  } cases[] = {
+      {"probes", {1, 2, 3, 4, 5}, "batch.probes: length 5 is not a multiple of 4"},
+      {"arming", {1, 1, 2}, "batch.arming: length 3 is not a multiple of 2"},
+      {"memory", {10, 4096, 20}, "batch.memory: length 3 is not a multiple of 2"},
+      {"memory", {10, 4096, 20, -1}, "batch.memory[1]: negative resident bytes"},
+  };
+  for (const Case& c : cases) {
+    const wire::DecodeResult r = DecodeString(BatchWithTuples(c.key, c.flat));
+    EXPECT_FALSE(r.ok) << c.error;
+    EXPECT_THAT(r.error, HasSubstr(c.error));
+  }
+}
+
 TEST(WireTest, RejectsWrongFieldType) {
   const wire::DecodeResult r = DecodeString(BatchWithEvents({5, 0, -1, 0, 0, 0, 0}));
   EXPECT_FALSE(r.ok);
@@ -1085,21 +1133,11 @@ TEST(WireTest, FuzzedFramesNeverCrash) {
     for (int m = 0; m < mutations && !f.empty(); ++m) {
       const size_t pos = rng() % f.size();
       switch (rng() % 5) {
-        case 0:
-          f[pos] = static_cast<char>(rng());
-          break;  // overwrite
-        case 1:
-          f[pos] = static_cast<char>(f[pos] ^ (1u << (rng() % 8)));
-          break;  // bit flip
-        case 2:
-          f.resize(pos);
-          break;  // truncate
-        case 3:
-          f.insert(pos, 1, static_cast<char>(rng()));
-          break;  // insert
-        case 4:
-          f[pos] = "\xc0\xc2\xc3\xcc\xcd\xce\xcf\xd9\xdc\xdd\xde\xdf\xff"[rng() % 13];
-          break;
+        case 0: f[pos] = static_cast<char>(rng()); break;                         // overwrite
+        case 1: f[pos] = static_cast<char>(f[pos] ^ (1u << (rng() % 8))); break;  // bit flip
+        case 2: f.resize(pos); break;                                             // truncate
+        case 3: f.insert(pos, 1, static_cast<char>(rng())); break;                // insert
+        case 4: f[pos] = "\xc0\xc2\xc3\xcc\xcd\xce\xcf\xd9\xdc\xdd\xde\xdf\xff"[rng() % 13]; break;
       }
     }
     wire::DecodeResult r;

@@ -74,22 +74,12 @@ int main(int argc, char** argv) {
     for (int k = 0; k < edits && !f.empty(); ++k) {
       const size_t at = rng() % f.size();
       switch (rng() % 6) {
-        case 0:
-          f[at] = static_cast<char>(rng());
-          break;  // a byte
-        case 1:
-          f[at] ^= static_cast<char>(1u << (rng() % 8));
-          break;  // a bit
-        case 2:
-          f.insert(at, 1, static_cast<char>(rng()));
-          break;  // insert
-        case 3:
-          f.erase(at, 1 + rng() % 4);
-          break;  // delete
-        case 4:
-          f.resize(at);
-          break;   // truncate
-        case 5: {  // splice
+        case 0: f[at] = static_cast<char>(rng()); break;               // a byte
+        case 1: f[at] ^= static_cast<char>(1u << (rng() % 8)); break;  // a bit
+        case 2: f.insert(at, 1, static_cast<char>(rng())); break;      // insert
+        case 3: f.erase(at, 1 + rng() % 4); break;                     // delete
+        case 4: f.resize(at); break;                                   // truncate
+        case 5: {                                                      // splice
           const std::string& o = seeds[rng() % seeds.size()];
           f = f.substr(0, at) + o.substr(rng() % o.size());
           break;
