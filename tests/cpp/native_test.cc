@@ -776,17 +776,22 @@ void PackStr(Packer& pk, std::string_view s) {
 }
 
 // A minimal batch body whose one thread carries `flat` as its event array.
+// A batch's map with its four scalar keys packed, `more` keys to follow.
+void PackBatchHead(Packer& pk, uint32_t more) {
+  pk.pack_map(4 + more);
+  PackStr(pk, "session");
+  pk.pack_uint64(1);
+  PackStr(pk, "seq");
+  pk.pack_uint64(0);
+  PackStr(pk, "watermark_ns");
+  pk.pack_int64(0);
+  PackStr(pk, "dropped");
+  pk.pack_uint64(0);
+}
+
 std::string BatchWithEvents(const std::vector<int64_t>& flat) {
   return Frame("RLSC", 1, 2, [&](Packer& pk) {
-    pk.pack_map(5);
-    PackStr(pk, "session");
-    pk.pack_uint64(1);
-    PackStr(pk, "seq");
-    pk.pack_uint64(0);
-    PackStr(pk, "watermark_ns");
-    pk.pack_int64(0);
-    PackStr(pk, "dropped");
-    pk.pack_uint64(0);
+    PackBatchHead(pk, 1);
     PackStr(pk, "threads");
     pk.pack_array(1);
     pk.pack_array(2);
@@ -972,15 +977,7 @@ TEST(WireTest, RejectsEventArrayNotMultipleOfSeven) {
 // fixed length: probes, arming, memory).
 std::string BatchWithTuples(const char* key, const std::vector<int64_t>& flat) {
   return Frame("RLSC", 1, 2, [&](Packer& pk) {
-    pk.pack_map(6);
-    PackStr(pk, "session");
-    pk.pack_uint64(1);
-    PackStr(pk, "seq");
-    pk.pack_uint64(0);
-    PackStr(pk, "watermark_ns");
-    pk.pack_int64(0);
-    PackStr(pk, "dropped");
-    pk.pack_uint64(0);
+    PackBatchHead(pk, 2);
     PackStr(pk, "threads");
     pk.pack_array(0);
     PackStr(pk, key);
@@ -1029,17 +1026,7 @@ TEST(WireTest, RejectsMissingRequiredKey) {
   EXPECT_THAT(r.error, HasSubstr("missing key 'dropped'"));
   EXPECT_THAT(r.error, HasSubstr("bye"));
 
-  r = DecodeString(Frame("RLSC", 1, 2, [](Packer& pk) {
-    pk.pack_map(4);
-    PackStr(pk, "session");
-    pk.pack_uint64(1);
-    PackStr(pk, "seq");
-    pk.pack_uint64(0);
-    PackStr(pk, "watermark_ns");
-    pk.pack_int64(0);
-    PackStr(pk, "dropped");
-    pk.pack_uint64(0);
-  }));
+  r = DecodeString(Frame("RLSC", 1, 2, [](Packer& pk) { PackBatchHead(pk, 0); }));
   EXPECT_FALSE(r.ok);
   EXPECT_THAT(r.error, HasSubstr("missing key 'threads'"));
 
