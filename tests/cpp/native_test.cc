@@ -1041,15 +1041,7 @@ TEST(WireTest, RejectsMissingRequiredKey) {
 
 TEST(WireTest, RejectsStringIdZero) {
   const wire::DecodeResult r = DecodeString(Frame("RLSC", 1, 2, [](Packer& pk) {
-    pk.pack_map(5);
-    PackStr(pk, "session");
-    pk.pack_uint64(1);
-    PackStr(pk, "seq");
-    pk.pack_uint64(0);
-    PackStr(pk, "watermark_ns");
-    pk.pack_int64(0);
-    PackStr(pk, "dropped");
-    pk.pack_uint64(0);
+    PackBatchHead(pk, 1);
     PackStr(pk, "strings");
     pk.pack_array(1);
     pk.pack_array(2);
