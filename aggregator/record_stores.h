@@ -1,0 +1,98 @@
+// A process's records other than spans, each in a store of its own until no
+// step to come can hold them, and cut to a step: instants, GPU records (and
+// the launches they are placed by), every event's cost mark per thread (in
+// recording order), cost samples, CPU samples, off-CPU samples and the
+// process's CPU time, the flush thread's CPU, resident and GPU memory
+// levels, and the arming edges. One of ProcessTimeline's parts
+// (timeline.h); times are the collector's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "aggregator/chunk_queue.h"
+#include "aggregator/records.h"
+#include "native/wire.h"
+
+namespace rlscope {
+
+class RecordStores {
+ public:
+  static constexpr size_t kMaxArmEdges = 4096;  // two per selected step: thousands of steps
+  static constexpr size_t kMaxDevices = 64;     // GPU memory totals kept for at most this many devices
+  // A measured call longer than this was interrupted (the thread was
+  // preempted, or took a signal, inside it): not the profiler's cost, left
+  // out of the costs and counted. Page faults, a wake-up's syscall and cache
+  // misses stay far below it.
+  static constexpr uint64_t kInterruptedSamplePs = 20'000'000;  // 20 us
+
+  // What a batch says besides its events: the flush thread's CPU, memory
+  // readings, arming edges.
+  void AddProgress(const wire::Batch& batch);
+  // Its GPU records, those ending before `skip_before_ns` left out (a
+  // resumed run's replay); kMemory records are running totals.
+  void AddGpu(const wire::Batch& batch, int64_t skip_before_ns);
+  // One thread's cost marks (every event it recorded, in recording order).
+  ChunkQueue<CostMark>& MarksOf(int64_t tid) { return cost_marks_[tid]; }
+  // Marks of CPU samples appended from `from` on (a block of their own,
+  // after the events they fell among) merged into recording order by time
+  // (after marks of the same time), in one pass over those they overtake.
+  static void MergeSampleMarks(ChunkQueue<CostMark>* marks, size_t from);
+  void AddInstant(int64_t tid, const wire::Event& e);
+  void AddCostSample(const wire::Event& e, bool after_calibration);
+  void AddCpuSample(int64_t tid, const wire::Event& e);
+  // An off-CPU sample or a reading of the process's CPU time.
+  void AddOffCpu(const wire::Event& e);
+
+  // The step's records ([begin, end) unless said): ProcessTimeline's Cut*.
+  void CutInstants(int64_t begin_ns, int64_t end_ns, std::vector<Instant>* out) const;
+  void CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecord>* out) const;
+  void CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const;  // [begin, end]
+  void CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const;                 // [begin, end]
+  void CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vector<CpuSample>* out) const;
+  void CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCpuSample>* out) const;
+  void CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vector<ProcessCpuPoint>* out) const;
+  // `gone`: the process said goodbye (none after its last reading).
+  void CutMemory(int64_t begin_ns, int64_t end_ns, bool gone, std::vector<MemoryPoint>* rss,
+                 std::map<uint32_t, std::vector<MemoryPoint>>* gpu_allocated) const;
+  int64_t ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const;
+  // ProcessTimeline::UnarmedNs over [begin, end] clipped to the process's
+  // life: from `start_ns`, to `last_ns` (INT64_MAX while it lives).
+  int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const;
+  // Forgets what no step beginning at or after `ns` can hold (the level at
+  // `ns` of each reading stays).
+  void DiscardBefore(int64_t ns);
+
+  uint64_t cpu_samples_received() const { return cpu_samples_received_; }
+  const KindSamples& sample_totals() const { return sample_totals_; }
+  uint64_t interrupted_samples() const { return interrupted_samples_; }
+  size_t buffered() const { return instants_.size() + gpu_.size(); }
+
+ private:
+  void AddGpuMemory(const GpuRecord& g);  // a kMemory record: the device's running total
+
+  ChunkQueue<Instant> instants_;                               // in arrival order
+  ChunkQueue<GpuRecord> gpu_;                                  // in arrival order
+  std::unordered_map<uint32_t, int64_t> launches_;             // correlation -> API call start
+  std::map<int64_t, ChunkQueue<CostMark>> cost_marks_;         // per thread, in recording order
+  ChunkQueue<CostSample> cost_samples_;                        // in arrival order
+  ChunkQueue<CpuSample> cpu_samples_;                          // in arrival order
+  ChunkQueue<OffCpuSample> off_cpu_;                           // in arrival order (one flush thread: by time)
+  std::deque<ProcessCpuPoint> process_cpu_;                    // by time
+  std::deque<std::pair<int64_t, int64_t>> cpu_points_;         // (watermark, flush thread CPU so far)
+  std::deque<MemoryPoint> rss_;                                // by time
+  std::map<uint32_t, std::deque<MemoryPoint>> gpu_allocated_;  // per device, by time
+  bool reports_arming_ = false;
+  bool saw_first_batch_ = false;      // its batch seq 0 came here (UnarmedNs)
+  std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
+  uint64_t cpu_samples_received_ = 0;
+  KindSamples sample_totals_;
+  uint64_t interrupted_samples_ = 0;
+};
+
+}  // namespace rlscope

@@ -1,0 +1,48 @@
+// A process's completed spans (records.h), in completion order, until no
+// step to come can hold them; cut to a step thread by thread. One of
+// ProcessTimeline's parts (timeline.h); RangePairing fills it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "aggregator/chunk_queue.h"
+#include "aggregator/records.h"
+
+namespace rlscope {
+
+class SpanStore {
+ public:
+  // A span that closed (its end not before its begin).
+  void Add(const Span& span);
+  // The completed spans overlapping [begin, end) (a zero-length one inside
+  // it), appended to `spans` thread by thread (threads in the order they
+  // first closed one, each's in completion order), so a step's spans need
+  // no merge of its batches' runs to be put in thread order (SortSlice).
+  // `reserve_more`: room kept after them (the open spans the caller adds).
+  // With `second_core`, a large output's fresh pages are mapped by two
+  // threads (prefault.h).
+  void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans, size_t reserve_more, bool second_core) const;
+  // The earliest begin of the spans ending at or after `ns`; `ns` when none
+  // begins before it (ReleasePoint).
+  int64_t EarliestBeginEndingFrom(int64_t ns) const;
+  // Forgets the spans that no step beginning at or after `ns` can contain:
+  // those ending before `ns`, or at `ns` having begun earlier.
+  void DiscardBefore(int64_t ns);
+  size_t size() const { return done_.size(); }
+
+ private:
+  // done_tids_' index of `tid` (its size when absent), `hint` tried first.
+  size_t DoneThread(int64_t tid, size_t hint) const;
+
+  ChunkQueue<Span> done_;  // completed, in completion order
+  // The threads that closed what done_ holds (some may have none left in
+  // it), in order of first sight, and how many of done_ each closed;
+  // cleared when done_ empties.
+  std::vector<int64_t> done_tids_;
+  std::vector<size_t> done_counts_;
+  size_t last_done_ = 0;  // done_tids_ index of the last span closed
+};
+
+}  // namespace rlscope
