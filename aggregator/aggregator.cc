@@ -336,7 +336,7 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
     // Flushed up to here (aggregator clock); 0 = never.
     const int64_t flushed = p->watermark_ns() != 0 ? p->clock().ToAggregator(p->watermark_ns()) : 0;
     if (p->lost() && flushed < s.begin_ns) continue;  // gone before this step
-    ProcessSlice slice = CutProcess(*p, s, second_core_);
+    ProcessSlice slice = CutProcess(*p, s, run_config_.config().correction.enabled, second_core_);
     slice.late = !StepScheduler::CaughtUp(*p, step);
     if (slice.late && !p->lost() && !p->said_bye() && now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) {
       p->set_lost();  // said once, in the log and run.json
@@ -386,15 +386,18 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   StepProfile profile = CutStep(step, forced, now_ns);
   // The breakdown, on the whole step: beside the trace's export when
   // nothing selects sub-tasks (then the trace is the step as analysed) and
-  // there is a core for it. It reads the timelines too: done before they
-  // change (StepDone) and before the profile goes.
+  // there is a core for it. It reads the profile alone (its processes are
+  // values, process_view.h): done before the profile goes.
   AnalyzeStepInto(&profile, config, second_core_ && config.subtasks.empty() && !config.discrete);
   struct Joined {
     const StepProfile& profile;
     ~Joined() { profile.analysis.Wait(); }
   } joined{profile};
   // Discrete captures go out before their step's summary.
-  for (const StepProfile& capture : ApplySubtasks(&profile, config.subtasks, config.discrete)) {
+  const LevelCutter recut = [this](int64_t begin_ns, int64_t end_ns, ProcessSlice* slice) {
+    CutLevelsAndArming(*processes_.at(slice->process->hello().session), begin_ns, end_ns, slice);
+  };
+  for (const StepProfile& capture : ApplySubtasks(&profile, config.subtasks, config.discrete, recut)) {
     exporter_->ExportStep(capture);
   }
   const bool exported = exporter_->ExportStep(profile);
@@ -452,8 +455,8 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.config_source = run_config_.source();
   run.config_notes = context_.notes.recorded();
   for (const auto& [session, p] : processes_) {
-    run.processes.push_back(
-        {session, p.get(), run_config_.Selected(*p), releases_.released_ns(session), admission_.ViaRelay(session)});
+    run.processes.push_back({session, std::make_shared<const ProcessView>(p->View()), run_config_.Selected(*p),
+                             releases_.released_ns(session), admission_.ViaRelay(session)});
   }
   run.steps_written = steps_written_;
   run.expected = expected_.processes();

@@ -232,7 +232,7 @@ void ClassifyStepSamples(StepProfile* step, const AttributionRules& rules) {
       return c != calls.begin() && std::prev(c)->second >= ts;
     };
     std::map<std::tuple<uint32_t, uint32_t, uint32_t>, CpuCategory> by_names;
-    const ProcessTimeline& p = *slice.process;
+    const ProcessView& p = *slice.process;
     for (CpuSample& s : slice.cpu_samples) {
       if (s.profiler_thread) {
         s.category = static_cast<uint8_t>(CpuCategory::kProfiler);

@@ -8,11 +8,11 @@
 
 #include "aggregator/sorting.h"
 #include "aggregator/step_profile.h"
-#include "aggregator/timeline.h"
+#include "aggregator/process_view.h"
 
 namespace rlscope {
 
-std::string NodeOf(const ProcessTimeline& p) {
+std::string NodeOf(const ProcessView& p) {
   const auto& labels = p.identity().labels;
   const auto ip = labels.find("node_ip"), id = labels.find("node_id");
   const std::string short_id = id != labels.end() ? id->second.substr(0, 8) : "";
@@ -28,13 +28,13 @@ std::vector<int> LaneOrder(const StepProfile& profile) {
   constexpr int64_t kNoRank = INT64_MAX;
   std::map<std::string, int64_t> node_first;  // node -> its lowest rank (the controller's: -1)
   for (const ProcessSlice& s : profile.processes) {
-    const ProcessTimeline& p = *s.process;
+    const ProcessView& p = *s.process;
     const int64_t rank = p.is_controller() ? -1 : p.identity().rank >= 0 ? p.identity().rank : kNoRank;
     auto [it, added] = node_first.emplace(NodeOf(p), rank);
     if (!added) it->second = std::min(it->second, rank);
   }
   auto key = [&](int i) {
-    const ProcessTimeline& p = *profile.processes[static_cast<size_t>(i)].process;
+    const ProcessView& p = *profile.processes[static_cast<size_t>(i)].process;
     const std::string node = NodeOf(p);
     const int64_t rank = p.identity().rank >= 0 ? p.identity().rank : kNoRank;
     return std::make_tuple(!p.is_controller(), node_first[node], node, rank, p.identity().pid);
@@ -83,7 +83,7 @@ struct Candidate {
 // (of boxes beginning together, the longer first, then the first): as a
 // stable sort by duration, cut to the longest, then a stable sort by begin.
 // `name` names the boxes without a span.
-void Bound(const ProcessTimeline& p, std::vector<Candidate> boxes, const std::string& name, Lane* lane) {
+void Bound(const ProcessView& p, std::vector<Candidate> boxes, const std::string& name, Lane* lane) {
   if (boxes.size() > kMaxLaneBoxes) {
     auto longer = [](const Candidate& a, const Candidate& b) {
       return a.duration_ns != b.duration_ns ? a.duration_ns > b.duration_ns : a.index < b.index;

@@ -39,11 +39,11 @@ struct StepLanes {
   std::vector<Lane> lanes;            // the controller's first, then node by node (LaneOrder), by rank, pid
 };
 
-class ProcessTimeline;
+class ProcessView;
 // The node a process's lane is grouped under: its Ray node's IP and the
 // first 8 digits of its id ("192.0.2.2 [a0ada472]"), else what it has of
 // them, else its host.
-std::string NodeOf(const ProcessTimeline& p);
+std::string NodeOf(const ProcessView& p);
 
 // A controller sub-task window, as the breakdown found it (corrected).
 struct LaneWindow {

@@ -7,7 +7,7 @@
 
 namespace rlscope {
 
-bool NameIn(const ProcessTimeline& p, uint32_t name, const std::vector<std::string>& names) {
+bool NameIn(const ProcessView& p, uint32_t name, const std::vector<std::string>& names) {
   const char* s = p.String(name);
   return std::find(names.begin(), names.end(), s) != names.end();
 }
@@ -43,7 +43,7 @@ std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::v
   std::vector<Occurrence> out;
   for (const ProcessSlice& slice : step.processes) {
     if (!slice.process->is_controller()) continue;
-    const ProcessTimeline& p = *slice.process;
+    const ProcessView& p = *slice.process;
     auto add = [&](const Span& s) { out.push_back({p.String(s.name), "", s.begin_ns, s.end_ns, s.end_tid}); };
     if (names.empty()) {
       for (const Span* s : StepChildren(slice, step.step)) add(*s);

@@ -36,6 +36,6 @@ std::vector<const Span*> StepChildren(const ProcessSlice& controller, int64_t st
 std::vector<Occurrence> SubtaskOccurrences(const StepProfile& step, const std::vector<std::string>& names);
 
 // Whether the string `name` of `p` is one of `names`.
-bool NameIn(const ProcessTimeline& p, uint32_t name, const std::vector<std::string>& names);
+bool NameIn(const ProcessView& p, uint32_t name, const std::vector<std::string>& names);
 
 }  // namespace rlscope

@@ -10,7 +10,7 @@ std::string HexSession(uint64_t v) {
   return buf;
 }
 
-void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected) {
+void WriteIdentity(JsonWriter& w, const ProcessView& p, bool selected) {
   const wire::Identity& id = p.identity();
   w.Key("session").String(HexSession(p.hello().session));
   w.Key("label").String(ProcessLabel(p));
@@ -25,7 +25,7 @@ void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected) {
   w.EndObject();
 }
 
-void WriteClock(JsonWriter& w, const ProcessTimeline& p) {
+void WriteClock(JsonWriter& w, const ProcessView& p) {
   const ClockEstimate& e = p.clock();
   w.Key("clock").BeginObject();
   w.Key("aligned").Bool(e.valid);

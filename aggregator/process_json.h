@@ -16,9 +16,9 @@ namespace rlscope {
 std::string HexSession(uint64_t session);
 // Its identity keys (session, label, host, pid, rank, role, name, labels);
 // `selected`: profiled under the run's config (the aggregator's decision).
-void WriteIdentity(JsonWriter& w, const ProcessTimeline& p, bool selected);
+void WriteIdentity(JsonWriter& w, const ProcessView& p, bool selected);
 // "clock": its clock against the aggregator's (clock_fit.h).
-void WriteClock(JsonWriter& w, const ProcessTimeline& p);
+void WriteClock(JsonWriter& w, const ProcessView& p);
 // An array of expected processes, each an object of its identity strings.
 void WriteExpected(JsonWriter& w, const std::vector<ExpectedProcess>& list);
 

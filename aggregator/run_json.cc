@@ -14,7 +14,7 @@ namespace {
 
 // One of run.json's processes: identity, counts, release point, clock, threads.
 void WriteRunProcess(JsonWriter& w, const ProcessInfo& pi) {
-  const ProcessTimeline& p = *pi.process;
+  const ProcessView& p = *pi.process;
   w.Newline().BeginObject();
   WriteIdentity(w, p, pi.selected);
   w.Key("events_received").Uint(p.events_received());

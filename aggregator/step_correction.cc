@@ -70,32 +70,23 @@ namespace {
 // (aggregator clock), with the costs it used and whether they drifted.
 std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits,
                                          double scale, const ProcessSlice& slice) {
-  // Marks are cut on the process's clock like the spans (a nanosecond wider:
-  // the clock fit's rounding), moved onto the aggregator's, where the step
-  // begins, and held to [begin, end] there, as the spans were; waits are on
-  // the aggregator's clock already.
-  const ProcessTimeline& p = *slice.process;
-  const ClockEstimate& clock = p.clock();
-  std::map<int64_t, std::vector<CostMark>> marks;
-  p.CutCosts(clock.FromAggregator(step.begin_ns) - 1, clock.FromAggregator(step.end_ns) + 1, &marks);
-  for (auto& [tid, list] : marks) {
-    for (CostMark& m : list) m.ts_ns = clock.ToAggregator(m.ts_ns);
-    list.erase(std::remove_if(list.begin(), list.end(),
-                              [&](const CostMark& m) { return m.ts_ns < step.begin_ns || m.ts_ns > step.end_ns; }),
-               list.end());
+  const std::map<int64_t, std::vector<CostMark>>* marks = &slice.cost_marks;
+  std::map<int64_t, std::vector<CostMark>> with_waits;
+  if (!waits.empty()) {
+    with_waits = slice.cost_marks;
+    for (const auto& [tid, list] : waits) with_waits[tid].insert(with_waits[tid].end(), list.begin(), list.end());
+    marks = &with_waits;
   }
-  for (const auto& [tid, list] : waits) marks[tid].insert(marks[tid].end(), list.begin(), list.end());
   // The costs measured in the step (and in each half of it: did they drift?).
+  const ClockEstimate& clock = slice.process->clock();
   const int64_t begin = clock.FromAggregator(step.begin_ns), end = clock.FromAggregator(step.end_ns);
-  std::vector<CostSample> samples;
-  p.CutSamples(begin - 1, end + 1, &samples);
   KindSamples in_step, first, second;
-  for (const CostSample& s : samples) {
+  for (const CostSample& s : slice.cost_samples) {
     in_step[s.kind].Add(static_cast<double>(s.ps));
     (s.ts_ns < begin + (end - begin) / 2 ? first : second)[s.kind].Add(static_cast<double>(s.ps));
   }
-  auto corrector = std::make_unique<Corrector>(marks, CostModel(p.hello().costs, scale, &in_step, &p.sample_totals()),
-                                               step.begin_ns);
+  auto corrector = std::make_unique<Corrector>(
+      *marks, CostModel(slice.process->hello().costs, scale, &in_step, &slice.run_cost_samples), step.begin_ns);
   corrector->set_cost_note(CostDrift(first, second));
   return corrector;
 }
@@ -465,6 +456,10 @@ void StepCorrection::Run() {
 
 void CorrectStep(StepProfile* step, const std::vector<std::string>& subtasks, double scale, bool second_core) {
   StepCorrection(step, subtasks, scale, second_core).Run();
+  for (ProcessSlice& slice : step->processes) {  // consumed: their memory goes now
+    std::map<int64_t, std::vector<CostMark>>().swap(slice.cost_marks);
+    std::vector<CostSample>().swap(slice.cost_samples);
+  }
 }
 
 }  // namespace rlscope

@@ -98,7 +98,8 @@ struct AwaitedWork {
 int64_t WaitShrinkNs(const std::vector<AwaitedWork>& work, int64_t window_begin_ns,
                      const std::function<int64_t(int64_t)>& controller_shift_ns);
 
-// Overhead correction of a cut step: the workers' costs first, then the
+// Overhead correction of a cut step (its slices' cost inputs, cut with it
+// and consumed here: ProcessSlice::cost_marks): the workers' costs first, then the
 // controller with its waits on them (its windows: the occurrences of
 // `subtasks`, occurrences.h), then the workers with their calls re-anchored at
 // the controller's corrected submits. Costs are each process's Hello costs

@@ -30,9 +30,31 @@ void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_
   }
 }
 
-ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool second_core) {
+namespace {
+
+// Overhead correction's inputs (ProcessSlice::cost_marks). Marks are cut on
+// the process's clock like the spans (a nanosecond wider: the clock fit's
+// rounding), moved onto the aggregator's, where the step begins, and held
+// to [begin, end] there, as the spans are.
+void CutCosts(const ProcessTimeline& p, const StepSpan& s, ProcessSlice* slice) {
+  const ClockEstimate& clock = p.clock();
+  const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
+  p.CutCosts(begin - 1, end + 1, &slice->cost_marks);
+  for (auto& [tid, list] : slice->cost_marks) {
+    for (CostMark& m : list) m.ts_ns = clock.ToAggregator(m.ts_ns);
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const CostMark& m) { return m.ts_ns < s.begin_ns || m.ts_ns > s.end_ns; }),
+               list.end());
+  }
+  p.CutSamples(begin - 1, end + 1, &slice->cost_samples);
+  slice->run_cost_samples = p.sample_totals();
+}
+
+}  // namespace
+
+ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs, bool second_core) {
   ProcessSlice slice;
-  slice.process = &p;
+  slice.process = std::make_shared<const ProcessView>(p.View());
   const ClockEstimate& clock = p.clock();
   const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
   p.Cut(begin, end, &slice.spans, &slice.instants, second_core);
@@ -41,6 +63,7 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool second
   p.CutOffCpu(begin, end, &slice.off_cpu);
   p.CutProcessCpu(begin, end, &slice.process_cpu);
   CutLevelsAndArming(p, s.begin_ns, s.end_ns, &slice);
+  if (costs) CutCosts(p, s, &slice);
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
   // Its threads' run-queue waits in the step (each sample stands for the
   // time before it): the evidence of CPU the job lacked, by the profiler or not.

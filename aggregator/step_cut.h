@@ -17,8 +17,9 @@ namespace rlscope {
 
 // One process's part of step `s`: cut on the process's own clock, then
 // what was cut moved onto the aggregator's (clock_fit.h), where the step's
-// bounds are, and clipped to them. `second_core`: ProcessTimeline::Cut's.
-ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool second_core = false);
+// bounds are, and clipped to them. With `costs`, overhead correction's
+// inputs too (ProcessSlice::cost_marks). `second_core`: ProcessTimeline::Cut's.
+ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs, bool second_core = false);
 // The parts of a slice that are levels and states over [begin, end]
 // (aggregator clock) rather than events: its unrecorded time and memory
 // levels (a discrete capture recuts them to its own interval).

@@ -16,7 +16,7 @@
 
 #include "aggregator/records.h"
 #include "aggregator/sorting.h"
-#include "aggregator/timeline.h"
+#include "aggregator/process_view.h"
 #include "native/gpu_record.h"
 
 namespace rlscope {
@@ -107,7 +107,9 @@ struct Overhead {
 
 // One process's part of a step.
 struct ProcessSlice {
-  const ProcessTimeline* process = nullptr;
+  // Who it is, its names and clock, when the step was cut (a value shared by
+  // the step's copies, process_view.h).
+  std::shared_ptr<const ProcessView> process;
   std::vector<Span> spans;             // clipped to the step, sorted (tid, begin, -end)
   std::vector<Instant> instants;       // inside the step, sorted by time
   std::vector<GpuRecord> gpu;          // GPU activity of the step (timeline.h CutGpu), by start
@@ -124,6 +126,14 @@ struct ProcessSlice {
   // How much of the step it did not record (ProcessTimeline::UnarmedNs; -1
   // unknown): a worker whose window reached it after the step began.
   int64_t unarmed_ns = -1;
+  // Overhead correction's inputs (step_correction.h), cut with the step
+  // when correction is on and consumed by it: every event each thread
+  // recorded in the step (aggregator clock, held to the step), the cost
+  // samples measured in it (the process's clock, a nanosecond wider either
+  // side), and those of the run so far.
+  std::map<int64_t, std::vector<CostMark>> cost_marks;
+  std::vector<CostSample> cost_samples;
+  KindSamples run_cost_samples;
   // Overhead correction (correction.h); none when off. Times above are corrected.
   std::optional<Overhead> overhead;
   // CPU its collector's flush thread used in the step (-1 unknown): not
@@ -203,8 +213,8 @@ struct StepProfile {
 
 struct ProcessInfo {
   uint64_t session = 0;
-  const ProcessTimeline* process = nullptr;
-  bool selected = true;  // profiled under the run's config
+  std::shared_ptr<const ProcessView> process;  // as it is when the run's record is made
+  bool selected = true;                        // profiled under the run's config
   // The last Control.release_ns it was sent (its clock; 0 none): a restarted
   // aggregator leaves out what its replay holds from before (SkipBefore).
   int64_t released_ns = 0;

@@ -26,19 +26,19 @@ namespace {
 // origin's own id, later ones are spread from it.
 uint64_t FlowId(uint64_t origin, uint64_t k) { return origin + k * 0xbf58476d1ce4e5b9ull; }
 
-int64_t SortIndex(const ProcessTimeline& p) {
+int64_t SortIndex(const ProcessView& p) {
   if (p.is_controller()) return 0;
   return p.identity().rank >= 0 ? 1 + p.identity().rank : 1000000;
 }
 
 // A thread track's sort index: the main thread first, then by tid.
-int64_t ThreadSort(const ProcessTimeline& p, int64_t tid) { return tid == p.identity().pid ? 0 : tid; }
+int64_t ThreadSort(const ProcessView& p, int64_t tid) { return tid == p.identity().pid ? 0 : tid; }
 
 // Each recording thread's off-CPU samples (thread_states.h) on a track of
 // its own: one slice per run of looks with the same reason, clipped to the
 // step's bounds [begin_ns, end_ns] and to the end of the run before it.
 void OffCpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
-  const ProcessTimeline& p = *slice.process;
+  const ProcessView& p = *slice.process;
   std::map<int64_t, std::vector<const OffCpuSample*>> by_tid;
   for (const OffCpuSample& o : slice.off_cpu) by_tid[o.tid].push_back(&o);
   for (const auto& [tid, list] : by_tid) {
@@ -113,7 +113,7 @@ void FlushRun(TraceSink* sink, int64_t pid, int64_t track, SampleRun* run,
 // What a sample was in: the Python module for python and simulator samples,
 // the shared object's file name for the others (libc under Ray's worker
 // loop is "other").
-std::string SampleWhere(const ProcessTimeline& p, const CpuSample& c) {
+std::string SampleWhere(const ProcessView& p, const CpuSample& c) {
   std::string object = p.String(c.object);
   if (const size_t slash = object.rfind('/'); slash != std::string::npos) object = object.substr(slash + 1);
   const std::string module = p.String(c.module);
@@ -130,7 +130,7 @@ std::string SampleWhere(const ProcessTimeline& p, const CpuSample& c) {
 // are clipped to the step's bounds [begin_ns, end_ns]. Per category a
 // counter of how many of the process's sampled threads ran in it.
 void CpuSampleEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64_t begin_ns, int64_t end_ns) {
-  const ProcessTimeline& p = *slice.process;
+  const ProcessView& p = *slice.process;
   std::map<int64_t, std::vector<const CpuSample*>> by_tid;
   for (const CpuSample& c : slice.cpu_samples) by_tid[c.tid].push_back(&c);
   std::map<uint8_t, std::vector<std::pair<int64_t, int64_t>>> by_category;  // the runs, for the counters
@@ -186,7 +186,7 @@ bool OnDevice(const GpuRecord& g) {
 }
 
 // A GPU record's name and category in the trace.
-std::pair<std::string, const char*> GpuName(const ProcessTimeline& p, const GpuRecord& g) {
+std::pair<std::string, const char*> GpuName(const ProcessView& p, const GpuRecord& g) {
   std::string name = p.String(g.name);
   const char* cat = names::kCatKernel;
   switch (static_cast<GpuKind>(g.kind)) {
@@ -251,7 +251,7 @@ void GpuTracks(TraceSink* sink, const ProcessSlice& slice, int64_t pid, std::set
 // launch to what it launched, and per device a counter of the work running
 // on it (kernels, copies and sets at once: its streams busy).
 void GpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid) {
-  const ProcessTimeline& p = *slice.process;
+  const ProcessView& p = *slice.process;
   std::map<uint32_t, const GpuRecord*> launch;  // correlation -> API call
   for (const GpuRecord& g : slice.gpu) {
     const auto kind = static_cast<GpuKind>(g.kind);
@@ -294,7 +294,7 @@ void PayloadArg(TraceArgs* args, uint64_t payload, bool is_signed) {
 
 // An event's category (0: none), by its name where the domain named it;
 // `storage` keeps the name alive while the args are.
-void CategoryArg(TraceArgs* args, const ProcessTimeline& p, uint32_t domain, uint32_t category, std::string* storage) {
+void CategoryArg(TraceArgs* args, const ProcessView& p, uint32_t domain, uint32_t category, std::string* storage) {
   if (category == 0) return;
   *storage = p.CategoryName(domain, category);
   if (storage->empty())
@@ -306,7 +306,7 @@ void CategoryArg(TraceArgs* args, const ProcessTimeline& p, uint32_t domain, uin
 // A push/pop range as a slice, a start/end range as an async range; its
 // args: payload, category, how it was cut; its raw times where overhead
 // correction moved it.
-void SpanEvent(TraceSink* sink, const ProcessTimeline& p, const Span& s, int64_t pid) {
+void SpanEvent(TraceSink* sink, const ProcessView& p, const Span& s, int64_t pid) {
   const char* raw_name = p.String(s.name);
   const std::string_view name = *raw_name ? raw_name : "(unnamed)";
   const std::string_view cat = s.domain != 0 ? p.String(s.domain) : "nvtx";
@@ -328,7 +328,7 @@ void SpanEvent(TraceSink* sink, const ProcessTimeline& p, const Span& s, int64_t
   }
 }
 
-void InstantEvent(TraceSink* sink, const ProcessTimeline& p, const Instant& i, int64_t pid) {
+void InstantEvent(TraceSink* sink, const ProcessView& p, const Instant& i, int64_t pid) {
   const char* name = p.String(i.name);
   TraceArgs args;
   std::string category;
@@ -338,7 +338,7 @@ void InstantEvent(TraceSink* sink, const ProcessTimeline& p, const Instant& i, i
 }
 
 // The process's Ray identity from its collector's labels (ray_worker.py).
-std::vector<std::string> RayLabels(const ProcessTimeline& p) {
+std::vector<std::string> RayLabels(const ProcessView& p) {
   static const char* const kKeys[] = {"actor_class", "actor_name", "actor_id", "job_id",
                                       "node_id",     "node_ip",    "worker_id"};
   std::vector<std::string> out;
@@ -414,7 +414,7 @@ void MemoryCounters(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int
 // samples and marks.
 void ProcessEvents(TraceSink* sink, const StepProfile& step, const ProcessSlice& slice, int64_t pid,
                    const std::map<uint64_t, int>& calls, std::map<uint64_t, int>* seen) {
-  const ProcessTimeline& p = *slice.process;
+  const ProcessView& p = *slice.process;
   sink->Process(pid, ProcessLabel(p), SortIndex(p), RayLabels(p));
   std::set<int64_t> tids;
   for (const Span& s : slice.spans) tids.insert(s.tid);

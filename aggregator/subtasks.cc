@@ -6,7 +6,6 @@
 #include <set>
 
 #include "aggregator/occurrences.h"
-#include "aggregator/step_cut.h"
 
 namespace rlscope {
 
@@ -67,7 +66,8 @@ std::vector<Interval> OwnSubtaskIntervals(const ProcessSlice& slice, const std::
   return out;
 }
 
-std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std::string>& subtasks, bool discrete) {
+std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std::string>& subtasks, bool discrete,
+                                       const LevelCutter& recut) {
   std::vector<StepProfile> captures;
   if (!discrete && subtasks.empty()) return captures;
   const std::vector<Occurrence> occurrences = SubtaskOccurrences(*step, subtasks);
@@ -79,7 +79,7 @@ std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std:
       capture.end_ns = o.end_ns;
       for (ProcessSlice& slice : capture.processes) {
         RestrictToIntervals(&slice, {{o.begin_ns, o.end_ns}});
-        CutLevelsAndArming(*slice.process, o.begin_ns, o.end_ns, &slice);
+        recut(o.begin_ns, o.end_ns, &slice);
       }
       captures.push_back(std::move(capture));
       step->captures.push_back(o.capture);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,16 @@ void RestrictToIntervals(ProcessSlice* slice, const std::vector<Interval>& merge
 // The intervals of this process's own ranges named in `names`.
 std::vector<Interval> OwnSubtaskIntervals(const ProcessSlice& slice, const std::vector<std::string>& names);
 
+// Cuts a slice's levels and states (memory, unarmed time) again to [begin,
+// end] (aggregator clock), from the timeline it was cut from
+// (step_cut.h CutLevelsAndArming): the caller's, which has the timelines.
+using LevelCutter = std::function<void(int64_t begin_ns, int64_t end_ns, ProcessSlice* slice)>;
+
 // Applies `subtasks` / `discrete` (above) to a cut step; with neither,
 // leaves it whole. Discrete: returns the captures, in time order, for the
-// caller to export before the step, and leaves the step a summary of them
-// (`captures`, `summary_only`).
-std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std::string>& subtasks, bool discrete);
+// caller to export before the step, each slice's levels cut to its capture
+// by `recut`, and leaves the step a summary of them (`captures`, `summary_only`).
+std::vector<StepProfile> ApplySubtasks(StepProfile* step, const std::vector<std::string>& subtasks, bool discrete,
+                                       const LevelCutter& recut);
 
 }  // namespace rlscope

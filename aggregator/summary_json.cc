@@ -19,7 +19,7 @@ void WhoKeys(JsonWriter& w, const StepProfile& step, int index, const char* rank
     w.Key(rank_key).Null().Key(process_key).Null();
     return;
   }
-  const ProcessTimeline& p = *step.processes[index].process;
+  const ProcessView& p = *step.processes[index].process;
   w.Key(rank_key).IntOrNull(p.identity().rank);
   w.Key(process_key).String(ProcessLabel(p));
 }
@@ -66,7 +66,7 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
 void WriteAnalysis(JsonWriter& w, const StepProfile& step, const StepAnalysis& a) {
   w.Key("breakdown").BeginArray();
   for (const BreakdownRow& r : a.rows) {
-    const ProcessTimeline& p = *step.processes[r.process].process;
+    const ProcessView& p = *step.processes[r.process].process;
     w.Newline().BeginObject();
     w.Key("subtask").String(r.subtask).Key("occurrences").Int(r.occurrences);
     WhoKeys(w, step, r.process, "rank", "process");
@@ -131,7 +131,7 @@ void WriteLanes(JsonWriter& w, const StepProfile& step, const StepLanes& lanes) 
   w.Key("max_boxes_per_lane").Uint(kMaxLaneBoxes);
   w.Key("lanes").BeginArray();
   for (const Lane& lane : lanes.lanes) {
-    const ProcessTimeline& p = *step.processes[static_cast<size_t>(lane.process)].process;
+    const ProcessView& p = *step.processes[static_cast<size_t>(lane.process)].process;
     w.Newline().BeginObject();
     WhoKeys(w, step, lane.process, "rank", "process");
     w.Key("role").String(p.identity().role);
@@ -224,7 +224,7 @@ void WriteMemory(JsonWriter& w, const ProcessSlice& slice) {
 
 // One of the step's processes: who, what it had in the step, its clock and overhead.
 void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
-  const ProcessTimeline& p = *slice.process;
+  const ProcessView& p = *slice.process;
   w.Newline().BeginObject();
   WriteIdentity(w, p, true);  // a step holds only selected processes
   w.Key("spans").Uint(slice.spans.size());

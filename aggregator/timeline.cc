@@ -1,14 +1,26 @@
 #include "aggregator/timeline.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "native/event.h"
 #include "native/names.h"
 
 namespace rlscope {
 
+ProcessNames& ProcessTimeline::Names() {
+  if (names_.use_count() > 1) names_ = std::make_shared<ProcessNames>(*names_);  // a step holds these
+  return *names_;
+}
+
+ProcessView ProcessTimeline::View() const {
+  return ProcessView(names_, clock_, controller_,
+                     {events_received_, dropped_, pairing_.unmatched(), stores_.interrupted_samples(),
+                      stores_.cpu_samples_received(), events_recorded_, said_bye_, lost_});
+}
+
 void ProcessTimeline::Add(const wire::Batch& batch, StepEdges* edges) {
-  names_.Add(batch);
+  if (!batch.strings.empty() || !batch.thread_names.empty() || !batch.categories.empty()) Names().Add(batch);
   pairing_.NoteNames(batch);
   watermark_ns_ = std::max(watermark_ns_, batch.watermark_ns);
   dropped_ = std::max(dropped_, batch.dropped);
@@ -104,39 +116,6 @@ void ProcessTimeline::DiscardBefore(int64_t ns) {
   stores_.DiscardBefore(ns);
   spans_.DiscardBefore(ns);
   pairing_.DiscardBefore(ns);
-}
-
-std::string ProcessName(const ProcessTimeline& p) {
-  const wire::Identity& id = p.identity();
-  auto it = id.labels.find("actor_class");
-  if (it != id.labels.end() && !it->second.empty()) return it->second;
-  // A process a profiled actor started (collector/children.h).
-  it = id.labels.find(names::kLabelParentActor);
-  return it != id.labels.end() && !it->second.empty() ? it->second + " child: " + id.name : id.name;
-}
-
-std::string ProcessLabel(const ProcessTimeline& p) {
-  const wire::Identity& id = p.identity();
-  auto label_of = [&](const char* key) {
-    auto it = id.labels.find(key);
-    return it == id.labels.end() ? std::string() : it->second;
-  };
-  const std::string node_ip = label_of("node_ip");
-  if (node_ip.empty()) {  // not a Ray process: host / name (role, rank R) / pid P
-    std::string label = id.host + " / " + ProcessName(p) + " (" + id.role;
-    if (id.rank >= 0) label += ", rank " + std::to_string(id.rank);
-    return label + ") / pid " + std::to_string(id.pid);
-  }
-  // A Ray process: node 10.0.0.2 [node id prefix] / Learner (rank 0) / pid 4242
-  std::string label = "node " + node_ip;
-  const std::string node_id = label_of("node_id");
-  if (!node_id.empty()) label += " [" + node_id.substr(0, 8) + "]";
-  label += " / " + ProcessName(p);
-  if (id.role == "controller")
-    label += " (controller)";
-  else if (id.rank >= 0)
-    label += " (rank " + std::to_string(id.rank) + ")";
-  return label + " / pid " + std::to_string(id.pid);
 }
 
 }  // namespace rlscope

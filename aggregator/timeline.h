@@ -14,11 +14,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "aggregator/process_names.h"
+#include "aggregator/process_view.h"
 #include "aggregator/range_pairing.h"
 #include "aggregator/record_stores.h"
 #include "aggregator/records.h"
@@ -30,7 +32,8 @@ namespace rlscope {
 class ProcessTimeline {
  public:
   static constexpr size_t kMaxStringBytes = ProcessNames::kMaxStringBytes;
-  explicit ProcessTimeline(wire::Hello hello) : names_(std::move(hello)), pairing_(&spans_) {}
+  explicit ProcessTimeline(wire::Hello hello)
+      : names_(std::make_shared<ProcessNames>(std::move(hello))), pairing_(&spans_) {}
   // Its parts point at each other: a timeline stays where it was made.
   ProcessTimeline(const ProcessTimeline&) = delete;
   ProcessTimeline& operator=(const ProcessTimeline&) = delete;
@@ -42,8 +45,10 @@ class ProcessTimeline {
   void Bye(const wire::Bye& bye);
   // A hello that arrives after the process's first batch replaces the
   // placeholder identity it was filed under.
-  void Identify(const wire::Hello& hello) { names_.Identify(hello); }
-  uint64_t truncated_strings() const { return names_.truncated_strings(); }
+  void Identify(const wire::Hello& hello) { Names().Identify(hello); }
+  uint64_t truncated_strings() const { return names_->truncated_strings(); }
+  // What a step cut now keeps of the process (process_view.h).
+  ProcessView View() const;
   // A resumed run's controller (Aggregator::Resume): its "step" ranges that
   // began before `done_before_ns` (its clock) were written already and are
   // not steps again; the next unnumbered one is `next_number`.
@@ -110,7 +115,7 @@ class ProcessTimeline {
   // controller's, or an older collector) or its first batch did not come
   // here (a restarted aggregator: the edge that armed it is not known).
   int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns) const {
-    return stores_.UnarmedNs(begin_ns, end_ns, names_.hello().start_ns, said_bye_ ? watermark_ns_ : INT64_MAX);
+    return stores_.UnarmedNs(begin_ns, end_ns, names_->hello().start_ns, said_bye_ ? watermark_ns_ : INT64_MAX);
   }
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
@@ -127,17 +132,17 @@ class ProcessTimeline {
   // out rather than matched against opens it no longer has.
   void SkipBefore(int64_t ns) { skip_before_ns_ = ns; }
 
-  const wire::Hello& hello() const { return names_.hello(); }
-  const wire::Identity& identity() const { return names_.identity(); }
+  const wire::Hello& hello() const { return names_->hello(); }
+  const wire::Identity& identity() const { return names_->identity(); }
   // The role a process claims, and whether the aggregator took it as the
   // run's controller: the first to claim it (a child that inherited
   // RLSCOPE_ROLE=controller is not), whose steps every process is cut to.
   bool claims_controller() const { return identity().role == "controller"; }
   bool is_controller() const { return controller_; }
   void set_controller() { controller_ = true; }
-  const char* String(uint32_t id) const { return names_.String(id); }  // "" for 0 or unknown
-  std::string ThreadName(int64_t tid) const { return names_.ThreadName(tid); }
-  std::string CategoryName(uint32_t domain, uint32_t category) const { return names_.CategoryName(domain, category); }
+  const char* String(uint32_t id) const { return names_->String(id); }  // "" for 0 or unknown
+  std::string ThreadName(int64_t tid) const { return names_->ThreadName(tid); }
+  std::string CategoryName(uint32_t domain, uint32_t category) const { return names_->CategoryName(domain, category); }
   int64_t watermark_ns() const { return watermark_ns_; }
   bool said_bye() const { return said_bye_; }
   // What the process said it recorded, in its goodbye (0 before one): with
@@ -162,7 +167,7 @@ class ProcessTimeline {
   // Aggregator time of the last message from this process (the daemon's clock).
   int64_t last_seen_ns() const { return last_seen_ns_; }
   void Touch(int64_t now_ns) { last_seen_ns_ = now_ns; }
-  const std::map<int64_t, std::string>& thread_names() const { return names_.thread_names(); }
+  const std::map<int64_t, std::string>& thread_names() const { return names_->thread_names(); }
   size_t buffered_spans() const { return spans_.size() + stores_.buffered(); }
 
  private:
@@ -173,10 +178,13 @@ class ProcessTimeline {
   // the cost marks).
   bool AddEvent(int64_t tid, const wire::Event& e, bool after_calibration, StepEdges* edges);
 
-  ProcessNames names_;    // identity and names
-  SpanStore spans_;       // completed spans
-  RangePairing pairing_;  // range events into spans_ (declared after it)
-  RecordStores stores_;   // everything else
+  // Its names, before a change copied when a step's view holds them.
+  ProcessNames& Names();
+
+  std::shared_ptr<ProcessNames> names_;  // identity and names (shared with steps' views)
+  SpanStore spans_;                      // completed spans
+  RangePairing pairing_;                 // range events into spans_ (declared after it)
+  RecordStores stores_;                  // everything else
   int64_t watermark_ns_ = 0;
   uint64_t events_received_ = 0;
   uint64_t dropped_ = 0;
@@ -190,14 +198,8 @@ class ProcessTimeline {
   bool controller_ = false;
 };
 
-// The label a process's track gets in traces, also used in summaries: "host /
-// name (role, rank R) / pid P", or for a Ray process "node IP [node id
-// prefix] / actor class (rank R) / pid P".
-std::string ProcessLabel(const ProcessTimeline& p);
-// The process's name as outputs show it: its Ray actor's class once the
-// collector learnt it (labels.actor_class), else the name it said hello
-// with (its command line's; a Ray worker's title when it started, such as
-// "ray::IDLE", before it became an actor).
-std::string ProcessName(const ProcessTimeline& p);
+// ProcessLabel and ProcessName (process_view.h) of the process as it is now.
+inline std::string ProcessLabel(const ProcessTimeline& p) { return ProcessLabel(p.View()); }
+inline std::string ProcessName(const ProcessTimeline& p) { return ProcessName(p.View()); }
 
 }  // namespace rlscope

@@ -20,7 +20,7 @@ LAYERS = {
     "aggregator": [
         ("helpers", "sorting chunk_queue prefault json_writer trace_sink relay daemon_support decode_ahead records "
                     "intervals"),
-        ("timeline parts", "process_names span_store range_pairing record_stores"),
+        ("timeline parts", "process_names process_view span_store range_pairing record_stores"),
         ("data model", "timeline step_profile context"),
         ("shared rules", "occurrences attribution ray_calls clock_fit process_json"),
         ("analysis results", "step_analysis"),

@@ -1419,7 +1419,7 @@ TEST_F(AggregatorTest, RepeatedHelloUpdatesIdentityLabels) {
   std::string json;
   JsonWriter w(&json);
   w.BeginObject();
-  WriteIdentity(w, p, true);
+  WriteIdentity(w, p.View(), true);
   w.EndObject();
   EXPECT_NE(json.find("\"name\":\"Learner\""), std::string::npos) << json;
   EXPECT_EQ(json.find("ray::IDLE"), std::string::npos) << json;
