@@ -17,9 +17,11 @@
 
 namespace rlscope {
 
-void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_ns, ProcessSlice* slice) {
+namespace {
+
+// CutLevelsAndArming's, over [begin, end] on the process's own clock.
+void CutLevels(const ProcessTimeline& p, int64_t begin, int64_t end, ProcessSlice* slice) {
   const ClockEstimate& clock = p.clock();
-  const int64_t begin = clock.FromAggregator(begin_ns), end = clock.FromAggregator(end_ns);
   slice->unarmed_ns = p.UnarmedNs(begin, end);
   slice->rss.clear();
   slice->gpu_allocated.clear();
@@ -30,15 +32,13 @@ void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_
   }
 }
 
-namespace {
-
-// Overhead correction's inputs (ProcessSlice::cost_marks). Marks are cut on
-// the process's clock like the spans (a nanosecond wider: the clock fit's
-// rounding), moved onto the aggregator's, where the step begins, and held
-// to [begin, end] there, as the spans are.
-void CutCosts(const ProcessTimeline& p, const StepSpan& s, ProcessSlice* slice) {
+// Overhead correction's inputs (ProcessSlice::cost_marks), the step `s`
+// being [begin, end] on the process's clock. Marks are cut on the process's
+// clock like the spans (a nanosecond wider: the clock fit's rounding), moved
+// onto the aggregator's, where the step begins, and held to [begin, end]
+// there, as the spans are.
+void CutCosts(const ProcessTimeline& p, const StepSpan& s, int64_t begin, int64_t end, ProcessSlice* slice) {
   const ClockEstimate& clock = p.clock();
-  const int64_t begin = clock.FromAggregator(s.begin_ns), end = clock.FromAggregator(s.end_ns);
   p.CutCosts(begin - 1, end + 1, &slice->cost_marks);
   for (auto& [tid, list] : slice->cost_marks) {
     for (CostMark& m : list) m.ts_ns = clock.ToAggregator(m.ts_ns);
@@ -52,6 +52,10 @@ void CutCosts(const ProcessTimeline& p, const StepSpan& s, ProcessSlice* slice) 
 
 }  // namespace
 
+void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_ns, ProcessSlice* slice) {
+  CutLevels(p, p.clock().FromAggregator(begin_ns), p.clock().FromAggregator(end_ns), slice);
+}
+
 ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs, bool second_core) {
   ProcessSlice slice;
   slice.process = std::make_shared<const ProcessView>(p.View());
@@ -62,8 +66,8 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs,
   p.CutCpuSamples(begin, end, &slice.cpu_samples);
   p.CutOffCpu(begin, end, &slice.off_cpu);
   p.CutProcessCpu(begin, end, &slice.process_cpu);
-  CutLevelsAndArming(p, s.begin_ns, s.end_ns, &slice);
-  if (costs) CutCosts(p, s, &slice);
+  CutLevels(p, begin, end, &slice);
+  if (costs) CutCosts(p, s, begin, end, &slice);
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
   // Its threads' run-queue waits in the step (each sample stands for the
   // time before it): the evidence of CPU the job lacked, by the profiler or not.
