@@ -533,7 +533,7 @@ ConfigResult LoadConfigFromEnvValue(const std::string& value) {
   std::error_code ec;
   const bool inline_text = value.find('\n') != std::string::npos || value[0] == '{' ||
                            (value.find(':') != std::string::npos && !std::filesystem::exists(value, ec));
-  if (inline_text) return ParseConfig(value, "RLSCOPE_CONFIG");
+  if (inline_text) return ParseConfig(value, names::kEnvConfig);
   return LoadConfigFile(value);
 }
 
