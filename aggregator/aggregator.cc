@@ -139,13 +139,17 @@ Overloaded(F...) -> Overloaded<F...>;
 
 void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
   ++context_.stats.messages;
-  std::visit(
-      Overloaded{
-          [&](const wire::Hello& m) { OnHello(m, now_ns); }, [&](const wire::Batch& m) { OnBatch(m, now_ns); },
-          [&](const wire::Probe& m) { OnProbe(m, now_ns); }, [&](const wire::Expected& m) { OnExpected(m, now_ns); },
-          [&](const wire::Bye& m) { OnBye(m); }, [](const wire::Control&) {},  // ours, not a collector's
-      },
-      message);
+  // clang-format off
+  std::visit(Overloaded{
+                 [&](const wire::Hello& m) { OnHello(m, now_ns); },
+                 [&](const wire::Batch& m) { OnBatch(m, now_ns); },
+                 [&](const wire::Probe& m) { OnProbe(m, now_ns); },
+                 [&](const wire::Expected& m) { OnExpected(m, now_ns); },
+                 [&](const wire::Bye& m) { OnBye(m); },
+                 [](const wire::Control&) {},  // ours, not a collector's
+             },
+             message);
+  // clang-format on
 }
 
 void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
@@ -264,7 +268,8 @@ void Aggregator::OnBye(const wire::Bye& bye) {
 
 void Aggregator::Tick(int64_t now_ns) {
   // Expected processes still starting hold steps (expected.h), within the grace.
-  const bool starting = expected_.Awaiting(processes_, now_ns, run_config_.config().flush.step_grace_ms * 1000000);
+  const bool starting =
+      !scheduler_.idle() && expected_.Awaiting(processes_, now_ns, run_config_.config().flush.step_grace_ms * 1000000);
   while (const PendingStep* step = scheduler_.NextReady(now_ns, processes_, starting)) {
     if (!Emit(*step, false, now_ns)) break;  // stays pending; the daemon stops
     scheduler_.Done();

@@ -1,5 +1,6 @@
 #include "aggregator/expected.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -55,6 +56,11 @@ void ExpectedList::Set(const std::vector<ExpectedProcess>& processes, int64_t no
 }
 
 bool ExpectedList::Awaiting(const ProcessMap& processes, int64_t now_ns, int64_t wait_ns) const {
+  // Matching the list against the processes costs their product: only while
+  // one of the list is recent enough to be waited for.
+  if (std::none_of(since_ns_.begin(), since_ns_.end(), [&](const auto& e) { return now_ns - e.second < wait_ns; })) {
+    return false;
+  }
   for (const ExpectedProcess& e : NotProfiled(processes_, processes)) {
     auto it = since_ns_.find(KeyOf(e));
     if (it != since_ns_.end() && now_ns - it->second < wait_ns) return true;
