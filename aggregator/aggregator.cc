@@ -154,6 +154,7 @@ void Aggregator::OnMessage(const wire::Message& message, int64_t now_ns) {
 
 void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   scheduler_.Back(hello.session);
+  expected_.ProcessesChanged();
   auto& slot = processes_[hello.session];
   // A repeated hello updates the identity (labels learnt later, or the
   // real identity of a process first seen through a batch).
@@ -214,6 +215,7 @@ ProcessTimeline& Aggregator::SenderOf(const wire::Batch& batch) {
     anon.identity.role = "worker";
     anon.identity.name = "unidentified";
     it = processes_.emplace(batch.session, std::make_unique<ProcessTimeline>(anon)).first;
+    expected_.ProcessesChanged();
   }
   return *it->second;
 }

@@ -350,7 +350,10 @@ class TraceJsonOutput::Writer {
       return false;
     }
   }
-  bool running() const { return thread_.joinable() && !dead_; }
+  bool running() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return thread_.joinable() && !dead_;
+  }
   // The file the chunks of the step now encoded go to.
   void Begin(OutputSink* file) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -53,19 +53,21 @@ std::string ExpectedList::KeyOf(const ExpectedProcess& e) {
 void ExpectedList::Set(const std::vector<ExpectedProcess>& processes, int64_t now_ns) {
   processes_ = processes;
   for (const ExpectedProcess& e : processes_) since_ns_.emplace(KeyOf(e), now_ns);
+  stale_ = true;
 }
 
 bool ExpectedList::Awaiting(const ProcessMap& processes, int64_t now_ns, int64_t wait_ns) const {
-  // Matching the list against the processes costs their product: only while
-  // one of the list is recent enough to be waited for.
-  if (std::none_of(since_ns_.begin(), since_ns_.end(), [&](const auto& e) { return now_ns - e.second < wait_ns; })) {
-    return false;
+  // Matching the list against the processes costs their product: only after
+  // a change to either (ProcessesChanged, Set).
+  if (stale_) {
+    missing_since_ns_.clear();
+    for (const ExpectedProcess& e : NotProfiled(processes_, processes)) {
+      if (auto it = since_ns_.find(KeyOf(e)); it != since_ns_.end()) missing_since_ns_.push_back(it->second);
+    }
+    stale_ = false;
   }
-  for (const ExpectedProcess& e : NotProfiled(processes_, processes)) {
-    auto it = since_ns_.find(KeyOf(e));
-    if (it != since_ns_.end() && now_ns - it->second < wait_ns) return true;
-  }
-  return false;
+  return std::any_of(missing_since_ns_.begin(), missing_since_ns_.end(),
+                     [&](int64_t since) { return now_ns - since < wait_ns; });
 }
 
 }  // namespace rlscope

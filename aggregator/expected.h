@@ -30,8 +30,12 @@ class ExpectedList {
  public:
   void Set(const std::vector<ExpectedProcess>& processes, int64_t now_ns);
   const std::vector<ExpectedProcess>& processes() const { return processes_; }
+  // A process connected or changed its identity (a hello): who is missing
+  // is looked at again.
+  void ProcessesChanged() { stale_ = true; }
   // True while a process of the list that has not connected was first
-  // expected less than `wait_ns` before `now_ns`.
+  // expected less than `wait_ns` before `now_ns`. `processes` unchanged
+  // since the last call unless ProcessesChanged says so.
   bool Awaiting(const ProcessMap& processes, int64_t now_ns, int64_t wait_ns) const;
 
  private:
@@ -40,6 +44,10 @@ class ExpectedList {
 
   std::vector<ExpectedProcess> processes_;
   std::map<std::string, int64_t> since_ns_;  // by KeyOf; kept across lists (an entry that comes back keeps its time)
+  // When each process of the list missing at the last look was first
+  // expected; looked at again when stale_.
+  mutable std::vector<int64_t> missing_since_ns_;
+  mutable bool stale_ = true;
 };
 
 }  // namespace rlscope

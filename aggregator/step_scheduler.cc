@@ -119,7 +119,8 @@ bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) 
 
 bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting) const {
   if (now_ns - step.closed_at_ns >= run_->config().flush.step_grace_ms * 1000000) return true;
-  if (!awaited_.empty() || starting) return false;  // a resumed run's processes not back; expected ones starting
+  if (!awaited_.empty()) return false;  // a resumed run's processes, not back yet
+  if (starting && run_->config().steps.Contains(step.span.number)) return false;  // a step to write waits for them
   for (const auto& [session, p] : processes) {
     if (!run_->Selected(*p)) continue;
     if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye

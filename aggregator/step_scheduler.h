@@ -65,8 +65,8 @@ class StepScheduler {
   // by the grace time while a resumed run's processes are not back: they
   // are not coming back (said once; steps no longer wait for them).
   // `starting`: a process the controller expects has not connected yet and
-  // is still given time (ExpectedList::Awaiting): no step is ready before
-  // the grace time.
+  // is still given time (ExpectedList::Awaiting): no step `steps` selects
+  // is ready before the grace time.
   const PendingStep* NextReady(int64_t now_ns, const ProcessMap& processes, bool starting);
   // The first closed step, ready or not; nullptr when none.
   const PendingStep* Next() const { return pending_.empty() ? nullptr : &pending_.front(); }

@@ -1498,6 +1498,27 @@ TEST_F(AggregatorTest, StepsWaitForAnExpectedProcessThatIsStillStarting) {
   EXPECT_TRUE(worker_in_step);
 }
 
+TEST_F(AggregatorTest, OnlyStepsToBeWrittenWaitForAnExpectedProcessStillStarting) {
+  Init(ConfigFrom("steps: [2]\n"));
+  FakeCollector ctl(1, "controller", -1, 100);
+  Connect(ctl);
+  wire::Expected ex;
+  ex.session = 1;
+  ex.processes = {{{"actor_id", "late"}, {"class_name", "Learner"}, {"node_id", "n1"}}};
+  Send(ex, 0);
+  ctl.Push(1, 100, "step").Pop(1, 200);
+  ctl.Push(1, 300, "step").Pop(1, 400);
+  Send(ctl.Flush(500), 1000);
+  agg_->Tick(1000);
+  // Step 1 is not written: skipped at once (its release is not held);
+  // step 2 waits for the learner.
+  EXPECT_EQ(agg_->stats().steps_skipped, 1u);
+  EXPECT_TRUE(exporter_.steps.empty());
+  agg_->Tick(agg_->config().flush.step_grace_ms * 1000000);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(exporter_.steps[0].not_profiled.size(), 1u);
+}
+
 // --------------------------------------------------------------- selection
 
 TEST_F(AggregatorTest, OnlySelectedStepsAreExported) {
