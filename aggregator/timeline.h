@@ -31,7 +31,6 @@ namespace rlscope {
 
 class ProcessTimeline {
  public:
-  static constexpr size_t kMaxStringBytes = ProcessNames::kMaxStringBytes;
   explicit ProcessTimeline(wire::Hello hello)
       : names_(std::make_shared<ProcessNames>(std::move(hello))), pairing_(&spans_) {}
   // Its parts point at each other: a timeline stays where it was made.

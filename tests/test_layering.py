@@ -142,7 +142,7 @@ def test_the_python_package_has_no_import_loop():
     assert loop is None, f"rlscope_ray modules import each other around a loop: {' -> '.join(loop)}"
 
 
-def test_the_checks_find_a_loop_and_an_upward_include():
-    """The checker itself: a loop is found, a DAG is not one."""
+def test_the_loop_finder_finds_a_loop_and_none_in_a_dag():
+    """The loop finder itself: a loop is found, a DAG has none."""
     assert find_loop({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_loop({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
