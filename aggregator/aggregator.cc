@@ -13,6 +13,7 @@
 #include "aggregator/expected.h"
 #include "aggregator/step_cut.h"
 #include "aggregator/subtasks.h"
+#include "native/clock.h"
 #include "native/names.h"
 
 namespace rlscope {
@@ -22,6 +23,7 @@ Aggregator::Aggregator(Config config, StepExporter* exporter, std::string config
       admission_(&context_),
       scheduler_(&context_, &run_config_),
       exporter_(exporter),
+      clocks_(ClockDomain()),
       second_core_(AvailableCores() > 1),
       run_id_(NewRunId()) {}
 
@@ -164,6 +166,7 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   } else {
     slot->Identify(hello);
   }
+  clocks_.Update(slot.get(), {}, probes_off());  // one on the aggregator's own clock is placed from now
   slot->Touch(now_ns);
   wire::Control where;  // tell the newcomer where the run stands
   ClaimController(hello, slot.get(), &where);
@@ -235,9 +238,7 @@ void Aggregator::OnBatch(const wire::Batch& batch, int64_t now_ns) {
   ProcessTimeline& sender = SenderOf(batch);
   sender.Touch(now_ns);
   if (!admission_.FirstTime(batch)) return;
-  ClockFit& fit = clock_fits_[batch.session];
-  fit.Add(batch.probes);
-  sender.SetClock(fit.estimate());
+  clocks_.Update(&sender, batch.probes, probes_off());
   StepEdges edges;
   sender.Add(batch, batch.session == controller_session_ ? &edges : nullptr);
   CountEvents(batch, sender.clock());
@@ -275,6 +276,10 @@ void Aggregator::Tick(int64_t now_ns) {
   while (const PendingStep* step = scheduler_.NextReady(now_ns, processes_, starting)) {
     if (!Emit(*step, false, now_ns)) break;  // stays pending; the daemon stops
     scheduler_.Done();
+  }
+  // A step that waits for processes' clocks: they are asked for a burst.
+  if (const PendingStep* waiting = scheduler_.Next(); waiting != nullptr && context_.stats.write_errors == 0) {
+    clocks_.AskForBursts(scheduler_.ClockHolders(*waiting, processes_, now_ns), now_ns, &context_);
   }
   if (run_info_due_ && now_ns - run_info_written_ns_ >= kRunInfoEveryNs) RunInfoChanged(now_ns);
 }
@@ -337,7 +342,8 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
   profile.begin_ns = s.begin_ns;
   profile.end_ns = s.end_ns;
   profile.window_late_ns = step.window_late_ns;
-  bool any_late = false;
+  bool any_late = false, any_unaligned = false;
+  profile.clock_allowed_bound_ns = AllowedClockBoundNs(run_config_.config(), s.end_ns - s.begin_ns);
   for (const auto& [session, p] : processes_) {
     if (!run_config_.Selected(*p)) continue;  // connected, but its rank is not profiled
     // Flushed up to here (aggregator clock); 0 = never.
@@ -360,9 +366,11 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
       }
     }
     any_late = any_late || slice.late;
+    slice.clock_fitness = FitnessOf(p->clock(), profile.clock_allowed_bound_ns);
+    any_unaligned = any_unaligned || HoldsStep(slice.clock_fitness);
     profile.processes.push_back(std::move(slice));
   }
-  profile.reason = !any_late ? "complete" : forced ? "final" : "grace_timeout";
+  profile.reason = any_late ? (forced ? "final" : "grace_timeout") : any_unaligned ? "clock_unaligned" : "complete";
   AnalyzeCutStep(&profile, run_config_.config(), NotProfiled(), second_core_);
   return profile;
 }
@@ -417,6 +425,8 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   }
   steps_written_.push_back(step.span.number);
   ++context_.stats.steps_written;
+  clocks_.Written(profile);
+  if (profile.reason == "clock_unaligned") ++steps_clock_unaligned_;
   return StepDone(step);
 }
 
@@ -476,6 +486,10 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.refused_hellos = stats.refused_hellos;
   run.last_refused = stats.last_refused;
   run.duplicate_frames = stats.duplicate_frames;
+  run.probe_requests = clocks_.probe_requests();
+  run.steps_clock_unaligned = steps_clock_unaligned_;
+  run.clock_revisions = clocks_.revisions();
+  run.clock_revisions_total = clocks_.revisions_total();
   run.last_step = releases_.last_step();
   run.controller_session = controller_session_ != 0 ? controller_session_ : releases_.resumed().controller_session;
   run.controller_resume_ns = releases_.controller_resume_ns();

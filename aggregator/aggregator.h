@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "aggregator/admission.h"
-#include "aggregator/clock_fit.h"
+#include "aggregator/clocks.h"
 #include "aggregator/context.h"
 #include "aggregator/expected.h"
 #include "aggregator/exporter.h"
@@ -154,6 +154,8 @@ class Aggregator {
   // The batch's process; one filed under a placeholder identity when its
   // hello has not arrived (ProcessTimeline::Identify replaces it).
   ProcessTimeline& SenderOf(const wire::Batch& batch);
+  // Whether the run turned clock probes off (clock.probe_interval_ms 0).
+  bool probes_off() const { return run_config_.config().clock.probe_interval_ms <= 0; }
   // Counts the batch's events, and those older than the last written step's end.
   void CountEvents(const wire::Batch& batch, const ClockEstimate& clock);
   // OnFrame's, on a frame decoded already.
@@ -192,7 +194,8 @@ class Aggregator {
   ReleaseTracker releases_;
   StepExporter* exporter_;
   ProcessMap processes_;
-  std::map<uint64_t, ClockFit> clock_fits_;  // by session: each timeline's clock follows its fit
+  Clocks clocks_;                            // each process's clock (clocks.h)
+  uint64_t steps_clock_unaligned_ = 0;
   uint64_t controller_session_ = 0;          // the first controller to connect
   std::set<uint64_t> demoted_;               // later claimants, told they are workers (Control.role)
   ExpectedList expected_;                    // the controller's (wire::Expected)

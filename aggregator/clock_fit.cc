@@ -10,6 +10,10 @@ constexpr int64_t kBurstGapNs = 200000000;  // 200 ms
 constexpr size_t kMaxSamples = 4096;
 constexpr size_t kMaxBursts = 64;                 // recent history only: drift changes slowly
 constexpr int64_t kMinDriftSpanNs = 10000000000;  // shorter spans give noise, not drift
+// A burst is an outlier above kOutlierFactor x the usual half round trip
+// plus kOutlierSlackNs (so that microseconds of jitter on a fast path are not).
+constexpr double kOutlierFactor = 4.0;
+constexpr double kOutlierSlackNs = 20000.0;
 
 int64_t Rtt(const wire::ProbeSample& s) { return (s.t4 - s.t1) - (s.t3 - s.t2); }
 double Offset(const wire::ProbeSample& s) {
@@ -55,11 +59,38 @@ void ClockFit::Refit() {
   if (points.size() > kMaxBursts) points.erase(points.begin(), points.end() - kMaxBursts);
 
   ClockEstimate e = estimate_;
+  // A burst whose best round trip is far above the usual one (the lower
+  // median of the bursts') is evidence of a slow path, not of the clock.
+  std::vector<double> half_rtts;
+  for (const Point& p : points) half_rtts.push_back(p.e);
+  std::sort(half_rtts.begin(), half_rtts.end());
+  const double usual = half_rtts[(half_rtts.size() - 1) / 2];
+  const double outlier_above = kOutlierFactor * usual + kOutlierSlackNs;
+  const size_t all_bursts = points.size();
+  points.erase(std::remove_if(points.begin(), points.end(), [&](const Point& p) { return p.e > outlier_above; }),
+               points.end());
+  e.outlier_bursts = static_cast<int64_t>(all_bursts - points.size());
+  e.basis = ClockBasis::kProbes;
   e.valid = true;
   e.bursts = static_cast<int64_t>(points.size());
   const double x0 = points.back().x;
   double a = points.back().y, b = 0;
-  const bool fit_drift = points.size() >= 2 && points.back().x - points.front().x >= kMinDriftSpanNs;
+  bool fit_drift = points.size() >= 2 && points.back().x - points.front().x >= kMinDriftSpanNs;
+  if (fit_drift) {
+    // The drift from the tighter half of the bursts (at least two), when
+    // they span enough time: the bound is the worst of the bursts fitted,
+    // so it reflects the best ones, not a moment of load.
+    std::vector<double> sorted_e = half_rtts;
+    sorted_e.erase(std::remove_if(sorted_e.begin(), sorted_e.end(), [&](double v) { return v > outlier_above; }),
+                   sorted_e.end());
+    const double tight_e = sorted_e[std::max<size_t>(1, (sorted_e.size() + 1) / 2) - 1];
+    std::vector<Point> tight;
+    for (const Point& p : points) {
+      if (p.e <= tight_e) tight.push_back(p);
+    }
+    if (tight.size() >= 2 && tight.back().x - tight.front().x >= kMinDriftSpanNs) points = tight;
+    fit_drift = points.size() >= 2;
+  }
   if (!fit_drift) {
     // No drift yet: the offset lies in every burst's [y - e, y + e]. Where
     // they intersect, take its middle (the bound is then half its width);

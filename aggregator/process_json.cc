@@ -29,11 +29,13 @@ void WriteClock(JsonWriter& w, const ProcessView& p) {
   const ClockEstimate& e = p.clock();
   w.Key("clock").BeginObject();
   w.Key("aligned").Bool(e.valid);
+  w.Key("basis").String(ClockBasisName(e.basis));
   w.Key("offset_ns").Int(e.offset_ns);
   w.Key("drift_ppm").Double(e.drift * 1e6);
   w.Key("bound_ns").IntOrNull(e.bound_ns);
   w.Key("probes").Int(e.probes);
   w.Key("bursts").Int(e.bursts);
+  w.Key("outlier_bursts").Int(e.outlier_bursts);
   w.EndObject();
 }
 

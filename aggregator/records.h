@@ -140,16 +140,57 @@ struct MemoryPoint {
   int64_t bytes = 0;
 };
 
+// Where a process's clock estimate comes from.
+enum class ClockBasis : uint8_t {
+  kNone = 0,       // no estimate yet: its times are taken as they are, unaligned
+  kProbes = 1,     // fitted from its clock probes (ClockFit)
+  kSameClock = 2,  // it reads the aggregator's own CLOCK_MONOTONIC (Hello.clock_domain): exact, no probes needed
+  kProbesOff = 3,  // none sought: the run's clock.probe_interval_ms is 0 (times taken as they are, by choice)
+};
+// "none", "probes", "same_clock", "probes_off" (summary.json, run.json, the database).
+inline const char* ClockBasisName(ClockBasis basis) {
+  switch (basis) {
+    case ClockBasis::kProbes: return "probes";
+    case ClockBasis::kSameClock: return "same_clock";
+    case ClockBasis::kProbesOff: return "probes_off";
+    case ClockBasis::kNone: break;
+  }
+  return "none";
+}
+
+// Whether a process's clock could place its events in a step (clock_hold.h).
+enum class ClockFitness : uint8_t {
+  kGood = 0,     // exact, or fitted within the bound the step allows
+  kExempt = 1,   // no estimate sought (kProbesOff): times as recorded
+  kNone = 2,     // no estimate yet: times as recorded, unaligned
+  kTooWide = 3,  // an estimate whose bound is above what the step allows
+};
+// "good", "exempt", "none", "too_wide" (summary.json clock.fitness).
+inline const char* ClockFitnessName(ClockFitness fitness) {
+  switch (fitness) {
+    case ClockFitness::kExempt: return "exempt";
+    case ClockFitness::kNone: return "none";
+    case ClockFitness::kTooWide: return "too_wide";
+    case ClockFitness::kGood: break;
+  }
+  return "good";
+}
+
 // A collector's clock against the aggregator's, as ClockFit (clock_fit.h)
-// last estimated it from probes; the conversions are exact inverses.
+// last estimated it from probes, or exact (kSameClock); the conversions are
+// exact inverses.
 struct ClockEstimate {
-  bool valid = false;     // false: no probe answered yet (times taken as they are)
+  ClockBasis basis = ClockBasis::kNone;
+  bool valid = false;     // false: no estimate (times taken as they are)
   int64_t offset_ns = 0;  // aggregator - collector, at ref_ns
   double drift = 0;       // d(offset)/d(collector time), e.g. 1e-6 = 1 ppm
   int64_t ref_ns = 0;     // collector time the offset refers to
   int64_t bound_ns = -1;  // stated error bound; -1 unknown
   int64_t probes = 0;     // samples received
   int64_t bursts = 0;     // bursts used
+  // Bursts whose best round trip was far above the process's usual one
+  // (its flush thread descheduled, a loaded path): kept as evidence, not fitted.
+  int64_t outlier_bursts = 0;
 
   // Collector time -> aggregator time.
   int64_t ToAggregator(int64_t collector_ns) const {

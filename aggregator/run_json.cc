@@ -75,6 +75,21 @@ std::string RunJson(const RunInfo& run) {
   w.Key("refused_hellos").Uint(run.refused_hellos);
   w.Key("last_refused").String(run.last_refused);
   w.Key("duplicate_frames").Uint(run.duplicate_frames);
+  w.Key("probe_requests").Uint(run.probe_requests);
+  w.Key("steps_clock_unaligned").Uint(run.steps_clock_unaligned);
+  // Steps a later clock estimate proves were placed off by more than their
+  // stated bound (clocks.h): each with the process and by how much.
+  w.Key("clock_revisions_total").Uint(run.clock_revisions_total);
+  w.Key("clock_revisions").BeginArray();
+  for (const ClockRevision& r : run.clock_revisions) {
+    w.BeginObject();
+    w.Key("step").Int(r.step);
+    w.Key("process").String(r.process);
+    w.Key("off_by_ns").Int(r.off_by_ns);
+    w.Key("stated_bound_ns").Int(r.stated_bound_ns);
+    w.EndObject();
+  }
+  w.EndArray();
   w.Key("recovered").BeginObject();
   w.Key("files").Uint(run.recovered.files);
   w.Key("processes").Uint(run.recovered.processes);

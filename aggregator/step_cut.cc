@@ -128,7 +128,6 @@ void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<Expe
   if (config.correction.enabled) CorrectStep(profile, config.subtasks, config.correction.scale, second_core);
   for (ProcessSlice& slice : profile->processes) SortSlice(&slice);
   profile->not_profiled = std::move(not_profiled);
-  profile->clock_warn_bound_ns = config.clock.warn_bound_us * 1000;
   CheckCausality(profile);
   ClassifyStepSamples(profile, AttributionRules(config.attribution));
 }

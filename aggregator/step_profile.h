@@ -122,6 +122,9 @@ struct ProcessSlice {
   std::vector<MemoryPoint> rss;
   std::map<uint32_t, std::vector<MemoryPoint>> gpu_allocated;
   bool late = false;  // had not flushed past the step end in time
+  // Whether its clock could place its events in the step (clock_hold.h):
+  // kNone or kTooWide when the grace ran out first (reason clock_unaligned).
+  ClockFitness clock_fitness = ClockFitness::kGood;
   bool lost = false;  // late and gone without a goodbye (ProcessTimeline::lost)
   // How much of the step it did not record (ProcessTimeline::UnarmedNs; -1
   // unknown): a worker whose window reached it after the step began.
@@ -156,10 +159,14 @@ struct StepProfile {
   std::string capture;                // discrete mode: the sub-task capture ("gen", "gen_2"); "" = the step
   std::vector<std::string> captures;  // on the step's own profile: its discrete captures
   bool summary_only = false;          // the step's profile in discrete mode: no trace of its own
-  std::string reason;                 // "complete" or "grace_timeout" or "final"
+  // "complete"; "grace_timeout" or "final" (a process had not caught up:
+  // the grace ran out, or the run ended); "clock_unaligned" (all caught up,
+  // but a process's clock could not place it: ProcessSlice::clock_fitness).
+  std::string reason;
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;
-  int64_t clock_warn_bound_ns = 100000;  // config clock.warn_bound_us
+  // The largest clock error bound the step allows (clock_hold.h AllowedClockBoundNs).
+  int64_t clock_allowed_bound_ns = 100000;
   // How long after the step began the workers' capture window for it was
   // broadcast (PendingStep::window_late_ns); 0 on time.
   int64_t window_late_ns = 0;
@@ -233,6 +240,15 @@ struct RecoveredCounts {
   std::string last_error;
 };
 
+// A step written with a process's clock estimate that a later one proves
+// was off by more than the bound the step stated (clocks.h).
+struct ClockRevision {
+  int64_t step = 0;
+  std::string process;          // its label (process_view.h ProcessLabel)
+  int64_t off_by_ns = 0;        // at least this far off, in the step's middle
+  int64_t stated_bound_ns = 0;  // the bound the step stated
+};
+
 struct RunInfo {
   std::string config_yaml;                // the run's config (config.h "One config per run")
   std::string config_source;              // where its run keys came from: controller, aggregator, defaults
@@ -252,6 +268,13 @@ struct RunInfo {
   std::string last_refused;
   // Replayed frames already applied (a collector's spool after a reconnect).
   uint64_t duplicate_frames = 0;
+  // Clocks (clocks.h): probe bursts asked for while a step waited for a
+  // process's clock; steps written clock_unaligned; revisions (the first
+  // Clocks::kRevisionsKept, and how many in all).
+  uint64_t probe_requests = 0;
+  uint64_t steps_clock_unaligned = 0;
+  std::vector<ClockRevision> clock_revisions;
+  uint64_t clock_revisions_total = 0;
   // Where a restarted aggregator takes the run up (Aggregator::Resume): the
   // highest step written or skipped, and the controller's session and clock
   // at that step's end. last_step -1: none yet.

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/clocks.h"
 #include "native/steps.h"
 
 namespace rlscope {
@@ -120,13 +121,26 @@ bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) 
 bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting) const {
   if (now_ns - step.closed_at_ns >= run_->config().flush.step_grace_ms * 1000000) return true;
   if (!awaited_.empty()) return false;  // a resumed run's processes, not back yet
-  if (starting && run_->config().steps.Contains(step.span.number)) return false;  // a step to write waits for them
+  const bool written = run_->config().steps.Contains(step.span.number);
+  if (starting && written) return false;  // a step to write waits for them
   for (const auto& [session, p] : processes) {
     if (!run_->Selected(*p)) continue;
     if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye
     if (!CaughtUp(*p, step)) return false;
   }
-  return true;
+  return !written || ClockHolders(step, processes, now_ns).empty();
+}
+
+std::vector<uint64_t> StepScheduler::ClockHolders(const PendingStep& step, const ProcessMap& processes,
+                                                  int64_t now_ns) const {
+  std::vector<uint64_t> holders;
+  const int64_t allowed = AllowedClockBoundNs(run_->config(), step.span.end_ns - step.span.begin_ns);
+  for (const auto& [session, p] : processes) {
+    if (!run_->Selected(*p) || p->said_bye() || p->lost()) continue;  // nothing more will come from it
+    if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;
+    if (HoldsStep(FitnessOf(p->clock(), allowed))) holders.push_back(session);
+  }
+  return holders;
 }
 
 const PendingStep* StepScheduler::NextReady(int64_t now_ns, const ProcessMap& processes, bool starting) {

@@ -12,7 +12,9 @@
 // (CaughtUp) or once flush.step_grace_ms has passed since it closed (the
 // profile then lists the late processes); a resumed run's steps wait, within
 // that time, for its processes to say hello again, and any step for a
-// process the controller expects that is still starting (expected.h).
+// process the controller expects that is still starting (expected.h). A step
+// `steps` selects also waits, within that time, for every selected process's
+// clock to be good enough to place its events in it (clock_hold.h).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +70,9 @@ class StepScheduler {
   // is still given time (ExpectedList::Awaiting): no step `steps` selects
   // is ready before the grace time.
   const PendingStep* NextReady(int64_t now_ns, const ProcessMap& processes, bool starting);
+  // The selected, live processes whose clock holds `step` (clock_hold.h:
+  // no estimate, or one too wide for it), by session.
+  std::vector<uint64_t> ClockHolders(const PendingStep& step, const ProcessMap& processes, int64_t now_ns) const;
   // The first closed step, ready or not; nullptr when none.
   const PendingStep* Next() const { return pending_.empty() ? nullptr : &pending_.front(); }
   // The first closed step was written or skipped.

@@ -234,6 +234,7 @@ void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("dropped_total").Uint(p.dropped());
   w.Key("unmatched_total").Uint(p.unmatched());
   w.Key("late").Bool(slice.late);
+  w.Key("clock_fitness").String(ClockFitnessName(slice.clock_fitness));
   if (slice.unarmed_ns >= 0) {
     w.Key("unarmed_ms").Double(static_cast<double>(slice.unarmed_ns) / 1e6);
   } else {
@@ -301,21 +302,27 @@ void WriteCaptureWarnings(JsonWriter& w, const StepProfile& step) {
   w.EndArray();
 }
 
-// Clock causality (ray_calls.h), and clocks whose stated error bound is
-// above clock.warn_bound_us: their events may sit off by up to that much
-// against the others.
+// Clock causality (ray_calls.h), and processes whose clock could not place
+// them in the step (clock_hold.h): none yet, or a bound above the step's.
 void WriteClockChecks(JsonWriter& w, const StepProfile& step) {
   w.Key("causality").BeginObject();
   w.Key("checked").Int(step.causality.checked);
   w.Key("violations").Int(step.causality.violations);
   w.Key("max_violation_ns").Int(step.causality.max_violation_ns);
   w.EndObject();
+  w.Key("clock_allowed_bound_ns").Int(step.clock_allowed_bound_ns);
   w.Key("clock_warnings").BeginArray();
   for (const ProcessSlice& slice : step.processes) {
     const ClockEstimate& e = slice.process->clock();
-    if (e.valid && e.bound_ns > step.clock_warn_bound_ns) {
-      w.String(ProcessLabel(*slice.process) + ": clock error bound " + std::to_string(e.bound_ns / 1000) +
-               " us exceeds " + std::to_string(step.clock_warn_bound_ns / 1000) + " us");
+    const std::string who = ProcessLabel(*slice.process) + ": ";
+    if (slice.clock_fitness == ClockFitness::kNone) {
+      w.String(who + "no clock estimate (no probe burst came back in time, " + std::to_string(e.probes) +
+               " probes): its events are placed as it recorded them, unaligned, and may be missing from this step");
+    } else if (slice.clock_fitness == ClockFitness::kTooWide) {
+      w.String(who + "clock error bound " + std::to_string(e.bound_ns / 1000) + " us exceeds the " +
+               std::to_string(step.clock_allowed_bound_ns / 1000) +
+               " us this step allows (clock.max_bound_us, clock.max_bound_fraction): its events may be off by up to "
+               "that much");
     }
   }
   w.EndArray();

@@ -12,7 +12,8 @@
 // process (a controller's step edges go out at once), else kIdleWaitNs.
 // What cannot wait wakes the thread at once: an event ring's or a CPU
 // sample ring's half mark, an arming change (Arming::UpdateArmed), a
-// Control message (windows, barriers), Flush(), the connection coming up.
+// Control message (windows, barriers, a request for a probe burst, whose
+// samples go out at once), Flush(), the connection coming up.
 // A flush with nothing to send sends nothing, but a heartbeat (the
 // watermark, the resident memory) goes out at least every kHeartbeatNs,
 // and resident memory that moved kMemoryMovedBytes makes a batch. Clock
@@ -92,6 +93,8 @@ void Collector::FlushLoop() {
     const bool probing = arming_.watching() || (armed() && now - events_flushed_ns_ < kEventsRecentNs);
     transport.ProbeIfDue(apply, context_.own.config.clock.probe_interval_ms * (probing ? 1 : kIdleProbeFactor));
     if (transport.ReceiveControls(apply)) woken = true;  // answer the barrier now
+    // A step waits for this process's clock: the burst now, its samples in this flush.
+    if (transport.burst_requested() && transport.ProbeIfDue(apply, 0)) woken = true;
     if (link_.barrier_owed()) woken = true;              // one that came during the probe burst too
     now = MonotonicNs();
     arming_.CloseWindowIfDue(now);

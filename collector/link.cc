@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "native/clock.h"
 #include "native/names.h"
 #include "native/spool_file.h"
 
@@ -27,7 +28,8 @@ Link::Link(CollectorContext& ctx, Recording& recording, Arming& arming, wire::Id
       transport_(ctx.own.config, ctx.session, ctx.wake_fd),
       identity_(std::move(identity)),
       hello_config_(HelloConfig(ctx, arming.is_controller())),
-      spool_dir_(SpoolDirFor(RunKey(ctx.secret))) {
+      spool_dir_(SpoolDirFor(RunKey(ctx.secret))),
+      clock_domain_(ClockDomain()) {
   if (ctx.test_clock != nullptr) costs_ = ctx.test_clock->costs();
 }
 
@@ -75,6 +77,7 @@ wire::Hello Link::MakeHello() const {
   hello.session = ctx_.session;
   hello.identity = identity_;
   hello.clock = "monotonic";
+  hello.clock_domain = clock_domain_;
   hello.start_ns = ctx_.start_ns;
   hello.selected = arming_.selected();
   if (arming_.is_controller()) hello.config = hello_config_;
@@ -176,6 +179,7 @@ bool Link::Apply(const wire::Control& control) {
   if (control.bye_ack) bye_acked_ = true;
   if (control.release_ns == wire::kRunOver) run_over_ = true;
   if (control.flush > pending_ack_) pending_ack_ = control.flush;
+  if (control.probe) transport_.RequestBurst();
   return true;
 }
 

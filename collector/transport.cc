@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <iterator>
@@ -16,6 +17,7 @@
 #include <zmq.h>
 
 #include "collector/proc_self.h"
+#include "native/names.h"
 
 namespace rlscope {
 
@@ -73,6 +75,15 @@ Transport::Transport(const Config& config, uint64_t session, int wake_fd)
   // getenv), and a host thread's setenv meanwhile frees the array getenv
   // walks (a profiled process crashed so under load).
   context_ = zmq_ctx_new();
+  if (const char* late = std::getenv(names::kEnvTestProbeLate); late != nullptr && *late != '\0') {
+    if (std::strcmp(late, "drop") == 0) {
+      drop_answers_ = true;
+    } else {
+      char* rest = nullptr;
+      late_ns_ = std::strtoll(late, &rest, 10) * 1000000;
+      late_bursts_ = rest != nullptr && *rest == ':' ? std::strtoll(rest + 1, nullptr, 10) : -1;
+    }
+  }
 }
 
 void Transport::Connect(const std::string& endpoint) {
@@ -168,15 +179,19 @@ bool Transport::TakeLinkLost() {
   return lost;
 }
 
-void Transport::ProbeIfDue(const ControlHandler& apply, int64_t interval_ms) {
-  if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0) return;
+bool Transport::ProbeIfDue(const ControlHandler& apply, int64_t interval_ms) {
+  if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0) return false;
   const int64_t now = MonotonicNs();
-  if (last_burst_ns_ != 0 && now - last_burst_ns_ < interval_ms * 1000000) return;
+  if (!burst_requested_ && last_burst_ns_ != 0 && now - last_burst_ns_ < interval_ms * 1000000) return false;
+  burst_requested_ = false;
   last_burst_ns_ = now;
   ProbeBurst(apply);
+  return true;
 }
 
 void Transport::ProbeBurst(const ControlHandler& apply) {
+  const bool late = late_bursts_ < 0 || bursts_ < late_bursts_;  // test only
+  ++bursts_;
   for (int64_t i = 0; i < config_.clock.probes_per_burst; ++i) {
     wire::Probe probe{session_, 0};
     probe.t1 = MonotonicNs();
@@ -191,12 +206,12 @@ void Transport::ProbeBurst(const ControlHandler& apply) {
       zmq_msg_t reply;
       zmq_msg_init(&reply);
       while (zmq_msg_recv(&reply, socket_, ZMQ_DONTWAIT) >= 0) {
-        const int64_t t4 = MonotonicNs();
+        const int64_t t4 = MonotonicNs() + (late ? late_ns_ : 0);
         const wire::DecodeResult r = DecodeMsg(&reply);
         const wire::Control* control = AsControl(r);
         if (control == nullptr) continue;
         if (control->probe_t1 == probe.t1 && control->probe_t2 != 0) {
-          pending_probes_.push_back({probe.t1, control->probe_t2, control->probe_t3, t4});
+          if (!drop_answers_) pending_probes_.push_back({probe.t1, control->probe_t2, control->probe_t3, t4});
           answered = true;
         }
         apply(*control);

@@ -90,7 +90,13 @@ class Transport {
   // before the next is sent (bounded by 50 ms per probe; the burst stops at
   // the first unanswered one). Other Control messages arriving meanwhile go
   // to `apply`. The samples ride on the next batch.
-  void ProbeIfDue(const ControlHandler& apply, int64_t interval_ms);
+  // A requested burst (RequestBurst) runs whatever the interval. True when
+  // a burst ran.
+  bool ProbeIfDue(const ControlHandler& apply, int64_t interval_ms);
+  // The aggregator asked for a burst (Control.probe: a step waits for this
+  // process's clock): the next ProbeIfDue runs one.
+  void RequestBurst() { burst_requested_ = true; }
+  bool burst_requested() const { return burst_requested_; }
   // Whether anything waits to ride on the next batch: probe samples, or
   // names a batch could not take.
   bool has_pending() const { return !pending_probes_.empty() || !unsent_.empty(); }
@@ -164,6 +170,12 @@ class Transport {
   std::vector<int64_t> own_threads_;  // ZeroMQ's I/O threads (Connect)
   uint64_t seq_ = 0;
   int64_t last_burst_ns_ = 0;                      // when the last probe burst began (MonotonicNs), 0 none
+  bool burst_requested_ = false;                   // Control.probe came: burst at the next ProbeIfDue
+  int64_t bursts_ = 0;                             // bursts begun
+  // Test only (names.h kEnvTestProbeLate): answers stamped this late in the
+  // first late_bursts_ bursts (-1 every one); drop_answers_: none taken.
+  int64_t late_ns_ = 0, late_bursts_ = 0;
+  bool drop_answers_ = false;
   std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
   Metadata unsent_;
   wire::BatchWriter writer_;

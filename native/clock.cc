@@ -1,12 +1,25 @@
 #include "native/clock.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
 
+#include <sys/stat.h>
+
 namespace rlscope {
+
+std::string ClockDomain() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  if (!std::getline(in, boot) || boot.empty()) return "";
+  struct stat st {};
+  // A kernel without time namespaces (before 5.6) has one clock per boot.
+  if (stat("/proc/self/ns/time", &st) != 0) return errno == ENOENT ? boot + ":none" : "";
+  return boot + ":" + std::to_string(static_cast<unsigned long long>(st.st_ino));
+}
 bool TscIsInvariant() {
 #if defined(__x86_64__)
   std::ifstream in("/proc/cpuinfo");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <time.h>
 
 #if defined(__x86_64__)
@@ -24,6 +25,12 @@ inline int64_t MonotonicNs() {
 }
 
 enum class ClockSource : uint8_t { kMonotonic = 0, kTsc = 1 };
+
+// Which CLOCK_MONOTONIC this process reads: the kernel's boot id and the
+// inode of its time namespace ("<boot id>:<inode>"; "" when either cannot
+// be read). Two processes with the same domain read the same clock, exactly
+// (a time namespace shifts it; another boot or host is another clock).
+std::string ClockDomain();
 
 // True when the CPU advertises an invariant TSC (constant_tsc and nonstop_tsc).
 bool TscIsInvariant();

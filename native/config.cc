@@ -405,8 +405,12 @@ std::vector<KeySpec> MechanismKeySpecs() {
           0, 3600000, [](Config& c) -> int64_t& { return c.clock.probe_interval_ms; }),
       Int("clock.probes_per_burst", "probes per burst; the one with the shortest round trip counts", 1, 64,
           [](Config& c) -> int64_t& { return c.clock.probes_per_burst; }),
-      Int("clock.warn_bound_us", "warn in the summaries when a clock's error bound exceeds this", 0, 60000000,
-          [](Config& c) -> int64_t& { return c.clock.warn_bound_us; }),
+      Int("clock.max_bound_us",
+          "a step waits for a process whose clock error bound is above this and above max_bound_fraction of the "
+          "step (probing it), and is marked clock_unaligned when the grace runs out first",
+          0, 60000000, [](Config& c) -> int64_t& { return c.clock.max_bound_us; }),
+      Double("clock.max_bound_fraction", "the largest clock error bound a step allows, as a fraction of the step", 0,
+             1, [](Config& c) -> double& { return c.clock.max_bound_fraction; }),
       Run(Bool("correction.enabled",
                "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
                [](Config& c) -> bool& { return c.correction.enabled; })),
@@ -447,6 +451,15 @@ std::string Where(const std::string& source, const YAML::Mark& mark) {
   return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
 }
 
+// A key an earlier version had, and what to write instead; nullptr for others.
+const char* RenamedKey(const std::string& path) {
+  if (path == "clock.warn_bound_us") {
+    return "no longer a key: use clock.max_bound_us (a step now waits for a clock bound above it, and above "
+           "clock.max_bound_fraction of the step, instead of only warning)";
+  }
+  return nullptr;
+}
+
 void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string& source, Config& config,
              std::vector<std::string>* errors, KeySet* keys) {
   for (const auto& kv : map) {
@@ -470,6 +483,8 @@ void WalkMap(const YAML::Node& map, const std::string& prefix, const std::string
       } else {
         WalkMap(kv.second, path + ".", source, config, errors, keys);
       }
+    } else if (const char* renamed = RenamedKey(path)) {
+      errors->push_back(Where(source, kv.first.Mark()) + ": " + path + ": " + renamed);
     } else {
       std::string best;
       size_t best_d = 3;

@@ -112,7 +112,12 @@ struct Config {
   struct Clock {
     int64_t probe_interval_ms = 1000;  // 0 = no clock probes (one host)
     int64_t probes_per_burst = 8;
-    int64_t warn_bound_us = 100;
+    // A step waits (up to flush.step_grace_ms) for a process whose clock
+    // error bound is above max(max_bound_us, max_bound_fraction x the
+    // step's duration), and is marked if it never comes down (replaces
+    // clock.warn_bound_us, which only warned).
+    int64_t max_bound_us = 100;
+    double max_bound_fraction = 0.01;
   } clock;
 };
 

@@ -50,6 +50,10 @@ inline constexpr char kEnvSpoolDir[] = "RLSCOPE_SPOOL_DIR";
 inline constexpr char kEnvClock[] = "RLSCOPE_CLOCK";           // "monotonic": no TSC
 inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";  // test_clock.h
 inline constexpr char kEnvTestClock[] = "RLSCOPE_TEST_CLOCK";
+// Test only (collector/transport.h): "MS" stamps every clock probe's answer
+// MS milliseconds late, as a descheduled flush thread reads it; "MS:N" only
+// in the first N bursts; "drop" takes no answer at all.
+inline constexpr char kEnvTestProbeLate[] = "RLSCOPE_TEST_PROBE_LATE";
 
 // Labels of a child of a profiled process (collector/children.h).
 inline constexpr char kLabelParentPid[] = "parent_pid";

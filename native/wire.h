@@ -97,6 +97,11 @@ struct Hello {
   // Control.hello, a connection that went down, or a spool file).
   uint8_t kind = 0;
   static constexpr uint8_t kFirst = 0, kUpdate = 1, kReplay = 2;
+  // Which CLOCK_MONOTONIC the collector reads (optional key; native/clock.h
+  // ClockDomain: the boot and the time namespace). An aggregator that reads
+  // the same one places the process's times exactly, without probes. "" =
+  // unknown (probes decide).
+  std::string clock_domain;
 };
 
 // One decoded event; `ts_ns` is on the collector's clock.
@@ -223,6 +228,9 @@ struct Control {
   // The aggregator has this collector's goodbye, and so everything it sent
   // before: at exit, nothing need be left on disk (collector/link.cc Stop).
   bool bye_ack = false;
+  // Send a burst of clock probes now: a step waits for this process's
+  // clock (it has no estimate, or one too wide for the step).
+  bool probe = false;
   bool operator==(const Control&) const = default;
 };
 

@@ -75,6 +75,9 @@ bool DecodeHello(Ctx& c, const object& body, Hello* h) {
     if (kind > Hello::kReplay) return c.Fail("hello.kind", "unknown hello kind " + std::to_string(kind));
     h->kind = static_cast<uint8_t>(kind);
   }
+  if ((o = Find(body, "clock_domain")) != nullptr && !GetStr(c, *o, "hello.clock_domain", &h->clock_domain)) {
+    return false;
+  }
   return true;
 }
 
@@ -128,6 +131,7 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
     return false;
   }
   if ((o = Find(body, "bye_ack")) != nullptr && !GetBool(c, *o, "control.bye_ack", &ctl->bye_ack)) return false;
+  if ((o = Find(body, "probe")) != nullptr && !GetBool(c, *o, "control.probe", &ctl->probe)) return false;
   return true;
 }
 

@@ -120,6 +120,7 @@ std::string EncodeBody(const Hello& h) {
   if (!h.config.empty()) PackString(w.Key("config"), h.config);
   if (!h.secret.empty()) PackString(w.Key("secret"), h.secret);
   if (h.kind != Hello::kFirst) w.Key("kind").pack_uint8(h.kind);
+  if (!h.clock_domain.empty()) PackString(w.Key("clock_domain"), h.clock_domain);
   return w.Finish();
 }
 
@@ -172,6 +173,7 @@ std::string EncodeBody(const Control& ctl) {
   if (ctl.hello) w.Key("hello").pack_true();
   if (ctl.release_ns != 0) w.Key("release_ns").pack_int64(ctl.release_ns);
   if (ctl.bye_ack) w.Key("bye_ack").pack_true();
+  if (ctl.probe) w.Key("probe").pack_true();
   return w.Finish();
 }
 

@@ -22,7 +22,7 @@ LAYERS = {
                     "intervals"),
         ("timeline parts", "process_names process_view span_store range_pairing record_stores"),
         ("data model", "timeline step_profile context"),
-        ("shared rules", "occurrences attribution ray_calls clock_fit process_json"),
+        ("shared rules", "occurrences attribution ray_calls clock_fit clocks process_json"),
         ("analysis results", "step_analysis"),
         ("analyses", "correction step_correction lanes breakdown step_cut subtasks expected"),
         ("units and export", "admission run_config step_scheduler release exporter atomic_file run_json step_trace "

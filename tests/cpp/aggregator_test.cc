@@ -891,6 +891,7 @@ TEST(ClockFitTest, DriftIsFittedAcrossBursts) {
 TEST_F(AggregatorTest, ProbesAreAnsweredAndTimesAligned) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);
+  worker.OtherClock();
   Connect(ctl);
   Connect(worker);
   agg_->TakeOutgoing();
@@ -927,6 +928,7 @@ TEST_F(AggregatorTest, ProbesAreAnsweredAndTimesAligned) {
 TEST_F(AggregatorTest, AStepIsPlacedWithTheControllersClockAsKnownWhenItIsCut) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);
+  ctl.OtherClock();
   Connect(ctl);
   Connect(worker);
   ctl.Push(1, 1000000, "step").Pop(1, 1004000);
@@ -948,6 +950,169 @@ TEST_F(AggregatorTest, AStepIsPlacedWithTheControllersClockAsKnownWhenItIsCut) {
   EXPECT_EQ(c->spans[0].end_ns, 2004000);
   EXPECT_FALSE(c->spans[0].clipped_begin);
   EXPECT_FALSE(c->spans[0].clipped_end);
+}
+
+// A burst whose best round trip is far above the usual one is kept as
+// evidence (counted), not fitted: over 12 s of good bursts, one read 150 ms
+// late with a biased offset leaves the drift fit's bound at the good ones'.
+TEST(ClockFitTest, ABurstFarSlowerThanUsualIsAnOutlierNotFitted) {
+  const int64_t offset = 3000000000, from = 1000000000;
+  ClockFit fit;
+  std::vector<wire::ProbeSample> samples = Probes(offset, 0, from, 12, 4);
+  const int64_t t1 = from + 12 * int64_t{1000000000};
+  samples.push_back({t1, t1 + offset + 30000, t1 + offset + 32000, t1 + 150000000});  // answer read 150 ms late
+  fit.Add(samples);
+  const ClockEstimate& e = fit.estimate();
+  EXPECT_EQ(e.outlier_bursts, 1);
+  EXPECT_EQ(e.bursts, 12);
+  EXPECT_LE(e.bound_ns, 100000);  // not the late burst's 75 ms
+  EXPECT_LE(std::llabs(e.ToAggregator(t1) - (t1 + offset)), e.bound_ns);
+}
+
+// ------------------------------------------------- clocks that hold steps
+
+// A worker on another host whose clock is not known yet: the step waits for
+// it (its watermark, on an unaligned clock, says nothing) and the aggregator
+// asks it for a probe burst, at most every 200 ms; its burst comes and the
+// step is written with its range where it happened.
+TEST_F(AggregatorTest, AStepWaitsForAProcessWithNoClockEstimateAndAsksItForABurst) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  worker.OtherClock();
+  Connect(ctl);
+  Connect(worker);
+  agg_->TakeOutgoing();
+  // The worker's clock is 1,000,000 behind the aggregator's.
+  worker.Push(1, 500, "work").Pop(1, 700);
+  Send(worker.Flush(5000));  // flushed "past" the step on its own clock
+  ctl.Push(1, 1000000, "step").Pop(1, 1001000);
+  Send(ctl.Flush(1002000), 10);
+  auto probe_requests = [&] {
+    std::vector<uint64_t> to;
+    for (const Outgoing& o : agg_->TakeOutgoing()) {
+      if (std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message).probe) to.push_back(o.session);
+    }
+    return to;
+  };
+  agg_->Tick(20);
+  EXPECT_TRUE(exporter_.StepNumbers().empty());
+  EXPECT_EQ(probe_requests(), (std::vector<uint64_t>{2}));  // the controller is on this clock: not asked
+  agg_->Tick(100000000);
+  EXPECT_TRUE(probe_requests().empty());  // 100 ms later: not yet again
+  agg_->Tick(200000020);
+  EXPECT_EQ(probe_requests(), (std::vector<uint64_t>{2}));
+  wire::Batch b = worker.Flush(6000);
+  b.probes = {{1000, 1002000, 1002000, 3000}};  // 1 us each way: offset exactly 1,000,000
+  Send(b, 200000030);
+  agg_->Tick(200000040);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepProfile& step = exporter_.steps[0];
+  EXPECT_EQ(step.reason, "complete");
+  const ProcessSlice* w = FindSlice(step, 2);
+  ASSERT_EQ(w->spans.size(), 1u);
+  EXPECT_EQ(w->spans[0].begin_ns, 1000500);
+  EXPECT_EQ(w->spans[0].end_ns, 1000700);
+  EXPECT_EQ(w->clock_fitness, ClockFitness::kGood);
+  EXPECT_EQ(w->process->clock().basis, ClockBasis::kProbes);
+  const ProcessSlice* c = FindSlice(step, 1);
+  EXPECT_EQ(c->process->clock().basis, ClockBasis::kSameClock);
+  EXPECT_EQ(c->process->clock().bound_ns, 0);
+  EXPECT_EQ(agg_->RunInfoNow().probe_requests, 2u);
+}
+
+// The grace runs out with no estimate from one worker and one too wide from
+// another (a single burst read 150 ms late): the step is written, marked
+// clock_unaligned, each named with why; never "complete".
+TEST_F(AggregatorTest, AStepWhoseClocksNeverComeGoodIsMarkedAndSaysWhich) {
+  Config config;
+  config.flush.step_grace_ms = 1000;
+  Init(config);
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector none(2, "worker", 0, 200);
+  FakeCollector wide(3, "worker", 1, 300);
+  none.OtherClock("host-b:1");
+  wide.OtherClock("host-c:1");
+  Connect(ctl);
+  Connect(none);
+  Connect(wide);
+  Send(none.Flush(50000000));  // both flushed past the step (on any clock they could be on)
+  wire::Batch b = wide.Flush(200000000);
+  b.probes = {{1000, 1002000, 1002000, 150001000}};  // its answer read 150 ms late: bound 75 ms
+  Send(b);
+  ctl.Push(1, 1000000, "step").Pop(1, 41000000);  // 40 ms: allows 400 us
+  Send(ctl.Flush(41000001), 10);
+  agg_->Tick(999999999);
+  EXPECT_TRUE(exporter_.StepNumbers().empty());
+  agg_->Tick(1000000010);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  const StepProfile& step = exporter_.steps[0];
+  EXPECT_EQ(step.reason, "clock_unaligned");
+  EXPECT_EQ(step.clock_allowed_bound_ns, 400000);
+  EXPECT_EQ(FindSlice(step, 1)->clock_fitness, ClockFitness::kGood);
+  EXPECT_EQ(FindSlice(step, 2)->clock_fitness, ClockFitness::kNone);
+  EXPECT_EQ(FindSlice(step, 3)->clock_fitness, ClockFitness::kTooWide);
+  const std::string summary = StepSummaryJson(step);
+  EXPECT_NE(summary.find("\"reason\":\"clock_unaligned\""), std::string::npos);
+  EXPECT_NE(summary.find("(worker, rank 0) / pid 200: no clock estimate"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("(worker, rank 1) / pid 300: clock error bound 75000 us exceeds the 400 us this step allows"),
+            std::string::npos)
+      << summary;
+  EXPECT_EQ(agg_->RunInfoNow().steps_clock_unaligned, 1u);
+}
+
+// A process whose probes the run turned off is taken as it is, by choice:
+// it holds no step, and says why (basis probes_off).
+TEST_F(AggregatorTest, AProcessWithProbesOffHoldsNoStepAndSaysWhy) {
+  Config config;
+  config.clock.probe_interval_ms = 0;
+  Init(config);
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  worker.OtherClock();
+  Connect(ctl);
+  Connect(worker);
+  Send(worker.Flush(2000000));
+  ctl.Push(1, 1000000, "step").Pop(1, 1001000);
+  Send(ctl.Flush(1002000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(exporter_.steps[0].reason, "complete");
+  const ProcessSlice* w = FindSlice(exporter_.steps[0], 2);
+  EXPECT_EQ(w->clock_fitness, ClockFitness::kExempt);
+  EXPECT_EQ(w->process->clock().basis, ClockBasis::kProbesOff);
+}
+
+// A step written with an estimate (one burst, bound 50 us) that a later,
+// tighter fit over 12 s of bursts shows was 500 us off (a constructed clock:
+// a real one drifts): run.json says which step, which process, by how much.
+TEST_F(AggregatorTest, AStepALaterEstimateShowsWasOffIsListedInTheRun) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  worker.OtherClock();
+  Connect(ctl);
+  Connect(worker);
+  wire::Batch b = worker.Flush(5000);
+  b.probes = {{1000, 1026000, 1026000, 101000}};  // offset 975,000 +- 50 us
+  Send(b);
+  ctl.Push(1, 1000000, "step").Pop(1, 2000000);
+  Send(ctl.Flush(2000001));
+  Send(worker.Flush(1500000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(exporter_.steps[0].reason, "complete");
+  EXPECT_TRUE(agg_->RunInfoNow().clock_revisions.empty());
+  wire::Batch later = worker.Flush(1600000);
+  for (int64_t k = 1; k <= 12; ++k) {  // offset 475,000 +- 1 us, a burst a second
+    const int64_t t = k * 1000000000;
+    later.probes.push_back({t - 1000, t + 475000, t + 475000, t + 1000});
+  }
+  Send(later);
+  const RunInfo run = agg_->RunInfoNow();
+  ASSERT_EQ(run.clock_revisions.size(), 1u);
+  EXPECT_EQ(run.clock_revisions[0].step, 1);
+  EXPECT_EQ(run.clock_revisions[0].process, "node0 / proc (worker, rank 0) / pid 200");
+  EXPECT_GT(run.clock_revisions[0].off_by_ns, 50000);
+  EXPECT_EQ(run.clock_revisions[0].stated_bound_ns, exporter_.steps[0].processes[1].process->clock().bound_ns);
 }
 
 // The controller submits tasks 11 and 12 and gets their results; the worker's
@@ -1838,8 +2003,13 @@ TEST_F(AggregatorTest, BatchWithoutHelloIsKeptUnderUnidentifiedProcess) {
   EXPECT_EQ(agg_->stats().events, 2u);
   ctl.Push(1, 1000, "step").Pop(1, 2000);
   Send(ctl.Flush(5000));
+  // Its clock is unknown (no hello said where it runs, no probes): the step
+  // waits for it through the grace, then says so.
   agg_->Tick(0);
+  EXPECT_TRUE(exporter_.steps.empty());
+  agg_->Tick(Config().flush.step_grace_ms * 1000000);
   ASSERT_EQ(exporter_.steps.size(), 1u);
+  EXPECT_EQ(exporter_.steps[0].reason, "clock_unaligned");
   EXPECT_EQ(exporter_.steps[0].processes.size(), 2u);
   EXPECT_EQ(SpanNames(FindSlice(exporter_.steps[0], 9)), (std::vector<std::string>{"orphan_work"}));
 }
@@ -2385,6 +2555,10 @@ wire::Batch Fitted(wire::Batch b) {
 
 TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheRangesAcrossIt) {
   FakeCollector ctl(1, "controller", -1, 100), w(2, "worker", 0, 200), unfitted(3, "worker", 1, 300);
+  ctl.OtherClock("host-c:1");
+  w.OtherClock("host-w:1");
+  unfitted.OtherClock("host-u:1");
+  const int64_t grace_ns = Config().flush.step_grace_ms * 1000000;  // the unfitted one holds each step through it
   Frame(ctl.Hello(), "peer-c");
   Frame(w.Hello(), "peer-w");
   Frame(unfitted.Hello(), "peer-u");
@@ -2394,7 +2568,7 @@ TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheR
   Frame(Fitted(w.Flush(1000)), "peer-w");
   Frame(unfitted.Flush(1000), "peer-u");
   agg_->TakeOutgoing();
-  agg_->Tick(0);
+  agg_->Tick(grace_ns);
   // Each keeps what a replay needs to match every close it holds: the
   // controller its step (it ends at the release point), the worker the
   // message that opened "long"; the one whose clock is not fitted is told
@@ -2405,7 +2579,7 @@ TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheR
   ctl.Push(1, 300, "step").Pop(1, 400);
   Frame(ctl.Flush(1000), "peer-c");
   Frame(w.Flush(1000), "peer-w");
-  agg_->Tick(0);
+  agg_->Tick(2 * grace_ns);
   EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 300}, {2, 200}}));
 }
 

@@ -16,6 +16,7 @@
 
 #include "aggregator/exporter.h"
 #include "aggregator/step_profile.h"
+#include "native/clock.h"
 #include "native/event.h"
 #include "native/wire.h"
 
@@ -36,12 +37,19 @@ class FakeCollector {
     hello_.identity.role = std::move(role);
     hello_.identity.name = std::move(name);
     hello_.clock = "monotonic";
+    hello_.clock_domain = ClockDomain();  // as a real collector on the aggregator's host (OtherClock)
   }
 
   wire::Hello Hello() const { return hello_; }
   uint64_t session() const { return hello_.session; }
   FakeCollector& Label(const std::string& key, const std::string& value) {
     hello_.identity.labels[key] = value;
+    return *this;
+  }
+  // A process on another host (or time namespace): its clock is placed by
+  // its probes (aggregator/clocks.h), none until they come.
+  FakeCollector& OtherClock(std::string domain = "another-host:1") {
+    hello_.clock_domain = std::move(domain);
     return *this;
   }
   // Calibrated ns per event, as the Hello carries them (wire.h Hello::costs).

@@ -43,7 +43,7 @@ namespace fs = std::filesystem;
 constexpr int64_t kMs = 1000000;
 constexpr int kSteps = 3;
 
-const char kConfig[] = "attribution: {simulator: [rlscope_test_sim]}\nclock: {warn_bound_us: 50}\n";
+const char kConfig[] = "attribution: {simulator: [rlscope_test_sim]}\nclock: {max_bound_us: 50}\n";
 const std::map<std::string, double> kCosts = {{"push", 200}, {"pop", 150},  {"start", 220},
                                               {"end", 160},  {"mark", 100}, {"cpu_sample", 1000}};
 const char kPython[] = "/usr/lib/libpython3.11.so.1.0";
@@ -170,6 +170,7 @@ void RunScenario(const fs::path& out, bool beside) {
   FakeCollector w0(2, "worker", 0, 200, "node0", "ActorRolloutRefWorker");
   w0.Label("actor_id", "a0").Label("class_name", "ActorRolloutRefWorker");
   FakeCollector w1(3, "worker", 1, 300, "node1", "ActorRolloutRefWorker");
+  w1.OtherClock("node1-boot:1");  // another host: placed by its probes
   for (FakeCollector* c : {&ctl, &w0, &w1}) {
     c->Costs(kCosts);
     agg.OnMessage(c->Hello(), 0);

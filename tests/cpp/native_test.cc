@@ -440,6 +440,7 @@ wire::Hello SampleHello() {
   h.clock = "monotonic";
   h.start_ns = 1234567890123;
   h.costs = {{"push", 8.5}, {"py_nvtx_push", 312.25}, {"mark", 0.0}};
+  h.clock_domain = "5d0c2a7e-boot:4026531834";
   return h;
 }
 
@@ -505,6 +506,7 @@ void ExpectSameHello(const wire::Hello& a, const wire::Hello& b) {
   EXPECT_EQ(a.clock, b.clock);
   EXPECT_EQ(a.start_ns, b.start_ns);
   EXPECT_EQ(a.costs, b.costs);
+  EXPECT_EQ(a.clock_domain, b.clock_domain);
 }
 
 void ExpectSameBatch(const wire::Batch& a, const wire::Batch& b) {
@@ -663,6 +665,22 @@ TEST(WireTest, GpuRecordsRoundTrip) {
   const wire::DecodeResult r = DecodeString(wire::Encode(b));
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(std::get<wire::Batch>(r.message).gpu, b.gpu);
+}
+
+TEST(WireTest, ControlRoundTripsWithAProbeRequest) {
+  wire::Control c;
+  c.window = wire::Control::Window::kClosed;
+  c.step = 4;
+  c.probe = true;
+  const std::string bytes = wire::Encode(c);
+  const wire::DecodeResult r = wire::Decode(bytes.data(), bytes.size());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(std::get<wire::Control>(r.message), c);
+  // Absent: no request (an older aggregator's Control).
+  wire::Control plain;
+  const std::string plain_bytes = wire::Encode(plain);
+  EXPECT_EQ(plain_bytes.find("probe\xc3"), std::string::npos);
+  EXPECT_FALSE(std::get<wire::Control>(wire::Decode(plain_bytes.data(), plain_bytes.size()).message).probe);
 }
 
 TEST(WireTest, HelloSelectedFlagRoundTrips) {

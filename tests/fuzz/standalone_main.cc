@@ -27,6 +27,7 @@ std::vector<std::string> Seeds() {
   h.costs = {{"push", 40.0}};
   h.config = "steps: all\n";
   h.secret = "0123456789abcdef";
+  h.clock_domain = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0:4026531834";
   Batch b;
   b.session = 7;
   b.seq = 3;
@@ -56,6 +57,7 @@ std::vector<std::string> Seeds() {
   c.role = "worker";
   c.hello = true;
   c.release_ns = 55;
+  c.probe = true;
   return {Encode(h), Encode(b),           Encode(Bye{7, 10, 1}), Encode(Expected{7, {{{"pid", "1"}}}}),
           Encode(c), Encode(Probe{7, 99})};
 }
