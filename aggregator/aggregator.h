@@ -194,11 +194,11 @@ class Aggregator {
   ReleaseTracker releases_;
   StepExporter* exporter_;
   ProcessMap processes_;
-  Clocks clocks_;                            // each process's clock (clocks.h)
+  Clocks clocks_;  // each process's clock (clocks.h)
   uint64_t steps_clock_unaligned_ = 0;
-  uint64_t controller_session_ = 0;          // the first controller to connect
-  std::set<uint64_t> demoted_;               // later claimants, told they are workers (Control.role)
-  ExpectedList expected_;                    // the controller's (wire::Expected)
+  uint64_t controller_session_ = 0;  // the first controller to connect
+  std::set<uint64_t> demoted_;       // later claimants, told they are workers (Control.role)
+  ExpectedList expected_;            // the controller's (wire::Expected)
   std::vector<int64_t> steps_written_;
   int64_t last_cut_end_ns_ = INT64_MIN;
   RecoveredCounts recovered_;                // spool files taken up (run.json `recovered`)

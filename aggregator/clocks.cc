@@ -20,7 +20,7 @@ ClockFitness FitnessOf(const ClockEstimate& clock, int64_t allowed_ns) {
     case ClockBasis::kProbes: break;
   }
   return clock.valid && clock.bound_ns >= 0 && clock.bound_ns <= allowed_ns ? ClockFitness::kGood
-                                                                              : ClockFitness::kTooWide;
+                                                                            : ClockFitness::kTooWide;
 }
 
 Clocks::Clocks(std::string domain) : domain_(std::move(domain)) {}

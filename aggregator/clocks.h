@@ -44,13 +44,15 @@ int64_t AllowedClockBoundNs(const Config& config, int64_t step_ns);
 ClockFitness FitnessOf(const ClockEstimate& clock, int64_t allowed_ns);
 
 // A step waits for this fitness (until the grace runs out).
-inline bool HoldsStep(ClockFitness fitness) { return fitness == ClockFitness::kNone || fitness == ClockFitness::kTooWide; }
+inline bool HoldsStep(ClockFitness fitness) {
+  return fitness == ClockFitness::kNone || fitness == ClockFitness::kTooWide;
+}
 
 class Clocks {
  public:
   static constexpr int64_t kProbeRequestEveryNs = 200000000;  // a burst takes milliseconds, a loaded one more
-  static constexpr size_t kUsesKept = 64;                      // steps remembered per process
-  static constexpr size_t kRevisionsKept = 1000;               // in run.json; counted beyond
+  static constexpr size_t kUsesKept = 64;                     // steps remembered per process
+  static constexpr size_t kRevisionsKept = 1000;              // in run.json; counted beyond
 
   // `domain`: the aggregator's own clock (native/clock.h ClockDomain).
   explicit Clocks(std::string domain);

@@ -95,7 +95,7 @@ void Collector::FlushLoop() {
     if (transport.ReceiveControls(apply)) woken = true;  // answer the barrier now
     // A step waits for this process's clock: the burst now, its samples in this flush.
     if (transport.burst_requested() && transport.ProbeIfDue(apply, 0)) woken = true;
-    if (link_.barrier_owed()) woken = true;              // one that came during the probe burst too
+    if (link_.barrier_owed()) woken = true;  // one that came during the probe burst too
     now = MonotonicNs();
     arming_.CloseWindowIfDue(now);
     {

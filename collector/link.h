@@ -103,7 +103,7 @@ class Link {
   // environment at construction: the flush thread never calls getenv (a
   // host's setenv on another thread would free what it walks).
   const std::string spool_dir_;
-  const std::string clock_domain_;  // Hello.clock_domain (native/clock.h ClockDomain)
+  const std::string clock_domain_;                     // Hello.clock_domain (native/clock.h ClockDomain)
   uint64_t hello_gen_ = 1, hello_sent_gen_ = 0;        // Hello (re)send when they differ
   uint64_t expected_gen_ = 0, expected_sent_gen_ = 0;  // likewise for Expected
   std::vector<std::map<std::string, std::string>> expected_;

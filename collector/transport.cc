@@ -76,13 +76,17 @@ Transport::Transport(const Config& config, uint64_t session, int wake_fd)
   // walks (a profiled process crashed so under load).
   context_ = zmq_ctx_new();
   if (const char* late = std::getenv(names::kEnvTestProbeLate); late != nullptr && *late != '\0') {
-    if (std::strcmp(late, "drop") == 0) {
+    const char* rest = late;
+    if (std::strncmp(late, "drop", 4) == 0) {
       drop_answers_ = true;
+      rest = late + 4;
     } else {
-      char* rest = nullptr;
-      late_ns_ = std::strtoll(late, &rest, 10) * 1000000;
-      late_bursts_ = rest != nullptr && *rest == ':' ? std::strtoll(rest + 1, nullptr, 10) : -1;
+      char* end = nullptr;
+      late_ns_ = std::strtoll(late, &end, 10) * 1000000;
+      rest = end;
     }
+    late_own_only_ = std::strcmp(rest, ":own") == 0;
+    late_bursts_ = *rest == ':' && !late_own_only_ ? std::strtoll(rest + 1, nullptr, 10) : -1;
   }
 }
 
@@ -183,14 +187,16 @@ bool Transport::ProbeIfDue(const ControlHandler& apply, int64_t interval_ms) {
   if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0) return false;
   const int64_t now = MonotonicNs();
   if (!burst_requested_ && last_burst_ns_ != 0 && now - last_burst_ns_ < interval_ms * 1000000) return false;
+  const bool requested = burst_requested_;
   burst_requested_ = false;
   last_burst_ns_ = now;
-  ProbeBurst(apply);
+  ProbeBurst(apply, requested);
   return true;
 }
 
-void Transport::ProbeBurst(const ControlHandler& apply) {
-  const bool late = late_bursts_ < 0 || bursts_ < late_bursts_;  // test only
+void Transport::ProbeBurst(const ControlHandler& apply, bool requested) {
+  const bool late = late_own_only_ ? !requested : late_bursts_ < 0 || bursts_ < late_bursts_;  // test only
+  const bool drop = drop_answers_ && late;
   ++bursts_;
   for (int64_t i = 0; i < config_.clock.probes_per_burst; ++i) {
     wire::Probe probe{session_, 0};
@@ -206,12 +212,12 @@ void Transport::ProbeBurst(const ControlHandler& apply) {
       zmq_msg_t reply;
       zmq_msg_init(&reply);
       while (zmq_msg_recv(&reply, socket_, ZMQ_DONTWAIT) >= 0) {
-        const int64_t t4 = MonotonicNs() + (late ? late_ns_ : 0);
+        const int64_t t4 = MonotonicNs() + (late ? late_ns_ : 0);  // late_ns_ 0 with drop_answers_
         const wire::DecodeResult r = DecodeMsg(&reply);
         const wire::Control* control = AsControl(r);
         if (control == nullptr) continue;
         if (control->probe_t1 == probe.t1 && control->probe_t2 != 0) {
-          if (!drop_answers_) pending_probes_.push_back({probe.t1, control->probe_t2, control->probe_t3, t4});
+          if (!drop) pending_probes_.push_back({probe.t1, control->probe_t2, control->probe_t3, t4});
           answered = true;
         }
         apply(*control);

@@ -155,7 +155,8 @@ class Transport {
 
  private:
   static constexpr size_t kMaxEventsPerMessage = 1 << 16;
-  void ProbeBurst(const ControlHandler& apply);
+  // `requested`: the aggregator asked for it (Control.probe).
+  void ProbeBurst(const ControlHandler& apply, bool requested);
   // Reads the monitor's events (non-blocking); true when one said connected.
   bool PollMonitor();
   void AddEvents(const Outgoing::Thread& thread, const TickConverter& converter);
@@ -169,13 +170,15 @@ class Transport {
   bool link_up_ = false, link_lost_ = false;
   std::vector<int64_t> own_threads_;  // ZeroMQ's I/O threads (Connect)
   uint64_t seq_ = 0;
-  int64_t last_burst_ns_ = 0;                      // when the last probe burst began (MonotonicNs), 0 none
-  bool burst_requested_ = false;                   // Control.probe came: burst at the next ProbeIfDue
-  int64_t bursts_ = 0;                             // bursts begun
+  int64_t last_burst_ns_ = 0;     // when the last probe burst began (MonotonicNs), 0 none
+  bool burst_requested_ = false;  // Control.probe came: burst at the next ProbeIfDue
+  int64_t bursts_ = 0;            // bursts begun
   // Test only (names.h kEnvTestProbeLate): answers stamped this late in the
-  // first late_bursts_ bursts (-1 every one); drop_answers_: none taken.
+  // first late_bursts_ bursts (-1 every one), or with late_own_only_ in
+  // those it starts itself (not those asked for); drop_answers_: those
+  // bursts' answers are not taken at all.
   int64_t late_ns_ = 0, late_bursts_ = 0;
-  bool drop_answers_ = false;
+  bool late_own_only_ = false, drop_answers_ = false;
   std::vector<wire::ProbeSample> pending_probes_;  // answered probes to ship
   Metadata unsent_;
   wire::BatchWriter writer_;

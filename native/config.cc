@@ -409,8 +409,8 @@ std::vector<KeySpec> MechanismKeySpecs() {
           "a step waits for a process whose clock error bound is above this and above max_bound_fraction of the "
           "step (probing it), and is marked clock_unaligned when the grace runs out first",
           0, 60000000, [](Config& c) -> int64_t& { return c.clock.max_bound_us; }),
-      Double("clock.max_bound_fraction", "the largest clock error bound a step allows, as a fraction of the step", 0,
-             1, [](Config& c) -> double& { return c.clock.max_bound_fraction; }),
+      Double("clock.max_bound_fraction", "the largest clock error bound a step allows, as a fraction of the step", 0, 1,
+             [](Config& c) -> double& { return c.clock.max_bound_fraction; }),
       Run(Bool("correction.enabled",
                "subtract the profiler's own overhead (calibrated per event kind) from each thread's timeline",
                [](Config& c) -> bool& { return c.correction.enabled; })),

@@ -52,7 +52,9 @@ inline constexpr char kEnvTestCosts[] = "RLSCOPE_TEST_COSTS";  // test_clock.h
 inline constexpr char kEnvTestClock[] = "RLSCOPE_TEST_CLOCK";
 // Test only (collector/transport.h): "MS" stamps every clock probe's answer
 // MS milliseconds late, as a descheduled flush thread reads it; "MS:N" only
-// in the first N bursts; "drop" takes no answer at all.
+// in the first N bursts; "MS:own" only in the bursts it starts itself (those
+// the aggregator asks for, Control.probe, are read on time); "drop",
+// "drop:N", "drop:own" take no answer in those bursts instead.
 inline constexpr char kEnvTestProbeLate[] = "RLSCOPE_TEST_PROBE_LATE";
 
 // Labels of a child of a profiled process (collector/children.h).

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,101 @@ def test_workers_with_shifted_clocks_land_on_the_aggregators_timeline(build_dir,
             match = [r for r in own if r["begin_ns"] - slack <= begin <= r["begin_hi_ns"] + slack
                      and r["end_lo_ns"] - slack <= end <= r["end_ns"] + slack]
             assert len(match) == 1, (rank, begin, end, clock, [r for r in own if abs(r["begin_ns"] - begin) < 1e7])
+
+
+def _start_worker(agg, tmp_path, rank: int, rel_s: int, stop: Path, late: str):
+    """A worker in a time namespace of its own (BASE_S + rel_s), its probe
+    answers stamped as `late` says (RLSCOPE_TEST_PROBE_LATE, names.h); waits
+    until it records."""
+    report, ready = tmp_path / f"worker{rank}.json", tmp_path / f"worker{rank}.ready"
+    env = dict(agg.env(role="worker", rank=rank), RLSCOPE_CLOCK="monotonic", RLSCOPE_TEST_PROBE_LATE=late)
+    proc = subprocess.Popen(unshare(BASE_S + rel_s) + [sys.executable, str(ROOT / "tests/apps/nvtx_worker.py"),
+                                                       "--duration", "120", "--stop-file", str(stop), "--report",
+                                                       str(report), "--ready", str(ready)], env=env)
+    deadline = time.monotonic() + 60  # a hang guard
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    return report, proc
+
+
+def _run_controller(build_dir, agg, steps: int) -> None:
+    subprocess.run(unshare(BASE_S) + [str(build_dir / "tests/apps/nvtx_app"), "--steps", str(steps), "--step-ms",
+                                      "100"], env=agg.env(role="controller"), check=True, timeout=120)
+
+
+def test_a_worker_whose_own_probes_come_back_late_holds_each_step_until_the_burst_it_is_asked_for(
+        build_dir, aggregator_factory, tmp_path):
+    """A worker whose clock is 1234 s ahead and whose own probe bursts bring
+    nothing back in time (a test hook drops their answers, as a flush thread
+    descheduled past the 50 ms wait sees them): with no estimate, its
+    watermark, read on its own clock, says it is far past every step. Each
+    step waits for its clock, the aggregator asks it for a burst, and that
+    one (answered) places it: every step is written complete, with the
+    worker's ranges where they happened. Without the hold, each step was
+    written at once with the worker unaligned (missing from it), saying
+    nothing."""
+    agg = aggregator_factory(prefix=unshare(BASE_S), grace_ms=60000)  # the grace is a hang guard only
+    stop = tmp_path / "stop"
+    rel = 1234
+    report, worker = _start_worker(agg, tmp_path, 0, rel, stop, "drop:own")
+    _run_controller(build_dir, agg, 3)
+    stop.touch()
+    assert worker.wait(timeout=60) == 0
+    log = agg.wait(timeout=60)
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_1", "step_2", "step_3"], log
+    run = json.loads((agg.out / "run.json").read_text())
+    assert run["probe_requests"] >= 1 and run["steps_clock_unaligned"] == 0, run
+    own = [r for r in json.loads(report.read_text())["ranges"] if r["name"] == "py_annotated"]
+    for n in (1, 2, 3):
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        assert summary["reason"] == "complete" and summary["clock_warnings"] == [], summary
+        (w,) = [p for p in summary["processes"] if p["role"] == "worker"]
+        clock = w["clock"]
+        assert w["clock_fitness"] == "good" and clock["basis"] == "probes", w
+        assert clock["bound_ns"] <= summary["clock_allowed_bound_ns"], summary
+        assert abs(clock["offset_ns"] + rel * 1_000_000_000) <= clock["bound_ns"], clock
+        trace = Trace(agg.out / f"step_{n}" / "trace.json")
+        (step,) = trace.slices(trace.pid_of("(controller)"), "step")
+        s0, s1 = float(step["ts"]), float(step["ts"]) + float(step["dur"])
+        spans = [e for e in trace.slices(trace.pid_of("(worker, rank 0)"), "py_annotated")
+                 if not e["args"].get("clipped_begin") and not e["args"].get("clipped_end")]
+        assert spans, f"the worker has nothing inside step {n}"
+        for e in spans:  # each where it happened on the worker's own clock, give or take the bound
+            assert s0 <= float(e["ts"]) and float(e["ts"]) + float(e["dur"]) <= s1
+            begin = round(float(e["args"].get("raw_ts", e["ts"])) * 1000) + rel * 1_000_000_000
+            end = begin + round(float(e["args"].get("raw_dur", e["dur"])) * 1000)
+            slack = clock["bound_ns"]
+            assert any(r["begin_ns"] - slack <= begin <= r["begin_hi_ns"] + slack
+                       and r["end_lo_ns"] - slack <= end <= r["end_ns"] + slack for r in own), (n, begin, end)
+
+
+def test_workers_whose_clocks_never_come_good_mark_every_step_and_are_named(build_dir, aggregator_factory, tmp_path):
+    """One worker's probe answers are all read 300 ms late (an estimate 150 ms
+    wide), another's never come back (no estimate at all): each step waits
+    the grace out for them, then is written marked clock_unaligned, each
+    named with why, never "complete"; the one with no estimate is not placed
+    with offset 0 silently."""
+    agg = aggregator_factory(prefix=unshare(BASE_S), grace_ms=1500)
+    stop = tmp_path / "stop"
+    _, wide = _start_worker(agg, tmp_path, 0, 1234, stop, "300")
+    _, none = _start_worker(agg, tmp_path, 1, 0, stop, "drop")
+    _run_controller(build_dir, agg, 2)
+    stop.touch()
+    for proc in (wide, none):
+        assert proc.wait(timeout=60) == 0
+    log = agg.wait(timeout=60)
+    assert sorted(p.name for p in agg.out.glob("step_*")) == ["step_1", "step_2"], log
+    for n in (1, 2):
+        summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
+        assert summary["reason"] == "clock_unaligned", summary
+        fitness = {p["rank"]: p["clock_fitness"] for p in summary["processes"] if p["role"] == "worker"}
+        assert fitness == {0: "too_wide", 1: "none"}, summary
+        (ctl,) = [p for p in summary["processes"] if p["role"] == "controller"]
+        assert ctl["clock_fitness"] == "good", ctl  # its own namespace, probed on time
+        warnings = summary["clock_warnings"]
+        assert len(warnings) == 2, warnings
+        assert any("(worker, rank 0)" in w and "clock error bound" in w for w in warnings), warnings
+        assert any("(worker, rank 1)" in w and "no clock estimate" in w for w in warnings), warnings
+    run = json.loads((agg.out / "run.json").read_text())
+    assert run["steps_clock_unaligned"] == 2 and run["probe_requests"] >= 2, run

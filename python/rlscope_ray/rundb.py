@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 from . import _native
 from ._native import names as _names
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: processes.clock_basis, clock_fitness
 DB_NAME = "run.duckdb"
 RUN_FORMATS = (_names.RUN_FORMAT,)  # the run.json formats this module reads
 LOCK_RETRY_S = 5.0
@@ -68,7 +68,7 @@ SCHEMA = [
         pid BIGINT, rank BIGINT, role VARCHAR, name VARCHAR, selected BOOLEAN, spans BIGINT, instants BIGINT,
         gpu_records BIGINT, cpu_samples BIGINT, events_received BIGINT, dropped BIGINT, unmatched BIGINT,
         overhead_ms DOUBLE, overhead_uncertainty_ms DOUBLE, overhead_events BIGINT, profiler_thread_ms DOUBLE,
-        clock_bound_ns BIGINT)""",
+        clock_bound_ns BIGINT, clock_basis VARCHAR, clock_fitness VARCHAR)""",
     """CREATE TABLE IF NOT EXISTS spans (step BIGINT, session VARCHAR, pid BIGINT, rank BIGINT, tid BIGINT,
         thread VARCHAR, name VARCHAR, category VARCHAR, async BOOLEAN, begin_ns BIGINT, end_ns BIGINT,
         dur_ns BIGINT, args JSON)""",
@@ -101,7 +101,7 @@ COLUMNS = {
     "processes": ["step", "session", "label", "host", "pid", "rank", "role", "name", "selected", "spans",
                   "instants", "gpu_records", "cpu_samples", "events_received", "dropped", "unmatched",
                   "overhead_ms", "overhead_uncertainty_ms", "overhead_events", "profiler_thread_ms",
-                  "clock_bound_ns"],
+                  "clock_bound_ns", "clock_basis", "clock_fitness"],
     "subtasks": ["step", "subtask", "rank", "session", "process", "role", "occurrences", "window_ms", "busy_ms",
                  "cpu_only_ms", "gpu_only_ms", "cpu_gpu_ms", "idle_ms", "overhead_ms", "attribution"],
     "stragglers": ["step", "subtask", "ranks", "slowest_rank", "slowest_process", "slowest_ms", "median_ms",
@@ -197,7 +197,8 @@ def _summary_rows(s: Dict[str, Any]) -> Dict[str, List[tuple]]:
                                   p.get("dropped_total"), p.get("unmatched_total"),
                                   _num(p, "overhead", "subtracted_ms"), _num(p, "overhead", "uncertainty_ms"),
                                   _num(p, "overhead", "events"), _num(p, "overhead", "profiler_thread_ms"),
-                                  _num(p, "clock", "bound_ns")))
+                                  _num(p, "clock", "bound_ns"), (p.get("clock") or {}).get("basis"),
+                                  p.get("clock_fitness")))
     for b in s.get("breakdown") or []:
         busy = sum(b.get(k) or 0.0 for k in ("cpu_only_ms", "gpu_only_ms", "cpu_gpu_ms"))
         att = b.get("attribution")
@@ -373,7 +374,7 @@ def _remove(path: str) -> None:
 def _prepare(con, run: Dict[str, Any]) -> None:
     con.execute(SCHEMA[0])
     row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is not None and row[0] != str(SCHEMA_VERSION):  # pragma: no cover - one schema so far
+    if row is not None and row[0] != str(SCHEMA_VERSION):
         raise RunDirError(f"{DB_NAME} has schema version {row[0]}, this rlscope-ray writes {SCHEMA_VERSION}; "
                           "delete it to have it rebuilt")
     for stmt in SCHEMA[1:]:

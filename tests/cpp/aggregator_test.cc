@@ -2645,7 +2645,7 @@ TEST(StepFilesTest, ShutdownStopsTheTraceWritersThreadAndLaterExportsFail) {
   const auto files = MakeStepFiles(dir.path(), {"json"}, 2);  // trace.json written on a thread of its own
   ASSERT_TRUE(files->ExportStep(EmptyStep(1))) << files->last_error();
   ASSERT_TRUE(files->ExportStep(EmptyStep(2))) << files->last_error();
-  EXPECT_EQ(ThreadsOfThisProcess(), before + 1);            // one writer, kept from step to step
+  EXPECT_EQ(ThreadsOfThisProcess(), before + 1);  // one writer, kept from step to step
   files->Shutdown();
   EXPECT_EQ(ThreadsOfThisProcess(), before);
   EXPECT_FALSE(files->ExportStep(EmptyStep(3)));
