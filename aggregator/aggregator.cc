@@ -168,7 +168,10 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   }
   clocks_.Update(slot.get(), {}, probes_off());  // one on the aggregator's own clock is placed from now
   slot->Touch(now_ns);
-  wire::Control where;  // tell the newcomer where the run stands
+  wire::Control where;  // tell the newcomer where the run stands, and where to probe
+  where.probe_port = probe_port_;
+  where.probe_host = probe_host_;
+  where.probe_key = probe_key_;
   ClaimController(hello, slot.get(), &where);
   scheduler_.Where(&where);
   context_.Send(hello.session, where);
@@ -279,7 +282,11 @@ void Aggregator::Tick(int64_t now_ns) {
   }
   // A step that waits for processes' clocks: they are asked for a burst.
   if (const PendingStep* waiting = scheduler_.Next(); waiting != nullptr && context_.stats.write_errors == 0) {
-    clocks_.AskForBursts(scheduler_.ClockHolders(*waiting, processes_, now_ns), now_ns, &context_);
+    const std::vector<uint64_t> holders = scheduler_.ClockHolders(*waiting, processes_, now_ns);
+    if (!holders.empty() && run_config_.config().steps.Contains(waiting->span.number)) {
+      scheduler_.ClockHeld();
+      clocks_.AskForBursts(holders, now_ns, &context_);
+    }
   }
   if (run_info_due_ && now_ns - run_info_written_ns_ >= kRunInfoEveryNs) RunInfoChanged(now_ns);
 }
@@ -342,6 +349,7 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
   profile.begin_ns = s.begin_ns;
   profile.end_ns = s.end_ns;
   profile.window_late_ns = step.window_late_ns;
+  profile.clock_held = step.clock_held;
   bool any_late = false, any_unaligned = false;
   profile.clock_allowed_bound_ns = AllowedClockBoundNs(run_config_.config(), s.end_ns - s.begin_ns);
   for (const auto& [session, p] : processes_) {

@@ -132,6 +132,12 @@ class Aggregator {
   // last call (a disagreement between sources), for the daemon's log.
   const Config& config() const { return run_config_.config(); }
   std::vector<std::string> TakeNotes() { return context_.notes.Take(); }
+  // Where collectors send clock probes besides their connection
+  // (probe_server.h; Control.probe_port, probe_host, probe_key): told to
+  // each in the answer to its hello. Port 0: nowhere else.
+  void SetProbePath(std::string host, uint16_t port, uint64_t key) {
+    probe_host_ = std::move(host), probe_port_ = port, probe_key_ = key;
+  }
   // run.json as it stands (not final).
   RunInfo RunInfoNow() const { return MakeRunInfo(false); }
 
@@ -206,6 +212,9 @@ class Aggregator {
   std::set<std::string> unreadable_spools_;  // said once each
   bool second_core_ = false;                 // set_second_core
   std::string run_id_;                       // run_id(): NewRunId, or the resumed run's
+  std::string probe_host_;                   // SetProbePath
+  uint16_t probe_port_ = 0;
+  uint64_t probe_key_ = 0;
 };
 
 }  // namespace rlscope

@@ -49,6 +49,7 @@
 #include "aggregator/aggregator.h"
 #include "aggregator/chrome_trace.h"
 #include "aggregator/outputs.h"
+#include "aggregator/probe_server.h"
 #include "aggregator/step_files.h"
 #include "aggregator/daemon_support.h"
 #include "aggregator/relay.h"
@@ -57,6 +58,7 @@
 #include "native/clock.h"
 #include "native/config.h"
 #include "native/names.h"
+#include "native/probe_packet.h"
 #include "native/spool_file.h"
 
 namespace rlscope::daemon {
@@ -380,6 +382,22 @@ std::string SpoolDirOf(const Aggregator& agg) {
   return agg.run_key().empty() ? std::string() : SpoolDirFor(agg.run_key());
 }
 
+// Clock probes on a UDP port of their own (probe_server.h), on the host the
+// aggregator listens on (none for ipc://: a collector there shares its host,
+// and so its clock). Said and done without when the port cannot be had.
+void StartProbes(const Options& options, ProbeServer* probes, Aggregator* agg) {
+  const std::string host = probe::EndpointHost(options.listen);
+  if (host.empty()) return;
+  std::string error;
+  if (!probes->Start(host, &error)) {
+    std::fprintf(stderr, "rlscope-ray aggregator: %s; clock probes go over the collectors' connections\n",
+                 error.c_str());
+    return;
+  }
+  // A wildcard: each collector probes the host it connected to.
+  agg->SetProbePath(probe::IsWildcardHost(host) ? "" : host, probes->port(), probes->key());
+}
+
 // Serves collectors until a stop, a write error or (--exit-when-done) the
 // run's end.
 void Serve(void* sock, Server& server, Aggregator& agg, const Options& options, const std::string& out_dir,
@@ -479,6 +497,8 @@ int RunAggregator(const Options& options) {
   }
   size_t reported = agg.steps_written().size();  // a resumed run's are announced already
   TakeUpSpoolFiles(agg, SpoolDirOf(agg), MonotonicNs());
+  ProbeServer probes;
+  StartProbes(options, &probes, &agg);
   Server server(sock, &agg);
   Serve(sock, server, agg, options, config.output_dir, &reported);
   if (agg.stats().write_errors > 0) {
@@ -495,6 +515,13 @@ int RunAggregator(const Options& options) {
     ReportNotes(agg);  // an empty run says why
   }
   ReportDone(agg, *exporter);
+  if (probes.port() != 0) {
+    probes.Stop();
+    std::printf("rlscope-ray aggregator: clock probes: %llu answered on udp port %u, %llu refused\n",
+                static_cast<unsigned long long>(probes.answered()), static_cast<unsigned>(probes.port()),
+                static_cast<unsigned long long>(probes.refused()));
+    std::fflush(stdout);
+  }
   const int linger_ms = 1000;  // the last answers go out, or are given up on
   zmq_setsockopt(sock, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
   zmq_close(sock);

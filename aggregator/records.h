@@ -158,7 +158,7 @@ inline const char* ClockBasisName(ClockBasis basis) {
   return "none";
 }
 
-// Whether a process's clock could place its events in a step (clock_hold.h).
+// Whether a process's clock could place its events in a step (clocks.h).
 enum class ClockFitness : uint8_t {
   kGood = 0,     // exact, or fitted within the bound the step allows
   kExempt = 1,   // no estimate sought (kProbesOff): times as recorded

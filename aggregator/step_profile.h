@@ -122,7 +122,7 @@ struct ProcessSlice {
   std::vector<MemoryPoint> rss;
   std::map<uint32_t, std::vector<MemoryPoint>> gpu_allocated;
   bool late = false;  // had not flushed past the step end in time
-  // Whether its clock could place its events in the step (clock_hold.h):
+  // Whether its clock could place its events in the step (clocks.h):
   // kNone or kTooWide when the grace ran out first (reason clock_unaligned).
   ClockFitness clock_fitness = ClockFitness::kGood;
   bool lost = false;  // late and gone without a goodbye (ProcessTimeline::lost)
@@ -165,8 +165,10 @@ struct StepProfile {
   std::string reason;
   std::vector<ProcessSlice> processes;
   std::vector<ExpectedProcess> not_profiled;
-  // The largest clock error bound the step allows (clock_hold.h AllowedClockBoundNs).
+  // The largest clock error bound the step allows (clocks.h AllowedClockBoundNs).
   int64_t clock_allowed_bound_ns = 100000;
+  // It waited for a process's clock before it was cut (a burst was asked for).
+  bool clock_held = false;
   // How long after the step began the workers' capture window for it was
   // broadcast (PendingStep::window_late_ns); 0 on time.
   int64_t window_late_ns = 0;

@@ -14,7 +14,7 @@
 // that time, for its processes to say hello again, and any step for a
 // process the controller expects that is still starting (expected.h). A step
 // `steps` selects also waits, within that time, for every selected process's
-// clock to be good enough to place its events in it (clock_hold.h).
+// clock to be good enough to place its events in it (clocks.h).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,8 @@ struct PendingStep {
   // for it was broadcast (their first moments in it may be missing; they
   // got it later still); 0 when the window was open before it began.
   int64_t window_late_ns = 0;
+  // It waited for a process's clock (clocks.h): a probe burst was asked for.
+  bool clock_held = false;
 };
 
 class StepScheduler {
@@ -70,11 +72,15 @@ class StepScheduler {
   // is still given time (ExpectedList::Awaiting): no step `steps` selects
   // is ready before the grace time.
   const PendingStep* NextReady(int64_t now_ns, const ProcessMap& processes, bool starting);
-  // The selected, live processes whose clock holds `step` (clock_hold.h:
+  // The selected, live processes whose clock holds `step` (clocks.h:
   // no estimate, or one too wide for it), by session.
   std::vector<uint64_t> ClockHolders(const PendingStep& step, const ProcessMap& processes, int64_t now_ns) const;
   // The first closed step, ready or not; nullptr when none.
   const PendingStep* Next() const { return pending_.empty() ? nullptr : &pending_.front(); }
+  // The first closed step waited for a process's clock.
+  void ClockHeld() {
+    if (!pending_.empty()) pending_.front().clock_held = true;
+  }
   // The first closed step was written or skipped.
   void Done() { pending_.pop_front(); }
   bool idle() const { return pending_.empty(); }

@@ -303,7 +303,7 @@ void WriteCaptureWarnings(JsonWriter& w, const StepProfile& step) {
 }
 
 // Clock causality (ray_calls.h), and processes whose clock could not place
-// them in the step (clock_hold.h): none yet, or a bound above the step's.
+// them in the step (clocks.h): none yet, or a bound above the step's.
 void WriteClockChecks(JsonWriter& w, const StepProfile& step) {
   w.Key("causality").BeginObject();
   w.Key("checked").Int(step.causality.checked);
@@ -311,6 +311,7 @@ void WriteClockChecks(JsonWriter& w, const StepProfile& step) {
   w.Key("max_violation_ns").Int(step.causality.max_violation_ns);
   w.EndObject();
   w.Key("clock_allowed_bound_ns").Int(step.clock_allowed_bound_ns);
+  w.Key("clock_held").Bool(step.clock_held);
   w.Key("clock_warnings").BeginArray();
   for (const ProcessSlice& slice : step.processes) {
     const ClockEstimate& e = slice.process->clock();

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,11 +92,17 @@ class Transport {
   // the first unanswered one). Other Control messages arriving meanwhile go
   // to `apply`. The samples ride on the next batch.
   // A requested burst (RequestBurst) runs whatever the interval. True when
-  // a burst ran.
+  // a burst ran. Bursts go on the aggregator's probe path of its own
+  // (SetProbePath) when it has one and answers, else on this connection;
+  // the first burst and those asked for take 4x clock.probes_per_burst.
   bool ProbeIfDue(const ControlHandler& apply, int64_t interval_ms);
   // The aggregator asked for a burst (Control.probe: a step waits for this
   // process's clock): the next ProbeIfDue runs one.
   void RequestBurst() { burst_requested_ = true; }
+  // The aggregator's probe path (Control.probe_port, probe_host, probe_key;
+  // native/probe_packet.h): a UDP socket to it ("" host: the endpoint's).
+  // Port 0, or a host that cannot be resolved: none.
+  void SetProbePath(const std::string& host, uint64_t port, uint64_t key);
   bool burst_requested() const { return burst_requested_; }
   // Whether anything waits to ride on the next batch: probe samples, or
   // names a batch could not take.
@@ -155,8 +162,14 @@ class Transport {
 
  private:
   static constexpr size_t kMaxEventsPerMessage = 1 << 16;
+  static constexpr int64_t kUdpWaitNs = 20000000;  // a probe on the UDP path unanswered after 20 ms is lost
+  static constexpr int kUdpGiveUpAfter = 3;
   // `requested`: the aggregator asked for it (Control.probe).
   void ProbeBurst(const ControlHandler& apply, bool requested);
+  // `count` probes on the UDP path; false when its first went unanswered
+  // (the burst then goes on the connection).
+  bool UdpBurst(int64_t count, bool late, bool drop);
+  void CloseProbePath();
   // Reads the monitor's events (non-blocking); true when one said connected.
   bool PollMonitor();
   void AddEvents(const Outgoing::Thread& thread, const TickConverter& converter);
@@ -172,7 +185,13 @@ class Transport {
   uint64_t seq_ = 0;
   int64_t last_burst_ns_ = 0;     // when the last probe burst began (MonotonicNs), 0 none
   bool burst_requested_ = false;  // Control.probe came: burst at the next ProbeIfDue
-  int64_t bursts_ = 0;            // bursts begun
+  std::string endpoint_;          // as Connect was given it
+  int udp_fd_ = -1;               // the probe path (SetProbePath), -1 none
+  uint64_t udp_key_ = 0, udp_port_ = 0;
+  std::string udp_host_;
+  int udp_failures_ = 0;                         // bursts in a row it did not answer: at kUdpGiveUpAfter, given up
+  std::mt19937_64 rng_{std::random_device{}()};  // probe nonces
+  int64_t bursts_ = 0;                           // bursts begun
   // Test only (names.h kEnvTestProbeLate): answers stamped this late in the
   // first late_bursts_ bursts (-1 every one), or with late_own_only_ in
   // those it starts itself (not those asked for); drop_answers_: those

@@ -231,6 +231,13 @@ struct Control {
   // Send a burst of clock probes now: a step waits for this process's
   // clock (it has no estimate, or one too wide for the step).
   bool probe = false;
+  // The aggregator's probe path of its own (native/probe_packet.h): UDP to
+  // probe_host (""= the host of the endpoint the collector connected to)
+  // port probe_port, each probe carrying probe_key. 0 = none (probes go on
+  // this connection). Sent with the reply to a Hello.
+  uint64_t probe_port = 0;
+  std::string probe_host;
+  uint64_t probe_key = 0;
   bool operator==(const Control&) const = default;
 };
 

@@ -132,6 +132,14 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
   }
   if ((o = Find(body, "bye_ack")) != nullptr && !GetBool(c, *o, "control.bye_ack", &ctl->bye_ack)) return false;
   if ((o = Find(body, "probe")) != nullptr && !GetBool(c, *o, "control.probe", &ctl->probe)) return false;
+  if ((o = Find(body, "probe_port")) != nullptr) {
+    if (!GetUint(c, *o, "control.probe_port", &ctl->probe_port)) return false;
+    if (ctl->probe_port > 65535) return c.Fail("control.probe_port", "not a port: " + std::to_string(ctl->probe_port));
+  }
+  if ((o = Find(body, "probe_host")) != nullptr && !GetStr(c, *o, "control.probe_host", &ctl->probe_host)) {
+    return false;
+  }
+  if ((o = Find(body, "probe_key")) != nullptr && !GetUint(c, *o, "control.probe_key", &ctl->probe_key)) return false;
   return true;
 }
 

@@ -174,6 +174,11 @@ std::string EncodeBody(const Control& ctl) {
   if (ctl.release_ns != 0) w.Key("release_ns").pack_int64(ctl.release_ns);
   if (ctl.bye_ack) w.Key("bye_ack").pack_true();
   if (ctl.probe) w.Key("probe").pack_true();
+  if (ctl.probe_port != 0) {
+    w.Key("probe_port").pack_uint64(ctl.probe_port);
+    PackString(w.Key("probe_host"), ctl.probe_host);
+    w.Key("probe_key").pack_uint64(ctl.probe_key);
+  }
   return w.Finish();
 }
 

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Files by stem (a .h and its .cc are one), lowest layer first.
 LAYERS = {
     "aggregator": [
-        ("helpers", "sorting chunk_queue prefault json_writer trace_sink relay daemon_support decode_ahead records "
-                    "intervals"),
+        ("helpers", "sorting chunk_queue prefault probe_server json_writer trace_sink relay daemon_support "
+                    "decode_ahead records intervals"),
         ("timeline parts", "process_names process_view span_store range_pairing record_stores"),
         ("data model", "timeline step_profile context"),
         ("shared rules", "occurrences attribution ray_calls clock_fit clocks process_json"),

@@ -10,6 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -38,6 +42,7 @@
 #include "aggregator/chrome_trace.h"
 #include "aggregator/exporter.h"
 #include "aggregator/outputs.h"
+#include "aggregator/probe_server.h"
 #include "aggregator/step_files.h"
 #include "aggregator/json_writer.h"
 #include "aggregator/process_json.h"
@@ -51,6 +56,7 @@
 #include "aggregator/timeline.h"
 #include "native/config.h"
 #include "native/event.h"
+#include "native/probe_packet.h"
 #include "native/wire.h"
 #include "tests/cpp/fake_collector.h"
 
@@ -969,6 +975,52 @@ TEST(ClockFitTest, ABurstFarSlowerThanUsualIsAnOutlierNotFitted) {
   EXPECT_LE(std::llabs(e.ToAggregator(t1) - (t1 + offset)), e.bound_ns);
 }
 
+// The probe thread answers a probe that carries the run's key, on real UDP
+// sockets: its t2 is the kernel's receive time (at or after the send, at or
+// before the answer's t3), and the answer echoes the nonce; a datagram
+// without the key gets nothing (counted).
+TEST(ProbeServerTest, AnswersProbesWithTheRunsKeyOnly) {
+  ProbeServer server;
+  std::string error;
+  ASSERT_TRUE(server.Start("127.0.0.1", &error)) << error;
+  ASSERT_NE(server.port(), 0);
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(server.port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  ASSERT_TRUE(probe::EnableRxTimestamps(fd));
+  // Waits (up to a hang guard) for one answer; false when none comes.
+  auto answer = [&](probe::Reply* reply, int64_t* rx, int timeout_ms) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return false;
+    char buf[probe::kPacketBytes + 1];
+    const ssize_t n = probe::ReceiveStamped(fd, buf, sizeof(buf), rx, nullptr, nullptr);
+    return n >= 0 && probe::Decode(buf, static_cast<size_t>(n), reply);
+  };
+  char out[probe::kPacketBytes];
+  probe::Encode(probe::Request{server.key() ^ 1, 7, 99, MonotonicNs()}, out);
+  ASSERT_EQ(send(fd, out, sizeof(out), 0), static_cast<ssize_t>(sizeof(out)));
+  const probe::Request req{server.key(), 7, 0xabcdef, MonotonicNs()};
+  probe::Encode(req, out);
+  ASSERT_EQ(send(fd, out, sizeof(out), 0), static_cast<ssize_t>(sizeof(out)));
+  probe::Reply reply;
+  int64_t t4 = 0;
+  ASSERT_TRUE(answer(&reply, &t4, 60000));
+  EXPECT_EQ(reply.nonce, 0xabcdefu);  // the keyless one came first and was not answered
+  EXPECT_EQ(reply.t1, req.t1);
+  EXPECT_LE(req.t1, reply.t2);  // one clock here: the four stamps are in order
+  EXPECT_LE(reply.t2, reply.t3);
+  EXPECT_LE(reply.t3, t4);
+  EXPECT_FALSE(answer(&reply, &t4, 0));
+  server.Stop();
+  EXPECT_EQ(server.answered(), 1u);
+  EXPECT_EQ(server.refused(), 1u);
+  close(fd);
+}
+
 // ------------------------------------------------- clocks that hold steps
 
 // A worker on another host whose clock is not known yet: the step waits for
@@ -1008,6 +1060,7 @@ TEST_F(AggregatorTest, AStepWaitsForAProcessWithNoClockEstimateAndAsksItForABurs
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
   const StepProfile& step = exporter_.steps[0];
   EXPECT_EQ(step.reason, "complete");
+  EXPECT_TRUE(step.clock_held);
   const ProcessSlice* w = FindSlice(step, 2);
   ASSERT_EQ(w->spans.size(), 1u);
   EXPECT_EQ(w->spans[0].begin_ns, 1000500);

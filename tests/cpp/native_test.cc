@@ -26,6 +26,7 @@
 #include "native/steps.h"
 #include "native/string_table.h"
 #include "native/thread_buffer.h"
+#include "native/probe_packet.h"
 #include "native/wire.h"
 
 namespace rlscope {
@@ -672,6 +673,9 @@ TEST(WireTest, ControlRoundTripsWithAProbeRequest) {
   c.window = wire::Control::Window::kClosed;
   c.step = 4;
   c.probe = true;
+  c.probe_port = 40001;
+  c.probe_host = "10.0.0.7";
+  c.probe_key = 0xfedcba9876543210ull;
   const std::string bytes = wire::Encode(c);
   const wire::DecodeResult r = wire::Decode(bytes.data(), bytes.size());
   ASSERT_TRUE(r.ok) << r.error;
@@ -681,6 +685,40 @@ TEST(WireTest, ControlRoundTripsWithAProbeRequest) {
   const std::string plain_bytes = wire::Encode(plain);
   EXPECT_EQ(plain_bytes.find("probe\xc3"), std::string::npos);
   EXPECT_FALSE(std::get<wire::Control>(wire::Decode(plain_bytes.data(), plain_bytes.size()).message).probe);
+}
+
+TEST(ProbePacketTest, RequestsAndRepliesRoundTripAndNothingElseDecodes) {
+  char buf[probe::kPacketBytes];
+  const probe::Request req{0x0123456789abcdefull, 42, 0xfeedfacecafebeefull, -5};
+  probe::Encode(req, buf);
+  probe::Request r;
+  ASSERT_TRUE(probe::Decode(buf, sizeof(buf), &r));
+  EXPECT_EQ(r.key, req.key);
+  EXPECT_EQ(r.session, 42u);
+  EXPECT_EQ(r.nonce, req.nonce);
+  EXPECT_EQ(r.t1, -5);
+  probe::Reply as_reply;
+  EXPECT_FALSE(probe::Decode(buf, sizeof(buf), &as_reply));  // a request is not a reply
+  EXPECT_FALSE(probe::Decode(buf, sizeof(buf) - 1, &r));     // nor a short one anything
+  const probe::Reply rep{7, 1, 2000000000000, 2000000000500};
+  probe::Encode(rep, buf);
+  ASSERT_TRUE(probe::Decode(buf, sizeof(buf), &as_reply));
+  EXPECT_EQ(as_reply.nonce, 7u);
+  EXPECT_EQ(as_reply.t2, 2000000000000);
+  EXPECT_EQ(as_reply.t3, 2000000000500);
+  buf[4] = 2;  // another version
+  EXPECT_FALSE(probe::Decode(buf, sizeof(buf), &as_reply));
+}
+
+TEST(ProbePacketTest, EndpointHosts) {
+  EXPECT_EQ(probe::EndpointHost("tcp://10.0.0.7:5557"), "10.0.0.7");
+  EXPECT_EQ(probe::EndpointHost("tcp://[::1]:5557"), "::1");
+  EXPECT_EQ(probe::EndpointHost("tcp://*:5557"), "*");
+  EXPECT_EQ(probe::EndpointHost("tcp://node-3.cluster:5557"), "node-3.cluster");
+  EXPECT_EQ(probe::EndpointHost("ipc:///tmp/agg.sock"), "");
+  EXPECT_EQ(probe::EndpointHost("tcp://5557"), "");
+  EXPECT_TRUE(probe::IsWildcardHost("0.0.0.0"));
+  EXPECT_FALSE(probe::IsWildcardHost("127.0.0.1"));
 }
 
 TEST(WireTest, HelloSelectedFlagRoundTrips) {

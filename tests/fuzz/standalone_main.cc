@@ -58,6 +58,9 @@ std::vector<std::string> Seeds() {
   c.hello = true;
   c.release_ns = 55;
   c.probe = true;
+  c.probe_port = 40001;
+  c.probe_host = "10.0.0.7";
+  c.probe_key = 0x1234567890abcdefull;
   return {Encode(h), Encode(b),           Encode(Bye{7, 10, 1}), Encode(Expected{7, {{{"pid", "1"}}}}),
           Encode(c), Encode(Probe{7, 99})};
 }
