@@ -75,22 +75,7 @@ void ClockFit::Refit() {
   e.bursts = static_cast<int64_t>(points.size());
   const double x0 = points.back().x;
   double a = points.back().y, b = 0;
-  bool fit_drift = points.size() >= 2 && points.back().x - points.front().x >= kMinDriftSpanNs;
-  if (fit_drift) {
-    // The drift from the tighter half of the bursts (at least two), when
-    // they span enough time: the bound is the worst of the bursts fitted,
-    // so it reflects the best ones, not a moment of load.
-    std::vector<double> sorted_e = half_rtts;
-    sorted_e.erase(std::remove_if(sorted_e.begin(), sorted_e.end(), [&](double v) { return v > outlier_above; }),
-                   sorted_e.end());
-    const double tight_e = sorted_e[std::max<size_t>(1, (sorted_e.size() + 1) / 2) - 1];
-    std::vector<Point> tight;
-    for (const Point& p : points) {
-      if (p.e <= tight_e) tight.push_back(p);
-    }
-    if (tight.size() >= 2 && tight.back().x - tight.front().x >= kMinDriftSpanNs) points = tight;
-    fit_drift = points.size() >= 2;
-  }
+  const bool fit_drift = points.size() >= 2 && points.back().x - points.front().x >= kMinDriftSpanNs;
   if (!fit_drift) {
     // No drift yet: the offset lies in every burst's [y - e, y + e]. Where
     // they intersect, take its middle (the bound is then half its width);
@@ -124,8 +109,19 @@ void ClockFit::Refit() {
       a = (sy - b * sx) / sw;
     }
   }
+  // The bound: the worst, over the tighter half of the bursts (their half
+  // round trip at most the median's), of how far the fit may be from the
+  // truth there (half round trip plus residual). The fit weighs the wider
+  // bursts little; so does the bound, which reflects the best ones, not a
+  // moment of load (the drift fit's only: the intersection above is exact).
+  std::vector<double> kept_e;
+  for (const Point& p : points) kept_e.push_back(p.e);
+  std::sort(kept_e.begin(), kept_e.end());
+  const double tight_e = fit_drift ? kept_e[(kept_e.size() - 1) / 2] : kept_e.back();
   double bound = 0;
-  for (const Point& p : points) bound = std::max(bound, p.e + std::fabs(p.y - (a + b * (p.x - x0))));
+  for (const Point& p : points) {
+    if (p.e <= tight_e) bound = std::max(bound, p.e + std::fabs(p.y - (a + b * (p.x - x0))));
+  }
   e.offset_ns = static_cast<int64_t>(std::llround(a));
   e.drift = b;
   e.ref_ns = static_cast<int64_t>(x0);

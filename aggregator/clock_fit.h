@@ -8,12 +8,10 @@
 // read microseconds of noise as tens of ppm of drift) the offset is the middle
 // of the intersection of every burst's [offset - rtt/2, offset + rtt/2], and
 // the bound half its width; after that, offset + drift by weighted least
-// squares over the tighter half of the bursts (when they span 10 s), the
-// bound being the worst fitted burst's rtt/2 plus its residual. Either way
-// the bound is never smaller than what the bursts fitted allow for the
-// error. A burst whose best round trip is above 4x the usual one (the lower
-// median of the bursts') plus 20 us is an outlier: counted
-// (ClockEstimate::outlier_bursts), not fitted.
+// squares (1 / (rtt/2)^2), the bound being the worst, over the tighter half
+// of the bursts (rtt/2 at most the median's), of rtt/2 plus the residual. A burst whose best round trip is above 4x the
+// usual one (the lower median of the bursts') plus 20 us is an outlier: counted (ClockEstimate::outlier_bursts), not
+// fitted.
 #pragma once
 
 #include <cstdint>

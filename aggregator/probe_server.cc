@@ -38,7 +38,7 @@ bool ProbeServer::Start(const std::string& host, std::string* error) {
     return false;
   }
   port_ = ntohs(local.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+                                            : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
   std::random_device rd;
   key_ = (static_cast<uint64_t>(rd()) << 32) | rd();
   stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -31,6 +31,7 @@ void WriteClock(JsonWriter& w, const ProcessView& p) {
   w.Key("aligned").Bool(e.valid);
   w.Key("basis").String(ClockBasisName(e.basis));
   w.Key("offset_ns").Int(e.offset_ns);
+  w.Key("ref_ns").Int(e.ref_ns);
   w.Key("drift_ppm").Double(e.drift * 1e6);
   w.Key("bound_ns").IntOrNull(e.bound_ns);
   w.Key("probes").Int(e.probes);

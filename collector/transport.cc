@@ -191,9 +191,11 @@ bool Transport::TakeLinkLost() {
 bool Transport::ProbeIfDue(const ControlHandler& apply, int64_t interval_ms) {
   if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0) return false;
   const int64_t now = MonotonicNs();
-  if (!burst_requested_ && last_burst_ns_ != 0 && now - last_burst_ns_ < interval_ms * 1000000) return false;
+  if (!burst_requested_ && !burst_now_ && last_burst_ns_ != 0 && now - last_burst_ns_ < interval_ms * 1000000) {
+    return false;
+  }
   const bool requested = burst_requested_;
-  burst_requested_ = false;
+  burst_requested_ = burst_now_ = false;
   last_burst_ns_ = now;
   ProbeBurst(apply, requested);
   return true;
@@ -216,6 +218,9 @@ void Transport::SetProbePath(const std::string& host, uint64_t port, uint64_t ke
     CloseProbePath();
   }
   freeaddrinfo(found);
+  // A new path: a burst on it now (the first went on the connection before
+  // the hello's answer said where; its estimate is tens of microseconds).
+  if (udp_fd_ >= 0 && config_.clock.udp_probes) burst_now_ = true;
 }
 
 void Transport::CloseProbePath() {
@@ -263,7 +268,7 @@ void Transport::ProbeBurst(const ControlHandler& apply, bool requested) {
   // trip of more is tighter, and a step may be waiting for it.
   const int64_t count = config_.clock.probes_per_burst * (bursts_ == 0 || requested ? 4 : 1);
   ++bursts_;
-  if (udp_fd_ >= 0 && udp_failures_ < kUdpGiveUpAfter) {
+  if (udp_fd_ >= 0 && udp_failures_ < kUdpGiveUpAfter && config_.clock.udp_probes) {
     if (UdpBurst(count, late, drop)) {
       udp_failures_ = 0;
       return;

@@ -103,7 +103,7 @@ class Transport {
   // native/probe_packet.h): a UDP socket to it ("" host: the endpoint's).
   // Port 0, or a host that cannot be resolved: none.
   void SetProbePath(const std::string& host, uint64_t port, uint64_t key);
-  bool burst_requested() const { return burst_requested_; }
+  bool burst_requested() const { return burst_requested_ || burst_now_; }
   // Whether anything waits to ride on the next batch: probe samples, or
   // names a batch could not take.
   bool has_pending() const { return !pending_probes_.empty() || !unsent_.empty(); }
@@ -185,6 +185,7 @@ class Transport {
   uint64_t seq_ = 0;
   int64_t last_burst_ns_ = 0;     // when the last probe burst began (MonotonicNs), 0 none
   bool burst_requested_ = false;  // Control.probe came: burst at the next ProbeIfDue
+  bool burst_now_ = false;        // a new probe path (SetProbePath): likewise, of its own accord
   std::string endpoint_;          // as Connect was given it
   int udp_fd_ = -1;               // the probe path (SetProbePath), -1 none
   uint64_t udp_key_ = 0, udp_port_ = 0;

@@ -405,6 +405,10 @@ std::vector<KeySpec> MechanismKeySpecs() {
           0, 3600000, [](Config& c) -> int64_t& { return c.clock.probe_interval_ms; }),
       Int("clock.probes_per_burst", "probes per burst; the one with the shortest round trip counts", 1, 64,
           [](Config& c) -> int64_t& { return c.clock.probes_per_burst; }),
+      Bool("clock.udp_probes",
+           "probe on the aggregator's UDP port of its own (kernel timestamps: a bound of microseconds), falling "
+           "back to the connection; false: on the connection only",
+           [](Config& c) -> bool& { return c.clock.udp_probes; }),
       Int("clock.max_bound_us",
           "a step waits for a process whose clock error bound is above this and above max_bound_fraction of the "
           "step (probing it), and is marked clock_unaligned when the grace runs out first",

@@ -112,6 +112,9 @@ struct Config {
   struct Clock {
     int64_t probe_interval_ms = 1000;  // 0 = no clock probes (one host)
     int64_t probes_per_burst = 8;
+    // Probes on the aggregator's UDP port of their own (probe_server.h),
+    // falling back to the connection; false: on the connection only.
+    bool udp_probes = true;
     // A step waits (up to flush.step_grace_ms) for a process whose clock
     // error bound is above max(max_bound_us, max_bound_fraction x the
     // step's duration), and is marked if it never comes down (replaces
