@@ -11,6 +11,7 @@
 
 #include "aggregator/decode_ahead.h"
 #include "aggregator/expected.h"
+#include "aggregator/ray_calls.h"
 #include "aggregator/step_cut.h"
 #include "aggregator/subtasks.h"
 #include "native/clock.h"
@@ -379,6 +380,13 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
     profile.processes.push_back(std::move(slice));
   }
   profile.reason = any_late ? (forced ? "final" : "grace_timeout") : any_unaligned ? "clock_unaligned" : "complete";
+  // What its Ray calls prove of the workers' clocks, for the steps after
+  // (this one's causality check reads the estimates it was cut with).
+  for (const auto& [session, bounds] : CausalOffsetBounds(profile)) {
+    if (auto p = processes_.find(session); p != processes_.end()) {
+      clocks_.AddCausality(p->second.get(), bounds, probes_off());
+    }
+  }
   AnalyzeCutStep(&profile, run_config_.config(), NotProfiled(), second_core_);
   return profile;
 }

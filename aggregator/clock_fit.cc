@@ -10,6 +10,8 @@ constexpr int64_t kBurstGapNs = 200000000;  // 200 ms
 constexpr size_t kMaxSamples = 4096;
 constexpr size_t kMaxBursts = 64;                 // recent history only: drift changes slowly
 constexpr int64_t kMinDriftSpanNs = 10000000000;  // shorter spans give noise, not drift
+constexpr size_t kMaxBounds = 4096;               // causality bounds kept (AddBounds)
+constexpr int64_t kMaxBoundAgeNs = 10000000000;   // and used: those within 10 s of the estimate's ref_ns
 // A burst is an outlier above kOutlierFactor x the usual half round trip
 // plus kOutlierSlackNs (so that microseconds of jitter on a fast path are not).
 constexpr double kOutlierFactor = 4.0;
@@ -21,6 +23,42 @@ double Offset(const wire::ProbeSample& s) {
 }
 
 }  // namespace
+
+void ClockFit::AddBounds(const std::vector<OffsetBound>& bounds) {
+  if (bounds.empty()) return;
+  bounds_.insert(bounds_.end(), bounds.begin(), bounds.end());
+  if (bounds_.size() > kMaxBounds) bounds_.erase(bounds_.begin(), bounds_.end() - kMaxBounds);
+  Refit();
+}
+
+void ClockFit::Tighten(ClockEstimate* e) {
+  e->causality_bounds = 0;
+  e->causality_tightened = false;
+  e->causality_conflict = false;
+  // Each bound, moved to ref_ns along the fitted drift; only those of the
+  // last kMaxBoundAgeNs (the drift's error grows with the distance).
+  double lo = -1e300, hi = 1e300;
+  for (const OffsetBound& c : bounds_) {
+    if (std::llabs(c.x_ns - e->ref_ns) > kMaxBoundAgeNs) continue;
+    const double shift = e->drift * static_cast<double>(e->ref_ns - c.x_ns);
+    lo = std::max(lo, static_cast<double>(c.lo_ns) + shift);
+    hi = std::min(hi, static_cast<double>(c.hi_ns) + shift);
+    ++e->causality_bounds;
+  }
+  if (e->causality_bounds == 0) return;
+  const double p_lo = static_cast<double>(e->offset_ns - e->bound_ns),
+               p_hi = static_cast<double>(e->offset_ns + e->bound_ns);
+  const double t_lo = std::max(lo, p_lo), t_hi = std::min(hi, p_hi);
+  if (t_lo > t_hi) {
+    e->causality_conflict = true;  // the probes and the calls disagree: the probes stand, said
+    return;
+  }
+  const int64_t bound = static_cast<int64_t>(std::ceil((t_hi - t_lo) / 2)) + 1;
+  if (bound >= e->bound_ns) return;  // no tighter than the probes
+  e->offset_ns = static_cast<int64_t>(std::llround((t_lo + t_hi) / 2));
+  e->bound_ns = bound;
+  e->causality_tightened = true;
+}
 
 void ClockFit::Add(const std::vector<wire::ProbeSample>& samples) {
   if (samples.empty()) return;
@@ -87,6 +125,7 @@ void ClockFit::Refit() {
       e.drift = 0;
       e.ref_ns = static_cast<int64_t>(x0);
       e.bound_ns = static_cast<int64_t>(std::ceil((hi - lo) / 2)) + 1;
+      Tighten(&e);
       estimate_ = e;
       return;
     }
@@ -126,6 +165,7 @@ void ClockFit::Refit() {
   e.drift = b;
   e.ref_ns = static_cast<int64_t>(x0);
   e.bound_ns = static_cast<int64_t>(std::ceil(bound));
+  Tighten(&e);
   estimate_ = e;
 }
 

@@ -27,10 +27,18 @@ namespace rlscope {
 class ClockFit {
  public:
   void Add(const std::vector<wire::ProbeSample>& samples);
+  // One-sided bounds the profile itself proves (ray_calls.h
+  // CausalOffsetBounds): where they are tighter than the probes, the
+  // estimate is the middle of both intervals' intersection, its bound half
+  // its width (causality_tightened); where they contradict the probes, the
+  // probes stand (causality_conflict). Bounds within 10 s of the estimate.
+  void AddBounds(const std::vector<OffsetBound>& bounds);
   const ClockEstimate& estimate() const { return estimate_; }
 
  private:
   void Refit();
+  void Tighten(ClockEstimate* e);
+  std::vector<OffsetBound> bounds_;         // AddBounds, the most recent
   std::vector<wire::ProbeSample> samples_;  // the most recent, bounded
   ClockEstimate estimate_;
 };

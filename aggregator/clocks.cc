@@ -26,9 +26,17 @@ ClockFitness FitnessOf(const ClockEstimate& clock, int64_t allowed_ns) {
 Clocks::Clocks(std::string domain) : domain_(std::move(domain)) {}
 
 void Clocks::Update(ProcessTimeline* p, const std::vector<wire::ProbeSample>& probes, bool probes_off) {
-  ClockFit& fit = fits_[p->hello().session];
-  fit.Add(probes);
-  ClockEstimate e = fit.estimate();  // its probes counted whichever basis is used
+  fits_[p->hello().session].Add(probes);
+  Place(p, !probes.empty(), probes_off);
+}
+
+void Clocks::AddCausality(ProcessTimeline* p, const std::vector<OffsetBound>& bounds, bool probes_off) {
+  fits_[p->hello().session].AddBounds(bounds);
+  Place(p, !bounds.empty(), probes_off);
+}
+
+void Clocks::Place(ProcessTimeline* p, bool moved, bool probes_off) {
+  ClockEstimate e = fits_[p->hello().session].estimate();  // its probes counted whichever basis is used
   if (!domain_.empty() && p->hello().clock_domain == domain_) {
     // The aggregator's own clock: exact. (Its probes still say what the
     // probe path would have stated: the fit's bound, kept apart.)
@@ -41,7 +49,7 @@ void Clocks::Update(ProcessTimeline* p, const std::vector<wire::ProbeSample>& pr
   } else if (!e.valid && probes_off) {
     e.basis = ClockBasis::kProbesOff;
   }
-  const bool refit = e.basis == ClockBasis::kProbes && !probes.empty();
+  const bool refit = e.basis == ClockBasis::kProbes && moved;
   p->SetClock(e);
   if (refit) Check(*p, e);
 }

@@ -61,6 +61,10 @@ class Clocks {
   // exact on the aggregator's own clock, else fitted, else none (or, with
   // `probes_off`, none sought). A refit checks the steps written before it.
   void Update(ProcessTimeline* p, const std::vector<wire::ProbeSample>& probes, bool probes_off);
+  // What a step's Ray calls prove of `p`'s clock (ray_calls.h
+  // CausalOffsetBounds): the estimate tightens where they are tighter than
+  // the probes (ClockFit::AddBounds), for the steps cut after.
+  void AddCausality(ProcessTimeline* p, const std::vector<OffsetBound>& bounds, bool probes_off);
   // A step was written: each process's estimate in it, to check later.
   void Written(const StepProfile& step);
   // Asks each of `holders` (sessions) for a probe burst, at most every
@@ -72,6 +76,8 @@ class Clocks {
   uint64_t revisions_total() const { return revisions_total_; }
 
  private:
+  // Places `p`'s clock from its fit (see Update); `refit`: the fit moved.
+  void Place(ProcessTimeline* p, bool refit, bool probes_off);
   struct Use {
     int64_t step, collector_ns, aggregator_ns, bound_ns;
   };

@@ -6,6 +6,8 @@
 //       [--config FILE] [--grace-ms N] [--exit-when-done] [--endpoint-file F]
 //   --exit-when-done: exit once the controller said bye and every step it
 //   closed is written (late processes wait at most flush.step_grace_ms).
+//   --probe-host HOST: where collectors send clock probes when --listen is
+//   a wildcard (probe_server.h): the address they connect to.
 //   --exit-with-parent: also exit (writing what is pending, as on SIGTERM)
 //   when the process that started it dies (rlscope_ray.init's child).
 //   --resume: take up a --out whose run.json is not final even when it is
@@ -394,8 +396,9 @@ void StartProbes(const Options& options, ProbeServer* probes, Aggregator* agg) {
                  error.c_str());
     return;
   }
-  // A wildcard: each collector probes the host it connected to.
-  agg->SetProbePath(probe::IsWildcardHost(host) ? "" : host, probes->port(), probes->key());
+  // A wildcard: the host others connect to (--probe-host; a collector
+  // behind a relay connected to the relay's), else the one each connected to.
+  agg->SetProbePath(probe::IsWildcardHost(host) ? options.probe_host : host, probes->port(), probes->key());
 }
 
 // Serves collectors until a stop, a write error or (--exit-when-done) the

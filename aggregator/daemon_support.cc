@@ -19,7 +19,7 @@ int Usage() {
   std::fprintf(stderr,
                "usage: rlscope-ray-aggregator --listen ENDPOINT --out DIR [--config FILE]\n"
                "           [--grace-ms N] [--exit-when-done] [--exit-with-parent] [--resume] [--endpoint-file FILE]\n"
-               "           [--trace-workers N]\n"
+               "           [--trace-workers N] [--probe-host HOST]\n"
                "       rlscope-ray-aggregator --relay-to ROOT_ENDPOINT --listen ENDPOINT [--endpoint-file FILE]\n"
                "           [--exit-with-parent]\n"
                "       rlscope-ray-aggregator --recover --out DIR [--spool-dir DIR] [--config FILE]\n"
@@ -44,6 +44,8 @@ std::optional<int> ParseArgs(int argc, char** argv, Options* o) {
       if (!value(&o->config_path)) return Usage();
     } else if (a == "--endpoint-file") {
       if (!value(&o->endpoint_file)) return Usage();
+    } else if (a == "--probe-host") {
+      if (!value(&o->probe_host)) return Usage();
     } else if (a == "--relay-to") {
       if (!value(&o->relay_to)) return Usage();
     } else if (a == "--grace-ms") {

@@ -15,6 +15,9 @@ namespace rlscope::daemon {
 
 struct Options {
   std::string listen, out, config_path, endpoint_file, relay_to;
+  // The address collectors send clock probes to when --listen is a wildcard
+  // (the one they connect to; probe_server.h). "": the host they connected to.
+  std::string probe_host;
   std::string spool_dir;  // --spool-dir: --recover's directory (default: the run's, by its key)
   long grace_ms = -1;
   int trace_workers = 0;  // --trace-workers: threads encoding trace.json (0: kDefaultTraceWorkers)

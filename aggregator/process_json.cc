@@ -37,6 +37,9 @@ void WriteClock(JsonWriter& w, const ProcessView& p) {
   w.Key("probes").Int(e.probes);
   w.Key("bursts").Int(e.bursts);
   w.Key("outlier_bursts").Int(e.outlier_bursts);
+  w.Key("causality_bounds").Int(e.causality_bounds);
+  w.Key("causality_tightened").Bool(e.causality_tightened);
+  w.Key("causality_conflict").Bool(e.causality_conflict);
   w.EndObject();
 }
 

@@ -42,6 +42,34 @@ std::map<uint64_t, int64_t> Waited(const ProcessSlice& controller) {
   return MarksByPayload(controller, names::kWaited);
 }
 
+std::map<uint64_t, std::vector<OffsetBound>> CausalOffsetBounds(const StepProfile& step) {
+  std::map<uint64_t, int64_t> submitted, got;
+  int64_t controller_bound = 0;
+  for (const ProcessSlice& slice : step.processes) {
+    if (!slice.process->is_controller()) continue;
+    controller_bound = std::max<int64_t>(0, slice.process->clock().bound_ns);
+    for (const auto& [key, at] : RaySubmits(slice)) submitted.emplace(key, at.first);
+    got.merge(RayGot(slice));
+  }
+  std::map<uint64_t, std::vector<OffsetBound>> out;
+  for (const ProcessSlice& slice : step.processes) {
+    const ClockEstimate& clock = slice.process->clock();
+    if (slice.process->is_controller() || clock.basis != ClockBasis::kProbes || !clock.valid) continue;
+    for (const Span& s : slice.spans) {
+      if (!s.has_payload || s.clipped_begin || s.clipped_end) continue;
+      auto sub = submitted.find(s.payload);
+      if (sub == submitted.end()) continue;
+      const int64_t begin = clock.FromAggregator(s.raw_begin_ns), end = clock.FromAggregator(s.raw_end_ns);
+      OffsetBound b;
+      b.x_ns = begin + (end - begin) / 2;
+      b.lo_ns = sub->second - begin - controller_bound;
+      if (auto g = got.find(s.payload); g != got.end()) b.hi_ns = g->second - end + controller_bound;
+      out[slice.process->hello().session].push_back(b);
+    }
+  }
+  return out;
+}
+
 void CheckCausality(StepProfile* step) {
   std::map<uint64_t, int64_t> submitted, got;
   for (const ProcessSlice& slice : step->processes) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "aggregator/step_profile.h"
 
@@ -30,5 +31,15 @@ std::map<uint64_t, int64_t> Waited(const ProcessSlice& controller);
 // controller's call (StepProfile::Causality): starting before the submit or
 // ending after the result was got. Clipped spans are not checked.
 void CheckCausality(StepProfile* step);
+
+// What the step's Ray calls prove of each worker's clock, per session: a
+// worker's execution of a call began after the controller submitted it and
+// ended before the controller got its result, so its offset (aggregator
+// minus worker) is at least submit - begin and at most got - end (times as
+// recorded, before correction: call it on a step as cut; widened by the
+// controller's own bound). Only workers whose clock is fitted from probes.
+// Fed to the clocks after the step is cut (clocks.h), so a step's own calls
+// never tighten the estimate its causality check reads.
+std::map<uint64_t, std::vector<OffsetBound>> CausalOffsetBounds(const StepProfile& step);
 
 }  // namespace rlscope

@@ -158,6 +158,14 @@ inline const char* ClockBasisName(ClockBasis basis) {
   return "none";
 }
 
+// What the profile itself proves of a worker's clock (ray_calls.h
+// CausalOffsetBounds): at collector time x_ns its offset (aggregator minus
+// collector) was at least lo_ns and at most hi_ns.
+struct OffsetBound {
+  int64_t x_ns = 0;
+  int64_t lo_ns = INT64_MIN / 2, hi_ns = INT64_MAX / 2;
+};
+
 // Whether a process's clock could place its events in a step (clocks.h).
 enum class ClockFitness : uint8_t {
   kGood = 0,     // exact, or fitted within the bound the step allows
@@ -191,6 +199,11 @@ struct ClockEstimate {
   // Bursts whose best round trip was far above the process's usual one
   // (its flush thread descheduled, a loaded path): kept as evidence, not fitted.
   int64_t outlier_bursts = 0;
+  // Causality bounds (OffsetBound) used; whether they made the estimate
+  // tighter than its probes alone; whether they contradicted the probes.
+  int64_t causality_bounds = 0;
+  bool causality_tightened = false;
+  bool causality_conflict = false;
 
   // Collector time -> aggregator time.
   int64_t ToAggregator(int64_t collector_ns) const {

@@ -172,6 +172,8 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
     elif config is not None:
         cmd += ["--config", os.fspath(config)]
     cmd += ["--endpoint-file", endpoint_file, *args]
+    if connect_host:  # clock probes go there too (aggregator/probe_server.h), relayed collectors' included
+        cmd += ["--probe-host", connect_host]
 
     log_path = None if isinstance(log, int) else os.fspath(log or os.path.join(work, "aggregator.log"))
     stdout = log if isinstance(log, int) else open(log_path, "w")

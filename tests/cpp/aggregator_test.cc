@@ -1195,6 +1195,74 @@ TEST_F(AggregatorTest, CausalityChecksWorkerExecutionsAgainstTheControllersCalls
   EXPECT_EQ(c.max_violation_ns, 1600 - 1305);
 }
 
+// What the profile proves tightens the probes where it is tighter, and only
+// then: probes say 975,000 +- 50 us; calls say at least 1,005,000 and at
+// most 1,015,000 (the truth, 1,008,000, is in both): 1,010,000 +- 5 us.
+// Calls that contradict the probes leave them standing, said.
+TEST(ClockFitTest, CausalityBoundsTightenTheProbesWhereTighterAndNeverContradictThem) {
+  ClockFit fit;
+  fit.Add({{1000, 1026000, 1026000, 101000}});  // offset 975,000 +- 50 us
+  const ClockEstimate probes_only = fit.estimate();
+  ASSERT_EQ(probes_only.offset_ns, 975000);
+  const int64_t truth = 1008000;
+  ASSERT_LE(std::llabs(probes_only.offset_ns - truth), probes_only.bound_ns);
+  OffsetBound loose;  // wider than the probes: changes nothing
+  loose.x_ns = 50000, loose.lo_ns = 900000, loose.hi_ns = 1100000;
+  fit.AddBounds({loose});
+  EXPECT_FALSE(fit.estimate().causality_tightened);
+  EXPECT_EQ(fit.estimate().bound_ns, probes_only.bound_ns);
+  OffsetBound after_submit, before_got;  // one side each
+  after_submit.x_ns = 60000, after_submit.lo_ns = 1005000;
+  before_got.x_ns = 70000, before_got.hi_ns = 1015000;
+  fit.AddBounds({after_submit, before_got});
+  const ClockEstimate& e = fit.estimate();
+  EXPECT_TRUE(e.causality_tightened);
+  EXPECT_EQ(e.causality_bounds, 3);
+  EXPECT_LT(e.bound_ns, probes_only.bound_ns);
+  EXPECT_LE(std::llabs(e.offset_ns - truth), e.bound_ns);
+  EXPECT_EQ(e.offset_ns, 1010000);
+  EXPECT_EQ(e.bound_ns, 5001);
+  ClockFit contradicted;
+  contradicted.Add({{1000, 1026000, 1026000, 101000}});
+  OffsetBound far;
+  far.x_ns = 60000, far.lo_ns = 2000000;
+  contradicted.AddBounds({far});
+  EXPECT_TRUE(contradicted.estimate().causality_conflict);
+  EXPECT_FALSE(contradicted.estimate().causality_tightened);
+  EXPECT_EQ(contradicted.estimate().offset_ns, 975000);
+}
+
+// A step's Ray calls tighten a worker's clock for the steps after it, not
+// for itself: its causality check reads the estimate it was cut with.
+TEST_F(AggregatorTest, RayCallsTightenAWorkersClockForTheStepsAfter) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  worker.OtherClock();
+  Connect(ctl);
+  Connect(worker);
+  // The worker's clock is 1,000,000 behind; its probes say so +- 50 us.
+  wire::Batch b = worker.Flush(100);
+  b.probes = {{1000, 1001000 + 40000, 1001000 + 40000, 1000 + 100000 - 20000}};
+  Send(b);
+  const ClockEstimate before = agg_->processes().at(2)->clock();
+  ASSERT_TRUE(before.valid);
+  ASSERT_GT(before.bound_ns, 20000);
+  ctl.Push(1, 1001000, "step");
+  ctl.Mark(1, 1001100, "ray.submit", 0).Mark(1, 1001110, "ray.task", 11).Mark(1, 1001900, "ray.got", 11);
+  ctl.Pop(1, 1002000);
+  worker.Push(7, 1105, "update_actor", 11).Pop(7, 1895);  // truly 1,001,105 - 1,001,895: 5 us either side
+  Send(ctl.Flush(1002500));
+  Send(worker.Flush(200000));
+  agg_->Tick(0);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(FindSlice(exporter_.steps[0], 2)->process->clock().bound_ns, before.bound_ns);
+  EXPECT_EQ(exporter_.steps[0].causality.checked, 1);
+  const ClockEstimate& after = agg_->processes().at(2)->clock();
+  EXPECT_TRUE(after.causality_tightened);
+  EXPECT_LE(after.bound_ns, 5001);
+  EXPECT_LE(std::llabs(after.offset_ns - 1000000), after.bound_ns);
+}
+
 // Windows for workers open a step ahead of a selected step and close after it.
 TEST_F(AggregatorTest, CaptureWindowsOpenAStepAheadOfSelectedSteps) {
   Init(ConfigFrom("steps: [3]\n"));
