@@ -1377,6 +1377,19 @@ TEST(ConfigTest, UnknownNestedKeyNamesFullPath) {
   EXPECT_THAT(r.errors[0], HasSubstr("did you mean 'gpu.kernels'"));
 }
 
+TEST(ConfigTest, AKeyThatWasReplacedSaysWhatReplacedIt) {
+  const ConfigResult r = ParseConfig("steps: all\nclock:\n  warn_bound_us: 50\n", "old.yaml");
+  ASSERT_EQ(r.errors.size(), 1u) << JoinErrors(r);
+  EXPECT_THAT(r.errors[0], HasSubstr("old.yaml:3:"));
+  EXPECT_THAT(r.errors[0], HasSubstr("clock.warn_bound_us: no longer a key: use clock.max_bound_us"));
+  const ConfigResult now =
+      ParseConfig("clock: {max_bound_us: 50, max_bound_fraction: 0.02, udp_probes: false}\n", "new.yaml");
+  ASSERT_TRUE(now.ok()) << JoinErrors(now);
+  EXPECT_EQ(now.config.clock.max_bound_us, 50);
+  EXPECT_DOUBLE_EQ(now.config.clock.max_bound_fraction, 0.02);
+  EXPECT_FALSE(now.config.clock.udp_probes);
+}
+
 TEST(ConfigTest, AttributionPatternsReplaceTheirDefaultsAndAreRunKeys) {
   const ConfigResult r = ParseConfig(
       "cpu: {sampling_hz: 250}\n"
