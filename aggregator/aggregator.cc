@@ -285,7 +285,6 @@ void Aggregator::Tick(int64_t now_ns) {
   if (const PendingStep* waiting = scheduler_.Next(); waiting != nullptr && context_.stats.write_errors == 0) {
     const std::vector<uint64_t> holders = scheduler_.ClockHolders(*waiting, processes_, now_ns);
     if (!holders.empty() && run_config_.config().steps.Contains(waiting->span.number)) {
-      scheduler_.ClockHeld();
       clocks_.AskForBursts(holders, now_ns, &context_);
     }
   }
@@ -443,7 +442,22 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   ++context_.stats.steps_written;
   clocks_.Written(profile);
   if (profile.reason == "clock_unaligned") ++steps_clock_unaligned_;
+  WaiveClocks(profile);
   return StepDone(step);
+}
+
+void Aggregator::WaiveClocks(const StepProfile& step) {
+  for (const ProcessSlice& slice : step.processes) {
+    auto p = processes_.find(slice.process->hello().session);
+    if (!HoldsStep(slice.clock_fitness) || p == processes_.end() || p->second->clock_waived()) continue;
+    const ClockEstimate& e = p->second->clock();
+    p->second->WaiveClock(e.valid ? e.bound_ns : -1);
+    context_.notes.Record(
+        ProcessLabel(*p->second) + ": its clock " +
+        (e.valid ? "error bound (" + std::to_string(e.bound_ns / 1000) + " us)" : std::string("estimate")) +
+        " did not come good within flush.step_grace_ms of step " + std::to_string(step.step) +
+        ": later steps do not wait for it (each is marked clock_unaligned) until its bound halves");
+  }
 }
 
 bool Aggregator::StepDone(const PendingStep& step) {

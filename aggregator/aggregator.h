@@ -177,6 +177,10 @@ class Aggregator {
   // Every selected process cut to the step (late ones marked, those silent
   // too long marked lost, once), analysed.
   StepProfile CutStep(const PendingStep& step, bool forced, int64_t now_ns);
+  // A step written: its processes whose clock could not place them in it
+  // (it waited the grace out for them, or they are gone) hold no later step
+  // until their bound halves (clocks.h).
+  void WaiveClocks(const StepProfile& step);
   // After a step was written or skipped: its release points go into run.json
   // before any collector hears of them; then nothing before its end is kept.
   bool StepDone(const PendingStep& step);

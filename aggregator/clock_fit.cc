@@ -16,6 +16,7 @@ constexpr int64_t kMaxBoundAgeNs = 10000000000;   // and used: those within 10 s
 // plus kOutlierSlackNs (so that microseconds of jitter on a fast path are not).
 constexpr double kOutlierFactor = 4.0;
 constexpr double kOutlierSlackNs = 20000.0;
+constexpr size_t kUsualBursts = 16;  // the usual round trip: of the most recent bursts
 
 int64_t Rtt(const wire::ProbeSample& s) { return (s.t4 - s.t1) - (s.t3 - s.t2); }
 double Offset(const wire::ProbeSample& s) {
@@ -70,44 +71,14 @@ void ClockFit::Add(const std::vector<wire::ProbeSample>& samples) {
   Refit();
 }
 
-void ClockFit::Refit() {
-  if (samples_.empty()) return;
-  std::vector<wire::ProbeSample> sorted = samples_;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const wire::ProbeSample& a, const wire::ProbeSample& b) { return a.t1 < b.t1; });
-  struct Point {
-    double x, y, e;  // collector time, offset, rtt/2
-  };
-  std::vector<Point> points;
-  const wire::ProbeSample* best = nullptr;
-  int64_t last_t1 = 0;
-  auto close_burst = [&] {
-    if (best != nullptr) {
-      points.push_back(
-          {static_cast<double>(best->t1 + best->t4) / 2.0, Offset(*best), static_cast<double>(Rtt(*best)) / 2.0});
-    }
-    best = nullptr;
-  };
-  for (const auto& s : sorted) {
-    if (best != nullptr && s.t1 - last_t1 > kBurstGapNs) close_burst();
-    if (best == nullptr || Rtt(s) < Rtt(*best)) best = &s;
-    last_t1 = s.t1;
-  }
-  close_burst();
-  if (points.size() > kMaxBursts) points.erase(points.begin(), points.end() - kMaxBursts);
+namespace {
 
-  ClockEstimate e = estimate_;
-  // A burst whose best round trip is far above the usual one (the lower
-  // median of the bursts') is evidence of a slow path, not of the clock.
-  std::vector<double> half_rtts;
-  for (const Point& p : points) half_rtts.push_back(p.e);
-  std::sort(half_rtts.begin(), half_rtts.end());
-  const double usual = half_rtts[(half_rtts.size() - 1) / 2];
-  const double outlier_above = kOutlierFactor * usual + kOutlierSlackNs;
-  const size_t all_bursts = points.size();
-  points.erase(std::remove_if(points.begin(), points.end(), [&](const Point& p) { return p.e > outlier_above; }),
-               points.end());
-  e.outlier_bursts = static_cast<int64_t>(all_bursts - points.size());
+struct Point {
+  double x, y, e;  // collector time, offset, rtt/2
+};
+
+// The estimate from `points` (by collector time; not empty), over `base`.
+ClockEstimate FitPoints(const std::vector<Point>& points, ClockEstimate e) {
   e.basis = ClockBasis::kProbes;
   e.valid = true;
   e.bursts = static_cast<int64_t>(points.size());
@@ -125,9 +96,7 @@ void ClockFit::Refit() {
       e.drift = 0;
       e.ref_ns = static_cast<int64_t>(x0);
       e.bound_ns = static_cast<int64_t>(std::ceil((hi - lo) / 2)) + 1;
-      Tighten(&e);
-      estimate_ = e;
-      return;
+      return e;
     }
     const Point* best = &points.front();
     for (const Point& p : points) best = p.e < best->e ? &p : best;
@@ -165,6 +134,56 @@ void ClockFit::Refit() {
   e.drift = b;
   e.ref_ns = static_cast<int64_t>(x0);
   e.bound_ns = static_cast<int64_t>(std::ceil(bound));
+  return e;
+}
+
+}  // namespace
+
+void ClockFit::Refit() {
+  if (samples_.empty()) return;
+  std::vector<wire::ProbeSample> sorted = samples_;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const wire::ProbeSample& a, const wire::ProbeSample& b) { return a.t1 < b.t1; });
+  std::vector<Point> points;
+  const wire::ProbeSample* best = nullptr;
+  int64_t last_t1 = 0;
+  auto close_burst = [&] {
+    if (best != nullptr) {
+      points.push_back(
+          {static_cast<double>(best->t1 + best->t4) / 2.0, Offset(*best), static_cast<double>(Rtt(*best)) / 2.0});
+    }
+    best = nullptr;
+  };
+  for (const auto& s : sorted) {
+    if (best != nullptr && s.t1 - last_t1 > kBurstGapNs) close_burst();
+    if (best == nullptr || Rtt(s) < Rtt(*best)) best = &s;
+    last_t1 = s.t1;
+  }
+  close_burst();
+  if (points.size() > kMaxBursts) points.erase(points.begin(), points.end() - kMaxBursts);
+
+  // A burst whose best round trip is far above the usual one (the lower
+  // median of the last kUsualBursts bursts') is evidence of a slow path, not
+  // of the clock: left out of the fit, unless it contradicts the fit (its
+  // interval outside the fit's there), when every burst is fitted.
+  std::vector<double> recent;
+  for (size_t i = points.size() > kUsualBursts ? points.size() - kUsualBursts : 0; i < points.size(); ++i) {
+    recent.push_back(points[i].e);
+  }
+  std::sort(recent.begin(), recent.end());
+  const double outlier_above = kOutlierFactor * recent[(recent.size() - 1) / 2] + kOutlierSlackNs;
+  std::vector<Point> kept, outliers;
+  for (const Point& p : points) (p.e > outlier_above ? outliers : kept).push_back(p);
+  ClockEstimate e = FitPoints(kept, estimate_);
+  e.outlier_bursts = static_cast<int64_t>(outliers.size());
+  for (const Point& o : outliers) {
+    const double fitted = static_cast<double>(e.offset_ns) + e.drift * (o.x - static_cast<double>(e.ref_ns));
+    if (std::fabs(o.y - fitted) > o.e + static_cast<double>(e.bound_ns)) {
+      e = FitPoints(points, estimate_);
+      e.outlier_bursts = 0;
+      break;
+    }
+  }
   Tighten(&e);
   estimate_ = e;
 }

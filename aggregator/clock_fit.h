@@ -9,9 +9,11 @@
 // of the intersection of every burst's [offset - rtt/2, offset + rtt/2], and
 // the bound half its width; after that, offset + drift by weighted least
 // squares (1 / (rtt/2)^2), the bound being the worst, over the tighter half
-// of the bursts (rtt/2 at most the median's), of rtt/2 plus the residual. A burst whose best round trip is above 4x the
-// usual one (the lower median of the bursts') plus 20 us is an outlier: counted (ClockEstimate::outlier_bursts), not
-// fitted.
+// of the bursts (rtt/2 at most the median's), of rtt/2 plus the residual.
+// A burst whose best round trip is above 4x the usual one (the lower median
+// of the last 16 bursts') plus 20 us is an outlier: counted
+// (ClockEstimate::outlier_bursts), not fitted, unless one contradicts the
+// fit (its interval outside the fit's there): then every burst is fitted.
 #pragma once
 
 #include <cstdint>

@@ -51,6 +51,11 @@ void Clocks::Place(ProcessTimeline* p, bool moved, bool probes_off) {
   }
   const bool refit = e.basis == ClockBasis::kProbes && moved;
   p->SetClock(e);
+  // Steps wait for it again once its bound has halved (or it has one at all).
+  if (p->clock_waived() && (e.basis == ClockBasis::kSameClock ||
+                            (e.valid && (p->waived_bound_ns() < 0 || 2 * e.bound_ns <= p->waived_bound_ns())))) {
+    p->UnwaiveClock();
+  }
   if (refit) Check(*p, e);
 }
 

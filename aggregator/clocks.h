@@ -14,7 +14,11 @@
 // probe burst (Control.probe, at most every kProbeRequestEveryNs) until the
 // estimate is good or flush.step_grace_ms runs out, and then the step is
 // written marked (reason clock_unaligned, the process named under
-// clock_warnings): never placed by a guess silently.
+// clock_warnings): never placed by a guess silently. A process whose clock
+// so held a step through the whole grace holds no later one (each is
+// marked, not held: ProcessTimeline::WaiveClock, said once in the run's
+// notes) until its bound has halved, so a path that cannot give the bound
+// costs one grace, not one per step.
 //
 // Each step written with a fitted estimate is remembered (the last
 // kUsesKept per process); an estimate fitted later that proves one of them

@@ -385,8 +385,8 @@ std::string SpoolDirOf(const Aggregator& agg) {
 }
 
 // Clock probes on a UDP port of their own (probe_server.h), on the host the
-// aggregator listens on (none for ipc://: a collector there shares its host,
-// and so its clock). Said and done without when the port cannot be had.
+// aggregator listens on (none for ipc://: collectors there probe on their
+// connection). Said, and done without, when the port cannot be had.
 void StartProbes(const Options& options, ProbeServer* probes, Aggregator* agg) {
   const std::string host = probe::EndpointHost(options.listen);
   if (host.empty()) return;

@@ -42,6 +42,13 @@ bool ProbeServer::Start(const std::string& host, std::string* error) {
   std::random_device rd;
   key_ = (static_cast<uint64_t>(rd()) << 32) | rd();
   stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) {
+    *error = std::string("cannot make the probe thread's wake-up: ") + std::strerror(errno);
+    close(fd_);
+    fd_ = -1;
+    port_ = 0;
+    return false;
+  }
   thread_ = std::thread([this] { Loop(); });
   return true;
 }

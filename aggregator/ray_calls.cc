@@ -47,7 +47,11 @@ std::map<uint64_t, std::vector<OffsetBound>> CausalOffsetBounds(const StepProfil
   int64_t controller_bound = 0;
   for (const ProcessSlice& slice : step.processes) {
     if (!slice.process->is_controller()) continue;
-    controller_bound = std::max<int64_t>(0, slice.process->clock().bound_ns);
+    // Its marks are on the aggregator's clock only as far as its own estimate
+    // holds: none (times as recorded) proves nothing.
+    const ClockEstimate& own = slice.process->clock();
+    if (!own.valid || own.bound_ns < 0) return {};
+    controller_bound = own.bound_ns;
     for (const auto& [key, at] : RaySubmits(slice)) submitted.emplace(key, at.first);
     got.merge(RayGot(slice));
   }

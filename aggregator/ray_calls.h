@@ -37,7 +37,8 @@ void CheckCausality(StepProfile* step);
 // ended before the controller got its result, so its offset (aggregator
 // minus worker) is at least submit - begin and at most got - end (times as
 // recorded, before correction: call it on a step as cut; widened by the
-// controller's own bound). Only workers whose clock is fitted from probes.
+// controller's own bound; none while the controller's clock has no
+// estimate). Only workers whose clock is fitted from probes.
 // Fed to the clocks after the step is cut (clocks.h), so a step's own calls
 // never tighten the estimate its causality check reads.
 std::map<uint64_t, std::vector<OffsetBound>> CausalOffsetBounds(const StepProfile& step);

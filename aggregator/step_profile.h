@@ -167,7 +167,7 @@ struct StepProfile {
   std::vector<ExpectedProcess> not_profiled;
   // The largest clock error bound the step allows (clocks.h AllowedClockBoundNs).
   int64_t clock_allowed_bound_ns = 100000;
-  // It waited for a process's clock before it was cut (a burst was asked for).
+  // It waited for a process's clock before it was cut, with all else in.
   bool clock_held = false;
   // How long after the step began the workers' capture window for it was
   // broadcast (PendingStep::window_late_ns); 0 on time.

@@ -118,7 +118,9 @@ bool StepScheduler::CaughtUp(const ProcessTimeline& p, const PendingStep& step) 
   return p.said_bye() || acked || flushed_past;
 }
 
-bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting) const {
+bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting,
+                          bool* clocks_only) const {
+  *clocks_only = false;
   if (now_ns - step.closed_at_ns >= run_->config().flush.step_grace_ms * 1000000) return true;
   if (!awaited_.empty()) return false;  // a resumed run's processes, not back yet
   const bool written = run_->config().steps.Contains(step.span.number);
@@ -128,7 +130,9 @@ bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const Process
     if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;  // gone without a bye
     if (!CaughtUp(*p, step)) return false;
   }
-  return !written || ClockHolders(step, processes, now_ns).empty();
+  if (!written || ClockHolders(step, processes, now_ns).empty()) return true;
+  *clocks_only = true;
+  return false;
 }
 
 std::vector<uint64_t> StepScheduler::ClockHolders(const PendingStep& step, const ProcessMap& processes,
@@ -136,7 +140,7 @@ std::vector<uint64_t> StepScheduler::ClockHolders(const PendingStep& step, const
   std::vector<uint64_t> holders;
   const int64_t allowed = AllowedClockBoundNs(run_->config(), step.span.end_ns - step.span.begin_ns);
   for (const auto& [session, p] : processes) {
-    if (!run_->Selected(*p) || p->said_bye() || p->lost()) continue;  // nothing more will come from it
+    if (!run_->Selected(*p) || p->said_bye() || p->lost() || p->clock_waived()) continue;  // nothing more will come
     if (now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) continue;
     if (HoldsStep(FitnessOf(p->clock(), allowed))) holders.push_back(session);
   }
@@ -144,7 +148,12 @@ std::vector<uint64_t> StepScheduler::ClockHolders(const PendingStep& step, const
 }
 
 const PendingStep* StepScheduler::NextReady(int64_t now_ns, const ProcessMap& processes, bool starting) {
-  if (pending_.empty() || !Ready(pending_.front(), now_ns, processes, starting)) return nullptr;
+  if (pending_.empty()) return nullptr;
+  bool clocks_only = false;
+  if (!Ready(pending_.front(), now_ns, processes, starting, &clocks_only)) {
+    if (clocks_only) pending_.front().clock_held = true;  // all else is in: it waits for a clock
+    return nullptr;
+  }
   if (!awaited_.empty()) {  // ready only by the grace time: they are not coming back
     context_->notes.Record(std::to_string(awaited_.size()) +
                            " processes of this run did not say hello again after the aggregator restarted; steps no "

@@ -41,7 +41,7 @@ struct PendingStep {
   // for it was broadcast (their first moments in it may be missing; they
   // got it later still); 0 when the window was open before it began.
   int64_t window_late_ns = 0;
-  // It waited for a process's clock (clocks.h): a probe burst was asked for.
+  // It waited for a process's clock (clocks.h) with all else in.
   bool clock_held = false;
 };
 
@@ -77,10 +77,6 @@ class StepScheduler {
   std::vector<uint64_t> ClockHolders(const PendingStep& step, const ProcessMap& processes, int64_t now_ns) const;
   // The first closed step, ready or not; nullptr when none.
   const PendingStep* Next() const { return pending_.empty() ? nullptr : &pending_.front(); }
-  // The first closed step waited for a process's clock.
-  void ClockHeld() {
-    if (!pending_.empty()) pending_.front().clock_held = true;
-  }
   // The first closed step was written or skipped.
   void Done() { pending_.pop_front(); }
   bool idle() const { return pending_.empty(); }
@@ -94,7 +90,9 @@ class StepScheduler {
   // followed in the order they happened; notes how late the window for a
   // selected step was (window_late_ns).
   void FollowEdges(const StepEdges& edges, int64_t now_ns);
-  bool Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting) const;
+  // `*clocks_only`: not ready, and only processes' clocks hold it.
+  bool Ready(const PendingStep& step, int64_t now_ns, const ProcessMap& processes, bool starting,
+             bool* clocks_only) const;
 
   AggregatorContext* context_;
   const RunConfig* run_;

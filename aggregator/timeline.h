@@ -152,6 +152,13 @@ class ProcessTimeline {
   // nor show it, and its ranges still open end at its last flush.
   bool lost() const { return lost_; }
   void set_lost() { lost_ = true; }
+  // Its clock held a step through the whole grace and never came good
+  // (clocks.h): later steps do not wait for it (they are marked) until its
+  // bound improves. waived_bound_ns: its bound then (-1: no estimate).
+  bool clock_waived() const { return clock_waived_; }
+  int64_t waived_bound_ns() const { return waived_bound_ns_; }
+  void WaiveClock(int64_t bound_ns) { clock_waived_ = true, waived_bound_ns_ = bound_ns; }
+  void UnwaiveClock() { clock_waived_ = false; }
   uint64_t events_received() const {
     return events_received_;
   }  // recorded events and GPU records (not cost or CPU samples)
@@ -194,6 +201,8 @@ class ProcessTimeline {
   bool said_bye_ = false;
   uint64_t events_recorded_ = 0;
   bool lost_ = false;
+  bool clock_waived_ = false;
+  int64_t waived_bound_ns_ = -1;
   bool controller_ = false;
 };
 

@@ -179,6 +179,7 @@ bool Link::Apply(const wire::Control& control) {
   if (control.bye_ack) bye_acked_ = true;
   if (control.release_ns == wire::kRunOver) run_over_ = true;
   if (control.flush > pending_ack_) pending_ack_ = control.flush;
+  transport_.Heard();
   if (control.probe_port != 0) transport_.SetProbePath(control.probe_host, control.probe_port, control.probe_key);
   if (control.probe) transport_.RequestBurst();
   return true;

@@ -191,6 +191,9 @@ bool Transport::TakeLinkLost() {
 bool Transport::ProbeIfDue(const ControlHandler& apply, int64_t interval_ms) {
   if (socket_ == nullptr || !ready_ || config_.clock.probe_interval_ms <= 0) return false;
   const int64_t now = MonotonicNs();
+  // The first burst waits for the aggregator's answer to the hello, which
+  // says where to probe (SetProbePath): it goes there, not on the connection.
+  if (last_burst_ns_ == 0 && !heard_ && !burst_requested_) return false;
   if (!burst_requested_ && !burst_now_ && last_burst_ns_ != 0 && now - last_burst_ns_ < interval_ms * 1000000) {
     return false;
   }
@@ -207,9 +210,12 @@ void Transport::SetProbePath(const std::string& host, uint64_t port, uint64_t ke
   CloseProbePath();
   udp_port_ = port, udp_key_ = key, udp_host_ = to, udp_failures_ = 0;
   if (port == 0 || to.empty() || probe::IsWildcardHost(to)) return;
+  // Numeric only: a name would be a DNS lookup on the flush thread (which
+  // may block, and reads the environment): such a host probes on the
+  // connection.
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
-  hints.ai_flags = AI_NUMERICSERV;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   if (getaddrinfo(to.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) return;
   udp_fd_ = socket(found->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -218,9 +224,8 @@ void Transport::SetProbePath(const std::string& host, uint64_t port, uint64_t ke
     CloseProbePath();
   }
   freeaddrinfo(found);
-  // A new path: a burst on it now (the first went on the connection before
-  // the hello's answer said where; its estimate is tens of microseconds).
-  if (udp_fd_ >= 0 && config_.clock.udp_probes) burst_now_ = true;
+  // A new path (an aggregator that came back, or moved): a burst on it now.
+  if (udp_fd_ >= 0 && config_.clock.udp_probes && last_burst_ns_ != 0) burst_now_ = true;
 }
 
 void Transport::CloseProbePath() {
@@ -228,12 +233,12 @@ void Transport::CloseProbePath() {
   udp_fd_ = -1;
 }
 
-bool Transport::UdpBurst(int64_t count, bool late, bool drop) {
+bool Transport::UdpBurst(int64_t count, int64_t burst_end, bool late, bool drop) {
   char buf[probe::kPacketBytes + 1];
   int64_t rx = 0;
   while (probe::ReceiveStamped(udp_fd_, buf, sizeof(buf), &rx, nullptr, nullptr) >= 0) {
   }  // answers that came after their wait
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = 0; i < count && (i == 0 || MonotonicNs() < burst_end); ++i) {
     probe::Request req{udp_key_, session_, rng_(), 0};
     char out[probe::kPacketBytes];
     req.t1 = MonotonicNs();
@@ -264,18 +269,20 @@ bool Transport::UdpBurst(int64_t count, bool late, bool drop) {
 void Transport::ProbeBurst(const ControlHandler& apply, bool requested) {
   const bool late = late_own_only_ ? !requested : late_bursts_ < 0 || bursts_ < late_bursts_;  // test only
   const bool drop = drop_answers_ && late;
-  // The first burst and those asked for carry more probes: the best round
-  // trip of more is tighter, and a step may be waiting for it.
-  const int64_t count = config_.clock.probes_per_burst * (bursts_ == 0 || requested ? 4 : 1);
+  // Those asked for carry more probes: a step waits for them, and the best
+  // round trip of more is tighter.
+  const int64_t count = config_.clock.probes_per_burst * (requested ? 4 : 1);
+  // No probe begins after kBurstMaxNs: the flush thread's other work waits meanwhile.
+  const int64_t burst_end = MonotonicNs() + kBurstMaxNs;
   ++bursts_;
   if (udp_fd_ >= 0 && udp_failures_ < kUdpGiveUpAfter && config_.clock.udp_probes) {
-    if (UdpBurst(count, late, drop)) {
+    if (UdpBurst(count, burst_end, late, drop)) {
       udp_failures_ = 0;
       return;
     }
     ++udp_failures_;  // not reachable from here (a relay's node, a firewall): on the connection instead
   }
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = 0; i < count && (i == 0 || MonotonicNs() < burst_end); ++i) {
     wire::Probe probe{session_, 0};
     probe.t1 = MonotonicNs();
     if (!Send(wire::Encode(probe))) return;

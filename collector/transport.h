@@ -86,19 +86,22 @@ class Transport {
     PollMonitor();
     return monitor_ == nullptr || link_up_;
   }
-  // A burst of clock probes when `interval_ms` passed since the last (the
-  // first at once; none when clock.probe_interval_ms is 0): each answered
-  // before the next is sent (bounded by 50 ms per probe; the burst stops at
-  // the first unanswered one). Other Control messages arriving meanwhile go
-  // to `apply`. The samples ride on the next batch.
-  // A requested burst (RequestBurst) runs whatever the interval. True when
-  // a burst ran. Bursts go on the aggregator's probe path of its own
-  // (SetProbePath) when it has one and answers, else on this connection;
-  // the first burst and those asked for take 4x clock.probes_per_burst.
+  // A burst of clock probes when `interval_ms` passed since the last (none
+  // when clock.probe_interval_ms is 0; the first once the aggregator's first
+  // answer said where to probe): each answered before the next is sent
+  // (bounded by 20 ms per probe on the aggregator's probe path of its own,
+  // SetProbePath, when it has one and answers, else 50 ms on this
+  // connection; none begun after kBurstMaxNs; the burst stops at the first
+  // unanswered one). Other Control messages arriving meanwhile go to
+  // `apply`. The samples ride on the next batch. A requested burst
+  // (RequestBurst) runs whatever the interval, with 4x
+  // clock.probes_per_burst. True when a burst ran.
   bool ProbeIfDue(const ControlHandler& apply, int64_t interval_ms);
   // The aggregator asked for a burst (Control.probe: a step waits for this
   // process's clock): the next ProbeIfDue runs one.
   void RequestBurst() { burst_requested_ = true; }
+  // A Control came from the aggregator (the first: the answer to the hello).
+  void Heard() { heard_ = true; }
   // The aggregator's probe path (Control.probe_port, probe_host, probe_key;
   // native/probe_packet.h): a UDP socket to it ("" host: the endpoint's).
   // Port 0, or a host that cannot be resolved: none.
@@ -164,11 +167,14 @@ class Transport {
   static constexpr size_t kMaxEventsPerMessage = 1 << 16;
   static constexpr int64_t kUdpWaitNs = 20000000;  // a probe on the UDP path unanswered after 20 ms is lost
   static constexpr int kUdpGiveUpAfter = 3;
+  // A burst begins no probe after this long (each may then wait its own
+  // answer: 20 ms on the UDP path, 50 ms on the connection).
+  static constexpr int64_t kBurstMaxNs = 50000000;
   // `requested`: the aggregator asked for it (Control.probe).
   void ProbeBurst(const ControlHandler& apply, bool requested);
   // `count` probes on the UDP path; false when its first went unanswered
   // (the burst then goes on the connection).
-  bool UdpBurst(int64_t count, bool late, bool drop);
+  bool UdpBurst(int64_t count, int64_t burst_end, bool late, bool drop);
   void CloseProbePath();
   // Reads the monitor's events (non-blocking); true when one said connected.
   bool PollMonitor();
@@ -186,6 +192,7 @@ class Transport {
   int64_t last_burst_ns_ = 0;     // when the last probe burst began (MonotonicNs), 0 none
   bool burst_requested_ = false;  // Control.probe came: burst at the next ProbeIfDue
   bool burst_now_ = false;        // a new probe path (SetProbePath): likewise, of its own accord
+  bool heard_ = false;            // Heard: the first burst may go
   std::string endpoint_;          // as Connect was given it
   int udp_fd_ = -1;               // the probe path (SetProbePath), -1 none
   uint64_t udp_key_ = 0, udp_port_ = 0;

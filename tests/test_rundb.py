@@ -256,6 +256,21 @@ def test_a_database_left_by_another_run_is_rebuilt_not_read(run, tmp_path):
     assert {s["id"] for s in steps} == {"0123456789abcdef"}
 
 
+def test_a_database_an_earlier_version_built_is_rebuilt_with_this_schema(run, tmp_path):
+    """A run.duckdb of another schema (an earlier version's, without the
+    processes' clock columns) is rebuilt from the run's files, not refused."""
+    out, _ = run
+    old = tmp_path / "old_schema"
+    shutil.copytree(out, old)
+    con = duckdb.connect(str(old / "run.duckdb"))
+    con.execute("ALTER TABLE processes DROP COLUMN clock_fitness")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    rows = query(old, "SELECT DISTINCT clock_basis, clock_fitness FROM processes")
+    assert rows == [{"clock_basis": "same_clock", "clock_fitness": "good"}], rows
+    assert query(old, "SELECT value FROM meta WHERE key = 'schema_version'") == [{"value": "2"}]
+
+
 def test_a_directory_of_an_older_format_or_no_run_is_said(run, tmp_path):
     out, _ = run
     old = tmp_path / "old"

@@ -363,6 +363,14 @@ def owner(con) -> Optional[str]:
     return row[0] if row else ""
 
 
+def _schema_version(con) -> Optional[str]:
+    """The schema a database was built with; None for a new one."""
+    if owner(con) is None:
+        return None
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return row[0] if row else None
+
+
 def _remove(path: str) -> None:
     for p in (path, path + ".wal"):
         try:
@@ -413,8 +421,11 @@ def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 
     if created and keep_free:
         _check_room(run_dir, written, keep_free)
     con = connect(path)
-    if not created and owner(con) not in (None, run_id(run)):
-        con.close()  # another run's, in this directory before this one: replaced
+    if not created and (owner(con) not in (None, run_id(run))
+                        or _schema_version(con) not in (None, str(SCHEMA_VERSION))):
+        # Another run's, in this directory before this one, or built by an
+        # earlier version (another schema): replaced, rebuilt from the run's files.
+        con.close()
         _remove(path)
         created = True
         if keep_free:

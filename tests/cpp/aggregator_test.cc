@@ -1034,9 +1034,10 @@ TEST_F(AggregatorTest, AStepWaitsForAProcessWithNoClockEstimateAndAsksItForABurs
   Connect(ctl);
   Connect(worker);
   agg_->TakeOutgoing();
-  // The worker's clock is 1,000,000 behind the aggregator's.
-  worker.Push(1, 500, "work").Pop(1, 700);
-  Send(worker.Flush(5000));  // flushed "past" the step on its own clock
+  // The worker's clock is 1,000,000 ahead of the aggregator's: with no
+  // estimate, its watermark (read as it is) says it is past the step.
+  worker.Push(1, 2000500, "work").Pop(1, 2000700);
+  Send(worker.Flush(2005000));
   ctl.Push(1, 1000000, "step").Pop(1, 1001000);
   Send(ctl.Flush(1002000), 10);
   auto probe_requests = [&] {
@@ -1053,8 +1054,8 @@ TEST_F(AggregatorTest, AStepWaitsForAProcessWithNoClockEstimateAndAsksItForABurs
   EXPECT_TRUE(probe_requests().empty());  // 100 ms later: not yet again
   agg_->Tick(200000020);
   EXPECT_EQ(probe_requests(), (std::vector<uint64_t>{2}));
-  wire::Batch b = worker.Flush(6000);
-  b.probes = {{1000, 1002000, 1002000, 3000}};  // 1 us each way: offset exactly 1,000,000
+  wire::Batch b = worker.Flush(2006000);
+  b.probes = {{2001000, 1002000, 1002000, 2003000}};  // 1 us each way: offset exactly -1,000,000
   Send(b, 200000030);
   agg_->Tick(200000040);
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
@@ -1111,6 +1112,28 @@ TEST_F(AggregatorTest, AStepWhoseClocksNeverComeGoodIsMarkedAndSaysWhich) {
             std::string::npos)
       << summary;
   EXPECT_EQ(agg_->RunInfoNow().steps_clock_unaligned, 1u);
+  // They held one step through the grace: the next is not held for them
+  // (a path that cannot give the bound costs one grace, not one per step),
+  // but still marked; the run's notes say so once each.
+  ctl.Push(1, 50000000, "step").Pop(1, 90000000);
+  Send(ctl.Flush(90000001), 1000000020);
+  Send(none.Flush(100000000), 1000000020);
+  Send(wide.Flush(300000000), 1000000020);
+  agg_->Tick(1000000030);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(exporter_.steps[1].reason, "clock_unaligned");
+  EXPECT_FALSE(exporter_.steps[1].clock_held);
+  const RunInfo run = agg_->RunInfoNow();
+  EXPECT_EQ(
+      std::count_if(run.config_notes.begin(), run.config_notes.end(),
+                    [](const std::string& n) { return n.find("later steps do not wait for it") != std::string::npos; }),
+      2);
+  // One of them gets a good estimate: steps wait for it again.
+  wire::Batch good = wide.Flush(300000001);
+  good.probes = {{2000000000, 1926001000, 1926001000, 2000002000}};  // offset -73,999,000 +- 1 us
+  Send(good, 1000000040);
+  EXPECT_FALSE(agg_->processes().at(3)->clock_waived());
+  EXPECT_TRUE(agg_->processes().at(2)->clock_waived());
 }
 
 // A process whose probes the run turned off is taken as it is, by choice:
