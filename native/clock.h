@@ -30,6 +30,10 @@ enum class ClockSource : uint8_t { kMonotonic = 0, kTsc = 1 };
 // inode of its time namespace ("<boot id>:<inode>"; "" when either cannot
 // be read). Two processes with the same domain read the same clock, exactly
 // (a time namespace shifts it; another boot or host is another clock).
+// Edges: a process that sees a /proc without ns/time (another PID
+// namespace's mount) is taken to have no time namespace; a dead time
+// namespace's inode can be reused (a spool replayed much later could then
+// match). Neither happens with the namespaces a profiled job runs in.
 std::string ClockDomain();
 
 // True when the CPU advertises an invariant TSC (constant_tsc and nonstop_tsc).
