@@ -43,6 +43,7 @@
 #include "aggregator/exporter.h"
 #include "aggregator/outputs.h"
 #include "aggregator/probe_server.h"
+#include "aggregator/ray_calls.h"
 #include "aggregator/step_files.h"
 #include "aggregator/json_writer.h"
 #include "aggregator/process_json.h"
@@ -1021,6 +1022,25 @@ TEST(ProbeServerTest, AnswersProbesWithTheRunsKeyOnly) {
   close(fd);
 }
 
+// An outlier that contradicts the fit is evidence it went wrong (a path
+// that changed, a clock that stepped): every burst is fitted again, and the
+// bound covers it.
+TEST(ClockFitTest, AnOutlierThatContradictsTheFitBringsEveryBurstBack) {
+  ClockFit fit;
+  std::vector<wire::ProbeSample> samples;
+  for (int64_t k = 0; k < 5; ++k) {  // offset 1,000,000 +- 1 us, a burst a second
+    const int64_t t = 1000000000 + k * 1000000000;
+    samples.push_back({t - 1000, t + 1000000, t + 1000000, t + 1000});
+  }
+  const int64_t t = 6000000000;  // then 400 us off, with a 100 us half round trip
+  samples.push_back({t - 100000, t + 1400000, t + 1400000, t + 100000});
+  fit.Add(samples);
+  const ClockEstimate& e = fit.estimate();
+  EXPECT_EQ(e.outlier_bursts, 0);
+  EXPECT_EQ(e.bursts, 6);
+  EXPECT_GE(e.bound_ns, 300000);  // it covers the late burst's interval, not 1 us
+}
+
 // ------------------------------------------------- clocks that hold steps
 
 // A worker on another host whose clock is not known yet: the step waits for
@@ -1284,6 +1304,33 @@ TEST_F(AggregatorTest, RayCallsTightenAWorkersClockForTheStepsAfter) {
   EXPECT_TRUE(after.causality_tightened);
   EXPECT_LE(after.bound_ns, 5001);
   EXPECT_LE(std::llabs(after.offset_ns - 1000000), after.bound_ns);
+}
+
+// A controller whose clock has no estimate proves nothing of a worker's
+// (its marks are not on the aggregator's clock): the same calls that
+// tighten the worker's clock above bound nothing here.
+TEST_F(AggregatorTest, RayCallsOfAControllerWithNoClockEstimateBoundNothing) {
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  ctl.OtherClock("controller-host:1");
+  worker.OtherClock();
+  Connect(ctl);
+  Connect(worker);
+  wire::Batch b = worker.Flush(100);
+  b.probes = {{1000, 1001000 + 40000, 1001000 + 40000, 1000 + 100000 - 20000}};
+  Send(b);
+  ctl.Push(1, 1001000, "step");
+  ctl.Mark(1, 1001100, "ray.submit", 0).Mark(1, 1001110, "ray.task", 11).Mark(1, 1001900, "ray.got", 11);
+  ctl.Pop(1, 1002000);
+  worker.Push(7, 1105, "update_actor", 11).Pop(7, 1895);
+  Send(ctl.Flush(1002500));
+  Send(worker.Flush(200000));
+  agg_->Tick(Config().flush.step_grace_ms * 1000000);  // the controller's own clock holds it through the grace
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(exporter_.steps[0].reason, "clock_unaligned");
+  const ClockEstimate& after = agg_->processes().at(2)->clock();
+  EXPECT_EQ(after.causality_bounds, 0);
+  EXPECT_FALSE(after.causality_tightened);
 }
 
 // Windows for workers open a step ahead of a selected step and close after it.
