@@ -451,10 +451,10 @@ void Aggregator::WaiveClocks(const StepProfile& step) {
     auto p = processes_.find(slice.process->hello().session);
     if (!HoldsStep(slice.clock_fitness) || p == processes_.end() || p->second->clock_waived()) continue;
     const ClockEstimate& e = p->second->clock();
-    p->second->WaiveClock(e.valid ? e.bound_ns : -1);
+    p->second->WaiveClock(e.valid() ? e.bound_ns : -1);
     context_.notes.Record(
         ProcessLabel(*p->second) + ": its clock " +
-        (e.valid ? "error bound (" + std::to_string(e.bound_ns / 1000) + " us)" : std::string("estimate")) +
+        (e.valid() ? "error bound (" + std::to_string(e.bound_ns / 1000) + " us)" : std::string("estimate")) +
         " did not come good within flush.step_grace_ms of step " + std::to_string(step.step) +
         ": later steps do not wait for it (each is marked clock_unaligned) until its bound halves");
   }

@@ -80,7 +80,6 @@ struct Point {
 // The estimate from `points` (by collector time; not empty), over `base`.
 ClockEstimate FitPoints(const std::vector<Point>& points, ClockEstimate e) {
   e.basis = ClockBasis::kProbes;
-  e.valid = true;
   e.bursts = static_cast<int64_t>(points.size());
   const double x0 = points.back().x;
   double a = points.back().y, b = 0;

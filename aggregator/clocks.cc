@@ -19,8 +19,7 @@ ClockFitness FitnessOf(const ClockEstimate& clock, int64_t allowed_ns) {
     case ClockBasis::kNone: return ClockFitness::kNone;
     case ClockBasis::kProbes: break;
   }
-  return clock.valid && clock.bound_ns >= 0 && clock.bound_ns <= allowed_ns ? ClockFitness::kGood
-                                                                            : ClockFitness::kTooWide;
+  return clock.bound_ns >= 0 && clock.bound_ns <= allowed_ns ? ClockFitness::kGood : ClockFitness::kTooWide;
 }
 
 Clocks::Clocks(std::string domain) : domain_(std::move(domain)) {}
@@ -43,17 +42,16 @@ void Clocks::Place(ProcessTimeline* p, bool moved, bool probes_off) {
     const int64_t probes_seen = e.probes, bursts = e.bursts, outliers = e.outlier_bursts;
     e = ClockEstimate{};
     e.basis = ClockBasis::kSameClock;
-    e.valid = true;
     e.bound_ns = 0;
     e.probes = probes_seen, e.bursts = bursts, e.outlier_bursts = outliers;
-  } else if (!e.valid && probes_off) {
+  } else if (!e.valid() && probes_off) {
     e.basis = ClockBasis::kProbesOff;
   }
   const bool refit = e.basis == ClockBasis::kProbes && moved;
   p->SetClock(e);
   // Steps wait for it again once its bound has halved (or it has one at all).
   if (p->clock_waived() && (e.basis == ClockBasis::kSameClock ||
-                            (e.valid && (p->waived_bound_ns() < 0 || 2 * e.bound_ns <= p->waived_bound_ns())))) {
+                            (e.valid() && (p->waived_bound_ns() < 0 || 2 * e.bound_ns <= p->waived_bound_ns())))) {
     p->UnwaiveClock();
   }
   if (refit) Check(*p, e);
@@ -63,7 +61,7 @@ void Clocks::Written(const StepProfile& step) {
   const int64_t middle = step.begin_ns + (step.end_ns - step.begin_ns) / 2;
   for (const ProcessSlice& slice : step.processes) {
     const ClockEstimate& e = slice.process->clock();
-    if (e.basis != ClockBasis::kProbes || !e.valid) continue;
+    if (e.basis != ClockBasis::kProbes) continue;
     std::deque<Use>& uses = uses_[slice.process->hello().session];
     uses.push_back({step.step, e.FromAggregator(middle), middle, e.bound_ns});
     if (uses.size() > kUsesKept) uses.pop_front();

@@ -28,7 +28,7 @@ void WriteIdentity(JsonWriter& w, const ProcessView& p, bool selected) {
 void WriteClock(JsonWriter& w, const ProcessView& p) {
   const ClockEstimate& e = p.clock();
   w.Key("clock").BeginObject();
-  w.Key("aligned").Bool(e.valid);
+  w.Key("aligned").Bool(e.valid());
   w.Key("basis").String(ClockBasisName(e.basis));
   w.Key("offset_ns").Int(e.offset_ns);
   w.Key("ref_ns").Int(e.ref_ns);

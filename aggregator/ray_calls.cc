@@ -50,7 +50,7 @@ std::map<uint64_t, std::vector<OffsetBound>> CausalOffsetBounds(const StepProfil
     // Its marks are on the aggregator's clock only as far as its own estimate
     // holds: none (times as recorded) proves nothing.
     const ClockEstimate& own = slice.process->clock();
-    if (!own.valid || own.bound_ns < 0) return {};
+    if (!own.valid() || own.bound_ns < 0) return {};
     controller_bound = own.bound_ns;
     for (const auto& [key, at] : RaySubmits(slice)) submitted.emplace(key, at.first);
     got.merge(RayGot(slice));
@@ -58,7 +58,7 @@ std::map<uint64_t, std::vector<OffsetBound>> CausalOffsetBounds(const StepProfil
   std::map<uint64_t, std::vector<OffsetBound>> out;
   for (const ProcessSlice& slice : step.processes) {
     const ClockEstimate& clock = slice.process->clock();
-    if (slice.process->is_controller() || clock.basis != ClockBasis::kProbes || !clock.valid) continue;
+    if (slice.process->is_controller() || clock.basis != ClockBasis::kProbes) continue;
     for (const Span& s : slice.spans) {
       if (!s.has_payload || s.clipped_begin || s.clipped_end) continue;
       auto sub = submitted.find(s.payload);

@@ -189,7 +189,6 @@ inline const char* ClockFitnessName(ClockFitness fitness) {
 // exact inverses.
 struct ClockEstimate {
   ClockBasis basis = ClockBasis::kNone;
-  bool valid = false;     // false: no estimate (times taken as they are)
   int64_t offset_ns = 0;  // aggregator - collector, at ref_ns
   double drift = 0;       // d(offset)/d(collector time), e.g. 1e-6 = 1 ppm
   int64_t ref_ns = 0;     // collector time the offset refers to
@@ -205,15 +204,18 @@ struct ClockEstimate {
   bool causality_tightened = false;
   bool causality_conflict = false;
 
+  // An estimate to convert times with (fitted, or exact); false: none (times
+  // taken as they are).
+  bool valid() const { return basis == ClockBasis::kProbes || basis == ClockBasis::kSameClock; }
   // Collector time -> aggregator time.
   int64_t ToAggregator(int64_t collector_ns) const {
-    if (!valid) return collector_ns;
+    if (!valid()) return collector_ns;
     const double dx = static_cast<double>(collector_ns - ref_ns);
     return collector_ns + offset_ns + static_cast<int64_t>(std::llround(drift * dx));
   }
   // Aggregator time -> collector time.
   int64_t FromAggregator(int64_t aggregator_ns) const {
-    if (!valid) return aggregator_ns;
+    if (!valid()) return aggregator_ns;
     // agg = c + off + d (c - ref)  =>  c = (agg - off + d ref) / (1 + d)
     const double c =
         (static_cast<double>(aggregator_ns - offset_ns) + drift * static_cast<double>(ref_ns)) / (1.0 + drift);

@@ -38,7 +38,7 @@ std::vector<Outgoing> ReleaseTracker::Done(const PendingStep& step, const Proces
     const ClockEstimate& clock = p->clock();
     // Without a fit, another host's times cannot be placed (it releases at
     // a later step, or keeps what it spooled until its spool is full).
-    if (!clock.valid) continue;
+    if (!clock.valid()) continue;
     int64_t release = p->ReleasePoint(clock.FromAggregator(s.end_ns));
     // A range open since before the previous step's end (a whole-run range)
     // does not hold the spool for ever: a restart loses only its open.

@@ -20,6 +20,7 @@ std::string ClockDomain() {
   if (stat("/proc/self/ns/time", &st) != 0) return errno == ENOENT ? boot + ":none" : "";
   return boot + ":" + std::to_string(static_cast<unsigned long long>(st.st_ino));
 }
+
 bool TscIsInvariant() {
 #if defined(__x86_64__)
   std::ifstream in("/proc/cpuinfo");

@@ -227,4 +227,4 @@ def test_workers_whose_clocks_never_come_good_mark_every_step_and_are_named(buil
         assert any("(worker, rank 0)" in w and "clock error bound" in w for w in warnings), warnings
         assert any("(worker, rank 1)" in w and "no clock estimate" in w for w in warnings), warnings
     run = json.loads((agg.out / "run.json").read_text())
-    assert run["steps_clock_unaligned"] == 2 and run["probe_requests"] >= 2, run
+    assert run["steps_clock_unaligned"] == 2, run

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from ._native import names as _names
 
@@ -128,6 +128,28 @@ def _start_follower(out: PathLike, pid: int, beside: str, env: Dict[str, str],
         return None
 
 
+def _aggregator_command(command: Optional[Sequence[str]], out: PathLike,
+                        config: Union[PathLike, Dict[str, Any], None], listen: str, args: Sequence[str],
+                        connect_host: Optional[str], work: str, endpoint_file: str) -> List[str]:
+    """start_aggregator's command line (a dict config is written into `work`)."""
+    if command is None:
+        from .collector import aggregator_path
+
+        command = [aggregator_path()]
+    cmd = [*command, "--listen", listen, "--out", os.fspath(out)]
+    if isinstance(config, dict):
+        cfg_path = os.path.join(work, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(config, f)
+        cmd += ["--config", cfg_path]
+    elif config is not None:
+        cmd += ["--config", os.fspath(config)]
+    cmd += ["--endpoint-file", endpoint_file, *args]
+    if connect_host:  # clock probes go there too (aggregator/probe_server.h), relayed collectors' included
+        cmd += ["--probe-host", connect_host]
+    return cmd
+
+
 def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], None] = None,
                      listen: str = "tcp://127.0.0.1:*", args: Sequence[str] = (),
                      command: Optional[Sequence[str]] = None, log: Union[PathLike, int, None] = None,
@@ -154,27 +176,12 @@ def start_aggregator(out: PathLike, *, config: Union[PathLike, Dict[str, Any], N
     secret: the run's secret (RLSCOPE_SECRET in its environment, never its
         command line): it then takes hellos that carry it only.
     """
-    if command is None:
-        from .collector import aggregator_path
-
-        command = [aggregator_path()]
     work = os.fspath(work_dir) if work_dir is not None else tempfile.mkdtemp(prefix="rlscope_aggregator_")
     os.makedirs(work, exist_ok=True)
     endpoint_file = os.path.join(work, "endpoint")
     if os.path.exists(endpoint_file):
         os.unlink(endpoint_file)  # a previous aggregator's
-    cmd = [*command, "--listen", listen, "--out", os.fspath(out)]
-    if isinstance(config, dict):
-        cfg_path = os.path.join(work, "config.json")
-        with open(cfg_path, "w") as f:
-            json.dump(config, f)
-        cmd += ["--config", cfg_path]
-    elif config is not None:
-        cmd += ["--config", os.fspath(config)]
-    cmd += ["--endpoint-file", endpoint_file, *args]
-    if connect_host:  # clock probes go there too (aggregator/probe_server.h), relayed collectors' included
-        cmd += ["--probe-host", connect_host]
-
+    cmd = _aggregator_command(command, out, config, listen, args, connect_host, work, endpoint_file)
     log_path = None if isinstance(log, int) else os.fspath(log or os.path.join(work, "aggregator.log"))
     stdout = log if isinstance(log, int) else open(log_path, "w")
     try:

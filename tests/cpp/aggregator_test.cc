@@ -865,7 +865,7 @@ std::vector<wire::ProbeSample> Probes(int64_t offset, double ppm, int64_t from, 
 
 TEST(ClockFitTest, NoProbesMeansTimesAsTheyAre) {
   ClockFit fit;
-  EXPECT_FALSE(fit.estimate().valid);
+  EXPECT_FALSE(fit.estimate().valid());
   EXPECT_EQ(fit.estimate().ToAggregator(123), 123);
   EXPECT_EQ(fit.estimate().FromAggregator(123), 123);
 }
@@ -875,7 +875,7 @@ TEST(ClockFitTest, OffsetWithinTheStatedBound) {
     ClockFit fit;
     fit.Add(Probes(offset, 0, 5000000000, 1, 8));
     const ClockEstimate& e = fit.estimate();
-    ASSERT_TRUE(e.valid);
+    ASSERT_TRUE(e.valid());
     const int64_t error = std::llabs(e.offset_ns - offset);
     EXPECT_LE(error, e.bound_ns) << offset;
     EXPECT_LE(e.bound_ns, 40000);  // half the best round trip of the burst
@@ -977,9 +977,10 @@ TEST(ClockFitTest, ABurstFarSlowerThanUsualIsAnOutlierNotFitted) {
 }
 
 // The probe thread answers a probe that carries the run's key, on real UDP
-// sockets: its t2 is the kernel's receive time (at or after the send, at or
-// before the answer's t3), and the answer echoes the nonce; a datagram
-// without the key gets nothing (counted).
+// sockets, echoing the nonce; a datagram without the key gets nothing
+// (counted). Both ends read one clock here, so the sample's own interval
+// (offset +- round trip / 2) holds the true offset, 0, however slow the
+// machine: a kernel stamp moved wrongly onto CLOCK_MONOTONIC would not.
 TEST(ProbeServerTest, AnswersProbesWithTheRunsKeyOnly) {
   ProbeServer server;
   std::string error;
@@ -1012,9 +1013,10 @@ TEST(ProbeServerTest, AnswersProbesWithTheRunsKeyOnly) {
   ASSERT_TRUE(answer(&reply, &t4, 60000));
   EXPECT_EQ(reply.nonce, 0xabcdefu);  // the keyless one came first and was not answered
   EXPECT_EQ(reply.t1, req.t1);
-  EXPECT_LE(req.t1, reply.t2);  // one clock here: the four stamps are in order
-  EXPECT_LE(reply.t2, reply.t3);
-  EXPECT_LE(reply.t3, t4);
+  const int64_t rtt = (t4 - req.t1) - (reply.t3 - reply.t2);
+  const int64_t offset_x2 = (reply.t2 - req.t1) + (reply.t3 - t4);  // twice the sample's offset
+  EXPECT_GE(rtt, 0);
+  EXPECT_LE(std::llabs(offset_x2), rtt);  // |offset| <= rtt / 2
   EXPECT_FALSE(answer(&reply, &t4, 0));
   server.Stop();
   EXPECT_EQ(server.answered(), 1u);
@@ -1288,7 +1290,7 @@ TEST_F(AggregatorTest, RayCallsTightenAWorkersClockForTheStepsAfter) {
   b.probes = {{1000, 1001000 + 40000, 1001000 + 40000, 1000 + 100000 - 20000}};
   Send(b);
   const ClockEstimate before = agg_->processes().at(2)->clock();
-  ASSERT_TRUE(before.valid);
+  ASSERT_TRUE(before.valid());
   ASSERT_GT(before.bound_ns, 20000);
   ctl.Push(1, 1001000, "step");
   ctl.Mark(1, 1001100, "ray.submit", 0).Mark(1, 1001110, "ray.task", 11).Mark(1, 1001900, "ray.got", 11);
