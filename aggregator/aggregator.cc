@@ -495,6 +495,25 @@ bool Aggregator::NoteUnreadableSpool(const std::string& path, const std::string&
   return true;
 }
 
+std::optional<std::string> Aggregator::ArmedSteps(const ProcessTimeline& p) const {
+  std::vector<int64_t> armed;
+  for (const StepSpan& s : scheduler_.seen()) {
+    const int during = p.ArmedDuring(p.clock().FromAggregator(s.begin_ns), p.clock().FromAggregator(s.end_ns));
+    if (during < 0) return std::nullopt;
+    if (during > 0) armed.push_back(s.number);
+  }
+  std::sort(armed.begin(), armed.end());
+  armed.erase(std::unique(armed.begin(), armed.end()), armed.end());
+  std::string out;
+  for (size_t i = 0; i < armed.size();) {
+    size_t j = i;
+    while (j + 1 < armed.size() && armed[j + 1] == armed[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(armed[i]) + (j > i ? "-" + std::to_string(armed[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
 RunInfo Aggregator::MakeRunInfo(bool final) const {
   const AggregatorStats& stats = context_.stats;
   RunInfo run;
@@ -504,6 +523,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   for (const auto& [session, p] : processes_) {
     run.processes.push_back({session, std::make_shared<const ProcessView>(p->View()), run_config_.Selected(*p),
                              releases_.released_ns(session), admission_.ViaRelay(session)});
+    if (final) run.processes.back().armed_steps = ArmedSteps(*p);
   }
   run.steps_written = steps_written_;
   run.expected = expected_.processes();

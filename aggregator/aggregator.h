@@ -185,6 +185,8 @@ class Aggregator {
   // before any collector hears of them; then nothing before its end is kept.
   bool StepDone(const PendingStep& step);
   RunInfo MakeRunInfo(bool final) const;
+  // ProcessInfo::armed_steps of `p`, from the steps seen so far.
+  std::optional<std::string> ArmedSteps(const ProcessTimeline& p) const;
   // run.json after a hello or the expected list: at once when the last
   // write is kRunInfoEveryNs old, else from Tick once it is (hundreds of
   // collectors saying hello together would each rewrite a file listing

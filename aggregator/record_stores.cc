@@ -228,6 +228,12 @@ int64_t RecordStores::UnarmedNs(int64_t begin_ns, int64_t end_ns, int64_t start_
   return unarmed;
 }
 
+int RecordStores::ArmedDuring(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const {
+  const int64_t unarmed = UnarmedNs(begin_ns, end_ns, start_ns, last_ns);
+  if (unarmed < 0) return -1;
+  return unarmed < std::min(end_ns, last_ns) - std::max(begin_ns, start_ns) ? 1 : 0;
+}
+
 int64_t RecordStores::ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const {
   if (cpu_points_.empty()) return -1;
   auto at = [&](int64_t t) -> double {  // the running total at t, linear between points

@@ -64,6 +64,9 @@ class RecordStores {
   // ProcessTimeline::UnarmedNs over [begin, end] clipped to the process's
   // life: from `start_ns`, to `last_ns` (INT64_MAX while it lives).
   int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const;
+  // Whether it recorded for some of that span: 1, 0 (not alive then
+  // included), -1 when UnarmedNs does not know.
+  int ArmedDuring(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const;
   // Forgets what no step beginning at or after `ns` can hold (the level at
   // `ns` of each reading stays).
   void DiscardBefore(int64_t ns);

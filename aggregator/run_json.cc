@@ -34,6 +34,7 @@ void WriteRunProcess(JsonWriter& w, const ProcessInfo& pi) {
   w.Key("lost").Bool(p.lost());
   w.Key("truncated_strings").Uint(p.truncated_strings());
   WriteClock(w, p);
+  if (pi.armed_steps) w.Key("armed_steps").String(*pi.armed_steps);
   w.Key("threads").BeginObject();
   for (const auto& [tid, name] : p.thread_names()) w.Key(std::to_string(tid)).String(name);
   w.EndObject();

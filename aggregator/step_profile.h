@@ -229,6 +229,11 @@ struct ProcessInfo {
   int64_t released_ns = 0;
   // Its hello came through a node's relay (aggregator/relay.h), not straight.
   bool via_relay = false;
+  // In the final run.json: the controller's steps (of the first
+  // StepScheduler::kSeenKept) during which it recorded for any time, by its
+  // arming edges, as a selection ("4, 7-8"; "" none); nullopt where its edges
+  // do not tell (a trigger other than the controller's, a resumed run).
+  std::optional<std::string> armed_steps;
 };
 
 // The run as a whole, for run.json.

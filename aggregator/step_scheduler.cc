@@ -55,6 +55,7 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
   for (size_t i = 0; i < edges.closed.size(); ++i) {
     const StepSpan& s = edges.closed[i];
     ++context_->stats.steps_seen;
+    if (seen_.size() < kSeenKept) seen_.push_back(s);
     PendingStep step{s, now_ns, 0, raw[i].end_ns, raw[i].begin_ns};
     if (auto late = late_.find(s.number); late != late_.end()) {
       step.window_late_ns = late->second;

@@ -80,6 +80,10 @@ class StepScheduler {
   // The first closed step was written or skipped.
   void Done() { pending_.pop_front(); }
   bool idle() const { return pending_.empty(); }
+  // The controller's steps closed so far (aggregator clock), in the order
+  // they closed: the first kSeenKept (run.json armed_steps).
+  static constexpr size_t kSeenKept = 100000;
+  const std::vector<StepSpan>& seen() const { return seen_; }
   // The process has sent everything of the step: said bye, answered its
   // flush barrier, or flushed past its end.
   static bool CaughtUp(const ProcessTimeline& p, const PendingStep& step);
@@ -97,6 +101,7 @@ class StepScheduler {
   AggregatorContext* context_;
   const RunConfig* run_;
   std::deque<PendingStep> pending_;  // in the order they closed
+  std::vector<StepSpan> seen_;       // seen(): the first kSeenKept closed
   bool window_open_ = false;
   int64_t window_opened_ns_ = 0;     // when the window last opened (aggregator clock; 0: before any step)
   std::map<int64_t, int64_t> late_;  // selected steps begun, not closed: their window_late_ns

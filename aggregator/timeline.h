@@ -116,6 +116,11 @@ class ProcessTimeline {
   int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns) const {
     return stores_.UnarmedNs(begin_ns, end_ns, names_->hello().start_ns, said_bye_ ? watermark_ns_ : INT64_MAX);
   }
+  // Whether it recorded for some of [begin, end] (its clock) while it lived:
+  // 1, 0, or -1 where UnarmedNs is -1.
+  int ArmedDuring(int64_t begin_ns, int64_t end_ns) const {
+    return stores_.ArmedDuring(begin_ns, end_ns, names_->hello().start_ns, said_bye_ ? watermark_ns_ : INT64_MAX);
+  }
   // Forgets completed spans and instants that no step beginning at or after
   // `ns` can contain: those ending before `ns`, or at `ns` having begun earlier.
   void DiscardBefore(int64_t ns);

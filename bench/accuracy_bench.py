@@ -1,38 +1,35 @@
 """The accuracy section of run_bench.py: how close one profiled run's corrected
-steps come to the uninstrumented program, at correction.scale 1, with the
-costs measured in place (correction.sample_every, the default), the `nvtx`
-package's calls through rlscope's entry points (the default) and through the
-package's own functions (RLSCOPE_NVTX_FAST_PATH=0, as before those entry
-points: rlscope_ray/nvtx_fast.py).
+steps come to the same program without the profiler, measured inside the run
+(rlscope_ray/in_run.py says how), at the default config (correction on, the
+real clock, the fast lanes, CPU sampling on).
 
-For each workload, PAIRS rounds, each two uninstrumented runs and one
-profiled run of each kind, in an order rotated per round (the machine
-drifts). A run's step time is its median step but the first (start-up). The
-error of a profiled run is its corrected step against its own round's first
-uninstrumented run (pair by pair: drift between rounds removed); the table
-gives its median and interquartile range over the rounds, beside the noise
-floor (the round's second uninstrumented run against its first, the same
-way: no correction can beat it), the error of the median corrected step of
-all rounds against the median uninstrumented one (unpaired: on this project's
-2-core machines a process's memory layout alone made one run in three of the
-same program up to 1.8x slower per loop iteration, found by padding the
-environment under setarch -R; pairing cannot remove a draw made per process,
-and the median over many rounds does), the stated uncertainty and systematic part
-(summary.json correction.uncertainty_ms and systematic_ms, median over steps
-and runs), the share of steps whose error (against the round's uninstrumented
-median step) that statement covers, the share of events capped
-(overhead.capped_events: charged less than the model said, as their gap was
-shorter), and RL-Scope's published worst case (16.8 %, after 40 re-runs).
+For each workload: one profiled run planned by in_run.plan (a selected step
+in every 5; untooled steps, the same code as with no tool attached, as the
+reference; which steps anything recorded in from run.json's armed_steps),
+one run without the profiler through the same estimator (A/A: the floor no
+correction can beat), and PAIRS interleaved pairs of whole runs, without the
+profiler and with it selecting no step, whose untooled steps say whether the
+in-run reference is the program without the profiler (a collector that is
+loaded but records nothing: its flush thread and signal handlers). Per
+workload, the selected steps' corrected (and raw) error against their
+references (median, IQR, and the median's standard error), the stated
+uncertainty (summary.json correction.uncertainty_ms, its median as a share of
+the step) and how often it covers the error at two standard deviations, the
+A/A spread added in quadrature; the spill (the step after a selected one
+against disarmed steps with nothing before them), the disarmed path's cost
+(disarmed steps with our entry points in place against untooled ones), and
+the share of events capped (charged less than the model said: their gap was
+shorter). The workloads as DESIGN.md's accuracy targets name them: dense
+`nvtx` push/pop, `nvtx.annotate`, start/end, nested with rlscope_ray.range,
+torch CPU matmuls on intra-op threads, and a Ray driver waiting on an
+annotated actor.
 """
 import os
 import statistics
 import sys
 import tempfile
 
-
-def _quartiles(values):
-    q = statistics.quantiles(sorted(values), n=4, method="inclusive")
-    return q[0], statistics.median(values), q[2]
+from rlscope_ray import in_run
 
 
 def _pct(x):
@@ -40,10 +37,10 @@ def _pct(x):
 
 
 def workloads(root, steps, ranges, ray_steps=None):
-    """The correction workloads (label, command): `nvtx` ranges around a small
-    Python function, pushed/popped, as nvtx.annotate, or nested (annotate >
-    rlscope_ray.range > two push/pop), in the process that steps, and a Ray
-    driver waiting on an actor that carries them."""
+    """The A/B (correction section) workloads (label, command): `nvtx` ranges
+    around a small Python function, pushed/popped, as nvtx.annotate, or nested
+    (annotate > rlscope_ray.range > two push/pop), in the process that steps,
+    and a Ray driver waiting on an actor that carries them."""
     apps = os.path.join(root, "tests", "apps")
     dense = [sys.executable, os.path.join(apps, "dense_steps.py"), "--steps", str(steps), "--ranges", str(ranges)]
     return [
@@ -56,79 +53,88 @@ def workloads(root, steps, ranges, ray_steps=None):
     ]
 
 
+def in_run_workloads(root, quick):
+    """(label, command without --untooled-steps, steps): each about 20-40 ms a
+    step here, enough steps for 20 (quick: 12) checked ones."""
+    apps = os.path.join(root, "tests", "apps")
+    steps = 65 if quick else 105
+    dense = [sys.executable, os.path.join(apps, "dense_steps.py"), "--steps", str(steps)]
+    return [
+        ("nvtx.push_range/pop_range, 60k events a step", dense + ["--ranges", "30000", "--style", "push"], steps),
+        ("nvtx.annotate(color=...), 40k events a step", dense + ["--ranges", "20000", "--style", "annotate"], steps),
+        ("nvtx.start_range/end_range, 40k events a step", dense + ["--ranges", "20000", "--style", "start"], steps),
+        ("nested annotate > rlscope_ray.range > 2 push/pop, 60k events a step",
+         dense + ["--ranges", "30000", "--style", "nested"], steps),
+        ("torch CPU matmuls (intra-op threads), each in nvtx.annotate", dense + ["--ranges", "60", "--style", "torch"],
+         steps),
+        ("Ray driver waiting on an annotated actor (actor: 40k events a step)",
+         [sys.executable, os.path.join(apps, "ray_wait_app.py"), "--steps", str(steps), "--ranges", "20000"], steps),
+    ]
+
+
 def accuracy_section(args, print_table):
     from rlscope_ray.ab_calibration import Runner
 
-    # The default, and the same with the `nvtx` package's own functions (as
-    # before rlscope's entry points for them: rlscope_ray/nvtx_fast.py).
-    kinds = [("rlscope's nvtx entry points, in place, caller side scaled (default)", {}, {}),
-             ("the nvtx package's own functions (RLSCOPE_NVTX_FAST_PATH=0, as before)", {},
-              {"RLSCOPE_NVTX_FAST_PATH": "0"})]
+    pairs = 2 if args.quick else 3
     rows = []
-    for label, cmd in workloads(args.root, 10, 100000, ray_steps=6):
+    for label, base_cmd, steps in in_run_workloads(args.root, args.quick):
+        p = in_run.plan(steps)
+        cmd = base_cmd + ["--untooled-steps", ",".join(map(str, p.untooled))]
         with tempfile.TemporaryDirectory(prefix="rlscope_accuracy_bench_") as work:
-            runners = {name: Runner(cmd, os.path.join(work, str(i)), {"buffers": {"per_thread_kb": 32768},
-                                                                      "correction": corr}, args.timeout_s, env=env)
-                       for i, (name, corr, env) in enumerate(kinds)}
-            plain_runner = Runner(cmd, os.path.join(work, "plain"), {}, args.timeout_s)
-            for r in [*runners.values(), plain_runner]:
+            buffers = {"buffers": {"per_thread_kb": 32768}}
+            runner = Runner(cmd, os.path.join(work, "run"), dict(buffers, steps=list(p.selected)), args.timeout_s)
+            idle = Runner(cmd, os.path.join(work, "idle"), dict(buffers, steps=[10 ** 9]), args.timeout_s)
+            idle_run = lambda: idle.profiled(1.0, require_steps=False)  # noqa: E731
+            for r in (runner, idle):
                 os.makedirs(r.work, exist_ok=True)
-            # Per round: two uninstrumented runs (the second is the noise
-            # floor: uninstrumented against uninstrumented) and one profiled
-            # run of each kind, in an order rotated per round.
-            plain, plain2, profiled = [], [], {name: [] for name, _, _ in kinds}
-            for i in range(args.pairs_accuracy):
-                jobs = [lambda: plain.append(plain_runner.plain()), lambda: plain2.append(plain_runner.plain())]
-                jobs += [(lambda n=name: profiled[n].append(runners[n].profiled(1.0))) for name, _, _ in kinds]
-                for job in jobs[i % len(jobs):] + jobs[:i % len(jobs)]:
-                    job()
-        base = statistics.median(_median_step(p) for p in plain)
-        noise = [_median_step(b) / _median_step(a) - 1 for a, b in zip(plain, plain2)]
-        kinds_read = [(name, runs, lambda r: r.corrected) for name, runs in profiled.items()]
-        for name, runs, read in kinds_read:
-            rows.append(_accuracy_row(label, name, base, plain, noise, runs, read))
-    print_table("Correction accuracy at correction.scale 1, one profiled run each, pair by pair (%d rounds, each: "
-                "two uninstrumented runs and one profiled run per kind, interleaved; step = median of steps 2+; "
-                "targets: |median| <= 3 %%, stated uncertainty covering the error in >= 90 %% of steps, capped "
-                "events < 1 %%)" % args.pairs_accuracy,
-                ["workload", "costs", "uninstrumented ms/step", "raw inflation (median)",
-                 "corrected error, paired with its round (median)", "corrected error (IQR)",
-                 "corrected error, median over all rounds (unpaired)",
-                 "noise: uninstrumented vs uninstrumented (median, IQR)", "stated uncertainty / systematic",
-                 "steps whose error the statement covers", "capped events", "RL-Scope worst (published)"], rows)
+            plain = runner.plain()
+            run = runner.profiled(1.0)
+            # Pairs: the untooled steps of a run whose collector records
+            # nothing against a run without the profiler, interleaved.
+            pair_ratios = []
+            for i in range(pairs):
+                a, b = (runner.plain, idle_run) if i % 2 == 0 else (idle_run, runner.plain)
+                first, second = a(), b()
+                none, loaded = (first, second.steps) if i % 2 == 0 else (second, first.steps)
+                ref = [n for n in p.untooled if n >= p.period]
+                pair_ratios.append(statistics.median(loaded[n] for n in ref) /
+                                   statistics.median(none[n] for n in ref) - 1)
+        if run.armed is None:
+            raise RuntimeError(f"{label}: run.json does not say which steps were armed")
+        rows.append(_row(label, p, plain, run, pair_ratios))
+    print_table("Correction accuracy inside one run, default config (a selected step in every %d, compared with "
+                "the nearest clean untooled step on each side; in_run.py). Targets: |median| <= 3 %%, its standard "
+                "error < 1 %%; uncertainty median < 2.5 %% of the step, covering >= 90 %% of steps at 2 sd with the "
+                "A/A spread in quadrature; capped events < 1 %%" % in_run.PERIOD,
+                ["workload", "untooled ms/step", "checked steps", "A/A floor: median (IQR)", "spill (median)",
+                 "disarmed path vs untooled (median)", "untooled vs no profiler (pairs)", "raw (median)",
+                 "corrected: median (IQR)", "median's std. error", "uncertainty, median % of step",
+                 "covered at 2 sd", "median error within 2x its median uncertainty", "capped events"], rows)
 
 
-def _accuracy_row(label, name, base, plain, noise, runs, read):
-    """One row: the error of each profiled run's corrected step against its
-    own round's uninstrumented run; per step, whether the stated uncertainty
-    plus systematic part covers that step's error; the capped share."""
-    corrected = [_median_step(read(r)) for r in runs]
-    paired = [c / _median_step(p) - 1 for c, p in zip(corrected, plain)]
-    raw = [_median_step(r.raw) / _median_step(p) - 1 for r, p in zip(runs, plain)]
-    unpaired = statistics.median(corrected) / statistics.median(_median_step(p) for p in plain) - 1
-    q1, med, q3 = _quartiles(paired)
-    n1, nmed, n3 = _quartiles(noise)
-    covered = total = 0
-    for r, p in zip(runs, plain):
-        ref = _median_step(p)
-        for n, c in read(r).items():
-            if n == min(r.corrected):
-                continue
-            total += 1
-            covered += abs(c - ref) <= r.uncertainty.get(n, 0.0) + r.systematic.get(n, 0.0)
-    capped = [r.capped[n] / r.events[n] for r in runs for n in r.events if r.events[n]]
-    sigma = [u for r in runs for u in r.uncertainty.values()]
-    syst = [u for r in runs for u in r.systematic.values()]
-    return [label, name, "%.1f" % base, _pct(statistics.median(raw)), _pct(med), "%s to %s" % (_pct(q1), _pct(q3)),
-            _pct(unpaired),
-            "%s (%s to %s)" % (_pct(nmed), _pct(n1), _pct(n3)),
-            "%.2f %% / %.2f %%" % (100 * statistics.median(sigma) / base, 100 * statistics.median(syst) / base)
-            if sigma else "-",
-            "%d %% of %d" % (round(100 * covered / total), total) if total else "-",
-            "%.1f %%" % (100 * statistics.median(capped)) if capped else "-", "16.8 %"]
-
-
-def _median_step(steps):
-    """The median of a run's steps but the first (start-up)."""
-    return statistics.median(v for n, v in steps.items() if n != min(steps))
-
+def _row(label, p, plain, run, pair_ratios):
+    aa = in_run.analyse(plain, p, run.armed)
+    res = in_run.analyse(run.steps, p, run.armed, run.corrected, run.raw, run.uncertainty)
+    if not res.checks:
+        return [label, "-", "0"] + ["-"] * 11
+    errs = res.errors()
+    q1, med, q3 = in_run.quartiles(errs)
+    a1, amed, a3 = in_run.quartiles(aa.errors())
+    aa_sd = in_run.robust_sd(aa.errors())
+    cov = in_run.coverage(res.checks, aa_sd)
+    unc = [c.uncertainty_ms / c.ref_ms for c in res.checks if c.uncertainty_ms is not None]
+    ref_ms = statistics.median(c.ref_ms for c in res.checks)
+    capped = [run.capped[n] / run.events[n] for n in run.events if run.events[n] and n in p.selected]
+    med_unc = statistics.median(unc) if unc else 0.0
+    return [label, "%.1f" % ref_ms, str(len(res.checks)),
+            "%s (%s to %s)" % (_pct(amed), _pct(a1), _pct(a3)),
+            _pct(statistics.median(res.spill)) if res.spill else "-",
+            _pct(statistics.median(res.disarmed)) if res.disarmed else "-",
+            "%s (%s to %s)" % (_pct(statistics.median(pair_ratios)), _pct(min(pair_ratios)), _pct(max(pair_ratios))),
+            _pct(statistics.median(c.raw_error for c in res.checks if c.raw_error is not None)),
+            "%s (%s to %s)" % (_pct(med), _pct(q1), _pct(q3)),
+            "%.1f %%" % (100 * in_run.median_spread(errs)),
+            "%.2f %%" % (100 * med_unc) if unc else "-",
+            "%d %% of %d" % (round(100 * cov), len(res.checks)) if cov is not None else "-",
+            "yes" if abs(med) <= 2 * med_unc else "no",
+            "%.2f %%" % (100 * statistics.median(capped)) if capped else "-"]

@@ -7,6 +7,8 @@
 using rlscope::Collector;
 using rlscope::CostSampler;
 using rlscope::EventKind;
+using rlscope::RangeAttr;
+using rlscope::Recording;
 using rlscope::ThreadState;
 
 namespace {
@@ -70,7 +72,7 @@ uint32_t rlscope_intern(const char* name) {
 void rlscope_range_push_id(uint32_t name_id) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) {
+  if (Enter(&c, &ts) && !rlscope_push_idle()) {
     CostSampler sampler(c, ts);
     c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
   }
@@ -96,7 +98,7 @@ void rlscope_mark_id(uint32_t name_id) {
 void rlscope_range_push_payload(uint32_t name_id, uint64_t payload) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) {
+  if (Enter(&c, &ts) && !rlscope_push_idle()) {
     CostSampler sampler(c, ts);
     c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
   }
@@ -114,14 +116,38 @@ void rlscope_mark_payload(uint32_t name_id, uint64_t payload) {
 void rlscope_range_pop(void) {
   Collector* c;
   ThreadState* ts;
-  if (Enter(&c, &ts)) {
+  if (Enter(&c, &ts) && !rlscope_pop_idle()) {
     CostSampler sampler(c, ts);
     c->RangePop(ts, 0);
   }
 }
 
+int rlscope_recording_idle(void) {
+  return (Collector::Hot() & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) == 0 ? 1 : 0;
+}
+
+int rlscope_push_idle(void) {
+  const uint8_t hot = Collector::Hot();
+  if ((hot & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) != 0) return 0;
+  ThreadState* ts = Recording::Current();
+  if (ts == nullptr) return 1;  // an untracked thread: the full call does nothing either
+  int depth = 0;
+  return Recording::FastPush(hot, ts, 0, [](RangeAttr*) { return false; }, &depth) ? 1 : 0;
+}
+
+int rlscope_pop_idle(void) {
+  if ((Collector::Hot() & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) != 0) return 0;
+  ThreadState* ts = Recording::Current();
+  if (ts == nullptr || ts->depth == 0) return 1;  // nothing open: RangePop does nothing either
+  const int depth = ts->depth - 1;
+  if (depth >= ThreadState::kTrackedDepth || ts->open[depth] != 0) return 0;  // RangePop decides
+  ts->depth = depth;
+  return 1;
+}
+
 // As the NVTX handlers (nvtx_injection.cc): no cpu.python_api gate.
 void rlscope_nvtx_push(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload, uint8_t flags) {
+  if (rlscope_push_idle()) return;
   Collector* c = Collector::Instance();
   ThreadState* ts = c != nullptr ? c->TrackedThread() : nullptr;
   if (ts == nullptr) return;
@@ -130,6 +156,7 @@ void rlscope_nvtx_push(uint32_t name_id, uint32_t domain_id, uint32_t category, 
 }
 
 void rlscope_nvtx_pop(uint32_t domain_id, uint8_t flags) {
+  if (rlscope_pop_idle()) return;
   Collector* c = Collector::Instance();
   ThreadState* ts = c != nullptr ? c->TrackedThread() : nullptr;
   if (ts == nullptr) return;

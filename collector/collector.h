@@ -348,6 +348,8 @@ inline void EndRangeOnAnyThread(uint32_t domain, uint64_t handle, uint8_t flags 
   Collector* c = Collector::Instance();
   if (c == nullptr) return;
   const uint64_t tracked = Collector::kRecordedRangeBit | Collector::kDroppedRangeBit;
+  // Neither a tracked start nor a watch that may close on it: nothing to do.
+  if ((handle & tracked) == 0 && (Collector::Hot() & (kHotArmedOrWatching | kHotOff)) == 0) return;
   ThreadState* ts = (handle & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
   if (ts == nullptr) return;
   CostSampler sampler(c, ts);

@@ -55,6 +55,17 @@ RLSCOPE_API uint64_t rlscope_nvtx_start(uint32_t name_id, uint32_t domain_id, ui
 RLSCOPE_API void rlscope_nvtx_end(uint32_t domain_id, uint64_t handle, uint8_t flags);
 RLSCOPE_API void rlscope_nvtx_mark(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload,
                                    uint8_t flags);
+/* The idle lanes of the pushes and pops above (nvtx and rlscope ranges
+ * alike), for callers that would read arguments first: while the process
+ * neither records nor watches (disarmed), a push or a pop does nothing on
+ * the calling thread but keep its depth (so pairs stay whole across an
+ * arming edge), and these do that and return 1. 0: take the full call
+ * (armed, watching, or the pop of an open that was recorded or dropped).
+ * rlscope_recording_idle: whether a start or a mark would record nothing now
+ * (a start returns 0). */
+RLSCOPE_API int rlscope_push_idle(void);
+RLSCOPE_API int rlscope_pop_idle(void);
+RLSCOPE_API int rlscope_recording_idle(void);
 RLSCOPE_API uint64_t rlscope_range_start(const char* name);
 RLSCOPE_API void rlscope_range_end(uint64_t range_id);
 RLSCOPE_API void rlscope_mark(const char* name);

@@ -40,6 +40,9 @@ PyObject* g_ids = nullptr;                       // str -> int: names this proce
 PyObject* g_link_key = nullptr;                  // callable(key) -> int payload (rlscope_ray.link_key)
 PyObject* g_decorate = nullptr;                  // callable(range, fn) -> wrapper (rlscope_ray._decorate)
 constexpr Py_ssize_t kMaxCachedNames = 1 << 16;  // past this, intern on every call
+// _untooled(True): ranges enter as with no collector (make bench, section
+// accuracy: a step of the same code without the profiler, in one process).
+bool g_untooled = false;
 
 }  // namespace
 
@@ -242,8 +245,8 @@ bool ExitInCoroutine(RangeObject* self, const void* frame) {
 
 PyObject* RangeEnter(PyObject* o, PyObject* /*unused*/) {
   RangeObject* self = reinterpret_cast<RangeObject*>(o);
-  if (self->id == 0 && rlscope_collector_running()) self->id = NameId(self->name);
-  const bool pushed = self->id != 0;
+  if (self->id == 0 && !g_untooled && rlscope_collector_running()) self->id = NameId(self->name);
+  const bool pushed = self->id != 0 && !g_untooled;
   if (pushed) {
     if (const void* frame = RlscopePyCoroutineFrame(); frame != nullptr && EnterInCoroutine(self, frame)) {
       Py_INCREF(o);
@@ -565,11 +568,20 @@ PyObject* ForgetNames(PyObject* /*module*/, PyObject* /*unused*/) {
   Py_RETURN_NONE;
 }
 
+PyObject* SetUntooled(PyObject* /*module*/, PyObject* flag) {
+  const int on = PyObject_IsTrue(flag);
+  if (on < 0) return nullptr;
+  g_untooled = on != 0;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kFunctions[] = {
     {"mark", Mark, METH_O, "mark(name)\n--\n\nAn instant event on the calling thread (while recording)."},
     {"_set_hooks", SetHooks, METH_VARARGS, "Set the Python halves of range(link=...) and @range (rlscope_ray)."},
     {"_restore_range", RestoreRange, METH_VARARGS, "A range as pickled: _restore_range(name, payload or None)."},
     {"_forget_names", ForgetNames, METH_NOARGS, "Forget interned names (a forked child)."},
+    {"_untooled", SetUntooled, METH_O,
+     "_untooled(flag): ranges entered from now on act as with no collector (bench only: nvtx_fast.untooled)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

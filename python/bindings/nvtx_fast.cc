@@ -11,6 +11,11 @@
 //     an int payload out of int64) return NotImplemented with nothing
 //     recorded: the caller then goes the package's own way, which records
 //     it or raises what the package raises.
+//   - While the process records nothing (disarmed, not watching), a push or
+//     a pop keeps its thread's depth and nothing else, a start returns 0 and
+//     a mark does nothing, before any argument is read
+//     (rlscope_push_idle): what the package's call does with no tool
+//     attached, so steps not selected cost the C call's dispatch alone.
 //   - No exception is left set on the recording path; the GIL is held.
 #include <climits>
 #include <cstdint>
@@ -80,6 +85,7 @@ PyObject* NotTaken() { Py_RETURN_NOTIMPLEMENTED; }
 
 // nvtx_push(message, domain, category, payload, flags) -> None | NotImplemented
 PyObject* Push(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (rlscope_push_idle()) Py_RETURN_NONE;
   Attrs a;
   if (n != 5 || !ReadAttrs(args, &a)) return NotTaken();
   rlscope_nvtx_push(a.name, a.domain, a.category, a.payload, a.flags);
@@ -88,6 +94,7 @@ PyObject* Push(PyObject*, PyObject* const* args, Py_ssize_t n) {
 
 // nvtx_pop(domain, flags) -> None | NotImplemented
 PyObject* Pop(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (rlscope_pop_idle()) Py_RETURN_NONE;
   uint32_t domain = 0;
   uint8_t flags = 0;
   if (n != 2 || !IdOf(args[0], &domain) || !FlagsOf(args[1], &flags)) return NotTaken();
@@ -97,6 +104,7 @@ PyObject* Pop(PyObject*, PyObject* const* args, Py_ssize_t n) {
 
 // nvtx_start(message, domain, category, payload, flags) -> handle | NotImplemented
 PyObject* Start(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (rlscope_recording_idle()) return PyLong_FromLong(0);
   Attrs a;
   if (n != 5 || !ReadAttrs(args, &a)) return NotTaken();
   return PyLong_FromUnsignedLongLong(rlscope_nvtx_start(a.name, a.domain, a.category, a.payload, a.flags));
@@ -124,6 +132,7 @@ PyObject* End(PyObject*, PyObject* const* args, Py_ssize_t n) {
 
 // nvtx_mark(message, domain, category, payload, flags) -> None | NotImplemented
 PyObject* Mark(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (rlscope_recording_idle()) Py_RETURN_NONE;
   Attrs a;
   if (n != 5 || !ReadAttrs(args, &a)) return NotTaken();
   rlscope_nvtx_mark(a.name, a.domain, a.category, a.payload, a.flags);

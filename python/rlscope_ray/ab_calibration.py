@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 from . import _native, settings
 from .collector import collector_path
@@ -117,6 +117,10 @@ class ProfiledRun:
     # Events and capped events per step, all processes (summary overhead).
     events: Dict[int, int] = field(default_factory=dict)
     capped: Dict[int, int] = field(default_factory=dict)
+    # The steps any process recorded in (run.json armed_steps, every
+    # process's); None where a process's edges did not tell.
+    armed: Optional[Set[int]] = None
+    summaries: Dict[int, dict] = field(default_factory=dict)  # step -> summary.json, with keep_summaries
 
     @property
     def removed(self) -> Dict[int, float]:
@@ -133,6 +137,7 @@ class Runner:
     timeout_s: Optional[float] = None
     keep_profiles: bool = False  # else a profile is deleted once its summaries are read
     env: Dict[str, str] = field(default_factory=dict)  # set in profiled runs only (e.g. RLSCOPE_NVTX_FAST_PATH)
+    keep_summaries: bool = False  # ProfiledRun.summaries
     _n: int = 0
 
     def _run(self, env: Dict[str, str], tag: str) -> Dict[int, float]:
@@ -173,8 +178,9 @@ class Runner:
                if not _profiler_setting(k) and k != "NVTX_INJECTION64_PATH"}
         return self._run(env, "uninstrumented")
 
-    def profiled(self, scale: float = 1.0) -> ProfiledRun:
-        """One run under a fresh aggregator, correcting at ``scale``."""
+    def profiled(self, scale: float = 1.0, require_steps: bool = True) -> ProfiledRun:
+        """One run under a fresh aggregator, correcting at ``scale``;
+        `require_steps`: a profile with no corrected step is an error."""
         out = os.path.join(self.work, f"profile_{self._n + 1:02d}")
         try:
             cfg = settings.merge([settings.dict_layer(self.config, "the config"),
@@ -214,6 +220,8 @@ class Runner:
                     summary = json.load(f)
             except (OSError, ValueError):
                 continue
+            if self.keep_summaries:
+                run.summaries[int(summary["step"])] = summary
             corr_s = summary.get("correction") or {}
             if "duration_ms" in corr_s:
                 run.raw[int(summary["step"])] = summary["duration_ms"]
@@ -228,12 +236,33 @@ class Runner:
                 print(f"rlscope-ray calibrate: warning: step {summary['step']} dropped {dropped} events; "
                       "the removed overhead is too low. Raise buffers.per_thread_kb in the config.",
                       file=sys.stderr)
-        if not run.corrected:
+        run.armed = read_armed_steps(out)
+        if require_steps and not run.corrected:
             raise CalibrationError(f"the profile in {out} has no corrected step; the aggregator's log is "
                                    f"{agg_log}:\n" + _tail(agg_log))
         if not self.keep_profiles:
             shutil.rmtree(out, ignore_errors=True)  # dense traces run to gigabytes over a few runs
         return run
+
+
+def read_armed_steps(out: str) -> Optional[Set[int]]:
+    """The steps any process of the run in `out` recorded in (the final
+    run.json's processes[].armed_steps); None where one of them does not say."""
+    from .in_run import parse_selection
+
+    try:
+        with open(os.path.join(out, "run.json")) as f:
+            run = json.load(f)
+    except (OSError, ValueError):
+        return None
+    armed: Set[int] = set()
+    for p in run.get("processes", []):
+        if not p.get("selected", True):
+            continue
+        if "armed_steps" not in p:
+            return None
+        armed |= parse_selection(p["armed_steps"])
+    return armed
 
 
 def _tail(path: str, lines: int = 15) -> str:

@@ -32,9 +32,12 @@ another tool's) and ``RLSCOPE_NVTX_FAST_PATH`` is not ``0``.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import types
 from types import ModuleType
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from . import _native
 
@@ -152,6 +155,7 @@ def install(collector: str) -> bool:
     except Exception:  # noqa: BLE001 - e.g. an annotate that cannot be subclassed: leave the package as it is
         return False
     original.update(pkg)
+    _installed.update(ours)
     for target in (module, nvtx):
         _set(target, ours)
     return True
@@ -161,6 +165,72 @@ def _set(target: ModuleType, functions: Dict[str, Any]) -> None:
     for name, fn in functions.items():
         if hasattr(target, name):
             setattr(target, name, fn)
+
+
+# install()'s functions, for untooled() to put back.
+_installed: Dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def untooled() -> Iterator[None]:
+    """Bench only: inside, the `nvtx` package's functions are its own code as
+    it runs with no tool attached (the same functions over a domain lookup
+    that always gives the package's dummy domain) and ``rlscope_ray.range``
+    acts as with no collector, so a step of the same code costs, in this
+    profiled process, what it costs without the profiler (``make bench``,
+    section accuracy: tests/apps/dense_steps.py --untooled-steps). Nothing
+    is recorded inside, not even depth: a range opened inside and closed
+    outside (or the other way) is not paired, so enter and leave it between
+    steps, with no range open. Does nothing to the package where install()
+    did not put rlscope's entry points under it."""
+    if not original:
+        _native._untooled(True)
+        try:
+            yield
+        finally:
+            _native._untooled(False)
+        return
+    from nvtx import nvtx as module  # type: ignore[import-not-found]
+    import nvtx  # type: ignore[import-not-found]
+
+    idle = _untooled_functions(module)
+    for target in (module, nvtx):
+        _set(target, idle)
+    _native._untooled(True)
+    try:
+        yield
+    finally:
+        _native._untooled(False)
+        for target in (module, nvtx):
+            _set(target, _installed)
+
+
+def _untooled_functions(module: ModuleType) -> Dict[str, Any]:
+    """Copies of the package's functions (`original`) and of its annotate
+    class over the module's globals, but with a domain lookup that gives the
+    dummy domain (an lru_cache as the package's own, so a lookup costs what
+    it does with no tool)."""
+    glb = dict(vars(module))
+    dummy = glb["dummy_domain"]
+
+    @functools.lru_cache(maxsize=None)
+    def _get_domain_cached(name):  # type: ignore[no-untyped-def]
+        return dummy
+
+    glb["_get_domain_cached"] = _get_domain_cached
+
+    def copy(fn: Any) -> Any:
+        out = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
+        out.__kwdefaults__ = fn.__kwdefaults__
+        return out
+
+    glb["get_domain"] = copy(module.get_domain)
+    out = {n: copy(original[n]) for n in _NAMES if n != "annotate"}
+    cls = original["annotate"]
+    out["annotate"] = type(cls.__name__, cls.__bases__,
+                           {k: copy(v) if isinstance(v, types.FunctionType) else v for k, v in vars(cls).items()
+                            if k not in ("__dict__", "__weakref__")})
+    return out
 
 
 def installed() -> bool:

@@ -14,8 +14,11 @@ writes them to --report as JSON, with the test clock around each step
 under test costs (as tests/apps/dense_steps.py). --pad-ms N: the driver
 sleeps N ms inside "gen" before the call and after its result (keeps the
 actor's work well inside the window whatever the clocks' alignment error).
+--untooled-steps: those steps run untooled in the driver and the actor
+(rlscope_ray.nvtx_fast.untooled(); make bench, section accuracy).
 """
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -24,18 +27,19 @@ import nvtx
 import ray
 
 import rlscope_ray
-from rlscope_ray import _native
+from rlscope_ray import _native, nvtx_fast
 
 
 @ray.remote(num_cpus=0)
 class Generator:
-    def generate(self, ranges: int) -> int:
+    def generate(self, ranges: int, untooled: bool = False) -> int:
         x = 1
-        for _ in range(ranges):
-            nvtx.push_range("op")
-            for _ in range(3):
-                x = (x * 1103515245 + 12345) & 0xFFFFFFFF
-            nvtx.pop_range()
+        with nvtx_fast.untooled() if untooled else contextlib.nullcontext():
+            for _ in range(ranges):
+                nvtx.push_range("op")
+                for _ in range(3):
+                    x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+                nvtx.pop_range()
         return x
 
 
@@ -45,7 +49,9 @@ def main() -> None:
     ap.add_argument("--ranges", type=int, default=50000)
     ap.add_argument("--report")
     ap.add_argument("--pad-ms", type=float, default=0.0)
+    ap.add_argument("--untooled-steps", default="", help="comma-separated steps run untooled (bench only)")
     args = ap.parse_args()
+    untooled = {int(v) for v in args.untooled_steps.split(",") if v.strip()}
     profiled = "RLSCOPE_AGGREGATOR" in os.environ
     ray_args = dict(num_cpus=1, include_dashboard=False, log_to_driver=False)
     if profiled:
@@ -58,15 +64,16 @@ def main() -> None:
     ray.get(actor.generate.remote(10))  # the actor is up (and calibrated, when profiled)
     steps_ms, clock = [], []
     for s in range(1, args.steps + 1):
-        t0 = time.perf_counter()
-        with rlscope_ray.step(s):
-            g0 = _native.test_clock_ns()
-            with rlscope_ray.range("gen"):
-                time.sleep(args.pad_ms / 1e3)
-                ray.get(actor.generate.remote(args.ranges))
-                time.sleep(args.pad_ms / 1e3)
-        clock.append([g0, _native.test_clock_ns()])
-        steps_ms.append((time.perf_counter() - t0) * 1e3)
+        with nvtx_fast.untooled() if s in untooled else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            with rlscope_ray.step(s):
+                g0 = _native.test_clock_ns()
+                with rlscope_ray.range("gen"):
+                    time.sleep(args.pad_ms / 1e3)
+                    ray.get(actor.generate.remote(args.ranges, s in untooled))
+                    time.sleep(args.pad_ms / 1e3)
+            clock.append([g0, _native.test_clock_ns()])
+            steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
         with open(args.report, "w") as f:
             json.dump({"steps_ms": steps_ms, "test_clock_ns": clock}, f)
