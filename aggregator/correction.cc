@@ -206,7 +206,8 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
       o.calibrated_events += sums.per_kind[kind];
     }
   }
-  o.uncertainty_ns = std::llround(std::sqrt(var_ps2) / 1000.0);
+  UncertaintyParts& parts = o.uncertainty_parts;
+  parts.sampling_ns = std::llround(std::sqrt(var_ps2) / 1000.0);
   o.caller_ns = sums.caller_ps / 1000;
   if (const double ratio = model.used().in_place_ratio; ratio > 0) {
     // The spread between the caller side scaled and not: what was removed
@@ -216,6 +217,7 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     const double unscaled = static_cast<double>(sums.caller_ps - sums.caller_scaled_ps) / 1000.0;
     o.systematic_ns = std::llround(scaled * std::abs(1.0 - 1.0 / ratio) + unscaled * std::abs(ratio - 1.0));
   }
+  parts.model_ns = o.systematic_ns / 2;
   // The calibration's rounds are independent estimates of each caller-side
   // cost: their spread, over the events that were charged one, is too.
   o.calibration_spread_ns = sums.caller_spread_ps / 1000;
@@ -224,7 +226,34 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   // the event's cost (the model's, and the gap that bounds what it can have
   // cost) differ by what was not removed. That spread is systematic too.
   o.systematic_ns += o.capped_ns;
+  parts.calibration_ns = o.calibration_spread_ns;
+  parts.capped_ns = o.capped_ns;
+  o.uncertainty_ns = parts.TotalNs();
   o.costs = model.used();
+}
+
+int64_t UncertaintyParts::TotalNs() const {
+  const double s = std::pow(static_cast<double>(sampling_ns), 2) + std::pow(static_cast<double>(calibration_ns), 2) +
+                   std::pow(static_cast<double>(model_ns), 2) + std::pow(static_cast<double>(capped_ns), 2);
+  return std::llround(std::sqrt(s));
+}
+
+const char* UncertaintyParts::Largest() const {
+  const std::pair<int64_t, const char*> parts[] = {
+      {sampling_ns, "sampling"}, {calibration_ns, "calibration"}, {model_ns, "model"}, {capped_ns, "capped"}};
+  const auto* best = std::max_element(std::begin(parts), std::end(parts),
+                                      [](const auto& a, const auto& b) { return a.first < b.first; });
+  return best->first > 0 ? best->second : "";
+}
+
+void UncertaintyParts::AddInQuadrature(const UncertaintyParts& other) {
+  auto add = [](int64_t a, int64_t b) {
+    return std::llround(std::hypot(static_cast<double>(a), static_cast<double>(b)));
+  };
+  sampling_ns = add(sampling_ns, other.sampling_ns);
+  calibration_ns = add(calibration_ns, other.calibration_ns);
+  model_ns = add(model_ns, other.model_ns);
+  capped_ns = add(capped_ns, other.capped_ns);
 }
 
 int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t, size_t* hint,

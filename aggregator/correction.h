@@ -56,13 +56,13 @@ class CostModel {
   // Of CostPs: the caller-side part.
   int64_t CallerPs(uint8_t kind, uint8_t flags) const;
   // That part's spread as its start-up calibration states it (`<key>_spread`
-  // in the Hello: half the interquartile range of its rounds' independent
-  // figures, calibration.py), scaled as the part is; 0 when not stated.
+  // in the Hello: the standard error of its rounds' median figure,
+  // calibration.py), scaled as the part is; 0 when not stated.
   int64_t CallerSpreadPs(uint8_t kind, uint8_t flags) const;
   // Whether the caller side of an event with `flags` was scaled by the
   // in-place ratio (kScaledCaller of its entry point).
   static bool CallerScaled(uint8_t flags) { return kScaledCaller[static_cast<int>(CallerOf(flags))]; }
-  static constexpr bool kScaledCaller[kCallers] = {false, true, false, false};
+  static constexpr bool kScaledCaller[kCallers] = {false, true, false, false, false};
   // The costs actually used (ns per event, scaled), where each own cost
   // came from ("step", "run" or "calibration") and the measurements behind
   // the first two, for summaries. Its in_place_ratio: over the cost samples
@@ -75,10 +75,13 @@ class CostModel {
   // taken to slow that microsecond of Python alike (bench section accuracy:
   // on this 2-core machine it once took the push/pop workload's median
   // error from +64 % to +6 %). Those of rlscope's entry points for the
-  // package (py_fast_*, py_annotate_*: a C call's dispatch, tens of ns) are
-  // their start-up figures: scaled by a ratio of 2-4 they over-corrected
-  // 3 of the 4 accuracy workloads (6 rounds). Either way the spread between
-  // the two estimates is stated (Corrector: systematic_ns).
+  // package (py_fast_*, py_annotate_*: a C call's dispatch, tens of ns) and
+  // of rlscope_ray's ranges (py_range_*) are their start-up figures: scaled
+  // by a ratio of 2-4 they over-corrected 3 of the 4 accuracy workloads (6
+  // rounds); measured inside one run, scaling them or not moved the dense
+  // workloads' median error by less than the processes' own variation.
+  // Either way half the spread between the two estimates is the model part
+  // of the stated uncertainty (Corrector: uncertainty_parts).
   const UsedCosts& used() const { return used_; }
 
  private:

@@ -412,11 +412,11 @@ void StepCorrection::CorrectController() {
 }
 
 void StepCorrection::Totals() {
-  double var = 0;
+  step_->correction_uncertainty_parts = {};
   for (const ProcessSlice& slice : step_->processes) {
-    if (slice.overhead) var += std::pow(static_cast<double>(slice.overhead->uncertainty_ns), 2);
+    if (slice.overhead) step_->correction_uncertainty_parts.AddInQuadrature(slice.overhead->uncertainty_parts);
   }
-  step_->correction_uncertainty_ns = std::llround(std::sqrt(var));
+  step_->correction_uncertainty_ns = step_->correction_uncertainty_parts.TotalNs();
   step_->correction_systematic_ns = 0;
   for (const ProcessSlice& slice : step_->processes) {
     if (slice.overhead) step_->correction_systematic_ns += slice.overhead->systematic_ns;

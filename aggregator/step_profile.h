@@ -66,6 +66,23 @@ struct UsedCosts {
   double in_place_ratio = 0;
 };
 
+// The parts of a correction's uncertainty, each one standard deviation (ns):
+// `sampling`, the in-place means' sampling error; `calibration`, the
+// standard error of the start-up calibration's caller-side figures (their
+// rounds' median), over the events charged one; `model`, half the spread
+// between the caller side scaled by the in-place ratio and not (the two
+// readings taken as one standard deviation either side); `capped`, what
+// capping did not remove (the model against the gaps that bound it).
+struct UncertaintyParts {
+  int64_t sampling_ns = 0, calibration_ns = 0, model_ns = 0, capped_ns = 0;
+  // sqrt of the sum of squares.
+  int64_t TotalNs() const;
+  // The largest part's name ("sampling", "calibration", "model", "capped"); "" when all are 0.
+  const char* Largest() const;
+  // Part by part, in quadrature with `other` (independent processes).
+  void AddInQuadrature(const UncertaintyParts& other);
+};
+
 // What the overhead correction removed from one process in one step
 // (correction.h fills it; see there for the model). Times summed over its
 // threads.
@@ -77,7 +94,11 @@ struct Overhead {
   int64_t capped_ns = 0;     // what the model would have charged them beyond that (not removed)
   uint64_t cpu_samples = 0;  // CPU samples, charged the sampler's own cost
   int64_t cpu_samples_ns = 0;
-  int64_t uncertainty_ns = 0;      // sampling error of total_ns, one standard deviation (waits not included)
+  // One standard deviation of total_ns (waits not included), its parts in
+  // quadrature (UncertaintyParts): what the sampling, the calibration, the
+  // caller side's model and capping leave open.
+  int64_t uncertainty_ns = 0;
+  UncertaintyParts uncertainty_parts;
   uint64_t calibrated_events = 0;  // events whose kind's cost is the start-up calibration's
   int64_t caller_ns = 0;           // the caller-side (py_nvtx_*) cost removed
   // Of systematic_ns: the start-up calibration's own spread of the caller
@@ -177,9 +198,10 @@ struct StepProfile {
   bool corrected = false;
   double correction_scale = 1.0;
   int64_t corrected_end_ns = 0;
-  // One standard deviation of what was removed, from the sampling error of
-  // the measured costs of every process (correction.h), combined.
+  // One standard deviation of what was removed: every process's
+  // uncertainty (correction.h), combined part by part in quadrature.
   int64_t correction_uncertainty_ns = 0;
+  UncertaintyParts correction_uncertainty_parts;  // each part over processes, in quadrature
   // Corrector::systematic_ns of every process, summed (they err alike).
   int64_t correction_systematic_ns = 0;
   // The controller's waits on other processes, per sub-task window that had

@@ -147,6 +147,17 @@ void WriteLanes(JsonWriter& w, const StepProfile& step, const StepLanes& lanes) 
   w.EndArray().EndObject();
 }
 
+// An uncertainty's parts (UncertaintyParts) and the largest one's name.
+void WriteUncertaintyParts(JsonWriter& w, const UncertaintyParts& parts) {
+  w.Key("uncertainty_parts_ms").BeginObject();
+  w.Key("sampling").Double(Ms(parts.sampling_ns));
+  w.Key("calibration").Double(Ms(parts.calibration_ns));
+  w.Key("model").Double(Ms(parts.model_ns));
+  w.Key("capped").Double(Ms(parts.capped_ns));
+  w.EndObject();
+  w.Key("uncertainty_dominated_by").String(parts.Largest());
+}
+
 // What the overhead correction removed from the process and the costs it
 // used (correction.h).
 void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
@@ -175,6 +186,7 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   }
   w.EndObject();
   w.Key("uncertainty_ms").Double(Ms(o.uncertainty_ns));
+  WriteUncertaintyParts(w, o.uncertainty_parts);
   w.Key("calibrated_events").Uint(o.calibrated_events);
   w.Key("caller_side_ms").Double(Ms(o.caller_ns));
   w.Key("in_place_ratio").DoubleOrNull(o.costs.in_place_ratio > 0, o.costs.in_place_ratio);
@@ -347,7 +359,8 @@ void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessS
   }
   // The caller side is a model (its start-up figures scaled): say when
   // what rests on it exceeds the sampling error and 1 % of the step.
-  if (const int64_t sys = o.systematic_ns; sys > o.uncertainty_ns && step_ns > 0 && sys * 100 > step_ns) {
+  if (const int64_t sys = o.systematic_ns;
+      sys > o.uncertainty_parts.sampling_ns && step_ns > 0 && sys * 100 > step_ns) {
     char text[400];
     std::snprintf(text, sizeof(text),
                   ": recording cost %.2fx its start-up calibration in this step; the `nvtx` package's "
@@ -393,6 +406,7 @@ void WriteCorrection(JsonWriter& w, const StepProfile& step) {
     w.Key("duration_ms").Double(Ms(step.corrected_end_ns - step.begin_ns));
     w.Key("subtracted_ms").Double(Ms(step.end_ns - step.corrected_end_ns));
     w.Key("uncertainty_ms").Double(Ms(step.correction_uncertainty_ns));
+    WriteUncertaintyParts(w, step.correction_uncertainty_parts);
     w.Key("systematic_ms").Double(Ms(step.correction_systematic_ns));
     w.Key("notes").BeginArray();
     for (const ProcessSlice& slice : step.processes) {

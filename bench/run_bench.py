@@ -20,9 +20,11 @@ Sections (each a function that runs its programs and prints one table):
                       calibration) beside RL-Scope's 16.8 % worst case.
   faults_section      each fault injected into a real run: events emitted,
                       in the output, reported lost, and the loop time.
-  accuracy_section    one profiled run's corrected error at scale 1 (median
-                      and IQR over interleaved rounds), costs measured in
-                      place vs start-up calibration, beside the noise floor.
+  accuracy_section    one profiled run per workload, default config: each
+                      selected step's corrected time against untooled steps
+                      of the same run (in_run.py), beside the same estimator
+                      on an unprofiled run (A/A), the spill, the disarmed
+                      path, and the stated uncertainty's coverage.
   python_section      one Python range: rlscope_ray.range beside a plain
                       Python context manager, and the `nvtx` package under
                       our collector beside its own path with no tool and a
@@ -916,8 +918,8 @@ def faults_section(args):
 
 
 def accuracy_section(args):
-    """Correction accuracy from one profiled run, costs measured in place
-    against the start-up calibration alone (bench/accuracy_bench.py)."""
+    """Correction accuracy measured inside one profiled run, at the default
+    config (bench/accuracy_bench.py, rlscope_ray/in_run.py)."""
     import accuracy_bench
 
     args.root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

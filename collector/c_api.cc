@@ -74,7 +74,7 @@ void rlscope_range_push_id(uint32_t name_id) {
   ThreadState* ts;
   if (Enter(&c, &ts) && !rlscope_push_idle()) {
     CostSampler sampler(c, ts);
-    c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
+    c->RangePush(ts, name_id, 0, 0, 0, rlscope::kFlagViaPyRange);
   }
 }
 
@@ -83,7 +83,7 @@ uint64_t rlscope_range_start_id(uint32_t name_id) {
   ThreadState* ts;
   if (!Enter(&c, &ts)) return 0;
   CostSampler sampler(c, ts);
-  return c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
+  return c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagViaPyRange);
 }
 
 void rlscope_mark_id(uint32_t name_id) {
@@ -100,7 +100,7 @@ void rlscope_range_push_payload(uint32_t name_id, uint64_t payload) {
   ThreadState* ts;
   if (Enter(&c, &ts) && !rlscope_push_idle()) {
     CostSampler sampler(c, ts);
-    c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload);
+    c->RangePush(ts, name_id, 0, 0, payload, rlscope::kFlagHasPayload | rlscope::kFlagViaPyRange);
   }
 }
 
@@ -118,7 +118,7 @@ void rlscope_range_pop(void) {
   ThreadState* ts;
   if (Enter(&c, &ts) && !rlscope_pop_idle()) {
     CostSampler sampler(c, ts);
-    c->RangePop(ts, 0);
+    c->RangePop(ts, 0, rlscope::kFlagViaPyRange);
   }
 }
 
@@ -132,7 +132,10 @@ int rlscope_push_idle(void) {
   ThreadState* ts = Recording::Current();
   if (ts == nullptr) return 1;  // an untracked thread: the full call does nothing either
   int depth = 0;
-  return Recording::FastPush(hot, ts, 0, [](RangeAttr*) { return false; }, &depth) ? 1 : 0;
+  return Recording::FastPush(
+             hot, ts, 0, [](RangeAttr*) { return false; }, &depth)
+             ? 1
+             : 0;
 }
 
 int rlscope_pop_idle(void) {
@@ -202,7 +205,7 @@ void rlscope_range_end(uint64_t range_id) {
   ThreadState* ts = (range_id & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
   if (ts == nullptr) return;
   CostSampler sampler(c, ts);
-  c->RangeEnd(ts, 0, range_id);
+  c->RangeEnd(ts, 0, range_id, rlscope::kFlagViaPyRange);
 }
 
 void rlscope_mark(const char* name) {

@@ -15,7 +15,7 @@
 // `sample=N`: what recording a cost sample costs (EventKind::kCostSample; default 0), `cpu_sample=N` what
 // a CPU sample costs its thread (EventKind::kCpuSample, cpu_sampler.h). In-place cost
 // sampling reads the thread's own virtual costs (OwnNs): the handler's
-// part, not the caller-side py_nvtx_* / py_fast_* / py_annotate_* part, which
+// part, not the caller-side py_nvtx_* / py_fast_* / py_annotate_* / py_range_* part, which
 // comes before it. The rule is the correction model's (aggregator/
 // correction.h): the cost is spent just before the event's timestamp; an
 // event's own cost by kind, plus the caller side of its side of the pair for

@@ -67,6 +67,11 @@ enum EventFlags : uint8_t {
   // On a kCpuSample: the thread's Python frame could not be read (a read of
   // it failed: memory unmapped under the sampler); `category` is 0.
   kFlagFrameUnread = 1 << 2,
+  // On a range event (push, pop, start, end): recorded by rlscope_ray's own
+  // Python ranges (rlscope_ray.range, the Ray method wrapper's): charged
+  // that path's calibrated caller side (py_range_*). The same bit as
+  // kFlagFrameUnread, which only CPU samples carry.
+  kFlagViaPyRange = 1 << 2,
   // On a kCpuSample: its native stack was walked. On the wire `value` is the
   // interned id of the shared objects of its frames, from the interrupted one
   // outwards, each named once, '\n'-joined (collector/native_stack.h).
@@ -92,14 +97,17 @@ enum EventFlags : uint8_t {
 // (overhead correction; the cost keys' prefixes, wire.h Hello::costs): none
 // modelled, the `nvtx` package through an NVTX *Ex entry point (py_nvtx_*),
 // rlscope's replacement of its functions (py_fast_*), of its annotate
-// (py_annotate_*). A replacement's flag wins over kFlagViaNvtxEx.
-enum class Caller : uint8_t { kNone = 0, kNvtxEx = 1, kNvtxFast = 2, kNvtxAnnotate = 3 };
-inline constexpr int kCallers = 4;
-inline constexpr const char* kCallerKeyPrefix[kCallers] = {"", "py_nvtx_", "py_fast_", "py_annotate_"};
+// (py_annotate_*), rlscope_ray's own ranges (py_range_*). A replacement's
+// flag wins over kFlagViaNvtxEx. (A CPU sample's kFlagFrameUnread reads as
+// kPyRange here: no caller side is ever keyed for a CPU sample.)
+enum class Caller : uint8_t { kNone = 0, kNvtxEx = 1, kNvtxFast = 2, kNvtxAnnotate = 3, kPyRange = 4 };
+inline constexpr int kCallers = 5;
+inline constexpr const char* kCallerKeyPrefix[kCallers] = {"", "py_nvtx_", "py_fast_", "py_annotate_", "py_range_"};
 inline constexpr Caller CallerOf(uint8_t flags) {
   return (flags & kFlagViaNvtxAnnotate) != 0 ? Caller::kNvtxAnnotate
          : (flags & kFlagViaNvtxFast) != 0   ? Caller::kNvtxFast
          : (flags & kFlagViaNvtxEx) != 0     ? Caller::kNvtxEx
+         : (flags & kFlagViaPyRange) != 0    ? Caller::kPyRange
                                              : Caller::kNone;
 }
 

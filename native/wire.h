@@ -75,9 +75,10 @@ struct Hello {
   // "py_nvtx_start", "py_nvtx_end", "py_nvtx_mark"; the same through
   // rlscope's own entry points for the package's functions
   // (kFlagViaNvtxFast): "py_fast_push", ... "py_fast_mark"; and for its
-  // annotate (kFlagViaNvtxAnnotate): "py_annotate_push", "py_annotate_pop".
-  // A caller-side key's "<key>_spread": half the interquartile range of
-  // its calibration rounds' figures (stated, not charged).
+  // annotate (kFlagViaNvtxAnnotate): "py_annotate_push", "py_annotate_pop";
+  // for rlscope_ray's own ranges (kFlagViaPyRange): "py_range_push",
+  // "py_range_pop". A caller-side key's "<key>_spread": the standard error
+  // of its calibration rounds' median figure (stated, not charged).
   std::map<std::string, double> costs;
   // A controller's own config (optional key): the keys its RLSCOPE_CONFIG
   // set, as YAML; its run keys go over the aggregator's in the run's config

@@ -38,11 +38,14 @@ DENSE = ROOT / "tests/apps/dense_steps.py"
 TEST_COSTS = {"push": 700, "pop": 300, "start": 500, "end": 400, "mark": 200,
               "py_nvtx_push": 2000, "py_nvtx_pop": 1100, "py_nvtx_start": 1500, "py_nvtx_end": 600,
               "py_nvtx_mark": 900, "py_fast_push": 130, "py_fast_pop": 80, "py_fast_start": 170,
-              "py_fast_end": 45, "py_fast_mark": 65, "py_annotate_push": 230, "py_annotate_pop": 120}
+              "py_fast_end": 45, "py_fast_mark": 65, "py_annotate_push": 230, "py_annotate_pop": 120,
+              "py_range_push": 310, "py_range_pop": 140}
 # One `nvtx` push/pop pair, both sides of its caller side included: through
 # rlscope's entry points (the default), through the package's own.
 FAST_PAIR = TEST_COSTS["push"] + TEST_COSTS["py_fast_push"] + TEST_COSTS["pop"] + TEST_COSTS["py_fast_pop"]
 NVTX_PAIR = TEST_COSTS["push"] + TEST_COSTS["py_nvtx_push"] + TEST_COSTS["pop"] + TEST_COSTS["py_nvtx_pop"]
+# One rlscope_ray range (rlscope_ray.range, the Ray method wrapper's), its caller side included.
+RANGE_PAIR = TEST_COSTS["push"] + TEST_COSTS["py_range_push"] + TEST_COSTS["pop"] + TEST_COSTS["py_range_pop"]
 BUFFERS = '{"buffers": {"per_thread_kb": 8192}}'
 TOLERANCE_NS = 1000  # "to the microsecond": the clock fit's drift term, nothing else
 CostModelMinSamples = 4  # aggregator/correction.h CostModel::kMinSamples
@@ -192,9 +195,10 @@ def test_on_the_production_path_correction_keeps_every_range_in_order_and_charge
 
 def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_factory, tmp_path):
     """dense_steps --style nested (the accuracy bench's own dense nested
-    workload): nvtx.annotate > rlscope_ray.range > two nvtx push/pop. The
-    `nvtx` package's caller-side cost comes with its two APIs, each its own
-    (annotate's and push_range's), not with rlscope_ray.range."""
+    workload): nvtx.annotate > rlscope_ray.range > two nvtx push/pop. Each
+    API's caller-side cost comes with its own events: annotate's
+    (py_annotate_*), push_range's (py_fast_*) and rlscope_ray.range's
+    (py_range_*)."""
     steps, ranges = 2, 2000
     agg = aggregator_factory()
     report, _ = run_dense(agg, tmp_path, "--steps", str(steps), "--ranges", str(ranges), "--style", "nested")
@@ -206,7 +210,10 @@ def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_facto
         cost = added(report, n)
         annotate = TEST_COSTS["py_annotate_push"] + TEST_COSTS["py_annotate_pop"]
         fast = TEST_COSTS["py_fast_push"] + TEST_COSTS["py_fast_pop"]
-        assert cost == ranges // 4 * (4 * pair + annotate + 2 * fast) + TEST_COSTS["pop"]
+        own = TEST_COSTS["py_range_push"] + TEST_COSTS["py_range_pop"]
+        assert cost == ranges // 4 * (4 * pair + annotate + 2 * fast + own) + TEST_COSTS["pop"]
+        assert proc["overhead"]["caller_side_ms"] == pytest.approx(ranges // 4 * (annotate + 2 * fast + own) / 1e6,
+                                                                   abs=1e-6)
         assert abs(corrected - (raw - cost)) <= TOLERANCE_NS, (n, raw, corrected, cost)
 
 
@@ -351,11 +358,18 @@ def test_the_uncertainty_grows_when_costs_vary_and_covers_the_error(aggregator_f
     config = '{"buffers": {"per_thread_kb": 8192}, "correction": {"sample_every": 16}}'
     report, steps = _dense_with(agg, tmp_path, "push=700~600,pop=300~250", config)
     for n, (raw, corrected, summary) in steps.items():
-        sigma_ns = summary["correction"]["uncertainty_ms"] * 1e6
+        correction = summary["correction"]
+        sigma_ns = correction["uncertainty_ms"] * 1e6
         (proc,) = summary["processes"]
         assert proc["overhead"]["measured_costs"]["push"]["sd_ns"] > 100
-        # 4000 pushes and pops, ~250 samples each: about 4000 * 350 / sqrt(3 * 250) ns
-        assert 20_000 < sigma_ns < 150_000, sigma_ns
+        # The sampling part: 4000 pushes and pops, ~250 samples each, about
+        # 4000 * 350 / sqrt(3 * 250) ns. The whole adds what capping left
+        # (costs drawn past the gaps), in quadrature.
+        sampling_ns = correction["uncertainty_parts_ms"]["sampling"] * 1e6
+        assert 20_000 < sampling_ns < 150_000, sampling_ns
+        parts = correction["uncertainty_parts_ms"]
+        assert sigma_ns == pytest.approx(1e6 * sum(v * v for v in parts.values()) ** 0.5, rel=1e-3, abs=2)
+        assert correction["uncertainty_dominated_by"] == max(parts, key=parts.get)
         error = corrected - (raw - added(report, n))
         assert abs(error) <= 4 * sigma_ns + TOLERANCE_NS, (n, error, sigma_ns)
 
@@ -389,8 +403,9 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
     for n, (raw, corrected, summary) in steps_of(agg, driver["pid"], range(1, steps + 1)).items():
         (controller,) = [p for p in summary["processes"] if p["role"] == "controller"]
         (actor,) = [p for p in summary["processes"] if p["rank"] == 0]
-        # The actor: its method's range, every op's pair and caller-side cost.
-        actor_cost = TEST_COSTS["push"] + TEST_COSTS["pop"] + ranges * FAST_PAIR
+        # The actor: its method's range (with rlscope_ray's caller side),
+        # every op's pair and caller-side cost.
+        actor_cost = RANGE_PAIR + ranges * FAST_PAIR
         assert actor["overhead"]["subtracted_ms"] == pytest.approx(actor_cost / 1e6, abs=1e-6)
         assert actor["overhead"]["waits_ms"] == 0
         # The driver waited for exactly that, paid inside the awaited call.
@@ -412,7 +427,7 @@ def test_a_ray_driver_waiting_on_an_actor_is_corrected_for_the_actors_overhead(a
 
 # What wait_pair.py's child pays per step: its "generate" range and 2000
 # `nvtx` push/pop pairs with their caller-side cost.
-CHILD_COST = TEST_COSTS["push"] + TEST_COSTS["pop"] + 2000 * FAST_PAIR
+CHILD_COST = RANGE_PAIR + 2000 * FAST_PAIR
 
 
 def _wait_pair(agg, tmp_path, *args, config=BUFFERS):
@@ -537,7 +552,8 @@ def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_
     code = ("import json, rlscope_ray, nvtx; from rlscope_ray import _native\n"
             "costs = {p + k: _native.cost(p + k) for p in ('py_nvtx_', 'py_fast_')"
             " for k in ('push', 'pop', 'start', 'end', 'mark')}\n"
-            "costs.update({k: _native.cost(k) for k in ('py_annotate_push', 'py_annotate_pop')})\n"
+            "costs.update({k: _native.cost(k) for k in ('py_annotate_push', 'py_annotate_pop', 'py_range_push',"
+            " 'py_range_pop')})\n"
             "before = rlscope_ray.stats()['events']\n"
             "dropped = rlscope_ray.stats()['dropped']\n"
             "with rlscope_ray.range('mine'): pass\n"
@@ -585,11 +601,13 @@ def test_the_start_up_calibration_takes_each_cost_at_one_speed_of_the_machine():
         calls.clear()
         ((cost, spread),) = paired_estimates([(untooled, real)], measure, rounds=7)
         assert cost == pytest.approx(170), fast
-    # The rounds' figures 100, 120, ..., 220 ns: their median, and half their
-    # interquartile range (120 to 200) as the spread the aggregator states.
+    # The rounds' figures 100, 120, ..., 220 ns: their median, and the
+    # standard error of that median from their interquartile range (120 to
+    # 200) as the spread the aggregator states: 0.929 x 80 / sqrt(7).
     rounds = iter(range(0, 140, 20))
     figure = lambda body: 500.0 if body is untooled else 600.0 + next(rounds)  # noqa: E731
-    assert paired_estimates([(untooled, real)], figure, rounds=7) == [(160.0, 40.0)]
+    ((cost, spread),) = paired_estimates([(untooled, real)], figure, rounds=7)
+    assert cost == 160.0 and spread == pytest.approx(1.2533 / 1.349 * 80 / 7 ** 0.5)
     # Two pairs measured in one round stay in their order: the closes after the opens.
     calls.clear()
     paired_estimates([(untooled, real), (real, untooled)], measure, rounds=3)

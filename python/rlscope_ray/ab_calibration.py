@@ -114,6 +114,7 @@ class ProfiledRun:
     corrected: Dict[int, float] = field(default_factory=dict)  # after correction, ms
     uncertainty: Dict[int, float] = field(default_factory=dict)  # the correction's stated uncertainty, ms
     systematic: Dict[int, float] = field(default_factory=dict)  # its stated systematic part, ms
+    dominated_by: Dict[int, str] = field(default_factory=dict)  # the uncertainty's largest part
     # Events and capped events per step, all processes (summary overhead).
     events: Dict[int, int] = field(default_factory=dict)
     capped: Dict[int, int] = field(default_factory=dict)
@@ -228,6 +229,7 @@ class Runner:
                 run.corrected[int(summary["step"])] = corr_s["duration_ms"]
                 run.uncertainty[int(summary["step"])] = corr_s.get("uncertainty_ms", 0.0)
                 run.systematic[int(summary["step"])] = corr_s.get("systematic_ms", 0.0)
+                run.dominated_by[int(summary["step"])] = corr_s.get("uncertainty_dominated_by", "")
                 overheads = [p.get("overhead") or {} for p in summary.get("processes", [])]
                 run.events[int(summary["step"])] = sum(o.get("events", 0) for o in overheads)
                 run.capped[int(summary["step"])] = sum(o.get("capped_events", 0) for o in overheads)

@@ -13,16 +13,18 @@ must remove it too (RL-Scope's "Python annotation" overhead).
 ``calibrate_python()`` measures it the way it is paid, each side of a pair
 on its own and per entry point: loops of (open, a small Python function
 call, close) with the real opening and the untooled close, then the untooled
-opening and the real close, each against the same loop with stand-ins for
-what the package does with no tool attached (look its domain up, find the
-dummy, stop), the median of rounds that each measure both next to each
-other (paired_estimates); half the rounds' interquartile range goes with
-each figure as its spread (`<key>_spread`: the aggregator states it). The
+opening and the real close, each against the same loop with the package's
+own code as it runs with no tool attached (nvtx_fast.untooled_functions:
+its functions over a domain lookup that gives the dummy domain), the median
+of rounds that each measure both next to each other (paired_estimates); the
+standard error of that median, from the rounds' interquartile range, goes
+with each figure as its spread (`<key>_spread`: the aggregator states it). The
 entry points: the package's own functions through NVTX (py_nvtx_*: what
 code that bound them before rlscope_ray was imported calls), and, when
 nvtx_fast is installed, rlscope's
 for its functions (py_fast_*) and for its annotate (py_annotate_push for its
-construction and enter, py_annotate_pop for its exit). Results go to the
+construction and enter, py_annotate_pop for its exit), and rlscope_ray.range
+(py_range_*, against the same with no collector). Results go to the
 collector as ns per event (``_native.set_cost``; keys in
 docs/wire_format.md, Hello ``costs``), charged by the aggregator on the
 event of each side (a push and its pop, a start and its end, a mark) by the
@@ -44,6 +46,9 @@ from . import _native
 CALIBRATION_NAME = _native.names.CALIBRATION
 _PAIRS = 1000
 _ROUNDS = 7
+# The standard error of the median of n normal draws per their interquartile
+# range, times sqrt(n): 1.2533 (the median's efficiency) / 1.349 (IQR per sd).
+MEDIAN_SE_PER_IQR = 1.2533 / 1.349
 
 
 def _work(x: int) -> int:
@@ -75,26 +80,39 @@ def _loop(open_fn: Callable[..., object], close_fn: Callable[..., object]) -> Ca
     return body
 
 
-Estimate = Tuple[float, float]  # (ns, spread: half the interquartile range of the rounds' figures)
+Estimate = Tuple[float, float]  # (ns, spread: the standard error of the rounds' median)
 
 
 def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
-                untooled_open: Callable[..., object], untooled_close: Callable[..., object]) -> Tuple[Estimate, Estimate]:
+                untooled_open: Callable[..., object], untooled_close: Callable[..., object],
+                untooled_scope: Callable[[Callable[[int], int]], Callable[[int], int]] = lambda body: body,
+                ) -> Tuple[Estimate, Estimate]:
     """ns each side of an (open, work, close) iteration costs over what the
-    package does with no tool attached, with its spread: the real opening
-    against the untooled one, then the real close against the untooled one,
-    each loop keeping (then taking back) the handles the same way. The real
-    closes take the handles the real openings gave, in the same number:
-    every range opened here is closed here."""
+    package does with no tool attached, with its spread. The whole
+    iteration, real against untooled, is what code pays: its figure is the
+    two sides' sum. How it splits between the sides comes from each side
+    measured on its own (the real opening against the untooled one, then the
+    real close against the untooled one, each loop keeping, then taking
+    back, the handles the same way): those loops open a thousand ranges
+    before closing any, deeper than the collector tracks, and took a pair
+    for 13 % less than an iteration of both real sides costs in place. The
+    real closes take the handles the real openings gave, in the same
+    number: every range opened here is closed here. `untooled_scope` wraps
+    each untooled loop (a state to hold while it runs)."""
     real: List[object] = []
     untooled: List[object] = []
-    real_open, base_open = _loop(open_fn, real.append), _loop(untooled_open, untooled.append)
+    real_open, base_open = _loop(open_fn, real.append), untooled_scope(_loop(untooled_open, untooled.append))
     real_close = _loop(lambda _name: real.pop(), close_fn)
-    base_close = _loop(lambda _name: untooled.pop(), untooled_close)
-    for body in (base_open, real_open, base_close, real_close):  # openings before the closes of their handles
+    base_close = untooled_scope(_loop(lambda _name: untooled.pop(), untooled_close))
+    real_pair, base_pair = _loop(open_fn, close_fn), untooled_scope(_loop(untooled_open, untooled_close))
+    for body in (base_open, real_open, base_close, real_close, base_pair, real_pair):  # openings before closes
         body(_PAIRS // 4)  # warm up every path
-    opening, closing = paired_estimates([(base_open, real_open), (base_close, real_close)], _ns_per_iter)
-    return (max(0.0, opening[0]), opening[1]), (max(0.0, closing[0]), closing[1])
+    opening, closing, pair = paired_estimates([(base_open, real_open), (base_close, real_close),
+                                               (base_pair, real_pair)], _ns_per_iter)
+    o, c = max(0.0, opening[0]), max(0.0, closing[0])
+    whole = max(0.0, pair[0])
+    share = o / (o + c) if o + c > 0 else 1.0
+    return (whole * share, pair[1] * share), (whole * (1 - share), pair[1] * (1 - share))
 
 
 def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int]]],
@@ -103,7 +121,8 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
     loop's ns per iteration less the untooled one's measured next to it, in
     an order that alternates per round (pairs are measured in their order
     within each round); the estimate is the median of the rounds' figures,
-    its spread half their interquartile range. This machine's speed changes
+    its spread the standard error of that median (from their interquartile
+    range, as a normal spread with those quartiles has it). This machine's speed changes
     by up to 1.7x for tens of ms at a time: a figure taken within a round
     holds both sides at one speed, where the best of each loop over all
     rounds could take its two sides from different speeds (costs off by
@@ -122,57 +141,39 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
     out = []
     for d in diffs:
         q1, _, q3 = statistics.quantiles(d, n=4) if len(d) > 1 else (d[0], d[0], d[0])
-        out.append((statistics.median(d), (q3 - q1) / 2))
+        out.append((statistics.median(d), MEDIAN_SE_PER_IQR * (q3 - q1) / len(d) ** 0.5))
     return out
 
 
-class _Untooled:
-    """What the package's functions and annotate do with no tool attached:
-    look the domain up, find the dummy one and stop. That cost is in the
-    uninstrumented run too, so it is the baseline, not a no-op."""
+def _enter(cls: Callable[..., object], **kwargs: object) -> Callable[[str], object]:
+    return lambda name: cls(name, **kwargs).__enter__()  # type: ignore[attr-defined]
 
-    def __init__(self, module: object) -> None:
-        get_domain, dummy = module.get_domain, module.dummy_domain  # type: ignore[attr-defined]
 
-        def opening(message: object = None, color: object = None, domain: object = None,
-                    category: object = None, payload: object = None) -> None:
-            _ = get_domain(domain) is dummy
-
-        def pop(domain: object = None) -> None:
-            _ = get_domain(domain) is dummy
-
-        def end(range_id: object) -> None:
-            _ = range_id is not None
-
-        class annotate:
-            def __init__(self, message: object = None, color: object = None, domain: object = None,
-                         category: object = None, payload: object = None) -> None:
-                self.init_args = message, color, domain, category, payload
-                self.domain = dummy if get_domain(domain) is not None else dummy
-
-            def __enter__(self) -> "annotate":
-                if self.domain is not dummy:
-                    pass
-                return self
-
-            def __exit__(self, *exc: object) -> bool:
-                if self.domain is not dummy:
-                    pass
-                return False
-
-        self.opening, self.pop, self.end, self.annotate = opening, pop, end, annotate
+def _leave(a: object) -> None:
+    a.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
 def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., object]) -> Tuple[Estimate, Estimate]:
     """annotate's two sides (construct and enter, exit) against the untooled
     class's, as `with annotate(name, color=...)` pays them."""
-    def enter(cls: Callable[..., object]) -> Callable[[str], object]:
-        return lambda name: cls(name, color="green").__enter__()  # type: ignore[attr-defined]
+    return _side_costs(_enter(annotate, color="green"), _leave, _enter(untooled, color="green"), _leave)
 
-    def leave(a: object) -> None:
-        a.__exit__(None, None, None)  # type: ignore[attr-defined]
 
-    return _side_costs(enter(annotate), leave, enter(untooled), leave)
+def _range_costs() -> Dict[str, Estimate]:
+    """rlscope_ray.range's two sides, as `with rlscope_ray.range(name)` pays
+    them, against the same with no collector (_native._untooled)."""
+    def untooled(body: Callable[[int], int]) -> Callable[[int], int]:
+        def run(n: int) -> int:
+            _native._untooled(True)
+            try:
+                return body(n)
+            finally:
+                _native._untooled(False)
+
+        return run
+
+    push, pop = _side_costs(_enter(_native.range), _leave, _enter(_native.range), _leave, untooled)
+    return {"py_range_push": push, "py_range_pop": pop}
 
 
 def _nvtx_costs() -> Dict[str, Estimate]:
@@ -186,7 +187,9 @@ def _nvtx_costs() -> Dict[str, Estimate]:
 
     from . import nvtx_fast
 
-    base = _Untooled(module)
+    # The baseline: the package's own code as it runs with no tool attached
+    # (its domain lookup gives the dummy domain), byte for byte.
+    base = nvtx_fast.untooled_functions(module)
     # The package's own functions (what code that bound them before
     # rlscope_ray's entry points were in place still calls), and rlscope's.
     # Both loops call the same way, with no wrapper on one side only (a
@@ -199,13 +202,13 @@ def _nvtx_costs() -> Dict[str, Estimate]:
     if nvtx_fast.installed():
         ways.append(("py_fast_", {n: getattr(module, n) for n in pkg}))
     for prefix, f in ways:
-        push, pop = _side_costs(f["push_range"], f["pop_range"], base.opening, base.pop)
-        start, end = _side_costs(f["start_range"], f["end_range"], base.opening, base.end)
-        mark, _ = _side_costs(f["mark"], _noop, base.opening, _noop)  # one side
+        push, pop = _side_costs(f["push_range"], f["pop_range"], base["push_range"], base["pop_range"])
+        start, end = _side_costs(f["start_range"], f["end_range"], base["start_range"], base["end_range"])
+        mark, _ = _side_costs(f["mark"], _noop, base["mark"], _noop)  # one side
         costs.update({prefix + "push": push, prefix + "pop": pop, prefix + "start": start, prefix + "end": end,
                       prefix + "mark": mark})
     if nvtx_fast.installed():
-        costs["py_annotate_push"], costs["py_annotate_pop"] = _annotate_sides(module.annotate, base.annotate)
+        costs["py_annotate_push"], costs["py_annotate_pop"] = _annotate_sides(module.annotate, base["annotate"])
     return costs
 
 
@@ -224,7 +227,7 @@ def calibrate_python() -> Dict[str, float]:
     # a profiled process sends nothing before its program records.
     scoped = _native.scratch_scope(1)
     try:
-        estimates = _nvtx_costs()
+        estimates = {**_nvtx_costs(), **_range_costs()}
     finally:
         if scoped:
             _native.scratch_scope(0)

@@ -14,6 +14,7 @@ is held to (a process's memory layout alone moved one in three by up to
                 rlscope_ray.range as with no collector): a reference
              3  disarmed, our entry points in place: the disarmed path's cost
              4  untooled: a reference
+             5+ (a longer period) disarmed at odd positions, untooled at even
 
 Which steps anything recorded in is not assumed from the plan: run.json's
 `armed_steps` (every process's, from its arming edges) says. Workers arm
@@ -51,11 +52,13 @@ class Plan:
 
 def plan(steps: int, period: int = PERIOD) -> Plan:
     """Selected steps at multiples of `period` (the first period is warm-up:
-    step 1 carries start-up), untooled ones at positions 2 and 4."""
+    step 1 carries start-up), untooled ones at the even positions from 2,
+    disarmed ones at the odd. A longer period leaves Ray jobs, whose workers
+    arm a step ahead and disarm a little late, clean steps on each side."""
     if period < 5:
         raise ValueError("the period needs 5 positions (module docstring)")
     selected = tuple(n for n in range(period, steps + 1, period))
-    untooled = tuple(n for n in range(1, steps + 1) if n % period in (2, 4) and n > 1)
+    untooled = tuple(n for n in range(2, steps + 1) if n % period >= 2 and n % period % 2 == 0)
     return Plan(steps, period, selected, untooled)
 
 

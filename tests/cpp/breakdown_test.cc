@@ -110,7 +110,9 @@ TEST(Correction, EachEntryPointIsChargedItsOwnCallerSide) {
                          {"py_fast_push", 40},
                          {"py_fast_pop", 20},
                          {"py_annotate_push", 70},
-                         {"py_annotate_pop", 30}},
+                         {"py_annotate_pop", 30},
+                         {"py_range_push", 60},
+                         {"py_range_pop", 25}},
                         1.0);
   const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
   EXPECT_EQ(model.CostPs(push, kFlagViaNvtxEx), 510000);
@@ -120,6 +122,32 @@ TEST(Correction, EachEntryPointIsChargedItsOwnCallerSide) {
   EXPECT_EQ(model.CallerPs(pop, kFlagViaNvtxAnnotate), 30000);
   EXPECT_EQ(model.CostPs(pop, kFlagViaNvtxEx), 10000);  // no py_nvtx_pop given: nothing on that side
   EXPECT_EQ(model.used().sources.at("py_annotate_push"), "calibration");
+  // rlscope_ray's own ranges (kFlagViaPyRange): their own caller side, a
+  // replacement's flag winning over theirs as over ViaNvtxEx's.
+  EXPECT_EQ(model.CostPs(push, kFlagViaPyRange | kFlagHasPayload), 70000);
+  EXPECT_EQ(model.CallerPs(pop, kFlagViaPyRange), 25000);
+  EXPECT_EQ(model.CostPs(pop, kFlagViaPyRange | kFlagViaNvtxFast), 30000);
+  EXPECT_EQ(model.CostPs(push, kFlagNone), 10000);
+}
+
+TEST(Correction, TheUncertaintyIsItsPartsInQuadratureAndNamesTheLargest) {
+  UncertaintyParts parts;
+  EXPECT_EQ(parts.TotalNs(), 0);
+  EXPECT_STREQ(parts.Largest(), "");
+  parts.sampling_ns = 300;
+  parts.calibration_ns = 400;
+  EXPECT_EQ(parts.TotalNs(), 500);
+  EXPECT_STREQ(parts.Largest(), "calibration");
+  // Two processes: part by part, in quadrature.
+  UncertaintyParts other;
+  other.sampling_ns = 400;
+  other.model_ns = 1200;
+  parts.AddInQuadrature(other);
+  EXPECT_EQ(parts.sampling_ns, 500);
+  EXPECT_EQ(parts.calibration_ns, 400);
+  EXPECT_EQ(parts.model_ns, 1200);
+  EXPECT_EQ(parts.TotalNs(), 1360);  // sqrt(500^2 + 400^2 + 1200^2), rounded
+  EXPECT_STREQ(parts.Largest(), "model");
 }
 
 TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {
@@ -157,6 +185,7 @@ TEST(Correction, TheUncertaintyIsTheSamplingErrorOfTheMeansTimesTheEvents) {
   // 1000 pushes * sqrt(s^2 / 100 samples); the pops are calibrated (no error stated).
   const double s = std::sqrt(100.0 * 50000.0 * 50000.0 / 99.0);
   EXPECT_NEAR(c.overhead().uncertainty_ns, 1000.0 * s / 10.0 / 1000.0, 1.0);
+  EXPECT_EQ(c.overhead().uncertainty_parts.sampling_ns, c.overhead().uncertainty_ns);  // the only part
   EXPECT_EQ(c.overhead().calibrated_events, 1000u);
   // No spread, no uncertainty.
   KindSamples exact;
