@@ -65,7 +65,7 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
   }
   if (measured_ps > 0 && calibrated_ps > 0) used_.in_place_ratio = measured_ps / calibrated_ps;
   // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
-  // py_fast_*, py_annotate_*), each side of a pair on its own event (the
+  // py_fast_*, py_annotate_*, py_range_*), each side of a pair on its own event (the
   // close's on the pop or end that carries the caller's flag): the start-up
   // figures, times the in-place ratio when there is one for the entry
   // points kScaledCaller says.
@@ -246,13 +246,13 @@ const char* UncertaintyParts::Largest() const {
   return best->first > 0 ? best->second : "";
 }
 
-void UncertaintyParts::AddInQuadrature(const UncertaintyParts& other) {
+void UncertaintyParts::Add(const UncertaintyParts& other) {
   auto add = [](int64_t a, int64_t b) {
     return std::llround(std::hypot(static_cast<double>(a), static_cast<double>(b)));
   };
   sampling_ns = add(sampling_ns, other.sampling_ns);
   calibration_ns = add(calibration_ns, other.calibration_ns);
-  model_ns = add(model_ns, other.model_ns);
+  model_ns += other.model_ns;
   capped_ns = add(capped_ns, other.capped_ns);
 }
 

@@ -11,14 +11,17 @@
 // the mean of the costs its collector measured in place in this step
 // (EventKind::kCostSample, one recording call in correction.sample_every
 // per thread), else in the run so far, else its start-up calibration (the
-// Hello's, wire.h Hello::costs); the caller-side py_nvtx_* costs and the
-// cost samples' own are always calibrated. The uncertainty of what is
-// removed is the sampling error of those means: per process,
-// sqrt(sum over kinds of (events of the kind)^2 * variance / samples). It
-// does not cover costs the samples cannot see (the caller side, the NVTX
-// dispatch before the handler): those are their start-up figures scaled as
-// the measured ones moved from theirs (CostModel::in_place_ratio), and what
-// rests on that model is stated beside it (Corrector::systematic_ns).
+// Hello's, wire.h Hello::costs); the caller-side costs (py_*) and the cost
+// samples' own are always calibrated. The uncertainty of what is removed
+// (UncertaintyParts, step_profile.h) has four parts: the sampling error of
+// those means (per process, sqrt(sum over kinds of (events of the kind)^2 *
+// variance / samples)); the start-up calibration's standard error of the
+// caller side charged; the model's, for costs the samples cannot see (the
+// caller side, the NVTX dispatch before the handler: their start-up figures,
+// the `nvtx` package's own path's scaled as the measured ones moved from
+// theirs, CostModel::in_place_ratio), half the spread between scaled and
+// not; and what capping left. What rests on a model is also stated on its
+// own (Corrector::systematic_ns).
 //
 // Across processes (the controller's waits on its workers, the workers'
 // calls re-anchored at their submits, work nothing links): a whole step's

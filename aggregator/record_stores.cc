@@ -229,6 +229,9 @@ int64_t RecordStores::UnarmedNs(int64_t begin_ns, int64_t end_ns, int64_t start_
 }
 
 int RecordStores::ArmedDuring(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const {
+  // Before the oldest kept edge once some were forgotten: UnarmedNs guesses
+  // the state there, which is no answer.
+  if (arming_.size() >= kMaxArmEdges && std::max(begin_ns, start_ns) < arming_.front().ts_ns) return -1;
   const int64_t unarmed = UnarmedNs(begin_ns, end_ns, start_ns, last_ns);
   if (unarmed < 0) return -1;
   return unarmed < std::min(end_ns, last_ns) - std::max(begin_ns, start_ns) ? 1 : 0;

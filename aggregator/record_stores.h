@@ -65,7 +65,8 @@ class RecordStores {
   // life: from `start_ns`, to `last_ns` (INT64_MAX while it lives).
   int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const;
   // Whether it recorded for some of that span: 1, 0 (not alive then
-  // included), -1 when UnarmedNs does not know.
+  // included), -1 when UnarmedNs does not know or the span begins before
+  // the oldest edge kept (kMaxArmEdges: some were forgotten).
   int ArmedDuring(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const;
   // Forgets what no step beginning at or after `ns` can hold (the level at
   // `ns` of each reading stays).

@@ -414,7 +414,7 @@ void StepCorrection::CorrectController() {
 void StepCorrection::Totals() {
   step_->correction_uncertainty_parts = {};
   for (const ProcessSlice& slice : step_->processes) {
-    if (slice.overhead) step_->correction_uncertainty_parts.AddInQuadrature(slice.overhead->uncertainty_parts);
+    if (slice.overhead) step_->correction_uncertainty_parts.Add(slice.overhead->uncertainty_parts);
   }
   step_->correction_uncertainty_ns = step_->correction_uncertainty_parts.TotalNs();
   step_->correction_systematic_ns = 0;

@@ -79,8 +79,10 @@ struct UncertaintyParts {
   int64_t TotalNs() const;
   // The largest part's name ("sampling", "calibration", "model", "capped"); "" when all are 0.
   const char* Largest() const;
-  // Part by part, in quadrature with `other` (independent processes).
-  void AddInQuadrature(const UncertaintyParts& other);
+  // Another process's, part by part: sampling, calibration and capped in
+  // quadrature (each process measured its own); model linearly (one choice,
+  // made alike in every process, errs alike).
+  void Add(const UncertaintyParts& other);
 };
 
 // What the overhead correction removed from one process in one step
@@ -100,7 +102,7 @@ struct Overhead {
   int64_t uncertainty_ns = 0;
   UncertaintyParts uncertainty_parts;
   uint64_t calibrated_events = 0;  // events whose kind's cost is the start-up calibration's
-  int64_t caller_ns = 0;           // the caller-side (py_nvtx_*) cost removed
+  int64_t caller_ns = 0;           // the caller-side (py_*) cost removed
   // Of systematic_ns: the start-up calibration's own spread of the caller
   // sides charged (CostModel::CallerSpreadPs, summed over the events).
   int64_t calibration_spread_ns = 0;
@@ -199,9 +201,10 @@ struct StepProfile {
   double correction_scale = 1.0;
   int64_t corrected_end_ns = 0;
   // One standard deviation of what was removed: every process's
-  // uncertainty (correction.h), combined part by part in quadrature.
+  // uncertainty (correction.h), combined part by part
+  // (UncertaintyParts::Add), its parts in quadrature.
   int64_t correction_uncertainty_ns = 0;
-  UncertaintyParts correction_uncertainty_parts;  // each part over processes, in quadrature
+  UncertaintyParts correction_uncertainty_parts;  // every process's, UncertaintyParts::Add
   // Corrector::systematic_ns of every process, summed (they err alike).
   int64_t correction_systematic_ns = 0;
   // The controller's waits on other processes, per sub-task window that had

@@ -7,7 +7,7 @@ For each workload: one profiled run planned by in_run.plan (a selected step
 in every 5; untooled steps, the same code as with no tool attached, as the
 reference; which steps anything recorded in from run.json's armed_steps),
 one run without the profiler through the same estimator (A/A: the floor no
-correction can beat), and PAIRS interleaved pairs of whole runs, without the
+correction can beat), and 2 (--long: 3) interleaved pairs of whole runs, without the
 profiler and with it selecting no step, whose untooled steps say whether the
 in-run reference is the program without the profiler (a collector that is
 loaded but records nothing: its flush thread and signal handlers). Per

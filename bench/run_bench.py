@@ -1033,8 +1033,6 @@ def main():
     parser.add_argument("--sleep-ms", type=int, default=30,
                         help="untimed pause between chunks so the collector drains its ring")
     parser.add_argument("--timeout-s", type=int, default=300, help="limit per benchmark process")
-    parser.add_argument("--pairs-accuracy", type=int, default=10,
-                        help="interleaved rounds of the accuracy section (default 10)")
     parser.add_argument("--section", action="append", choices=sorted(SECTIONS),
                         help="run only these sections (default: all with --long, else the headline ones)")
     args = parser.parse_args()

@@ -31,6 +31,11 @@ bool EnterArmed(Collector** c, ThreadState** ts) {
   *ts = (*c)->CurrentThread();
   return *ts != nullptr;
 }
+
+// The calling thread is in rlscope_scratch_scope (a start-up calibration):
+// no idle lane, so that its loops pay the argument reading an armed call
+// pays, whether the process is armed or not.
+thread_local bool t_scratch = false;
 }  // namespace
 
 extern "C" {
@@ -83,7 +88,7 @@ uint64_t rlscope_range_start_id(uint32_t name_id) {
   ThreadState* ts;
   if (!Enter(&c, &ts)) return 0;
   CostSampler sampler(c, ts);
-  return c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagViaPyRange);
+  return c->RangeStart(ts, name_id, 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_mark_id(uint32_t name_id) {
@@ -118,17 +123,17 @@ void rlscope_range_pop(void) {
   ThreadState* ts;
   if (Enter(&c, &ts) && !rlscope_pop_idle()) {
     CostSampler sampler(c, ts);
-    c->RangePop(ts, 0, rlscope::kFlagViaPyRange);
+    c->RangePop(ts, 0);  // flagged as its push (kFlagViaPyRange from the Python entry points)
   }
 }
 
 int rlscope_recording_idle(void) {
-  return (Collector::Hot() & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) == 0 ? 1 : 0;
+  return (Collector::Hot() & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) == 0 && !t_scratch ? 1 : 0;
 }
 
 int rlscope_push_idle(void) {
   const uint8_t hot = Collector::Hot();
-  if ((hot & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) != 0) return 0;
+  if ((hot & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) != 0 || t_scratch) return 0;
   ThreadState* ts = Recording::Current();
   if (ts == nullptr) return 1;  // an untracked thread: the full call does nothing either
   int depth = 0;
@@ -139,7 +144,7 @@ int rlscope_push_idle(void) {
 }
 
 int rlscope_pop_idle(void) {
-  if ((Collector::Hot() & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) != 0) return 0;
+  if ((Collector::Hot() & (rlscope::kHotArmedOrWatching | rlscope::kHotOff)) != 0 || t_scratch) return 0;
   ThreadState* ts = Recording::Current();
   if (ts == nullptr || ts->depth == 0) return 1;  // nothing open: RangePop does nothing either
   const int depth = ts->depth - 1;
@@ -205,7 +210,7 @@ void rlscope_range_end(uint64_t range_id) {
   ThreadState* ts = (range_id & tracked) != 0 ? c->CurrentThread() : c->TrackedThread();
   if (ts == nullptr) return;
   CostSampler sampler(c, ts);
-  c->RangeEnd(ts, 0, range_id, rlscope::kFlagViaPyRange);
+  c->RangeEnd(ts, 0, range_id);
 }
 
 void rlscope_mark(const char* name) {
@@ -296,7 +301,9 @@ int rlscope_scratch_scope(int on) {
   Collector* c = Collector::Instance();
   if (c == nullptr) return 0;
   try {
-    return c->ScratchScope(on != 0) ? 1 : 0;
+    if (!c->ScratchScope(on != 0)) return 0;
+    t_scratch = on != 0;
+    return 1;
   } catch (...) {
     return 0;
   }

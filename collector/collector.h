@@ -68,9 +68,8 @@ class Collector {
     const bool recorded =
         attempted && recording_.Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
     const int depth = ts->depth++;
-    ts->SetOpen(depth,
-                recorded ? (ThreadState::kOpenRecorded | ((flags & kFlagViaNvtxEx) != 0 ? ThreadState::kOpenViaEx : 0))
-                         : (attempted ? ThreadState::kOpenDropped : 0));
+    ts->SetOpen(depth, recorded ? (ThreadState::kOpenRecorded | ThreadState::OpenVia(flags))
+                                : (attempted ? ThreadState::kOpenDropped : 0));
     return depth;
   }
   // `flags`: the closing call's entry point (kFlagViaNvtxFast,

@@ -75,10 +75,15 @@ struct ThreadState {
   // What became of the push at each depth, kept so its pop does the same
   // (push/pop pairing): kOpenRecorded (so its pop is recorded),
   // kOpenDropped (so its pop is counted), kOpenViaEx (through an *Ex entry
-  // point, so its pop is flagged). kTrackedDepth levels deep; deeper, a pop
-  // is recorded when armed at its time.
+  // point) and kOpenViaPyRange (rlscope_ray's own range), so its pop is
+  // flagged alike. kTrackedDepth levels deep; deeper, a pop is recorded when
+  // armed at its time.
   static constexpr int kTrackedDepth = 64;
-  static constexpr uint8_t kOpenRecorded = 1, kOpenDropped = 2, kOpenViaEx = 4;
+  static constexpr uint8_t kOpenRecorded = 1, kOpenDropped = 2, kOpenViaEx = 4, kOpenViaPyRange = 8;
+  // The kOpenVia* bits of a push with `flags`.
+  static constexpr uint8_t OpenVia(uint8_t flags) {
+    return ((flags & kFlagViaNvtxEx) != 0 ? kOpenViaEx : 0) | ((flags & kFlagViaPyRange) != 0 ? kOpenViaPyRange : 0);
+  }
 
   // The hot path's fields first, on one cache line with the ring's pointer.
   ThreadBuffer* buffer = nullptr;  // owned by the registry's entry
@@ -111,9 +116,13 @@ struct ThreadState {
   // Whether the push at depth d was recorded; deeper, `deeper`.
   bool WasRecorded(int d, bool deeper) const { return d < kTrackedDepth ? (open[d] & kOpenRecorded) != 0 : deeper; }
   bool WasDropped(int d) const { return d < kTrackedDepth && (open[d] & kOpenDropped) != 0; }
-  // The flags of the pop closing depth d: kFlagViaNvtxEx when its push had it.
-  uint8_t PopFlags(int d) const {
-    return d < kTrackedDepth && (open[d] & kOpenViaEx) != 0 ? kFlagViaNvtxEx : kFlagNone;
+  // The flags of the pop closing depth d: kFlagViaNvtxEx or kFlagViaPyRange
+  // when its push had it.
+  uint8_t PopFlags(int d) const { return d < kTrackedDepth ? PopFlagsOf(open[d]) : kFlagNone; }
+  static constexpr uint8_t PopFlagsOf(uint8_t open_state) {
+    return (open_state & kOpenViaEx) != 0        ? kFlagViaNvtxEx
+           : (open_state & kOpenViaPyRange) != 0 ? kFlagViaPyRange
+                                                 : kFlagNone;
   }
 };
 
@@ -185,7 +194,7 @@ class Recording {
                                    /*privileged=*/false)) {
         return false;
       }
-      ts->open[depth] = ThreadState::kOpenRecorded | ((at.flags & kFlagViaNvtxEx) != 0 ? ThreadState::kOpenViaEx : 0);
+      ts->open[depth] = ThreadState::kOpenRecorded | ThreadState::OpenVia(at.flags);
     } else if ((hot & (kHotArmedOrWatching | kHotOff)) == 0) {
       ts->open[depth] = 0;
     } else {
@@ -206,7 +215,7 @@ class Recording {
     const uint8_t open = ts->open[depth];
     if (open != 0) {
       if ((open & ThreadState::kOpenDropped) != 0) return false;
-      if (flags == kFlagNone && (open & ThreadState::kOpenViaEx) != 0) flags = kFlagViaNvtxEx;
+      if (flags == kFlagNone) flags = ThreadState::PopFlagsOf(open);
       if (!ts->buffer->TryPushFast(FastRecord(EventKind::kRangePop, 0, domain, 0, 0, flags), /*privileged=*/true)) {
         return false;
       }

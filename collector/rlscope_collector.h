@@ -62,7 +62,8 @@ RLSCOPE_API void rlscope_nvtx_mark(uint32_t name_id, uint32_t domain_id, uint32_
  * arming edge), and these do that and return 1. 0: take the full call
  * (armed, watching, or the pop of an open that was recorded or dropped).
  * rlscope_recording_idle: whether a start or a mark would record nothing now
- * (a start returns 0). */
+ * (a start returns 0). A thread in rlscope_scratch_scope (a start-up
+ * calibration) is never idle: its loops pay what an armed call pays. */
 RLSCOPE_API int rlscope_push_idle(void);
 RLSCOPE_API int rlscope_pop_idle(void);
 RLSCOPE_API int rlscope_recording_idle(void);

@@ -67,10 +67,10 @@ enum EventFlags : uint8_t {
   // On a kCpuSample: the thread's Python frame could not be read (a read of
   // it failed: memory unmapped under the sampler); `category` is 0.
   kFlagFrameUnread = 1 << 2,
-  // On a range event (push, pop, start, end): recorded by rlscope_ray's own
-  // Python ranges (rlscope_ray.range, the Ray method wrapper's): charged
-  // that path's calibrated caller side (py_range_*). The same bit as
-  // kFlagFrameUnread, which only CPU samples carry.
+  // On a range push, and the pop that closes it: recorded by rlscope_ray's
+  // own Python ranges (rlscope_ray.range, the Ray method wrapper's):
+  // charged that path's calibrated caller side (py_range_*). The same bit
+  // as kFlagFrameUnread, which only CPU samples carry.
   kFlagViaPyRange = 1 << 2,
   // On a kCpuSample: its native stack was walked. On the wire `value` is the
   // interned id of the shared objects of its frames, from the interrupted one

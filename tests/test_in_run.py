@@ -77,7 +77,7 @@ def _runner(tmp_path, style: str, steps: int, selected, untooled, ranges: int = 
     # Virtual costs (test-only): the corrected step is exactly the raw one
     # less them, whatever the machine does.
     return Runner(cmd, str(work), {"steps": list(selected)}, timeout_s=120, keep_summaries=True,
-                  env={"RLSCOPE_TEST_COSTS": "push=700,pop=300,start=500,end=400,py_range_push=310"})
+                  env={"RLSCOPE_TEST_COSTS": "push=700,pop=300,start=500,end=400,py_range_push=310,py_range_pop=140"})
 
 
 def test_a_planned_run_arms_its_selected_steps_and_the_estimator_reads_them(tmp_path):

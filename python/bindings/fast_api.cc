@@ -273,7 +273,7 @@ PyObject* RangeExit(PyObject* o, PyObject* const* /*args*/, Py_ssize_t /*nargs*/
   }
   if (t_depth != 0) {  // else an exit without its enter on this thread: nothing to pop
     const uint32_t d = --t_depth;
-    if (d < 64 ? ((t_pushed >> d) & 1) != 0 : rlscope_collector_running() != 0) rlscope_range_pop();
+    if (d < 64 ? ((t_pushed >> d) & 1) != 0 : !g_untooled && rlscope_collector_running() != 0) rlscope_range_pop();
   }
   Py_RETURN_NONE;  // never swallows the exception
 }

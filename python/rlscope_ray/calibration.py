@@ -24,7 +24,8 @@ code that bound them before rlscope_ray was imported calls), and, when
 nvtx_fast is installed, rlscope's
 for its functions (py_fast_*) and for its annotate (py_annotate_push for its
 construction and enter, py_annotate_pop for its exit), and rlscope_ray.range
-(py_range_*, against the same with no collector). Results go to the
+(py_range_*, against the same with no collector: its pair, half on each
+side). Results go to the
 collector as ns per event (``_native.set_cost``; keys in
 docs/wire_format.md, Hello ``costs``), charged by the aggregator on the
 event of each side (a push and its pop, a start and its end, a mark) by the
@@ -84,9 +85,7 @@ Estimate = Tuple[float, float]  # (ns, spread: the standard error of the rounds'
 
 
 def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
-                untooled_open: Callable[..., object], untooled_close: Callable[..., object],
-                untooled_scope: Callable[[Callable[[int], int]], Callable[[int], int]] = lambda body: body,
-                ) -> Tuple[Estimate, Estimate]:
+                untooled_open: Callable[..., object], untooled_close: Callable[..., object]) -> Tuple[Estimate, Estimate]:
     """ns each side of an (open, work, close) iteration costs over what the
     package does with no tool attached, with its spread. The whole
     iteration, real against untooled, is what code pays: its figure is the
@@ -97,14 +96,13 @@ def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
     before closing any, deeper than the collector tracks, and took a pair
     for 13 % less than an iteration of both real sides costs in place. The
     real closes take the handles the real openings gave, in the same
-    number: every range opened here is closed here. `untooled_scope` wraps
-    each untooled loop (a state to hold while it runs)."""
+    number: every range opened here is closed here."""
     real: List[object] = []
     untooled: List[object] = []
-    real_open, base_open = _loop(open_fn, real.append), untooled_scope(_loop(untooled_open, untooled.append))
+    real_open, base_open = _loop(open_fn, real.append), _loop(untooled_open, untooled.append)
     real_close = _loop(lambda _name: real.pop(), close_fn)
-    base_close = untooled_scope(_loop(lambda _name: untooled.pop(), untooled_close))
-    real_pair, base_pair = _loop(open_fn, close_fn), untooled_scope(_loop(untooled_open, untooled_close))
+    base_close = _loop(lambda _name: untooled.pop(), untooled_close)
+    real_pair, base_pair = _loop(open_fn, close_fn), _loop(untooled_open, untooled_close)
     for body in (base_open, real_open, base_close, real_close, base_pair, real_pair):  # openings before closes
         body(_PAIRS // 4)  # warm up every path
     opening, closing, pair = paired_estimates([(base_open, real_open), (base_close, real_close),
@@ -160,8 +158,11 @@ def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., obj
 
 
 def _range_costs() -> Dict[str, Estimate]:
-    """rlscope_ray.range's two sides, as `with rlscope_ray.range(name)` pays
-    them, against the same with no collector (_native._untooled)."""
+    """rlscope_ray.range's caller side, as `with rlscope_ray.range(name)`
+    pays it, against the same with no collector (_native._untooled). Its
+    exits pair with the thread's depth, not with their object, so loops of
+    openings then closings (_side_costs) would close each other's ranges:
+    the pair is measured whole and charged half on each side."""
     def untooled(body: Callable[[int], int]) -> Callable[[int], int]:
         def run(n: int) -> int:
             _native._untooled(True)
@@ -172,8 +173,12 @@ def _range_costs() -> Dict[str, Estimate]:
 
         return run
 
-    push, pop = _side_costs(_enter(_native.range), _leave, _enter(_native.range), _leave, untooled)
-    return {"py_range_push": push, "py_range_pop": pop}
+    real, base = _loop(_enter(_native.range), _leave), untooled(_loop(_enter(_native.range), _leave))
+    for body in (base, real):
+        body(_PAIRS // 4)  # warm up both paths
+    ((ns, spread),) = paired_estimates([(base, real)], _ns_per_iter)
+    half = (max(0.0, ns) / 2, spread / 2)
+    return {"py_range_push": half, "py_range_pop": half}
 
 
 def _nvtx_costs() -> Dict[str, Estimate]:

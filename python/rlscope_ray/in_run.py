@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 PERIOD = 5
-REACH = 2 * PERIOD  # a reference step at most this far from the step it serves
 
 
 @dataclass(frozen=True)
@@ -79,11 +78,12 @@ def clean_steps(times: Dict[int, float], armed: Set[int], warmup: int) -> Set[in
     return {n for n in times if n > warmup and n not in armed and n - 1 not in armed}
 
 
-def reference(n: int, candidates: Set[int], times: Dict[int, float]) -> Optional[Tuple[int, int, float]]:
-    """The nearest candidate below and above `n` (each within REACH) and the
-    mean of their times; None without one on each side."""
-    below = [m for m in candidates if n - REACH <= m < n]
-    above = [m for m in candidates if n < m <= n + REACH]
+def reference(n: int, candidates: Set[int], times: Dict[int, float],
+              reach: int = 2 * PERIOD) -> Optional[Tuple[int, int, float]]:
+    """The nearest candidate below and above `n` (each within `reach`: two
+    periods) and the mean of their times; None without one on each side."""
+    below = [m for m in candidates if n - reach <= m < n]
+    above = [m for m in candidates if n < m <= n + reach]
     if not below or not above:
         return None
     lo, hi = max(below), min(above)
@@ -136,19 +136,19 @@ def analyse(times: Dict[int, float], p: Plan, armed: Iterable[int], corrected: O
     out = Analysis(armed=armed)
     for n in p.selected:
         value = (times if corrected is None else corrected).get(n)
-        ref = reference(n, refs, times)
+        ref = reference(n, refs, times, 2 * p.period)
         if value is None or ref is None:
             continue
         out.checks.append(Check(n, (ref[0], ref[1]), ref[2], value, (raw or {}).get(n),
                                 (uncertainty or {}).get(n)))
     for n in sorted(tooled):
-        ref = reference(n, refs, times)
+        ref = reference(n, refs, times, 2 * p.period)
         if ref is not None:
             out.disarmed.append(times[n] / ref[2] - 1)
     for n in p.selected:
         after = n + 1
         if after in times and after not in selected and after not in armed and after not in untooled:
-            ref = reference(after, tooled - {after}, times)
+            ref = reference(after, tooled - {after}, times, 2 * p.period)
             if ref is not None:
                 out.spill.append(times[after] / ref[2] - 1)
     return out

@@ -182,8 +182,10 @@ def untooled() -> Iterator[None]:
     section accuracy: tests/apps/dense_steps.py --untooled-steps). Nothing
     is recorded inside, not even depth: a range opened inside and closed
     outside (or the other way) is not paired, so enter and leave it between
-    steps, with no range open. Does nothing to the package where install()
-    did not put rlscope's entry points under it."""
+    steps, with no range open; and do not nest it (the inner one's exit
+    ends both). Where install() did not put rlscope's entry points under the
+    package, its calls still record through NVTX inside: only
+    rlscope_ray.range is untooled."""
     if not original:
         _native._untooled(True)
         try:

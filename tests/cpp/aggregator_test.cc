@@ -1436,6 +1436,33 @@ TEST_F(AggregatorTest, AWorkerThatArmedAfterTheStepBeganIsSaidWithHowMuchItMisse
   EXPECT_THAT(summary, Not(HasSubstr("pid 300: did not record")));
 }
 
+// armed_steps (run.json) from a process's arming edges: a step is armed
+// when it recorded for any of it. Edges are kept to kMaxArmEdges: a span
+// before the oldest one kept is not known, not guessed.
+TEST(RecordStores, ArmedDuringKnowsOnlyTheSpanItsKeptEdgesCover) {
+  RecordStores stores;
+  wire::Batch b;
+  b.seq = 0;
+  b.reports_arming = true;
+  const size_t edges = RecordStores::kMaxArmEdges + 10;  // armed in [10k ms, 10k ms + 1 ms) for each k
+  for (size_t i = 0; i < edges; ++i) b.arming.push_back({static_cast<int64_t>(i / 2 * 10 + i % 2) * kMs, i % 2 == 0});
+  stores.AddProgress(b);
+  const int64_t last = static_cast<int64_t>(edges / 2 - 1) * 10 * kMs;  // the last window's begin
+  EXPECT_EQ(stores.ArmedDuring(last - 5 * kMs, last + 5 * kMs, 0, INT64_MAX), 1);
+  EXPECT_EQ(stores.ArmedDuring(last - 9 * kMs, last - 1 * kMs, 0, INT64_MAX), 0);
+  EXPECT_EQ(stores.ArmedDuring(2 * kMs, 8 * kMs, 0, INT64_MAX), -1);  // its edges were forgotten
+  EXPECT_EQ(stores.ArmedDuring(0, 5 * kMs, 0, INT64_MAX), -1);
+  // Below the bound every span is known.
+  RecordStores few;
+  wire::Batch f;
+  f.seq = 0;
+  f.reports_arming = true;
+  f.arming = {{10 * kMs, true}, {11 * kMs, false}};
+  few.AddProgress(f);
+  EXPECT_EQ(few.ArmedDuring(2 * kMs, 8 * kMs, 0, INT64_MAX), 0);
+  EXPECT_EQ(few.ArmedDuring(8 * kMs, 12 * kMs, 0, INT64_MAX), 1);
+}
+
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);

@@ -138,11 +138,13 @@ TEST(Correction, TheUncertaintyIsItsPartsInQuadratureAndNamesTheLargest) {
   parts.calibration_ns = 400;
   EXPECT_EQ(parts.TotalNs(), 500);
   EXPECT_STREQ(parts.Largest(), "calibration");
-  // Two processes: part by part, in quadrature.
+  // Two processes: part by part, in quadrature but the model's (one choice
+  // in every process), which adds.
   UncertaintyParts other;
   other.sampling_ns = 400;
-  other.model_ns = 1200;
-  parts.AddInQuadrature(other);
+  other.model_ns = 700;
+  parts.model_ns = 500;
+  parts.Add(other);
   EXPECT_EQ(parts.sampling_ns, 500);
   EXPECT_EQ(parts.calibration_ns, 400);
   EXPECT_EQ(parts.model_ns, 1200);
