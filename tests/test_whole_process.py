@@ -122,9 +122,21 @@ def test_the_summary_trace_and_stats_say_what_ran(run):
     trace = Trace(agg.out / "step_2" / "trace.json")
     pid = trace.pid_of("whole_process_app.py")
     names = [name for (p, _), name in trace.thread_names.items() if p == pid]
-    # The pool's threads (named after the process), the flush thread, and the main thread's off-CPU track.
-    assert sum(n.endswith("\u00b7 CPU (sampled)") for n in names) >= 4, names
-    assert any(n.startswith("rlscope-flush") for n in names), names
+    # The pool's threads (named after the process) and the main thread's off-CPU track.
+    pool_threads = len(app["steps"]["2"]["pool"])
+    assert sum(n == "python \u00b7 CPU (sampled)" for n in names) >= pool_threads, names
     assert any("off CPU (sampled)" in n for n in names), names
+    # The flush thread, sampled as any thread and named: it runs ~15 ms a
+    # step, and a loaded kernel may deliver a thread's timer signal as
+    # rarely as once per ~100 ms of its CPU (a soak saw none in a step).
+    # Over the run it shows, unless it never ran that long.
+    flush_named = flush_ms = 0
+    for n in (1, 2):
+        t = Trace(agg.out / f"step_{n}" / "trace.json")
+        flush_named += any(name.startswith("rlscope-flush") for (p, _), name in t.thread_names.items()
+                           if p == t.pid_of("whole_process_app.py"))
+        (p,) = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())["processes"]
+        flush_ms += p["overhead"]["profiler_thread_ms"]
+    assert flush_named or flush_ms < 100, (flush_named, flush_ms)
     off = {e["name"] for e in trace.slices(pid, samples=True) if e.get("cat") == "off_cpu"}
     assert {"off CPU: sleep", "off CPU: gil", "off CPU: poll"} <= off, off
