@@ -74,10 +74,10 @@ def _runner(tmp_path, style: str, steps: int, selected, untooled, ranges: int = 
            "--untooled-steps", ",".join(map(str, untooled))]
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    # Virtual costs (test-only): the corrected step is exactly the raw one
-    # less them, whatever the machine does.
-    return Runner(cmd, str(work), {"steps": list(selected)}, timeout_s=120, keep_summaries=True,
-                  env={"RLSCOPE_TEST_COSTS": "push=700,pop=300,start=500,end=400,py_range_push=310,py_range_pop=140"})
+    # The production path (real clock, fast lanes, calibration): what is
+    # asserted is which steps recorded and what the estimator reads, never
+    # a time.
+    return Runner(cmd, str(work), {"steps": list(selected)}, timeout_s=120, keep_summaries=True)
 
 
 def test_a_planned_run_arms_its_selected_steps_and_the_estimator_reads_them(tmp_path):

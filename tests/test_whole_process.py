@@ -122,21 +122,18 @@ def test_the_summary_trace_and_stats_say_what_ran(run):
     trace = Trace(agg.out / "step_2" / "trace.json")
     pid = trace.pid_of("whole_process_app.py")
     names = [name for (p, _), name in trace.thread_names.items() if p == pid]
-    # The pool's threads (named after the process) and the main thread's off-CPU track.
+    # The pool's threads (named after the process; the main thread waits)
+    # and the main thread's off-CPU track.
     pool_threads = len(app["steps"]["2"]["pool"])
-    assert sum(n == "python \u00b7 CPU (sampled)" for n in names) >= pool_threads, names
+    python_cpu = sum(n == "python \u00b7 CPU (sampled)" for n in names)
+    assert pool_threads <= python_cpu <= pool_threads + 1, names
     assert any("off CPU (sampled)" in n for n in names), names
-    # The flush thread, sampled as any thread and named: it runs ~15 ms a
-    # step, and a loaded kernel may deliver a thread's timer signal as
-    # rarely as once per ~100 ms of its CPU (a soak saw none in a step).
-    # Over the run it shows, unless it never ran that long.
-    flush_named = flush_ms = 0
-    for n in (1, 2):
-        t = Trace(agg.out / f"step_{n}" / "trace.json")
-        flush_named += any(name.startswith("rlscope-flush") for (p, _), name in t.thread_names.items()
-                           if p == t.pid_of("whole_process_app.py"))
-        (p,) = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())["processes"]
-        flush_ms += p["overhead"]["profiler_thread_ms"]
-    assert flush_named or flush_ms < 100, (flush_named, flush_ms)
+    # The flush thread (every thread has a timer: cpu_threads_unsampled
+    # above) has a track of its own name when a sample of it landed in the
+    # step: it runs ~15 ms a step, and a loaded kernel may deliver none of
+    # its timer signals in that (a soak saw it), so its track is not
+    # required; no other track is there.
+    assert all(n in ("python", "python \u00b7 CPU (sampled)", "python \u00b7 off CPU (sampled)",
+                     "rlscope-flush \u00b7 CPU (sampled)") for n in names), names
     off = {e["name"] for e in trace.slices(pid, samples=True) if e.get("cat") == "off_cpu"}
     assert {"off CPU: sleep", "off CPU: gil", "off CPU: poll"} <= off, off

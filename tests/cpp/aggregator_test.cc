@@ -163,6 +163,20 @@ class AggregatorTest : public ::testing::Test {
   void SetUp() override { Init(); }
 
   void Send(const wire::Message& m, int64_t now_ns = 0) { agg_->OnMessage(m, now_ns); }
+  // The worker's probes (its clock 1,000,000 behind, +- 50 us), then one
+  // step of `ctl` with a Ray call that `worker` ran from its 1105 to 1895
+  // (truly 1,001,105 - 1,001,895: 5 us either side), both sent.
+  void SendProbesAndAStepWithARayCall(FakeCollector& ctl, FakeCollector& worker) {
+    wire::Batch b = worker.Flush(100);
+    b.probes = {{1000, 1001000 + 40000, 1001000 + 40000, 1000 + 100000 - 20000}};
+    Send(b);
+    ctl.Push(1, 1001000, "step");
+    ctl.Mark(1, 1001100, "ray.submit", 0).Mark(1, 1001110, "ray.task", 11).Mark(1, 1001900, "ray.got", 11);
+    ctl.Pop(1, 1002000);
+    worker.Push(7, 1105, "update_actor", 11).Pop(7, 1895);
+    Send(ctl.Flush(1002500));
+    Send(worker.Flush(200000));
+  }
   void Connect(const FakeCollector& c, int64_t now_ns = 0) { Send(c.Hello(), now_ns); }
   // The (window, step) of the capture windows broadcast since the last call.
   std::vector<std::pair<int, int64_t>> Windows() {
@@ -1285,22 +1299,14 @@ TEST_F(AggregatorTest, RayCallsTightenAWorkersClockForTheStepsAfter) {
   worker.OtherClock();
   Connect(ctl);
   Connect(worker);
-  // The worker's clock is 1,000,000 behind; its probes say so +- 50 us.
-  wire::Batch b = worker.Flush(100);
-  b.probes = {{1000, 1001000 + 40000, 1001000 + 40000, 1000 + 100000 - 20000}};
-  Send(b);
-  const ClockEstimate before = agg_->processes().at(2)->clock();
+  SendProbesAndAStepWithARayCall(ctl, worker);
+  const ClockEstimate& before = agg_->processes().at(2)->clock();  // the probes' alone: the step is not cut yet
   ASSERT_TRUE(before.valid());
   ASSERT_GT(before.bound_ns, 20000);
-  ctl.Push(1, 1001000, "step");
-  ctl.Mark(1, 1001100, "ray.submit", 0).Mark(1, 1001110, "ray.task", 11).Mark(1, 1001900, "ray.got", 11);
-  ctl.Pop(1, 1002000);
-  worker.Push(7, 1105, "update_actor", 11).Pop(7, 1895);  // truly 1,001,105 - 1,001,895: 5 us either side
-  Send(ctl.Flush(1002500));
-  Send(worker.Flush(200000));
+  const int64_t before_bound_ns = before.bound_ns;
   agg_->Tick(0);
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
-  EXPECT_EQ(FindSlice(exporter_.steps[0], 2)->process->clock().bound_ns, before.bound_ns);
+  EXPECT_EQ(FindSlice(exporter_.steps[0], 2)->process->clock().bound_ns, before_bound_ns);
   EXPECT_EQ(exporter_.steps[0].causality.checked, 1);
   const ClockEstimate& after = agg_->processes().at(2)->clock();
   EXPECT_TRUE(after.causality_tightened);
@@ -1318,15 +1324,7 @@ TEST_F(AggregatorTest, RayCallsOfAControllerWithNoClockEstimateBoundNothing) {
   worker.OtherClock();
   Connect(ctl);
   Connect(worker);
-  wire::Batch b = worker.Flush(100);
-  b.probes = {{1000, 1001000 + 40000, 1001000 + 40000, 1000 + 100000 - 20000}};
-  Send(b);
-  ctl.Push(1, 1001000, "step");
-  ctl.Mark(1, 1001100, "ray.submit", 0).Mark(1, 1001110, "ray.task", 11).Mark(1, 1001900, "ray.got", 11);
-  ctl.Pop(1, 1002000);
-  worker.Push(7, 1105, "update_actor", 11).Pop(7, 1895);
-  Send(ctl.Flush(1002500));
-  Send(worker.Flush(200000));
+  SendProbesAndAStepWithARayCall(ctl, worker);
   agg_->Tick(Config().flush.step_grace_ms * 1000000);  // the controller's own clock holds it through the grace
   ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1}));
   EXPECT_EQ(exporter_.steps[0].reason, "clock_unaligned");
