@@ -160,7 +160,8 @@ def test_a_worker_whose_own_probes_come_back_late_holds_each_step_until_the_burs
     watermark, read on its own clock, says it is far past every step. Each
     step waits for its clock, the aggregator asks it for a burst, and that
     one (answered) places it: every step is written complete, with the
-    worker's ranges where they happened. Without the hold, each step was
+    worker's ranges where they happened (a step cut before the answer came
+    says it waited: clock_held). Without the hold, each step was
     written at once with the worker unaligned (missing from it), saying
     nothing."""
     agg = aggregator_factory(prefix=unshare(BASE_S), grace_ms=60000)  # the grace is a hang guard only
@@ -178,7 +179,9 @@ def test_a_worker_whose_own_probes_come_back_late_holds_each_step_until_the_burs
     for n in (1, 2, 3):
         summary = json.loads((agg.out / f"step_{n}" / "summary.json").read_text())
         assert summary["reason"] == "complete" and summary["clock_warnings"] == [], summary
-        assert summary["clock_held"] or n > 1, summary  # the first waited for a burst (later ones may have had it)
+        # Whether a step waited (clock_held) depends on when the requested
+        # burst was answered (before step 1 ended, none did: seen once in
+        # make test); what holds is that none was written unaligned.
         (w,) = [p for p in summary["processes"] if p["role"] == "worker"]
         clock = w["clock"]
         assert w["clock_fitness"] == "good" and clock["basis"] == "probes", w
