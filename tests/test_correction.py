@@ -496,7 +496,7 @@ def test_a_wait_linked_by_a_key_is_corrected_for_the_other_processs_overhead(agg
     agg = aggregator_factory()
     report, run = _wait_pair(agg, tmp_path, "--profile-child", "--link")
     controller, child = sorted(run["processes"], key=lambda p: p["events_received"])
-    with_child = 0
+    with_child = whole_child = 0
     for n, (raw, corrected, summary) in steps_of(agg, controller["pid"], (1, 2, 3)).items():
         procs = {p["pid"]: p for p in summary["processes"]}
         waits = summary["correction"]["waits"]
@@ -505,13 +505,17 @@ def test_a_wait_linked_by_a_key_is_corrected_for_the_other_processs_overhead(agg
                               "unlinked": {"ray": 0, "key": 2}, "removed_ms": 0.0}], waits
             continue
         with_child += 1
-        assert procs[controller["pid"]]["overhead"]["waits_ms"] == pytest.approx(CHILD_COST / 1e6, abs=1e-6)
+        # As above: the step the child's window opened in carries part of
+        # its cost (seen in CI: 20 of its ranges before), the others all.
+        child_ns = round(procs[controller["pid"]]["overhead"]["waits_ms"] * 1e6)
+        assert 0 < child_ns <= CHILD_COST + 1, (n, child_ns)
+        whole_child += abs(child_ns - CHILD_COST) <= 1
         assert abs(corrected - (raw - added(report, n))) <= TOLERANCE_NS, (n, raw, corrected, added(report, n))
         assert waits == [{"subtask": "gen", "linked": {"ray": 0, "key": 1}, "unlinked": {"ray": 0, "key": 1},
-                          "removed_ms": pytest.approx(CHILD_COST / 1e6, abs=1e-6)}], waits
+                          "removed_ms": pytest.approx(child_ns / 1e6, abs=1e-6)}], waits
         assert "gen: 1 result waited for with no profiled range of the same key: those waits keep the other " \
                "processes' overhead" in summary["correction"]["notes"]
-    assert with_child >= 1
+    assert with_child >= 1 and whole_child >= 1, (with_child, whole_child)
 
 
 def test_bad_test_costs_are_refused_and_the_program_runs_unprofiled(aggregator_factory, tmp_path):
