@@ -16,6 +16,7 @@
 #include "aggregator/subtasks.h"
 #include "native/clock.h"
 #include "native/names.h"
+#include "native/steps.h"
 
 namespace rlscope {
 
@@ -284,7 +285,7 @@ void Aggregator::Tick(int64_t now_ns) {
   // A step that waits for processes' clocks: they are asked for a burst.
   if (const PendingStep* waiting = scheduler_.Next(); waiting != nullptr && context_.stats.write_errors == 0) {
     const std::vector<uint64_t> holders = scheduler_.ClockHolders(*waiting, processes_, now_ns);
-    if (!holders.empty() && run_config_.config().steps.Contains(waiting->span.number)) {
+    if (!holders.empty() && steps::RecordedSteps(run_config_.config()).Contains(waiting->span.number)) {
       clocks_.AskForBursts(holders, now_ns, &context_);
     }
   }
@@ -409,11 +410,24 @@ PendingStep Aggregator::OnControllerClockNow(const PendingStep& pending) const {
 bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   const PendingStep step = OnControllerClockNow(pending);
   const Config& config = run_config_.config();
-  if (!config.steps.Contains(step.span.number)) {
+  if (!steps::RecordedSteps(config).Contains(step.span.number)) {
     ++context_.stats.steps_skipped;
     return StepDone(step);
   }
+  const int64_t emit_began_ns = MonotonicNs();
   StepProfile profile = CutStep(step, forced, now_ns);
+  // Always on: figures only unless chosen up front or a trigger picks it
+  // (triggers.h); its records are still the collectors' until StepDone.
+  const bool chosen = config.steps.Contains(step.span.number);
+  if (config.always_on.enabled) {
+    profile.trigger = triggers_.Decide(profile, chosen, config.always_on);
+    profile.figures_only = !chosen && profile.trigger.empty();
+    if (!profile.trigger.empty()) {
+      ++context_.stats.steps_triggered;
+      steps_triggered_.push_back(step.span.number);
+      context_.notes.Log("step " + std::to_string(step.span.number) + " written in full: " + profile.trigger);
+    }
+  }
   // The breakdown, on the whole step: beside the trace's export when
   // nothing selects sub-tasks (then the trace is the step as analysed) and
   // there is a core for it. It reads the profile alone (its processes are
@@ -427,7 +441,8 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   const LevelCutter recut = [this](int64_t begin_ns, int64_t end_ns, ProcessSlice* slice) {
     CutLevelsAndArming(*processes_.at(slice->process->hello().session), begin_ns, end_ns, slice);
   };
-  for (const StepProfile& capture : ApplySubtasks(&profile, config.subtasks, config.discrete, recut)) {
+  for (const StepProfile& capture :
+       ApplySubtasks(&profile, config.subtasks, config.discrete && !profile.figures_only, recut)) {
     exporter_->ExportStep(capture);
   }
   const bool exported = exporter_->ExportStep(profile);
@@ -438,8 +453,14 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
     ++context_.stats.write_errors;
     return false;
   }
-  steps_written_.push_back(step.span.number);
-  ++context_.stats.steps_written;
+  if (profile.figures_only) {
+    ++context_.stats.steps_figures_only;
+  } else {
+    // Steps that began before this write was done are its, not their own (triggers.h).
+    triggers_.WroteFull(now_ns + (MonotonicNs() - emit_began_ns));
+    steps_written_.push_back(step.span.number);
+    ++context_.stats.steps_written;
+  }
   clocks_.Written(profile);
   if (profile.reason == "clock_unaligned") ++steps_clock_unaligned_;
   WaiveClocks(profile);
@@ -526,6 +547,8 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
     if (final) run.processes.back().armed_steps = ArmedSteps(*p);
   }
   run.steps_written = steps_written_;
+  run.steps_triggered = steps_triggered_;
+  run.steps_figures_only = context_.stats.steps_figures_only;
   run.expected = expected_.processes();
   run.not_profiled = NotProfiled();
   run.steps_seen = stats.steps_seen;

@@ -33,6 +33,7 @@
 #include "aggregator/run_json.h"
 #include "aggregator/step_scheduler.h"
 #include "aggregator/timeline.h"
+#include "aggregator/triggers.h"
 #include "native/config.h"
 #include "native/wire.h"
 
@@ -212,6 +213,8 @@ class Aggregator {
   std::set<uint64_t> demoted_;       // later claimants, told they are workers (Control.role)
   ExpectedList expected_;            // the controller's (wire::Expected)
   std::vector<int64_t> steps_written_;
+  std::vector<int64_t> steps_triggered_;  // of them, those always_on's triggers picked (triggers.h)
+  StepTriggers triggers_;
   int64_t last_cut_end_ns_ = INT64_MIN;
   RecoveredCounts recovered_;                // spool files taken up (run.json `recovered`)
   bool finished_ = false;                    // Finish ran: frames are only answered (OnFrame)

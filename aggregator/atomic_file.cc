@@ -21,6 +21,31 @@ bool MakeDirs(const std::string& path) {
   return true;
 }
 
+bool AppendWhole(const std::string& path, std::string_view data, std::string* error) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *error = "cannot open " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  bool ok = fstat(fd, &st) == 0;
+  for (size_t done = 0; ok && done < data.size();) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ok = false;
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  if (!ok) {
+    *error = "cannot append to " + path + ": " + std::strerror(errno);
+    if (st.st_size >= 0 && ftruncate(fd, st.st_size) != 0) *error += " (and a part of the record is left)";
+  }
+  if (close(fd) != 0 && ok) {
+    *error = "cannot close " + path + ": " + std::strerror(errno);
+    ok = false;
+  }
+  return ok;
+}
+
 AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {
   fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd_ < 0) Fail("cannot create");

@@ -14,6 +14,11 @@ namespace rlscope {
 // Makes `path` and its parents (0700); false (errno) when one cannot be.
 bool MakeDirs(const std::string& path);
 
+// Appends `data` to `path` (created 0600) whole or not at all: a failed
+// write is cut off again, so the file holds only whole records. False with
+// `error` set on any failure.
+bool AppendWhole(const std::string& path, std::string_view data, std::string* error);
+
 // A file written under `path`.tmp and renamed to `path` by Commit. POSIX
 // calls, each checked (a full disk shows at write or close): on any failure
 // the temporary file goes at once, what was there before stays, and

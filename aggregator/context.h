@@ -34,9 +34,11 @@ struct AggregatorStats {
   uint64_t events = 0;
   uint64_t steps_seen = 0;
   uint64_t steps_written = 0;
-  uint64_t steps_skipped = 0;  // closed but not selected by `steps:`
-  uint64_t late_batches = 0;   // thread blocks that arrived for an already-written step
-  uint64_t late_events = 0;    // their events older than the last written step's end
+  uint64_t steps_skipped = 0;       // closed but not selected by `steps:` (nor recorded by always_on)
+  uint64_t steps_figures_only = 0;  // always_on: steps whose figures alone were written (figures.jsonl)
+  uint64_t steps_triggered = 0;     // always_on: steps not chosen, written in full by a trigger
+  uint64_t late_batches = 0;        // thread blocks that arrived for an already-written step
+  uint64_t late_events = 0;         // their events older than the last written step's end
   // A collector silent this long (no heartbeat: an idle one sends one
   // every second, Collector::kHeartbeatNs; a busy one a batch every
   // flush.interval_ms) is taken as gone and holds no step back.

@@ -307,7 +307,7 @@ void RemoveTemporaries(const std::string& out) {
 // what that run wrote beside it goes, so that nothing read from the
 // directory (the steps, the run database, the report) mixes the two runs.
 // Only the names a run writes: step_<N> directories, run.duckdb (and its
-// write-ahead log), report.html. Said in one line, with what could not go.
+// write-ahead log), report.html, figures.jsonl. Said in one line, with what could not go.
 void ReplaceEarlierRun(const std::string& out) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -320,7 +320,8 @@ void ReplaceEarlierRun(const std::string& out) {
     const bool step_dir = name.size() > 5 && name.rfind("step_", 0) == 0 &&
                           name.find_first_not_of("0123456789", 5) == std::string::npos && it->is_directory(ec);
     if (step_dir) ++steps;
-    if (step_dir || name == "run.duckdb" || name == "run.duckdb.wal" || name == "report.html") {
+    if (step_dir || name == "run.duckdb" || name == "run.duckdb.wal" || name == "report.html" ||
+        name == names::kFiguresFile) {
       doomed.push_back(it->path());
       if (!step_dir) others += ", " + name;
     }

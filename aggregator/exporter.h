@@ -39,6 +39,9 @@ class Output {
   virtual const char* step_file() const { return ""; }
   // The file's name in the run's directory, or "" (none per run).
   virtual const char* run_file() const { return ""; }
+  // A file in the run's directory that each whole step (not a discrete
+  // capture) appends its WriteStep to, figures-only steps included; or "".
+  virtual const char* run_log_file() const { return ""; }
   // A trace (a step in full detail): left out of a step whose detail is
   // figures only (StepProfile::summary_only, chosen per step, after it ended).
   virtual bool full_detail() const { return false; }

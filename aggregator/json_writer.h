@@ -143,6 +143,12 @@ class BasicJsonWriter {
     out_->append("null");
     return *this;
   }
+  // A value already formatted as a JSON number.
+  BasicJsonWriter& Number(std::string_view text) {
+    Sep();
+    out_->append(text.data(), text.size());
+    return *this;
+  }
   BasicJsonWriter& Double(double v) {
     Sep();
     char buf[32];

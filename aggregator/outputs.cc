@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "aggregator/chrome_trace.h"
+#include "aggregator/figures_json.h"
 #include "aggregator/perfetto_trace.h"
 #include "aggregator/run_json.h"
 #include "aggregator/summary_json.h"
@@ -30,6 +31,16 @@ class SummaryOutput : public Output {
   }
 };
 
+// Every whole step's figures, one line each (figures_json.h).
+class FiguresOutput : public Output {
+ public:
+  const char* run_log_file() const override { return names::kFiguresFile; }
+  void WriteStep(const StepProfile& step, const TracePids& pids, OutputSink* out) override {
+    (void)pids;
+    out->Write(StepFiguresJson(step));
+  }
+};
+
 class RunJsonOutput : public Output {
  public:
   const char* run_file() const override { return kRunJsonFile; }
@@ -53,6 +64,7 @@ std::unique_ptr<StepFiles> MakeStepFiles(const std::string& out_dir, const std::
   }
   if (asks(names::kFormatDb)) resolved.push_back(names::kFormatDb);  // the follower's
   outputs.push_back(std::make_unique<SummaryOutput>());
+  outputs.push_back(std::make_unique<FiguresOutput>());
   outputs.push_back(std::make_unique<RunJsonOutput>());
   return std::make_unique<StepFiles>(out_dir, std::move(outputs), std::move(resolved));
 }

@@ -64,6 +64,10 @@ std::string RunJson(const RunInfo& run) {
   w.Key("steps_written").BeginArray();
   for (int64_t s : run.steps_written) w.Int(s);
   w.EndArray();
+  w.Key("steps_triggered").BeginArray();
+  for (int64_t s : run.steps_triggered) w.Int(s);
+  w.EndArray();
+  w.Key("steps_figures_only").Uint(run.steps_figures_only);
   w.Key("expected");
   WriteExpected(w, run.expected);
   w.Key("not_profiled");

@@ -9,6 +9,14 @@
 #include "aggregator/atomic_file.h"
 
 namespace rlscope {
+namespace {
+
+struct StringSink : OutputSink {
+  std::string data;
+  void Write(std::string_view d) override { data.append(d); }
+};
+
+}  // namespace
 
 StepFiles::StepFiles(std::string out_dir, std::vector<std::unique_ptr<Output>> outputs,
                      std::vector<std::string> formats)
@@ -51,17 +59,26 @@ bool StepFiles::ExportStep(const StepProfile& step) noexcept {
     return false;
   }
   try {
-    std::string dir = out_dir_ + "/step_" + std::to_string(step.step);
-    if (!step.capture.empty()) dir += "/" + step.capture;
-    if (!MakeDir(dir)) return false;
     for (const ProcessSlice& slice : step.processes) {
       TracePid(slice.process->hello().session, slice.process->identity().pid);
     }
-    for (const std::unique_ptr<Output>& o : outputs_) {
-      if (*o->step_file() == '\0' || (step.summary_only && o->full_detail())) continue;
-      if (!WriteFile(dir + "/" + o->step_file(), [&](OutputSink* f) { o->WriteStep(step, trace_pids_, f); })) {
-        return false;
+    if (!step.figures_only) {
+      std::string dir = out_dir_ + "/step_" + std::to_string(step.step);
+      if (!step.capture.empty()) dir += "/" + step.capture;
+      if (!MakeDir(dir)) return false;
+      for (const std::unique_ptr<Output>& o : outputs_) {
+        if (*o->step_file() == '\0' || (step.summary_only && o->full_detail())) continue;
+        if (!WriteFile(dir + "/" + o->step_file(), [&](OutputSink* f) { o->WriteStep(step, trace_pids_, f); })) {
+          return false;
+        }
       }
+    }
+    // The run's logs last: a step's line is there once its files are.
+    for (const std::unique_ptr<Output>& o : outputs_) {
+      if (*o->run_log_file() == '\0' || !step.capture.empty()) continue;
+      StringSink line;
+      o->WriteStep(step, trace_pids_, &line);
+      if (!MakeDir(out_dir_) || !AppendWhole(out_dir_ + "/" + o->run_log_file(), line.data, &last_error_)) return false;
     }
     return true;
   } catch (const std::exception& e) {

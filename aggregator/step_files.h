@@ -1,10 +1,11 @@
 // The run's files: a StepExporter over one Output per file (exporter.h).
 // Per written step, <out>/step_<N>[/<capture>]/ with each Output's step
 // file (a step whose detail is figures only, StepProfile::summary_only,
-// gets those that are not full detail); per run, each Output's run file in
-// <out>. Each file is written whole before the export returns (atomic_file.h:
-// a reader never sees half of one); a failed write leaves no temporary file
-// and says why (last_error). outputs.h builds one from output.formats.
+// gets those that are not full detail; one whose detail is figures only,
+// StepProfile::figures_only, none); per run, each Output's run file in
+// <out>, and each Output's run log, to which every whole step appends. Each file is written whole before the export
+// returns (atomic_file.h: a reader never sees half of one); a failed write leaves no temporary file and says why
+// (last_error). outputs.h builds one from output.formats.
 #pragma once
 
 #include <memory>

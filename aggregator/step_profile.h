@@ -182,6 +182,11 @@ struct StepProfile {
   std::string capture;                // discrete mode: the sub-task capture ("gen", "gen_2"); "" = the step
   std::vector<std::string> captures;  // on the step's own profile: its discrete captures
   bool summary_only = false;          // the step's profile in discrete mode: no trace of its own
+  // Always on (triggers.h): decided after the step ended. figures_only: its
+  // figures go to figures.jsonl and nothing to a step directory; trigger:
+  // why a step `steps` did not choose is written in full ("" none).
+  bool figures_only = false;
+  std::string trigger;
   // "complete"; "grace_timeout" or "final" (a process had not caught up:
   // the grace ran out, or the run ended); "clock_unaligned" (all caught up,
   // but a process's clock could not place it: ProcessSlice::clock_fitness).
@@ -287,6 +292,10 @@ struct RunInfo {
   std::vector<std::string> config_notes;  // disagreements between sources, as logged
   std::vector<ProcessInfo> processes;
   std::vector<int64_t> steps_written;
+  // Always on: of steps_written, those a trigger picked; and how many steps
+  // were written as figures only (figures.jsonl).
+  std::vector<int64_t> steps_triggered;
+  uint64_t steps_figures_only = 0;
   std::vector<ExpectedProcess> expected;
   std::vector<ExpectedProcess> not_profiled;
   uint64_t steps_seen = 0;

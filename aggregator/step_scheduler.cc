@@ -11,7 +11,7 @@
 namespace rlscope {
 
 StepScheduler::StepScheduler(AggregatorContext* context, const RunConfig* run)
-    : context_(context), run_(run), window_open_(steps::WorkersArmedBefore(run->config().steps, 1)) {}
+    : context_(context), run_(run), window_open_(steps::WorkersArmedBefore(steps::RecordedSteps(run->config()), 1)) {}
 
 void StepScheduler::Resume(int resumes, const std::vector<uint64_t>& awaited) {
   barrier_token_ = static_cast<uint64_t>(resumes) << 40;
@@ -26,8 +26,13 @@ void StepScheduler::Where(wire::Control* control) const {
 
 void StepScheduler::SetWindow(bool open, int64_t step) {
   window_step_ = step;
-  if (open == window_open_) return;
+  // Always on, a window stays open from step to step: it is told again when
+  // the steps it is for change between chosen and not (the collectors'
+  // CPU sampling rate, steps.h ChosenUpFront).
+  const bool chosen = steps::ChosenUpFront(run_->config(), step) || steps::ChosenUpFront(run_->config(), step + 1);
+  if (open == window_open_ && (!open || chosen == window_chosen_)) return;
   window_open_ = open;
+  window_chosen_ = chosen;
   wire::Control c;
   c.window = open ? wire::Control::Window::kOpen : wire::Control::Window::kClosed;
   c.step = step;
@@ -36,11 +41,11 @@ void StepScheduler::SetWindow(bool open, int64_t step) {
 }
 
 void StepScheduler::RunConfigDecided() {
-  if (!step_begun_) SetWindow(steps::WorkersArmedBefore(run_->config().steps, 1), 1);
+  if (!step_begun_) SetWindow(steps::WorkersArmedBefore(steps::RecordedSteps(run_->config()), 1), 1);
 }
 
 void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t now_ns) {
-  const IntSelection& selected = run_->config().steps;
+  const IntSelection& selected = steps::RecordedSteps(run_->config());
   // Steps live on the aggregator's clock from here on (the controller's own
   // end of each is kept: a resumed run skips by it, exactly).
   std::vector<StepSpan> raw;
@@ -88,7 +93,7 @@ void StepScheduler::FollowEdges(const StepEdges& edges, int64_t now_ns) {
     bool open;
     int64_t step;
   };
-  const IntSelection& selected = run_->config().steps;
+  const IntSelection& selected = steps::RecordedSteps(run_->config());
   std::vector<Edge> order;
   for (const StepSpan& s : edges.begun) {
     order.push_back({s.begin_ns, 2 * s.number, true, steps::WorkersArmedDuring(selected, s.number), s.number});
@@ -124,7 +129,7 @@ bool StepScheduler::Ready(const PendingStep& step, int64_t now_ns, const Process
   *clocks_only = false;
   if (now_ns - step.closed_at_ns >= run_->config().flush.step_grace_ms * 1000000) return true;
   if (!awaited_.empty()) return false;  // a resumed run's processes, not back yet
-  const bool written = run_->config().steps.Contains(step.span.number);
+  const bool written = steps::RecordedSteps(run_->config()).Contains(step.span.number);
   if (starting && written) return false;  // a step to write waits for them
   for (const auto& [session, p] : processes) {
     if (!run_->Selected(*p)) continue;

@@ -103,6 +103,7 @@ class StepScheduler {
   std::deque<PendingStep> pending_;  // in the order they closed
   std::vector<StepSpan> seen_;       // seen(): the first kSeenKept closed
   bool window_open_ = false;
+  bool window_chosen_ = true;        // the open window's steps chosen up front (SetWindow)
   int64_t window_opened_ns_ = 0;     // when the window last opened (aggregator clock; 0: before any step)
   std::map<int64_t, int64_t> late_;  // selected steps begun, not closed: their window_late_ns
   bool step_begun_ = false;          // the controller began a step

@@ -34,7 +34,8 @@ Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int
                                                        : 0),
       selected_(SelectsProcess(ctx.own.config, controller, rank)),
       is_controller_(controller),
-      steps_(ctx.own.config.steps) {
+      steps_(steps::RecordedSteps(ctx.own.config)),
+      chosen_config_(ctx.own.config) {
   // A controller always records its "step" ranges: they number the steps,
   // whatever opens its captures. Off until the collector is the instance.
   hot_.store(
@@ -140,6 +141,7 @@ bool Arming::OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool a
   }
   if (trigger_ == Trigger::kController) {
     window_open_.store(StepArmedDuring(n), std::memory_order_relaxed);
+    SetChosen(n, false);
     UpdateArmed();
   }
   ctx_.Wake();  // ship the step edge now: workers' windows follow it
@@ -192,6 +194,7 @@ void Arming::AfterClose(int closes) {
       // Armed from the end of the step before a selected one, as workers are
       // (native/steps.h): a range opened just before that step begins is kept.
       window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+      SetChosen(next_step_.load(std::memory_order_relaxed), false);
       UpdateArmed();
     }
     ctx_.Wake();
@@ -202,7 +205,14 @@ void Arming::AfterClose(int closes) {
 void Arming::ArmForNextStep() {
   if (is_controller() && trigger_ == Trigger::kController && !in_step_.load(std::memory_order_relaxed)) {
     window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    SetChosen(next_step_.load(std::memory_order_relaxed), false);
   }
+}
+
+void Arming::SetChosen(int64_t n, bool ahead) {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  chosen_.store(steps::ChosenUpFront(chosen_config_, n) || (ahead && steps::ChosenUpFront(chosen_config_, n + 1)),
+                std::memory_order_relaxed);
 }
 
 Arming::Claim Arming::ClaimController() {
@@ -233,6 +243,7 @@ void Arming::SetNextStep(int64_t n) {
   next_step_.store(n, std::memory_order_relaxed);
   if (is_controller() && trigger_ == Trigger::kController && !in_step_.load(std::memory_order_relaxed)) {
     window_open_.store(StepArmedBefore(n), std::memory_order_relaxed);
+    SetChosen(n, false);
     UpdateArmed();
   }
 }
@@ -247,7 +258,9 @@ bool Arming::AdoptRunKeys(const Config& run) {
   }
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
-    steps_ = run.steps;
+    steps_ = steps::RecordedSteps(run);
+    chosen_config_.steps = run.steps;
+    chosen_config_.always_on = run.always_on;
   }
   // Between steps (a step under way keeps its window; the next edge follows the run's steps).
   ArmForNextStep();
@@ -256,11 +269,12 @@ bool Arming::AdoptRunKeys(const Config& run) {
   return changed;
 }
 
-void Arming::ApplyWindow(wire::Control::Window window) {
+void Arming::ApplyWindow(wire::Control::Window window, int64_t step) {
   // Windows steer only workers under the controller trigger; the controller
   // follows its own steps and the other triggers their own events.
   if (window == wire::Control::Window::kUnchanged || trigger_ != Trigger::kController || is_controller()) return;
   if (window == wire::Control::Window::kOpen) {
+    if (step >= 0) SetChosen(step, true);
     window_close_at_ns_ = 0;
     window_open_.store(true, std::memory_order_relaxed);
     UpdateArmed();

@@ -120,7 +120,11 @@ class Arming {
   bool AdoptRunKeys(const Config& run);
   // A window from the aggregator (flush thread; workers under the
   // controller trigger only): opens now, closes after flush.window_slack_ms.
-  void ApplyWindow(wire::Control::Window window);
+  void ApplyWindow(wire::Control::Window window, int64_t step = -1);
+  // Whether the steps being recorded now are chosen up front (native/steps.h
+  // ChosenUpFront): always true unless always_on; the CPU sampler runs at
+  // always_on.sampling_hz when not. Any thread.
+  bool chosen() const { return chosen_.load(std::memory_order_relaxed); }
   // Flush thread: when a closing window disarms (MonotonicNs), 0 none; and
   // the close itself once that time came.
   int64_t window_close_at() const { return window_close_at_ns_; }
@@ -154,7 +158,11 @@ class Arming {
   std::atomic<bool> demoted_{false};
 
   mutable std::mutex arm_mu_;  // serialises UpdateArmed; guards armed_intervals_, edges_, steps_
-  IntSelection steps_;         // the run's `steps` (own config's until the run's arrives)
+  IntSelection steps_;    // the steps the run records (steps.h RecordedSteps; own config's until the run's arrives)
+  Config chosen_config_;  // its always_on.enabled and steps: which steps are chosen up front (ChosenFor)
+  std::atomic<bool> chosen_{true};
+  // chosen_ for a window over step n (and, ahead, n + 1 too: a worker's window opens a step early).
+  void SetChosen(int64_t n, bool ahead);
   // Armed periods [begin, end] (end INT64_MAX while armed), newest last;
   // bounded: the oldest are forgotten.
   std::vector<std::pair<int64_t, int64_t>> armed_intervals_;

@@ -24,7 +24,7 @@ CpuSampling::CpuSampling(CollectorContext& ctx, Recording& recording, const Armi
 }
 
 void CpuSampling::SetRunConfig(const Config& config) {
-  SetHz(config.cpu.sampling_hz);
+  SetHz(config.cpu.sampling_hz, config.always_on.enabled ? config.always_on.sampling_hz : -1);
   all_threads_.store(config.cpu.threads == "all", std::memory_order_relaxed);
   states_.SetHz(config.cpu.off_cpu_hz);
 }
@@ -103,11 +103,15 @@ bool CpuSampling::Reconcile(bool on) {
 
 std::string CpuSampling::Label() const {
   if (off_for_good_) return why_off_;
-  const int64_t hz = this->hz();
-  if (hz == 0) return "off: cpu.sampling_hz is 0";
+  // The configured rates, not the one now: the label changes only with them.
+  const int64_t hz = hz_.load(std::memory_order_relaxed), always_on = always_on_hz_.load(std::memory_order_relaxed);
+  if (hz == 0 && always_on <= 0) return "off: cpu.sampling_hz is 0";
   if (!sampler_.set_up()) return "pending: starts with the first capture window";
   const std::string reader = CpuSampler::PythonReaderName();
-  return "on: " + std::to_string(hz) + " Hz of each thread's CPU time, " +
+  return "on: " + std::to_string(hz) + " Hz of each thread's CPU time" +
+         (always_on >= 0 ? " (" + std::to_string(always_on) + " Hz in steps not chosen up front, always_on.sampling_hz)"
+                         : std::string()) +
+         ", " +
          (all_threads_.load(std::memory_order_relaxed) ? "every thread (cpu.threads: all)"
                                                        : "recording threads (cpu.threads: recording)") +
          ", signal " + std::to_string(sampler_.signal_number()) + "; python frames: " +

@@ -33,9 +33,18 @@ class CpuSampling {
               std::function<void(const std::string&, const std::string&)> set_label,
               std::function<void(const std::string&, double)> set_cost);
 
-  // cpu.sampling_hz of the config that applies (0: off).
-  void SetHz(int64_t hz) { hz_.store(hz, std::memory_order_relaxed); }
-  int64_t hz() const { return hz_.load(std::memory_order_relaxed); }
+  // cpu.sampling_hz of the config that applies (0: off); `always_on_hz`:
+  // always_on.sampling_hz, the rate in steps not chosen up front
+  // (Arming::chosen), -1 when always_on is off.
+  void SetHz(int64_t hz, int64_t always_on_hz = -1) {
+    hz_.store(hz, std::memory_order_relaxed);
+    always_on_hz_.store(always_on_hz, std::memory_order_relaxed);
+  }
+  // The rate now.
+  int64_t hz() const {
+    const int64_t always_on = always_on_hz_.load(std::memory_order_relaxed);
+    return always_on < 0 || arming_->chosen() ? hz_.load(std::memory_order_relaxed) : always_on;
+  }
   // The rest of the cpu block of the config that applies (any thread).
   void SetRunConfig(const Config& config);
 
@@ -75,6 +84,7 @@ class CpuSampling {
   std::function<void(const std::string&, const std::string&)> set_label_;
   std::function<void(const std::string&, double)> set_cost_;
   std::atomic<int64_t> hz_{0};
+  std::atomic<int64_t> always_on_hz_{-1};
   std::atomic<bool> all_threads_{true};
   ThreadStates states_;
   // Flush thread only.

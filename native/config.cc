@@ -425,6 +425,33 @@ std::vector<KeySpec> MechanismKeySpecs() {
               "time one recording call in N on each thread, in place, and correct each step with "
               "the costs measured in it (0: start-up calibration only)",
               0, 1000000, [](Config& c) -> int64_t& { return c.correction.sample_every; })),
+      Run(Bool("always_on.enabled",
+               "record every step and write its figures (figures.jsonl, the run database); steps chosen in `steps` "
+               "and steps that go wrong (the triggers below) are written in full",
+               [](Config& c) -> bool& { return c.always_on.enabled; })),
+      Run(Int("always_on.sampling_hz",
+              "CPU samples per second of each thread's CPU time in the steps `steps` does not choose "
+              "(cpu.sampling_hz in those it does); 0: off",
+              0, 100000, [](Config& c) -> int64_t& { return c.always_on.sampling_hz; })),
+      Run(Double("always_on.slower_than",
+                 "write a step in full when its corrected time is above this many times the median of the recent "
+                 "steps (and above it by min_slower_ms); 0: off",
+                 0.0, 1000.0, [](Config& c) -> double& { return c.always_on.slower_than; })),
+      Run(Int("always_on.min_slower_ms", "... and by at least this many milliseconds", 0, 86400000,
+              [](Config& c) -> int64_t& { return c.always_on.min_slower_ms; })),
+      Run(Int("always_on.memory_jump_mb",
+              "write a step in full when a process's resident or GPU memory grew this much within it; 0: off", 0,
+              1 << 30, [](Config& c) -> int64_t& { return c.always_on.memory_jump_mb; })),
+      Run(Int("always_on.warmup_steps", "the run's first recorded steps, which never trigger nor serve as baseline", 0,
+              1000000, [](Config& c) -> int64_t& { return c.always_on.warmup_steps; })),
+      Run(Int("always_on.recent_steps", "how many steps before a step its baseline (their median) takes", 1, 100000,
+              [](Config& c) -> int64_t& { return c.always_on.recent_steps; })),
+      Int("metrics.port",
+          "serve the latest steps' figures as Prometheus metrics on this port, from the process beside the "
+          "aggregator; 0: off",
+          0, 65535, [](Config& c) -> int64_t& { return c.metrics.port; }),
+      String("metrics.host", "the address the metrics port listens on",
+             [](Config& c) -> std::string& { return c.metrics.host; }),
   };
 }
 

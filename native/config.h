@@ -109,6 +109,30 @@ struct Config {
     double scale = 1.0;         // applied to every calibrated cost
     int64_t sample_every = 64;  // in-place cost sampling: one handler call in N per thread is timed; 0 off
   } correction;
+  // Always on (native/steps.h RecordedSteps; aggregator/triggers.h): every
+  // step is recorded and its figures written (figures.jsonl, the run
+  // database's rows); `steps` are written in full, and so is a step that goes
+  // wrong, decided after it ended (collectors keep its records until then).
+  struct AlwaysOn {
+    bool enabled = false;
+    // CPU samples per second in steps `steps` does not choose (cpu.sampling_hz in those it does).
+    int64_t sampling_hz = 100;
+    // A step is written in full when its (corrected) time is above this many
+    // times the median of the recent steps and above it by min_slower_ms; 0 off.
+    double slower_than = 1.5;
+    int64_t min_slower_ms = 0;
+    // ... or when a process's resident or GPU memory grew this much within it; 0 off.
+    int64_t memory_jump_mb = 1024;
+    // The run's first steps never trigger and are no one's baseline (start-up, compilation, caches).
+    int64_t warmup_steps = 3;
+    int64_t recent_steps = 20;  // the baseline: the median of this many eligible steps before
+  } always_on;
+  // Live per-step figures as Prometheus metrics (rlscope_ray/metrics.py),
+  // served by the run database's follower beside the aggregator; port 0 off.
+  struct Metrics {
+    int64_t port = 0;
+    std::string host = "127.0.0.1";
+  } metrics;
   struct Clock {
     int64_t probe_interval_ms = 1000;  // 0 = no clock probes (one host)
     int64_t probes_per_burst = 8;

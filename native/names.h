@@ -79,6 +79,11 @@ inline constexpr char kCatOffCpu[] = "off_cpu";
 // run.json's "format" (aggregator/run_json.cc): what readers of a run
 // directory (rlscope-ray report, query, export) know how to read.
 inline constexpr char kRunFormat[] = "rlscope-ray run v1";
+// Every written step's figures, one JSON line per step, in the run's
+// directory (aggregator/figures_json.h; always on: the only record of a
+// figures-only step). Read by the run database, `rlscope-ray diff` and the
+// metrics endpoint.
+inline constexpr char kFiguresFile[] = "figures.jsonl";
 
 // output.formats' names (native/config.h; aggregator/outputs.h builds the
 // aggregator's, the run database follower, rlscope_ray/rundb.py, writes db).
@@ -136,6 +141,7 @@ inline constexpr std::pair<const char*, const char*> kAll[] = {
     {"CPU_OTHER", kCpuOther},
     {"CPU_PROFILER", kCpuProfiler},
     {"RUN_FORMAT", kRunFormat},
+    {"FIGURES_FILE", kFiguresFile},
     {"FORMAT_JSON", kFormatJson},
     {"FORMAT_PFTRACE", kFormatPftrace},
     {"FORMAT_DB", kFormatDb},

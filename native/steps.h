@@ -24,6 +24,23 @@ inline int64_t Number(bool has_payload, uint64_t payload, int64_t next) {
   return has_payload && n >= 0 ? n : next;
 }
 
+// The steps whose events are recorded: every step when always_on is on
+// (each gets its figures; `steps` are written in full, and those a trigger
+// picks after they ended), else those `steps` selects. Every arming rule
+// below takes this selection.
+inline const IntSelection& RecordedSteps(const Config& config) {
+  static const IntSelection kAll{};
+  return config.always_on.enabled ? kAll : config.steps;
+}
+
+// Whether a recorded step is in its full detail at the CPU sampler's rate
+// (cpu.sampling_hz) rather than always_on.sampling_hz: `steps` chooses it.
+// For a worker told of a window for `step`, the one the window opens for
+// and the step after it (WorkersArmedDuring).
+inline bool ChosenUpFront(const Config& config, int64_t step) {
+  return !config.always_on.enabled || config.steps.Contains(step);
+}
+
 // The controller records a step's events when the step is selected: from the
 // end of the step before it (before step 1: from the start) to its own end.
 inline bool ControllerArmedBefore(const IntSelection& steps, int64_t next_step) { return steps.Contains(next_step); }

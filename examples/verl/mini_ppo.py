@@ -291,6 +291,9 @@ def main() -> int:
     ap.add_argument("--relays", choices=("auto", "on", "off"), default="auto",
                     help="rlscope_ray.init(relays=...): auto (default) relays only across hosts; on: one per host "
                          "even here")
+    ap.add_argument("--always-on", action="store_true",
+                    help="always_on: every step's figures in <out>/figures.jsonl and the run database; --capture "
+                         "steps, and steps that go wrong, written in full")
     ap.add_argument("--timings", help="write wall/setup/loop seconds as JSON to this file (benchmarks)")
     args = ap.parse_args()
     out = Path(args.out).resolve()
@@ -316,6 +319,8 @@ def main() -> int:
                   "flush": {"step_grace_ms": 3000}, "discrete": args.discrete}
         if args.subtasks:
             config["subtasks"] = args.subtasks.split(",")
+        if args.always_on:
+            config["always_on"] = {"enabled": True}
         rlscope_ray.init(config=config, address=cluster.address, output_dir=str(out), relays=args.relays,
                          logging_level="warning", log_to_driver=True)
         rlscope_value = (lambda r: {"rank": r}) if args.profile == "on" else (lambda r: {"enabled": False})

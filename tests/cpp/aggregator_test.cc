@@ -55,6 +55,7 @@
 #include "aggregator/summary_json.h"
 #include "native/names.h"
 #include "aggregator/timeline.h"
+#include "aggregator/triggers.h"
 #include "native/config.h"
 #include "native/event.h"
 #include "native/probe_packet.h"
@@ -2843,7 +2844,7 @@ TEST(StepFilesTest, TheFactoryBuildsOneOutputPerFormatAndRunJsonListsThem) {
   std::ifstream in(dir.path() + "/b/run.json");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, ::testing::HasSubstr(R"("output_formats":["json","db"])"));
-  EXPECT_EQ(FilesIn(dir.path() + "/b"), (std::vector<std::string>{"run.json", "step_2"}));
+  EXPECT_EQ(FilesIn(dir.path() + "/b"), (std::vector<std::string>{"figures.jsonl", "run.json", "step_2"}));
 }
 
 TEST(StepFilesTest, AStepWhoseDetailIsFiguresOnlyGetsNoTrace) {
@@ -2855,6 +2856,30 @@ TEST(StepFilesTest, AStepWhoseDetailIsFiguresOnlyGetsNoTrace) {
   ASSERT_TRUE(files->ExportStep(EmptyStep(4))) << files->last_error();
   EXPECT_EQ(FilesIn(dir.path() + "/step_3"), (std::vector<std::string>{"summary.json"}));
   EXPECT_EQ(FilesIn(dir.path() + "/step_4"), (std::vector<std::string>{"summary.json", "trace.json", "trace.pftrace"}));
+}
+
+// Always on: a figures-only step is one line of figures.jsonl and no
+// directory; a full step has its directory and its line; a discrete
+// capture has no line of its own (its step has one).
+TEST(StepFilesTest, AFiguresOnlyStepIsALineOfFiguresJsonlAndNoDirectory) {
+  TempDir dir;
+  const auto files = MakeStepFiles(dir.path(), {"json", "pftrace"}, 1);
+  StepProfile quiet = EmptyStep(3);
+  quiet.figures_only = true;
+  StepProfile slow = EmptyStep(4);
+  slow.trigger = "slow: made so";
+  StepProfile capture = EmptyStep(4);
+  capture.capture = "gen";
+  ASSERT_TRUE(files->ExportStep(quiet)) << files->last_error();
+  ASSERT_TRUE(files->ExportStep(capture)) << files->last_error();
+  ASSERT_TRUE(files->ExportStep(slow)) << files->last_error();
+  EXPECT_EQ(FilesIn(dir.path()), (std::vector<std::string>{"figures.jsonl", "step_4"}));
+  std::ifstream in(dir.path() + "/figures.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0], ::testing::HasSubstr(R"({"step":3,"detail":"figures","trigger":null,)"));
+  EXPECT_THAT(lines[1], ::testing::HasSubstr(R"({"step":4,"detail":"full","trigger":"slow: made so",)"));
 }
 
 TEST(StepFilesTest, ShutdownStopsTheTraceWritersThreadAndLaterExportsFail) {
@@ -3422,6 +3447,85 @@ TEST(PriorityOrderTest, ControllerAndNewcomersFirstEachPeersOrderKept) {
   // it sent before).
   const std::vector<std::string> again = {batch, hello};
   EXPECT_EQ(Aggregator::PriorityOrder(again, {"x", "x"}, {true, true}, ""), (std::vector<size_t>{0, 1}));
+}
+
+// ---- Always on: triggers (triggers.h), on constructed steps.
+
+namespace {
+
+StepProfile TimedStep(int64_t n, int64_t begin_ms, int64_t duration_ms) {
+  StepProfile s;
+  s.step = n;
+  s.begin_ns = begin_ms * kMs;
+  s.end_ns = (begin_ms + duration_ms) * kMs;
+  return s;
+}
+
+}  // namespace
+
+TEST(StepTriggersTest, ASlowStepIsPickedWarmUpAndChosenStepsNeverAre) {
+  Config::AlwaysOn config;
+  config.slower_than = 1.5;
+  config.warmup_steps = 2;
+  config.recent_steps = 4;
+  config.memory_jump_mb = 0;
+  StepTriggers t;
+  int64_t at = 0;
+  auto decide = [&](int64_t n, int64_t ms, bool chosen = false) {
+    const std::string why = t.Decide(TimedStep(n, at, ms), chosen, config);
+    at += ms;
+    return why;
+  };
+  EXPECT_EQ(decide(1, 500), "");  // warm-up: never, however slow
+  EXPECT_EQ(decide(2, 400), "");
+  for (int64_t n = 3; n <= 5; ++n) EXPECT_EQ(decide(n, 100), "") << n;  // the baseline fills
+  EXPECT_EQ(decide(6, 900, /*chosen=*/true), "");                       // chosen: full anyway, and no one's baseline
+  const std::string why = decide(7, 160);
+  EXPECT_THAT(why, ::testing::StartsWith("slow: 160.0 ms, 1.60 x the median of the 3 steps before (100.0 ms"));
+  EXPECT_EQ(decide(8, 140), "");  // 1.4 x: not slow
+  // The baseline is the last recent_steps eligible steps: 100, 100, 160, 140 -> median 140 (the upper middle).
+  EXPECT_EQ(decide(9, 200), "");
+  EXPECT_THAT(decide(10, 300), ::testing::StartsWith("slow: "));
+}
+
+TEST(StepTriggersTest, StepsBegunWhileAFullStepWasWrittenNeitherTriggerNorCount) {
+  Config::AlwaysOn config;
+  config.warmup_steps = 0;
+  config.memory_jump_mb = 0;
+  config.min_slower_ms = 50;
+  StepTriggers t;
+  for (int64_t n = 1; n <= 3; ++n) EXPECT_EQ(t.Decide(TimedStep(n, n * 100, 100), false, config), "");
+  EXPECT_THAT(t.Decide(TimedStep(4, 400, 400), false, config), ::testing::StartsWith("slow: "));
+  t.WroteFull(1000 * kMs);  // its write was done at 1000 ms
+  // Began at 800 ms, while it was written: as slow, and not picked.
+  EXPECT_EQ(t.Decide(TimedStep(5, 800, 400), false, config), "");
+  // 1.6 x, but 60 ms over the median: min_slower_ms holds; 149 ms is 49 over it: not.
+  EXPECT_THAT(t.Decide(TimedStep(6, 1200, 160), false, config), ::testing::StartsWith("slow: "));
+  EXPECT_EQ(t.Decide(TimedStep(7, 1400, 100), false, config), "");
+  StepTriggers u;
+  for (int64_t n = 1; n <= 3; ++n) EXPECT_EQ(u.Decide(TimedStep(n, n * 100, 100), false, config), "");
+  EXPECT_EQ(u.Decide(TimedStep(4, 400, 149), false, config), "");
+}
+
+TEST(StepTriggersTest, AMemoryJumpWithinAStepPicksIt) {
+  Config::AlwaysOn config;
+  config.warmup_steps = 0;
+  config.slower_than = 0;  // off
+  config.memory_jump_mb = 64;
+  FakeCollector w(7, "worker", 0, 700);
+  ProcessTimeline p(w.Hello());
+  StepTriggers t;
+  StepProfile step = TimedStep(1, 0, 100);
+  ProcessSlice slice;
+  slice.process = std::make_shared<const ProcessView>(p.View());
+  slice.rss = {{10 * kMs, 100 << 20}, {50 * kMs, 163 << 20}, {90 * kMs, 120 << 20}};  // rose 63 MiB
+  step.processes.push_back(slice);
+  EXPECT_EQ(t.Decide(step, false, config), "");
+  step.processes[0].rss[1].bytes = 164 << 20;
+  EXPECT_THAT(t.Decide(step, false, config), ::testing::HasSubstr("resident memory rose 64 MiB within the step"));
+  step.processes[0].rss = {{10 * kMs, 100 << 20}};
+  step.processes[0].gpu_allocated[0] = {{10 * kMs, 0}, {20 * kMs, int64_t{1} << 30}};
+  EXPECT_THAT(t.Decide(step, false, config), ::testing::HasSubstr("GPU 0 memory allocated rose 1024 MiB"));
 }
 
 }  // namespace rlscope

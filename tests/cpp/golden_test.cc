@@ -239,7 +239,8 @@ TEST_P(Golden, TraceSummaryAndRunJsonAreByteForByteTheSame) {
   RunScenario(out, GetParam());
   ASSERT_TRUE(ZeroRunId(out / "run.json"));
   const std::set<std::string> written = Files(out);
-  ASSERT_EQ(written.size(), 1u + 3u * kSteps) << "run.json and per step a trace in each format and a summary";
+  ASSERT_EQ(written.size(), 2u + 3u * kSteps)
+      << "run.json, figures.jsonl and per step a trace in each format and a summary";
   if (std::getenv("RLSCOPE_UPDATE_GOLDEN") != nullptr) {
     fs::remove_all(golden);
     for (const std::string& f : written) {
