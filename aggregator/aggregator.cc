@@ -456,8 +456,8 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   if (profile.figures_only) {
     ++context_.stats.steps_figures_only;
   } else {
-    // Steps that began before this write was done are its, not their own (triggers.h).
-    triggers_.WroteFull(now_ns + (MonotonicNs() - emit_began_ns));
+    // What a step overlapping this write took is not its own (triggers.h).
+    triggers_.WroteFull(now_ns, now_ns + (MonotonicNs() - emit_began_ns));
     steps_written_.push_back(step.span.number);
     ++context_.stats.steps_written;
   }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -148,13 +149,35 @@ void BeginTable(JsonWriter& w, const char* key, std::initializer_list<const char
 }
 void EndTable(JsonWriter& w) { w.EndArray().EndObject(); }
 
+// The sub-tasks a line keeps: the kFiguresSubtasks with the most time in
+// the step (their breakdown rows' windows summed), and the whole step's row.
+std::set<std::string> KeptSubtasks(const StepAnalysis& a, size_t* omitted) {
+  std::map<std::string, int64_t> time;
+  for (const BreakdownRow& r : a.rows) time[r.subtask] += r.window_ns;
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const auto& [name, ns] : time) {
+    if (name != "step") order.emplace_back(-ns, name);
+  }
+  std::sort(order.begin(), order.end());
+  std::set<std::string> kept = {"step"};
+  for (size_t i = 0; i < order.size() && i < kFiguresSubtasks; ++i) kept.insert(order[i].second);
+  *omitted = order.size() > kFiguresSubtasks ? order.size() - kFiguresSubtasks : 0;
+  return kept;
+}
+
 // breakdown, stragglers and critical_path of summary.json, as tables whose
-// `process` is an index into the line's processes.
+// `process` is an index into the line's processes; the critical path per
+// sub-task over its occurrences (their times summed; the critical process
+// the one critical for the most time).
 void WriteAnalysis(JsonWriter& w, const StepAnalysis& a) {
+  size_t omitted = 0;
+  const std::set<std::string> kept = KeptSubtasks(a, &omitted);
+  w.Key("subtasks_omitted").Uint(omitted);
   BeginTable(w, "subtasks",
              {"subtask", "occurrences", "process", "window_ms", "cpu_only_ms", "gpu_only_ms", "cpu_gpu_ms", "idle_ms",
               "overhead_ms", "attribution"});
   for (const BreakdownRow& r : a.rows) {
+    if (kept.count(r.subtask) == 0) continue;
     w.BeginArray().String(r.subtask).Int(r.occurrences).Int(r.process);
     G4(w, Ms(r.window_ns));
     G4(w, Ms(r.overlap.cpu_only));
@@ -168,6 +191,7 @@ void WriteAnalysis(JsonWriter& w, const StepAnalysis& a) {
   EndTable(w);
   BeginTable(w, "stragglers", {"subtask", "ranks", "slowest_process", "slowest_ms", "median_ms", "fastest_ms"});
   for (const Straggler& s : a.stragglers) {
+    if (kept.count(s.subtask) == 0) continue;
     w.BeginArray().String(s.subtask).Int(s.ranks).Int(s.slowest);
     G4(w, Ms(s.slowest_ns));
     G4(w, Ms(s.median_ns));
@@ -175,15 +199,37 @@ void WriteAnalysis(JsonWriter& w, const StepAnalysis& a) {
     w.EndArray();
   }
   EndTable(w);
-  BeginTable(w, "critical_path",
-             {"subtask", "occurrence", "begin_ms", "duration_ms", "critical_process", "critical_ms", "median_ms"});
+  struct Path {
+    int occurrences = 0;
+    int64_t begin_ns = -1, duration_ns = 0, critical_ns = 0, median_ns = 0;
+    std::map<int, int64_t> critical;  // process -> its critical time
+  };
+  std::vector<std::string> order;  // first occurrence order
+  std::map<std::string, Path> paths;
   for (const CriticalSegment& c : a.critical_path) {
-    w.BeginArray().String(c.subtask).Int(c.occurrence);
-    G4(w, Ms(c.begin_ns));
-    G4(w, Ms(c.duration_ns));
-    w.Int(c.critical);
-    G4(w, Ms(c.critical_ns));
-    G4(w, Ms(c.median_ns));
+    if (kept.count(c.subtask) == 0) continue;
+    Path& p = paths[c.subtask];
+    if (p.occurrences++ == 0) {
+      order.push_back(c.subtask);
+      p.begin_ns = c.begin_ns;
+    }
+    p.duration_ns += c.duration_ns;
+    p.critical_ns += c.critical_ns;
+    p.median_ns += c.median_ns;
+    p.critical[c.critical] += c.critical_ns;
+  }
+  BeginTable(w, "critical_path",
+             {"subtask", "occurrences", "begin_ms", "duration_ms", "critical_process", "critical_ms", "median_ms"});
+  for (const std::string& name : order) {
+    const Path& p = paths[name];
+    const auto most = std::max_element(p.critical.begin(), p.critical.end(),
+                                       [](const auto& x, const auto& y) { return x.second < y.second; });
+    w.BeginArray().String(name).Int(p.occurrences);
+    G4(w, Ms(p.begin_ns));
+    G4(w, Ms(p.duration_ns));
+    w.Int(most->first);
+    G4(w, Ms(p.critical_ns));
+    G4(w, Ms(p.median_ns));
     w.EndArray();
   }
   EndTable(w);

@@ -11,9 +11,10 @@
 
 namespace rlscope {
 
-// Most ranges and kernels listed per process (by total time), and the
+// Most ranges and kernels listed per process (by total time), most
+// sub-tasks (by time; the rest counted in subtasks_omitted), and the
 // longest name kept: the rest are what a full trace is for.
-inline constexpr size_t kFiguresTopRanges = 8, kFiguresTopKernels = 5, kFiguresNameChars = 96;
+inline constexpr size_t kFiguresTopRanges = 8, kFiguresTopKernels = 5, kFiguresSubtasks = 16, kFiguresNameChars = 96;
 
 // The step's line of figures.jsonl, newline included.
 std::string StepFiguresJson(const StepProfile& step);

@@ -49,8 +49,10 @@ std::string MemoryJump(const StepProfile& step, int64_t jump_mb) {
 
 std::string StepTriggers::Decide(const StepProfile& step, bool chosen, const Config::AlwaysOn& config) {
   ++seen_;
-  if (chosen || seen_ <= config.warmup_steps || step.begin_ns < full_done_ns_) return "";
-  const int64_t ns = StepTimeNs(step);
+  if (chosen || seen_ <= config.warmup_steps) return "";
+  int64_t overlap = 0;
+  for (const auto& [b, e] : writes_) overlap += std::max<int64_t>(0, std::min(e, step.end_ns) - std::max(b, step.begin_ns));
+  const int64_t ns = std::max<int64_t>(0, StepTimeNs(step) - overlap);
   std::string why;
   if (config.slower_than > 0 && recent_.size() >= kMinBaseline) {
     std::vector<int64_t> sorted(recent_.begin(), recent_.end());
@@ -71,6 +73,9 @@ std::string StepTriggers::Decide(const StepProfile& step, bool chosen, const Con
   return why;
 }
 
-void StepTriggers::WroteFull(int64_t done_ns) { full_done_ns_ = std::max(full_done_ns_, done_ns); }
+void StepTriggers::WroteFull(int64_t begin_ns, int64_t end_ns) {
+  writes_.emplace_back(begin_ns, end_ns);
+  if (writes_.size() > kWritesKept) writes_.pop_front();
+}
 
 }  // namespace rlscope

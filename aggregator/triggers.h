@@ -8,14 +8,16 @@
 // steps and above that median by always_on.min_slower_ms, or when a
 // process's resident or GPU memory rose always_on.memory_jump_mb within it.
 // Not eligible, neither to trigger nor as anyone's baseline: the run's first
-// always_on.warmup_steps recorded steps; steps chosen up front (they record
-// at the full sampling rate); steps that began before the last full write
-// was done (a full write must not trigger the next one).
+// always_on.warmup_steps recorded steps and steps chosen up front (they
+// record at the full sampling rate). A full write must not trigger the next
+// step: a step's time is taken less the time it overlapped the aggregator's
+// full writes (WroteFull), the most they can have slowed it.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 
 #include "aggregator/step_profile.h"
 #include "native/config.h"
@@ -30,13 +32,14 @@ class StepTriggers {
   // `step`: cut and corrected; `chosen`: `steps` selects it. "" when it
   // stays figures only (or is chosen), else why it is written in full.
   std::string Decide(const StepProfile& step, bool chosen, const Config::AlwaysOn& config);
-  // A step was written in full, done at `done_ns` (aggregator clock).
-  void WroteFull(int64_t done_ns);
+  // A step was written in full from `begin_ns` to `end_ns` (aggregator clock).
+  void WroteFull(int64_t begin_ns, int64_t end_ns);
 
  private:
-  int64_t seen_ = 0;             // recorded steps decided so far
-  std::deque<int64_t> recent_;   // eligible steps' times, newest last
-  int64_t full_done_ns_ = 0;     // when the last full write was done
+  static constexpr size_t kWritesKept = 64;
+  int64_t seen_ = 0;            // recorded steps decided so far
+  std::deque<int64_t> recent_;  // eligible steps' times, newest last
+  std::deque<std::pair<int64_t, int64_t>> writes_;  // the last full writes, newest last
 };
 
 }  // namespace rlscope

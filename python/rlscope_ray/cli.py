@@ -12,6 +12,8 @@
                                       # A/B: the correction.scale for this workload
     rlscope-ray query DIR "SQL"       # SQL over the run's database DIR/run.duckdb, CSV out
     rlscope-ray stats DIR             # canned tables across steps (per rank, trend, stragglers)
+    rlscope-ray diff RUN_A [RUN_B] [--a-steps N-M] [--b-steps N-M] [--report]
+                                      # what changed beyond the steps' noise, and where it went
     rlscope-ray export hta RUN_DIR --step N --out DIR
                                       # per-rank traces of step N that Holistic Trace
                                       # Analysis loads (docs/exports.md)
@@ -33,6 +35,9 @@ one-line error naming its kept log, exit status 2.
 the steps written since, then read it (docs/run_database.md): a DIR that is
 not a run directory this version reads is one line and exit status 1; SQL that
 DuckDB refuses, its message and exit status 2.
+``diff`` (rlscope_ray.diff) compares the steps' figures (figures.jsonl) of two
+runs or two step ranges; a run or range it cannot compare is one line and exit
+status 1.
 ``export hta`` (rlscope_ray.hta_export, pure Python, HTA not needed) writes
 DIR/rank_<r>.json per rank of RUN_DIR/step_<N>; a run or step directory that
 is missing, or a run.json of an unknown format, is one line and exit status 1.
@@ -154,6 +159,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return rundb_cli.query_main(rest) if cmd == "query" else rundb_cli.stats_main(rest)
     if cmd == "export":
         return _export(rest)
+    if cmd == "diff":
+        from .diff import main as diff_main
+
+        return diff_main(rest)
     if cmd == "calibrate":
         from .ab_calibration import main as calibrate_main
 

@@ -26,12 +26,12 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import _native
+from . import _native, figures
 from ._native import names as _names
 
-SCHEMA_VERSION = 2  # 2: processes.clock_basis, clock_fitness
+SCHEMA_VERSION = 3  # 2: processes.clock_basis, clock_fitness; 3: figures-only steps, steps.detail, trigger, memory
 DB_NAME = "run.duckdb"
 RUN_FORMATS = (_names.RUN_FORMAT,)  # the run.json formats this module reads
 LOCK_RETRY_S = 5.0
@@ -63,12 +63,14 @@ SCHEMA = [
     """CREATE TABLE IF NOT EXISTS steps (step BIGINT PRIMARY KEY, begin_ns BIGINT, end_ns BIGINT,
         duration_ms DOUBLE, corrected_ms DOUBLE, subtracted_ms DOUBLE, uncertainty_ms DOUBLE,
         systematic_ms DOUBLE, correction_enabled BOOLEAN, reason VARCHAR, processes BIGINT, spans BIGINT,
-        instants BIGINT, dropped BIGINT, late_processes BIGINT, lost_processes BIGINT, not_profiled BIGINT)""",
+        instants BIGINT, dropped BIGINT, late_processes BIGINT, lost_processes BIGINT, not_profiled BIGINT,
+        detail VARCHAR, trigger VARCHAR)""",
     """CREATE TABLE IF NOT EXISTS processes (step BIGINT, session VARCHAR, label VARCHAR, host VARCHAR,
         pid BIGINT, rank BIGINT, role VARCHAR, name VARCHAR, selected BOOLEAN, spans BIGINT, instants BIGINT,
         gpu_records BIGINT, cpu_samples BIGINT, events_received BIGINT, dropped BIGINT, unmatched BIGINT,
         overhead_ms DOUBLE, overhead_uncertainty_ms DOUBLE, overhead_events BIGINT, profiler_thread_ms DOUBLE,
-        clock_bound_ns BIGINT, clock_basis VARCHAR, clock_fitness VARCHAR)""",
+        clock_bound_ns BIGINT, clock_basis VARCHAR, clock_fitness VARCHAR, rss_end_mb DOUBLE,
+        rss_change_mb DOUBLE)""",
     """CREATE TABLE IF NOT EXISTS spans (step BIGINT, session VARCHAR, pid BIGINT, rank BIGINT, tid BIGINT,
         thread VARCHAR, name VARCHAR, category VARCHAR, async BOOLEAN, begin_ns BIGINT, end_ns BIGINT,
         dur_ns BIGINT, args JSON)""",
@@ -97,11 +99,11 @@ SCHEMA = [
 COLUMNS = {
     "steps": ["step", "begin_ns", "end_ns", "duration_ms", "corrected_ms", "subtracted_ms", "uncertainty_ms",
               "systematic_ms", "correction_enabled", "reason", "processes", "spans", "instants", "dropped",
-              "late_processes", "lost_processes", "not_profiled"],
+              "late_processes", "lost_processes", "not_profiled", "detail", "trigger"],
     "processes": ["step", "session", "label", "host", "pid", "rank", "role", "name", "selected", "spans",
                   "instants", "gpu_records", "cpu_samples", "events_received", "dropped", "unmatched",
                   "overhead_ms", "overhead_uncertainty_ms", "overhead_events", "profiler_thread_ms",
-                  "clock_bound_ns", "clock_basis", "clock_fitness"],
+                  "clock_bound_ns", "clock_basis", "clock_fitness", "rss_end_mb", "rss_change_mb"],
     "subtasks": ["step", "subtask", "rank", "session", "process", "role", "occurrences", "window_ms", "busy_ms",
                  "cpu_only_ms", "gpu_only_ms", "cpu_gpu_ms", "idle_ms", "overhead_ms", "attribution"],
     "stragglers": ["step", "subtask", "ranks", "slowest_rank", "slowest_process", "slowest_ms", "median_ms",
@@ -189,7 +191,8 @@ def _summary_rows(s: Dict[str, Any]) -> Dict[str, List[tuple]]:
                           corr.get("subtracted_ms"), corr.get("uncertainty_ms"), corr.get("systematic_ms"),
                           corr.get("enabled"), s.get("reason"), totals.get("processes"), totals.get("spans"),
                           totals.get("instants"), totals.get("dropped"), len(s.get("late_processes") or []),
-                          len(s.get("lost_processes") or []), len(s.get("not_profiled") or [])))
+                          len(s.get("lost_processes") or []), len(s.get("not_profiled") or []),
+                          s.get("detail") or "full", s.get("trigger")))
     for p in s.get("processes") or []:
         rows["processes"].append((step, p.get("session"), p.get("label"), p.get("host"), p.get("pid"), p.get("rank"),
                                   p.get("role"), p.get("name"), p.get("selected"), p.get("spans"), p.get("instants"),
@@ -198,7 +201,8 @@ def _summary_rows(s: Dict[str, Any]) -> Dict[str, List[tuple]]:
                                   _num(p, "overhead", "subtracted_ms"), _num(p, "overhead", "uncertainty_ms"),
                                   _num(p, "overhead", "events"), _num(p, "overhead", "profiler_thread_ms"),
                                   _num(p, "clock", "bound_ns"), (p.get("clock") or {}).get("basis"),
-                                  p.get("clock_fitness")))
+                                  p.get("clock_fitness"), _num(p, "memory", "rss_end_mb"),
+                                  _num(p, "memory", "rss_change_mb")))
     for b in s.get("breakdown") or []:
         busy = sum(b.get(k) or 0.0 for k in ("cpu_only_ms", "gpu_only_ms", "cpu_gpu_ms"))
         att = b.get("attribution")
@@ -302,12 +306,15 @@ def _read_summary(run_dir: str, step: int) -> Optional[Dict[str, Any]]:
     return summary if isinstance(summary, dict) and summary.get("step") == step else None
 
 
-def _ingest_steps(con, run_dir: str, steps: Iterable[int]) -> List[int]:
+def _ingest_steps(con, run_dir: str, steps: Iterable[int],
+                  figs: Optional[Dict[int, Dict[str, Any]]] = None) -> List[int]:
     """Written steps whose summary.json reads, in one transaction; if that
     fails, each in its own, so that a step that cannot go in keeps no other
     out (its error is raised once the others are in). Returns the steps
-    ingested."""
+    ingested. `figs`: figures lines by step, whose trigger a step takes."""
     summaries = [s for s in (_read_summary(run_dir, n) for n in steps) if s is not None]
+    for s in summaries:
+        s["trigger"] = ((figs or {}).get(s["step"]) or {}).get("trigger")
     try:
         return _ingest_summaries(con, run_dir, summaries)
     except Exception as first:
@@ -322,6 +329,13 @@ def _ingest_steps(con, run_dir: str, steps: Iterable[int]) -> List[int]:
         if len(ingested) < len(summaries):
             raise first
         return ingested
+
+
+def _new_figures(con, run_dir: str) -> Tuple[List[Dict[str, Any]], int]:
+    """figures.jsonl's lines past the offset the database took last (meta
+    figures_offset), and the offset after them."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'figures_offset'").fetchone()
+    return figures.read_from(run_dir, int(row[0]) if row else 0)
 
 
 def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]]) -> List[int]:
@@ -440,10 +454,22 @@ def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 
         new = [s for s in written if s not in have]
         if keep_free and new:
             _check_room(run_dir, new, keep_free)
-        added = _ingest_steps(con, run_dir, new)
+        # Always on: figures.jsonl's new lines. A full step's says why it
+        # was written in full (its trigger); a figures-only step is its line.
+        figs, offset = _new_figures(con, run_dir)
+        by_step = {f["step"]: f for f in figs}
+        added = _ingest_steps(con, run_dir, new, by_step)
+        have.update(added)
+        only = [figures.as_summary(f) for n, f in sorted(by_step.items())
+                if f.get("detail") == "figures" and n not in have]
+        added += _ingest_summaries(con, run_dir, only)
+        for n, f in by_step.items():  # a full step ingested before its line was there
+            if f.get("detail") == "full" and f.get("trigger") and n in have:
+                con.execute("UPDATE steps SET trigger = ? WHERE step = ?", [f["trigger"], n])
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('figures_offset', ?)", [str(offset)])
     finally:
         con.close()
-    return added
+    return sorted(added)
 
 
 def _alive(pid: int) -> bool:
@@ -479,9 +505,15 @@ def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
         known.clear()
         known.add(which)
     written = {int(s) for s in run.get("steps_written") or []}
-    if not last and None in known and written <= known:
+    try:
+        grown = ("figures_size", os.path.getsize(figures.path(run_dir)))
+    except OSError:
+        grown = ("figures_size", 0)
+    if not last and None in known and written <= known and grown in known:
         return False  # nothing new: the database is not opened
     added = update(run_dir, run, keep_free=DISK_RESERVE_BYTES)
+    known.difference_update({k for k in known if isinstance(k, tuple) and k[0] == "figures_size"})
+    known.add(grown)
     # In it now: every written step whose summary is there (written whole, by rename).
     known.update(n for n in written if os.path.exists(os.path.join(run_dir, f"step_{n}", "summary.json")))
     known.add(None)  # updated once: the database exists
@@ -490,33 +522,83 @@ def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
     return False
 
 
-def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr, sleep=time.sleep) -> int:
+def follow(run_dir: str, pid: int, interval_s: float = 0.5, log=sys.stderr, sleep=time.sleep,
+           metrics_port: Optional[int] = None) -> int:
     """Updates run_dir's database while process `pid` (the aggregator) runs,
     then once more; exits 0 whatever happens to the database, its last line
     DONE_LINE however it ends. `sleep(interval_s)` between looks (a test
-    counts looks with its own)."""
+    counts looks with its own). Serves the metrics endpoint on the run's
+    metrics.port, or on `metrics_port` (0: any free port) when given."""
     try:
-        return _follow(run_dir, pid, interval_s, log, sleep)
+        return _follow(run_dir, pid, interval_s, log, sleep, metrics_port)
     finally:
         print(DONE_LINE, file=log, flush=True)
 
 
-def _follow(run_dir: str, pid: int, interval_s: float, log, sleep) -> int:
+def _start_metrics(run_dir: str, log, port_override: Optional[int] = None):
+    """The metrics endpoint (rlscope_ray.metrics) when the run's config
+    sets metrics.port (or `port_override`, not None): its StepMetrics,
+    serving; False when it is off or cannot be (said once); None while
+    run.json cannot be read yet."""
+    try:
+        run = read_run_json(run_dir)
+        from . import settings
+
+        config = settings.merge([(str(run.get("config_yaml") or ""), "run.json config_yaml", False)])
+    except RunDirError:
+        return None
+    except Exception as e:  # never the run's failure
+        print(f"rundb: no metrics: the run's config cannot be read: {e}", file=log, flush=True)
+        return False
+    m = config.get("metrics") or {}
+    port, host = int(m.get("port") or 0), str(m.get("host") or "127.0.0.1")
+    if port_override is not None:
+        port = port_override
+    if port == 0 and port_override is None:
+        return False
+    try:
+        from . import metrics
+
+        step_metrics = metrics.StepMetrics()
+        server = metrics.serve(step_metrics, port, host)
+    except Exception as e:  # no prometheus_client, the port taken: said, the database goes on
+        print(f"rundb: no metrics on {host}:{port}: {type(e).__name__}: {e}", file=log, flush=True)
+        return False
+    print(f"rundb: metrics on http://{host}:{server.server_address[1]}/metrics", file=log, flush=True)
+    return step_metrics
+
+
+def _follow(run_dir: str, pid: int, interval_s: float, log, sleep, metrics_port: Optional[int] = None) -> int:
     try:
         import duckdb  # noqa: F401
+        db = True
     except ImportError as e:
         print(f"rundb: no run database ({e}); pip install duckdb to have one", file=log, flush=True)
-        return 0
+        db = False
     os.umask(0o077)
     said_no_room = False
     said_failed = ""
     known: set = set()
+    step_metrics = None  # None: not decided yet (no run.json); False: off
     while True:
         last = not _alive(pid)
+        if step_metrics is None:
+            step_metrics = _start_metrics(run_dir, log, metrics_port)
+        if step_metrics:
+            try:
+                step_metrics.follow(run_dir)
+            except Exception as e:  # never the run's failure
+                print(f"rundb: metrics update failed: {type(e).__name__}: {e}", file=log, flush=True)
+        if not db:
+            if step_metrics is False or last:
+                return 0
+            sleep(interval_s)
+            continue
         try:
             if _follow_once(run_dir, log, known, last):
                 print("rundb: output.formats leaves db out; no run database", file=log, flush=True)
-                return 0
+                db = False
+                continue
             said_no_room = False
         except NoRoom as e:  # the run's own files first: tried again at the next look
             if not said_no_room:
@@ -542,11 +624,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     f.add_argument("run_dir", metavar="RUN_DIR")
     f.add_argument("--pid", type=int, required=True, help="the aggregator's pid")
     f.add_argument("--interval", type=float, default=0.5, help="seconds between looks at run.json")
+    f.add_argument("--metrics-port", type=int, help="serve the metrics here (0: a free port), whatever the run's "
+                   "metrics.port")
     u = sub.add_parser("update", help="ingest RUN_DIR's written steps not yet in its database")
     u.add_argument("run_dir", metavar="RUN_DIR")
     ns = parser.parse_args(argv)
     if ns.cmd == "follow":
-        return follow(ns.run_dir, ns.pid, ns.interval)
+        return follow(ns.run_dir, ns.pid, ns.interval, metrics_port=ns.metrics_port)
     try:
         print(" ".join(str(s) for s in update(ns.run_dir)))
     except RunDirError as e:

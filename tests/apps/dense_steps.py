@@ -38,11 +38,13 @@ def work(x: int) -> int:
     return x
 
 
-def one_step(s: int, args: argparse.Namespace, x: int, mats):  # type: ignore[no-untyped-def]
-    """Step `s`: its ranges around the work, in --style; (x, the test clock
-    just after the step began)."""
+def one_step(s: int, args: argparse.Namespace, x: int, mats, sleep_ms: float = 0.0):  # type: ignore[no-untyped-def]
+    """Step `s`: its ranges around the work, in --style, and a sleep of
+    `sleep_ms`; (x, the test clock just after the step began)."""
     with rlscope_ray.step(s):
         g0 = _native.test_clock_ns()
+        if sleep_ms:
+            time.sleep(sleep_ms / 1e3)
         if args.style == "push":
             for _ in range(args.ranges):
                 nvtx.push_range("op")
@@ -82,6 +84,8 @@ def main() -> None:
     ap.add_argument("--style", choices=("push", "annotate", "start", "nested", "torch"), default="push")
     ap.add_argument("--report")
     ap.add_argument("--untooled-steps", default="", help="comma-separated steps run untooled (bench only)")
+    ap.add_argument("--sleep-step", type=int, default=0, help="this step also sleeps --sleep-ms (made slow)")
+    ap.add_argument("--sleep-ms", type=float, default=0.0)
     args = ap.parse_args()
     untooled = {int(v) for v in args.untooled_steps.split(",") if v.strip()}
     x, mats = 1, None
@@ -95,7 +99,7 @@ def main() -> None:
     for s in range(1, args.steps + 1):
         with nvtx_fast.untooled() if s in untooled else contextlib.nullcontext():
             t0 = time.perf_counter()
-            x, g0 = one_step(s, args, x, mats)
+            x, g0 = one_step(s, args, x, mats, args.sleep_ms if s == args.sleep_step else 0.0)
             clock.append([g0, _native.test_clock_ns()])
             steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:

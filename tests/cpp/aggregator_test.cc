@@ -3488,23 +3488,24 @@ TEST(StepTriggersTest, ASlowStepIsPickedWarmUpAndChosenStepsNeverAre) {
   EXPECT_THAT(decide(10, 300), ::testing::StartsWith("slow: "));
 }
 
-TEST(StepTriggersTest, StepsBegunWhileAFullStepWasWrittenNeitherTriggerNorCount) {
+TEST(StepTriggersTest, AStepIsTakenLessTheTimeItOverlappedAFullWrite) {
   Config::AlwaysOn config;
   config.warmup_steps = 0;
   config.memory_jump_mb = 0;
   config.min_slower_ms = 50;
   StepTriggers t;
   for (int64_t n = 1; n <= 3; ++n) EXPECT_EQ(t.Decide(TimedStep(n, n * 100, 100), false, config), "");
-  EXPECT_THAT(t.Decide(TimedStep(4, 400, 400), false, config), ::testing::StartsWith("slow: "));
-  t.WroteFull(1000 * kMs);  // its write was done at 1000 ms
-  // Began at 800 ms, while it was written: as slow, and not picked.
+  EXPECT_THAT(t.Decide(TimedStep(4, 400, 400), false, config), ::testing::StartsWith("slow: 400.0 ms"));
+  t.WroteFull(850 * kMs, 1150 * kMs);  // step 4 written from 850 to 1150 ms
+  // 800-1200 ms: 400 ms, 300 of them beside the write: 100 ms of its own, not slow.
   EXPECT_EQ(t.Decide(TimedStep(5, 800, 400), false, config), "");
-  // 1.6 x, but 60 ms over the median: min_slower_ms holds; 149 ms is 49 over it: not.
-  EXPECT_THAT(t.Decide(TimedStep(6, 1200, 160), false, config), ::testing::StartsWith("slow: "));
-  EXPECT_EQ(t.Decide(TimedStep(7, 1400, 100), false, config), "");
+  // Slow beyond what the write took: picked, its time less the overlap.
+  EXPECT_THAT(t.Decide(TimedStep(6, 1100, 400), false, config), ::testing::StartsWith("slow: 350.0 ms"));
+  // 1.6 x, 60 ms over the median (100): picked; 149 ms is 49 over it: min_slower_ms holds it back.
   StepTriggers u;
   for (int64_t n = 1; n <= 3; ++n) EXPECT_EQ(u.Decide(TimedStep(n, n * 100, 100), false, config), "");
   EXPECT_EQ(u.Decide(TimedStep(4, 400, 149), false, config), "");
+  EXPECT_THAT(u.Decide(TimedStep(5, 600, 160), false, config), ::testing::StartsWith("slow: 160.0 ms"));
 }
 
 TEST(StepTriggersTest, AMemoryJumpWithinAStepPicksIt) {

@@ -112,3 +112,4 @@ class Page:
     steps: List[Step]
     charts: Dict[str, Any]  # chart id -> the data its drawer reads
     trend: List[Block] = field(default_factory=list)  # <section id="trend">
+    changes: List[Block] = field(default_factory=list)  # <section id="changes">: rlscope-ray diff --report

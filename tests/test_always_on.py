@@ -1,0 +1,240 @@
+"""Always on (config always_on, docs/always_on.md): every step's figures in
+figures.jsonl and the run database, full traces for the steps chosen up front
+and for a step that went wrong; `rlscope-ray diff`; the Prometheus endpoint.
+
+The real run is on the production path (real clock, correction on, CPU
+sampling): its one slow step is made slow on purpose (it sleeps 1.5 s more
+than the others, so it is over the 1 s margin whatever the machine's load);
+what is asserted is which steps were written in full, never a time. The diff
+is checked on constructed runs whose figures differ by a known amount."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import ROOT
+
+DENSE = ROOT / "tests/apps/dense_steps.py"
+STEPS, SLOW, CHOSEN = 12, 8, 3
+
+
+@pytest.fixture(scope="module")
+def always_on_run(tmp_path_factory, rlscope):
+    """A 12-step run, always on, step 3 chosen up front and step 8 made slow."""
+    from rlscope_ray import _native, settings
+    from rlscope_ray.aggregator_process import start_aggregator
+    from rlscope_ray.collector import collector_path
+
+    work = tmp_path_factory.mktemp("always_on")
+    out = work / "out"
+    config = {"steps": [CHOSEN], "always_on": {"enabled": True, "slower_than": 3, "min_slower_ms": 1000,
+                                                "warmup_steps": 2, "memory_jump_mb": 0}}
+    agg = start_aggregator(out, config=config, args=["--exit-when-done", "--exit-with-parent"],
+                           work_dir=work, database=True)
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
+        env.update({settings.AGGREGATOR: agg.endpoint, settings.ROLE: _native.names.CONTROLLER,
+                    settings.CONFIG: json.dumps(config), "NVTX_INJECTION64_PATH": collector_path()})
+        subprocess.run([sys.executable, str(DENSE), "--steps", str(STEPS), "--ranges", "300", "--style", "nested",
+                        "--sleep-step", str(SLOW), "--sleep-ms", "1500"], env=env, check=True, timeout=300,
+                       stdout=subprocess.DEVNULL)
+        agg.proc.wait(timeout=120)
+    finally:
+        agg.stop()  # waits for the database's last update
+    return out
+
+
+def test_a_slow_step_is_written_in_full_and_no_other_step_not_chosen(always_on_run):
+    from rlscope_ray import figures
+
+    out = always_on_run
+    run = json.loads((out / "run.json").read_text())
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("step_")) == [f"step_{CHOSEN}", f"step_{SLOW}"]
+    assert run["steps_written"] == [CHOSEN, SLOW]
+    assert run["steps_triggered"] == [SLOW]
+    assert run["steps_figures_only"] == STEPS - 2
+    figs = figures.load(str(out))
+    assert sorted(figs) == list(range(1, STEPS + 1))  # every step has its figures
+    assert {n: f["detail"] for n, f in figs.items() if f["detail"] == "full"} == {CHOSEN: "full", SLOW: "full"}
+    assert figs[CHOSEN]["trigger"] is None  # chosen up front, not triggered
+    assert figs[SLOW]["trigger"].startswith(f"slow: ") and "x the median of the" in figs[SLOW]["trigger"]
+    # The slow step in full: its trace holds its ranges, as a chosen step's does.
+    trace = json.loads((out / f"step_{SLOW}" / "trace.json").read_text())
+    assert sum(1 for e in trace["traceEvents"] if e.get("name") == "op" and e.get("ph") == "X") == 300 // 4
+    # Figures only: the line carries the step's sub-tasks and its processes'
+    # top ranges; a few KB per process.
+    f = figs[5]
+    assert f["detail"] == "figures" and f["processes"][0]["role"] == "controller"
+    assert [r[0] for r in f["processes"][0]["ranges"]][:1] == ["step"]
+    assert {r[0] for r in f["processes"][0]["ranges"]} >= {"outer", "mid", "op", "op2"}
+    for line in (out / "figures.jsonl").read_text().splitlines():
+        assert len(line) <= 4096 * len(json.loads(line)["processes"])
+
+
+def test_every_step_is_a_row_of_the_run_database(always_on_run):
+    from rlscope_ray import rundb
+
+    import duckdb
+
+    rundb.update(str(always_on_run))
+    con = duckdb.connect(rundb.db_path(str(always_on_run)), read_only=True)
+    try:
+        rows = con.execute("SELECT step, detail, trigger IS NOT NULL FROM steps ORDER BY step").fetchall()
+        spans = dict(con.execute("SELECT step, count(*) FROM spans GROUP BY step").fetchall())
+        procs = con.execute("SELECT count(DISTINCT step) FROM processes WHERE role = 'controller'").fetchone()[0]
+    finally:
+        con.close()
+    assert [r[0] for r in rows] == list(range(1, STEPS + 1))
+    assert {r[0]: r[1] for r in rows if r[1] == "full"} == {CHOSEN: "full", SLOW: "full"}
+    assert [r[0] for r in rows if r[2]] == [SLOW]
+    assert set(spans) == {CHOSEN, SLOW}  # ranges only of the steps written in full
+    assert procs == STEPS
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_metrics_endpoint_serves_the_latest_steps_figures_to_a_prometheus_client(always_on_run, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rlscope_ray import figures
+
+    port = _free_port()
+    log = tmp_path / "rundb.log"
+    # The follower as the aggregator's neighbour runs it, on this test's pid (alive throughout).
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "rlscope_ray.rundb", "follow", str(always_on_run),
+                                 "--pid", str(os.getpid()), "--metrics-port", str(port), "--interval", "0.1"],
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        families = {}
+        for _ in range(300):  # until it serves the last step (a bound on waiting, not an assertion)
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+                families = {m.name: m for m in text_string_to_metric_families(text)}
+                if families["rlscope_step"].samples[0].value == STEPS:
+                    break
+            except (OSError, KeyError, IndexError):
+                pass
+            time.sleep(0.1)
+        assert families, log.read_text()
+        assert families["rlscope_step"].samples[0].value == STEPS
+        steps = {s.labels["detail"]: s.value for s in families["rlscope_steps"].samples if s.name.endswith("_total")}
+        assert steps == {"figures": STEPS - 2, "full": 2}
+        triggered = {s.labels["why"]: s.value for s in families["rlscope_steps_triggered"].samples
+                     if s.name.endswith("_total")}
+        assert triggered == {"slow": 1}
+        last = figures.load(str(always_on_run))[STEPS]
+        corrected = families["rlscope_step_corrected_ms"].samples[0].value
+        assert corrected == pytest.approx(figures.step_ms(last))
+        busy = {(s.labels["subtask"], s.labels["role"]): s.value for s in families["rlscope_subtask_busy_ms"].samples}
+        assert ("step", "controller") in busy
+        assert "rundb: metrics on http://127.0.0.1:" in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# ---- rlscope-ray diff, on constructed runs.
+
+SUBTASKS = ("gen", "reward", "update_actor")
+RANKS = (0, 1, 2, 3)
+
+
+def _line(step: int, rng: random.Random, slow_rank=None, slow_ms=0.0, grow_rank=None, grow_mb=0.0) -> dict:
+    """A figures.jsonl line: a controller and four workers; each worker busy
+    about 10 ms (sd 0.4) in each sub-task; `slow_rank` slow_ms more in
+    update_actor, in backend code and its `backward` range."""
+    procs = [{"session": "c", "label": "controller", "rank": None, "role": "controller", "ranges": [],
+              "memory": {"rss_end_mb": 500.0}}]
+    for r in RANKS:
+        extra = slow_ms if r == slow_rank else 0.0
+        procs.append({"session": f"w{r}", "label": f"worker {r}", "rank": r, "role": "worker",
+                      "ranges": [["backward", 8.0 + rng.gauss(0, 0.3) + extra, 1], ["forward", 5.0 + rng.gauss(0, 0.3), 2]],
+                      "memory": {"rss_end_mb": 1000.0 + rng.gauss(0, 2) + (grow_mb * step if r == grow_rank else 0)}})
+    rows = []
+    for t in SUBTASKS:
+        rows.append([t, 1, 0, 30.0 + rng.gauss(0, 0.4), 0, 0, 0, 30.0, 0.01, None])
+        for i, r in enumerate(RANKS, 1):
+            base = 10.0 + rng.gauss(0, 0.4)
+            extra = slow_ms if (t == "update_actor" and r == slow_rank) else 0.0
+            busy = base + extra
+            att = {"cpu_ms": busy, "python_ms": base * 0.4, "backend_ms": base * 0.6 + extra}
+            rows.append([t, 1, i, 30.0, busy, 0, 0, 30.0 - busy, 0.01, att])
+    return {"step": step, "detail": "figures", "trigger": None, "duration_ms": 100.0 + rng.gauss(0, 1.0),
+            "reason": "complete", "correction": {"enabled": False}, "processes": procs,
+            "subtasks": {"columns": ["subtask", "occurrences", "process", "window_ms", "cpu_only_ms", "gpu_only_ms",
+                                     "cpu_gpu_ms", "idle_ms", "overhead_ms", "attribution"], "rows": rows}}
+
+
+def _write_run(path, lines) -> str:
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(json.dumps({"format": "rlscope-ray run v1", "config_yaml": ""}))
+    (path / "figures.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_diff_names_the_one_changed_subtask_on_one_rank_first_and_nothing_else(tmp_path):
+    from rlscope_ray import diff
+
+    a = _write_run(tmp_path / "a", [_line(n, random.Random(n)) for n in range(1, 61)])
+    b = _write_run(tmp_path / "b", [_line(n, random.Random(1000 + n), slow_rank=2, slow_ms=3.0)
+                                    for n in range(1, 61)])
+    d = diff.compare(diff.select(diff.read_steps(a), None, 0), diff.select(diff.read_steps(b), None, 0))
+    assert [(c["kind"], c["subtask"], c["who"]) for c in d["changes"]] == [("busy", "update_actor", "rank 2")]
+    (c,) = d["changes"]
+    assert c["change_ms"] == pytest.approx(3.0, abs=0.5)
+    assert c["categories"][0]["name"] == "backend" and c["categories"][0]["change_ms"] == pytest.approx(3.0, abs=0.5)
+    assert c["ranges"][0]["name"] == "backward"
+    assert not d["step"]["beyond_noise"]  # the step's time was made no different
+    assert d["memory_growth"] == []
+    # A/A: the same figures, other seeds: nothing beyond noise.
+    a2 = _write_run(tmp_path / "a2", [_line(n, random.Random(5000 + n)) for n in range(1, 61)])
+    same = diff.compare(diff.select(diff.read_steps(a), None, 0), diff.select(diff.read_steps(a2), None, 0))
+    assert same["changes"] == [] and not same["step"]["beyond_noise"]
+
+
+def test_diff_of_two_step_ranges_of_one_run_on_the_command_line_and_memory_growth(tmp_path, capsys):
+    from rlscope_ray import diff
+
+    lines = [_line(n, random.Random(n)) for n in range(1, 41)]
+    lines += [_line(n, random.Random(n), slow_rank=1, slow_ms=2.0, grow_rank=3, grow_mb=2.0) for n in range(41, 81)]
+    run = _write_run(tmp_path / "run", lines)
+    assert diff.main([run, "--a-steps", "1-40", "--b-steps", "41-80"]) == 0
+    out = capsys.readouterr().out
+    assert "A: " in out and "steps 1-40 (40 steps)" in out and "steps 41-80 (40 steps)" in out
+    changes = [line for line in out.splitlines() if re.match(r"\s+\d+\. ", line)]
+    assert len(changes) == 1 and "update_actor rank 1 busy" in changes[0]
+    (grows,) = re.findall(r"memory: rank 3: resident memory grows ([\d.]+) MB a step over steps 41-80", out)
+    assert float(grows) == pytest.approx(2.0, abs=0.1)  # 2 MB a step, under 2 MB of noise
+    assert "memory: rank" not in out.replace("memory: rank 3", "")
+    # One run needs both ranges; a bad range says what is wrong.
+    assert diff.main([run, "--a-steps", "1-40"]) == 1
+    assert diff.main([run, "--a-steps", "9-2", "--b-steps", "1-2"]) == 1
+    err = capsys.readouterr().err
+    assert "give both --a-steps and --b-steps" in err and 'step range "9-2" is empty' in err.replace("'", '"')
+
+
+def test_diff_report_section(tmp_path):
+    from rlscope_ray import diff
+    from rlscope_ray.report import render_report
+
+    a = _write_run(tmp_path / "a", [_line(n, random.Random(n)) for n in range(1, 31)])
+    b = _write_run(tmp_path / "b", [_line(n, random.Random(100 + n), slow_rank=0, slow_ms=4.0) for n in range(1, 31)])
+    assert diff.main([a, b, "--report"]) == 0
+    page = render_report(b)
+    assert '<section id="changes"><h2>What changed</h2>' in page
+    assert "update_actor rank 0 busy" in page and "backend +" in page
