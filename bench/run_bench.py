@@ -52,6 +52,10 @@ Sections (each a function that runs its programs and prints one table):
                       to record, sampling off, 1 % work) beside no collector,
                       side by side, with its wake-ups and /proc reads
                       (bench/idle_bench.py).
+  always_on_section   always on: the PPO demo's step time against no profiler
+                      and the selected-steps mode (A/A floor beside), bytes
+                      per process per step, the dense workload, diff on a known
+                      cause (bench/always_on_bench.py).
   (and gpu_conversion, ray_startup, demo, verl, window, alignment,
   window_latency, exit; see SECTIONS)
 
@@ -988,6 +992,14 @@ def memory_section(args):
                 ["reading", "ns", "share of a core"], rows)
 
 
+def always_on_section(args):
+    """Always on: the PPO demo's step time and bytes per step, the dense
+    workload, and rlscope-ray diff on a known cause (bench/always_on_bench.py)."""
+    import always_on_bench
+
+    always_on_bench.run(args, print_table, fmt, clean_env)
+
+
 SECTIONS = {
     "nvtx_pair": nvtx_pair_section,
     "python": python_section,
@@ -1010,13 +1022,14 @@ SECTIONS = {
     "report": report_section,
     "memory": memory_section,
     "idle": idle_section,
+    "always_on": always_on_section,
 }
 
 
 # `make bench`: the headline tables in a few minutes; --long: every section,
 # at full size (about 40 minutes).
 QUICK_SECTIONS = ["nvtx_pair", "python", "aggregator", "scale", "idle", "demo", "sampler", "whole_process", "rundb",
-                  "report", "memory"]
+                  "report", "memory", "always_on"]
 QUICK_PAIRS = 128 * 1024  # 16 chunks of 8192 a run (each run is mostly the 30 ms pauses between them)
 
 

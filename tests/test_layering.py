@@ -24,9 +24,9 @@ LAYERS = {
         ("data model", "timeline step_profile context"),
         ("shared rules", "occurrences attribution ray_calls clock_fit clocks process_json"),
         ("analysis results", "step_analysis"),
-        ("analyses", "correction step_correction lanes breakdown step_cut subtasks expected"),
+        ("analyses", "correction step_correction lanes breakdown step_cut subtasks expected triggers"),
         ("units and export", "admission run_config step_scheduler release exporter atomic_file run_json step_trace "
-                             "perfetto_trace summary_json chrome_trace step_files outputs"),
+                             "perfetto_trace summary_json figures_json chrome_trace step_files outputs"),
         ("root", "aggregator spool_takeup"),
         ("daemon", "daemon_main relay_main"),
     ],

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import random
+import zlib
 import shutil
 import sys
 import time
@@ -144,8 +145,10 @@ def gae(rewards: Sequence[float], values: Sequence[float]) -> Tuple[List[float],
 class PPOWorker:
     """One rank of a fused worker group: actor/rollout, reference, critic, reward model."""
 
-    def __init__(self, rank: int, seed: int = 0) -> None:
+    def __init__(self, rank: int, seed: int = 0, extra_native_work: int = 0) -> None:
         self.rank = rank
+        # --slow-rank: this many KiB compressed (zlib, native code) in each update_actor: a known cause.
+        self.extra_native_work = extra_native_work
         rng = random.Random(seed)  # same init on every rank, as after a broadcast
         self.actor = MLP(OBS_DIM, HIDDEN, VOCAB, rng)
         self.ref = self.actor.copy()
@@ -241,6 +244,9 @@ class PPOWorker:
                         n += 1
             with nvtx.annotate("optimizer_step"):
                 self.actor.sgd(g, LR_ACTOR, n)
+        if self.extra_native_work:
+            with nvtx.annotate("extra_native_work"):
+                zlib.compress(bytes(range(256)) * (4 * self.extra_native_work), 9)
         return loss / max(n, 1)
 
 
@@ -285,7 +291,10 @@ def main() -> int:
     ap.add_argument("--subtasks", default="", help="only these sub-tasks, comma-separated (e.g. gen,update_actor)")
     ap.add_argument("--discrete", action="store_true",
                     help="one capture per sub-task occurrence: <out>/step_<N>/<subtask>/trace.json")
-    ap.add_argument("--profile", choices=("on", "off"), default="on",
+    ap.add_argument("--slow-rank", type=int, default=-1,
+                    help="this rank's update_actor also compresses --slow-kib KiB (a known cause for rlscope-ray diff)")
+    ap.add_argument("--slow-kib", type=int, default=256)
+    ap.add_argument("--profile", choices=("on", "off", "none"), default="on",
                     help="off: the same job with runtime_env {'rlscope': {'enabled': False}} on every worker")
     ap.add_argument("--nodes", type=int, default=NODES, help=f"Ray nodes on this machine (default {NODES})")
     ap.add_argument("--relays", choices=("auto", "on", "off"), default="auto",
@@ -321,11 +330,15 @@ def main() -> int:
             config["subtasks"] = args.subtasks.split(",")
         if args.always_on:
             config["always_on"] = {"enabled": True}
-        rlscope_ray.init(config=config, address=cluster.address, output_dir=str(out), relays=args.relays,
-                         logging_level="warning", log_to_driver=True)
+        if args.profile == "none":  # no profiler at all: the baseline of the bench's overhead rows
+            ray.init(address=cluster.address, logging_level="warning", log_to_driver=True)
+        else:
+            rlscope_ray.init(config=config, address=cluster.address, output_dir=str(out), relays=args.relays,
+                             logging_level="warning", log_to_driver=True)
         rlscope_value = (lambda r: {"rank": r}) if args.profile == "on" else (lambda r: {"enabled": False})
-        workers = [PPOWorker.options(runtime_env={"rlscope": rlscope_value(r)},
-                                     resources={f"node{r % args.nodes}": 0.01}).remote(r)
+        workers = [PPOWorker.options(runtime_env={"rlscope": rlscope_value(r)} if args.profile != "none" else {},
+                                     resources={f"node{r % args.nodes}": 0.01}).remote(
+                                         r, 0, args.slow_kib if r == args.slow_rank else 0)
                    for r in range(WORLD_SIZE)]
         nodes = ray.get([w.node_id.remote() for w in workers])  # all four are up
         t_setup = time.monotonic() - t_start
@@ -335,6 +348,7 @@ def main() -> int:
             return ray.get(refs)
 
         t_loop = time.monotonic()
+        steps_ms = []
         for step in range(1, args.steps + 1):
             t0 = time.monotonic()
             with rlscope_ray.step(step):
@@ -354,22 +368,25 @@ def main() -> int:
                     vf_loss = sum(dispatch("update_critic", rets)) / WORLD_SIZE
                 with nvtx.annotate("update_actor"):
                     pg_loss = sum(dispatch("update_actor", advs)) / WORLD_SIZE
+            steps_ms.append((time.monotonic() - t0) * 1000)
             print(f"step {step}: score {mean_score:+.3f}  vf_loss {vf_loss:.4f}  pg_loss {pg_loss:+.4f}  "
-                  f"({(time.monotonic() - t0) * 1000:.0f} ms)", flush=True)
+                  f"({steps_ms[-1]:.0f} ms)", flush=True)
         t_loop = time.monotonic() - t_loop
     finally:
         out_dir = rlscope_ray.shutdown()  # the run directory is complete when this returns
         ray.shutdown()
         cluster.shutdown()
 
-    print(f"\nrlscope-ray demo: {args.steps} PPO steps on {WORLD_SIZE} workers over {len(set(nodes))} nodes; "
-          f"profiles in {out_dir or out}")
-    print_summary(out)
+    if args.profile != "none":
+        print(f"\nrlscope-ray demo: {args.steps} PPO steps on {WORLD_SIZE} workers over {len(set(nodes))} nodes; "
+              f"profiles in {out_dir or out}")
+        print_summary(out)
     wall = time.monotonic() - t_start
     print(f"\nwall time {wall:.1f} s (cluster + workers up {t_setup:.1f} s, training loop {t_loop:.1f} s)")
     if args.timings:
         with open(args.timings, "w") as f:
-            json.dump({"wall_s": wall, "setup_s": t_setup, "loop_s": t_loop, "steps": args.steps}, f)
+            json.dump({"wall_s": wall, "setup_s": t_setup, "loop_s": t_loop, "steps": args.steps,
+                       "steps_ms": steps_ms}, f)
     return 0
 
 

@@ -1,0 +1,179 @@
+"""The always_on section of run_bench.py: what being on for every step costs,
+what it keeps, and what `rlscope-ray diff` says of a known cause.
+
+- The PPO demo (examples/verl/mini_ppo.py: a controller, four workers on two
+  Ray nodes of one CPU each), in interleaved rounds of: no profiler at all,
+  no profiler again (the A/A floor), today's selected-steps mode (steps 2, 3, 5
+  written) and always on (every step's figures, steps 2, 3, 5 in full). Each
+  run's step time is the median of its steps after the first five; each
+  configuration against the round's no-profiler run, pair by pair. The default
+  config otherwise: correction on, real clock, CPU sampling (1 kHz in chosen
+  steps, always_on.sampling_hz 100 in the others).
+- figures.jsonl's bytes per process per step in the always-on runs.
+- The dense workload (tests/apps/dense_steps.py, 2,000 push/pop ranges a
+  step): no profiler, selected steps (one in five) and always on; the cost
+  per recorded step, and over the whole run.
+- A known cause: the demo with rank 1's update_actor compressing 256 KiB more
+  (zlib, native code) against an always-on run without it; what diff reports
+  first and where it says the time went, what it reports between two always-on
+  runs of the same program (real A/A), and its time on 1,000 steps a side.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from rlscope_ray import diff, figures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO = os.path.join(ROOT, "examples", "verl", "mini_ppo.py")
+DENSE = os.path.join(ROOT, "tests", "apps", "dense_steps.py")
+WARMUP = 5
+
+
+def _demo(out, steps, extra, env, timeout_s):
+    timings = out + ".json"
+    cmd = [sys.executable, DEMO, "--steps", str(steps), "--out", out, "--timings", timings] + extra
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    with open(timings) as f:
+        t = json.load(f)
+    return statistics.median(t["steps_ms"][WARMUP:])
+
+
+def demo_rows(rounds, steps, env, timeout_s, work):
+    """Per configuration, its runs' step medians; the always-on runs' directories."""
+    modes = [("none", ["--profile", "none"]), ("none (A/A)", ["--profile", "none"]),
+             ("selected", ["--capture", "2,3,5"]), ("always on", ["--capture", "2,3,5", "--always-on"])]
+    ms = {name: [] for name, _ in modes}
+    dirs = []
+    for i in range(rounds):
+        for name, extra in modes:
+            out = os.path.join(work, f"demo_{i}_{name.split()[0]}{'_aa' if 'A/A' in name else ''}")
+            ms[name].append(_demo(out, steps, extra, env, timeout_s))
+            if name == "always on":
+                dirs.append(out)
+    return ms, dirs
+
+
+def bytes_per_process_step(run_dirs):
+    sizes = []
+    for d in run_dirs:
+        with open(figures.path(d), "rb") as f:
+            for line in f:
+                n = len(json.loads(line).get("processes") or []) or 1
+                sizes.append(len(line) / n)
+    return sizes
+
+
+def dense_rows(steps, ranges, work, timeout_s):
+    """Step times of the dense workload in each mode (the program's own clock)."""
+    from rlscope_ray.ab_calibration import Runner
+
+    cmd = [sys.executable, DENSE, "--steps", str(steps), "--ranges", str(ranges), "--style", "push"]
+    chosen = list(range(5, steps + 1, 5))
+    out = {}
+    for name, config in (("none", None), ("selected", {"steps": chosen}),
+                         ("always on", {"steps": [], "always_on": {"enabled": True}})):
+        r = Runner(cmd, os.path.join(work, "dense_" + name.split()[0]), config or {}, timeout_s=timeout_s)
+        os.makedirs(r.work, exist_ok=True)
+        times = r.plain() if config is None else r.profiled(require_steps=False).steps
+        out[name] = (times, chosen)
+    return out
+
+
+def known_cause(base_dir, steps, env, timeout_s, work):
+    slow = os.path.join(work, "demo_slow_rank1")
+    _demo(slow, steps, ["--capture", "2,3,5", "--always-on", "--slow-rank", "1"], env, timeout_s)
+    a = diff.select(diff.read_steps(base_dir), None, WARMUP)
+    b = diff.select(diff.read_steps(slow), None, WARMUP)
+    return diff.compare(a, b), slow
+
+
+def time_on_1000_steps(run_a, run_b):
+    """diff on 1,000 steps a side: the runs' figures lines cycled and renumbered."""
+    def cycled(run, name):
+        figs = [figures.load(run)[n] for n in sorted(figures.load(run))][WARMUP:]
+        d = os.path.join(os.path.dirname(run), name)
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(run, "run.json"), d)
+        with open(figures.path(d), "w") as f:
+            for i in range(1000):
+                line = dict(figs[i % len(figs)], step=i + 1)
+                f.write(json.dumps(line) + "\n")
+        return d
+
+    da, db = cycled(run_a, "diff_1000_a"), cycled(run_b, "diff_1000_b")
+    t0 = time.perf_counter()
+    d = diff.compare(diff.select(diff.read_steps(da), None, 0), diff.select(diff.read_steps(db), None, 0))
+    return time.perf_counter() - t0, d
+
+
+def run(args, print_table, fmt, clean_env):
+    rounds = 2 if args.quick else 4
+    steps = 40 if args.quick else 80
+    work = tempfile.mkdtemp(prefix="rlscope_always_on_bench_")
+    env = clean_env()
+    try:
+        ms, dirs = demo_rows(rounds, steps, env, args.timeout_s, work)
+        base = ms["none"]
+        rows = []
+        for name, label in (("none", "no profiler"), ("none (A/A)", "no profiler again (A/A floor)"),
+                            ("selected", "selected steps (2, 3, 5 written; today's mode)"),
+                            ("always on", "always on (every step's figures; 2, 3, 5 in full)")):
+            ratios = [x / b - 1 for x, b in zip(ms[name], base)]
+            rows.append([label, fmt(statistics.median(ms[name]), 2),
+                         "" if name == "none" else "%+.2f %%" % (100 * statistics.median(ratios)),
+                         "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios)])
+        print_table(f"Always on: the PPO demo ({steps} steps, {rounds} interleaved rounds; a run's step time is the "
+                    f"median of its steps after the first {WARMUP})",
+                    ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %"], rows)
+        sizes = bytes_per_process_step(dirs)
+        print_table("Always on: figures.jsonl bytes per process per step (the demo's always-on runs; target <= 4096)",
+                    ["lines", "median", "max"], [[str(len(sizes)), fmt(statistics.median(sizes), 0),
+                                                   fmt(max(sizes), 0)]])
+
+        dense = dense_rows(30 if args.quick else 60, 2000, work, args.timeout_s)
+        none_t, chosen = dense["none"]
+        n_ms = statistics.median(v for k, v in none_t.items() if k > 2)
+        rows = [["no profiler", fmt(n_ms, 2), "", ""]]
+        sel_t, _ = dense["selected"]
+        sel_rec = statistics.median(v for k, v in sel_t.items() if k in chosen)
+        sel_all = statistics.mean(v for k, v in sel_t.items() if k > 2)
+        rows.append(["selected (one step in 5)", fmt(sel_rec, 2), "%+.1f %%" % (100 * (sel_rec / n_ms - 1)),
+                     "%+.1f %%" % (100 * (sel_all / statistics.mean(v for k, v in none_t.items() if k > 2) - 1))])
+        ao_t, _ = dense["always on"]
+        ao = statistics.median(v for k, v in ao_t.items() if k > 2)
+        rows.append(["always on (every step, figures only)", fmt(ao, 2), "%+.1f %%" % (100 * (ao / n_ms - 1)),
+                     "%+.1f %%" % (100 * (statistics.mean(v for k, v in ao_t.items() if k > 2)
+                                          / statistics.mean(v for k, v in none_t.items() if k > 2) - 1))])
+        print_table("Always on: dense annotation (2,000 push/pop ranges a step; single runs, the program's clock)",
+                    ["configuration", "ms per recorded step (median)", "per recorded step vs none",
+                     "whole run vs none"], rows)
+
+        d, slow_dir = known_cause(dirs[0], steps, env, args.timeout_s, work)
+        first = d["changes"][0] if d["changes"] else None
+        aa = diff.compare(diff.select(diff.read_steps(dirs[0]), None, WARMUP),
+                          diff.select(diff.read_steps(dirs[1]), None, WARMUP))
+        t1000, _ = time_on_1000_steps(dirs[0], slow_dir)
+        where = ""
+        if first:
+            where = "; ".join(", ".join(f"{m['name']} {m['change_ms']:+.2f}" for m in first.get(k) or [])
+                              for k in ("categories", "ranges") if first.get(k))
+        rows = [["rank 1's update_actor +256 KiB zlib (known cause)",
+                 f"{first['subtask']} {first['who']} {first['change_ms']:+.2f} ms" if first else "nothing",
+                 str(len(d["changes"])), where],
+                ["two always-on runs of the same program (real A/A)",
+                 (f"{aa['changes'][0]['subtask']} {aa['changes'][0]['who']}" if aa["changes"] else "nothing"),
+                 str(len(aa["changes"])), ""]]
+        print_table(f"Always on: rlscope-ray diff (steps {WARMUP + 1}-{steps} a side; {d['comparisons']} comparisons "
+                    f"at 1 %); diff of 1,000 steps a side: {t1000:.2f} s",
+                    ["pair", "named first", "changes beyond noise", "where it went (ms)"], rows)
+        print(diff.render_text(d, "base", "rank 1 slowed"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
