@@ -538,7 +538,10 @@ std::optional<std::string> Aggregator::ArmedSteps(const ProcessTimeline& p) cons
 RunInfo Aggregator::MakeRunInfo(bool final) const {
   const AggregatorStats& stats = context_.stats;
   RunInfo run;
-  run.config_yaml = ConfigToYaml(run_config_.config());
+  // The run's, as sent to collectors (RunConfig::Decide: the config changes
+  // only there); the aggregator's own until then. Not emitted again for each
+  // step's run.json.
+  run.config_yaml = run_config_.yaml().empty() ? ConfigToYaml(run_config_.config()) : run_config_.yaml();
   run.config_source = run_config_.source();
   run.config_notes = context_.notes.recorded();
   for (const auto& [session, p] : processes_) {

@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from rlscope_ray import diff, figures
@@ -35,15 +36,78 @@ DENSE = os.path.join(ROOT, "tests", "apps", "dense_steps.py")
 WARMUP = 5
 
 
+# The profiler's own threads inside profiled processes (the collector's
+# flush thread and its ZeroMQ I/O threads, the probe thread) and its own
+# processes (the aggregator, the run database's follower).
+PROFILER_THREADS = ("rlscope-flush", "rlscope-probes", "ZMQbg/IO/0", "ZMQbg/Reaper")
+PROFILER_PROCESSES = ("rlscope-ray-aggregator", "rlscope_ray.rundb")
+
+
+class CpuWatch:
+    """The profiler's CPU over a run, read from /proc every 0.2 s: each
+    profiler thread's and process's CPU time, last reading less first."""
+
+    def __init__(self):
+        self.first, self.last = {}, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _cpu(stat_path):
+        with open(stat_path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _look(self):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                if any(p in cmdline for p in PROFILER_PROCESSES):
+                    key, t = ("process", pid), self._cpu(f"/proc/{pid}/stat")
+                    self.first.setdefault(key, t)
+                    self.last[key] = t
+                    continue
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                        if f.read().strip() not in PROFILER_THREADS:
+                            continue
+                    key, t = ("thread", tid), self._cpu(f"/proc/{pid}/task/{tid}/stat")
+                    self.first.setdefault(key, 0.0)  # a thread is the profiler's from its start
+                    self.last[key] = t
+            except (OSError, IndexError, ValueError):
+                continue
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._look()
+            self._stop.wait(0.2)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def seconds(self):
+        return sum(self.last[k] - self.first[k] for k in self.last)
+
+
 def _demo(out, steps, extra, env, timeout_s):
+    """The run's median step time (ms) and the profiler's CPU over it (s)."""
     timings = out + ".json"
     cmd = [sys.executable, DEMO, "--steps", str(steps), "--out", out, "--timings", timings] + extra
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    with CpuWatch() as watch:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     with open(timings) as f:
         t = json.load(f)
-    return statistics.median(t["steps_ms"][WARMUP:])
+    return statistics.median(t["steps_ms"][WARMUP:]), watch.seconds(), t["loop_s"]
 
 
 def demo_rows(rounds, steps, env, timeout_s, work):
@@ -51,14 +115,29 @@ def demo_rows(rounds, steps, env, timeout_s, work):
     modes = [("none", ["--profile", "none"]), ("none (A/A)", ["--profile", "none"]),
              ("selected", ["--capture", "2,3,5"]), ("always on", ["--capture", "2,3,5", "--always-on"])]
     ms = {name: [] for name, _ in modes}
+    cpu = {name: [] for name, _ in modes}
     dirs = []
     for i in range(rounds):
         for name, extra in modes:
             out = os.path.join(work, f"demo_{i}_{name.split()[0]}{'_aa' if 'A/A' in name else ''}")
-            ms[name].append(_demo(out, steps, extra, env, timeout_s))
+            step_ms, cpu_s, loop_s = _demo(out, steps, extra, env, timeout_s)
+            ms[name].append(step_ms)
+            cpu[name].append(1000 * cpu_s / steps)  # the profiler's CPU ms per step (set-up included)
             if name == "always on":
                 dirs.append(out)
-    return ms, dirs
+    return ms, cpu, dirs
+
+
+def in_thread_ms(run_dirs):
+    """Per step, the recording costs inside the job's threads (the
+    correction's subtracted time, every process summed): median."""
+    per_step = []
+    for d in run_dirs:
+        for n, f in sorted(figures.load(d).items()):
+            if n > WARMUP:
+                per_step.append(sum(float((p.get("overhead") or {}).get("subtracted_ms") or 0.0)
+                                    for p in f.get("processes") or []))
+    return statistics.median(per_step) if per_step else 0.0
 
 
 def bytes_per_process_step(run_dirs):
@@ -79,7 +158,7 @@ def dense_rows(steps, ranges, work, timeout_s):
     chosen = list(range(5, steps + 1, 5))
     out = {}
     for name, config in (("none", None), ("selected", {"steps": chosen}),
-                         ("always on", {"steps": [], "always_on": {"enabled": True}})):
+                         ("always on", {"steps": [1], "always_on": {"enabled": True}})):
         r = Runner(cmd, os.path.join(work, "dense_" + name.split()[0]), config or {}, timeout_s=timeout_s)
         os.makedirs(r.work, exist_ok=True)
         times = r.plain() if config is None else r.profiled(require_steps=False).steps
@@ -120,19 +199,27 @@ def run(args, print_table, fmt, clean_env):
     work = tempfile.mkdtemp(prefix="rlscope_always_on_bench_")
     env = clean_env()
     try:
-        ms, dirs = demo_rows(rounds, steps, env, args.timeout_s, work)
+        ms, cpu, dirs = demo_rows(rounds, steps, env, args.timeout_s, work)
         base = ms["none"]
+        cores = os.cpu_count() or 1
         rows = []
         for name, label in (("none", "no profiler"), ("none (A/A)", "no profiler again (A/A floor)"),
                             ("selected", "selected steps (2, 3, 5 written; today's mode)"),
                             ("always on", "always on (every step's figures; 2, 3, 5 in full)")):
             ratios = [x / b - 1 for x, b in zip(ms[name], base)]
-            rows.append([label, fmt(statistics.median(ms[name]), 2),
+            step_ms = statistics.median(ms[name])
+            cpu_ms = statistics.median(cpu[name])
+            rows.append([label, fmt(step_ms, 2),
                          "" if name == "none" else "%+.2f %%" % (100 * statistics.median(ratios)),
-                         "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios)])
+                         "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios),
+                         fmt(cpu_ms, 2), "%.2f %%" % (100 * cpu_ms / (step_ms * cores))])
         print_table(f"Always on: the PPO demo ({steps} steps, {rounds} interleaved rounds; a run's step time is the "
-                    f"median of its steps after the first {WARMUP})",
-                    ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %"], rows)
+                    f"median of its steps after the first {WARMUP}; profiler CPU: its threads and processes, read "
+                    f"from /proc, per step of the run, set-up included; share: of the {cores} cores over a step)",
+                    ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %",
+                     "profiler CPU ms per step", "profiler CPU share"], rows)
+        print(f"In the job's own threads, always on (the correction's subtracted time, all processes): "
+              f"{in_thread_ms(dirs):.3f} ms per step")
         sizes = bytes_per_process_step(dirs)
         print_table("Always on: figures.jsonl bytes per process per step (the demo's always-on runs; target <= 4096)",
                     ["lines", "median", "max"], [[str(len(sizes)), fmt(statistics.median(sizes), 0),

@@ -41,12 +41,19 @@ void CpuSampling::ReconcileOthers(bool on) {
   if (!sampler_.set_up()) return;
   if (!on) {
     sampler_.DisarmOthers();  // no listing outside windows: disarmed processes pay nothing per thread
+    others_listed_ns_ = 0;
     return;
   }
+  // Always on, in steps not chosen up front: the process's threads are
+  // listed at most once a second (a listing reads /proc for every thread),
+  // not at every flush; a thread started since is sampled from the next.
+  const int64_t now_ns = MonotonicNs();
+  if (!arming_->chosen() && others_listed_ns_ != 0 && now_ns - others_listed_ns_ < kFiguresListEveryNs) return;
+  others_listed_ns_ = now_ns;
   sampler_.RefreshCode(&ctx_.strings);
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
-  sampler_.ReconcileOthers(ListThreads(), recording, ctx_.own_threads, on, hz(), MonotonicNs());
+  sampler_.ReconcileOthers(ListThreads(), recording, ctx_.own_threads, on, hz(), now_ns);
 }
 
 void CpuSampling::NameOthers(Outgoing* out) {

@@ -85,6 +85,10 @@ class CpuSampling {
   std::function<void(const std::string&, double)> set_cost_;
   std::atomic<int64_t> hz_{0};
   std::atomic<int64_t> always_on_hz_{-1};
+  // ReconcileOthers: when the process's threads were last listed (0: not
+  // while this window), and how often in steps not chosen up front.
+  static constexpr int64_t kFiguresListEveryNs = 1000000000;
+  int64_t others_listed_ns_ = 0;
   std::atomic<bool> all_threads_{true};
   ThreadStates states_;
   // Flush thread only.

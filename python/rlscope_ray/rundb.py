@@ -487,36 +487,51 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _follow_once(run_dir: str, log, known: set, last: bool) -> Optional[bool]:
-    """One look; an update when run.json lists a step not in `known` (the
-    steps in the database; the last look updates in any case), or names
-    another run than the one they were of (a new run began in the
-    directory: the update replaces the database). True once the run's
-    formats leave db out, None when run.json is not (yet, or not wholly)
-    readable."""
+class _Followed:
+    """What the follower knows of the database between looks."""
+
+    def __init__(self) -> None:
+        self.run_id: Optional[str] = None  # the run the database was updated for (None: not yet)
+        self.steps: set = set()            # written steps in it
+        self.figures_size = 0              # figures.jsonl's size at the last update
+        self.figures_at = 0.0              # when figures alone last caused an update (time.monotonic)
+
+
+# Always on, a figures-only step's rows wait for at most this long: one
+# database update for many steps (an update costs tens of milliseconds of
+# CPU beside the job); a step written in full goes in at the next look.
+FIGURES_EVERY_S = 10.0
+
+
+def _follow_once(run_dir: str, log, known: _Followed, last: bool, clock=time.monotonic) -> Optional[bool]:
+    """One look; an update when run.json lists a step not in the database,
+    or figures.jsonl grew FIGURES_EVERY_S ago or more (the last look updates
+    in any case), or run.json names another run than the one it was of (a
+    new run began in the directory: the update replaces the database). True
+    once the run's formats leave db out, None when run.json is not (yet, or
+    not wholly) readable."""
     try:
         run = read_run_json(run_dir)
     except RunDirError:
         return None
     if _names.FORMAT_DB not in output_formats(run):
         return True
-    which = ("run_id", run_id(run))
-    if which not in known:
-        known.clear()
-        known.add(which)
+    if known.run_id != run_id(run):
+        known.__init__()
     written = {int(s) for s in run.get("steps_written") or []}
     try:
-        grown = ("figures_size", os.path.getsize(figures.path(run_dir)))
+        size = os.path.getsize(figures.path(run_dir))
     except OSError:
-        grown = ("figures_size", 0)
-    if not last and None in known and written <= known and grown in known:
-        return False  # nothing new: the database is not opened
+        size = 0
+    if not last and known.run_id is not None and written <= known.steps:
+        if size == known.figures_size or clock() - known.figures_at < FIGURES_EVERY_S:
+            return False  # nothing new, or figures only and not yet due: the database is not opened
     added = update(run_dir, run, keep_free=DISK_RESERVE_BYTES)
-    known.difference_update({k for k in known if isinstance(k, tuple) and k[0] == "figures_size"})
-    known.add(grown)
+    known.run_id = run_id(run)
+    known.figures_size = size
+    known.figures_at = clock()
     # In it now: every written step whose summary is there (written whole, by rename).
-    known.update(n for n in written if os.path.exists(os.path.join(run_dir, f"step_{n}", "summary.json")))
-    known.add(None)  # updated once: the database exists
+    known.steps.update(n for n in written if os.path.exists(os.path.join(run_dir, f"step_{n}", "summary.json")))
     if added:
         print(f"rundb: steps {added} into {db_path(run_dir)}", file=log, flush=True)
     return False
@@ -578,7 +593,7 @@ def _follow(run_dir: str, pid: int, interval_s: float, log, sleep, metrics_port:
     os.umask(0o077)
     said_no_room = False
     said_failed = ""
-    known: set = set()
+    known = _Followed()
     step_metrics = None  # None: not decided yet (no run.json); False: off
     while True:
         last = not _alive(pid)
