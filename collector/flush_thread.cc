@@ -7,7 +7,8 @@
 // busy flush (kBusyRecords of the host's events and CPU samples, any GPU
 // record or arming edge, a hello or batches waiting to go out while the
 // connection is up, or, armed, the process using more than 1/kBusyCpuShare
-// of a core, the flush thread's own CPU aside), and doubles after each
+// of a core, the flush thread's own CPU aside; always on, in steps not
+// chosen up front, kFiguresIntervalFactor times that), and doubles after each
 // flush that was not, up to IdleWaitCapNs: the interval for a watching
 // process (a controller's step edges go out at once), else kIdleWaitNs.
 // What cannot wait wakes the thread at once: an event ring's or a CPU
@@ -63,8 +64,8 @@ void Collector::FlushLoop() {
   const Transport::ControlHandler apply = [this](const wire::Control& control) { ApplyControl(control); };
   Transport& transport = link_.transport();
   int64_t next_flush_ns = MonotonicNs();
-  const int64_t interval_ns = context_.own.config.flush.interval_ms * 1000000;
-  wait_ns_ = interval_ns;
+  const int64_t chosen_interval_ns = context_.own.config.flush.interval_ms * 1000000;
+  wait_ns_ = chosen_interval_ns;
   bool was_armed = armed();
   // Hello before the first probe burst (up to probes_per_burst round trips):
   // the aggregator waits for a process's data only once it knows it.
@@ -105,6 +106,11 @@ void Collector::FlushLoop() {
       if (ticket > flushes_done_) woken = true;
     }
     if (!woken && !stop && now < next_flush_ns) continue;
+    // Always on, in steps not chosen up front: kFiguresIntervalFactor times
+    // the interval (each step's barrier flushes it anyway, and a ring's
+    // half mark wakes it): most of a figures-only step's flushing is the
+    // flushes' fixed work, not the events'.
+    const int64_t interval_ns = arming_.chosen() ? chosen_interval_ns : kFiguresIntervalFactor * chosen_interval_ns;
     const bool armed_now = armed();
     const bool busy = FlushOnce(stop, was_armed && !armed_now);
     was_armed = armed_now;

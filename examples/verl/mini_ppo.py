@@ -147,8 +147,9 @@ class PPOWorker:
 
     def __init__(self, rank: int, seed: int = 0, extra_native_work: int = 0) -> None:
         self.rank = rank
-        # --slow-rank: this many KiB compressed (zlib, native code) in each update_actor: a known cause.
-        self.extra_native_work = extra_native_work
+        # --slow-rank: this many KiB of incompressible bytes compressed (zlib, native code) in each
+        # update_actor: a known cause.
+        self.extra_native_work = random.Random(rank).randbytes(1024 * extra_native_work)
         rng = random.Random(seed)  # same init on every rank, as after a broadcast
         self.actor = MLP(OBS_DIM, HIDDEN, VOCAB, rng)
         self.ref = self.actor.copy()
@@ -246,7 +247,7 @@ class PPOWorker:
                 self.actor.sgd(g, LR_ACTOR, n)
         if self.extra_native_work:
             with nvtx.annotate("extra_native_work"):
-                zlib.compress(bytes(range(256)) * (4 * self.extra_native_work), 9)
+                zlib.compress(self.extra_native_work, 9)
         return loss / max(n, 1)
 
 
@@ -292,8 +293,9 @@ def main() -> int:
     ap.add_argument("--discrete", action="store_true",
                     help="one capture per sub-task occurrence: <out>/step_<N>/<subtask>/trace.json")
     ap.add_argument("--slow-rank", type=int, default=-1,
-                    help="this rank's update_actor also compresses --slow-kib KiB (a known cause for rlscope-ray diff)")
-    ap.add_argument("--slow-kib", type=int, default=256)
+                    help="this rank's update_actor also compresses --slow-kib KiB of random bytes (a known cause for "
+                         "rlscope-ray diff)")
+    ap.add_argument("--slow-kib", type=int, default=128)
     ap.add_argument("--profile", choices=("on", "off", "none"), default="on",
                     help="off: the same job with runtime_env {'rlscope': {'enabled': False}} on every worker")
     ap.add_argument("--nodes", type=int, default=NODES, help=f"Ray nodes on this machine (default {NODES})")

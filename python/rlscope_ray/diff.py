@@ -25,7 +25,8 @@ bench measures it on real runs (A/A: two halves of one run).
 Changes are ranked by size. Each process change says where it went: the
 attribution categories (python, backend, cuda_api, simulator, other, profiler,
 GPU, idle) and off-CPU reasons whose medians moved most in that sub-task, and
-the ranges and kernels of that process whose time moved most. Memory that
+the ranges and kernels of that process whose time moved most, each only when
+it moved the same way by a quarter of the change or more. Memory that
 grows step over step in B (a least-squares slope, |t| > 4, by at least
 --memory-mb over the range) is flagged with its rate.
 """
@@ -284,9 +285,16 @@ def compare(a_steps: List[Dict[str, Any]], b_steps: List[Dict[str, Any]], alpha:
         if r["kind"] != "busy":
             continue
         att_a, att_b = _attribution(a_steps, r["subtask"], r["who"]), _attribution(b_steps, r["subtask"], r["who"])
-        r["categories"] = _moved(att_a, att_b, 3)
-        r["ranges"] = _moved(_top_ms(a_steps, r["who"], "ranges"), _top_ms(b_steps, r["who"], "ranges"), 3)
-        r["kernels"] = _moved(_top_ms(a_steps, r["who"], "kernels"), _top_ms(b_steps, r["who"], "kernels"), 3)
+        # Where it went: what moved the same way, by a quarter of the change
+        # or more (a category is sampled: at always_on.sampling_hz one
+        # sample is 10 ms, and a smaller move the other way is its noise).
+        def along(moved):
+            return [m for m in moved if m["change_ms"] * r["change_ms"] > 0
+                    and abs(m["change_ms"]) >= 0.25 * abs(r["change_ms"])][:3]
+
+        r["categories"] = along(_moved(att_a, att_b, 8))
+        r["ranges"] = along(_moved(_top_ms(a_steps, r["who"], "ranges"), _top_ms(b_steps, r["who"], "ranges"), 8))
+        r["kernels"] = along(_moved(_top_ms(a_steps, r["who"], "kernels"), _top_ms(b_steps, r["who"], "kernels"), 8))
     step = next((r for r in rows if r["kind"] == "step"), None)
     return {
         "a_steps": [f["step"] for f in a_steps], "b_steps": [f["step"] for f in b_steps],
