@@ -118,9 +118,10 @@ struct Config {
     // CPU samples per second in steps `steps` does not choose (cpu.sampling_hz in those it does).
     int64_t sampling_hz = 100;
     // A step is written in full when its (corrected) time is above this many
-    // times the median of the recent steps and above it by min_slower_ms; 0 off.
+    // times the median of the recent steps and above it by min_slower_ms (a
+    // millisecond step twice as long is noise, not a step gone wrong); slower_than 0 off.
     double slower_than = 1.5;
-    int64_t min_slower_ms = 0;
+    int64_t min_slower_ms = 100;
     // ... or when a process's resident or GPU memory grew this much within it; 0 off.
     int64_t memory_jump_mb = 1024;
     // The run's first steps never trigger and are no one's baseline (start-up, compilation, caches).

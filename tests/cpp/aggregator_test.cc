@@ -3466,6 +3466,7 @@ StepProfile TimedStep(int64_t n, int64_t begin_ms, int64_t duration_ms) {
 TEST(StepTriggersTest, ASlowStepIsPickedWarmUpAndChosenStepsNeverAre) {
   Config::AlwaysOn config;
   config.slower_than = 1.5;
+  config.min_slower_ms = 0;
   config.warmup_steps = 2;
   config.recent_steps = 4;
   config.memory_jump_mb = 0;
