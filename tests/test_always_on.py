@@ -3,7 +3,7 @@ figures.jsonl and the run database, full traces for the steps chosen up front
 and for a step that went wrong; `rlscope-ray diff`; the Prometheus endpoint.
 
 The real run is on the production path (real clock, correction on, CPU
-sampling): its one slow step is made slow on purpose (it sleeps 1.5 s more
+sampling): its one slow step is made slow on purpose (it spins 1.5 s more
 than the others, so it is over the 1 s margin whatever the machine's load);
 what is asserted is which steps were written in full, never a time. The diff
 is checked on constructed runs whose figures differ by a known amount."""
@@ -29,7 +29,8 @@ STEPS, SLOW, CHOSEN = 12, 8, 3
 
 @pytest.fixture(scope="module")
 def always_on_run(tmp_path_factory, rlscope):
-    """A 12-step run, always on, step 3 chosen up front and step 8 made slow."""
+    """A 12-step run, always on, step 3 chosen up front and step 8 made slow
+    (1.5 s spinning on the CPU)."""
     from rlscope_ray import _native, settings
     from rlscope_ray.aggregator_process import start_aggregator
     from rlscope_ray.collector import collector_path
@@ -45,7 +46,7 @@ def always_on_run(tmp_path_factory, rlscope):
         env.update({settings.AGGREGATOR: agg.endpoint, settings.ROLE: _native.names.CONTROLLER,
                     settings.CONFIG: json.dumps(config), "NVTX_INJECTION64_PATH": collector_path()})
         subprocess.run([sys.executable, str(DENSE), "--steps", str(STEPS), "--ranges", "300", "--style", "nested",
-                        "--sleep-step", str(SLOW), "--sleep-ms", "1500"], env=env, check=True, timeout=300,
+                        "--sleep-step", str(SLOW), "--sleep-ms", "1500", "--spin"], env=env, check=True, timeout=300,
                        stdout=subprocess.DEVNULL)
         agg.proc.wait(timeout=120)
     finally:
@@ -70,6 +71,13 @@ def test_a_slow_step_is_written_in_full_and_no_other_step_not_chosen(always_on_r
     # The slow step in full: its trace holds its ranges, as a chosen step's does.
     trace = json.loads((out / f"step_{SLOW}" / "trace.json").read_text())
     assert sum(1 for e in trace["traceEvents"] if e.get("name") == "op" and e.get("ph") == "X") == 300 // 4
+    # Step 8 was not chosen: the sampler ran at always_on.sampling_hz (100):
+    # every sample weighs 10 ms or more (more when the kernel delivered one
+    # late); the label says both rates.
+    runs = [e["args"] for e in trace["traceEvents"] if e.get("cat") == "cpu_samples" and e.get("ph") == "X"]
+    assert runs and all(a["cpu_ms"] >= 10 * a["samples"] - 1e-6 for a in runs), runs[:5]
+    summary = json.loads((out / f"step_{SLOW}" / "summary.json").read_text())
+    assert "(100 Hz in steps not chosen up front, always_on.sampling_hz)" in summary["processes"][0]["cpu_sampling"]
     # Figures only: the line carries the step's sub-tasks and its processes'
     # top ranges; a few KB per process.
     f = figs[5]

@@ -38,12 +38,18 @@ def work(x: int) -> int:
     return x
 
 
-def one_step(s: int, args: argparse.Namespace, x: int, mats, sleep_ms: float = 0.0):  # type: ignore[no-untyped-def]
-    """Step `s`: its ranges around the work, in --style, and a sleep of
-    `sleep_ms`; (x, the test clock just after the step began)."""
+def one_step(s: int, args: argparse.Namespace, x: int, mats, sleep_ms: float = 0.0,  # type: ignore[no-untyped-def]
+             spin: bool = False):
+    """Step `s`: its ranges around the work, in --style, and `sleep_ms`
+    asleep (or spinning on the CPU); (x, the test clock just after the step
+    began)."""
     with rlscope_ray.step(s):
         g0 = _native.test_clock_ns()
-        if sleep_ms:
+        if sleep_ms and spin:
+            until = time.perf_counter() + sleep_ms / 1e3
+            while time.perf_counter() < until:
+                x = work(x)
+        elif sleep_ms:
             time.sleep(sleep_ms / 1e3)
         if args.style == "push":
             for _ in range(args.ranges):
@@ -86,6 +92,7 @@ def main() -> None:
     ap.add_argument("--untooled-steps", default="", help="comma-separated steps run untooled (bench only)")
     ap.add_argument("--sleep-step", type=int, default=0, help="this step also sleeps --sleep-ms (made slow)")
     ap.add_argument("--sleep-ms", type=float, default=0.0)
+    ap.add_argument("--spin", action="store_true", help="--sleep-step spins on the CPU instead of sleeping")
     args = ap.parse_args()
     untooled = {int(v) for v in args.untooled_steps.split(",") if v.strip()}
     x, mats = 1, None
@@ -99,7 +106,7 @@ def main() -> None:
     for s in range(1, args.steps + 1):
         with nvtx_fast.untooled() if s in untooled else contextlib.nullcontext():
             t0 = time.perf_counter()
-            x, g0 = one_step(s, args, x, mats, args.sleep_ms if s == args.sleep_step else 0.0)
+            x, g0 = one_step(s, args, x, mats, args.sleep_ms if s == args.sleep_step else 0.0, args.spin)
             clock.append([g0, _native.test_clock_ns()])
             steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
