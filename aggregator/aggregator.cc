@@ -418,7 +418,7 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   StepProfile profile = CutStep(step, forced, now_ns);
   // Always on: figures only unless chosen up front or a trigger picks it
   // (triggers.h); its records are still the collectors' until StepDone.
-  const bool chosen = config.steps.Contains(step.span.number);
+  const bool chosen = steps::ChosenUpFront(config, step.span.number);
   if (config.always_on.enabled) {
     profile.trigger = triggers_.Decide(profile, chosen, config.always_on);
     profile.figures_only = !chosen && profile.trigger.empty();
@@ -441,9 +441,12 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   const LevelCutter recut = [this](int64_t begin_ns, int64_t end_ns, ProcessSlice* slice) {
     CutLevelsAndArming(*processes_.at(slice->process->hello().session), begin_ns, end_ns, slice);
   };
-  for (const StepProfile& capture :
-       ApplySubtasks(&profile, config.subtasks, config.discrete && !profile.figures_only, recut)) {
-    exporter_->ExportStep(capture);
+  // A figures-only step of a discrete run keeps the whole step, as a full
+  // step's own profile does (its captures are full detail).
+  if (!(profile.figures_only && config.discrete)) {
+    for (const StepProfile& capture : ApplySubtasks(&profile, config.subtasks, config.discrete, recut)) {
+      exporter_->ExportStep(capture);
+    }
   }
   const bool exported = exporter_->ExportStep(profile);
   profile.analysis.Wait();

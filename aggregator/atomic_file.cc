@@ -29,6 +29,14 @@ bool AppendWhole(const std::string& path, std::string_view data, std::string* er
   }
   struct stat st {};
   bool ok = fstat(fd, &st) == 0;
+  // A record cut short by a crash before this one: ended, so this one
+  // stands on a line of its own (the reader skips the broken one).
+  char last = '\n';
+  if (ok && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) == 1 && last != '\n') {
+    ok = write(fd, "\n", 1) == 1;
+    if (ok) ++st.st_size;
+  }
+  const bool sized = ok;
   for (size_t done = 0; ok && done < data.size();) {
     const ssize_t n = write(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -37,7 +45,7 @@ bool AppendWhole(const std::string& path, std::string_view data, std::string* er
   }
   if (!ok) {
     *error = "cannot append to " + path + ": " + std::strerror(errno);
-    if (st.st_size >= 0 && ftruncate(fd, st.st_size) != 0) *error += " (and a part of the record is left)";
+    if (sized && ftruncate(fd, st.st_size) != 0) *error += " (and a part of the record is left)";
   }
   if (close(fd) != 0 && ok) {
     *error = "cannot close " + path + ": " + std::strerror(errno);

@@ -453,6 +453,8 @@ std::string StepSummaryJson(const StepProfile& step) {
   w.Key("end_ns").Int(step.end_ns);
   w.Key("duration_ms").Double(Ms(step.end_ns - step.begin_ns));
   w.Key("reason").String(step.reason);
+  // Always on: why a step `steps` did not choose was written in full.
+  if (!step.trigger.empty()) w.Key("trigger").String(step.trigger);
   if (!step.capture.empty()) w.Key("capture").String(step.capture);
   if (step.summary_only) {
     w.Key("captures").BeginArray();

@@ -51,7 +51,8 @@ std::string StepTriggers::Decide(const StepProfile& step, bool chosen, const Con
   ++seen_;
   if (chosen || seen_ <= config.warmup_steps) return "";
   int64_t overlap = 0;
-  for (const auto& [b, e] : writes_) overlap += std::max<int64_t>(0, std::min(e, step.end_ns) - std::max(b, step.begin_ns));
+  for (const auto& [b, e] : writes_)
+    overlap += std::max<int64_t>(0, std::min(e, step.end_ns) - std::max(b, step.begin_ns));
   const int64_t ns = std::max<int64_t>(0, StepTimeNs(step) - overlap);
   std::string why;
   if (config.slower_than > 0 && recent_.size() >= kMinBaseline) {

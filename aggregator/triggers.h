@@ -37,8 +37,8 @@ class StepTriggers {
 
  private:
   static constexpr size_t kWritesKept = 64;
-  int64_t seen_ = 0;            // recorded steps decided so far
-  std::deque<int64_t> recent_;  // eligible steps' times, newest last
+  int64_t seen_ = 0;                                // recorded steps decided so far
+  std::deque<int64_t> recent_;                      // eligible steps' times, newest last
   std::deque<std::pair<int64_t, int64_t>> writes_;  // the last full writes, newest last
 };
 

@@ -58,6 +58,7 @@ Arming::Arming(CollectorContext& ctx, Recording& recording, bool controller, int
   // cut away by the aggregator, as any worker's.
   window_open_.store(trigger_ == Trigger::kController && (child || steps::ControllerArmedBefore(steps_, 1)),
                      std::memory_order_relaxed);
+  SetChosen(1, !controller);  // until its first step or window says
   UpdateArmed();
 }
 
@@ -262,6 +263,9 @@ bool Arming::AdoptRunKeys(const Config& run) {
     chosen_config_.steps = run.steps;
     chosen_config_.always_on = run.always_on;
   }
+  // A worker's window open already (its Control came before the run's
+  // config): chosen again under the run's steps.
+  if (!is_controller() && window_step_ >= 0) SetChosen(window_step_, true);
   // Between steps (a step under way keeps its window; the next edge follows the run's steps).
   ArmForNextStep();
   const bool changed = selected_.exchange(selected, std::memory_order_relaxed) != selected;
@@ -274,7 +278,10 @@ void Arming::ApplyWindow(wire::Control::Window window, int64_t step) {
   // follows its own steps and the other triggers their own events.
   if (window == wire::Control::Window::kUnchanged || trigger_ != Trigger::kController || is_controller()) return;
   if (window == wire::Control::Window::kOpen) {
-    if (step >= 0) SetChosen(step, true);
+    if (step >= 0) {
+      window_step_ = step;
+      SetChosen(step, true);
+    }
     window_close_at_ns_ = 0;
     window_open_.store(true, std::memory_order_relaxed);
     UpdateArmed();

@@ -123,7 +123,10 @@ class Arming {
   void ApplyWindow(wire::Control::Window window, int64_t step = -1);
   // Whether the steps being recorded now are chosen up front (native/steps.h
   // ChosenUpFront): always true unless always_on; the CPU sampler runs at
-  // always_on.sampling_hz when not. Any thread.
+  // always_on.sampling_hz, and the flush thread at a longer interval, when
+  // not. Any thread. The last SetChosen's: the flush thread arming for the
+  // next step as a recording thread opens it may leave it a step off until
+  // the next edge (a rate, never what is recorded).
   bool chosen() const { return chosen_.load(std::memory_order_relaxed); }
   // Flush thread: when a closing window disarms (MonotonicNs), 0 none; and
   // the close itself once that time came.
@@ -158,8 +161,9 @@ class Arming {
   std::atomic<bool> demoted_{false};
 
   mutable std::mutex arm_mu_;  // serialises UpdateArmed; guards armed_intervals_, edges_, steps_
-  IntSelection steps_;    // the steps the run records (steps.h RecordedSteps; own config's until the run's arrives)
-  Config chosen_config_;  // its always_on.enabled and steps: which steps are chosen up front (ChosenFor)
+  IntSelection steps_;        // the steps the run records (steps.h RecordedSteps; own config's until the run's arrives)
+  Config chosen_config_;      // its always_on.enabled and steps: which steps are chosen up front (ChosenUpFront)
+  int64_t window_step_ = -1;  // a worker's last window's step (ApplyWindow, flush thread); -1 none
   std::atomic<bool> chosen_{true};
   // chosen_ for a window over step n (and, ahead, n + 1 too: a worker's window opens a step early).
   void SetChosen(int64_t n, bool ahead);

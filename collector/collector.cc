@@ -151,8 +151,9 @@ bool Collector::ScratchScope(bool on) {
 void Collector::ApplyControl(const wire::Control& control) {
   if (!link_.Apply(control)) return;                                              // refused: nothing else applies
   if (control.role == names::kWorker && arming_.is_controller()) BecomeWorker();  // before the window it carries
-  arming_.ApplyWindow(control.window, control.step);
+  // The run's config first: the window's step is chosen or not under its steps.
   if (!control.run_config.empty() && control.run_config != run_config_) AdoptRunConfig(control.run_config);
+  arming_.ApplyWindow(control.window, control.step);
 }
 
 void Collector::AdoptRunConfig(const std::string& yaml) {

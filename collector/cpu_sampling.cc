@@ -47,9 +47,15 @@ void CpuSampling::ReconcileOthers(bool on) {
   // Always on, in steps not chosen up front: the process's threads are
   // listed at most once a second (a listing reads /proc for every thread),
   // not at every flush; a thread started since is sampled from the next.
+  // (A change of rate is brought to every thread at once: the samples'
+  // weight is the sampler's one period.)
   const int64_t now_ns = MonotonicNs();
-  if (!arming_->chosen() && others_listed_ns_ != 0 && now_ns - others_listed_ns_ < kFiguresListEveryNs) return;
+  if (!arming_->chosen() && others_listed_ns_ != 0 && hz() == others_hz_ &&
+      now_ns - others_listed_ns_ < kFiguresListEveryNs) {
+    return;
+  }
   others_listed_ns_ = now_ns;
+  others_hz_ = hz();
   sampler_.RefreshCode(&ctx_.strings);
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });

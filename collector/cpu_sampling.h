@@ -89,6 +89,7 @@ class CpuSampling {
   // while this window), and how often in steps not chosen up front.
   static constexpr int64_t kFiguresListEveryNs = 1000000000;
   int64_t others_listed_ns_ = 0;
+  int64_t others_hz_ = 0;  // the rate they were brought to then
   std::atomic<bool> all_threads_{true};
   ThreadStates states_;
   // Flush thread only.

@@ -33,12 +33,14 @@ inline const IntSelection& RecordedSteps(const Config& config) {
   return config.always_on.enabled ? kAll : config.steps;
 }
 
-// Whether a recorded step is in its full detail at the CPU sampler's rate
-// (cpu.sampling_hz) rather than always_on.sampling_hz: `steps` chooses it.
-// For a worker told of a window for `step`, the one the window opens for
-// and the step after it (WorkersArmedDuring).
+// Whether a recorded step is chosen up front: written in full whatever the
+// triggers say, at the CPU sampler's full rate (cpu.sampling_hz, not
+// always_on.sampling_hz). Always on, `steps` lists them, and its default,
+// all, chooses none (every step in full is what always_on is not). For a
+// worker told of a window for `step`, the one the window opens for and the
+// step after it (WorkersArmedDuring).
 inline bool ChosenUpFront(const Config& config, int64_t step) {
-  return !config.always_on.enabled || config.steps.Contains(step);
+  return !config.always_on.enabled || (!config.steps.all && config.steps.Contains(step));
 }
 
 // The controller records a step's events when the step is selected: from the

@@ -77,6 +77,8 @@ def test_a_slow_step_is_written_in_full_and_no_other_step_not_chosen(always_on_r
     runs = [e["args"] for e in trace["traceEvents"] if e.get("cat") == "cpu_samples" and e.get("ph") == "X"]
     assert runs and all(a["cpu_ms"] >= 10 * a["samples"] - 1e-6 for a in runs), runs[:5]
     summary = json.loads((out / f"step_{SLOW}" / "summary.json").read_text())
+    assert summary["trigger"] == figs[SLOW]["trigger"]
+    assert "trigger" not in json.loads((out / f"step_{CHOSEN}" / "summary.json").read_text())
     assert "(100 Hz in steps not chosen up front, always_on.sampling_hz)" in summary["processes"][0]["cpu_sampling"]
     # Figures only: the line carries the step's sub-tasks and its processes'
     # top ranges; a few KB per process.

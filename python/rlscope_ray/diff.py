@@ -87,7 +87,8 @@ def read_steps(run_dir: str) -> Dict[int, Dict[str, Any]]:
                     s = json.load(f)
             except (OSError, ValueError):
                 continue
-            out[s["step"]] = _summary_as_figures(s)
+            if isinstance(s, dict) and isinstance(s.get("step"), int):
+                out[s["step"]] = _summary_as_figures(s)
     return out
 
 
@@ -99,7 +100,7 @@ def _summary_as_figures(s: Dict[str, Any]) -> Dict[str, Any]:
             "overhead_ms", "attribution"]
     rows = [[b.get("subtask"), b.get("occurrences"), index.get(b.get("session"), -1)] + [b.get(c) for c in cols[3:]]
             for b in s.get("breakdown") or []]
-    return {"step": s["step"], "detail": "full", "duration_ms": s.get("duration_ms"),
+    return {"step": s["step"], "detail": "full", "duration_ms": s.get("duration_ms"), "reason": s.get("reason"),
             "correction": s.get("correction") or {}, "processes": procs,
             "subtasks": {"columns": cols, "rows": rows}}
 

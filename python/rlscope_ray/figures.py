@@ -97,6 +97,11 @@ def as_summary(fig: Dict[str, Any]) -> Dict[str, Any]:
         # One row per sub-task, its occurrences summed: occurrence 0.
         c.update(critical_rank=p.get("rank"), critical_process=p.get("label"), occurrence=0)
         segments.append(c)
+    for p in procs:  # the report's peak: the step's first reading plus its rise
+        mem = p.get("memory")
+        if isinstance(mem, dict) and None not in (mem.get("rss_end_mb"), mem.get("rss_change_mb"),
+                                                  mem.get("rss_rise_mb")):
+            mem.setdefault("rss_peak_mb", mem["rss_end_mb"] - mem["rss_change_mb"] + mem["rss_rise_mb"])
     return {
         "step": fig["step"], "detail": fig.get("detail"), "trigger": fig.get("trigger"),
         "begin_ns": fig.get("begin_ns"), "end_ns": fig.get("end_ns"), "duration_ms": fig.get("duration_ms"),

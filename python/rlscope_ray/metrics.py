@@ -66,6 +66,10 @@ class StepMetrics:
         self.duration.set(float(fig.get("duration_ms") or 0.0))
         self.corrected.set(figures.step_ms(fig))
         self.dropped.set(float((fig.get("totals") or {}).get("dropped") or 0))
+        # The step's own figures only: a line leaves out what is zero (and
+        # sub-tasks past its 16), which must not keep an earlier step's value.
+        for g in (self.busy, self.window, self.cpu, self.gpu, self.off_cpu, self.straggler):
+            g.clear()
         for p in fig.get("processes") or []:
             who = (_rank(p.get("rank")), str(p.get("role") or ""))
             mem = p.get("memory") or {}

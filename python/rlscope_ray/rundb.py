@@ -306,15 +306,12 @@ def _read_summary(run_dir: str, step: int) -> Optional[Dict[str, Any]]:
     return summary if isinstance(summary, dict) and summary.get("step") == step else None
 
 
-def _ingest_steps(con, run_dir: str, steps: Iterable[int],
-                  figs: Optional[Dict[int, Dict[str, Any]]] = None) -> List[int]:
+def _ingest_steps(con, run_dir: str, steps: Iterable[int]) -> List[int]:
     """Written steps whose summary.json reads, in one transaction; if that
     fails, each in its own, so that a step that cannot go in keeps no other
     out (its error is raised once the others are in). Returns the steps
-    ingested. `figs`: figures lines by step, whose trigger a step takes."""
+    ingested."""
     summaries = [s for s in (_read_summary(run_dir, n) for n in steps) if s is not None]
-    for s in summaries:
-        s["trigger"] = ((figs or {}).get(s["step"]) or {}).get("trigger")
     try:
         return _ingest_summaries(con, run_dir, summaries)
     except Exception as first:
@@ -454,18 +451,13 @@ def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 
         new = [s for s in written if s not in have]
         if keep_free and new:
             _check_room(run_dir, new, keep_free)
-        # Always on: figures.jsonl's new lines. A full step's says why it
-        # was written in full (its trigger); a figures-only step is its line.
-        figs, offset = _new_figures(con, run_dir)
-        by_step = {f["step"]: f for f in figs}
-        added = _ingest_steps(con, run_dir, new, by_step)
+        added = _ingest_steps(con, run_dir, new)
         have.update(added)
-        only = [figures.as_summary(f) for n, f in sorted(by_step.items())
-                if f.get("detail") == "figures" and n not in have]
-        added += _ingest_summaries(con, run_dir, only)
-        for n, f in by_step.items():  # a full step ingested before its line was there
-            if f.get("detail") == "full" and f.get("trigger") and n in have:
-                con.execute("UPDATE steps SET trigger = ? WHERE step = ?", [f["trigger"], n])
+        # Always on: figures.jsonl's new lines; a figures-only step is its
+        # line (a full step is its summary.json, which says its trigger).
+        figs, offset = _new_figures(con, run_dir)
+        only = {f["step"]: figures.as_summary(f) for f in figs if f.get("detail") == "figures"}
+        added += _ingest_summaries(con, run_dir, [only[n] for n in sorted(only) if n not in have])
         con.execute("INSERT OR REPLACE INTO meta VALUES ('figures_offset', ?)", [str(offset)])
     finally:
         con.close()

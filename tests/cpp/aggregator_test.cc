@@ -56,6 +56,7 @@
 #include "native/names.h"
 #include "aggregator/timeline.h"
 #include "aggregator/triggers.h"
+#include "native/steps.h"
 #include "native/config.h"
 #include "native/event.h"
 #include "native/probe_packet.h"
@@ -3507,6 +3508,22 @@ TEST(StepTriggersTest, AStepIsTakenLessTheTimeItOverlappedAFullWrite) {
   for (int64_t n = 1; n <= 3; ++n) EXPECT_EQ(u.Decide(TimedStep(n, n * 100, 100), false, config), "");
   EXPECT_EQ(u.Decide(TimedStep(4, 400, 149), false, config), "");
   EXPECT_THAT(u.Decide(TimedStep(5, 600, 160), false, config), ::testing::StartsWith("slow: 160.0 ms"));
+}
+
+// Always on, `steps` lists the steps written in full whatever happens; its
+// default, all, lists none (every step in full is no always-on run).
+TEST(StepTriggersTest, AlwaysOnEveryStepIsRecordedAndStepsChoosesWhichAreWrittenInFull) {
+  Config c;
+  EXPECT_TRUE(steps::ChosenUpFront(c, 7));  // without always_on: every recorded step is in full
+  c.always_on.enabled = true;
+  EXPECT_TRUE(steps::RecordedSteps(c).all);
+  EXPECT_FALSE(steps::ChosenUpFront(c, 7));
+  c.steps = IntSelection{false, {2, 7}};
+  EXPECT_TRUE(steps::RecordedSteps(c).Contains(3));
+  EXPECT_TRUE(steps::ChosenUpFront(c, 7));
+  EXPECT_FALSE(steps::ChosenUpFront(c, 3));
+  c.always_on.enabled = false;
+  EXPECT_FALSE(steps::RecordedSteps(c).Contains(3));
 }
 
 TEST(StepTriggersTest, AMemoryJumpWithinAStepPicksIt) {
