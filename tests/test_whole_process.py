@@ -86,12 +86,16 @@ def test_threads_that_never_record_are_sampled_and_cover_the_process_cpu(run, st
 def test_native_code_is_attributed_by_its_stack(run, step):
     """sim_lib.c spends its time in libm's sin/exp/log1p and libc's memcpy:
     by the interrupted instruction alone "other", by the stack the
-    simulator's."""
+    simulator's; never more than the thread measured (within three standard
+    errors, a tick and 5 %). How much of it is sampled is the bench's, as
+    above (a soak's loaded kernel delivered samples for 264 of its 300 ms,
+    coverage 0.87)."""
     agg, app, log = run
     a = _rows(agg, step)["sim"]
     job = sum(a[f"{c}_ms"] for c in CATEGORIES if c != "profiler")
     assert a["simulator_ms"] >= 0.85 * job, a
-    assert abs(a["simulator_ms"] - 1000 * app["steps"][str(step)]["sim"]) <= 3 * a["error_ms"]["simulator"] + 8 + 0.05 * 1000 * app["steps"][str(step)]["sim"], (a, app["steps"][str(step)])
+    truth_ms = 1000 * app["steps"][str(step)]["sim"]
+    assert 0 < a["simulator_ms"] <= truth_ms + 3 * a["error_ms"]["simulator"] + 8 + 0.05 * truth_ms, (a, truth_ms)
 
 
 @pytest.mark.parametrize("step", [1, 2])
