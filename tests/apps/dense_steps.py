@@ -39,15 +39,18 @@ def work(x: int) -> int:
 
 
 def one_step(s: int, args: argparse.Namespace, x: int, mats, sleep_ms: float = 0.0,  # type: ignore[no-untyped-def]
-             spin: bool = False):
-    """Step `s`: its ranges around the work, in --style, and `sleep_ms`
-    asleep (or spinning on the CPU); (x, the test clock just after the step
-    began)."""
+             spin: bool = False, extra_ranges: int = 0):
+    """Step `s`: its ranges around the work, in --style, `extra_ranges` more
+    push/pop pairs, and `sleep_ms` asleep (or that much of this thread's CPU
+    time spinning); (x, the test clock just after the step began)."""
     with rlscope_ray.step(s):
         g0 = _native.test_clock_ns()
+        for _ in range(extra_ranges):
+            nvtx.push_range("op")
+            nvtx.pop_range()
         if sleep_ms and spin:
-            until = time.perf_counter() + sleep_ms / 1e3
-            while time.perf_counter() < until:
+            until = time.thread_time() + sleep_ms / 1e3
+            while time.thread_time() < until:
                 x = work(x)
         elif sleep_ms:
             time.sleep(sleep_ms / 1e3)
@@ -92,7 +95,9 @@ def main() -> None:
     ap.add_argument("--untooled-steps", default="", help="comma-separated steps run untooled (bench only)")
     ap.add_argument("--sleep-step", type=int, default=0, help="this step also sleeps --sleep-ms (made slow)")
     ap.add_argument("--sleep-ms", type=float, default=0.0)
-    ap.add_argument("--spin", action="store_true", help="--sleep-step spins on the CPU instead of sleeping")
+    ap.add_argument("--spin", action="store_true",
+                    help="--sleep-step spins --sleep-ms of this thread's CPU time instead of sleeping")
+    ap.add_argument("--extra-ranges", type=int, default=0, help="--sleep-step records this many more push/pop pairs")
     args = ap.parse_args()
     untooled = {int(v) for v in args.untooled_steps.split(",") if v.strip()}
     x, mats = 1, None
@@ -106,7 +111,9 @@ def main() -> None:
     for s in range(1, args.steps + 1):
         with nvtx_fast.untooled() if s in untooled else contextlib.nullcontext():
             t0 = time.perf_counter()
-            x, g0 = one_step(s, args, x, mats, args.sleep_ms if s == args.sleep_step else 0.0, args.spin)
+            slow = s == args.sleep_step
+            x, g0 = one_step(s, args, x, mats, args.sleep_ms if slow else 0.0, args.spin,
+                             args.extra_ranges if slow else 0)
             clock.append([g0, _native.test_clock_ns()])
             steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
