@@ -425,6 +425,12 @@ std::vector<KeySpec> MechanismKeySpecs() {
               "time one recording call in N on each thread, in place, and correct each step with "
               "the costs measured in it (0: start-up calibration only)",
               0, 1000000, [](Config& c) -> int64_t& { return c.correction.sample_every; })),
+  };
+}
+
+// Always on (docs/always_on.md) and its live metrics.
+std::vector<KeySpec> AlwaysOnKeySpecs() {
+  return {
       Run(Bool("always_on.enabled",
                "record every step and write its figures (figures.jsonl, the run database); steps chosen in `steps` "
                "and steps that go wrong (the triggers below) are written in full",
@@ -459,6 +465,7 @@ const std::vector<KeySpec>& KeySpecs() {
   static const std::vector<KeySpec> specs = [] {
     std::vector<KeySpec> all = CaptureKeySpecs();
     for (KeySpec& k : MechanismKeySpecs()) all.push_back(std::move(k));
+    for (KeySpec& k : AlwaysOnKeySpecs()) all.push_back(std::move(k));
     return all;
   }();
   return specs;

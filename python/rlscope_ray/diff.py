@@ -39,7 +39,7 @@ import os
 import statistics
 import sys
 from collections import defaultdict
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import figures
 
@@ -378,6 +378,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(write_report(run_b), file=sys.stderr)
     return 0
 
-
-def iter_changes(d: Dict[str, Any]) -> Iterable[Dict[str, Any]]:
-    return iter(d.get("changes") or [])

@@ -666,6 +666,8 @@ def load(run_dir: Path) -> Page:
     steps = [(n, *_read_json(d / "summary.json")) for n, d in step_dirs]
     links = [StepLink(n, f'{_ms(s.get("duration_ms"))} ms, {fmt(s.get("reason"))}' if s is not None
                       else f"summary.json {w}") for n, s, w in steps]
+    from .changes import changes_section  # it reads this module's helpers
+
     charts = _Charts()
     # Always on: every step's figures (figures.jsonl), the last TREND_STEPS of them.
     figs = _figures.load(str(run_dir))
@@ -673,42 +675,8 @@ def load(run_dir: Path) -> Page:
     trend = _trend(every if every else steps, charts)
     return Page(title=f"rlscope-ray report: {run_dir.resolve().name}", overview=_overview(run_dir, run, run_why),
                 links=links, steps=[_step(n, s, w, charts) for n, s, w in steps], charts=charts.data, trend=trend,
-                changes=_changes(run_dir))
+                changes=changes_section(run_dir))
 
 
-# --- what changed (rlscope-ray diff --report) -------------------------------
-
+# The steps-over-time chart's most steps (always on: the last of figures.jsonl).
 TREND_STEPS = 2000
-
-
-def _changes(run_dir: Path) -> List[Block]:
-    """The diff kept beside the run (rlscope_ray.diff DIFF_FILE), or nothing."""
-    from ..diff import DIFF_FILE, MIN_ABS_MS
-
-    d, _why = _read_json(run_dir / DIFF_FILE)
-    if d is None:
-        return []
-    a, b = d.get("a_steps") or [], d.get("b_steps") or []
-    out: List[Block] = [Facts([
-        ("A", f"{fmt(d.get('a_run'))}, steps {a[0] if a else '-'}-{a[-1] if a else '-'} ({len(a)})"),
-        ("B", f"{fmt(d.get('b_run'))}, steps {b[0] if b else '-'}-{b[-1] if b else '-'} ({len(b)})"),
-        ("beyond noise", f"|z| > {_num(d.get('z_crit')) or 0:.2f}: false-positive rate {100 * (_num(d.get('alpha')) or 0):g} % "
-                         f"over {fmt(d.get('comparisons'))} comparisons (Bonferroni), and at least "
-                         f"{100 * (_num(d.get('min_change')) or 0):g} % and {MIN_ABS_MS} ms")])]
-    rows = []
-    step = _dict(d.get("step"))
-    if step:
-        rows.append(["step time", step.get("a_ms"), step.get("b_ms"), step.get("change_ms"), step.get("z"),
-                     "beyond noise" if step.get("beyond_noise") else "within noise"])
-    for c in _dicts(d.get("changes")):
-        what = f"{c.get('subtask')} {c.get('who')} busy" if c.get("kind") == "busy" else \
-            f"{c.get('subtask')} (controller's time)"
-        where = "; ".join(", ".join(f"{m.get('name')} {(_num(m.get('change_ms')) or 0):+.2f} ms"
-                                    for m in _dicts(c.get(k))) for k in ("categories", "ranges", "kernels")
-                          if _dicts(c.get(k)))
-        rows.append([what, c.get("a_ms"), c.get("b_ms"), c.get("change_ms"), c.get("z"), where])
-    out.append(_table(["what", "A ms", "B ms", "change ms", "z", "where it went"], rows, "diff-table"))
-    for m in _dicts(d.get("memory_growth")):
-        out.append(Para(f"memory: {fmt(m.get('who'))}: resident memory grows {(_num(m.get('mb_per_step')) or 0):.2f} "
-                        f"MB a step (+{(_num(m.get('growth_mb')) or 0):.0f} MB over B's steps)", "warn"))
-    return out
