@@ -117,6 +117,54 @@ def test_every_step_is_a_row_of_the_run_database(always_on_run):
     assert procs == STEPS
 
 
+def test_the_follower_takes_figures_only_steps_at_its_last_look_in_chunks(always_on_run, tmp_path, monkeypatch):
+    """While the run goes, the follower's looks take the steps written in
+    full only (a figures-only step's rows cost about a millisecond of CPU
+    each, beside the job); its last look takes every figures-only step, a
+    chunk of figures.jsonl per transaction (here one line each)."""
+    import io
+    import shutil
+
+    from rlscope_ray import rundb
+
+    import duckdb
+
+    live = tmp_path / "live"
+    shutil.copytree(always_on_run, live)
+    (live / "run.duckdb").unlink(missing_ok=True)
+    monkeypatch.setattr(rundb, "FIGURES_CHUNK_BYTES", 1)
+    standin = subprocess.Popen(["sleep", "300"])  # the aggregator, still running
+    seen = []
+
+    def steps_in_the_database():
+        con = duckdb.connect(rundb.db_path(str(live)), read_only=True)
+        try:
+            return [s for (s,) in con.execute("SELECT step FROM steps ORDER BY step").fetchall()]
+        finally:
+            con.close()
+
+    def between_looks(_interval: float) -> None:
+        seen.append(steps_in_the_database())
+        standin.kill()  # the aggregator exits: one more look, the last
+        standin.wait()
+
+    log = io.StringIO()
+    try:
+        assert rundb.follow(str(live), standin.pid, log=log, sleep=between_looks) == 0
+    finally:
+        standin.kill()
+        standin.wait()
+    assert seen == [[CHOSEN, SLOW]]
+    assert steps_in_the_database() == list(range(1, STEPS + 1))
+    assert f"rundb: {STEPS - 2} figures-only steps into" in log.getvalue()
+    con = duckdb.connect(rundb.db_path(str(live)), read_only=True)
+    try:
+        offset = con.execute("SELECT value FROM meta WHERE key = 'figures_offset'").fetchone()[0]
+    finally:
+        con.close()
+    assert int(offset) == (live / "figures.jsonl").stat().st_size
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -28,14 +28,17 @@ def path(run_dir: str) -> str:
     return os.path.join(run_dir, FIGURES_FILE)
 
 
-def read_from(run_dir: str, offset: int = 0) -> Tuple[List[Dict[str, Any]], int]:
-    """The whole lines from byte `offset` on, parsed, and the offset after
-    the last whole line (where the next read starts). A line that does not
-    parse is skipped (counted nowhere: the aggregator never writes one)."""
+def read_from(run_dir: str, offset: int = 0, max_bytes: int = -1) -> Tuple[List[Dict[str, Any]], int]:
+    """The whole lines from byte `offset` on (within `max_bytes` of it, when
+    not -1, but at least one line), parsed, and the offset after the last
+    whole line (where the next read starts). A line that does not parse is
+    skipped (counted nowhere: the aggregator never writes one)."""
     try:
         with open(path(run_dir), "rb") as f:
             f.seek(offset)
-            data = f.read()
+            data = f.read(max_bytes)
+            if max_bytes >= 0 and b"\n" not in data:
+                data += f.readline()  # one line longer than max_bytes
     except FileNotFoundError:
         return [], offset
     end = data.rfind(b"\n") + 1

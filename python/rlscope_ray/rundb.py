@@ -332,12 +332,14 @@ def _new_figures(con, run_dir: str) -> Tuple[List[Dict[str, Any]], int]:
     """figures.jsonl's lines past the offset the database took last (meta
     figures_offset), and the offset after them."""
     row = con.execute("SELECT value FROM meta WHERE key = 'figures_offset'").fetchone()
-    return figures.read_from(run_dir, int(row[0]) if row else 0)
+    return figures.read_from(run_dir, int(row[0]) if row else 0, FIGURES_CHUNK_BYTES)
 
 
-def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]]) -> List[int]:
-    """In one transaction: the summaries' rows, then each one's trace.json."""
-    if not summaries:
+def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]],
+                      meta: Optional[Dict[str, str]] = None) -> List[int]:
+    """In one transaction: the summaries' rows, then each one's trace.json,
+    and the `meta` keys' values."""
+    if not summaries and not meta:
         return []
     rows: Dict[str, List[tuple]] = {t: [] for t in COLUMNS}
     for s in summaries:
@@ -351,6 +353,8 @@ def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]]) -> Lis
             trace = os.path.join(run_dir, f"step_{s['step']}", "trace.json")
             if os.path.isfile(trace):
                 _ingest_trace(con, trace, s["step"])
+        for key, value in (meta or {}).items():
+            con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -418,13 +422,16 @@ def _check_room(run_dir: str, steps: Iterable[int], keep_free: int) -> None:
         raise NoRoom(f"{free >> 20} MiB free beside the run, under the {need >> 20} MiB an update keeps free")
 
 
-def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 0) -> List[int]:
+def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 0,
+           figures_only: bool = True) -> List[int]:
     """Ingests every step of run.json's steps_written not yet in run.duckdb
     (creating it, or replacing one built for another run: its run_id is
-    not run.json's); returns the steps added, in order. Idempotent. keep_free:
-    NoRoom, and nothing written, unless the disk keeps that many bytes free
-    beyond the new steps' JSON (the follower keeps DISK_RESERVE_BYTES: the
-    run's own files come first)."""
+    not run.json's), and with `figures_only` every figures-only step of
+    figures.jsonl's lines past the last update's (in transactions of
+    FIGURES_CHUNK_BYTES of lines); returns the steps added, in order.
+    Idempotent. keep_free: NoRoom, and nothing written, unless the disk
+    keeps that many bytes free beyond the new steps' JSON (the follower
+    keeps DISK_RESERVE_BYTES: the run's own files come first)."""
     run = run if run is not None else read_run_json(run_dir)
     written = sorted({int(s) for s in run.get("steps_written") or []})
     path = db_path(run_dir)
@@ -455,10 +462,16 @@ def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 
         have.update(added)
         # Always on: figures.jsonl's new lines; a figures-only step is its
         # line (a full step is its summary.json, which says its trigger).
-        figs, offset = _new_figures(con, run_dir)
-        only = {f["step"]: figures.as_summary(f) for f in figs if f.get("detail") == "figures"}
-        added += _ingest_summaries(con, run_dir, [only[n] for n in sorted(only) if n not in have])
-        con.execute("INSERT OR REPLACE INTO meta VALUES ('figures_offset', ?)", [str(offset)])
+        # Each chunk with the offset after it in one transaction: a catch-up
+        # cut short goes on from there, its memory bounded by the chunk.
+        while figures_only:
+            figs, offset = _new_figures(con, run_dir)
+            if not figs:
+                break
+            only = {f["step"]: figures.as_summary(f) for f in figs if f.get("detail") == "figures"}
+            added += _ingest_summaries(con, run_dir, [only[n] for n in sorted(only) if n not in have],
+                                       meta={"figures_offset": str(offset)})
+            have.update(only)
     finally:
         con.close()
     return sorted(added)
@@ -485,23 +498,21 @@ class _Followed:
     def __init__(self) -> None:
         self.run_id: Optional[str] = None  # the run the database was updated for (None: not yet)
         self.steps: set = set()            # written steps in it
-        self.figures_size = 0              # figures.jsonl's size at the last update
-        self.figures_at = 0.0              # when figures alone last caused an update (time.monotonic)
 
 
-# Always on, a figures-only step's rows wait for at most this long: one
-# database update for many steps (an update costs tens of milliseconds of
-# CPU beside the job); a step written in full goes in at the next look.
-FIGURES_EVERY_S = 10.0
+# Figures-only steps' lines per transaction (about 1,500 steps of five
+# processes): a catch-up's memory stays bounded whatever the run's length.
+FIGURES_CHUNK_BYTES = 8 << 20
 
 
-def _follow_once(run_dir: str, log, known: _Followed, last: bool, clock=time.monotonic) -> Optional[bool]:
+def _follow_once(run_dir: str, log, known: _Followed, last: bool) -> Optional[bool]:
     """One look; an update when run.json lists a step not in the database,
-    or figures.jsonl grew FIGURES_EVERY_S ago or more (the last look updates
-    in any case), or run.json names another run than the one it was of (a
-    new run began in the directory: the update replaces the database). True
-    once the run's formats leave db out, None when run.json is not (yet, or
-    not wholly) readable."""
+    or names another run than the one it was of (a new run began in the
+    directory: the update replaces the database). Figures-only steps go in
+    at the last look only (and whenever `rlscope-ray query` catches up):
+    their rows cost about a millisecond of CPU a step, which beside a
+    training job is the run's time. True once the run's formats leave db
+    out, None when run.json is not (yet, or not wholly) readable."""
     try:
         run = read_run_json(run_dir)
     except RunDirError:
@@ -511,21 +522,17 @@ def _follow_once(run_dir: str, log, known: _Followed, last: bool, clock=time.mon
     if known.run_id != run_id(run):
         known.__init__()
     written = {int(s) for s in run.get("steps_written") or []}
-    try:
-        size = os.path.getsize(figures.path(run_dir))
-    except OSError:
-        size = 0
     if not last and known.run_id is not None and written <= known.steps:
-        if size == known.figures_size or clock() - known.figures_at < FIGURES_EVERY_S:
-            return False  # nothing new, or figures only and not yet due: the database is not opened
-    added = update(run_dir, run, keep_free=DISK_RESERVE_BYTES)
+        return False  # nothing new: the database is not opened
+    added = update(run_dir, run, keep_free=DISK_RESERVE_BYTES, figures_only=last)
     known.run_id = run_id(run)
-    known.figures_size = size
-    known.figures_at = clock()
     # In it now: every written step whose summary is there (written whole, by rename).
     known.steps.update(n for n in written if os.path.exists(os.path.join(run_dir, f"step_{n}", "summary.json")))
-    if added:
-        print(f"rundb: steps {added} into {db_path(run_dir)}", file=log, flush=True)
+    full = [n for n in added if n in written]
+    if full:
+        print(f"rundb: steps {full} into {db_path(run_dir)}", file=log, flush=True)
+    if len(added) > len(full):
+        print(f"rundb: {len(added) - len(full)} figures-only steps into {db_path(run_dir)}", file=log, flush=True)
     return False
 
 
