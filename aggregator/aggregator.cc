@@ -289,6 +289,7 @@ void Aggregator::Tick(int64_t now_ns) {
       clocks_.AskForBursts(holders, now_ns, &context_);
     }
   }
+  if (release_due_ && now_ns - released_at_ns_ >= kRunInfoEveryNs && !Release(now_ns)) return;
   if (run_info_due_ && now_ns - run_info_written_ns_ >= kRunInfoEveryNs) RunInfoChanged(now_ns);
 }
 
@@ -300,6 +301,7 @@ void Aggregator::Finish(int64_t now_ns) {
     }
   }
   NoteEmptyRun();
+  if (context_.stats.write_errors == 0) Release(now_ns);  // the resume point: the last step done
   // Final only when every step is written: otherwise an aggregator started
   // again on this directory takes the run up from what the collectors kept.
   if (!exporter_->ExportRun(MakeRunInfo(context_.stats.write_errors == 0))) ++context_.stats.write_errors;
@@ -412,7 +414,7 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   const Config& config = run_config_.config();
   if (!steps::RecordedSteps(config).Contains(step.span.number)) {
     ++context_.stats.steps_skipped;
-    return StepDone(step);
+    return StepDone(step, false, now_ns);
   }
   const int64_t emit_began_ns = MonotonicNs();
   StepProfile profile = CutStep(step, forced, now_ns);
@@ -467,7 +469,7 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   clocks_.Written(profile);
   if (profile.reason == "clock_unaligned") ++steps_clock_unaligned_;
   WaiveClocks(profile);
-  return StepDone(step);
+  return StepDone(step, !profile.figures_only, now_ns);
 }
 
 void Aggregator::WaiveClocks(const StepProfile& step) {
@@ -484,22 +486,39 @@ void Aggregator::WaiveClocks(const StepProfile& step) {
   }
 }
 
-bool Aggregator::StepDone(const PendingStep& step) {
-  // The resume point, with each process's release point, is on disk before
-  // any collector forgets the step: a restarted aggregator leaves out of a
-  // replay at least what was released.
-  std::vector<Outgoing> releases = releases_.Done(step, processes_);
-  run_info_due_ = false;  // written now, with every change so far
-  if (!exporter_->ExportRun(MakeRunInfo(false))) {
-    ++context_.stats.write_errors;
-    return false;
+bool Aggregator::StepDone(const PendingStep& step, bool written_in_full, int64_t now_ns) {
+  // Each collector's release point, while its records of the step are
+  // still here to say where a range across the step's end began; a later
+  // step's point replaces one not yet sent.
+  for (Outgoing& o : releases_.Done(step, processes_)) releases_due_[o.session] = std::move(o);
+  release_due_ = true;
+  if (written_in_full || now_ns - released_at_ns_ >= kRunInfoEveryNs) {
+    if (!Release(now_ns)) return false;
   }
-  context_.outgoing.insert(context_.outgoing.end(), releases.begin(), releases.end());
   // Steps are sequential: nothing that ended by this step's end can belong to
   // a later one.
   const int64_t end = step.span.end_ns;
   for (const auto& [session, p] : processes_) p->DiscardBefore(p->clock().FromAggregator(end));
   last_cut_end_ns_ = std::max(last_cut_end_ns_, end);
+  return true;
+}
+
+bool Aggregator::Release(int64_t now_ns) {
+  if (!release_due_) return true;
+  // The resume point, with each process's release point, is on disk before
+  // any collector forgets the step: a restarted aggregator leaves out of a
+  // replay at least what was released (and writes the figures-only steps
+  // after it again: readers keep a step's last line).
+  release_due_ = false;
+  released_at_ns_ = now_ns;
+  run_info_due_ = false;  // written now, with every change so far
+  run_info_written_ns_ = now_ns;
+  if (!exporter_->ExportRun(MakeRunInfo(false))) {
+    ++context_.stats.write_errors;
+    return false;
+  }
+  for (auto& [session, o] : releases_due_) context_.outgoing.push_back(std::move(o));
+  releases_due_.clear();
   return true;
 }
 

@@ -182,9 +182,19 @@ class Aggregator {
   // (it waited the grace out for them, or they are gone) hold no later step
   // until their bound halves (clocks.h).
   void WaiveClocks(const StepProfile& step);
-  // After a step was written or skipped: its release points go into run.json
-  // before any collector hears of them; then nothing before its end is kept.
-  bool StepDone(const PendingStep& step);
+  // After a step was written or skipped: nothing before its end is kept;
+  // its release points go into run.json before any collector hears of
+  // them. A step written in full releases at once; a skipped or
+  // figures-only one (most steps of a run) at most every kRunInfoEveryNs,
+  // the latest such step's points covering those before it (its run.json
+  // rewrite and each collector's wake-up on a release were most of a short
+  // step's fixed cost). False when run.json could not be written.
+  bool StepDone(const PendingStep& step, bool written_in_full, int64_t now_ns);
+  // What StepDone held back, now: run.json, then the Controls.
+  bool Release(int64_t now_ns);
+  bool release_due_ = false;                   // a step done since the last Release
+  std::map<uint64_t, Outgoing> releases_due_;  // session -> its latest release point, not yet sent
+  int64_t released_at_ns_ = 0;                 // when Release last ran
   RunInfo MakeRunInfo(bool final) const;
   // ProcessInfo::armed_steps of `p`, from the steps seen so far.
   std::optional<std::string> ArmedSteps(const ProcessTimeline& p) const;

@@ -2803,6 +2803,44 @@ TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheR
   EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 300}, {2, 200}}));
 }
 
+// Always on: a step written in full releases at once; figures-only steps
+// (as skipped ones) at most every second, the latest one's points covering
+// those before it, run.json first; the run's end puts the last step done
+// in run.json.
+TEST_F(FrameTest, FiguresOnlyStepsReleaseAtMostOnceASecondAStepWrittenInFullAtOnce) {
+  Config config;
+  config.always_on.enabled = true;
+  config.always_on.warmup_steps = 100;  // no trigger
+  config.steps = IntSelection{false, {1}};
+  Init(config);
+  FakeCollector ctl(1, "controller", -1, 100);
+  Frame(ctl.Hello(), "peer-c");
+  ctl.Push(1, 100, "step").Pop(1, 200).Push(1, 300, "step").Pop(1, 400).Push(1, 500, "step").Pop(1, 600);
+  Frame(ctl.Flush(1000), "peer-c");
+  agg_->TakeOutgoing();
+  const int runs_before = exporter_.runs;
+  agg_->Tick(1000);
+  EXPECT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(agg_->stats().steps_figures_only, 2u);
+  // Step 1, in full: released, run.json first; 2 and 3 wait.
+  EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 100}}));
+  EXPECT_EQ(exporter_.runs, runs_before + 1);
+  EXPECT_EQ(exporter_.last_run_last_step, 1);
+  agg_->Tick(1000 + 999999999);  // not a second yet
+  EXPECT_TRUE(Releases(agg_.get()).empty());
+  agg_->Tick(1000 + 1000000000);
+  EXPECT_EQ(Releases(agg_.get()), (std::map<uint64_t, int64_t>{{1, 500}}));
+  EXPECT_EQ(exporter_.last_run_last_step, 3);
+  // A figures-only step at the run's end: its resume point in the final run.json.
+  ctl.Push(1, 700, "step").Pop(1, 800);
+  Frame(ctl.Flush(2000), "peer-c");
+  agg_->Tick(1000 + 1000000001);
+  EXPECT_TRUE(Releases(agg_.get()).empty());
+  agg_->Finish(1000 + 1000000002);
+  EXPECT_TRUE(exporter_.last_run_final);
+  EXPECT_EQ(exporter_.last_run_last_step, 4);
+}
+
 // ------------------------------------------------------ the export contract
 
 // The files in `dir` (names only, sorted).

@@ -231,6 +231,7 @@ class RecordingExporter : public StepExporter {
     ++runs;
     last_run_final = run.final;
     last_run_steps_written = run.steps_written;
+    last_run_last_step = run.last_step;
     return true;
   }
   bool Flush(std::chrono::milliseconds) noexcept override {
@@ -257,6 +258,7 @@ class RecordingExporter : public StepExporter {
   int runs = 0;
   bool last_run_final = false;
   std::vector<int64_t> last_run_steps_written;
+  int64_t last_run_last_step = -1;
   int flushes = 0;
   int shutdowns = 0;
 };
