@@ -66,8 +66,12 @@ void StepScheduler::OnEdges(StepEdges edges, const ClockEstimate& clock, int64_t
       step.window_late_ns = late->second;
       late_.erase(late);
     }
-    if (selected.Contains(s.number)) {
-      // Flush barrier: every collector flushes now and acknowledges.
+    if (selected.Contains(s.number) && steps::ChosenUpFront(run_->config(), s.number)) {
+      // Flush barrier: every collector flushes now and acknowledges. Always
+      // on, a step not chosen up front has none: its records come with the
+      // collectors' own flushes (within kHeartbeatNs, collector.h), whose
+      // watermarks pass its end; a trigger picks it from what they keep. A
+      // barrier is a flush and an ack from each process, each step.
       step.barrier = ++barrier_token_;
       wire::Control flush;
       flush.step = s.number;

@@ -7,7 +7,9 @@
 // it runs (before step 1 if selected), so neither the broadcast's latency
 // nor a range opened just before the step loses anything (the cut is exact
 // anyway); sent on change and to each collector that says hello. At a
-// selected step's end every collector is sent a flush barrier. A closed step
+// selected step's end every collector is sent a flush barrier (always on,
+// only at a step's chosen up front: the others wait for the collectors' own
+// flushes, within a second, collector.h kHeartbeatNs). A closed step
 // is ready once every selected, connected collector has caught up with it
 // (CaughtUp) or once flush.step_grace_ms has passed since it closed (the
 // profile then lists the late processes); a resumed run's steps wait, within
