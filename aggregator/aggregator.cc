@@ -345,6 +345,24 @@ bool Aggregator::ControllerDone() const {
   return c != processes_.end() && c->second->said_bye();
 }
 
+namespace {
+
+// Whether a step's analysis is worth a second thread (the correction's
+// halves, the breakdown beside the export): a thread's start and join cost
+// tens of microseconds, more than the halves of a small step take; most
+// always-on steps are small.
+constexpr size_t kSecondThreadRecords = 20000;
+
+bool WorthASecondThread(const StepProfile& profile) {
+  size_t records = 0;
+  for (const ProcessSlice& s : profile.processes) {
+    records += s.spans.size() + s.instants.size() + s.cpu_samples.size() + s.off_cpu.size() + s.gpu.size();
+  }
+  return records >= kSecondThreadRecords;
+}
+
+}  // namespace
+
 StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t now_ns) {
   const StepSpan& s = step.span;
   StepProfile profile;
@@ -389,7 +407,7 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
       clocks_.AddCausality(p->second.get(), bounds, probes_off());
     }
   }
-  AnalyzeCutStep(&profile, run_config_.config(), NotProfiled(), second_core_);
+  AnalyzeCutStep(&profile, run_config_.config(), NotProfiled(), second_core_ && WorthASecondThread(profile));
   return profile;
 }
 
@@ -434,7 +452,8 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
   // nothing selects sub-tasks (then the trace is the step as analysed) and
   // there is a core for it. It reads the profile alone (its processes are
   // values, process_view.h): done before the profile goes.
-  AnalyzeStepInto(&profile, config, second_core_ && config.subtasks.empty() && !config.discrete);
+  AnalyzeStepInto(&profile, config,
+                  second_core_ && WorthASecondThread(profile) && config.subtasks.empty() && !config.discrete);
   struct Joined {
     const StepProfile& profile;
     ~Joined() { profile.analysis.Wait(); }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <string>
 #include <unordered_map>
@@ -201,7 +202,52 @@ double Attribution::ErrorNs(CpuCategory c) const {
   return total * std::sqrt(std::max(0.0, p * (1 - p)) / n_eff);
 }
 
+namespace {
+
+// What rules of these patterns said of a sample's (object, module,
+// callers), kept from step to step: a step's samples mostly repeat the
+// steps' before, and one classification matches every pattern against every
+// object of the chain. One set of patterns a run (another clears it); at
+// most kMaxEntries, then it starts again.
+class ClassifyMemo {
+ public:
+  static constexpr size_t kMaxEntries = 1 << 16;
+
+  CpuCategory Classify(const AttributionRules& rules, const std::string& patterns, std::string_view object,
+                       std::string_view module, std::string_view callers) {
+    std::string key;
+    key.reserve(object.size() + module.size() + callers.size() + 2);
+    key.append(object).append(1, '\0').append(module).append(1, '\0').append(callers);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (patterns != patterns_ || memo_.size() >= kMaxEntries) {
+      patterns_ = patterns;
+      memo_.clear();
+    }
+    auto it = memo_.find(key);
+    if (it == memo_.end()) it = memo_.emplace(std::move(key), rules.Classify(object, module, callers)).first;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::string patterns_;
+  std::unordered_map<std::string, CpuCategory> memo_;
+};
+
+std::string PatternsKey(const Config::Attribution& a) {
+  std::string key;
+  for (const auto* list : {&a.python, &a.backend, &a.cuda_api, &a.simulator}) {
+    for (const std::string& p : *list) key.append(p).append(1, '\0');
+    key.append(1, '\1');
+  }
+  return key;
+}
+
+}  // namespace
+
 void ClassifyStepSamples(StepProfile* step, const AttributionRules& rules) {
+  static ClassifyMemo memo;
+  const std::string patterns = PatternsKey(rules.patterns());
   for (ProcessSlice& slice : step->processes) {
     if (slice.cpu_samples.empty()) continue;
     // Each thread's CUDA API calls (CUPTI, where traced), in time order.
@@ -245,7 +291,10 @@ void ClassifyStepSamples(StepProfile* step, const AttributionRules& rules) {
       const auto key = std::make_tuple(s.object, s.module, s.stack);
       auto it = by_names.find(key);
       if (it == by_names.end()) {
-        it = by_names.emplace(key, rules.Classify(p.String(s.object), p.String(s.module), p.String(s.stack))).first;
+        it =
+            by_names
+                .emplace(key, memo.Classify(rules, patterns, p.String(s.object), p.String(s.module), p.String(s.stack)))
+                .first;
       }
       s.category = static_cast<uint8_t>(it->second);
     }

@@ -76,6 +76,7 @@ class AttributionRules {
   // thread's current Python frame was in `module` ("" none); steps 2 to 6
   // above.
   CpuCategory Classify(std::string_view object, std::string_view module, std::string_view callers = {}) const;
+  const Config::Attribution& patterns() const { return patterns_; }
 
  private:
   Config::Attribution patterns_;

@@ -45,10 +45,14 @@ PROFILER_PROCESSES = ("rlscope-ray-aggregator", "rlscope_ray.rundb")
 
 class CpuWatch:
     """The profiler's CPU over a run, read from /proc every 0.2 s: each
-    profiler thread's and process's CPU time, last reading less first."""
+    profiler thread's (schedstat, nanoseconds) and process's (stat, clock
+    ticks: its exited threads included) CPU time, last reading less first;
+    `series` the total at each reading (time.monotonic, s), for the CPU
+    between two moments of the run (steady state, set-up and exit left out)."""
 
     def __init__(self):
         self.first, self.last = {}, {}
+        self.series = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -57,6 +61,11 @@ class CpuWatch:
         with open(stat_path) as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _thread_cpu(task_dir):
+        with open(task_dir + "/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
 
     def _look(self):
         for pid in os.listdir("/proc"):
@@ -74,7 +83,7 @@ class CpuWatch:
                     with open(f"/proc/{pid}/task/{tid}/comm") as f:
                         if f.read().strip() not in PROFILER_THREADS:
                             continue
-                    key, t = ("thread", tid), self._cpu(f"/proc/{pid}/task/{tid}/stat")
+                    key, t = ("thread", tid), self._thread_cpu(f"/proc/{pid}/task/{tid}")
                     self.first.setdefault(key, 0.0)  # a thread is the profiler's from its start
                     self.last[key] = t
             except (OSError, IndexError, ValueError):
@@ -83,7 +92,19 @@ class CpuWatch:
     def _run(self):
         while not self._stop.is_set():
             self._look()
+            self.series.append((time.monotonic(), self.seconds()))
             self._stop.wait(0.2)
+
+    def seconds_between(self, t0, t1):
+        """The profiler's CPU from t0 to t1 (time.monotonic), each end read
+        off the series by linear interpolation."""
+        def at(t):
+            pts = self.series
+            for (ta, ca), (tb, cb) in zip(pts, pts[1:]):
+                if ta <= t <= tb:
+                    return ca + (cb - ca) * (t - ta) / (tb - ta) if tb > ta else cb
+            return pts[-1][1] if pts and t > pts[-1][0] else 0.0
+        return at(t1) - at(t0)
 
     def __enter__(self):
         self._thread.start()
@@ -98,7 +119,9 @@ class CpuWatch:
 
 
 def _demo(out, steps, extra, env, timeout_s):
-    """The run's median step time (ms) and the profiler's CPU over it (s)."""
+    """The run's median step time (ms), the profiler's CPU over the whole
+    run (s) and per step in steady state (ms: from the end of step
+    2 x WARMUP to the last step's end, over the steps between)."""
     timings = out + ".json"
     cmd = [sys.executable, DEMO, "--steps", str(steps), "--out", out, "--timings", timings] + extra
     with CpuWatch() as watch:
@@ -107,7 +130,10 @@ def _demo(out, steps, extra, env, timeout_s):
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     with open(timings) as f:
         t = json.load(f)
-    return statistics.median(t["steps_ms"][WARMUP:]), watch.seconds(), t["loop_s"]
+    ends = t["steps_end_monotonic"]
+    first = 2 * WARMUP
+    steady_ms = 1000 * watch.seconds_between(ends[first - 1], ends[-1]) / (len(ends) - first)
+    return statistics.median(t["steps_ms"][WARMUP:]), watch.seconds(), steady_ms
 
 
 def demo_rows(rounds, steps, env, timeout_s, work):
@@ -116,16 +142,18 @@ def demo_rows(rounds, steps, env, timeout_s, work):
              ("selected", ["--capture", "2,3,5"]), ("always on", ["--capture", "2,3,5", "--always-on"])]
     ms = {name: [] for name, _ in modes}
     cpu = {name: [] for name, _ in modes}
+    steady = {name: [] for name, _ in modes}
     dirs = []
     for i in range(rounds):
         for name, extra in modes:
             out = os.path.join(work, f"demo_{i}_{name.split()[0]}{'_aa' if 'A/A' in name else ''}")
-            step_ms, cpu_s, loop_s = _demo(out, steps, extra, env, timeout_s)
+            step_ms, cpu_s, steady_ms = _demo(out, steps, extra, env, timeout_s)
             ms[name].append(step_ms)
             cpu[name].append(1000 * cpu_s / steps)  # the profiler's CPU ms per step (set-up included)
+            steady[name].append(steady_ms)
             if name == "always on":
                 dirs.append(out)
-    return ms, cpu, dirs
+    return ms, cpu, steady, dirs
 
 
 def in_thread_ms(run_dirs):
@@ -195,11 +223,11 @@ def time_on_1000_steps(run_a, run_b):
 
 def run(args, print_table, fmt, clean_env):
     rounds = 2 if args.quick else 4
-    steps = 40 if args.quick else 80
+    steps = 100 if args.quick else 200
     work = tempfile.mkdtemp(prefix="rlscope_always_on_bench_")
     env = clean_env()
     try:
-        ms, cpu, dirs = demo_rows(rounds, steps, env, args.timeout_s, work)
+        ms, cpu, steady, dirs = demo_rows(rounds, steps, env, args.timeout_s, work)
         base = ms["none"]
         cores = os.cpu_count() or 1
         rows = []
@@ -209,15 +237,17 @@ def run(args, print_table, fmt, clean_env):
             ratios = [x / b - 1 for x, b in zip(ms[name], base)]
             step_ms = statistics.median(ms[name])
             cpu_ms = statistics.median(cpu[name])
+            steady_ms = statistics.median(steady[name])
             rows.append([label, fmt(step_ms, 2),
                          "" if name == "none" else "%+.2f %%" % (100 * statistics.median(ratios)),
                          "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios),
-                         fmt(cpu_ms, 2), "%.2f %%" % (100 * cpu_ms / (step_ms * cores))])
+                         fmt(cpu_ms, 2), fmt(steady_ms, 2), "%.2f %%" % (100 * steady_ms / (step_ms * cores))])
         print_table(f"Always on: the PPO demo ({steps} steps, {rounds} interleaved rounds; a run's step time is the "
                     f"median of its steps after the first {WARMUP}; profiler CPU: its threads and processes, read "
-                    f"from /proc, per step of the run, set-up included; share: of the {cores} cores over a step)",
+                    f"from /proc, per step over the whole run (set-up and exit included) and in steady state "
+                    f"(steps {2 * WARMUP + 1}-{steps}); share: steady, of the {cores} cores over a step)",
                     ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %",
-                     "profiler CPU ms per step", "profiler CPU share"], rows)
+                     "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady", "steady share"], rows)
         print(f"In the job's own threads, always on (the correction's subtracted time, all processes): "
               f"{in_thread_ms(dirs):.3f} ms per step")
         sizes = bytes_per_process_step(dirs)

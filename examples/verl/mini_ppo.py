@@ -350,7 +350,7 @@ def main() -> int:
             return ray.get(refs)
 
         t_loop = time.monotonic()
-        steps_ms = []
+        steps_ms, steps_end = [], []
         for step in range(1, args.steps + 1):
             t0 = time.monotonic()
             with rlscope_ray.step(step):
@@ -370,7 +370,8 @@ def main() -> int:
                     vf_loss = sum(dispatch("update_critic", rets)) / WORLD_SIZE
                 with nvtx.annotate("update_actor"):
                     pg_loss = sum(dispatch("update_actor", advs)) / WORLD_SIZE
-            steps_ms.append((time.monotonic() - t0) * 1000)
+            steps_end.append(time.monotonic())
+            steps_ms.append((steps_end[-1] - t0) * 1000)
             print(f"step {step}: score {mean_score:+.3f}  vf_loss {vf_loss:.4f}  pg_loss {pg_loss:+.4f}  "
                   f"({steps_ms[-1]:.0f} ms)", flush=True)
         t_loop = time.monotonic() - t_loop
@@ -388,7 +389,7 @@ def main() -> int:
     if args.timings:
         with open(args.timings, "w") as f:
             json.dump({"wall_s": wall, "setup_s": t_setup, "loop_s": t_loop, "steps": args.steps,
-                       "steps_ms": steps_ms}, f)
+                       "steps_ms": steps_ms, "steps_end_monotonic": steps_end}, f)
     return 0
 
 
