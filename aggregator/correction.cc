@@ -12,6 +12,25 @@ namespace rlscope {
 
 namespace {
 int64_t Ps(double ns) { return static_cast<int64_t>(std::llround(ns * 1000.0)); }
+
+// The caller-side cost keys (kCallerKeyPrefix + CostKey) and their
+// "_spread"s, built once: a model is made per process and step.
+struct CallerKeys {
+  std::string key[kCallers][CostModel::kKinds], spread[kCallers][CostModel::kKinds];
+  CallerKeys() {
+    for (int caller = 1; caller < kCallers; ++caller) {
+      for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
+        key[caller][kind] = std::string(kCallerKeyPrefix[caller]) + CostKey(kind);
+        spread[caller][kind] = key[caller][kind] + "_spread";
+      }
+    }
+  }
+};
+
+const CallerKeys& TheCallerKeys() {
+  static const CallerKeys keys;
+  return keys;
+}
 }  // namespace
 
 const char* CostKey(uint8_t kind) {
@@ -74,11 +93,13 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     const double ratio = scaled ? used_.in_place_ratio : 1.0;
     for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
                                  EventKind::kRangeEnd, EventKind::kMark}) {
-      const std::string key = std::string(kCallerKeyPrefix[caller]) + CostKey(static_cast<uint8_t>(kind));
-      if (costs.count(key) == 0) continue;
-      caller_ps_[caller][static_cast<int>(kind)] = Ps(get(key.c_str()) * ratio);
-      used_.ns[key] *= ratio;
-      if (auto spread = costs.find(key + "_spread"); spread != costs.end() && spread->second > 0) {
+      const std::string& key = TheCallerKeys().key[caller][static_cast<int>(kind)];
+      auto cost = costs.find(key);
+      if (cost == costs.end()) continue;
+      caller_ps_[caller][static_cast<int>(kind)] = Ps(cost->second * scale * ratio);
+      used_.ns[key] = cost->second * scale * ratio;
+      if (auto spread = costs.find(TheCallerKeys().spread[caller][static_cast<int>(kind)]);
+          spread != costs.end() && spread->second > 0) {
         caller_spread_ps_[caller][static_cast<int>(kind)] = Ps(spread->second * scale * ratio);
       }
       used_.sources[key] = scaled ? "scaled calibration" : "calibration";

@@ -1,6 +1,7 @@
 #include "aggregator/figures_json.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <initializer_list>
 #include <map>
@@ -22,9 +23,9 @@ double Mb(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 // Figures to four significant digits (0.01 % of the value): enough for a
 // step's figures, and a third of summary.json's bytes.
 void G4(JsonWriter& w, double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.4g", v);
-  w.Number(buf);
+  char buf[32];  // as printf's "%.4g"
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general, 4);
+  w.Number(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
 }
 
 std::string Shortened(std::string name) {

@@ -151,9 +151,9 @@ class BasicJsonWriter {
   }
   BasicJsonWriter& Double(double v) {
     Sep();
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.6g", v);
-    out_->append(buf);
+    char buf[32];  // as printf's "%.6g", without its locale and varargs
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general, 6);
+    out_->append(buf, static_cast<size_t>(r.ptr - buf));
     return *this;
   }
   // Nanoseconds as microseconds with exactly three decimals ("12.345"), the

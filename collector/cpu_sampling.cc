@@ -26,13 +26,14 @@ CpuSampling::CpuSampling(CollectorContext& ctx, Recording& recording, const Armi
 void CpuSampling::SetRunConfig(const Config& config) {
   SetHz(config.cpu.sampling_hz, config.always_on.enabled ? config.always_on.sampling_hz : -1);
   all_threads_.store(config.cpu.threads == "all", std::memory_order_relaxed);
-  states_.SetHz(config.cpu.off_cpu_hz);
+  off_cpu_hz_.store(config.cpu.off_cpu_hz, std::memory_order_relaxed);
 }
 
 void CpuSampling::Flush(int64_t wait_ns) {
   // Off when Reconcile found the host took the signal, or sampling cannot run.
   const bool on = Reconcile(!off_for_good_ && hz() > 0 && arming_->armed());
   ReconcileOthers(on && all_threads_.load(std::memory_order_relaxed));
+  states_.SetHz(off_cpu_hz());
   states_.Flush(arming_->armed(), wait_ns);
   SayCounts();
 }

@@ -10,6 +10,7 @@
 // Threads: the flush thread, but for SetHz (any) and Stats (any).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -44,6 +45,16 @@ class CpuSampling {
   int64_t hz() const {
     const int64_t always_on = always_on_hz_.load(std::memory_order_relaxed);
     return always_on < 0 || arming_->chosen() ? hz_.load(std::memory_order_relaxed) : always_on;
+  }
+  // The off-CPU looks' rate now: cpu.off_cpu_hz, and in steps not chosen up
+  // front the sampler's reduction of it (off_cpu_hz x always_on.sampling_hz
+  // / cpu.sampling_hz, at least 1 Hz): a look opens three /proc files per
+  // recording thread, most of a figures-only flush's own work.
+  int64_t off_cpu_hz() const {
+    const int64_t off = off_cpu_hz_.load(std::memory_order_relaxed), full = hz_.load(std::memory_order_relaxed),
+                  now = hz();
+    if (off <= 0 || now >= full || full <= 0) return off;
+    return now <= 0 ? 0 : std::max<int64_t>(1, off * now / full);
   }
   // The rest of the cpu block of the config that applies (any thread).
   void SetRunConfig(const Config& config);
@@ -85,6 +96,7 @@ class CpuSampling {
   std::function<void(const std::string&, double)> set_cost_;
   std::atomic<int64_t> hz_{0};
   std::atomic<int64_t> always_on_hz_{-1};
+  std::atomic<int64_t> off_cpu_hz_{0};  // cpu.off_cpu_hz
   // ReconcileOthers: when the process's threads were last listed (0: not
   // while this window), and how often in steps not chosen up front.
   static constexpr int64_t kFiguresListEveryNs = 1000000000;

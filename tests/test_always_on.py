@@ -7,7 +7,8 @@ machine's load: every push and pop costs 0.5 ms on the collector's test
 clock (RLSCOPE_TEST_COSTS, a test-only path; correction off, so the trigger
 reads the raw time), a normal step records 100 pairs (100 ms) and the slow
 one 3,100 (3.1 s), above 3 x the median and the 1 s margin. It also spins
-300 ms of its thread's CPU, for the sampler to weigh. What is asserted is
+300 ms of its thread's CPU, for the sampler to weigh, then sleeps 600 ms for
+the off-CPU looks. What is asserted is
 which steps were written in full, never a time. The diff
 is checked on constructed runs whose figures differ by a known amount."""
 from __future__ import annotations
@@ -40,7 +41,7 @@ def always_on_run(tmp_path_factory, rlscope):
 
     work = tmp_path_factory.mktemp("always_on")
     out = work / "out"
-    config = {"steps": [CHOSEN], "correction": {"enabled": False},
+    config = {"steps": [CHOSEN], "correction": {"enabled": False}, "cpu": {"sampling_hz": 1000, "off_cpu_hz": 50},
               "always_on": {"enabled": True, "slower_than": 3, "min_slower_ms": 1000, "warmup_steps": 2,
                             "memory_jump_mb": 0}}
     agg = start_aggregator(out, config=config, args=["--exit-when-done", "--exit-with-parent"],
@@ -51,7 +52,8 @@ def always_on_run(tmp_path_factory, rlscope):
                     settings.CONFIG: json.dumps(config), "NVTX_INJECTION64_PATH": collector_path(),
                     "RLSCOPE_TEST_COSTS": "push=500000,pop=500000"})
         subprocess.run([sys.executable, str(DENSE), "--steps", str(STEPS), "--ranges", "100", "--style", "push",
-                        "--sleep-step", str(SLOW), "--extra-ranges", "3000", "--sleep-ms", "300", "--spin"],
+                        "--sleep-step", str(SLOW), "--extra-ranges", "3000", "--sleep-ms", "300", "--spin",
+                        "--then-sleep-ms", "600"],
                        env=env, check=True, timeout=300,
                        stdout=subprocess.DEVNULL)
         agg.proc.wait(timeout=120)
@@ -82,6 +84,11 @@ def test_a_slow_step_is_written_in_full_and_no_other_step_not_chosen(always_on_r
     # late); the label says both rates.
     runs = [e["args"] for e in trace["traceEvents"] if e.get("cat") == "cpu_samples" and e.get("ph") == "X"]
     assert runs and all(a["cpu_ms"] >= 10 * a["samples"] - 1e-6 for a in runs), runs[:5]
+    # Its off-CPU looks (600 ms asleep) came at the sampler's reduction of
+    # cpu.off_cpu_hz (50 x 100 / 1000: 5 Hz), each weighing 0.9 of its
+    # 200 ms period or more (20 ms at the full rate).
+    off = [e["args"] for e in trace["traceEvents"] if e.get("cat") == "off_cpu" and e.get("ph") == "X"]
+    assert off and all(a["off_cpu_ms"] >= 180 * a["looks"] - 1e-6 for a in off), off[:5]
     summary = json.loads((out / f"step_{SLOW}" / "summary.json").read_text())
     assert summary["trigger"] == figs[SLOW]["trigger"]
     assert "trigger" not in json.loads((out / f"step_{CHOSEN}" / "summary.json").read_text())

@@ -39,10 +39,11 @@ def work(x: int) -> int:
 
 
 def one_step(s: int, args: argparse.Namespace, x: int, mats, sleep_ms: float = 0.0,  # type: ignore[no-untyped-def]
-             spin: bool = False, extra_ranges: int = 0):
+             spin: bool = False, extra_ranges: int = 0, then_sleep_ms: float = 0.0):
     """Step `s`: its ranges around the work, in --style, `extra_ranges` more
     push/pop pairs, and `sleep_ms` asleep (or that much of this thread's CPU
-    time spinning); (x, the test clock just after the step began)."""
+    time spinning, then `then_sleep_ms` asleep); (x, the test clock just
+    after the step began)."""
     with rlscope_ray.step(s):
         g0 = _native.test_clock_ns()
         for _ in range(extra_ranges):
@@ -52,6 +53,7 @@ def one_step(s: int, args: argparse.Namespace, x: int, mats, sleep_ms: float = 0
             until = time.thread_time() + sleep_ms / 1e3
             while time.thread_time() < until:
                 x = work(x)
+            time.sleep(then_sleep_ms / 1e3)
         elif sleep_ms:
             time.sleep(sleep_ms / 1e3)
         if args.style == "push":
@@ -98,6 +100,7 @@ def main() -> None:
     ap.add_argument("--spin", action="store_true",
                     help="--sleep-step spins --sleep-ms of this thread's CPU time instead of sleeping")
     ap.add_argument("--extra-ranges", type=int, default=0, help="--sleep-step records this many more push/pop pairs")
+    ap.add_argument("--then-sleep-ms", type=float, default=0.0, help="--spin's step then sleeps this long")
     args = ap.parse_args()
     untooled = {int(v) for v in args.untooled_steps.split(",") if v.strip()}
     x, mats = 1, None
@@ -113,7 +116,7 @@ def main() -> None:
             t0 = time.perf_counter()
             slow = s == args.sleep_step
             x, g0 = one_step(s, args, x, mats, args.sleep_ms if slow else 0.0, args.spin,
-                             args.extra_ranges if slow else 0)
+                             args.extra_ranges if slow else 0, args.then_sleep_ms)
             clock.append([g0, _native.test_clock_ns()])
             steps_ms.append((time.perf_counter() - t0) * 1e3)
     if args.report:
