@@ -226,27 +226,30 @@ SUBTASKS = ("gen", "reward", "update_actor")
 RANKS = (0, 1, 2, 3)
 
 
-def _line(step: int, rng: random.Random, slow_rank=None, slow_ms=0.0, grow_rank=None, grow_mb=0.0) -> dict:
+def _line(step: int, rng: random.Random, slow_rank=None, slow_ms=0.0, grow_rank=None, grow_mb=0.0,
+          pace=1.0) -> dict:
     """A figures.jsonl line: a controller and four workers; each worker busy
     about 10 ms (sd 0.4) in each sub-task; `slow_rank` slow_ms more in
-    update_actor, in backend code and its `backward` range."""
+    update_actor, in backend code and its `backward` range; every time
+    (but slow_ms) `pace` times as long."""
     procs = [{"session": "c", "label": "controller", "rank": None, "role": "controller", "ranges": [],
               "memory": {"rss_end_mb": 500.0}}]
     for r in RANKS:
         extra = slow_ms if r == slow_rank else 0.0
         procs.append({"session": f"w{r}", "label": f"worker {r}", "rank": r, "role": "worker",
-                      "ranges": [["backward", 8.0 + rng.gauss(0, 0.3) + extra, 1], ["forward", 5.0 + rng.gauss(0, 0.3), 2]],
+                      "ranges": [["backward", (8.0 + rng.gauss(0, 0.3)) * pace + extra, 1],
+                                 ["forward", (5.0 + rng.gauss(0, 0.3)) * pace, 2]],
                       "memory": {"rss_end_mb": 1000.0 + rng.gauss(0, 2) + (grow_mb * step if r == grow_rank else 0)}})
     rows = []
     for t in SUBTASKS:
-        rows.append([t, 1, 0, 30.0 + rng.gauss(0, 0.4), 0, 0, 0, 30.0, 0.01, None])
+        rows.append([t, 1, 0, (30.0 + rng.gauss(0, 0.4)) * pace, 0, 0, 0, 30.0, 0.01, None])
         for i, r in enumerate(RANKS, 1):
-            base = 10.0 + rng.gauss(0, 0.4)
+            base = (10.0 + rng.gauss(0, 0.4)) * pace
             extra = slow_ms if (t == "update_actor" and r == slow_rank) else 0.0
             busy = base + extra
             att = {"cpu_ms": busy, "python_ms": base * 0.4, "backend_ms": base * 0.6 + extra}
             rows.append([t, 1, i, 30.0, busy, 0, 0, 30.0 - busy, 0.01, att])
-    return {"step": step, "detail": "figures", "trigger": None, "duration_ms": 100.0 + rng.gauss(0, 1.0),
+    return {"step": step, "detail": "figures", "trigger": None, "duration_ms": (100.0 + rng.gauss(0, 1.0)) * pace,
             "reason": "complete", "correction": {"enabled": False}, "processes": procs,
             "subtasks": {"columns": ["subtask", "occurrences", "process", "window_ms", "cpu_only_ms", "gpu_only_ms",
                                      "cpu_gpu_ms", "idle_ms", "overhead_ms", "attribution"], "rows": rows}}
@@ -277,6 +280,34 @@ def test_diff_names_the_one_changed_subtask_on_one_rank_first_and_nothing_else(t
     a2 = _write_run(tmp_path / "a2", [_line(n, random.Random(5000 + n)) for n in range(1, 61)])
     same = diff.compare(diff.select(diff.read_steps(a), None, 0), diff.select(diff.read_steps(a2), None, 0))
     assert same["changes"] == [] and not same["step"]["beyond_noise"]
+
+
+def test_diff_says_a_common_pace_and_names_only_what_moved_beyond_it(tmp_path, capsys):
+    """B is A 8 % slower in everything (as two runs of one program on a
+    busier machine): that is the common pace, and no sub-task is a change;
+    with rank 2's update_actor 3 ms slower on top, that alone is named."""
+    from rlscope_ray import diff
+
+    a = _write_run(tmp_path / "a", [_line(n, random.Random(n)) for n in range(1, 61)])
+    slower = _write_run(tmp_path / "slower", [_line(n, random.Random(1000 + n), pace=1.08) for n in range(1, 61)])
+    d = diff.compare(diff.select(diff.read_steps(a), None, 0), diff.select(diff.read_steps(slower), None, 0))
+    assert d["pace"]["ratio"] == pytest.approx(1.08, abs=0.01)
+    assert d["pace"]["with_it"] == d["pace"]["compared"] == 15  # every one beyond noise, none beyond the pace
+    assert d["changes"] == [] and d["step"]["beyond_noise"]
+    both = _write_run(tmp_path / "both", [_line(n, random.Random(2000 + n), pace=1.08, slow_rank=2, slow_ms=3.0)
+                                          for n in range(1, 61)])
+    assert diff.main([a, both]) == 0
+    out = capsys.readouterr().out
+    assert "common pace: B's times are 1.0" in out and "x A's, every sub-task alike" in out
+    assert diff.main([a, both, "--report"]) == 0
+    from rlscope_ray.report import render_report
+    page = render_report(both)
+    assert "common pace: B&#39;s times are 1.0" in page
+    out = capsys.readouterr().out
+    changes = [line for line in out.splitlines() if re.match(r"\s+\d+\. ", line)]
+    assert len(changes) == 1 and "update_actor rank 2 busy" in changes[0], out
+    (beyond,) = re.findall(r"\(([+-][\d.]+) ms beyond the pace", changes[0])
+    assert float(beyond) == pytest.approx(3.0, abs=0.5)
 
 
 def test_diff_of_two_step_ranges_of_one_run_on_the_command_line_and_memory_growth(tmp_path, capsys):

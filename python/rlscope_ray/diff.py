@@ -22,6 +22,15 @@ Steps of one run are not independent when the run drifts (caches warm, memory
 fragments): the stated rate holds for steps that vary around a level, and the
 bench measures it on real runs (A/A: two halves of one run).
 
+A common pace comes first: when the compared times' median ratio (B over
+A) is min-change or more from 1, every sub-task moved alike (a busier or
+slower machine, a version that slows everything), and the diff says so; then
+each time is tested against A's with B's divided by that pace, and only what
+moved beyond noise both as it is and beyond that pace is a change (two runs
+of one program on a shared machine
+often differ by 5-10 % in everything, which a test on the steps' own spread
+calls beyond noise in every sub-task).
+
 Changes are ranked by size. Each process change says where it went: the
 attribution categories (python, backend, cuda_api, simulator, other, profiler,
 GPU, idle) and off-CPU reasons whose medians moved most in that sub-task, and
@@ -270,18 +279,30 @@ def compare(a_steps: List[Dict[str, Any]], b_steps: List[Dict[str, Any]], alpha:
     sa, sb = samples(a_steps), samples(b_steps)
     keys = sorted(set(sa) | set(sb))
     z_crit = statistics.NormalDist().inv_cdf(1 - alpha / (2 * max(1, len(keys))))
+
+    def beyond(z: float, change: float, ma: float) -> bool:
+        return abs(z) > z_crit and abs(change) >= max(MIN_ABS_MS, min_change * abs(ma))
+
+    xs = {k: (sa.get(k) or [0.0] * len(a_steps), sb.get(k) or [0.0] * len(b_steps)) for k in keys}
+    pace = common_pace(xs, min_change)
     rows = []
     for k in keys:
-        xa = sa.get(k) or [0.0] * len(a_steps)
-        xb = sb.get(k) or [0.0] * len(b_steps)
+        xa, xb = xs[k]
         ma, mb = statistics.median(xa), statistics.median(xb)
         change = mb - ma
         z = mann_whitney_z(xa, xb)
-        beyond = abs(z) > z_crit and abs(change) >= max(MIN_ABS_MS, min_change * abs(ma))
-        rows.append({"kind": k[0], "subtask": k[1], "who": k[2], "a_ms": ma, "b_ms": mb, "change_ms": change,
-                     "change_pct": 100.0 * change / ma if ma else None, "z": z, "beyond_noise": beyond})
-    changes = sorted((r for r in rows if r["beyond_noise"] and r["kind"] != "step"),
-                     key=lambda r: (r["kind"] != "busy", -abs(r["change_ms"])))
+        row = {"kind": k[0], "subtask": k[1], "who": k[2], "a_ms": ma, "b_ms": mb, "change_ms": change,
+               "change_pct": 100.0 * change / ma if ma else None, "z": z, "beyond_noise": beyond(z, change, ma)}
+        # Beyond the common pace: B's times divided by it, against A's.
+        row["pace_change_ms"] = mb / pace - ma
+        row["pace_z"] = z if pace == 1.0 else mann_whitney_z(xa, [x / pace for x in xb])
+        # Beyond noise both ways: a time the pace left alone is no change
+        # for being off the pace (a worker's CPU time where a busier machine
+        # slowed the controller's waits).
+        row["beyond_pace"] = row["beyond_noise"] and beyond(row["pace_z"], row["pace_change_ms"], ma)
+        rows.append(row)
+    changes = sorted((r for r in rows if r["beyond_pace"] and r["kind"] != "step"),
+                     key=lambda r: (r["kind"] != "busy", -abs(r["pace_change_ms"])))
     for r in changes:
         if r["kind"] != "busy":
             continue
@@ -297,12 +318,39 @@ def compare(a_steps: List[Dict[str, Any]], b_steps: List[Dict[str, Any]], alpha:
         r["ranges"] = along(_moved(_top_ms(a_steps, r["who"], "ranges"), _top_ms(b_steps, r["who"], "ranges"), 8))
         r["kernels"] = along(_moved(_top_ms(a_steps, r["who"], "kernels"), _top_ms(b_steps, r["who"], "kernels"), 8))
     step = next((r for r in rows if r["kind"] == "step"), None)
+    others = [r for r in rows if r["kind"] != "step"]
     return {
         "a_steps": [f["step"] for f in a_steps], "b_steps": [f["step"] for f in b_steps],
         "comparisons": len(keys), "alpha": alpha, "z_crit": z_crit, "min_change": min_change,
         "step": step, "changes": changes,
+        # B's times over A's, every sub-task alike (1.0: none); how many of
+        # the compared times it moved beyond noise, and of how many.
+        "pace": {"ratio": pace, "with_it": sum(1 for r in others if r["beyond_noise"] and not r["beyond_pace"]),
+                 "compared": len(others)},
         "memory_growth": memory_growth(b_steps, memory_mb),
     }
+
+
+# A compared time enters the common pace when its median in A is this long
+# or longer (a ratio of near-zero times says nothing).
+PACE_MIN_MS = 0.5
+
+
+def common_pace(xs: Dict[Tuple[str, str, str], Tuple[List[float], List[float]]], min_change: float) -> float:
+    """B's times over A's where every sub-task moved alike: the median of
+    the compared times' ratios of medians (the step's own aside), when at
+    least 5 enter it and it is min_change or more from 1; else 1.0. A
+    busier or slower machine, or a version that slows every sub-task,
+    moves them all by it; what moved beyond it is what changed."""
+    ratios = []
+    for k, (xa, xb) in xs.items():
+        ma, mb = statistics.median(xa), statistics.median(xb)
+        if k[0] != "step" and ma >= PACE_MIN_MS and mb > 0:
+            ratios.append(mb / ma)
+    if len(ratios) < 5:
+        return 1.0
+    pace = statistics.median(ratios)
+    return pace if abs(pace - 1.0) >= min_change else 1.0
 
 
 # ---- Output.
@@ -318,16 +366,23 @@ def render_text(d: Dict[str, Any], a_name: str, b_name: str) -> str:
         pct = f", {s['change_pct']:+.1f} %" if s["change_pct"] is not None else ""
         lines.append(f"step time (median): {s['a_ms']:.2f} ms -> {s['b_ms']:.2f} ms ({s['change_ms']:+.2f} ms{pct}), "
                      + ("beyond noise" if s["beyond_noise"] else "within noise") + f" (z {s['z']:+.1f})")
-    lines.append(f"changes beyond noise, by size: |z| > {d['z_crit']:.2f} (false-positive rate {100 * d['alpha']:g} % "
-                 f"over {d['comparisons']} comparisons, Bonferroni) and at least {100 * d['min_change']:g} % "
-                 f"and {MIN_ABS_MS} ms")
+    pace = d.get("pace") or {"ratio": 1.0}
+    paced = pace["ratio"] != 1.0
+    if paced:
+        lines.append(f"common pace: B's times are {pace['ratio']:.3f} x A's, every sub-task alike (the median ratio of "
+                     f"the {pace['compared']} compared times; {pace['with_it']} moved with it beyond noise): a busier "
+                     f"or slower machine, or a change that slows everything; below, what moved beyond it")
+    lines.append(f"changes beyond {'the pace and ' if paced else ''}noise, by size: |z| > {d['z_crit']:.2f} "
+                 f"(false-positive rate {100 * d['alpha']:g} % over {d['comparisons']} comparisons, Bonferroni) and "
+                 f"at least {100 * d['min_change']:g} % and {MIN_ABS_MS} ms")
     if not d["changes"]:
         lines.append("  none")
     for i, r in enumerate(d["changes"], 1):
         what = (f"{r['subtask']} {r['who']} busy" if r["kind"] == "busy" else f"{r['subtask']} (controller's time)")
         pct = f" {r['change_pct']:+.0f} %" if r["change_pct"] is not None else " new"
+        beyond_pace = f"  ({r['pace_change_ms']:+.2f} ms beyond the pace, z {r['pace_z']:+.1f})" if paced else ""
         lines.append(f"  {i:2d}. {what:34s} {r['a_ms']:9.2f} -> {r['b_ms']:9.2f} ms  {r['change_ms']:+9.2f} ms{pct:>7s}"
-                     f"  z {r['z']:+.1f}")
+                     f"  z {r['z']:+.1f}{beyond_pace}")
         where = []
         for label, key in (("in", "categories"), ("ranges", "ranges"), ("kernels", "kernels")):
             moved = r.get(key) or []

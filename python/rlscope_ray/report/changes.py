@@ -22,6 +22,12 @@ def changes_section(run_dir: Path) -> List[Block]:
         ("beyond noise", f"|z| > {_num(d.get('z_crit')) or 0:.2f}: false-positive rate {100 * (_num(d.get('alpha')) or 0):g} % "
                          f"over {fmt(d.get('comparisons'))} comparisons (Bonferroni), and at least "
                          f"{100 * (_num(d.get('min_change')) or 0):g} % and {MIN_ABS_MS} ms")])]
+    pace = _dict(d.get("pace"))
+    if (_num(pace.get("ratio")) or 1.0) != 1.0:
+        out.append(Para(f"common pace: B's times are {_num(pace.get('ratio')):.3f} x A's, every sub-task alike (the "
+                        f"median ratio of the {fmt(pace.get('compared'))} compared times; {fmt(pace.get('with_it'))} "
+                        f"moved with it beyond noise): a busier or slower machine, or a change that slows everything. "
+                        f"The changes below moved beyond it too."))
     rows = []
     step = _dict(d.get("step"))
     if step:
