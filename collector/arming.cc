@@ -145,7 +145,7 @@ bool Arming::OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool a
     SetChosen(n, false);
     UpdateArmed();
   }
-  ctx_.Wake();  // ship the step edge now: workers' windows follow it
+  if (EdgesMoveWindows(n)) ctx_.Wake();  // ship the step edge now: workers' windows follow it
   return true;
 }
 
@@ -198,7 +198,7 @@ void Arming::AfterClose(int closes) {
       SetChosen(next_step_.load(std::memory_order_relaxed), false);
       UpdateArmed();
     }
-    ctx_.Wake();
+    if (EdgesMoveWindows(next_step_.load(std::memory_order_relaxed) - 1)) ctx_.Wake();
   }
   if ((closes & kClosesTrigger) != 0) SetCaptureActive(false);
 }
@@ -208,6 +208,15 @@ void Arming::ArmForNextStep() {
     window_open_.store(StepArmedBefore(next_step_.load(std::memory_order_relaxed)), std::memory_order_relaxed);
     SetChosen(next_step_.load(std::memory_order_relaxed), false);
   }
+}
+
+bool Arming::EdgesMoveWindows(int64_t n) const {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  if (!chosen_config_.always_on.enabled) return true;
+  for (int64_t k = n - 1; k <= n + 2; ++k) {
+    if (steps::ChosenUpFront(chosen_config_, k)) return true;
+  }
+  return false;
 }
 
 void Arming::SetChosen(int64_t n, bool ahead) {

@@ -128,6 +128,12 @@ class Arming {
   // next step as a recording thread opens it may leave it a step off until
   // the next edge (a rate, never what is recorded).
   bool chosen() const { return chosen_.load(std::memory_order_relaxed); }
+  // Whether step n's edges must ship at once (the flush thread woken): the
+  // aggregator moves workers' windows on them (native/steps.h), except
+  // always on with n and the steps beside it (n - 1 to n + 2) not chosen up
+  // front, when the windows stay as they are and the edges go out with the
+  // next flush (within the interval): two flushes a step fewer.
+  bool EdgesMoveWindows(int64_t n) const;
   // Flush thread: when a closing window disarms (MonotonicNs), 0 none; and
   // the close itself once that time came.
   int64_t window_close_at() const { return window_close_at_ns_; }
