@@ -11,6 +11,8 @@
 namespace rlscope {
 
 bool MakeDirs(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return true;  // most calls: one look, no mkdir each level
   std::string cur;
   for (size_t i = 0; i <= path.size(); ++i) {
     if (i == path.size() || path[i] == '/') {
