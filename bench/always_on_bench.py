@@ -9,6 +9,8 @@ what it keeps, and what `rlscope-ray diff` says of a known cause.
   configuration against the round's no-profiler run, pair by pair. The default
   config otherwise: correction on, real clock, CPU sampling (1 kHz in chosen
   steps, always_on.sampling_hz 100 in the others).
+- verl 0.9.1's main_ppo on CPU (tests/apps/verl_ppo_app.py), configured
+  through verl's own config: no profiler, verl's selected steps, always on.
 - figures.jsonl's bytes per process per step in the always-on runs.
 - The dense workload (tests/apps/dense_steps.py, 2,000 push/pop ranges a
   step): no profiler, selected steps (one in five) and always on; the cost
@@ -34,6 +36,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "examples", "verl", "mini_ppo.py")
 DENSE = os.path.join(ROOT, "tests", "apps", "dense_steps.py")
 WARMUP = 5
+# Steady state from this step on: the steps written in full (2, 3, 5) are
+# written and in the run database by then (about 3 s after step 5), so what
+# is left is what every step costs.
+STEADY_FROM = 61
 
 
 # The profiler's own threads inside profiled processes (the collector's
@@ -121,7 +127,7 @@ class CpuWatch:
 def _demo(out, steps, extra, env, timeout_s):
     """The run's median step time (ms), the profiler's CPU over the whole
     run (s) and per step in steady state (ms: from the end of step
-    2 x WARMUP to the last step's end, over the steps between)."""
+    STEADY_FROM - 1 to the last step's end, over the steps between)."""
     timings = out + ".json"
     cmd = [sys.executable, DEMO, "--steps", str(steps), "--out", out, "--timings", timings] + extra
     with CpuWatch() as watch:
@@ -131,7 +137,7 @@ def _demo(out, steps, extra, env, timeout_s):
     with open(timings) as f:
         t = json.load(f)
     ends = t["steps_end_monotonic"]
-    first = 2 * WARMUP
+    first = STEADY_FROM - 1
     steady_ms = 1000 * watch.seconds_between(ends[first - 1], ends[-1]) / (len(ends) - first)
     return statistics.median(t["steps_ms"][WARMUP:]), watch.seconds(), steady_ms
 
@@ -154,6 +160,49 @@ def demo_rows(rounds, steps, env, timeout_s, work):
             if name == "always on":
                 dirs.append(out)
     return ms, cpu, steady, dirs
+
+
+VERL_APP = os.path.join(ROOT, "tests", "apps", "verl_ppo_app.py")
+VERL_SELECTED = ["global_profiler.tool=rlscope", "global_profiler.steps=[2,3]",
+                 "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.ranks=[0]"]
+
+
+def _verl(out, steps, overrides, env, timeout_s):
+    """verl's main_ppo (tests/apps/verl_ppo_app.py, its V1 trainer on CPU):
+    the median step (ms), the profiler's CPU per step over the whole run
+    and in steady state (from step STEADY_FROM on), as _demo."""
+    report = out + ".json"
+    cmd = [sys.executable, VERL_APP, out, "--total", str(steps), "--report", report] + overrides
+    with CpuWatch() as watch:
+        proc = subprocess.run(cmd, env=env, cwd=os.path.dirname(out), capture_output=True, text=True,
+                              timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    with open(report) as f:
+        ends = json.load(f)["steps_end_monotonic"]
+    steps_ms = [1000 * (b - a) for a, b in zip(ends, ends[1:])]
+    first = STEADY_FROM - 1
+    steady_ms = 1000 * watch.seconds_between(ends[first - 1], ends[-1]) / (len(ends) - first)
+    return statistics.median(steps_ms[WARMUP:]), 1000 * watch.seconds() / steps, steady_ms
+
+
+def verl_rows(rounds, steps, env, timeout_s, work, fmt):
+    """The verl rows: no profiler, verl's selected steps (2, 3, rank 0) and
+    always on beside them (+global_profiler.global_tool_config.rlscope.always_on)."""
+    modes = [("no profiler", []), ("selected steps (2, 3; rank 0)", VERL_SELECTED),
+             ("always on (2, 3 in full)", VERL_SELECTED + [
+                 "+global_profiler.global_tool_config.rlscope.always_on.enabled=true"])]
+    got = {name: [] for name, _ in modes}
+    for i in range(rounds):
+        for j, (name, overrides) in enumerate(modes):
+            got[name].append(_verl(os.path.join(work, f"verl_{i}_{j}"), steps, overrides, env, timeout_s))
+    rows = []
+    for name, _ in modes:
+        step_ms = statistics.median(r[0] for r in got[name])
+        whole, steady = statistics.median(r[1] for r in got[name]), statistics.median(r[2] for r in got[name])
+        rows.append([name, fmt(step_ms, 2), fmt(whole, 2), fmt(steady, 2),
+                     "%.2f %%" % (100 * steady / (step_ms * (os.cpu_count() or 1)))])
+    return rows
 
 
 def in_thread_ms(run_dirs):
@@ -223,7 +272,7 @@ def time_on_1000_steps(run_a, run_b):
 
 def run(args, print_table, fmt, clean_env):
     rounds = 2 if args.quick else 4
-    steps = 100 if args.quick else 200
+    steps = 160 if args.quick else 300
     work = tempfile.mkdtemp(prefix="rlscope_always_on_bench_")
     env = clean_env()
     try:
@@ -245,11 +294,21 @@ def run(args, print_table, fmt, clean_env):
         print_table(f"Always on: the PPO demo ({steps} steps, {rounds} interleaved rounds; a run's step time is the "
                     f"median of its steps after the first {WARMUP}; profiler CPU: its threads and processes, read "
                     f"from /proc, per step over the whole run (set-up and exit included) and in steady state "
-                    f"(steps {2 * WARMUP + 1}-{steps}); share: steady, of the {cores} cores over a step)",
+                    f"(steps {STEADY_FROM}-{steps}); share: steady, of the {cores} cores over a step)",
                     ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %",
                      "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady", "steady share"], rows)
         print(f"In the job's own threads, always on (the correction's subtracted time, all processes): "
               f"{in_thread_ms(dirs):.3f} ms per step")
+        try:
+            import verl  # noqa: F401
+        except ImportError:
+            print("Always on: verl: not installed (make venv installs requirements-verl.txt); skipped")
+        else:
+            print_table(f"Always on: verl 0.9.1's main_ppo on CPU (tests/apps/verl_ppo_app.py: its V1 trainer, a "
+                        f"TaskRunner and two workers; {steps} steps, {rounds} interleaved rounds; as the demo's table)",
+                        ["configuration", "ms per step", "profiler CPU ms/step, whole run",
+                         "profiler CPU ms/step, steady", "steady share"],
+                        verl_rows(rounds, steps, env, args.timeout_s, work, fmt))
         sizes = bytes_per_process_step(dirs)
         print_table("Always on: figures.jsonl bytes per process per step (the demo's always-on runs; target <= 4096)",
                     ["lines", "median", "max"], [[str(len(sizes)), fmt(statistics.median(sizes), 0),

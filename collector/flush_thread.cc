@@ -9,8 +9,8 @@
 // connection is up, or, armed, the process using more than 1/kBusyCpuShare
 // of a core, the flush thread's own CPU aside; always on, in steps not
 // chosen up front, kFiguresIntervalFactor times that), and doubles after each
-// flush that was not, up to IdleWaitCapNs: the interval for a watching
-// process (a controller's step edges go out at once), else kIdleWaitNs.
+// flush that was not, up to IdleWaitCapNs (kIdleWaitNs; a controller's step
+// edges that move windows go out at once).
 // What cannot wait wakes the thread at once: an event ring's or a CPU
 // sample ring's half mark, an arming change (Arming::UpdateArmed), a
 // Control message (windows, barriers, a request for a probe burst, whose
@@ -130,7 +130,11 @@ void Collector::FlushLoop() {
 }
 
 int64_t Collector::IdleWaitCapNs(int64_t interval_ns) const {
-  return arming_.watching() ? interval_ns : std::max(interval_ns, kIdleWaitNs);
+  // A watching controller too: its step edges wake the thread where they
+  // move windows (Arming::EdgesMoveWindows), and a barrier or any Control
+  // does; flushing every interval with nothing recorded was most of a
+  // controller's cost in the steps not recorded.
+  return std::max(interval_ns, kIdleWaitNs);
 }
 
 // A process at work keeps the interval (a thread it starts is sampled from

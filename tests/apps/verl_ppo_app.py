@@ -101,6 +101,7 @@ class TaskRunner:
         global_steps = FIRST_STEP - 1  # as loaded from checkpoint FIRST_STEP - 1
         global_steps += 1
         SkipManager.set_step(global_steps)
+        steps_end = []  # time.monotonic() at each step's end (the report's, for benchmarks)
         while global_steps <= TOTAL:
             timing_raw: dict = {}
             with marked_timer("step", timing_raw):
@@ -119,9 +120,10 @@ class TaskRunner:
                     wg.update_actor(20)
                 if profile:
                     wg.stop_profile(run_command=global_steps == max(profile_steps))
+            steps_end.append(time.monotonic())
             global_steps += 1
             SkipManager.set_step(global_steps)
-        _report()
+        _report(steps_end_monotonic=steps_end)
 
 
 def _worker_group(config):
