@@ -42,6 +42,9 @@ void Aggregator::Resume(const ResumePoint& point) {
   scheduler_.Resume(releases_.resumed().resumes, point.awaited);
   steps_written_ = point.steps_written;
   context_.stats.steps_written = steps_written_.size();
+  steps_triggered_ = point.steps_triggered;
+  context_.stats.steps_triggered = steps_triggered_.size();
+  context_.stats.steps_figures_only = point.steps_figures_only;
   context_.stats.steps_seen = point.steps_seen;
   recovered_ = point.recovered;
   std::string list;

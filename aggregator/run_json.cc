@@ -123,6 +123,8 @@ std::optional<ResumePoint> ReadResumePoint(const std::string& out_dir, std::stri
     ResumePoint p;
     p.run_id = run["run_id"].as<std::string>("");
     for (const auto& n : run["steps_written"]) p.steps_written.push_back(n.as<int64_t>());
+    for (const auto& n : run["steps_triggered"]) p.steps_triggered.push_back(n.as<int64_t>());
+    p.steps_figures_only = run["steps_figures_only"].as<uint64_t>(0);
     p.steps_seen = run["steps_seen"].as<uint64_t>(0);
     for (const auto& proc : run["processes"]) {
       const uint64_t session = std::stoull(proc["session"].as<std::string>(), nullptr, 16);

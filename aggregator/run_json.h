@@ -22,6 +22,8 @@ inline constexpr char kRunJsonFile[] = "run.json";
 // (Aggregator::Resume); written there by every run.json (RunInfo).
 struct ResumePoint {
   std::vector<int64_t> steps_written;
+  std::vector<int64_t> steps_triggered;  // always on: of steps_written, those a trigger picked
+  uint64_t steps_figures_only = 0;
   uint64_t steps_seen = 0;
   int64_t last_step = -1;           // highest step written or skipped
   uint64_t controller_session = 0;  // the run's controller then

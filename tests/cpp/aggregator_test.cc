@@ -2969,6 +2969,30 @@ TEST(StepFilesTest, AnOutputThatFailsLeavesNoFileAndSaysWhich) {
   EXPECT_TRUE(FilesIn(dir.path() + "/step_1").empty());  // neither the file nor its temporary
 }
 
+// Always on: a resumed run keeps the steps its triggers picked and its
+// count of figures-only steps (run.json says them for the whole run).
+TEST(RunJsonTest, AResumedRunKeepsItsTriggeredStepsAndFiguresOnlyCount) {
+  TempDir dir;
+  const auto files = MakeStepFiles(dir.path(), {"json"}, 1);
+  RunInfo run;
+  run.steps_written = {3, 8};
+  run.steps_triggered = {8};
+  run.steps_figures_only = 10;
+  run.last_step = 12;
+  ASSERT_TRUE(files->ExportRun(run)) << files->last_error();
+  std::string error;
+  const std::optional<ResumePoint> p = ReadResumePoint(dir.path(), &error);
+  ASSERT_TRUE(p.has_value()) << error;
+  EXPECT_EQ(p->steps_triggered, (std::vector<int64_t>{8}));
+  EXPECT_EQ(p->steps_figures_only, 10u);
+  Aggregator again(Config(), files.get());
+  again.Resume(*p);
+  const RunInfo now = again.RunInfoNow();
+  EXPECT_EQ(now.steps_written, (std::vector<int64_t>{3, 8}));
+  EXPECT_EQ(now.steps_triggered, (std::vector<int64_t>{8}));
+  EXPECT_EQ(now.steps_figures_only, 10u);
+}
+
 // run.json both ways (run_json.h): what an unfinished run wrote there is
 // what an aggregator started again on the directory takes up.
 TEST(RunJsonTest, WhatAnUnfinishedRunWroteIsTheResumePointReadBack) {
