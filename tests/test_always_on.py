@@ -227,11 +227,12 @@ RANKS = (0, 1, 2, 3)
 
 
 def _line(step: int, rng: random.Random, slow_rank=None, slow_ms=0.0, grow_rank=None, grow_mb=0.0,
-          pace=1.0) -> dict:
+          pace=1.0, gen_ms=0.0) -> dict:
     """A figures.jsonl line: a controller and four workers; each worker busy
     about 10 ms (sd 0.4) in each sub-task; `slow_rank` slow_ms more in
     update_actor, in backend code and its `backward` range; every time
-    (but slow_ms) `pace` times as long."""
+    (but slow_ms) `pace` times as long; `slow_rank` gen_ms more in gen, in
+    Python code and no range."""
     procs = [{"session": "c", "label": "controller", "rank": None, "role": "controller", "ranges": [],
               "memory": {"rss_end_mb": 500.0}}]
     for r in RANKS:
@@ -246,8 +247,9 @@ def _line(step: int, rng: random.Random, slow_rank=None, slow_ms=0.0, grow_rank=
         for i, r in enumerate(RANKS, 1):
             base = (10.0 + rng.gauss(0, 0.4)) * pace
             extra = slow_ms if (t == "update_actor" and r == slow_rank) else 0.0
-            busy = base + extra
-            att = {"cpu_ms": busy, "python_ms": base * 0.4, "backend_ms": base * 0.6 + extra}
+            more_py = gen_ms if (t == "gen" and r == slow_rank) else 0.0
+            busy = base + extra + more_py
+            att = {"cpu_ms": busy, "python_ms": base * 0.4 + more_py, "backend_ms": base * 0.6 + extra}
             rows.append([t, 1, i, 30.0, busy, 0, 0, 30.0 - busy, 0.01, att])
     return {"step": step, "detail": "figures", "trigger": None, "duration_ms": (100.0 + rng.gauss(0, 1.0)) * pace,
             "reason": "complete", "correction": {"enabled": False}, "processes": procs,
@@ -280,6 +282,24 @@ def test_diff_names_the_one_changed_subtask_on_one_rank_first_and_nothing_else(t
     a2 = _write_run(tmp_path / "a2", [_line(n, random.Random(5000 + n)) for n in range(1, 61)])
     same = diff.compare(diff.select(diff.read_steps(a), None, 0), diff.select(diff.read_steps(a2), None, 0))
     assert same["changes"] == [] and not same["step"]["beyond_noise"]
+
+
+def test_diff_names_no_whole_step_range_that_moved_far_more_than_the_change(tmp_path):
+    """Rank 2: update_actor 3 ms slower in its `backward` range, gen 1 ms
+    slower in Python code and no range. A process's ranges are counted over
+    its whole step: backward (+3 ms) is where update_actor's time went, and
+    not where gen's did."""
+    from rlscope_ray import diff
+
+    a = _write_run(tmp_path / "a", [_line(n, random.Random(n)) for n in range(1, 61)])
+    b = _write_run(tmp_path / "b", [_line(n, random.Random(1000 + n), slow_rank=2, slow_ms=3.0, gen_ms=1.0)
+                                    for n in range(1, 61)])
+    d = diff.compare(diff.select(diff.read_steps(a), None, 0), diff.select(diff.read_steps(b), None, 0))
+    by = {(c["subtask"], c["who"]): c for c in d["changes"]}
+    assert set(by) == {("update_actor", "rank 2"), ("gen", "rank 2")}
+    assert [m["name"] for m in by[("update_actor", "rank 2")]["ranges"]] == ["backward"]
+    assert by[("gen", "rank 2")]["ranges"] == []
+    assert by[("gen", "rank 2")]["categories"][0]["name"] == "python"
 
 
 def test_diff_says_a_common_pace_and_names_only_what_moved_beyond_it(tmp_path, capsys):

@@ -35,7 +35,9 @@ Changes are ranked by size. Each process change says where it went: the
 attribution categories (python, backend, cuda_api, simulator, other, profiler,
 GPU, idle) and off-CPU reasons whose medians moved most in that sub-task, and
 the ranges and kernels of that process whose time moved most, each only when
-it moved the same way by a quarter of the change or more. Memory that
+it moved the same way by a quarter of the change or more (a range or kernel,
+counted over the process's whole step, also by no more than a quarter beyond
+it). Memory that
 grows step over step in B (a least-squares slope, |t| > 4, by at least
 --memory-mb over the range) is flagged with its rate.
 """
@@ -310,13 +312,20 @@ def compare(a_steps: List[Dict[str, Any]], b_steps: List[Dict[str, Any]], alpha:
         # Where it went: what moved the same way, by a quarter of the change
         # or more (a category is sampled: at always_on.sampling_hz one
         # sample is 10 ms, and a smaller move the other way is its noise).
-        def along(moved):
+        # A process's ranges and kernels are its whole step's (a figures
+        # line does not split them by sub-task): one that moved more than a
+        # quarter beyond this change moved elsewhere too, and is not named
+        # as where this one went.
+        def along(moved, whole_step=False):
             return [m for m in moved if m["change_ms"] * r["change_ms"] > 0
-                    and abs(m["change_ms"]) >= 0.25 * abs(r["change_ms"])][:3]
+                    and abs(m["change_ms"]) >= 0.25 * abs(r["change_ms"])
+                    and (not whole_step or abs(m["change_ms"]) <= 1.25 * abs(r["change_ms"]))][:3]
 
         r["categories"] = along(_moved(att_a, att_b, 8))
-        r["ranges"] = along(_moved(_top_ms(a_steps, r["who"], "ranges"), _top_ms(b_steps, r["who"], "ranges"), 8))
-        r["kernels"] = along(_moved(_top_ms(a_steps, r["who"], "kernels"), _top_ms(b_steps, r["who"], "kernels"), 8))
+        r["ranges"] = along(_moved(_top_ms(a_steps, r["who"], "ranges"), _top_ms(b_steps, r["who"], "ranges"), 8),
+                            True)
+        r["kernels"] = along(_moved(_top_ms(a_steps, r["who"], "kernels"), _top_ms(b_steps, r["who"], "kernels"), 8),
+                             True)
     step = next((r for r in rows if r["kind"] == "step"), None)
     others = [r for r in rows if r["kind"] != "step"]
     return {
