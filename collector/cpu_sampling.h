@@ -51,8 +51,10 @@ class CpuSampling {
   // / cpu.sampling_hz, at least 1 Hz): a look opens three /proc files per
   // recording thread, most of a figures-only flush's own work.
   int64_t off_cpu_hz() const {
-    const int64_t off = off_cpu_hz_.load(std::memory_order_relaxed), full = hz_.load(std::memory_order_relaxed),
-                  now = hz();
+    return OffCpuHzAt(off_cpu_hz_.load(std::memory_order_relaxed), hz_.load(std::memory_order_relaxed), hz());
+  }
+  // cpu.off_cpu_hz `off` while the sampler runs at `now` of its full `full`.
+  static int64_t OffCpuHzAt(int64_t off, int64_t full, int64_t now) {
     if (off <= 0 || now >= full || full <= 0) return off;
     return now <= 0 ? 0 : std::max<int64_t>(1, off * now / full);
   }

@@ -9,8 +9,8 @@
 // connection is up, or, armed, the process using more than 1/kBusyCpuShare
 // of a core, the flush thread's own CPU aside; always on, in steps not
 // chosen up front, kFiguresIntervalFactor times that), and doubles after each
-// flush that was not, up to IdleWaitCapNs (kIdleWaitNs; a controller's step
-// edges that move windows go out at once).
+// flush that was not, up to IdleWaitCapNs: the interval for a watching
+// process (a controller's step edges go out at once), else kIdleWaitNs.
 // What cannot wait wakes the thread at once: an event ring's or a CPU
 // sample ring's half mark, an arming change (Arming::UpdateArmed), a
 // Control message (windows, barriers, a request for a probe burst, whose
@@ -130,11 +130,10 @@ void Collector::FlushLoop() {
 }
 
 int64_t Collector::IdleWaitCapNs(int64_t interval_ns) const {
-  // A watching controller too: its step edges wake the thread where they
-  // move windows (Arming::EdgesMoveWindows), and a barrier or any Control
-  // does; flushing every interval with nothing recorded was most of a
-  // controller's cost in the steps not recorded.
-  return std::max(interval_ns, kIdleWaitNs);
+  // A watching controller keeps the interval: the process CPU read at each
+  // flush bounds its windows (coverage), and step edges that come other
+  // than through a step range (a payload, SetNextStep) go out with it.
+  return arming_.watching() ? interval_ns : std::max(interval_ns, kIdleWaitNs);
 }
 
 // A process at work keeps the interval (a thread it starts is sampled from
@@ -164,8 +163,10 @@ bool Collector::FlushOnce(bool stop, bool window_closed) {
     });
   }
   // A window just closed, a barrier, or exit: CUPTI hands over what it
-  // buffered first, so the GPU records ship with this flush.
-  gpu_.Flush(stop || link_.barrier_owed() || window_closed);
+  // buffered first, so the GPU records ship with this flush. Always on, in
+  // steps not chosen up front, every armed flush too: such a step has no
+  // barrier, and is cut once this process's flushes have passed its end.
+  gpu_.Flush(stop || link_.barrier_owed() || window_closed || (armed() && !arming_.chosen()));
   link_.SendControl();
   cpu_.Flush(wait_ns_);
   context_.converter.Sample();

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 
 #include "collector/collector.h"
@@ -134,6 +135,25 @@ void CUPTIAPI OnBufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buff
 }
 
 void FlushHook() { FlushGpuActivity(); }
+
+// CUPTI is called from the flush thread (FlushGpuActivity) until the process
+// exits, but exit destroys libcupti's statics before ShutdownAtExit stops
+// that thread: the collector's handler was registered before libcupti was
+// loaded, and exit runs handlers and destructors in reverse order. So once
+// tracing has started, FlushAtExit is registered too (after libcupti's
+// statics: it runs before their destructors): CUPTI's last flush happens
+// there, and no CUPTI call after it (the collector's final flush takes the
+// records it handed over). Always on, the flush thread calls CUPTI at every
+// flush, and a worker exiting mid-flush crashed in a fake libcupti's freed
+// buffer.
+std::mutex g_flush_mu;   // serialises CUPTI flushes with FlushAtExit
+bool g_exiting = false;  // guarded by g_flush_mu: no CUPTI call from here on
+
+void FlushAtExit() {
+  FlushGpuActivity();
+  std::lock_guard<std::mutex> lock(g_flush_mu);
+  g_exiting = true;
+}
 
 class CollectorHost final : public GpuTracingHost {
  public:
@@ -278,6 +298,7 @@ bool StartLocked(GpuTracingHost* host, const CuptiApi& api, std::string* why) {
   }
   host->SetGpuFlushHook(&FlushHook);
   g_started = true;
+  std::atexit(FlushAtExit);
   return true;
 #endif
 }
@@ -351,6 +372,8 @@ GpuTracingStats GetGpuTracingStats() {
 void FlushGpuActivity() {
   LiveTracer* t = g_tracer.load(std::memory_order_acquire);
   if (t == nullptr || t->api.activity_flush_all == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_flush_mu);
+  if (g_exiting) return;  // libcupti may be half torn down
   try {
     t->api.activity_flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   } catch (...) {

@@ -172,6 +172,67 @@ def test_the_follower_takes_figures_only_steps_at_its_last_look_in_chunks(always
     assert int(offset) == (live / "figures.jsonl").stat().st_size
 
 
+def test_a_catch_up_goes_past_a_torn_line_and_keeps_a_steps_last_line(always_on_run, tmp_path, monkeypatch):
+    """figures.jsonl as a crashed and restarted aggregator leaves it: a
+    torn line first (a chunk of its own here: one line a transaction), then
+    the steps, then step 5 again (the restarted one's replay, another
+    duration). Every step goes in; step 5 is its last line, once."""
+    import shutil
+
+    from rlscope_ray import rundb
+
+    import duckdb
+
+    live = tmp_path / "live"
+    shutil.copytree(always_on_run, live)
+    (live / "run.duckdb").unlink(missing_ok=True)
+    lines = (live / "figures.jsonl").read_text().splitlines(keepends=True)
+    (live / "figures.jsonl").write_text('{"step": 1, "torn\n' + "".join(lines))
+    monkeypatch.setattr(rundb, "FIGURES_CHUNK_BYTES", 1)
+    rundb.update(str(live))
+    again = json.loads(next(line for line in lines if json.loads(line)["step"] == 5))
+    again["duration_ms"] = 12345.0
+    with open(live / "figures.jsonl", "a") as f:
+        f.write(json.dumps(again) + "\n")
+    assert rundb.update(str(live)) == [5]
+    con = duckdb.connect(rundb.db_path(str(live)), read_only=True)
+    try:
+        steps = [s for (s,) in con.execute("SELECT step FROM steps ORDER BY step").fetchall()]
+        five = con.execute("SELECT duration_ms FROM steps WHERE step = 5").fetchall()
+        procs = con.execute("SELECT count(*) FROM processes WHERE step = 5").fetchone()[0]
+    finally:
+        con.close()
+    assert steps == list(range(1, STEPS + 1))
+    assert five == [(12345.0,)] and procs == len(again["processes"])
+
+
+def test_a_figures_only_step_has_its_gpu_records(build_dir, tmp_path):
+    """A figures-only step has no flush barrier: CUPTI hands its records over
+    at the collectors' own flushes, so each worker's kernel (its update_actor
+    launches one, tests/apps/gpu_ranks_app.py on the stand-in libcupti) is in
+    every step's figures, not only in the step chosen up front."""
+    from rlscope_ray import figures
+
+    fake = build_dir / "tests" / "apps" / "librlscope_test_fake_cupti.so"
+    if not fake.exists():
+        pytest.skip("no CUPTI headers at build time: the stand-in libcupti was not built")
+    config = tmp_path / "run.yaml"
+    config.write_text("steps: [2]\nalways_on: {enabled: true, slower_than: 0, memory_jump_mb: 0}\n"
+                      "flush: {step_grace_ms: 3000}\n")
+    work = {r: [["figures_kernel", "gpu", 7, 100, 600 + 100 * r, 1]] for r in (0, 1)}
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(ROOT / "tests/apps/gpu_ranks_app.py"), "--out", str(out),
+                        "--config", str(config), "--fake-cupti", str(fake), "--work", json.dumps(work),
+                        "--steps", "5"], env=dict(os.environ, RLSCOPE_BUILD_DIR=str(build_dir)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    figs = figures.load(str(out))
+    assert sorted(figs) == [1, 2, 3, 4, 5] and [n for n, f in figs.items() if f["detail"] == "full"] == [2]
+    for n in (3, 4, 5):  # figures only, each worker's kernel of 0.5 ms (rank 0), 0.6 ms (rank 1)
+        kernels = {p["rank"]: p.get("kernels") for p in figs[n]["processes"] if p["role"] == "worker"}
+        assert kernels == {0: [["figures_kernel", 0.5, 1]], 1: [["figures_kernel", 0.6, 1]]}, (n, kernels)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

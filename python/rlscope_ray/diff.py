@@ -26,7 +26,8 @@ A common pace comes first: when the compared times' median ratio (B over
 A) is min-change or more from 1, every sub-task moved alike (a busier or
 slower machine, a version that slows everything), and the diff says so; then
 each time is tested against A's with B's divided by that pace, and only what
-moved beyond noise both as it is and beyond that pace is a change (two runs
+moved beyond noise both as it is and beyond that pace, the same way, is a
+change (two runs
 of one program on a shared machine
 often differ by 5-10 % in everything, which a test on the steps' own spread
 calls beyond noise in every sub-task).
@@ -301,7 +302,10 @@ def compare(a_steps: List[Dict[str, Any]], b_steps: List[Dict[str, Any]], alpha:
         # Beyond noise both ways: a time the pace left alone is no change
         # for being off the pace (a worker's CPU time where a busier machine
         # slowed the controller's waits).
-        row["beyond_pace"] = row["beyond_noise"] and beyond(row["pace_z"], row["pace_change_ms"], ma)
+        # (and the same way: a time that rose less than the pace did is no
+        # fall).
+        row["beyond_pace"] = (row["beyond_noise"] and beyond(row["pace_z"], row["pace_change_ms"], ma)
+                              and change * row["pace_change_ms"] > 0)
         rows.append(row)
     changes = sorted((r for r in rows if r["beyond_pace"] and r["kind"] != "step"),
                      key=lambda r: (r["kind"] != "busy", -abs(r["pace_change_ms"])))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -306,21 +307,22 @@ def _read_summary(run_dir: str, step: int) -> Optional[Dict[str, Any]]:
     return summary if isinstance(summary, dict) and summary.get("step") == step else None
 
 
-def _ingest_steps(con, run_dir: str, steps: Iterable[int]) -> List[int]:
-    """Written steps whose summary.json reads, in one transaction; if that
-    fails, each in its own, so that a step that cannot go in keeps no other
-    out (its error is raised once the others are in). Returns the steps
-    ingested."""
+def _ingest_steps(con, run_dir: str, steps: Iterable[int], replace: Iterable[int] = ()) -> List[int]:
+    """Written steps whose summary.json reads, in one transaction (the rows
+    of those in `replace` deleted first); if that fails, each in its own, so
+    that a step that cannot go in keeps no other out (its error is raised
+    once the others are in). Returns the steps ingested."""
     summaries = [s for s in (_read_summary(run_dir, n) for n in steps) if s is not None]
+    replace = set(replace)
     try:
-        return _ingest_summaries(con, run_dir, summaries)
+        return _ingest_summaries(con, run_dir, summaries, replace=replace)
     except Exception as first:
         if len(summaries) < 2:
             raise
         ingested = []
         for s in summaries:
             try:
-                ingested += _ingest_summaries(con, run_dir, [s])
+                ingested += _ingest_summaries(con, run_dir, [s], replace=replace & {s["step"]})
             except Exception:
                 pass
         if len(ingested) < len(summaries):
@@ -328,17 +330,25 @@ def _ingest_steps(con, run_dir: str, steps: Iterable[int]) -> List[int]:
         return ingested
 
 
-def _new_figures(con, run_dir: str) -> Tuple[List[Dict[str, Any]], int]:
+def _new_figures(con, run_dir: str) -> Tuple[List[Dict[str, Any]], int, int]:
     """figures.jsonl's lines past the offset the database took last (meta
-    figures_offset), and the offset after them."""
+    figures_offset), that offset, and the offset after them."""
     row = con.execute("SELECT value FROM meta WHERE key = 'figures_offset'").fetchone()
-    return figures.read_from(run_dir, int(row[0]) if row else 0, FIGURES_CHUNK_BYTES)
+    start = int(row[0]) if row else 0
+    figs, end = figures.read_from(run_dir, start, FIGURES_CHUNK_BYTES)
+    return figs, start, end
+
+
+# The tables whose rows are a step's (every one with a step column: all but meta).
+STEP_TABLES = [re.match(r"CREATE TABLE IF NOT EXISTS (\w+) \(step BIGINT", t).group(1) for t in SCHEMA
+               if re.match(r"CREATE TABLE IF NOT EXISTS \w+ \(step BIGINT", t)]
 
 
 def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]],
-                      meta: Optional[Dict[str, str]] = None) -> List[int]:
-    """In one transaction: the summaries' rows, then each one's trace.json,
-    and the `meta` keys' values."""
+                      meta: Optional[Dict[str, str]] = None, replace: Iterable[int] = ()) -> List[int]:
+    """In one transaction: the rows of the steps in `replace` deleted, the
+    summaries' rows, then each one's trace.json, and the `meta` keys' values."""
+    replace = sorted(set(replace))
     if not summaries and not meta:
         return []
     rows: Dict[str, List[tuple]] = {t: [] for t in COLUMNS}
@@ -348,6 +358,10 @@ def _ingest_summaries(con, run_dir: str, summaries: List[Dict[str, Any]],
     tmp = tempfile.mkdtemp(prefix="rlscope_rundb_")
     con.execute("BEGIN TRANSACTION")
     try:
+        if replace:
+            listed = ", ".join(str(int(n)) for n in replace)
+            for table in STEP_TABLES:
+                con.execute(f"DELETE FROM {table} WHERE step IN ({listed})")
         _insert_rows(con, rows, tmp)
         for s in summaries:
             trace = os.path.join(run_dir, f"step_{s['step']}", "trace.json")
@@ -454,27 +468,33 @@ def update(run_dir: str, run: Optional[Dict[str, Any]] = None, keep_free: int = 
             os.chmod(path, 0o600)  # as the run's other files
         con.execute("SET memory_limit = '2GB'")  # beside a training job: a large step spills to disk
         _prepare(con, run)
-        have = {r[0] for r in con.execute("SELECT step FROM steps").fetchall()}
-        new = [s for s in written if s not in have]
+        # Each step in it, and its detail ("full" or "figures").
+        have = dict(con.execute("SELECT step, coalesce(detail, 'full') FROM steps").fetchall())
+        # A step written in full replaces its figures-only rows (an aggregator
+        # restarted on the run may write in full a step it had as figures).
+        new = [s for s in written if have.get(s) != "full"]
         if keep_free and new:
             _check_room(run_dir, new, keep_free)
-        added = _ingest_steps(con, run_dir, new)
-        have.update(added)
+        added = _ingest_steps(con, run_dir, new, replace=[s for s in new if s in have])
+        have.update((n, "full") for n in added)
         # Always on: figures.jsonl's new lines; a figures-only step is its
-        # line (a full step is its summary.json, which says its trigger).
+        # line (a full step is its summary.json, which says its trigger), its
+        # last line when there are several (a restarted aggregator's replay).
         # Each chunk with the offset after it in one transaction: a catch-up
         # cut short goes on from there, its memory bounded by the chunk.
         while figures_only:
-            figs, offset = _new_figures(con, run_dir)
-            if not figs:
-                break
-            only = {f["step"]: figures.as_summary(f) for f in figs if f.get("detail") == "figures"}
-            added += _ingest_summaries(con, run_dir, [only[n] for n in sorted(only) if n not in have],
-                                       meta={"figures_offset": str(offset)})
-            have.update(only)
+            figs, start, offset = _new_figures(con, run_dir)
+            if offset == start:
+                break  # nothing more, or a line still being written
+            only = {f["step"]: figures.as_summary(f) for f in figs
+                    if f.get("detail") == "figures" and have.get(f["step"]) != "full"}
+            added += _ingest_summaries(con, run_dir, [only[n] for n in sorted(only)],
+                                       meta={"figures_offset": str(offset)},
+                                       replace=[n for n in only if n in have])
+            have.update((n, "figures") for n in only)
     finally:
         con.close()
-    return sorted(added)
+    return sorted(set(added))
 
 
 def _alive(pid: int) -> bool:
@@ -500,8 +520,9 @@ class _Followed:
         self.steps: set = set()            # written steps in it
 
 
-# Figures-only steps' lines per transaction (about 1,500 steps of five
-# processes): a catch-up's memory stays bounded whatever the run's length.
+# Figures-only steps' lines per transaction (about 900 steps of five
+# processes at 1.8 KB a process): a catch-up's memory stays bounded
+# whatever the run's length.
 FIGURES_CHUNK_BYTES = 8 << 20
 
 

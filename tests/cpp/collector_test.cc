@@ -14,6 +14,7 @@
 
 #include "collector/children.h"
 #include "collector/collector.h"
+#include "collector/cpu_sampling.h"
 #include "collector/cupti_trigger.h"
 #include "collector/rlscope_collector.h"
 #include "collector/safe_read.h"
@@ -654,6 +655,18 @@ TEST(Children, TheConfigKeyIsAllNoneOrPatternsAndSaysWhatItExpects) {
   ASSERT_EQ(bad.errors.size(), 1u);
   EXPECT_NE(bad.errors[0].find("cfg.yaml:2"), std::string::npos) << bad.errors[0];
   EXPECT_NE(bad.errors[0].find("expected all, none, or a list"), std::string::npos) << bad.errors[0];
+}
+
+// Always on: the off-CPU looks' rate in steps not chosen up front is the
+// sampler's reduction of cpu.off_cpu_hz (at least 1 Hz while it samples);
+// in chosen steps, and without always_on, cpu.off_cpu_hz itself.
+TEST(CpuSamplingTest, OffCpuLooksFollowTheSamplersReduction) {
+  EXPECT_EQ(CpuSampling::OffCpuHzAt(50, 1000, 1000), 50);  // chosen: the full rate
+  EXPECT_EQ(CpuSampling::OffCpuHzAt(50, 1000, 100), 5);    // always_on.sampling_hz 100
+  EXPECT_EQ(CpuSampling::OffCpuHzAt(50, 1000, 10), 1);     // never below 1 Hz while sampling
+  EXPECT_EQ(CpuSampling::OffCpuHzAt(50, 1000, 0), 0);      // always_on.sampling_hz 0: none
+  EXPECT_EQ(CpuSampling::OffCpuHzAt(0, 1000, 100), 0);     // cpu.off_cpu_hz 0: none
+  EXPECT_EQ(CpuSampling::OffCpuHzAt(50, 0, 100), 50);      // cpu.sampling_hz 0: looks as set
 }
 
 }  // namespace
