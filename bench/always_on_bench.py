@@ -15,6 +15,8 @@ what it keeps, and what `rlscope-ray diff` says of a known cause.
 - The dense workload (tests/apps/dense_steps.py, 2,000 push/pop ranges a
   step): no profiler, selected steps (one in five) and always on; the cost
   per recorded step, and over the whole run.
+- The slow-step trigger at the default config (the test checks it under
+  virtual costs): which steps a 1.5 s sleep in one step got written in full.
 - A known cause: the demo with rank 1's update_actor compressing 512 KiB of random bytes more
   (zlib, native code: about 10 ms) against an always-on run without it; what diff reports
   first and where it says the time went, what it reports between two always-on
@@ -243,6 +245,27 @@ def dense_rows(steps, ranges, work, timeout_s):
     return out
 
 
+def trigger_on_the_production_path(work, timeout_s):
+    """The slow-step trigger at the default config (correction on, the real
+    clock, fast lanes; tests/test_always_on.py checks it under virtual
+    costs): the dense workload, 12 steps of about a millisecond, step 8
+    also sleeping 1.5 s, always on with step 3 chosen. Which steps were
+    written in full, and why."""
+    from rlscope_ray.ab_calibration import Runner
+
+    cmd = [sys.executable, DENSE, "--steps", "12", "--ranges", "100", "--style", "push", "--sleep-step", "8",
+           "--sleep-ms", "1500"]
+    r = Runner(cmd, os.path.join(work, "trigger"), {"steps": [3], "always_on": {"enabled": True}},
+               timeout_s=timeout_s, keep_profiles=True)
+    os.makedirs(r.work, exist_ok=True)
+    r.profiled(require_steps=False)
+    out = os.path.join(r.work, "profile_01")
+    with open(os.path.join(out, "run.json")) as f:
+        run = json.load(f)
+    why = (figures.load(out).get(8) or {}).get("trigger") or ""
+    return run.get("steps_written"), run.get("steps_triggered"), run.get("steps_figures_only"), why
+
+
 def known_cause(base_dir, steps, env, timeout_s, work):
     slow = os.path.join(work, "demo_slow_rank1")
     _demo(slow, steps, ["--capture", "2,3,5", "--always-on", "--slow-rank", "1", "--slow-kib", "512"], env, timeout_s)
@@ -332,6 +355,11 @@ def run(args, print_table, fmt, clean_env):
                     ["configuration", "ms per recorded step (median)", "per recorded step vs none",
                      "whole run vs none"], rows)
 
+        written, triggered, figures_only, why = trigger_on_the_production_path(work, args.timeout_s)
+        print_table("Always on: a slow step at the default config (dense workload, 12 steps of about 1 ms, "
+                    "step 8 sleeping 1.5 s more; step 3 chosen up front; expected in full: 3 and 8)",
+                    ["written in full", "triggered", "figures only", "why step 8"],
+                    [[str(written), str(triggered), str(figures_only), why[:90]]])
         d, slow_dir = known_cause(dirs[0], steps, env, args.timeout_s, work)
         first = d["changes"][0] if d["changes"] else None
         aa = diff.compare(diff.select(diff.read_steps(dirs[0]), None, WARMUP),
