@@ -144,7 +144,11 @@ std::map<std::string, double> Collector::Calibrate() {
 }
 
 bool Collector::ScratchScope(bool on) {
-  ThreadState* ts = TrackedThread();  // disarmed and never recorded: nothing to keep apart
+  // Registered on entry even while disarmed: a calibration must pay the
+  // path a recording thread pays. An unregistered thread's calls take the
+  // idle lane (a worker before its first window: its caller side measured
+  // about half of what its armed steps pay, and Ray jobs were under-corrected).
+  ThreadState* ts = on ? CurrentThread() : Recording::Current();
   return ts != nullptr && CostSampling::ScratchScope(ts, on);
 }
 

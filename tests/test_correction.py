@@ -576,6 +576,37 @@ def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_
     assert proc["events_received"] == 2, proc  # the range's push and pop, nothing else
 
 
+def test_a_disarmed_workers_calibration_pays_the_path_a_selected_step_pays(aggregator_factory):
+    """A worker is disarmed at import (its window opens with the step before
+    a selected one), and its thread never recorded. The caller-side
+    calibration's loops must still pay what its calls pay in a selected
+    step: inside the scratch scope a start records (its handle says so,
+    rlscope's entry points as the program calls them), outside it the same
+    call takes the idle lane (handle 0). Before, the scratch scope refused
+    an unregistered thread: a worker calibrated the idle lane, half the
+    caller side, and Ray jobs were under-corrected. Nothing of it ships."""
+    agg = aggregator_factory(config='{"steps": [1000000]}', exit_when_done=False)
+    code = ("import json, nvtx, rlscope_ray; from rlscope_ray import _native\n"
+            "outside = nvtx.start_range('probe'); nvtx.end_range(outside)\n"
+            "scoped = _native.scratch_scope(1)\n"
+            "inside = nvtx.start_range('probe'); nvtx.end_range(inside)\n"
+            "_native.scratch_scope(0)\n"
+            "rlscope_ray.flush()\n"
+            "print(json.dumps({'armed': _native.armed(), 'scoped': scoped, 'outside': outside[0],"
+            " 'inside': inside[0], 'events': rlscope_ray.stats()['events'],"
+            " 'py_fast_push': _native.cost('py_fast_push')}))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=agg.env(role="worker"), capture_output=True, text=True,
+                       timeout=60)
+    agg.stop()
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["armed"] == 0, out  # the premise: nothing selected this worker
+    assert out["outside"] == 0 and out["scoped"] == 1 and out["inside"] != 0, out
+    assert out["events"] == 0 and out["py_fast_push"] >= 0, out  # calibrated; its records never left the scratch ring
+    (proc,) = json.loads((agg.out / "run.json").read_text())["processes"]
+    assert proc["events_received"] == 0, proc
+
+
 def test_the_start_up_calibration_takes_each_cost_at_one_speed_of_the_machine():
     """calibration.paired_estimates on a virtual machine that runs at 1.7x
     except for one measurement at 1x (a short fast stretch; these 2-core
