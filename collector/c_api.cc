@@ -12,11 +12,6 @@ using rlscope::Recording;
 using rlscope::ThreadState;
 
 namespace {
-// The calling thread is in rlscope_scratch_scope (a start-up calibration):
-// no idle lane, and it records as if armed (Collector::RecordsNow), so that
-// its loops pay what an armed call pays, whether the process is armed or not.
-thread_local bool t_scratch = false;
-
 // The Python API records into the default domain (id 0), like NVTX's. Returns
 // the collector and the calling thread's tracked state (Collector::
 // TrackedThread) when the API is on (config cpu.python_api; the step calls
@@ -28,15 +23,19 @@ bool Enter(Collector** c, ThreadState** ts, bool step_call = false) {
   return *ts != nullptr;
 }
 
-// Marks: only while armed (or calibrating), checked before the thread is
-// looked up (a first call would register it).
+// Marks: only while armed, checked before the thread is looked up (a first
+// call would register it).
 bool EnterArmed(Collector** c, ThreadState** ts) {
   *c = Collector::Instance();
-  if (*c == nullptr || !(*c)->config().cpu.python_api || !((*c)->armed() || t_scratch)) return false;
+  if (*c == nullptr || !(*c)->config().cpu.python_api || !(*c)->armed()) return false;
   *ts = (*c)->CurrentThread();
   return *ts != nullptr;
 }
 
+// The calling thread is in rlscope_scratch_scope (a start-up calibration):
+// no idle lane, so that its loops pay the argument reading an armed call
+// pays, whether the process is armed or not.
+thread_local bool t_scratch = false;
 }  // namespace
 
 extern "C" {
@@ -187,7 +186,7 @@ void rlscope_nvtx_end(uint32_t domain_id, uint64_t handle, uint8_t flags) {
 
 void rlscope_nvtx_mark(uint32_t name_id, uint32_t domain_id, uint32_t category, uint64_t payload, uint8_t flags) {
   Collector* c = Collector::Instance();
-  if (c == nullptr || !(c->armed() || t_scratch)) return;
+  if (c == nullptr || !c->armed()) return;
   ThreadState* ts = c->CurrentThread();
   if (ts == nullptr) return;
   CostSampler sampler(c, ts);

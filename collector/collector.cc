@@ -145,9 +145,10 @@ std::map<std::string, double> Collector::Calibrate() {
 
 bool Collector::ScratchScope(bool on) {
   // Registered on entry even while disarmed: a calibration must pay the
-  // path a recording thread pays. An unregistered thread's calls take the
-  // idle lane (a worker before its first window: its caller side measured
-  // about half of what its armed steps pay, and Ray jobs were under-corrected).
+  // path a tracked thread pays. An unregistered thread's calls take the idle
+  // lane (a worker before its first window: its caller side read about half
+  // of what it reads once its thread is tracked). The thread stays
+  // registered (a ring from the budget; disarmed pushes keep its depth).
   ThreadState* ts = on ? CurrentThread() : Recording::Current();
   return ts != nullptr && CostSampling::ScratchScope(ts, on);
 }

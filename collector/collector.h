@@ -64,7 +64,7 @@ class Collector {
   RLSCOPE_HOT int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
                             uint8_t flags) {
     const bool special = arming_.watching() && arming_.OnRangeOpen(ts, name, flags, payload, false, 0);
-    const bool attempted = special || RecordsNow(ts);
+    const bool attempted = special || armed();
     const bool recorded =
         attempted && recording_.Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
     const int depth = ts->depth++;
@@ -94,11 +94,10 @@ class Collector {
                                   uint8_t flags) {
     // Disarmed and not watching: no id is needed (NVTX's own no-op returns 0
     // too), so the shared counter is not touched.
-    const bool records = RecordsNow(ts);
-    if (!arming_.watching() && !records) return 0;
+    if (!arming_.watching() && !armed()) return 0;
     const uint64_t id = recording_.NextRangeId();
     const bool special = arming_.watching() && arming_.OnRangeOpen(ts, name, flags, payload, true, id);
-    if (!special && !records) return id;
+    if (!special && !armed()) return id;
     // Dropped: the handle says so, and its end is not recorded either.
     if (!recording_.Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special)) {
       return id | kDroppedRangeBit;
@@ -128,10 +127,6 @@ class Collector {
   static uint8_t Hot() { return Arming::hot(); }
 
   bool armed() const { return arming_.armed(); }
-  // Whether thread `ts` records an open or a mark now: armed, or in a
-  // calibration's scratch scope (ScratchScope), which pays the armed path
-  // whatever the process's arming, into a ring nothing ships.
-  bool RecordsNow(const ThreadState* ts) const { return armed() || ts->scratch != nullptr; }
   // Whether a range's name must be resolved now: it may be recorded, or it
   // may be a step or trigger range. Disarmed, non-watching threads only count
   // depth, never look at names.
@@ -182,8 +177,9 @@ class Collector {
   // Hello carries them.
   std::map<std::string, double> Calibrate();
   // The calling thread records into a scratch ring (CostSampling::
-  // ScratchScope), registered first if it never recorded (disarmed too);
-  // false when it cannot be (over the buffer budget).
+  // ScratchScope), registered first if it never recorded (disarmed too: a
+  // calibration must take the path its calls take once tracked); false when
+  // it has no state (over the buffer budget).
   bool ScratchScope(bool on);
   // The test clock (test_clock.h): ns it advanced so far; -1 without one.
   int64_t TestClockNs() const { return context_.TestClockNs(); }

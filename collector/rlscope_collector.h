@@ -99,8 +99,10 @@ RLSCOPE_API void rlscope_set_cost(const char* key, double ns);
 RLSCOPE_API int rlscope_calibrate(void);
 /* 1: the calling thread records into a scratch ring nothing ships, at the
  * real costs, until 0 restores its ring (a calibration loop's events stay in
- * the process). Returns 1 when the scope changed; 0 when no collector runs,
- * or it was already so. */
+ * the process); a thread that never recorded is registered first, disarmed
+ * too, and stays so. Returns 1 when the scope changed; 0 when no collector
+ * runs, the thread cannot be registered (over the buffer budget), or it was
+ * already so. */
 RLSCOPE_API int rlscope_scratch_scope(int on);
 /* The current calibrated cost of `key`, ns per event; -1 when unknown. */
 RLSCOPE_API double rlscope_cost(const char* key);

@@ -31,10 +31,10 @@ docs/wire_format.md, Hello ``costs``), charged by the aggregator on the
 event of each side (a push and its pop, a start and its end, a mark) by the
 entry point its flags name. Its events are named ``rlscope.calibration``
 (default domain, as most annotations are) and go to a scratch ring of the
-thread's (``_native.scratch_scope``) that is never shipped, recorded as an
-armed thread records them whether the process is armed or not (the path
-its calls take in a selected step); the collector's own recording cost
-(calibrated in C++, charged on its own) is taken out of the result. About 250 ms (150-350 ms on a 2-core
+thread's (``_native.scratch_scope``, which registers a thread that never
+recorded) that is never shipped; when the process is recording meanwhile,
+the collector's own recording cost (calibrated in C++) is taken out of the
+result. About 250 ms (150-350 ms on a 2-core
 machine) and about 90k events, none sent.
 """
 from __future__ import annotations
@@ -229,12 +229,11 @@ def calibrate_python() -> Dict[str, float]:
     if not _native.init() or _native.test_clock_ns() >= 0:
         return {}
     armed_before = bool(_native.armed())
-    # Recorded at the real costs, as an armed thread records, into a scratch
-    # ring that is never shipped (the thread registered if it never recorded):
-    # a profiled process sends nothing before its program records, and a
-    # worker's calibration at import pays what its calls pay in a selected
-    # step (before, a worker's unregistered thread took the idle lane: half
-    # the caller side, Ray jobs under-corrected by 5-11 %).
+    # Recorded at the real costs into a scratch ring that is never shipped:
+    # a profiled process sends nothing before its program records. The
+    # scope registers a thread that never recorded, so that a disarmed
+    # worker's loops take the path its calls take once tracked, not the idle
+    # lane (which read about half the caller side).
     scoped = _native.scratch_scope(1)
     try:
         estimates = {**_nvtx_costs(), **_range_costs()}
@@ -242,7 +241,7 @@ def calibrate_python() -> Dict[str, float]:
         if scoped:
             _native.scratch_scope(0)
     costs = {key: ns for key, (ns, _) in estimates.items()}
-    if scoped or armed_before or _native.armed():
+    if armed_before or _native.armed():
         # The loop also paid the recording, which the collector charges itself.
         own = {k: max(0.0, _native.cost(k)) for k in ("push", "pop", "start", "end", "mark")}
         for key in costs:
