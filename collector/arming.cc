@@ -145,7 +145,8 @@ bool Arming::OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool a
     SetChosen(n, false);
     UpdateArmed();
   }
-  if (EdgesMoveWindows(n)) ctx_.Wake();  // ship the step edge now: workers' windows follow it
+  // Ship the step edge now (workers' windows follow it), once it is recorded: AfterOpen.
+  if (EdgesMoveWindows(n)) edge_to_ship_.store(true, std::memory_order_relaxed);
   return true;
 }
 

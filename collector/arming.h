@@ -75,6 +75,17 @@ class Arming {
   // whatever the arming). A step whose number the aggregator would not
   // derive itself is announced with a `rlscope.step_number` mark.
   bool OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
+  // The caller records an open OnRangeOpen called special, then calls
+  // AfterOpen: a step's beginning that moves workers' windows wakes the
+  // flush thread only once it is in the ring. Woken before, the flush thread
+  // (often run at once, on the waker's core) found nothing new, and the edge
+  // waited for the next flush: workers armed a step late, inside the
+  // selected step.
+  void AfterOpen() {
+    if (edge_to_ship_.load(std::memory_order_relaxed) && edge_to_ship_.exchange(false, std::memory_order_relaxed)) {
+      ctx_.Wake();
+    }
+  }
   // A close returns what it closes (kClosesStep | kClosesTrigger, 0
   // neither); the caller records the close, then calls AfterClose with it,
   // which disarms where the step or trigger range says: after the close is
@@ -192,6 +203,7 @@ class Arming {
   std::atomic<bool> window_open_{false};       // controller trigger: inside a selected step
   std::atomic<int64_t> next_step_{1};          // controller: number of the next unnumbered step
   std::atomic<int64_t> derived_next_step_{1};  // what the aggregator numbers it without an announcement
+  std::atomic<bool> edge_to_ship_{false};      // controller: a step began, AfterOpen wakes the flush thread
   std::atomic<bool> in_step_{false};           // controller: a step range is open
   std::atomic<uint64_t> step_range_id_{0};     // controller's open start/end "step" range
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range

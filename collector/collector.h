@@ -67,6 +67,7 @@ class Collector {
     const bool attempted = special || armed();
     const bool recorded =
         attempted && recording_.Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
+    if (special) arming_.AfterOpen();
     const int depth = ts->depth++;
     ts->SetOpen(depth, recorded ? (ThreadState::kOpenRecorded | ThreadState::OpenVia(flags))
                                 : (attempted ? ThreadState::kOpenDropped : 0));
@@ -99,9 +100,9 @@ class Collector {
     const bool special = arming_.watching() && arming_.OnRangeOpen(ts, name, flags, payload, true, id);
     if (!special && !armed()) return id;
     // Dropped: the handle says so, and its end is not recorded either.
-    if (!recording_.Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special)) {
-      return id | kDroppedRangeBit;
-    }
+    const bool recorded = recording_.Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special);
+    if (special) arming_.AfterOpen();
+    if (!recorded) return id | kDroppedRangeBit;
     return id | kRecordedRangeBit | ((flags & kFlagViaNvtxEx) != 0 ? kViaNvtxExRangeBit : 0);
   }
   // `handle` is what RangeStart returned; `flags` as RangePop's.
