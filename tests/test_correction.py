@@ -581,20 +581,24 @@ def test_a_disarmed_workers_calibration_takes_the_path_of_a_tracked_thread(aggre
     a selected one), and its thread never recorded. The caller-side
     calibration's loops must still take the path its calls take once its
     thread is tracked, not the idle lane an unregistered thread takes: the
-    scratch scope registers the thread, and is entered. Before, it refused an
+    scratch scope registers the thread, and is entered, and a start in it
+    records as in a selected step. Before, it refused an
     unregistered thread: a worker calibrated the idle lane (a Ray actor read
     70 ns a push/pop pair at import against 130-150 ns once tracked). Nothing
     of the calibration ships."""
     agg = aggregator_factory(config='{"steps": [1000000]}', exit_when_done=False)
-    code = ("import json, threading, rlscope_ray; from rlscope_ray import _native\n"
+    code = ("import json, threading, nvtx, rlscope_ray; from rlscope_ray import _native\n"
             "def scope(out):\n"
-            "    out.append(_native.scratch_scope(1)); _native.scratch_scope(0)\n"
+            "    out.append(_native.scratch_scope(1))\n"
+            "    r = nvtx.start_range('probe'); nvtx.end_range(r); out.append(r[0])\n"
+            "    _native.scratch_scope(0)\n"
             "main, fresh = [], []\n"
             "scope(main)\n"
             "t = threading.Thread(target=scope, args=(fresh,)); t.start(); t.join()\n"
+            "outside = nvtx.start_range('probe'); nvtx.end_range(outside)\n"
             "rlscope_ray.flush()\n"
-            "print(json.dumps({'armed': _native.armed(), 'main': main[0], 'fresh': fresh[0],"
-            " 'events': rlscope_ray.stats()['events'], 'py_fast_push': _native.cost('py_fast_push')}))\n")
+            "print(json.dumps({'armed': _native.armed(), 'main': main, 'fresh': fresh, 'outside': outside[0],"
+            " 'events': rlscope_ray.stats()['events'], 'py_fast_start': _native.cost('py_fast_start')}))\n")
     r = subprocess.run([sys.executable, "-c", code], env=agg.env(role="worker"), capture_output=True, text=True,
                        timeout=60)
     agg.stop()
@@ -602,9 +606,11 @@ def test_a_disarmed_workers_calibration_takes_the_path_of_a_tracked_thread(aggre
     out = json.loads(r.stdout)
     assert out["armed"] == 0, out  # the premise: nothing selected this worker
     # The importing thread (calibrated at import) and a thread that never
-    # recorded anything both enter the scope.
-    assert out["main"] == 1 and out["fresh"] == 1, out
-    assert out["events"] == 0 and out["py_fast_push"] >= 0, out  # calibrated; nothing recorded into a real ring
+    # recorded anything both enter the scope, where a start records as a
+    # selected step's does (its handle says so); outside, the idle lane's 0.
+    assert out["main"][0] == 1 and out["fresh"][0] == 1, out
+    assert out["main"][1] != 0 and out["fresh"][1] != 0 and out["outside"] == 0, out
+    assert out["events"] == 0 and out["py_fast_start"] >= 0, out  # calibrated; nothing recorded into a real ring
     (proc,) = json.loads((agg.out / "run.json").read_text())["processes"]
     assert proc["events_received"] == 0, proc
 
