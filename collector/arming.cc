@@ -123,7 +123,7 @@ void Arming::Stop() {
   UpdateArmed();
 }
 
-bool Arming::OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool async, uint64_t range_id) {
+int Arming::OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool async, uint64_t range_id) {
   // Numbered by steps.h; announced when the aggregator, which sees a
   // start/end range's id and not its payload, would number it otherwise.
   const bool has_payload = (flags & kFlagHasPayload) != 0;
@@ -146,13 +146,12 @@ bool Arming::OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool a
     UpdateArmed();
   }
   // Ship the step edge now (workers' windows follow it), once it is recorded: AfterOpen.
-  if (EdgesMoveWindows(n)) edge_to_ship_.store(true, std::memory_order_relaxed);
-  return true;
+  return kOpensSpecial | (EdgesMoveWindows(n) ? kOpensShipNow : 0);
 }
 
-bool Arming::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async,
-                         uint64_t range_id) {
-  if (name == 0) return false;
+int Arming::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async,
+                        uint64_t range_id) {
+  if (name == 0) return 0;
   if (is_controller() && name == step_name_id_) return OnStepOpen(ts, flags, payload, async, range_id);
   if (trigger_ == Trigger::kNvtxRange && name == trigger_name_id_) {
     if (async) {
@@ -161,9 +160,9 @@ bool Arming::OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t
       ts->trigger_depth = ts->depth;
     }
     SetCaptureActive(true);
-    return true;
+    return kOpensSpecial;
   }
-  return false;
+  return 0;
 }
 
 int Arming::OnRangeClose(ThreadState* ts, bool async, uint64_t range_id) {

@@ -5,7 +5,7 @@
 // armed periods GPU records are matched against later.
 //
 // Threads: armed() and watching() are read on the hot path (relaxed loads);
-// OnRangeOpen/OnRangeClose/AfterClose run on recording threads (the controller's step
+// OnRangeOpen/AfterOpen/OnRangeClose/AfterClose run on recording threads (the controller's step
 // ranges, a trigger range); the window and run-config changes on the flush
 // thread; the claims on whatever thread calls them. arm_mu_ serialises the
 // arming itself, so the last edge wins, never a stale one.
@@ -74,17 +74,17 @@ class Arming {
   // the range opens/closes a step or a trigger range (it is then recorded
   // whatever the arming). A step whose number the aggregator would not
   // derive itself is announced with a `rlscope.step_number` mark.
-  bool OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
-  // The caller records an open OnRangeOpen called special, then calls
-  // AfterOpen: a step's beginning that moves workers' windows wakes the
-  // flush thread only once it is in the ring. Woken before, the flush thread
-  // (often run at once, on the waker's core) found nothing new, and the edge
-  // waited for the next flush: workers armed a step late, inside the
-  // selected step.
-  void AfterOpen() {
-    if (edge_to_ship_.load(std::memory_order_relaxed) && edge_to_ship_.exchange(false, std::memory_order_relaxed)) {
-      ctx_.Wake();
-    }
+  // An open returns kOpensSpecial when it opens a step or a trigger range
+  // (0 neither), with kOpensShipNow for a step's beginning that moves
+  // workers' windows; the caller records the open, then calls AfterOpen
+  // with it, which wakes the flush thread only once the edge is in the ring.
+  // Woken before, the flush thread (often run at once, on the waker's core)
+  // found nothing new and the edge waited for the next flush: workers armed
+  // a step late, inside the selected step.
+  static constexpr int kOpensSpecial = 1, kOpensShipNow = 2;
+  int OnRangeOpen(ThreadState* ts, uint32_t name, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
+  void AfterOpen(int opens) {
+    if ((opens & kOpensShipNow) != 0) ctx_.Wake();
   }
   // A close returns what it closes (kClosesStep | kClosesTrigger, 0
   // neither); the caller records the close, then calls AfterClose with it,
@@ -157,7 +157,7 @@ class Arming {
   // Whether the controller records step `n` / before step `n` (steps.h).
   bool StepArmedDuring(int64_t n) const;
   bool StepArmedBefore(int64_t n) const;
-  bool OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
+  int OnStepOpen(ThreadState* ts, uint8_t flags, uint64_t payload, bool async, uint64_t range_id);
   // Between steps, a controller under the controller trigger is armed for
   // the next one (steps.h).
   void ArmForNextStep();
@@ -203,7 +203,6 @@ class Arming {
   std::atomic<bool> window_open_{false};       // controller trigger: inside a selected step
   std::atomic<int64_t> next_step_{1};          // controller: number of the next unnumbered step
   std::atomic<int64_t> derived_next_step_{1};  // what the aggregator numbers it without an announcement
-  std::atomic<bool> edge_to_ship_{false};      // controller: a step began, AfterOpen wakes the flush thread
   std::atomic<bool> in_step_{false};           // controller: a step range is open
   std::atomic<uint64_t> step_range_id_{0};     // controller's open start/end "step" range
   std::atomic<uint64_t> trigger_range_id_{0};  // open start/end trigger range

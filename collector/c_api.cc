@@ -198,7 +198,7 @@ uint64_t rlscope_range_start(const char* name) {
   ThreadState* ts;
   if (!Enter(&c, &ts)) return 0;
   CostSampler sampler(c, ts);
-  return c->RangeStart(ts, c->needs_names() ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagNone);
+  return c->RangeStart(ts, c->start_needs_names(ts) ? ts->names.Lookup(name) : 0, 0, 0, 0, rlscope::kFlagNone);
 }
 
 void rlscope_range_end(uint64_t range_id) {

@@ -51,7 +51,8 @@ class Collector {
   static Collector* Start();
 
   // The range entry points shared by NVTX handlers and the C ABI. A range is
-  // recorded when it opens armed (or opens/closes a step or trigger range);
+  // recorded when it opens armed (or opens/closes a step or trigger range; a
+  // start also in a calibration's scratch scope, into its scratch ring);
   // its close is recorded exactly when its open was, whatever the arming by
   // then, so pairs never mismatch: push/pop through a per-depth bit, start/end
   // through kRecordedRangeBit in the id handed to the caller. They return what
@@ -63,11 +64,12 @@ class Collector {
   static constexpr uint64_t kViaNvtxExRangeBit = rlscope::kViaNvtxExRangeBit;
   RLSCOPE_HOT int RangePush(ThreadState* ts, uint32_t name, uint32_t domain, uint32_t category, uint64_t payload,
                             uint8_t flags) {
-    const bool special = arming_.watching() && arming_.OnRangeOpen(ts, name, flags, payload, false, 0);
+    const int opens = arming_.watching() ? arming_.OnRangeOpen(ts, name, flags, payload, false, 0) : 0;
+    const bool special = opens != 0;
     const bool attempted = special || armed();
     const bool recorded =
         attempted && recording_.Record(ts, EventKind::kRangePush, name, domain, category, payload, flags, special);
-    if (special) arming_.AfterOpen();
+    if (special) arming_.AfterOpen(opens);
     const int depth = ts->depth++;
     ts->SetOpen(depth, recorded ? (ThreadState::kOpenRecorded | ThreadState::OpenVia(flags))
                                 : (attempted ? ThreadState::kOpenDropped : 0));
@@ -99,14 +101,15 @@ class Collector {
     // ships: its loops pay what a start and its end pay in a selected step
     // (the recorded handle's shape, the end's record; a disarmed start/end
     // pair read 12-18 ns less, the selected steps under-corrected by 3-7 %).
-    const bool records = armed() || ts->scratch != nullptr;
+    const bool records = armed() || ts->calibrating;
     if (!arming_.watching() && !records) return 0;
     const uint64_t id = recording_.NextRangeId();
-    const bool special = arming_.watching() && arming_.OnRangeOpen(ts, name, flags, payload, true, id);
+    const int opens = arming_.watching() ? arming_.OnRangeOpen(ts, name, flags, payload, true, id) : 0;
+    const bool special = opens != 0;
     if (!special && !records) return id;
     // Dropped: the handle says so, and its end is not recorded either.
     const bool recorded = recording_.Record(ts, EventKind::kRangeStart, name, domain, category, id, flags, special);
-    if (special) arming_.AfterOpen();
+    if (special) arming_.AfterOpen(opens);
     if (!recorded) return id | kDroppedRangeBit;
     return id | kRecordedRangeBit | ((flags & kFlagViaNvtxEx) != 0 ? kViaNvtxExRangeBit : 0);
   }
@@ -137,6 +140,9 @@ class Collector {
   // may be a step or trigger range. Disarmed, non-watching threads only count
   // depth, never look at names.
   bool needs_names() const { return arming_.watching() || armed(); }
+  // The same for a start on thread `ts`: also in a calibration's scratch
+  // scope, where starts record as if armed (RangeStart).
+  bool start_needs_names(const ThreadState* ts) const { return needs_names() || ts->calibrating; }
   // The calling thread's state when it has one or may get one now: while
   // armed or watching it registers the thread; disarmed it only returns an
   // existing state (so depths stay right) and never allocates.

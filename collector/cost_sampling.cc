@@ -115,7 +115,9 @@ bool CostSampling::ScratchScope(ThreadState* ts, bool on) {
     ts->scratch = std::make_unique<ThreadBuffer>(ts->buffer->tid(), std::max<size_t>(ts->buffer->capacity(), 65536));
     ts->real_buffer = ts->buffer;
     ts->buffer = ts->scratch.get();
+    ts->calibrating = true;
   } else {
+    ts->calibrating = false;
     ts->buffer = ts->real_buffer;
     ts->real_buffer = nullptr;
     ts->scratch.reset();

@@ -186,18 +186,18 @@ void NVTX_API MarkW(const wchar_t* m) {
 }
 nvtxRangeId_t NVTX_API RangeStartEx(const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, 0);
-  return Start(c, ts, 0, c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
+  return Start(c, ts, 0, c->start_needs_names(ts) ? ReadAttr(c, ts, a) : Attr{});
 }
 nvtxRangeId_t NVTX_API RangeStartA(const char* m) {
   RLSCOPE_ENTER(c, ts, 0);
   Attr at;
-  if (c->needs_names()) at.name = ts->names.Lookup(m);
+  if (c->start_needs_names(ts)) at.name = ts->names.Lookup(m);
   return Start(c, ts, 0, at);
 }
 nvtxRangeId_t NVTX_API RangeStartW(const wchar_t* m) {
   RLSCOPE_ENTER(c, ts, 0);
   Attr at;
-  if (c->needs_names()) at.name = c->Intern(Utf8(m));
+  if (c->start_needs_names(ts)) at.name = c->Intern(Utf8(m));
   return Start(c, ts, 0, at);
 }
 void NVTX_API RangeEnd(nvtxRangeId_t id) { End(0, id); }
@@ -271,7 +271,7 @@ void NVTX_API DomainMarkEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a)
 }
 nvtxRangeId_t NVTX_API DomainRangeStartEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {
   RLSCOPE_ENTER(c, ts, 0);
-  return Start(c, ts, DomainId(d), c->needs_names() ? ReadAttr(c, ts, a) : Attr{});
+  return Start(c, ts, DomainId(d), c->start_needs_names(ts) ? ReadAttr(c, ts, a) : Attr{});
 }
 void NVTX_API DomainRangeEnd(nvtxDomainHandle_t d, nvtxRangeId_t id) { End(DomainId(d), id); }
 int NVTX_API DomainRangePushEx(nvtxDomainHandle_t d, const nvtxEventAttributes_t* a) {

@@ -88,6 +88,7 @@ struct ThreadState {
   // The hot path's fields first, on one cache line with the ring's pointer.
   ThreadBuffer* buffer = nullptr;  // owned by the registry's entry
   int depth = 0;                   // open push/pop ranges, returned to NVTX callers
+  bool calibrating = false;        // in a scratch scope (CostSampling::ScratchScope): `buffer` is `scratch`
   // In-place cost sampling (cost_sampling.h): calls left until the next
   // timed one; the thread's own virtual costs so far (test clock only).
   uint32_t sample_countdown = 1;

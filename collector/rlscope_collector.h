@@ -63,7 +63,7 @@ RLSCOPE_API void rlscope_nvtx_mark(uint32_t name_id, uint32_t domain_id, uint32_
  * (armed, watching, or the pop of an open that was recorded or dropped).
  * rlscope_recording_idle: whether a start or a mark would record nothing now
  * (a start returns 0). A thread in rlscope_scratch_scope (a start-up
- * calibration) is never idle: its loops pay what an armed call pays. */
+ * calibration) is never idle: its loops take the full call. */
 RLSCOPE_API int rlscope_push_idle(void);
 RLSCOPE_API int rlscope_pop_idle(void);
 RLSCOPE_API int rlscope_recording_idle(void);
@@ -99,8 +99,10 @@ RLSCOPE_API void rlscope_set_cost(const char* key, double ns);
 RLSCOPE_API int rlscope_calibrate(void);
 /* 1: the calling thread records into a scratch ring nothing ships, at the
  * real costs, until 0 restores its ring (a calibration loop's events stay in
- * the process); a thread that never recorded is registered first, disarmed
- * too, and stays so. Returns 1 when the scope changed; 0 when no collector
+ * the process); its starts (and so their ends) record as if armed, its
+ * pushes, pops and marks as the process's arming says. A thread that never
+ * recorded is registered first, disarmed too, and stays so. Returns 1 when
+ * the scope changed; 0 when no collector
  * runs, the thread cannot be registered (over the buffer budget), or it was
  * already so. */
 RLSCOPE_API int rlscope_scratch_scope(int on);

@@ -672,10 +672,12 @@ TEST(CpuSamplingTest, OffCpuLooksFollowTheSamplersReduction) {
 }
 
 // A controller's step beginning moves workers' windows, so it wakes the
-// flush thread at once, but only once the edge is in the ring (AfterOpen,
-// which the collector calls after recording the open): woken before, the
-// flush thread found nothing new and the edge waited for the next flush (on
-// a Ray job, workers armed a step late in 6 of 14 selected steps).
+// flush thread at once, but only once the edge is in the ring: OnRangeOpen
+// says so (kOpensShipNow) and AfterOpen, which the collector calls after
+// recording the open, wakes. Woken before, the flush thread found nothing
+// new and the edge waited for the next flush (on a Ray job, workers armed a
+// step late in 6 of 14 selected steps). Arming's hot byte is the process's:
+// this test, as every one here, runs in a process of its own (CTest).
 TEST(ArmingTest, AStepsBeginningWakesTheFlushThreadOnceItIsRecorded) {
   const int efd = eventfd(0, EFD_NONBLOCK);
   ASSERT_GE(efd, 0);
@@ -685,19 +687,20 @@ TEST(ArmingTest, AStepsBeginningWakesTheFlushThreadOnceItIsRecorded) {
                        ClockSource::kMonotonic, efd);
   Recording recording(ctx);
   Arming arming(ctx, recording, /*controller=*/true, 0);
-  ThreadState* ts = recording.Register();
-  ASSERT_NE(ts, nullptr);
+  ThreadBuffer ring(0, 1024);  // the thread's, not registered (as CostSampling::Calibrate's)
+  ThreadState ts(&ctx.strings);
+  ts.buffer = &ring;
   auto wakes = [&] {
     uint64_t n = 0;
     return read(efd, &n, sizeof(n)) == static_cast<ssize_t>(sizeof(n)) ? n : 0;
   };
   wakes();
-  EXPECT_TRUE(arming.OnRangeOpen(ts, ctx.strings.Intern(names::kStep), kFlagNone, 0, false, 0));
+  const int opens = arming.OnRangeOpen(&ts, ctx.strings.Intern(names::kStep), kFlagNone, 0, false, 0);
+  EXPECT_EQ(opens, Arming::kOpensSpecial | Arming::kOpensShipNow);
   EXPECT_EQ(wakes(), 0u);  // the edge is not recorded yet
-  arming.AfterOpen();
+  arming.AfterOpen(opens);
   EXPECT_EQ(wakes(), 1u);
-  arming.AfterOpen();  // another open (a range that is no step): nothing to ship
-  EXPECT_EQ(wakes(), 0u);
+  EXPECT_EQ(arming.OnRangeOpen(&ts, ctx.strings.Intern("not_a_step"), kFlagNone, 0, false, 0), 0);
   close(efd);
 }
 
