@@ -99,8 +99,8 @@ class Collector {
     // too), so the shared counter is not touched. A thread in a calibration's
     // scratch scope (ScratchScope) records as if armed, into a ring nothing
     // ships: its loops pay what a start and its end pay in a selected step
-    // (the recorded handle's shape, the end's record; a disarmed start/end
-    // pair read 12-18 ns less, the selected steps under-corrected by 3-7 %).
+    // (the recorded handle's shape, the end's record: calibrated disarmed, a
+    // start/end pair read 12-18 ns less than armed).
     const bool records = armed() || ts->calibrating;
     if (!arming_.watching() && !records) return 0;
     const uint64_t id = recording_.NextRangeId();

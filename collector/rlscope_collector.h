@@ -102,9 +102,8 @@ RLSCOPE_API int rlscope_calibrate(void);
  * the process); its starts (and so their ends) record as if armed, its
  * pushes, pops and marks as the process's arming says. A thread that never
  * recorded is registered first, disarmed too, and stays so. Returns 1 when
- * the scope changed; 0 when no collector
- * runs, the thread cannot be registered (over the buffer budget), or it was
- * already so. */
+ * the scope changed; 0 when no collector runs, the thread cannot be
+ * registered (over the buffer budget), or it was already so. */
 RLSCOPE_API int rlscope_scratch_scope(int on);
 /* The current calibrated cost of `key`, ns per event; -1 when unknown. */
 RLSCOPE_API double rlscope_cost(const char* key);
