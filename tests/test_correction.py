@@ -547,6 +547,15 @@ def test_an_nvtx_package_of_another_shape_never_fails_the_import(aggregator_fact
     assert "could not calibrate the `nvtx` package's overhead (AttributeError" in r.stderr
 
 
+def _run_in_worker(agg, code: str):
+    """`code` run in a Python process profiled as a worker of `agg`: what it
+    printed, as JSON."""
+    r = subprocess.run([sys.executable, "-c", code], env=agg.env(role="worker"), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_factory, tmp_path):
     """Calibration at import records ~180k `nvtx` events at their real costs
     (rlscope_ray.calibration) into a scratch ring that is never shipped:
@@ -563,10 +572,7 @@ def test_a_profiled_process_ships_nothing_before_its_program_records(aggregator_
             "with rlscope_ray.range('mine'): pass\n"
             "rlscope_ray.flush()\n"
             "print(json.dumps({'costs': costs, 'before': before, 'dropped': dropped}))\n")
-    r = subprocess.run([sys.executable, "-c", code], env=agg.env(role="worker"), capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out = _run_in_worker(agg, code)
     assert all(v >= 0 for v in out["costs"].values()), out  # calibrated (-1: never set)
     assert out["before"] == 0, out  # the process's own count: nothing recorded into its rings
     # Its 180k events overflow the scratch ring, which is emptied, not dropped from.
@@ -582,10 +588,10 @@ def test_a_disarmed_workers_calibration_takes_the_path_of_a_tracked_thread(aggre
     calibration's loops must still take the path its calls take once its
     thread is tracked, not the idle lane an unregistered thread takes: the
     scratch scope registers the thread, and is entered, and a start in it
-    records as in a selected step. Before, it refused an
-    unregistered thread: a worker calibrated the idle lane (a Ray actor read
-    70 ns a push/pop pair at import against 130-150 ns once tracked). Nothing
-    of the calibration ships."""
+    records as in a selected step. Before, it refused an unregistered
+    thread: a worker calibrated the idle lane (a Ray actor read 70 ns a
+    push/pop pair at import against 130-150 ns once tracked). Nothing of the
+    calibration ships."""
     agg = aggregator_factory(config='{"steps": [1000000]}', exit_when_done=False)
     code = ("import json, threading, nvtx, rlscope_ray; from rlscope_ray import _native\n"
             "def scope(out):\n"
@@ -599,11 +605,8 @@ def test_a_disarmed_workers_calibration_takes_the_path_of_a_tracked_thread(aggre
             "rlscope_ray.flush()\n"
             "print(json.dumps({'armed': _native.armed(), 'main': main, 'fresh': fresh, 'outside': outside[0],"
             " 'events': rlscope_ray.stats()['events'], 'py_fast_start': _native.cost('py_fast_start')}))\n")
-    r = subprocess.run([sys.executable, "-c", code], env=agg.env(role="worker"), capture_output=True, text=True,
-                       timeout=60)
+    out = _run_in_worker(agg, code)
     agg.stop()
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
     assert out["armed"] == 0, out  # the premise: nothing selected this worker
     # The importing thread (calibrated at import) and a thread that never
     # recorded anything both enter the scope, where a start records as a

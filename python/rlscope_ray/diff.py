@@ -27,10 +27,9 @@ A) is min-change or more from 1, every sub-task moved alike (a busier or
 slower machine, a version that slows everything), and the diff says so; then
 each time is tested against A's with B's divided by that pace, and only what
 moved beyond noise both as it is and beyond that pace, the same way, is a
-change (two runs
-of one program on a shared machine
-often differ by 5-10 % in everything, which a test on the steps' own spread
-calls beyond noise in every sub-task).
+change (two runs of one program on a shared machine often differ by 5-10 %
+in everything, which a test on the steps' own spread calls beyond noise in
+every sub-task).
 
 Changes are ranked by size. Each process change says where it went: the
 attribution categories (python, backend, cuda_api, simulator, other, profiler,
@@ -38,9 +37,8 @@ GPU, idle) and off-CPU reasons whose medians moved most in that sub-task, and
 the ranges and kernels of that process whose time moved most, each only when
 it moved the same way by a quarter of the change or more (a range or kernel,
 counted over the process's whole step, also by no more than a quarter beyond
-it). Memory that
-grows step over step in B (a least-squares slope, |t| > 4, by at least
---memory-mb over the range) is flagged with its rate.
+it). Memory that grows step over step in B (a least-squares slope, |t| > 4,
+by at least --memory-mb over the range) is flagged with its rate.
 """
 from __future__ import annotations
 
