@@ -173,8 +173,9 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     busy[p].api = UnionClipped(api, step_begin, step_end);
     busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
     // The sampler's own cost per sample (start-up figure, times the scale when corrected).
-    if (s.overhead && s.overhead->costs.ns.count("cpu_sample") != 0) {
-      busy[p].sample_cost_ns = s.overhead->costs.ns.at("cpu_sample");
+    constexpr int kCpuSample = static_cast<int>(EventKind::kCpuSample);
+    if (s.overhead && s.overhead->costs.own_source[kCpuSample] != CostSource::kNone) {
+      busy[p].sample_cost_ns = s.overhead->costs.own_ns[kCpuSample];
     } else if (auto h = s.process->hello().costs.find("cpu_sample"); h != s.process->hello().costs.end()) {
       busy[p].sample_cost_ns = h->second;
     }

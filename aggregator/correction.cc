@@ -50,31 +50,29 @@ const char* CostKey(uint8_t kind) {
 
 CostModel::CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step,
                      const KindSamples* run) {
-  auto get = [&](const char* key) {
-    auto it = costs.find(key);
-    if (it == costs.end()) return 0.0;
-    used_.ns[key] = it->second * scale;
-    return it->second * scale;
-  };
+  CostTable& t = table_;
   double measured_ps = 0, calibrated_ps = 0;  // over the samples of measured kinds
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
-    const char* key = CostKey(kind);
-    own_ps_[kind] = Ps(get(key));
+    if (auto it = costs.find(CostKey(kind)); it != costs.end()) {
+      t.own_ns[kind] = it->second * scale;
+      t.own_source[kind] = CostSource::kCalibration;
+    }
+    own_ps_[kind] = Ps(t.own_ns[kind]);
     const int64_t calibrated_own_ps = own_ps_[kind];
-    if (costs.count(key) != 0) used_.sources[key] = "calibration";
     // A cost sample is recorded after its own timing; a CPU sample's signal
     // is never timed in place.
     if (kind == static_cast<uint8_t>(EventKind::kCostSample) || kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
       continue;
     }
-    for (const auto& [stats, source] : {std::make_pair(step, "step"), std::make_pair(run, "run")}) {
+    for (const auto& [stats, source] :
+         {std::make_pair(step, CostSource::kStep), std::make_pair(run, CostSource::kRun)}) {
       if (stats == nullptr || (*stats)[kind].n < kMinSamples) continue;
       const SampleStats& s = (*stats)[kind];
       own_ps_[kind] = std::llround(s.mean_ps() * scale);
       mean_var_ps2_[kind] = s.var_ps2() / static_cast<double>(s.n) * scale * scale;
-      used_.ns[key] = s.mean_ps() * scale / 1000.0;
-      used_.sources[key] = source;
-      used_.measured[key] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
+      t.own_ns[kind] = s.mean_ps() * scale / 1000.0;
+      t.own_source[kind] = source;
+      t.measured[kind] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
       if (calibrated_own_ps > 0) {  // samples are 1 in N of every kind's events: weights as events
         measured_ps += s.mean_ps() * scale * static_cast<double>(s.n);
         calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(s.n);
@@ -82,29 +80,50 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
       break;
     }
   }
-  if (measured_ps > 0 && calibrated_ps > 0) used_.in_place_ratio = measured_ps / calibrated_ps;
+  if (measured_ps > 0 && calibrated_ps > 0) t.in_place_ratio = measured_ps / calibrated_ps;
   // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
   // py_fast_*, py_annotate_*, py_range_*), each side of a pair on its own event (the
   // close's on the pop or end that carries the caller's flag): the start-up
   // figures, times the in-place ratio when there is one for the entry
   // points kScaledCaller says.
   for (int caller = 1; caller < kCallers; ++caller) {
-    const bool scaled = kScaledCaller[caller] && used_.in_place_ratio > 0;
-    const double ratio = scaled ? used_.in_place_ratio : 1.0;
+    const bool scaled = kScaledCaller[caller] && t.in_place_ratio > 0;
+    const double ratio = scaled ? t.in_place_ratio : 1.0;
     for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
                                  EventKind::kRangeEnd, EventKind::kMark}) {
-      const std::string& key = TheCallerKeys().key[caller][static_cast<int>(kind)];
-      auto cost = costs.find(key);
+      const int k = static_cast<int>(kind);
+      auto cost = costs.find(TheCallerKeys().key[caller][k]);
       if (cost == costs.end()) continue;
-      caller_ps_[caller][static_cast<int>(kind)] = Ps(cost->second * scale * ratio);
-      used_.ns[key] = cost->second * scale * ratio;
-      if (auto spread = costs.find(TheCallerKeys().spread[caller][static_cast<int>(kind)]);
-          spread != costs.end() && spread->second > 0) {
-        caller_spread_ps_[caller][static_cast<int>(kind)] = Ps(spread->second * scale * ratio);
+      caller_ps_[caller][k] = Ps(cost->second * scale * ratio);
+      t.caller_ns[caller][k] = cost->second * scale * ratio;
+      t.caller_source[caller][k] = scaled ? CostSource::kScaledCalibration : CostSource::kCalibration;
+      if (auto spread = costs.find(TheCallerKeys().spread[caller][k]); spread != costs.end() && spread->second > 0) {
+        caller_spread_ps_[caller][k] = Ps(spread->second * scale * ratio);
       }
-      used_.sources[key] = scaled ? "scaled calibration" : "calibration";
     }
   }
+}
+
+UsedCosts CostTable::Spelled() const {
+  static constexpr const char* kSourceNames[] = {"", "calibration", "scaled calibration", "step", "run"};
+  UsedCosts u;
+  u.in_place_ratio = in_place_ratio;
+  for (uint8_t kind = 1; kind < kKinds; ++kind) {
+    if (own_source[kind] == CostSource::kNone) continue;
+    const char* key = CostKey(kind);
+    u.ns[key] = own_ns[kind];
+    u.sources[key] = kSourceNames[static_cast<int>(own_source[kind])];
+    if (own_source[kind] == CostSource::kStep || own_source[kind] == CostSource::kRun) u.measured[key] = measured[kind];
+  }
+  for (int caller = 1; caller < kCallers; ++caller) {
+    for (int kind = 1; kind < kKinds; ++kind) {
+      if (caller_source[caller][kind] == CostSource::kNone) continue;
+      const std::string& key = TheCallerKeys().key[caller][kind];
+      u.ns[key] = caller_ns[caller][kind];
+      u.sources[key] = kSourceNames[static_cast<int>(caller_source[caller][kind])];
+    }
+  }
+  return u;
 }
 
 int64_t CostModel::CallerPs(uint8_t kind, uint8_t flags) const {
@@ -222,15 +241,15 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
     const double n = static_cast<double>(sums.per_kind[kind]);
     var_ps2 += n * n * model.MeanVarPs2(kind);
-    auto source = model.used().sources.find(CostKey(kind));
-    if (source == model.used().sources.end() || source->second == "calibration") {
+    const CostSource source = model.table().own_source[kind];
+    if (source == CostSource::kNone || source == CostSource::kCalibration) {
       o.calibrated_events += sums.per_kind[kind];
     }
   }
   UncertaintyParts& parts = o.uncertainty_parts;
   parts.sampling_ns = std::llround(std::sqrt(var_ps2) / 1000.0);
   o.caller_ns = sums.caller_ps / 1000;
-  if (const double ratio = model.used().in_place_ratio; ratio > 0) {
+  if (const double ratio = model.table().in_place_ratio; ratio > 0) {
     // The spread between the caller side scaled and not: what was removed
     // scaled, times |1 - 1/r|; what was removed at its start-up figure,
     // times |r - 1|.
@@ -250,7 +269,7 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   parts.calibration_ns = o.calibration_spread_ns;
   parts.capped_ns = o.capped_ns;
   o.uncertainty_ns = parts.TotalNs();
-  o.costs = model.used();
+  o.costs = model.table();
 }
 
 int64_t UncertaintyParts::TotalNs() const {

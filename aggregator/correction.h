@@ -45,7 +45,7 @@ class CostModel {
  public:
   // Fewest samples of a kind whose mean replaces the next source.
   static constexpr uint64_t kMinSamples = 4;
-  static constexpr int kKinds = 8;  // EventKind values 1..7
+  static constexpr int kKinds = CostTable::kKinds;  // EventKind values 1..7
   CostModel() = default;
   // `costs`: the Hello's (start-up calibration). `step`: what was measured
   // in the step, per kind, and `run`: in the run so far (either may be
@@ -85,7 +85,9 @@ class CostModel {
   // workloads' median error by less than the processes' own variation.
   // Either way half the spread between the two estimates is the model part
   // of the stated uncertainty (Corrector: uncertainty_parts).
-  const UsedCosts& used() const { return used_; }
+  const CostTable& table() const { return table_; }
+  // The same, spelled out by key (tests, summaries).
+  UsedCosts used() const { return table_.Spelled(); }
 
  private:
   int64_t own_ps_[kKinds] = {};  // the collector's recording
@@ -94,7 +96,7 @@ class CostModel {
   int64_t caller_ps_[kCallers][kKinds] = {};
   int64_t caller_spread_ps_[kCallers][kKinds] = {};
   double mean_var_ps2_[kKinds] = {};
-  UsedCosts used_;
+  CostTable table_;
 };
 
 // The key of an event kind's own cost in Hello::costs ("push", ... "sample",

@@ -17,6 +17,7 @@
 #include "aggregator/records.h"
 #include "aggregator/sorting.h"
 #include "aggregator/process_view.h"
+#include "native/event.h"
 #include "native/gpu_record.h"
 
 namespace rlscope {
@@ -66,6 +67,24 @@ struct UsedCosts {
   double in_place_ratio = 0;
 };
 
+// Where a cost used came from (UsedCosts::sources spells it).
+enum class CostSource : uint8_t { kNone, kCalibration, kScaledCalibration, kStep, kRun };
+
+// The same costs by event kind (EventKind values 1..7) and entry point
+// (Caller): a process's correction keeps them every step, so they are
+// arrays, copied whole; Spelled() (correction.cc) gives UsedCosts, for
+// summary.json, where a step is written in full.
+struct CostTable {
+  static constexpr int kKinds = 8;
+  double own_ns[kKinds] = {};  // the collector's recording, per event, scaled
+  CostSource own_source[kKinds] = {};
+  MeasuredCost measured[kKinds] = {};       // behind a kStep or kRun own cost
+  double caller_ns[kCallers][kKinds] = {};  // the caller side, per event, scaled
+  CostSource caller_source[kCallers][kKinds] = {};
+  double in_place_ratio = 0;
+  UsedCosts Spelled() const;
+};
+
 // The parts of a correction's uncertainty, each one standard deviation (ns):
 // `sampling`, the in-place means' sampling error; `calibration`, the
 // standard error of the start-up calibration's caller-side figures (their
@@ -110,7 +129,7 @@ struct Overhead {
   // changed, plus calibration_spread_ns, plus capped_ns (the model against
   // the gaps that bound it).
   int64_t systematic_ns = 0;
-  UsedCosts costs;
+  CostTable costs;
   std::string cost_note;                   // why it may be off ("" none): costs that drifted in the step
   std::map<int64_t, ThreadCosts> threads;  // by tid
 

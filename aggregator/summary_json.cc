@@ -170,14 +170,15 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("waits_ms").Double(Ms(o.waits_ns));
   w.Key("cpu_samples").Uint(o.cpu_samples);
   w.Key("cpu_samples_ms").Double(Ms(o.cpu_samples_ns));
+  const UsedCosts costs = o.costs.Spelled();
   w.Key("costs_ns").BeginObject();
-  for (const auto& [k, ns] : o.costs.ns) w.Key(k).Double(ns);
+  for (const auto& [k, ns] : costs.ns) w.Key(k).Double(ns);
   w.EndObject();
   w.Key("cost_sources").BeginObject();  // "step", "run" or "calibration"
-  for (const auto& [k, source] : o.costs.sources) w.Key(k).String(source);
+  for (const auto& [k, source] : costs.sources) w.Key(k).String(source);
   w.EndObject();
   w.Key("measured_costs").BeginObject();  // the samples behind a "step" or "run" cost
-  for (const auto& [k, m] : o.costs.measured) {
+  for (const auto& [k, m] : costs.measured) {
     w.Key(k).BeginObject();
     w.Key("mean_ns").Double(m.mean_ns);
     w.Key("sd_ns").Double(m.sd_ns);
