@@ -78,7 +78,9 @@ bool StepFiles::ExportStep(const StepProfile& step) noexcept {
       if (*o->run_log_file() == '\0' || !step.capture.empty()) continue;
       StringSink line;
       o->WriteStep(step, trace_pids_, &line);
-      if (!MakeDir(out_dir_) || !AppendWhole(out_dir_ + "/" + o->run_log_file(), line.data, &last_error_)) return false;
+      Log& log = logs_[o->run_log_file()];
+      log.pending += line.data;
+      if (log.pending.size() >= kLogPendingBytes && !FlushLogs()) return false;
     }
     return true;
   } catch (const std::exception& e) {
@@ -93,7 +95,7 @@ bool StepFiles::ExportRun(const RunInfo& run) noexcept {
     return false;
   }
   try {
-    if (!MakeDir(out_dir_)) return false;
+    if (!MakeDir(out_dir_) || !FlushLogs()) return false;
     for (const std::unique_ptr<Output>& o : outputs_) {
       if (*o->run_file() == '\0') continue;
       if (!WriteFile(out_dir_ + "/" + o->run_file(), [&](OutputSink* f) { o->WriteRun(run, f); })) return false;
@@ -105,8 +107,28 @@ bool StepFiles::ExportRun(const RunInfo& run) noexcept {
   }
 }
 
+bool StepFiles::FlushLogs() {
+  for (auto& [name, log] : logs_) {
+    if (log.pending.empty()) continue;
+    if (log.file == nullptr) {
+      if (!MakeDir(out_dir_)) return false;
+      log.file = std::make_unique<AppendFile>(out_dir_ + "/" + name);
+    }
+    if (!log.file->Append(log.pending, &last_error_)) return false;
+    log.pending.clear();
+  }
+  return true;
+}
+
 void StepFiles::Shutdown() noexcept {
+  if (!shut_) {
+    try {
+      FlushLogs();  // what the last ExportRun did not take (after a failed export: not released, kept)
+    } catch (const std::exception&) {
+    }
+  }
   shut_ = true;
+  logs_.clear();
   for (const std::unique_ptr<Output>& o : outputs_) o->Shutdown();
 }
 

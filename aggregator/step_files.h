@@ -3,15 +3,19 @@
 // file (a step whose detail is figures only, StepProfile::summary_only,
 // gets those that are not full detail; one whose detail is figures only,
 // StepProfile::figures_only, none); per run, each Output's run file in
-// <out>, and each Output's run log, to which every whole step appends. Each file is written whole before the export
-// returns (atomic_file.h: a reader never sees half of one); a failed write leaves no temporary file and says why
-// (last_error). outputs.h builds one from output.formats.
+// <out>, and each Output's run log, to which every whole step appends (its
+// records go out at the next ExportRun: Log). Each file is written whole
+// before the export returns (atomic_file.h: a reader never sees half of
+// one); a failed write leaves no temporary file and says why (last_error).
+// outputs.h builds one from output.formats.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "aggregator/atomic_file.h"
 #include "aggregator/exporter.h"
 
 namespace rlscope {
@@ -41,6 +45,21 @@ class StepFiles : public StepExporter {
   std::vector<std::unique_ptr<Output>> outputs_;
   std::vector<std::string> formats_;
   TracePids trace_pids_;
+  // Appends what the run's logs hold pending; false with last_error.
+  bool FlushLogs();
+
+  // A run log (Output::run_log_file: figures.jsonl), by file name: its steps'
+  // records wait in `pending` until the next ExportRun (the aggregator's
+  // release point, at most a second apart while steps come: a record is on
+  // disk before the resume point that says its step is done, and before any
+  // collector forgets the step) or until kLogPendingBytes. One write a
+  // second instead of one a step; the file stays open from its first record.
+  struct Log {
+    std::string pending;
+    std::unique_ptr<AppendFile> file;
+  };
+  static constexpr size_t kLogPendingBytes = 1 << 20;
+  std::map<std::string, Log> logs_;
   bool shut_ = false;
   std::string last_error_;
 };

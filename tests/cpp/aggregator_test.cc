@@ -2931,13 +2931,49 @@ TEST(StepFilesTest, AFiguresOnlyStepIsALineOfFiguresJsonlAndNoDirectory) {
   ASSERT_TRUE(files->ExportStep(quiet)) << files->last_error();
   ASSERT_TRUE(files->ExportStep(capture)) << files->last_error();
   ASSERT_TRUE(files->ExportStep(slow)) << files->last_error();
-  EXPECT_EQ(FilesIn(dir.path()), (std::vector<std::string>{"figures.jsonl", "step_4"}));
+  ASSERT_TRUE(files->ExportRun(RunInfo{})) << files->last_error();  // the lines go out with it
+  EXPECT_EQ(FilesIn(dir.path()), (std::vector<std::string>{"figures.jsonl", "run.json", "step_4"}));
   std::ifstream in(dir.path() + "/figures.jsonl");
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_THAT(lines[0], ::testing::HasSubstr(R"({"step":3,"detail":"figures","trigger":null,)"));
   EXPECT_THAT(lines[1], ::testing::HasSubstr(R"({"step":4,"detail":"full","trigger":"slow: made so",)"));
+}
+
+// figures.jsonl's lines wait for the next run record (the aggregator's
+// release point: a step's line is on disk before the resume point that says
+// the step is done), then go out whole, in order, after ending a line a
+// crash cut short; what is pending at shutdown goes out then.
+TEST(StepFilesTest, FiguresLinesGoOutWithTheNextRunRecordAfterATornOne) {
+  TempDir dir;
+  const std::string path = dir.path() + "/figures.jsonl";
+  std::ofstream(path) << R"({"step":1,"torn)";
+  const auto files = MakeStepFiles(dir.path(), {"json"}, 1);
+  auto read = [&] {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (int64_t n : {2, 3}) {
+    StepProfile step = EmptyStep(n);
+    step.figures_only = true;
+    ASSERT_TRUE(files->ExportStep(step)) << files->last_error();
+  }
+  EXPECT_EQ(read(), R"({"step":1,"torn)");  // not yet
+  ASSERT_TRUE(files->ExportRun(RunInfo{})) << files->last_error();
+  std::vector<std::string> lines;
+  std::istringstream text(read());
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << read();
+  EXPECT_EQ(lines[0], R"({"step":1,"torn)");
+  EXPECT_THAT(lines[1], ::testing::StartsWith(R"({"step":2,"detail":"figures",)"));
+  EXPECT_THAT(lines[2], ::testing::StartsWith(R"({"step":3,"detail":"figures",)"));
+  StepProfile last = EmptyStep(4);
+  last.figures_only = true;
+  ASSERT_TRUE(files->ExportStep(last)) << files->last_error();
+  files->Shutdown();
+  EXPECT_THAT(read(), ::testing::EndsWith("\n"));
+  EXPECT_THAT(read(), ::testing::HasSubstr(R"({"step":4,"detail":"figures",)"));
 }
 
 TEST(StepFilesTest, ShutdownStopsTheTraceWritersThreadAndLaterExportsFail) {
