@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <map>
 #include <set>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -101,20 +102,31 @@ void WriteProcess(JsonWriter& w, const ProcessSlice& slice) {
     w.EndObject();
   }
   WriteMemory(w, slice);
-  std::map<std::string, Total> ranges, kernels;
+  // Summed by name id first (a step has a few names, each many times),
+  // then by shortened name.
+  std::unordered_map<uint32_t, Total> range_ids, kernel_ids;
   for (const Span& s : slice.spans) {
-    Total& t = ranges[Shortened(p.String(s.name))];
+    Total& t = range_ids[s.name];
     t.ns += s.end_ns - s.begin_ns;
     ++t.count;
   }
   for (const GpuRecord& g : slice.gpu) {
     if (g.kind != static_cast<uint8_t>(GpuKind::kKernel)) continue;
-    Total& t = kernels[Shortened(p.String(g.name))];
+    Total& t = kernel_ids[g.name];
     t.ns += g.end_ns - g.start_ns;
     ++t.count;
   }
-  WriteTop(w, "ranges", ranges, kFiguresTopRanges);
-  if (!kernels.empty()) WriteTop(w, "kernels", kernels, kFiguresTopKernels);
+  auto by_name = [&p](const std::unordered_map<uint32_t, Total>& ids) {
+    std::map<std::string, Total> out;
+    for (const auto& [id, total] : ids) {
+      Total& t = out[Shortened(p.String(id))];
+      t.ns += total.ns;
+      t.count += total.count;
+    }
+    return out;
+  };
+  WriteTop(w, "ranges", by_name(range_ids), kFiguresTopRanges);
+  if (!kernel_ids.empty()) WriteTop(w, "kernels", by_name(kernel_ids), kFiguresTopKernels);
   w.EndObject();
 }
 
@@ -127,8 +139,14 @@ void WriteAttribution(JsonWriter& w, const Attribution& a) {
   }
   w.BeginObject();
   G4(w.Key("cpu_ms"), Ms(a.cpu_ns()));
+  static const std::vector<std::string> keys = [] {  // "<category>_ms", made once
+    std::vector<std::string> k;
+    for (size_t c = 0; c < kCpuCategories; ++c)
+      k.push_back(std::string(CpuCategoryName(static_cast<CpuCategory>(c))) + "_ms");
+    return k;
+  }();
   for (size_t c = 0; c < kCpuCategories; ++c) {
-    if (a.ns[c] != 0) G4(w.Key(std::string(CpuCategoryName(static_cast<CpuCategory>(c))) + "_ms"), Ms(a.ns[c]));
+    if (a.ns[c] != 0) G4(w.Key(keys[c]), Ms(a.ns[c]));
   }
   if (a.gpu_ns != 0) G4(w.Key("gpu_ms"), Ms(a.gpu_ns));
   if (a.idle_ns != 0) G4(w.Key("idle_ms"), Ms(a.idle_ns));
