@@ -174,6 +174,8 @@ class Aggregator {
   // it skipped), then forgets what no later step can hold. False when it
   // could not be written (write_errors): nothing is released, and no later
   // step may be written or released either (the run stops there, resumable).
+  // Its figures.jsonl line goes out at the next Release (StepFiles): a
+  // failure to write it shows there.
   bool Emit(const PendingStep& step, bool forced, int64_t now_ns);
   // Every selected process cut to the step (late ones marked, those silent
   // too long marked lost, once), analysed.
@@ -190,7 +192,9 @@ class Aggregator {
   // rewrite and each collector's wake-up on a release were most of a short
   // step's fixed cost). False when run.json could not be written.
   bool StepDone(const PendingStep& step, bool written_in_full, int64_t now_ns);
-  // What StepDone held back, now: run.json, then the Controls.
+  // What StepDone held back, now: the steps' figures.jsonl lines and
+  // run.json (ExportRun), then the Controls. False when either could not be
+  // written.
   bool Release(int64_t now_ns);
   bool release_due_ = false;                   // a step done since the last Release
   std::map<uint64_t, Outgoing> releases_due_;  // session -> its latest release point, not yet sent

@@ -23,55 +23,38 @@ bool MakeDirs(const std::string& path) {
   return true;
 }
 
-AppendFile::~AppendFile() { Close(); }
-
-void AppendFile::Close() {
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
-}
-
-bool AppendFile::Open(std::string* error) {
-  // Read too: the end of a record a crash cut short is read back (pread).
-  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd_ < 0) {
-    *error = "cannot open " + path_ + ": " + std::strerror(errno);
+bool AppendWhole(const std::string& path, std::string_view data, std::string* error) {
+  // Read too: the end of a line a crash cut short is read back (pread).
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *error = "cannot open " + path + ": " + std::strerror(errno);
     return false;
   }
   struct stat st {};
-  bool ok = fstat(fd_, &st) == 0;
-  // A record cut short by a crash before this one: ended, so this one
-  // stands on a line of its own (the reader skips the broken one).
+  bool ok = fstat(fd, &st) == 0;
+  // A line cut short by a crash before this append: ended, so what comes
+  // now stands on a line of its own (the reader skips the broken one).
   char last = '\n';
-  if (ok && st.st_size > 0 && pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
-    ok = write(fd_, "\n", 1) == 1;
+  if (ok && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) == 1 && last != '\n') {
+    ok = write(fd, "\n", 1) == 1;
     if (ok) ++st.st_size;
   }
-  if (!ok) {
-    *error = "cannot append to " + path_ + ": " + std::strerror(errno);
-    Close();
-    return false;
-  }
-  size_ = st.st_size;
-  return true;
-}
-
-bool AppendFile::Append(std::string_view data, std::string* error) {
-  if (fd_ < 0 && !Open(error)) return false;
-  bool ok = true;
+  const bool sized = ok;
   for (size_t done = 0; ok && done < data.size();) {
-    const ssize_t n = write(fd_, data.data() + done, data.size() - done);
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) ok = false;
     if (n > 0) done += static_cast<size_t>(n);
   }
-  if (ok) {
-    size_ += static_cast<int64_t>(data.size());
-    return true;
+  if (!ok) {
+    *error = "cannot append to " + path + ": " + std::strerror(errno);
+    if (sized && ftruncate(fd, st.st_size) != 0) *error += " (and a part of what was appended is left)";
   }
-  *error = "cannot append to " + path_ + ": " + std::strerror(errno);
-  if (ftruncate(fd_, size_) != 0) *error += " (and a part of the record is left)";
-  Close();  // opened again, and its end looked at, at the next record
-  return false;
+  if (close(fd) != 0 && ok) {
+    *error = "cannot close " + path + ": " + std::strerror(errno);
+    ok = false;
+  }
+  return ok;
 }
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp") {

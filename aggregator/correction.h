@@ -86,7 +86,7 @@ class CostModel {
   // Either way half the spread between the two estimates is the model part
   // of the stated uncertainty (Corrector: uncertainty_parts).
   const CostTable& table() const { return table_; }
-  // The same, spelled out by key (tests, summaries).
+  // The same, spelled out by key (CostTable::Spelled).
   UsedCosts used() const { return table_.Spelled(); }
 
  private:

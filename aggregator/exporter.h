@@ -56,14 +56,17 @@ class Output {
 class StepExporter {
  public:
   virtual ~StepExporter() = default;
-  // True once the step's outputs are complete where they go (the aggregator
-  // releases the collectors' copies after it); false when one could not be.
+  // True once the step's files are complete where they go; its line in a
+  // run log may wait for the next ExportRun or Flush, which write it first
+  // (the aggregator releases the collectors' copies only after an
+  // ExportRun); false when one could not be written.
   virtual bool ExportStep(const StepProfile& step) noexcept = 0;
-  // The run's record, rewritten whole each time (final at the run's end).
+  // The run's record, rewritten whole each time (final at the run's end),
+  // after every step line exported before it; false when either failed.
   virtual bool ExportRun(const RunInfo& run) noexcept = 0;
   // Waits, up to `timeout`, for anything handed over and not yet where it
-  // goes; false when some is still not. (StepFiles writes before returning
-  // from each export: nothing waits there.)
+  // goes; false when some is still not. (StepFiles writes its run logs'
+  // pending lines; nothing else waits there.)
   virtual bool Flush(std::chrono::milliseconds timeout) noexcept {
     (void)timeout;
     return true;

@@ -78,9 +78,9 @@ bool StepFiles::ExportStep(const StepProfile& step) noexcept {
       if (*o->run_log_file() == '\0' || !step.capture.empty()) continue;
       StringSink line;
       o->WriteStep(step, trace_pids_, &line);
-      Log& log = logs_[o->run_log_file()];
-      log.pending += line.data;
-      if (log.pending.size() >= kLogPendingBytes && !FlushLogs()) return false;
+      std::string& pending = logs_[o->run_log_file()];
+      pending += line.data;
+      if (pending.size() >= kLogPendingBytes && !FlushLogs()) return false;
     }
     return true;
   } catch (const std::exception& e) {
@@ -108,25 +108,30 @@ bool StepFiles::ExportRun(const RunInfo& run) noexcept {
 }
 
 bool StepFiles::FlushLogs() {
-  for (auto& [name, log] : logs_) {
-    if (log.pending.empty()) continue;
-    if (log.file == nullptr) {
-      if (!MakeDir(out_dir_)) return false;
-      log.file = std::make_unique<AppendFile>(out_dir_ + "/" + name);
-    }
-    if (!log.file->Append(log.pending, &last_error_)) return false;
-    log.pending.clear();
+  for (auto& [name, pending] : logs_) {
+    if (pending.empty()) continue;
+    if (!MakeDir(out_dir_) || !AppendWhole(out_dir_ + "/" + name, pending, &last_error_)) return false;
+    pending.clear();
   }
   return true;
 }
 
-void StepFiles::Shutdown() noexcept {
-  if (!shut_) {
-    try {
-      FlushLogs();  // what the last ExportRun did not take (after a failed export: not released, kept)
-    } catch (const std::exception&) {
-    }
+bool StepFiles::Flush(std::chrono::milliseconds timeout) noexcept {
+  (void)timeout;  // nothing waits on a thread here
+  try {
+    return FlushLogs();
+  } catch (const std::exception& e) {
+    last_error_ = e.what();
+    return false;
   }
+}
+
+StepFiles::~StepFiles() {
+  if (!shut_) Flush(std::chrono::milliseconds(0));
+}
+
+void StepFiles::Shutdown() noexcept {
+  if (!shut_) Flush(std::chrono::milliseconds(0));  // what the last ExportRun did not take
   shut_ = true;
   logs_.clear();
   for (const std::unique_ptr<Output>& o : outputs_) o->Shutdown();

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -2974,6 +2975,20 @@ TEST(StepFilesTest, FiguresLinesGoOutWithTheNextRunRecordAfterATornOne) {
   files->Shutdown();
   EXPECT_THAT(read(), ::testing::EndsWith("\n"));
   EXPECT_THAT(read(), ::testing::HasSubstr(R"({"step":4,"detail":"figures",)"));
+}
+
+// A line that cannot be written fails the run record that would say its
+// step is done, which is then not written: nothing is released over it.
+TEST(StepFilesTest, AFiguresLineThatCannotBeWrittenFailsTheRunRecord) {
+  TempDir dir;
+  const auto files = MakeStepFiles(dir.path(), {"json"}, 1);
+  ASSERT_EQ(mkdir((dir.path() + "/figures.jsonl").c_str(), 0700), 0);  // no file can go there
+  StepProfile step = EmptyStep(2);
+  step.figures_only = true;
+  ASSERT_TRUE(files->ExportStep(step)) << files->last_error();  // pending
+  EXPECT_FALSE(files->ExportRun(RunInfo{}));
+  EXPECT_THAT(files->last_error(), ::testing::HasSubstr("figures.jsonl"));
+  EXPECT_EQ(FilesIn(dir.path()), (std::vector<std::string>{"figures.jsonl"}));  // no run.json
 }
 
 TEST(StepFilesTest, ShutdownStopsTheTraceWritersThreadAndLaterExportsFail) {
