@@ -175,6 +175,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
   int64_t prev_ns = begin_ns;        // the thread's previous mark (or the step's begin)
   int64_t prev_event_ns = begin_ns;  // its previous mark that is no CPU sample
   int64_t since_event_ps = 0;        // charged to CPU samples since then
+  int64_t event_slack_ps = 0;        // what the previous event was charged less than its gap
   for (const CostMark& m : sorted) {
     // An event never costs more than the time since the thread's previous
     // mark: what it paid there cannot exceed what passed, and corrected
@@ -185,8 +186,17 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
     // A CPU sample can land inside the recording call whose cost comes
     // before an event: an event's bound is the time since the previous
     // mark that is not one, less what the samples there were charged.
+    // A cost sample (CostSampler) is recorded right after the event its
+    // call timed, with none of the program's work between: the two are
+    // bounded together, by the time since the mark before the event. (The
+    // sample's mark comes before the end of its own recording, and the
+    // gap between the two marks is shorter than what recording the sample
+    // costs: bounded alone, nearly every sample was capped, 1 event in
+    // correction.sample_every.)
     const bool cpu_sample = m.kind == static_cast<uint8_t>(EventKind::kCpuSample);
-    const int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
+    const bool cost_sample = m.kind == static_cast<uint8_t>(EventKind::kCostSample);
+    int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
+    if (cost_sample) gap_ps += event_slack_ps;
     int64_t ps = m.kind == 0 ? m.wait_ps : model.CostPs(m.kind, m.flags);
     if (m.kind != 0 && ps > gap_ps) {
       const int64_t capped_to = std::max<int64_t>(0, gap_ps);
@@ -199,7 +209,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
     } else if (cpu_sample) {
       ++sums->cpu_samples;
       sums->cpu_samples_ps += ps;
-    } else if (m.kind != static_cast<uint8_t>(EventKind::kCostSample)) {
+    } else if (!cost_sample) {
       ++sums->events;
       if (m.kind < CostModel::kKinds) ++sums->per_kind[m.kind];
       // The caller-side part of what was charged (a capped event's first).
@@ -210,6 +220,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
     }
     cum += ps;
     prev_ns = m.ts_ns;
+    if (!cpu_sample) event_slack_ps = m.kind != 0 && !cost_sample ? std::max<int64_t>(0, gap_ps - ps) : 0;
     if (cpu_sample) {
       since_event_ps += ps;
     } else {

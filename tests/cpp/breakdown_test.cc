@@ -373,6 +373,27 @@ TEST(Correction, AnEventCostsAtMostTheTimeSinceItsThreadsPreviousMark) {
   EXPECT_EQ(c.overhead().systematic_ns, 30);
 }
 
+TEST(Correction, ACostSampleIsBoundedWithTheEventItTimed) {
+  // A push costing 40 at 100 (60 ns since the step began) and its cost
+  // sample costing 30 at 120, recorded right after it: the sample's own
+  // 20 ns gap is shorter than its cost, but the two together had 70 ns
+  // since the step began, so neither is capped. A push whose gap its own
+  // cost fills leaves its sample only the sample's gap: capped.
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), sample = static_cast<uint8_t>(EventKind::kCostSample);
+  const CostModel model({{"push", 40}, {"sample", 30}}, 1.0);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[1] = {{100, push, 0}, {120, sample, 0}, {160, push, 0}, {175, sample, 0}};
+  const Corrector c(marks, model, 40);
+  EXPECT_EQ(c.Correct(1, 100), 60);
+  EXPECT_EQ(c.Correct(1, 120), 50);  // 40 + 30 removed of the 80 since the step began
+  EXPECT_EQ(c.Correct(1, 160), 50);  // 40 passed: 40 charged, no slack left
+  EXPECT_EQ(c.Correct(1, 175), 50);  // 15 passed: 15 of the sample's 30
+  EXPECT_EQ(c.overhead().events, 2u);
+  EXPECT_EQ(c.overhead().capped, 1u);
+  EXPECT_EQ(c.overhead().capped_ns, 15);
+  EXPECT_EQ(c.overhead().total_ns, 40 + 30 + 40 + 15);
+}
+
 TEST(Correction, WaitMarksShiftTheControllerButAreNotEvents) {
   // Controller thread 1: a push at 100 (10 ns), its window ends at 200 where
   // it waited 5 ns on a worker's overhead; an event after that at 300.
