@@ -1464,6 +1464,34 @@ TEST(RecordStores, ArmedDuringKnowsOnlyTheSpanItsKeptEdgesCover) {
   EXPECT_EQ(few.ArmedDuring(8 * kMs, 12 * kMs, 0, INT64_MAX), 1);
 }
 
+// A measured call over 2 us was interrupted (or took a rare slow path):
+// one would stand for sample_every calls and move the step's mean cost, and
+// the in-place ratio with it, by far more than such calls cost. Left out of
+// the costs and counted; the step's samples (CutSamples) leave it out too.
+TEST(RecordStores, ACostSampleOverTwoMicrosecondsIsLeftOutAndCounted) {
+  RecordStores stores;
+  const auto push = static_cast<uint32_t>(EventKind::kRangePush);
+  auto sample = [&](int64_t ts_ns, uint64_t ps) {
+    wire::Event e;
+    e.ts_ns = ts_ns;
+    e.kind = static_cast<uint8_t>(EventKind::kCostSample);
+    e.category = push;
+    e.value = ps;
+    stores.AddCostSample(e, /*after_calibration=*/false);
+  };
+  sample(100, 10'000);     // 10 ns
+  sample(200, 3'645'000);  // 3.6 us: a dense step's outlier
+  sample(300, 1'900'000);  // 1.9 us: kept
+  sample(400, 30'000);
+  EXPECT_EQ(stores.interrupted_samples(), 1u);
+  EXPECT_EQ(stores.sample_totals()[push].n, 3u);
+  EXPECT_DOUBLE_EQ(stores.sample_totals()[push].mean_ps(), (10'000 + 1'900'000 + 30'000) / 3.0);
+  std::vector<CostSample> cut;
+  stores.CutSamples(0, 1000, &cut);
+  ASSERT_EQ(cut.size(), 3u);
+  EXPECT_EQ(cut[1].ps, 1'900'000u);
+}
+
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);
