@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from decimal import Decimal
@@ -646,16 +647,43 @@ def test_the_start_up_calibration_takes_each_cost_at_one_speed_of_the_machine():
                 best[id(body)] = min(best.get(id(body), float("inf")), measure(body))
         assert best[id(real)] - best[id(untooled)] in (520, -250), fast
         calls.clear()
-        ((cost, spread),) = paired_estimates([(untooled, real)], measure, rounds=7)
+        ((cost, spread),) = paired_estimates([(untooled, real)], measure, rounds=7, max_rounds=7)
         assert cost == pytest.approx(170), fast
     # The rounds' figures 100, 120, ..., 220 ns: their median, and the
     # standard error of that median from their interquartile range (120 to
     # 200) as the spread the aggregator states: 0.929 x 80 / sqrt(7).
     rounds = iter(range(0, 140, 20))
     figure = lambda body: 500.0 if body is untooled else 600.0 + next(rounds)  # noqa: E731
-    ((cost, spread),) = paired_estimates([(untooled, real)], figure, rounds=7)
+    ((cost, spread),) = paired_estimates([(untooled, real)], figure, rounds=7, max_rounds=7)
     assert cost == 160.0 and spread == pytest.approx(1.2533 / 1.349 * 80 / 7 ** 0.5)
     # Two pairs measured in one round stay in their order: the closes after the opens.
     calls.clear()
-    paired_estimates([(untooled, real), (real, untooled)], measure, rounds=3)
+    paired_estimates([(untooled, real), (real, untooled)], measure, rounds=3, max_rounds=3)
     assert [id(b) for b in calls[:4]] == [id(untooled), id(real), id(real), id(untooled)]
+
+
+def test_the_start_up_calibration_takes_more_rounds_while_they_disagree():
+    """paired_estimates goes on two rounds at a time, up to max_rounds, while
+    a figure's spread is over 4 % of it (and over 5 ns); rounds that agree
+    stop at the minimum. Virtual figures: real loops 400 ns over untooled
+    ones, each round's figure off by a fixed pattern of +-80 ns (noisy) or
+    +-4 ns (quiet)."""
+    from rlscope_ray.calibration import MEDIAN_SE_PER_IQR, paired_estimates
+
+    untooled, real = (lambda n: n), (lambda n: n)
+    for wobble, rounds_taken in ((4.0, 7), (80.0, 21)):
+        taken = []
+
+        def measure(body):
+            if body is untooled:
+                return 1000.0
+            r = len(taken)
+            taken.append(r)
+            return 1400.0 + wobble * (-1, 1, -0.5, 0.5)[r % 4]
+
+        ((cost, spread),) = paired_estimates([(untooled, real)], measure, rounds=7, max_rounds=21)
+        assert len(taken) == rounds_taken, wobble
+        assert abs(cost - 400) <= wobble
+        figures = sorted(1400.0 + wobble * (-1, 1, -0.5, 0.5)[r % 4] - 1000.0 for r in taken)
+        q1, _, q3 = statistics.quantiles(figures, n=4)
+        assert spread == pytest.approx(MEDIAN_SE_PER_IQR * (q3 - q1) / rounds_taken ** 0.5)

@@ -35,7 +35,8 @@ thread's (``_native.scratch_scope``, which registers a thread that never
 recorded, and in which starts and ends record as if armed) that is never
 shipped; the collector's own recording cost (calibrated in C++) of what the
 loops recorded is taken out of the result. About 250 ms (150-350 ms on a 2-core
-machine) and about 90k events, none sent.
+machine) and about 90k events, none sent; up to three times that where the
+rounds disagree (paired_estimates).
 """
 from __future__ import annotations
 
@@ -48,6 +49,16 @@ from . import _native
 CALIBRATION_NAME = _native.names.CALIBRATION
 _PAIRS = 1000
 _ROUNDS = 7
+# More rounds, two at a time, up to _MAX_ROUNDS, while a figure's spread is
+# over _SPREAD_SHARE of it and over _SPREAD_FLOOR_NS: the nvtx package's
+# push (about 400 ns) came out 362-503 ns in five processes of one program
+# after 7 rounds, a spread of about 10 % that moved the dense push
+# workload's corrected step by -6 % to +1 % from run to run (bench section
+# accuracy). The spread falls as the square root of the rounds: 21 rounds
+# take it to under 6 %. A quiet machine stops at 7.
+_MAX_ROUNDS = 21
+_SPREAD_SHARE = 0.04
+_SPREAD_FLOOR_NS = 5.0
 # The standard error of the median of n normal draws per their interquartile
 # range, times sqrt(n): 1.2533 (the median's efficiency) / 1.349 (IQR per sd).
 MEDIAN_SE_PER_IQR = 1.2533 / 1.349
@@ -115,7 +126,8 @@ def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
 
 
 def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int]]],
-                     measure: Callable[[Callable[[int], int]], float], rounds: int = _ROUNDS) -> List[Estimate]:
+                     measure: Callable[[Callable[[int], int]], float], rounds: int = _ROUNDS,
+                     max_rounds: int = _MAX_ROUNDS) -> List[Estimate]:
     """Per (untooled, real) pair of loops: each round's figure is the real
     loop's ns per iteration less the untooled one's measured next to it, in
     an order that alternates per round (pairs are measured in their order
@@ -127,9 +139,12 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
     rounds could take its two sides from different speeds (costs off by
     hundreds of ns, or none); the median leaves out a round that was
     interrupted. The rounds are independent estimates of one cost: their
-    spread is the calibration's own part of the uncertainty."""
+    spread is the calibration's own part of the uncertainty. `rounds` at
+    least; then two more at a time, up to `max_rounds`, while any pair's
+    spread is over _SPREAD_SHARE of its figure and over _SPREAD_FLOOR_NS."""
     diffs: List[List[float]] = [[] for _ in pairs]
-    for r in range(rounds):
+
+    def one_round(r: int) -> None:
         for i, (untooled, real) in enumerate(pairs):
             if r % 2 == 0:
                 base = measure(untooled)
@@ -137,11 +152,23 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
             else:
                 took = measure(real)
                 diffs[i].append(took - measure(untooled))
-    out = []
-    for d in diffs:
-        q1, _, q3 = statistics.quantiles(d, n=4) if len(d) > 1 else (d[0], d[0], d[0])
-        out.append((statistics.median(d), MEDIAN_SE_PER_IQR * (q3 - q1) / len(d) ** 0.5))
-    return out
+
+    def estimates() -> List[Estimate]:
+        out = []
+        for d in diffs:
+            q1, _, q3 = statistics.quantiles(d, n=4) if len(d) > 1 else (d[0], d[0], d[0])
+            out.append((statistics.median(d), MEDIAN_SE_PER_IQR * (q3 - q1) / len(d) ** 0.5))
+        return out
+
+    for r in range(rounds):
+        one_round(r)
+    done = rounds
+    while done + 2 <= max_rounds and any(spread > max(_SPREAD_FLOOR_NS, _SPREAD_SHARE * abs(ns))
+                                         for ns, spread in estimates()):
+        one_round(done)
+        one_round(done + 1)
+        done += 2
+    return estimates()
 
 
 def _enter(cls: Callable[..., object], **kwargs: object) -> Callable[[str], object]:
