@@ -34,9 +34,11 @@ entry point its flags name. Its events are named ``rlscope.calibration``
 thread's (``_native.scratch_scope``, which registers a thread that never
 recorded, and in which starts and ends record as if armed) that is never
 shipped; the collector's own recording cost (calibrated in C++) of what the
-loops recorded is taken out of the result. About 250 ms (150-350 ms on a 2-core
-machine) and about 90k events, none sent; up to three times that where the
-rounds disagree (paired_estimates).
+loops recorded is taken out of the result. About 0.4 s on a quiet 2-core
+machine (330-500 ms, 15 calibrations in 3 processes; the same with 7 rounds
+at most, 360-470 ms: the extra rounds are rarely taken there) and about 90k
+events, none sent; up to three times that where the rounds disagree
+(paired_estimates).
 """
 from __future__ import annotations
 
