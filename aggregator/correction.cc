@@ -59,9 +59,22 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     }
     own_ps_[kind] = Ps(t.own_ns[kind]);
     const int64_t calibrated_own_ps = own_ps_[kind];
-    // A cost sample is recorded after its own timing; a CPU sample's signal
-    // is never timed in place.
-    if (kind == static_cast<uint8_t>(EventKind::kCostSample) || kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+    // A cost sample is recorded after its own timing.
+    if (kind == static_cast<uint8_t>(EventKind::kCostSample)) continue;
+    // A CPU sample's handler times itself in place (the run's figures,
+    // RecordStores::sample_totals); its signal's delivery and return, and
+    // the handler's dispatch, are the start-up figure less what the
+    // handler took there (cpu_sample_handler).
+    if (kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+      auto total = costs.find(CostKey(kind)), handler = costs.find("cpu_sample_handler");
+      if (run == nullptr || (*run)[kind].n < kMinSamples || total == costs.end() || handler == costs.end()) continue;
+      const SampleStats& s = (*run)[kind];
+      const double rest_ns = std::max(0.0, total->second - handler->second);
+      t.own_ns[kind] = (rest_ns + s.mean_ps() / 1000.0) * scale;
+      own_ps_[kind] = Ps(t.own_ns[kind]);
+      mean_var_ps2_[kind] = s.var_ps2() / static_cast<double>(s.n) * scale * scale;
+      t.own_source[kind] = CostSource::kRun;
+      t.measured[kind] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
       continue;
     }
     for (const auto& [stats, source] :
@@ -249,6 +262,9 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   o.capped_ns = sums.capped_ps / 1000;
   o.cpu_samples = sums.cpu_samples;
   double var_ps2 = 0;
+  // CPU samples too: their handler's mean, where measured in place.
+  var_ps2 += std::pow(static_cast<double>(sums.cpu_samples), 2) *
+             model.MeanVarPs2(static_cast<uint8_t>(EventKind::kCpuSample));
   for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
     const double n = static_cast<double>(sums.per_kind[kind]);
     var_ps2 += n * n * model.MeanVarPs2(kind);

@@ -26,6 +26,15 @@ void CutLevels(const std::deque<MemoryPoint>& points, int64_t begin_ns, int64_t 
 }  // namespace
 
 void RecordStores::AddProgress(const wire::Batch& batch) {
+  // The CPU sampler's handler, measured in place: the samples since the
+  // last batch that said (running totals), as one figure, their mean. An
+  // older batch (a replay) says less and adds nothing.
+  if (batch.cpu_handler_samples > handler_samples_ && batch.cpu_handler_ps >= handler_ps_) {
+    const int64_t n = batch.cpu_handler_samples - handler_samples_, ps = batch.cpu_handler_ps - handler_ps_;
+    sample_totals_[static_cast<int>(EventKind::kCpuSample)].Add(static_cast<double>(ps) / static_cast<double>(n));
+    handler_samples_ = batch.cpu_handler_samples;
+    handler_ps_ = batch.cpu_handler_ps;
+  }
   if (batch.profiler_cpu_ns >= 0 && batch.watermark_ns != 0 &&
       (cpu_points_.empty() || batch.watermark_ns > cpu_points_.back().first)) {
     cpu_points_.emplace_back(batch.watermark_ns, batch.profiler_cpu_ns);

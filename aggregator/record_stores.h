@@ -78,6 +78,9 @@ class RecordStores {
   void DiscardBefore(int64_t ns);
 
   uint64_t cpu_samples_received() const { return cpu_samples_received_; }
+  // The run's cost samples by the measured event's kind; at kCpuSample the
+  // CPU sampler's handler time per sample, one figure per batch that said
+  // (wire.h Batch::cpu_handler_samples).
   const KindSamples& sample_totals() const { return sample_totals_; }
   uint64_t interrupted_samples() const { return interrupted_samples_; }
   size_t buffered() const { return instants_.size() + gpu_.size(); }
@@ -101,6 +104,7 @@ class RecordStores {
   std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
   uint64_t cpu_samples_received_ = 0;
   KindSamples sample_totals_;
+  int64_t handler_samples_ = 0, handler_ps_ = 0;  // the last Batch::cpu_handler totals taken
   uint64_t interrupted_samples_ = 0;
 };
 

@@ -155,8 +155,12 @@ class CpuSampler {
   // ("guarded reads", or through the kernel and why).
   std::string FrameReads() const;
 
-  // What a sample costs its thread, ns (Setup measures it; -1 before).
+  // What a sample costs its thread, ns (Setup measures it; -1 before), and
+  // of that what the handler's TakeSample took, the part handler_ticks()
+  // times in place (the rest: the signal's delivery and return, and the
+  // handler's dispatch); -1 under test costs.
   double sample_cost_ns() const { return sample_cost_ns_; }
+  double sample_take_ns() const { return sample_take_ns_; }
   int signal_number() const { return signal_; }
   // Counters (any thread, relaxed: statistics).
   uint64_t samples() const { return samples_.load(std::memory_order_relaxed); }
@@ -186,6 +190,9 @@ class CpuSampler {
   // or while the tick rate is not known.
   void UpdateHandlerNs(const TickConverter& converter);
   double handler_ns() const { return handler_ns_.load(std::memory_order_relaxed); }
+  // The sum behind it, in clock ticks (samples() recorded samples; the two
+  // are read one after the other: one sample apart at most).
+  uint64_t handler_ticks() const { return handler_ticks_.load(std::memory_order_relaxed); }
   int timers() const { return timers_.load(std::memory_order_relaxed); }
 
   // The frame reader rlscope_ray._native registers (rlscope_collector.h),
@@ -219,6 +226,7 @@ class CpuSampler {
   struct sigaction previous_ {};
   std::atomic<int64_t> period_us_{1000};
   double sample_cost_ns_ = -1;
+  double sample_take_ns_ = -1;
   std::atomic<uint64_t> samples_{0}, dropped_{0}, signals_{0}, unnamed_modules_{0};
   std::atomic<uint64_t> frames_unread_{0}, kernel_reads_{0};  // samples: a read failed; read through the kernel
   std::atomic<uint64_t> walks_fp_{0}, walks_scan_{0}, walks_leaf_{0}, unwalked_{0}, threads_unsampled_{0};

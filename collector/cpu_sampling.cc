@@ -90,6 +90,7 @@ bool CpuSampling::Reconcile(bool on) {
                    why.c_str());
     } else {
       set_cost_("cpu_sample", sampler_.sample_cost_ns());
+      if (sampler_.sample_take_ns() >= 0) set_cost_("cpu_sample_handler", sampler_.sample_take_ns());
     }
   }
   if (sampler_.set_up() && !off_for_good_ && !sampler_.StillOurs(&why)) {
@@ -191,6 +192,10 @@ size_t CpuSampling::TakeSamples(Outgoing* out) {
   };
   recording_.ForEachThread([&](ThreadEntry& t) { take(t.sampled.ring.get()); });
   sampler_.ForEachOther([&](ForeignSlot& slot) { take(slot.sampled.ring.get()); });
+  if (sampler_.set_up()) {  // what the handler took in place so far (wire.h Batch::cpu_handler_samples)
+    out->cpu_handler_samples = static_cast<int64_t>(sampler_.samples());
+    out->cpu_handler_ps = static_cast<int64_t>(ctx_.converter.DurationPs(sampler_.handler_ticks()));
+  }
   NameOthers(out);
   states_.Take(out);
   return samples;

@@ -359,6 +359,7 @@ Transport::SendResult Transport::SendBatches(Outgoing& out, const TickConverter&
       if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0) cpu_ns = t.tv_sec * 1000000000LL + t.tv_nsec;
     }
     writer_.Begin(session_, seq_++, last ? out.watermark_ns : 0, out.dropped, last ? out.ack : 0, cpu_ns);
+    if (last && out.cpu_handler_samples >= 0) writer_.CpuHandler(out.cpu_handler_samples, out.cpu_handler_ps);
     writer_.Strings(metadata.strings);
     writer_.ThreadNames(metadata.thread_names);
     writer_.Categories(metadata.categories);

@@ -53,6 +53,10 @@ struct Outgoing {
   bool reports_arming = false;
   std::vector<wire::ArmEdge> arming;
   std::vector<wire::MemorySample> memory;  // in the first message too
+  // The CPU sampler's recorded samples so far and the time its handler took
+  // in them (running totals; -1: no sampler): in the last message.
+  int64_t cpu_handler_samples = -1;
+  int64_t cpu_handler_ps = 0;
   Metadata metadata;
 };
 

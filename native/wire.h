@@ -159,6 +159,11 @@ struct Batch {
   uint64_t dropped = 0;          // events dropped by this collector so far (total)
   uint64_t ack = 0;              // flush token answered by this batch (Control.flush), 0 = none
   int64_t profiler_cpu_ns = -1;  // CPU time of the collector's flush thread so far (optional; -1 absent)
+  // The CPU sampler's recorded samples so far and the time its signal
+  // handler took in them, measured in place (running totals; optional key
+  // `cpu_handler`; -1 absent): the in-place part of a CPU sample's cost.
+  int64_t cpu_handler_samples = -1;
+  int64_t cpu_handler_ps = 0;
   std::vector<std::pair<uint32_t, std::string>> strings;  // new ids only
   std::vector<std::pair<int64_t, std::string>> thread_names;
   std::vector<CategoryName> categories;
@@ -255,12 +260,13 @@ using Message = std::variant<Hello, Batch, Bye, Expected, Control, Probe>;
 
 // Streaming batch encoder, used by the collector's flush thread so events go
 // from ring buffers to bytes without an intermediate copy.
-// Call order: Begin, Strings, ThreadNames, Categories, Gpu, Probes, Arming, Memory (each exactly once,
-// may be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
+// Call order: Begin, CpuHandler (optional), Strings, ThreadNames, Categories, Gpu, Probes, Arming, Memory
+// (each exactly once, may be empty), BeginThreads(n), then n groups of BeginThread + AddEvent, Finish.
 class BatchWriter {
  public:
   void Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, uint64_t dropped, uint64_t ack = 0,
              int64_t profiler_cpu_ns = -1);
+  void CpuHandler(int64_t samples, int64_t ps);  // Batch::cpu_handler_samples, cpu_handler_ps
   void Strings(const std::vector<std::pair<uint32_t, std::string>>& strings);
   void ThreadNames(const std::vector<std::pair<int64_t, std::string>>& names);
   void Categories(const std::vector<CategoryName>& categories);

@@ -27,6 +27,12 @@ void BatchWriter::Begin(uint64_t session, uint64_t seq, int64_t watermark_ns, ui
   Key("dropped").pack_uint64(dropped);
 }
 
+void BatchWriter::CpuHandler(int64_t samples, int64_t ps) {
+  Key("cpu_handler").pack_array(2);
+  packer_.pack_int64(samples);
+  packer_.pack_int64(ps);
+}
+
 msgpack::packer<msgpack::sbuffer>& BatchWriter::Key(std::string_view key) {
   return internal::PackKey(packer_, key, &body_keys_);
 }

@@ -227,6 +227,16 @@ bool DecodeBatch(Ctx& c, const object& body, Batch* b) {
     if (!GetInt(c, *o, "batch.profiler_cpu_ns", &b->profiler_cpu_ns)) return false;
     if (b->profiler_cpu_ns < 0) return c.Fail("batch.profiler_cpu_ns", "negative CPU time");
   }
+  if ((o = Find(body, "cpu_handler")) != nullptr) {
+    const object_array* h;
+    if (!GetArray(c, *o, "batch.cpu_handler", &h)) return false;
+    if (h->size != 2) return c.Fail("batch.cpu_handler", "not [samples, ps]");
+    if (!GetInt(c, h->ptr[0], "batch.cpu_handler", &b->cpu_handler_samples) ||
+        !GetInt(c, h->ptr[1], "batch.cpu_handler", &b->cpu_handler_ps)) {
+      return false;
+    }
+    if (b->cpu_handler_samples < 0 || b->cpu_handler_ps < 0) return c.Fail("batch.cpu_handler", "negative");
+  }
   if ((o = Find(body, "strings")) != nullptr && !DecodeStrings(c, *o, b)) return false;
   if ((o = Find(body, "thread_names")) != nullptr && !DecodeThreadNames(c, *o, b)) return false;
   if ((o = Find(body, "categories")) != nullptr && !DecodeCategories(c, *o, b)) return false;

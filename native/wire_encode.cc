@@ -127,6 +127,7 @@ std::string EncodeBody(const Hello& h) {
 std::string EncodeBody(const Batch& b) {
   BatchWriter w;
   w.Begin(b.session, b.seq, b.watermark_ns, b.dropped, b.ack, b.profiler_cpu_ns);
+  if (b.cpu_handler_samples >= 0) w.CpuHandler(b.cpu_handler_samples, b.cpu_handler_ps);
   w.Strings(b.strings);
   w.ThreadNames(b.thread_names);
   w.Categories(b.categories);

@@ -86,6 +86,13 @@ def test_the_summary_says_how_it_sampled_and_the_trace_has_a_category_track(attr
     assert "python frames: CPython" in proc["cpu_sampling"]
     assert proc["cpu_samples"] > 0 and proc["overhead"]["cpu_samples"] == proc["cpu_samples"]
     assert proc["overhead"]["costs_ns"]["cpu_sample"] > 0  # the sampler's own cost, removed
+    # Measured where it is paid: the handler's own time in place (one figure
+    # a flush), plus the start-up figure's rest (the signal's delivery).
+    overhead = proc["overhead"]
+    assert overhead["cost_sources"]["cpu_sample"] == "run", overhead["cost_sources"]
+    handler = overhead["measured_costs"]["cpu_sample"]
+    assert handler["samples"] >= 4 and handler["mean_ns"] > 0, handler
+    assert overhead["costs_ns"]["cpu_sample"] >= handler["mean_ns"], (overhead["costs_ns"], handler)
     assert app["stats"]["cpu_samples_dropped"] == 0
     trace = Trace(agg.out / "step_2" / "trace.json")
     pid = trace.pid_of("attribution_app.py")

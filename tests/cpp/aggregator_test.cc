@@ -3276,6 +3276,51 @@ TEST_F(FrameTest, AResumedRunLeavesOutWhatAReplayHoldsFromBeforeItsReleasePoint)
   EXPECT_EQ(std::string(p.String(spans[0].name)), "after");
 }
 
+// The CPU sampler's handler time, measured in place, comes as running
+// totals (Batch::cpu_handler_*): each batch that says more adds one figure,
+// the mean of its new samples, to the run's (sample_totals at kCpuSample);
+// an older batch (a replay) adds nothing. On the wire and back.
+TEST(ProfilerCpuTest, TheCpuSamplersHandlerTimeComesAsRunningTotals) {
+  FakeCollector w(2, "worker", 0, 200);
+  ProcessTimeline p(w.Hello());
+  const int cpu = static_cast<int>(EventKind::kCpuSample);
+  for (const auto& [samples, ps] : std::vector<std::pair<int64_t, int64_t>>{
+           {10, 40'000'000}, {30, 160'000'000}, {10, 40'000'000}, {30, 160'000'000}}) {
+    wire::Batch b = w.Flush(samples * 10);
+    b.cpu_handler_samples = samples;
+    b.cpu_handler_ps = ps;
+    p.Add(b, nullptr);
+  }
+  p.Add(w.Flush(500), nullptr);  // none said
+  const SampleStats& s = p.sample_totals()[cpu];
+  ASSERT_EQ(s.n, 2u);
+  EXPECT_DOUBLE_EQ(s.mean_ps(), (4'000'000 + 6'000'000) / 2.0);  // 4 us a sample, then 120 us / 20
+  wire::Batch b = w.Flush(600);
+  b.cpu_handler_samples = 1234;
+  b.cpu_handler_ps = 5'678'000'000;
+  const std::string bytes = wire::Encode(b);
+  const auto& back = std::get<wire::Batch>(wire::Decode(bytes.data(), bytes.size()).message);
+  EXPECT_EQ(back.cpu_handler_samples, 1234);
+  EXPECT_EQ(back.cpu_handler_ps, 5'678'000'000);
+  const std::string without = wire::Encode(w.Flush(700));
+  EXPECT_EQ(std::get<wire::Batch>(wire::Decode(without.data(), without.size()).message).cpu_handler_samples, -1);
+  wire::BatchWriter bad;  // not a count: refused, said where
+  bad.Begin(2, 9, 800, 0);
+  bad.CpuHandler(-3, 5);
+  bad.Strings({});
+  bad.ThreadNames({});
+  bad.Categories({});
+  bad.Gpu({});
+  bad.Probes({});
+  bad.Arming(false, {});
+  bad.Memory({});
+  bad.BeginThreads(0);
+  const msgpack::sbuffer& bytes_bad = bad.Finish();
+  const wire::DecodeResult r = wire::Decode(bytes_bad.data(), bytes_bad.size());
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("batch.cpu_handler"), std::string::npos) << r.error;
+}
+
 TEST(ProfilerCpuTest, TheFlushThreadsCpuInAStepIsInterpolatedFromItsRunningTotals) {
   FakeCollector w(2, "worker", 0, 200);
   ProcessTimeline p(w.Hello());

@@ -424,6 +424,36 @@ TEST(Correction, CpuSamplesAreChargedTheirCostButAreNotEvents) {
   EXPECT_EQ(c.overhead().calibrated_events, 2u);  // the pushes; samples are not recorded events
 }
 
+TEST(Correction, ACpuSampleCostsItsHandlersTimeInPlacePlusTheSignalsStartUpFigure) {
+  // Start-up: 3 us a sample, of which the handler took 2 us (the rest, 1 us,
+  // is the signal's delivery and return). In place the handler took 4.5 us
+  // (mean of the run's figures): a sample costs 5.5 us, from the run.
+  const auto sample = static_cast<uint8_t>(EventKind::kCpuSample);
+  const std::map<std::string, double> costs = {{"push", 10}, {"cpu_sample", 3000}, {"cpu_sample_handler", 2000}};
+  KindSamples run;
+  for (double ps : {4'000'000.0, 5'000'000.0, 4'500'000.0, 4'500'000.0}) run[sample].Add(ps);
+  const CostModel model(costs, 1.0, nullptr, &run);
+  EXPECT_EQ(model.CostPs(sample, 0), 5'500'000);
+  EXPECT_EQ(model.table().own_source[sample], CostSource::kRun);
+  EXPECT_GT(model.MeanVarPs2(sample), 0);
+  EXPECT_EQ(model.used().sources.at("cpu_sample"), "run");
+  EXPECT_DOUBLE_EQ(model.used().measured.at("cpu_sample").mean_ns, 4500);
+  // Fewer than kMinSamples figures, or no start-up figure for the handler's
+  // part: the start-up figure alone.
+  KindSamples few;
+  few[sample].Add(9'000'000);
+  EXPECT_EQ(CostModel(costs, 1.0, nullptr, &few).CostPs(sample, 0), 3'000'000);
+  EXPECT_EQ(CostModel({{"cpu_sample", 3000}}, 1.0, nullptr, &run).CostPs(sample, 0), 3'000'000);
+  // Scaled as every cost is.
+  EXPECT_EQ(CostModel(costs, 2.0, nullptr, &run).CostPs(sample, 0), 11'000'000);
+  // The uncertainty's sampling part counts the step's CPU samples.
+  std::map<int64_t, std::vector<CostMark>> marks;
+  marks[1] = {{100'000, sample, 0}, {200'000, sample, 0}};
+  const Corrector c(marks, model, 0);
+  EXPECT_EQ(c.overhead().cpu_samples_ns, 11'000);
+  EXPECT_EQ(c.overhead().uncertainty_parts.sampling_ns, std::llround(2 * std::sqrt(model.MeanVarPs2(sample)) / 1000));
+}
+
 TEST(Correction, ACpuSampleDoesNotCapTheEventAfterIt) {
   // push @100 and @200 costing 90 each: a free CPU sample @195 (inside the
   // second push's recording call) leaves it its 90; a sample costing 20 @195
