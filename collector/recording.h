@@ -119,7 +119,7 @@ struct ThreadState {
   bool WasDropped(int d) const { return d < kTrackedDepth && (open[d] & kOpenDropped) != 0; }
   // The flags of the pop closing depth d: kFlagViaNvtxEx or kFlagViaPyRange
   // when its push had it.
-  uint8_t PopFlags(int d) const { return d < kTrackedDepth ? PopFlagsOf(open[d]) : kFlagNone; }
+  uint8_t PopFlags(int d) const { return d < kTrackedDepth ? PopFlagsOf(open[d]) : static_cast<uint8_t>(kFlagNone); }
   static constexpr uint8_t PopFlagsOf(uint8_t open_state) {
     return (open_state & kOpenViaEx) != 0        ? kFlagViaNvtxEx
            : (open_state & kOpenViaPyRange) != 0 ? kFlagViaPyRange
