@@ -590,7 +590,7 @@ RunInfo Aggregator::MakeRunInfo(bool final) const {
   run.config_notes = context_.notes.recorded();
   for (const auto& [session, p] : processes_) {
     run.processes.push_back({session, std::make_shared<const ProcessView>(p->View()), run_config_.Selected(*p),
-                             releases_.released_ns(session), admission_.ViaRelay(session)});
+                             releases_.released_ns(session), admission_.ViaRelay(session), std::nullopt});
     if (final) run.processes.back().armed_steps = ArmedSteps(*p);
   }
   run.steps_written = steps_written_;

@@ -172,7 +172,8 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     }
     busy[p].api = UnionClipped(api, step_begin, step_end);
     busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
-    // The sampler's own cost per sample (start-up figure, times the scale when corrected).
+    // The sampler's own cost per sample: what the correction charged (its
+    // handler's time in place, CostModel), else the start-up figure.
     constexpr int kCpuSample = static_cast<int>(EventKind::kCpuSample);
     if (s.overhead && s.overhead->costs.own_source[kCpuSample] != CostSource::kNone) {
       busy[p].sample_cost_ns = s.overhead->costs.own_ns[kCpuSample];

@@ -49,7 +49,7 @@ const char* CostKey(uint8_t kind) {
 }
 
 CostModel::CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step,
-                     const KindSamples* run) {
+                     const KindSamples* run, const HandlerStats* cpu_handler) {
   CostTable& t = table_;
   double measured_ps = 0, calibrated_ps = 0;  // over the samples of measured kinds
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
@@ -61,20 +61,23 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     const int64_t calibrated_own_ps = own_ps_[kind];
     // A cost sample is recorded after its own timing.
     if (kind == static_cast<uint8_t>(EventKind::kCostSample)) continue;
-    // A CPU sample's handler times itself in place (the run's figures,
-    // RecordStores::sample_totals); its signal's delivery and return, and
-    // the handler's dispatch, are the start-up figure less what the
-    // handler took there (cpu_sample_handler).
+    // A CPU sample's handler times itself in place (HandlerStats); its
+    // signal's delivery and return, and the handler's dispatch, are the
+    // start-up figure less what the handler took there (cpu_sample_handler).
     if (kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
       auto total = costs.find(CostKey(kind)), handler = costs.find("cpu_sample_handler");
-      if (run == nullptr || (*run)[kind].n < kMinSamples || total == costs.end() || handler == costs.end()) continue;
-      const SampleStats& s = (*run)[kind];
+      if (cpu_handler == nullptr || cpu_handler->per_flush.n < kMinSamples || cpu_handler->samples <= 0 ||
+          total == costs.end() || handler == costs.end()) {
+        continue;
+      }
+      const SampleStats& flushes = cpu_handler->per_flush;
+      const double mean_ps = static_cast<double>(cpu_handler->ps) / static_cast<double>(cpu_handler->samples);
       const double rest_ns = std::max(0.0, total->second - handler->second);
-      t.own_ns[kind] = (rest_ns + s.mean_ps() / 1000.0) * scale;
+      t.own_ns[kind] = (rest_ns + mean_ps / 1000.0) * scale;
       own_ps_[kind] = Ps(t.own_ns[kind]);
-      mean_var_ps2_[kind] = s.var_ps2() / static_cast<double>(s.n) * scale * scale;
+      mean_var_ps2_[kind] = flushes.var_ps2() / static_cast<double>(flushes.n) * scale * scale;
       t.own_source[kind] = CostSource::kRun;
-      t.measured[kind] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
+      t.measured[kind] = {mean_ps / 1000.0, std::sqrt(flushes.var_ps2()) / 1000.0, flushes.n};
       continue;
     }
     for (const auto& [stats, source] :
@@ -189,6 +192,7 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
   int64_t prev_event_ns = begin_ns;  // its previous mark that is no CPU sample
   int64_t since_event_ps = 0;        // charged to CPU samples since then
   int64_t event_slack_ps = 0;        // what the previous event was charged less than its gap
+  size_t event_at = 0;               // that event's entry in t.cum_ps
   for (const CostMark& m : sorted) {
     // An event never costs more than the time since the thread's previous
     // mark: what it paid there cannot exceed what passed, and corrected
@@ -201,16 +205,23 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
     // mark that is not one, less what the samples there were charged.
     // A cost sample (CostSampler) is recorded right after the event its
     // call timed, with none of the program's work between: the two are
-    // bounded together, by the time since the mark before the event. (The
-    // sample's mark comes before the end of its own recording, and the
-    // gap between the two marks is shorter than what recording the sample
-    // costs: bounded alone, nearly every sample was capped, 1 event in
-    // correction.sample_every.)
+    // bounded together, by the time since the mark before the event. What
+    // the sample costs beyond its own gap is charged at the event's mark,
+    // within what that event left of its gap, so that times keep their
+    // order. (The sample's mark comes before the end of its own recording,
+    // and the gap between the two marks is shorter than what recording the
+    // sample costs: bounded alone, nearly every sample was capped, 1 event
+    // in correction.sample_every.)
     const bool cpu_sample = m.kind == static_cast<uint8_t>(EventKind::kCpuSample);
     const bool cost_sample = m.kind == static_cast<uint8_t>(EventKind::kCostSample);
-    int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
-    if (cost_sample) gap_ps += event_slack_ps;
+    const int64_t gap_ps = cpu_sample ? (m.ts_ns - prev_ns) * 1000 : (m.ts_ns - prev_event_ns) * 1000 - since_event_ps;
     int64_t ps = m.kind == 0 ? m.wait_ps : model.CostPs(m.kind, m.flags);
+    if (cost_sample && ps > gap_ps && event_slack_ps > 0) {
+      const int64_t borrowed = std::min(ps - std::max<int64_t>(0, gap_ps), event_slack_ps);
+      for (size_t j = event_at; j < t.cum_ps.size(); ++j) t.cum_ps[j] += borrowed;
+      cum += borrowed;
+      ps -= borrowed;
+    }
     if (m.kind != 0 && ps > gap_ps) {
       const int64_t capped_to = std::max<int64_t>(0, gap_ps);
       sums->capped_ps += ps - capped_to;
@@ -233,7 +244,10 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
     }
     cum += ps;
     prev_ns = m.ts_ns;
-    if (!cpu_sample) event_slack_ps = m.kind != 0 && !cost_sample ? std::max<int64_t>(0, gap_ps - ps) : 0;
+    if (!cpu_sample) {
+      event_slack_ps = m.kind != 0 && !cost_sample ? std::max<int64_t>(0, gap_ps - ps) : 0;
+      event_at = t.cum_ps.size();  // this mark's entry, pushed below
+    }
     if (cpu_sample) {
       since_event_ps += ps;
     } else {

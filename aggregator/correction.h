@@ -50,8 +50,12 @@ class CostModel {
   // `costs`: the Hello's (start-up calibration). `step`: what was measured
   // in the step, per kind, and `run`: in the run so far (either may be
   // empty); the first with kMinSamples of a kind gives its own cost.
+  // `cpu_handler`: the CPU sampler's handler timed in place in the run so
+  // far; with kMinSamples flushes' figures and the Hello's
+  // cpu_sample_handler, a CPU sample costs its mean plus the Hello's
+  // cpu_sample less cpu_sample_handler (the signal's delivery and return).
   CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step = nullptr,
-            const KindSamples* run = nullptr);
+            const KindSamples* run = nullptr, const HandlerStats* cpu_handler = nullptr);
   // Picoseconds (sub-ns costs add up over millions of events).
   int64_t CostPs(uint8_t kind, uint8_t flags) const;
   // The variance of kind's own cost as estimated (ps^2; 0 when calibrated).

@@ -26,14 +26,14 @@ void CutLevels(const std::deque<MemoryPoint>& points, int64_t begin_ns, int64_t 
 }  // namespace
 
 void RecordStores::AddProgress(const wire::Batch& batch) {
-  // The CPU sampler's handler, measured in place: the samples since the
-  // last batch that said (running totals), as one figure, their mean. An
-  // older batch (a replay) says less and adds nothing.
-  if (batch.cpu_handler_samples > handler_samples_ && batch.cpu_handler_ps >= handler_ps_) {
-    const int64_t n = batch.cpu_handler_samples - handler_samples_, ps = batch.cpu_handler_ps - handler_ps_;
-    sample_totals_[static_cast<int>(EventKind::kCpuSample)].Add(static_cast<double>(ps) / static_cast<double>(n));
-    handler_samples_ = batch.cpu_handler_samples;
-    handler_ps_ = batch.cpu_handler_ps;
+  // The CPU sampler's handler, measured in place (running totals): the
+  // samples since the last batch that said more, and their mean as one
+  // figure. An older batch (a replay) says less and adds nothing.
+  if (batch.cpu_handler_samples > cpu_handler_.samples && batch.cpu_handler_ps > cpu_handler_.ps) {
+    const int64_t n = batch.cpu_handler_samples - cpu_handler_.samples, ps = batch.cpu_handler_ps - cpu_handler_.ps;
+    cpu_handler_.per_flush.Add(static_cast<double>(ps) / static_cast<double>(n));
+    cpu_handler_.samples = batch.cpu_handler_samples;
+    cpu_handler_.ps = batch.cpu_handler_ps;
   }
   if (batch.profiler_cpu_ns >= 0 && batch.watermark_ns != 0 &&
       (cpu_points_.empty() || batch.watermark_ns > cpu_points_.back().first)) {
@@ -114,7 +114,8 @@ void RecordStores::AddCostSample(const wire::Event& e, bool after_calibration) {
   // calibration's events: a loop, not the run.)
   if (e.value > kInterruptedSamplePs) {
     ++interrupted_samples_;
-  } else if (e.value != 0 && e.category < sample_totals_.size() && !after_calibration) {
+  } else if (e.value != 0 && e.category >= 1 && e.category < static_cast<uint32_t>(EventKind::kCostSample) &&
+             !after_calibration) {  // a recording call's kind: push ... mark
     cost_samples_.push_back({e.ts_ns, static_cast<uint8_t>(e.category), e.flags, e.value});
     sample_totals_[e.category].Add(static_cast<double>(e.value));
   }

@@ -33,7 +33,9 @@ class RecordStores {
   // step's 500 (10 ns each) raised that step's mean cost by 70 %, and the
   // in-place ratio that scales the `nvtx` package's caller side with it,
   // while the wake-up costs a few us once per half ring (16k records by
-  // default: under 0.3 ns a record). Cache misses stay far below it.
+  // default: under 0.3 ns a record). Cache misses stay far below it. (Test
+  // costs over it, collector/test_clock.h, are left out alike: their
+  // start-up figures, the same, are charged.)
   static constexpr uint64_t kInterruptedSamplePs = 2'000'000;  // 2 us
 
   // What a batch says besides its events: the flush thread's CPU, memory
@@ -78,10 +80,9 @@ class RecordStores {
   void DiscardBefore(int64_t ns);
 
   uint64_t cpu_samples_received() const { return cpu_samples_received_; }
-  // The run's cost samples by the measured event's kind; at kCpuSample the
-  // CPU sampler's handler time per sample, one figure per batch that said
-  // (wire.h Batch::cpu_handler_samples).
+  // The run's cost samples by the measured event's kind (push ... mark).
   const KindSamples& sample_totals() const { return sample_totals_; }
+  const HandlerStats& cpu_handler() const { return cpu_handler_; }
   uint64_t interrupted_samples() const { return interrupted_samples_; }
   size_t buffered() const { return instants_.size() + gpu_.size(); }
 
@@ -104,7 +105,7 @@ class RecordStores {
   std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
   uint64_t cpu_samples_received_ = 0;
   KindSamples sample_totals_;
-  int64_t handler_samples_ = 0, handler_ps_ = 0;  // the last Batch::cpu_handler totals taken
+  HandlerStats cpu_handler_;
   uint64_t interrupted_samples_ = 0;
 };
 

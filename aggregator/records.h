@@ -79,6 +79,16 @@ struct SampleStats {
 // Per EventKind value (index 1..7): a process's cost samples.
 using KindSamples = std::array<SampleStats, 8>;
 
+// The CPU sampler's signal handler, timed in place (wire.h
+// Batch::cpu_handler_*): the run's totals, whose ratio is the mean a sample,
+// and one figure a flush (the mean of its new samples), whose spread
+// stands for the mean's.
+struct HandlerStats {
+  int64_t samples = 0;
+  int64_t ps = 0;
+  SampleStats per_flush;
+};
+
 struct Instant {
   int64_t ts_ns = 0;
   int64_t tid = 0;

@@ -86,7 +86,8 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
     (s.ts_ns < begin + (end - begin) / 2 ? first : second)[s.kind].Add(static_cast<double>(s.ps));
   }
   auto corrector = std::make_unique<Corrector>(
-      *marks, CostModel(slice.process->hello().costs, scale, &in_step, &slice.run_cost_samples), step.begin_ns);
+      *marks, CostModel(slice.process->hello().costs, scale, &in_step, &slice.run_cost_samples, &slice.run_cpu_handler),
+      step.begin_ns);
   corrector->set_cost_note(CostDrift(first, second));
   return corrector;
 }

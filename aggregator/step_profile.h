@@ -179,6 +179,7 @@ struct ProcessSlice {
   std::map<int64_t, std::vector<CostMark>> cost_marks;
   std::vector<CostSample> cost_samples;
   KindSamples run_cost_samples;
+  HandlerStats run_cpu_handler;  // the CPU sampler's handler in the run so far
   // Overhead correction (correction.h); none when off. Times above are corrected.
   std::optional<Overhead> overhead;
   // CPU its collector's flush thread used in the step (-1 unknown): not

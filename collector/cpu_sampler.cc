@@ -358,6 +358,7 @@ void CpuSampler::OnSignal(int sig, siginfo_t* info, void* ucontext) {
       const int64_t us = periods * s->period_us_.load(std::memory_order_relaxed);
       if (s->TakeSample(ring, ucontext, static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX)), flags)) {
         s->handler_ticks_.fetch_add(ReadTicks(s->clock_) - entry, std::memory_order_relaxed);
+        s->timed_samples_.fetch_add(1, std::memory_order_release);  // after its ticks (handler_ticks())
       }
     }
   }

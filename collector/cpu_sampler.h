@@ -190,8 +190,11 @@ class CpuSampler {
   // or while the tick rate is not known.
   void UpdateHandlerNs(const TickConverter& converter);
   double handler_ns() const { return handler_ns_.load(std::memory_order_relaxed); }
-  // The sum behind it, in clock ticks (samples() recorded samples; the two
-  // are read one after the other: one sample apart at most).
+  // The samples whose handler time is summed so far, and that sum in clock
+  // ticks. Read in that order, the sum holds at least those samples' time
+  // (a count goes up after its ticks are added): at most the handlers
+  // running at that moment more.
+  uint64_t timed_samples() const { return timed_samples_.load(std::memory_order_acquire); }
   uint64_t handler_ticks() const { return handler_ticks_.load(std::memory_order_relaxed); }
   int timers() const { return timers_.load(std::memory_order_relaxed); }
 
@@ -232,6 +235,7 @@ class CpuSampler {
   std::atomic<uint64_t> walks_fp_{0}, walks_scan_{0}, walks_leaf_{0}, unwalked_{0}, threads_unsampled_{0};
   std::atomic<uint64_t> threads_blocking_{0}, walk_faults_{0};
   std::atomic<uint64_t> handler_ticks_{0};  // summed over recorded samples
+  std::atomic<uint64_t> timed_samples_{0};  // the samples in handler_ticks_
   std::atomic<double> handler_ns_{-1};
   std::atomic<int> timers_{0};
 

@@ -192,8 +192,11 @@ size_t CpuSampling::TakeSamples(Outgoing* out) {
   };
   recording_.ForEachThread([&](ThreadEntry& t) { take(t.sampled.ring.get()); });
   sampler_.ForEachOther([&](ForeignSlot& slot) { take(slot.sampled.ring.get()); });
-  if (sampler_.set_up()) {  // what the handler took in place so far (wire.h Batch::cpu_handler_samples)
-    out->cpu_handler_samples = static_cast<int64_t>(sampler_.samples());
+  // What the handler took in place so far (wire.h Batch::cpu_handler_*),
+  // once ticks convert to time.
+  if (sampler_.set_up() && ctx_.converter.durations_known()) {
+    const uint64_t timed = sampler_.timed_samples();  // first: the ticks then cover them
+    out->cpu_handler_samples = static_cast<int64_t>(timed);
     out->cpu_handler_ps = static_cast<int64_t>(ctx_.converter.DurationPs(sampler_.handler_ticks()));
   }
   NameOthers(out);

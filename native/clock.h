@@ -58,6 +58,8 @@ class TickConverter {
   void Sample();
   int64_t ToNs(uint64_t ticks) const;
   double ns_per_tick() const { return ns_per_tick_; }
+  // Whether DurationPs converts yet (CLOCK_MONOTONIC ticks always do).
+  bool durations_known() const { return source_ == ClockSource::kMonotonic || rate_known_; }
   // A duration of `ticks` in picoseconds; 0 while the tick rate is not
   // measured yet (TSC before its second Sample far enough apart).
   uint64_t DurationPs(uint64_t ticks) const;

@@ -3277,24 +3277,27 @@ TEST_F(FrameTest, AResumedRunLeavesOutWhatAReplayHoldsFromBeforeItsReleasePoint)
 }
 
 // The CPU sampler's handler time, measured in place, comes as running
-// totals (Batch::cpu_handler_*): each batch that says more adds one figure,
-// the mean of its new samples, to the run's (sample_totals at kCpuSample);
-// an older batch (a replay) adds nothing. On the wire and back.
+// totals (Batch::cpu_handler_*): kept as the run's (cpu_handler), and each
+// batch that says more adds one figure, the mean of its new samples; an
+// older batch (a replay), or one whose time did not grow (the collector's
+// tick rate not known yet), adds nothing. On the wire and back.
 TEST(ProfilerCpuTest, TheCpuSamplersHandlerTimeComesAsRunningTotals) {
   FakeCollector w(2, "worker", 0, 200);
   ProcessTimeline p(w.Hello());
-  const int cpu = static_cast<int>(EventKind::kCpuSample);
   for (const auto& [samples, ps] : std::vector<std::pair<int64_t, int64_t>>{
-           {10, 40'000'000}, {30, 160'000'000}, {10, 40'000'000}, {30, 160'000'000}}) {
+           {10, 40'000'000}, {30, 160'000'000}, {10, 40'000'000}, {30, 160'000'000}, {35, 160'000'000}}) {
     wire::Batch b = w.Flush(samples * 10);
     b.cpu_handler_samples = samples;
     b.cpu_handler_ps = ps;
     p.Add(b, nullptr);
   }
   p.Add(w.Flush(500), nullptr);  // none said
-  const SampleStats& s = p.sample_totals()[cpu];
-  ASSERT_EQ(s.n, 2u);
-  EXPECT_DOUBLE_EQ(s.mean_ps(), (4'000'000 + 6'000'000) / 2.0);  // 4 us a sample, then 120 us / 20
+  const HandlerStats& h = p.cpu_handler();
+  EXPECT_EQ(h.samples, 30);
+  EXPECT_EQ(h.ps, 160'000'000);
+  ASSERT_EQ(h.per_flush.n, 2u);
+  EXPECT_DOUBLE_EQ(h.per_flush.mean_ps(), (4'000'000 + 6'000'000) / 2.0);       // 4 us a sample, then 120 us / 20
+  EXPECT_EQ(p.sample_totals()[static_cast<int>(EventKind::kCpuSample)].n, 0u);  // not a recording call's cost
   wire::Batch b = w.Flush(600);
   b.cpu_handler_samples = 1234;
   b.cpu_handler_ps = 5'678'000'000;

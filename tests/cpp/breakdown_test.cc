@@ -376,16 +376,19 @@ TEST(Correction, AnEventCostsAtMostTheTimeSinceItsThreadsPreviousMark) {
 TEST(Correction, ACostSampleIsBoundedWithTheEventItTimed) {
   // A push costing 40 at 100 (60 ns since the step began) and its cost
   // sample costing 30 at 120, recorded right after it: the sample's own
-  // 20 ns gap is shorter than its cost, but the two together had 70 ns
-  // since the step began, so neither is capped. A push whose gap its own
-  // cost fills leaves its sample only the sample's gap: capped.
+  // 20 ns gap is shorter than its cost, but the two together had 80 ns
+  // since the step began, so neither is capped: the sample's other 10 ns
+  // are charged at the push, whose corrected time stays before the
+  // sample's. A push whose gap its own cost fills leaves its sample only
+  // the sample's gap: capped.
   const auto push = static_cast<uint8_t>(EventKind::kRangePush), sample = static_cast<uint8_t>(EventKind::kCostSample);
   const CostModel model({{"push", 40}, {"sample", 30}}, 1.0);
   std::map<int64_t, std::vector<CostMark>> marks;
   marks[1] = {{100, push, 0}, {120, sample, 0}, {160, push, 0}, {175, sample, 0}};
   const Corrector c(marks, model, 40);
-  EXPECT_EQ(c.Correct(1, 100), 60);
+  EXPECT_EQ(c.Correct(1, 100), 50);  // 40 + the sample's 10 beyond its gap
   EXPECT_EQ(c.Correct(1, 120), 50);  // 40 + 30 removed of the 80 since the step began
+  EXPECT_LE(c.Correct(1, 100), c.Correct(1, 120));
   EXPECT_EQ(c.Correct(1, 160), 50);  // 40 passed: 40 charged, no slack left
   EXPECT_EQ(c.Correct(1, 175), 50);  // 15 passed: 15 of the sample's 30
   EXPECT_EQ(c.overhead().events, 2u);
@@ -427,25 +430,35 @@ TEST(Correction, CpuSamplesAreChargedTheirCostButAreNotEvents) {
 TEST(Correction, ACpuSampleCostsItsHandlersTimeInPlacePlusTheSignalsStartUpFigure) {
   // Start-up: 3 us a sample, of which the handler took 2 us (the rest, 1 us,
   // is the signal's delivery and return). In place the handler took 4.5 us
-  // (mean of the run's figures): a sample costs 5.5 us, from the run.
+  // a sample (900 us over 200 samples, in four flushes of 1, 99, 50 and 50
+  // samples: the mean is the totals', not the flushes' figures'): a sample
+  // costs 5.5 us, from the run.
   const auto sample = static_cast<uint8_t>(EventKind::kCpuSample);
   const std::map<std::string, double> costs = {{"push", 10}, {"cpu_sample", 3000}, {"cpu_sample_handler", 2000}};
-  KindSamples run;
-  for (double ps : {4'000'000.0, 5'000'000.0, 4'500'000.0, 4'500'000.0}) run[sample].Add(ps);
-  const CostModel model(costs, 1.0, nullptr, &run);
+  HandlerStats run;
+  for (const auto& [n, ps] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 9'000'000}, {99, 441'000'000}, {50, 225'000'000}, {50, 225'000'000}}) {
+    run.samples += n;
+    run.ps += ps;
+    run.per_flush.Add(static_cast<double>(ps) / static_cast<double>(n));
+  }
+  const CostModel model(costs, 1.0, nullptr, nullptr, &run);
   EXPECT_EQ(model.CostPs(sample, 0), 5'500'000);
   EXPECT_EQ(model.table().own_source[sample], CostSource::kRun);
   EXPECT_GT(model.MeanVarPs2(sample), 0);
   EXPECT_EQ(model.used().sources.at("cpu_sample"), "run");
   EXPECT_DOUBLE_EQ(model.used().measured.at("cpu_sample").mean_ns, 4500);
-  // Fewer than kMinSamples figures, or no start-up figure for the handler's
-  // part: the start-up figure alone.
-  KindSamples few;
-  few[sample].Add(9'000'000);
-  EXPECT_EQ(CostModel(costs, 1.0, nullptr, &few).CostPs(sample, 0), 3'000'000);
-  EXPECT_EQ(CostModel({{"cpu_sample", 3000}}, 1.0, nullptr, &run).CostPs(sample, 0), 3'000'000);
+  EXPECT_EQ(model.used().measured.at("cpu_sample").samples, 4u);  // flushes
+  // Fewer than kMinSamples flushes' figures, or no start-up figure for the
+  // handler's part: the start-up figure alone.
+  HandlerStats few;
+  few.samples = 100;
+  few.ps = 900'000'000;
+  few.per_flush.Add(9'000'000);
+  EXPECT_EQ(CostModel(costs, 1.0, nullptr, nullptr, &few).CostPs(sample, 0), 3'000'000);
+  EXPECT_EQ(CostModel({{"cpu_sample", 3000}}, 1.0, nullptr, nullptr, &run).CostPs(sample, 0), 3'000'000);
   // Scaled as every cost is.
-  EXPECT_EQ(CostModel(costs, 2.0, nullptr, &run).CostPs(sample, 0), 11'000'000);
+  EXPECT_EQ(CostModel(costs, 2.0, nullptr, nullptr, &run).CostPs(sample, 0), 11'000'000);
   // The uncertainty's sampling part counts the step's CPU samples.
   std::map<int64_t, std::vector<CostMark>> marks;
   marks[1] = {{100'000, sample, 0}, {200'000, sample, 0}};
