@@ -159,6 +159,9 @@ bool CpuSampler::Setup(std::string* why) {
     const pid_t pid = getpid();
     const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
     double take_ns = 0;  // TakeSample's, per signal, in the best round of signals
+    // Ticks per ns (kHandlerCeilingNs in ticks), over the rounds below.
+    const uint64_t ticks0 = ReadTicks(clock_);
+    const auto ns0 = std::chrono::steady_clock::now();
     auto best_ns = [&](auto&& body) {
       double best = 1e18;
       for (int r = 0; r < 7; ++r) {
@@ -180,6 +183,12 @@ bool CpuSampler::Setup(std::string* why) {
     tls_calibration_ring = nullptr;
     sample_cost_ns_ = std::max(0.0, signal_ns - syscall_ns);
     sample_take_ns_ = std::min(sample_cost_ns_, sample_take_ns);
+    const double ticks_per_ns =
+        static_cast<double>(ReadTicks(clock_) - ticks0) /
+        std::max(1.0, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - ns0).count());
+    handler_ceiling_ticks_.store(
+        static_cast<uint64_t>(static_cast<double>(kHandlerCeilingNs) * std::max(ticks_per_ns, 0.1)),
+        std::memory_order_relaxed);
   } else {
     sample_cost_ns_ = 0;  // test costs (test_clock.h): nothing measured in place either
   }
@@ -357,8 +366,13 @@ void CpuSampler::OnSignal(int sig, siginfo_t* info, void* ucontext) {
       const int64_t periods = 1 + static_cast<int64_t>(std::max(0, info->si_overrun));
       const int64_t us = periods * s->period_us_.load(std::memory_order_relaxed);
       if (s->TakeSample(ring, ucontext, static_cast<uint32_t>(std::min<int64_t>(us, UINT32_MAX)), flags)) {
-        s->handler_ticks_.fetch_add(ReadTicks(s->clock_) - entry, std::memory_order_relaxed);
-        s->timed_samples_.fetch_add(1, std::memory_order_release);  // after its ticks (handler_ticks())
+        if (const uint64_t took = ReadTicks(s->clock_) - entry;
+            took <= s->handler_ceiling_ticks_.load(std::memory_order_relaxed)) {
+          s->handler_ticks_.fetch_add(took, std::memory_order_relaxed);
+          s->timed_samples_.fetch_add(1, std::memory_order_release);  // after its ticks (handler_ticks())
+        } else {
+          s->handlers_interrupted_.fetch_add(1, std::memory_order_relaxed);
+        }
       }
     }
   }
@@ -429,7 +443,7 @@ bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t w
 }
 
 void CpuSampler::UpdateHandlerNs(const TickConverter& converter) {
-  const uint64_t n = samples_.load(std::memory_order_relaxed);
+  const uint64_t n = timed_samples();  // first: the ticks then cover them
   const uint64_t ps = converter.DurationPs(handler_ticks_.load(std::memory_order_relaxed));
   if (n > 0 && ps > 0)
     handler_ns_.store(static_cast<double>(ps) / 1000.0 / static_cast<double>(n), std::memory_order_relaxed);

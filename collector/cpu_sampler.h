@@ -193,9 +193,13 @@ class CpuSampler {
   // The samples whose handler time is summed so far, and that sum in clock
   // ticks. Read in that order, the sum holds at least those samples' time
   // (a count goes up after its ticks are added): at most the handlers
-  // running at that moment more.
+  // running at that moment more. A handler that took over
+  // kHandlerCeilingNs was interrupted (its thread preempted inside it): not
+  // summed, counted (handlers_interrupted). Its usual time is microseconds.
+  static constexpr int64_t kHandlerCeilingNs = 50'000;
   uint64_t timed_samples() const { return timed_samples_.load(std::memory_order_acquire); }
   uint64_t handler_ticks() const { return handler_ticks_.load(std::memory_order_relaxed); }
+  uint64_t handlers_interrupted() const { return handlers_interrupted_.load(std::memory_order_relaxed); }
   int timers() const { return timers_.load(std::memory_order_relaxed); }
 
   // The frame reader rlscope_ray._native registers (rlscope_collector.h),
@@ -236,6 +240,9 @@ class CpuSampler {
   std::atomic<uint64_t> threads_blocking_{0}, walk_faults_{0};
   std::atomic<uint64_t> handler_ticks_{0};  // summed over recorded samples
   std::atomic<uint64_t> timed_samples_{0};  // the samples in handler_ticks_
+  std::atomic<uint64_t> handlers_interrupted_{0};
+  // kHandlerCeilingNs in clock ticks (Setup measures the rate); none before.
+  std::atomic<uint64_t> handler_ceiling_ticks_{UINT64_MAX};
   std::atomic<double> handler_ns_{-1};
   std::atomic<int> timers_{0};
 

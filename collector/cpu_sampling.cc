@@ -214,6 +214,7 @@ void CpuSampling::Stats(rlscope_sampler_stats_t* out) const {
   out->kernel_reads = sampler_.kernel_reads();
   out->guard_faults = FaultGuard::faults();
   out->handler_ns = sampler_.handler_ns();
+  out->handlers_interrupted = sampler_.handlers_interrupted();
   out->threads_unsampled = sampler_.threads_unsampled();
   out->walks_fp = sampler_.walks_fp();
   out->walks_scan = sampler_.walks_scan();

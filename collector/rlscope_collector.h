@@ -153,18 +153,19 @@ typedef struct rlscope_sampler_stats {
   uint64_t timers;  /* CPU-time timers that exist now (one per sampled thread) */
   uint64_t signal;  /* its signal number, 0 before it is set up */
   /* Fields are appended here, never reordered (callers are this package's). */
-  uint64_t frames_unread;     /* samples whose Python frame could not be read (a read failed) */
-  uint64_t kernel_reads;      /* samples whose frame was read through the kernel, not guarded loads */
-  uint64_t guard_faults;      /* faults the guarded reads caught (safe_read.h) */
-  double handler_ns;          /* the signal handler's own time per sample, measured in place; -1 none yet */
-  uint64_t threads_unsampled; /* threads not sampled: more at once than the sampler's slots, a timer refused */
-  uint64_t walks_fp;          /* samples whose native stack was walked with frame pointers (native_stack.h) */
-  uint64_t walks_scan;        /* ... by scanning the stack for return addresses */
-  uint64_t walks_leaf;        /* ... to no caller (the interrupted object alone) */
-  uint64_t unwalked;          /* samples whose stack was not walked (no code map yet, reads through the kernel) */
-  uint64_t off_cpu_looks;     /* off-CPU looks at the recording threads (collector/thread_states.h) */
-  uint64_t off_cpu_dropped;   /* off-CPU samples lost: the flush thread's ring was full */
-  uint64_t walk_faults;       /* reads of native stack walks that failed (faults in guard_faults too) */
+  uint64_t frames_unread;        /* samples whose Python frame could not be read (a read failed) */
+  uint64_t kernel_reads;         /* samples whose frame was read through the kernel, not guarded loads */
+  uint64_t guard_faults;         /* faults the guarded reads caught (safe_read.h) */
+  double handler_ns;             /* the signal handler's own time per sample, measured in place; -1 none yet */
+  uint64_t threads_unsampled;    /* threads not sampled: more at once than the sampler's slots, a timer refused */
+  uint64_t walks_fp;             /* samples whose native stack was walked with frame pointers (native_stack.h) */
+  uint64_t walks_scan;           /* ... by scanning the stack for return addresses */
+  uint64_t walks_leaf;           /* ... to no caller (the interrupted object alone) */
+  uint64_t unwalked;             /* samples whose stack was not walked (no code map yet, reads through the kernel) */
+  uint64_t off_cpu_looks;        /* off-CPU looks at the recording threads (collector/thread_states.h) */
+  uint64_t off_cpu_dropped;      /* off-CPU samples lost: the flush thread's ring was full */
+  uint64_t walk_faults;          /* reads of native stack walks that failed (faults in guard_faults too) */
+  uint64_t handlers_interrupted; /* samples whose handler took over 50 us (preempted in it): not in handler_ns */
 } rlscope_sampler_stats_t;
 
 /* The interpreter's GIL, [begin, begin + size): a thread waiting on a futex

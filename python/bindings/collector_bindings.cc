@@ -46,6 +46,7 @@ py::dict Stats() {
   d["off_cpu_looks"] = c.off_cpu_looks;
   d["off_cpu_dropped"] = c.off_cpu_dropped;
   d["cpu_walk_faults"] = c.walk_faults;
+  d["cpu_handlers_interrupted"] = c.handlers_interrupted;
   return d;
 }
 

@@ -14,7 +14,10 @@ is as without it (tests/test_sampler_safety.py). A controller, config steps
               it runs: it gets every one of them, and nothing else.
   crash       a real crash in host code once sampling runs (--faulthandler:
               Python's faulthandler enabled first): the process ends as it
-              would without the profiler."""
+              would without the profiler.
+  slow        a frame reader that spins 200 us in every sample for the
+              middle of step 2 (its handler as slow as one preempted inside
+              it), and reads at once before and after."""
 import argparse
 import ctypes
 import faulthandler
@@ -42,7 +45,7 @@ def sampling_set_up() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["unmapped", "host", "crash"])
+    ap.add_argument("mode", choices=["unmapped", "host", "crash", "slow"])
     ap.add_argument("--lib", required=True)
     ap.add_argument("--host-after", action="store_true")
     ap.add_argument("--before", action="store_true")
@@ -54,10 +57,11 @@ def main() -> None:
     if args.faulthandler:
         faulthandler.enable()
     out = {}
-    if args.mode == "unmapped":
+    if args.mode in ("unmapped", "slow"):
         collector = ctypes.CDLL(rlscope_ray.collector_path())
         lib.rlscope_test_map_target(b"rlscope_test.mapped")
-        lib.rlscope_test_use_fault_reader(ctypes.cast(collector.rlscope_set_py_module_reader, ctypes.c_void_p))
+        use = lib.rlscope_test_use_fault_reader if args.mode == "unmapped" else lib.rlscope_test_use_slow_reader
+        use(ctypes.cast(collector.rlscope_set_py_module_reader, ctypes.c_void_p))
     if args.mode == "host" and args.before:
         assert lib.rlscope_test_install_host_handler()
     with rlscope_ray.step(1):
@@ -75,6 +79,12 @@ def main() -> None:
             burn(0.4)
             lib.rlscope_test_map_target(b"rlscope_test.again")  # readable again before the step ends
             burn(0.1)
+        elif args.mode == "slow":
+            burn(0.3)
+            lib.rlscope_test_set_slow_ns(ctypes.c_long(200000))
+            burn(0.3)
+            lib.rlscope_test_set_slow_ns(ctypes.c_long(0))
+            burn(0.3)
         elif args.mode == "host":
             touches = 0
             for _ in range(200):

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -40,6 +41,30 @@ static size_t FaultReader(safe_read_t read, char* out, size_t cap) {
 
 /* Registers the reader with the collector's rlscope_set_py_module_reader. */
 EXPORT void rlscope_test_use_fault_reader(set_reader_t set_reader) { set_reader(&FaultReader, "test fault reader"); }
+
+/* A reader that spins `slow_ns` of wall time before reading (0: none): the
+ * sampler's handler then takes that much longer, as a handler preempted
+ * inside it does. clock_gettime is safe in a signal handler. */
+static volatile long slow_ns;
+
+static long NowNs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static size_t SlowReader(safe_read_t read, char* out, size_t cap) {
+  const long spin = slow_ns;
+  if (spin > 0) {
+    const long until = NowNs() + spin;
+    while (NowNs() < until) {
+    }
+  }
+  return FaultReader(read, out, cap);
+}
+
+EXPORT void rlscope_test_use_slow_reader(set_reader_t set_reader) { set_reader(&SlowReader, "test slow reader"); }
+EXPORT void rlscope_test_set_slow_ns(long ns) { slow_ns = ns; }
 
 /* Maps a fresh page holding `name` and points the reader at it. */
 EXPORT void rlscope_test_map_target(const char* name) {
