@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collector/rlscope_collector.h"
+
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_THREADS 16
 
@@ -72,12 +74,9 @@ EXPORT int rlscope_test_pool_join(double* out) {
 
 /* The collector's sampler counters (collector/rlscope_collector.h): only the
  * field read here is declared, at its offset. */
-typedef struct {
-  uint64_t fields[8]; /* samples .. guard_faults */
-  double handler_ns;
-  uint64_t threads_unsampled, walks_fp, walks_scan, walks_leaf, unwalked;
-  uint64_t off_cpu_looks, off_cpu_dropped;
-} SamplerStats;
+/* The collector's own struct: a copy here fell behind it (fields are
+ * appended), and the collector wrote past it, on this stack. */
+typedef rlscope_sampler_stats_t SamplerStats;
 typedef void (*StatsFn)(SamplerStats*);
 
 /* Sleeps 2 ms at a time until the collector made `looks` more off-CPU looks
