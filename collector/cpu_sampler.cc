@@ -443,6 +443,14 @@ bool CpuSampler::TakeSample(ThreadBuffer* ring, const void* ucontext, uint32_t w
 }
 
 void CpuSampler::UpdateHandlerNs(const TickConverter& converter) {
+  // The ceiling from the converter's fitted rate once it has one (Setup's
+  // is taken over a millisecond or two, and a preemption between its reads
+  // can put it off several times).
+  if (converter.durations_known() && converter.ns_per_tick() > 0) {
+    handler_ceiling_ticks_.store(
+        static_cast<uint64_t>(static_cast<double>(kHandlerCeilingNs) / converter.ns_per_tick()),
+        std::memory_order_relaxed);
+  }
   const uint64_t n = timed_samples();  // first: the ticks then cover them
   const uint64_t ps = converter.DurationPs(handler_ticks_.load(std::memory_order_relaxed));
   if (n > 0 && ps > 0)

@@ -184,10 +184,11 @@ class CpuSampler {
   // sampled, so coverage is below 1 by it).
   uint64_t threads_unsampled() const { return threads_unsampled_.load(std::memory_order_relaxed); }
   uint64_t threads_blocking() const { return threads_blocking_.load(std::memory_order_relaxed); }
-  // The handler's own time per recorded sample, measured in place (clock
-  // ticks from its entry to its return, summed), in ns: the flush thread
-  // converts it (UpdateHandlerNs with its converter); -1 before any sample
-  // or while the tick rate is not known.
+  // The handler's own time per timed sample (recorded, not interrupted),
+  // measured in place (clock ticks from its entry to its return, summed),
+  // in ns: the flush thread converts it (UpdateHandlerNs with its
+  // converter, which also sets the ceiling); -1 before any sample or while
+  // the tick rate is not known.
   void UpdateHandlerNs(const TickConverter& converter);
   double handler_ns() const { return handler_ns_.load(std::memory_order_relaxed); }
   // The samples whose handler time is summed so far, and that sum in clock
@@ -241,7 +242,8 @@ class CpuSampler {
   std::atomic<uint64_t> handler_ticks_{0};  // summed over recorded samples
   std::atomic<uint64_t> timed_samples_{0};  // the samples in handler_ticks_
   std::atomic<uint64_t> handlers_interrupted_{0};
-  // kHandlerCeilingNs in clock ticks (Setup measures the rate); none before.
+  // kHandlerCeilingNs in clock ticks: Setup's rate, then the flush thread's
+  // converter's (UpdateHandlerNs); none before Setup.
   std::atomic<uint64_t> handler_ceiling_ticks_{UINT64_MAX};
   std::atomic<double> handler_ns_{-1};
   std::atomic<int> timers_{0};
