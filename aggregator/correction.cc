@@ -167,23 +167,44 @@ struct Charged {
   uint64_t per_kind[CostModel::kKinds] = {};  // recorded events
 };
 
+// The marks after the step's begin (its own begin is the anchor), in time
+// order: `list` itself most often, else `copy` filled. Recording order is
+// time order on one thread, except for clock-fit rounding; kept stable.
+const std::vector<CostMark>& InTimeOrder(const std::vector<CostMark>& list, int64_t begin_ns,
+                                         std::vector<CostMark>* copy) {
+  auto earlier = [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; };
+  if (std::is_sorted(list.begin(), list.end(), earlier) && (list.empty() || list[0].ts_ns > begin_ns)) return list;
+  copy->reserve(list.size());
+  for (const CostMark& m : list) {
+    if (m.ts_ns > begin_ns) copy->push_back(m);
+  }
+  std::stable_sort(copy->begin(), copy->end(), earlier);
+  return *copy;
+}
+
+// Adds what mark `m` was charged (`ps`, after capping) to the step's sums.
+void Tally(const CostMark& m, int64_t ps, const CostModel& model, Charged* sums) {
+  if (m.kind == 0) {
+    sums->waits_ps += ps;
+  } else if (m.kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
+    ++sums->cpu_samples;
+    sums->cpu_samples_ps += ps;
+  } else if (m.kind != static_cast<uint8_t>(EventKind::kCostSample)) {
+    ++sums->events;
+    if (m.kind < CostModel::kKinds) ++sums->per_kind[m.kind];
+    // The caller-side part of what was charged (a capped event's first).
+    const int64_t caller = std::min(ps, model.CallerPs(m.kind, m.flags));
+    sums->caller_ps += caller;
+    if (caller > 0) sums->caller_spread_ps += model.CallerSpreadPs(m.kind, m.flags);
+    if (CostModel::CallerScaled(m.flags)) sums->caller_scaled_ps += caller;
+  }
+}
+
 // One thread's marks (after the step's begin `begin_ns`), charged: each its
 // cost, never more than the time since the thread's previous mark.
 ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, int64_t begin_ns, Charged* sums) {
-  // The marks after the step's begin (its own begin is the anchor), in time
-  // order. Recording order is time order on one thread, except for
-  // clock-fit rounding; keep it stable. Most often that is `list` itself.
-  auto earlier = [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; };
   std::vector<CostMark> copy;
-  const bool as_is = std::is_sorted(list.begin(), list.end(), earlier) && (list.empty() || list[0].ts_ns > begin_ns);
-  if (!as_is) {
-    copy.reserve(list.size());
-    for (const CostMark& m : list) {
-      if (m.ts_ns > begin_ns) copy.push_back(m);
-    }
-    std::stable_sort(copy.begin(), copy.end(), earlier);
-  }
-  const std::vector<CostMark>& sorted = as_is ? list : copy;
+  const std::vector<CostMark>& sorted = InTimeOrder(list, begin_ns, &copy);
   ThreadCosts t;
   t.ts.reserve(sorted.size());
   t.cum_ps.reserve(sorted.size());
@@ -228,31 +249,16 @@ ThreadCosts Charge(const std::vector<CostMark>& list, const CostModel& model, in
       ps = capped_to;
       ++sums->capped;
     }
-    if (m.kind == 0) {
-      sums->waits_ps += ps;
-    } else if (cpu_sample) {
-      ++sums->cpu_samples;
-      sums->cpu_samples_ps += ps;
-    } else if (!cost_sample) {
-      ++sums->events;
-      if (m.kind < CostModel::kKinds) ++sums->per_kind[m.kind];
-      // The caller-side part of what was charged (a capped event's first).
-      const int64_t caller = std::min(ps, model.CallerPs(m.kind, m.flags));
-      sums->caller_ps += caller;
-      if (caller > 0) sums->caller_spread_ps += model.CallerSpreadPs(m.kind, m.flags);
-      if (CostModel::CallerScaled(m.flags)) sums->caller_scaled_ps += caller;
-    }
+    Tally(m, ps, model, sums);
     cum += ps;
     prev_ns = m.ts_ns;
-    if (!cpu_sample) {
-      event_slack_ps = m.kind != 0 && !cost_sample ? std::max<int64_t>(0, gap_ps - ps) : 0;
-      event_at = t.cum_ps.size();  // this mark's entry, pushed below
-    }
     if (cpu_sample) {
       since_event_ps += ps;
     } else {
       prev_event_ns = m.ts_ns;
       since_event_ps = 0;
+      event_slack_ps = m.kind != 0 && !cost_sample ? std::max<int64_t>(0, gap_ps - ps) : 0;
+      event_at = t.cum_ps.size();  // this mark's entry, pushed below
     }
     t.ts.push_back(m.ts_ns);
     t.cum_ps.push_back(cum);

@@ -148,51 +148,55 @@ bool CpuSampler::Setup(std::string* why) {
   // guard the reads go through the kernel (FrameReads says so).
   std::string no_guard;
   FaultGuard::Install(&no_guard);
-  // What a sample costs its thread: a signal this thread sends itself, taken
-  // through the same handler into a scratch ring, less a bare system call
-  // (the timer's expiry is raised without one). Best of a few rounds; of
-  // that round, what TakeSample itself took (the part the handler times in
-  // place, handler_ticks_).
   if (test_clock_ == nullptr) {
-    ThreadBuffer scratch(0, 1024);
-    tls_calibration_ring = &scratch;
-    const pid_t pid = getpid();
-    const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
-    double take_ns = 0;  // TakeSample's, per signal, in the best round of signals
-    // Ticks per ns (kHandlerCeilingNs in ticks), over the rounds below.
-    const uint64_t ticks0 = ReadTicks(clock_);
-    const auto ns0 = std::chrono::steady_clock::now();
-    auto best_ns = [&](auto&& body) {
-      double best = 1e18;
-      for (int r = 0; r < 7; ++r) {
-        tls_calibration_take_ns = 0;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < 64; ++i) body();
-        const auto t1 = std::chrono::steady_clock::now();
-        if (const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / 64; ns < best) {
-          best = ns;
-          take_ns = static_cast<double>(tls_calibration_take_ns) / 64;
-        }
-        scratch.Drain([](const EventRecord*, size_t) {});
-      }
-      return best;
-    };
-    const double signal_ns = best_ns([&] { syscall(SYS_tgkill, pid, tid, signal_); });
-    const double sample_take_ns = take_ns;
-    const double syscall_ns = best_ns([] { syscall(SYS_getppid); });
-    tls_calibration_ring = nullptr;
-    sample_cost_ns_ = std::max(0.0, signal_ns - syscall_ns);
-    sample_take_ns_ = std::min(sample_cost_ns_, sample_take_ns);
-    const double ticks_per_ns =
-        static_cast<double>(ReadTicks(clock_) - ticks0) /
-        std::max(1.0, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - ns0).count());
-    handler_ceiling_ticks_.store(
-        static_cast<uint64_t>(static_cast<double>(kHandlerCeilingNs) * std::max(ticks_per_ns, 0.1)),
-        std::memory_order_relaxed);
+    MeasureSampleCost();
   } else {
     sample_cost_ns_ = 0;  // test costs (test_clock.h): nothing measured in place either
   }
   return true;
+}
+
+// What a sample costs its thread: a signal this thread sends itself, taken
+// through the same handler into a scratch ring, less a bare system call
+// (the timer's expiry is raised without one). Best of a few rounds; of
+// that round, what TakeSample itself took (the part the handler times in
+// place, handler_ticks_).
+void CpuSampler::MeasureSampleCost() {
+  ThreadBuffer scratch(0, 1024);
+  tls_calibration_ring = &scratch;
+  const pid_t pid = getpid();
+  const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+  double take_ns = 0;  // TakeSample's, per signal, in the best round of signals
+  // Ticks per ns (kHandlerCeilingNs in ticks), over the rounds below.
+  const uint64_t ticks0 = ReadTicks(clock_);
+  const auto ns0 = std::chrono::steady_clock::now();
+  auto best_ns = [&](auto&& body) {
+    double best = 1e18;
+    for (int r = 0; r < 7; ++r) {
+      tls_calibration_take_ns = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 64; ++i) body();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / 64; ns < best) {
+        best = ns;
+        take_ns = static_cast<double>(tls_calibration_take_ns) / 64;
+      }
+      scratch.Drain([](const EventRecord*, size_t) {});
+    }
+    return best;
+  };
+  const double signal_ns = best_ns([&] { syscall(SYS_tgkill, pid, tid, signal_); });
+  const double sample_take_ns = take_ns;
+  const double syscall_ns = best_ns([] { syscall(SYS_getppid); });
+  tls_calibration_ring = nullptr;
+  sample_cost_ns_ = std::max(0.0, signal_ns - syscall_ns);
+  sample_take_ns_ = std::min(sample_cost_ns_, sample_take_ns);
+  const double ticks_per_ns =
+      static_cast<double>(ReadTicks(clock_) - ticks0) /
+      std::max(1.0, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - ns0).count());
+  handler_ceiling_ticks_.store(
+      static_cast<uint64_t>(static_cast<double>(kHandlerCeilingNs) * std::max(ticks_per_ns, 0.1)),
+      std::memory_order_relaxed);
 }
 
 bool CpuSampler::StillOurs(std::string* why) {

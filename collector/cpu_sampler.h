@@ -211,6 +211,9 @@ class CpuSampler {
 
  private:
   static void OnSignal(int sig, siginfo_t* info, void* ucontext);
+  // Setup, with the handler installed: sample_cost_ns_, sample_take_ns_ and
+  // handler_ceiling_ticks_ (not under test costs).
+  void MeasureSampleCost();
   // Records a sample into `ring` (signal handler; ring may be a scratch
   // one): the instruction `ucontext` was interrupted at, and its thread's
   // Python module when a frame reader is registered. False: not recorded
