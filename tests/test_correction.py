@@ -662,6 +662,41 @@ def test_the_start_up_calibration_takes_each_cost_at_one_speed_of_the_machine():
     assert [id(b) for b in calls[:4]] == [id(untooled), id(real), id(real), id(untooled)]
 
 
+def test_a_calibration_taken_while_the_machine_runs_slow_gives_the_usual_speeds_costs():
+    """calibration.Speed on a virtual machine: one entry point's loops all
+    run while the machine is 1.8x slower (a slow stretch of the start-up,
+    as seen on these machines for about a second), the next one's at its
+    usual speed; the real loops cost 100 ns an iteration over the untooled
+    ones at the usual speed. Each round's figure over that round's probe,
+    back in ns at the reference (a low quantile of all the probes), gives
+    both 100 ns; taken in ns each round (no Speed), the slow one says 180."""
+    from rlscope_ray.calibration import Speed, paired_estimates
+
+    untooled, real = (lambda n: n), (lambda n: n)
+    speed = Speed()
+    usual = {id(speed.probe): 400.0, id(untooled): 500.0, id(real): 600.0}  # ns an iteration at 1x
+    factor = [1.8]
+
+    def measure(body):
+        return usual[id(body)] * factor[0]
+
+    ((slow, _),) = paired_estimates([(untooled, real)], measure, rounds=7, max_rounds=7, speed=speed)
+    ((slow_in_ns, _),) = paired_estimates([(untooled, real)], measure, rounds=7, max_rounds=7)
+    factor[0] = 1.0
+    ((quick, _),) = paired_estimates([(untooled, real)], measure, rounds=7, max_rounds=7, speed=speed)
+    assert slow_in_ns == pytest.approx(180.0)
+    assert speed.reference() == 400.0 and len(speed.times) == 14
+    assert slow * speed.reference() == pytest.approx(100.0)
+    assert quick * speed.reference() == pytest.approx(100.0)
+    # All slow: nothing says so, and the reference is the slow speed's (the
+    # figure in ns is then the slow machine's, as before).
+    slow_only = Speed()
+    factor[0] = 1.8
+    usual[id(slow_only.probe)] = 400.0
+    ((figure, spread),) = paired_estimates([(untooled, real)], measure, rounds=7, max_rounds=7, speed=slow_only)
+    assert figure * slow_only.reference() == pytest.approx(180.0) and spread == 0.0
+
+
 def test_the_start_up_calibration_takes_more_rounds_while_they_disagree():
     """paired_estimates goes on two rounds at a time, up to max_rounds, while
     a figure's spread is over 4 % of it (and over 5 ns); rounds that agree

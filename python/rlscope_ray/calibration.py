@@ -18,7 +18,10 @@ own code as it runs with no tool attached (nvtx_fast.untooled_functions:
 its functions over a domain lookup that gives the dummy domain), the median
 of rounds that each measure both next to each other (paired_estimates); the
 standard error of that median, from the rounds' interquartile range, goes
-with each figure as its spread (`<key>_spread`: the aggregator states it). The
+with each figure as its spread (`<key>_spread`: the aggregator states it).
+Each round's figures are taken over that round's speed probe and given back
+in ns at the calibration's usual speed (Speed), so a slow stretch of the
+start-up does not scale the costs charged for the whole run. The
 entry points: the package's own functions through NVTX (py_nvtx_*: what
 code that bound them before rlscope_ray was imported calls), and, when
 nvtx_fast is installed, rlscope's
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import _native
 
@@ -95,18 +98,60 @@ def _loop(open_fn: Callable[..., object], close_fn: Callable[..., object]) -> Ca
     return body
 
 
-Estimate = Tuple[float, float]  # (ns, spread: the standard error of the rounds' median)
+# (figure, spread: the standard error of the rounds' median); in probe iterations
+# where a Speed was given (paired_estimates), else ns.
+Estimate = Tuple[float, float]
+
+
+class Speed:
+    """The machine's speed while a calibration runs: a fixed Python loop (the
+    probe: (a no-op call, _work, a no-op call), the untooled loops' shape
+    with nothing to record) timed at the start of every round. This
+    machine's loops run up to 1.8x slower for a second or so, the process
+    on its core the whole time (its CPU time equals the wall time: not
+    preempted; not another process on the other core either), and a
+    calibration taken then gave every caller side 1.6-1.8x its figure
+    (4 of 34 runs of the dense push workload here, a fifth partly slow):
+    those runs removed 12-20 % of the step too much from every step. A round's differences are
+    taken in probe iterations (its real loop less its untooled one, over the
+    probe's time in that round), so a round at any speed gives the same
+    figure; `reference()` gives them back in ns at the machine's usual
+    speed."""
+
+    # Probes at or under this quantile of all of them set the usual speed:
+    # a quiet calibration's 20th and 50th percentiles differ by 1-3 % (about
+    # 380-440 ns an iteration, by process), and a slow stretch that leaves
+    # a fifth of its rounds at the usual speed leaves the reference there.
+    QUANTILE = 0.2
+
+    def __init__(self) -> None:
+        self.probe = _loop(_noop, _noop)
+        self.times: List[float] = []
+
+    def take(self, measure: Callable[[Callable[[int], int]], float]) -> float:
+        t = measure(self.probe)
+        self.times.append(t)
+        return t
+
+    def reference(self) -> float:
+        """ns per probe iteration at the machine's usual speed (the QUANTILE of
+        every probe taken); 1 before any was."""
+        if not self.times:
+            return 1.0
+        ordered = sorted(self.times)
+        return ordered[int(self.QUANTILE * (len(ordered) - 1))]
 
 
 def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
-                untooled_open: Callable[..., object], untooled_close: Callable[..., object]) -> Tuple[Estimate, Estimate]:
-    """ns each side of an (open, work, close) iteration costs over what the
-    package does with no tool attached, with its spread. The whole
-    iteration, real against untooled, is what code pays: its figure is the
-    two sides' sum. How it splits between the sides comes from each side
-    measured on its own (the real opening against the untooled one, then the
-    real close against the untooled one, each loop keeping, then taking
-    back, the handles the same way): those loops open a thousand ranges
+                untooled_open: Callable[..., object], untooled_close: Callable[..., object],
+                speed: Speed) -> Tuple[Estimate, Estimate]:
+    """What each side of an (open, work, close) iteration costs over what the
+    package does with no tool attached, with its spread, in `speed`'s probe
+    iterations. The whole iteration, real against untooled, is what code
+    pays: its figure is the two sides' sum. How it splits between the sides
+    comes from each side measured on its own (the real opening against the
+    untooled one, then the real close against the untooled one, each loop
+    keeping, then taking back, the handles the same way): those loops open a thousand ranges
     before closing any, deeper than the collector tracks, and took a pair
     for 13 % less than an iteration of both real sides costs in place. The
     real closes take the handles the real openings gave, in the same
@@ -120,7 +165,7 @@ def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
     for body in (base_open, real_open, base_close, real_close, base_pair, real_pair):  # openings before closes
         body(_PAIRS // 4)  # warm up every path
     opening, closing, pair = paired_estimates([(base_open, real_open), (base_close, real_close),
-                                               (base_pair, real_pair)], _ns_per_iter)
+                                               (base_pair, real_pair)], _ns_per_iter, speed=speed)
     o, c = max(0.0, opening[0]), max(0.0, closing[0])
     whole = max(0.0, pair[0])
     share = o / (o + c) if o + c > 0 else 1.0
@@ -129,7 +174,7 @@ def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
 
 def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int]]],
                      measure: Callable[[Callable[[int], int]], float], rounds: int = _ROUNDS,
-                     max_rounds: int = _MAX_ROUNDS) -> List[Estimate]:
+                     max_rounds: int = _MAX_ROUNDS, speed: Optional["Speed"] = None) -> List[Estimate]:
     """Per (untooled, real) pair of loops: each round's figure is the real
     loop's ns per iteration less the untooled one's measured next to it, in
     an order that alternates per round (pairs are measured in their order
@@ -143,17 +188,23 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
     interrupted. The rounds are independent estimates of one cost: their
     spread is the calibration's own part of the uncertainty. `rounds` at
     least; then two more at a time, up to `max_rounds`, while any pair's
-    spread is over _SPREAD_SHARE of its figure and over _SPREAD_FLOOR_NS."""
+    spread is over _SPREAD_SHARE of its figure and over _SPREAD_FLOOR_NS.
+
+    With `speed`, each round first times its probe, and the figures (and
+    their spreads) are in probe iterations, each round's differences over
+    that round's probe: multiply by `speed.reference()`, once the whole
+    calibration has run, for ns at the machine's usual speed."""
     diffs: List[List[float]] = [[] for _ in pairs]
 
     def one_round(r: int) -> None:
+        unit = speed.take(measure) if speed is not None else 1.0
         for i, (untooled, real) in enumerate(pairs):
             if r % 2 == 0:
                 base = measure(untooled)
-                diffs[i].append(measure(real) - base)
+                diffs[i].append((measure(real) - base) / unit)
             else:
                 took = measure(real)
-                diffs[i].append(took - measure(untooled))
+                diffs[i].append((took - measure(untooled)) / unit)
 
     def estimates() -> List[Estimate]:
         out = []
@@ -162,11 +213,14 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
             out.append((statistics.median(d), MEDIAN_SE_PER_IQR * (q3 - q1) / len(d) ** 0.5))
         return out
 
+    def too_spread() -> bool:
+        floor = _SPREAD_FLOOR_NS / (speed.reference() if speed is not None else 1.0)
+        return any(spread > max(floor, _SPREAD_SHARE * abs(figure)) for figure, spread in estimates())
+
     for r in range(rounds):
         one_round(r)
     done = rounds
-    while done + 2 <= max_rounds and any(spread > max(_SPREAD_FLOOR_NS, _SPREAD_SHARE * abs(ns))
-                                         for ns, spread in estimates()):
+    while done + 2 <= max_rounds and too_spread():
         one_round(done)
         one_round(done + 1)
         done += 2
@@ -181,13 +235,14 @@ def _leave(a: object) -> None:
     a.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
-def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., object]) -> Tuple[Estimate, Estimate]:
+def _annotate_sides(annotate: Callable[..., object], untooled: Callable[..., object],
+                    speed: Speed) -> Tuple[Estimate, Estimate]:
     """annotate's two sides (construct and enter, exit) against the untooled
     class's, as `with annotate(name, color=...)` pays them."""
-    return _side_costs(_enter(annotate, color="green"), _leave, _enter(untooled, color="green"), _leave)
+    return _side_costs(_enter(annotate, color="green"), _leave, _enter(untooled, color="green"), _leave, speed)
 
 
-def _range_costs() -> Dict[str, Estimate]:
+def _range_costs(speed: Speed) -> Dict[str, Estimate]:
     """rlscope_ray.range's caller side, as `with rlscope_ray.range(name)`
     pays it, against the same with no collector (_native._untooled). Its
     exits pair with the thread's depth, not with their object, so loops of
@@ -206,12 +261,12 @@ def _range_costs() -> Dict[str, Estimate]:
     real, base = _loop(_enter(_native.range), _leave), untooled(_loop(_enter(_native.range), _leave))
     for body in (base, real):
         body(_PAIRS // 4)  # warm up both paths
-    ((ns, spread),) = paired_estimates([(base, real)], _ns_per_iter)
-    half = (max(0.0, ns) / 2, spread / 2)
+    ((figure, spread),) = paired_estimates([(base, real)], _ns_per_iter, speed=speed)
+    half = (max(0.0, figure) / 2, spread / 2)
     return {"py_range_push": half, "py_range_pop": half}
 
 
-def _nvtx_costs() -> Dict[str, Estimate]:
+def _nvtx_costs(speed: Speed) -> Dict[str, Estimate]:
     try:
         import nvtx  # type: ignore[import-not-found]
     except ImportError:
@@ -237,13 +292,14 @@ def _nvtx_costs() -> Dict[str, Estimate]:
     if nvtx_fast.installed():
         ways.append(("py_fast_", {n: getattr(module, n) for n in pkg}))
     for prefix, f in ways:
-        push, pop = _side_costs(f["push_range"], f["pop_range"], base["push_range"], base["pop_range"])
-        start, end = _side_costs(f["start_range"], f["end_range"], base["start_range"], base["end_range"])
-        mark, _ = _side_costs(f["mark"], _noop, base["mark"], _noop)  # one side
+        push, pop = _side_costs(f["push_range"], f["pop_range"], base["push_range"], base["pop_range"], speed)
+        start, end = _side_costs(f["start_range"], f["end_range"], base["start_range"], base["end_range"], speed)
+        mark, _ = _side_costs(f["mark"], _noop, base["mark"], _noop, speed)  # one side
         costs.update({prefix + "push": push, prefix + "pop": pop, prefix + "start": start, prefix + "end": end,
                       prefix + "mark": mark})
     if nvtx_fast.installed():
-        costs["py_annotate_push"], costs["py_annotate_pop"] = _annotate_sides(module.annotate, base["annotate"])
+        costs["py_annotate_push"], costs["py_annotate_pop"] = _annotate_sides(module.annotate, base["annotate"],
+                                                                              speed)
     return costs
 
 
@@ -264,11 +320,15 @@ def calibrate_python() -> Dict[str, float]:
     # worker's loops take the path its calls take once tracked, not the idle
     # lane (which read about half the caller side).
     scoped = _native.scratch_scope(1)
+    speed = Speed()
     try:
-        estimates = {**_nvtx_costs(), **_range_costs()}
+        in_probes = {**_nvtx_costs(speed), **_range_costs(speed)}
     finally:
         if scoped:
             _native.scratch_scope(0)
+    # In ns at the machine's usual speed, from every probe of the calibration.
+    unit = speed.reference()
+    estimates = {key: (figure * unit, spread * unit) for key, (figure, spread) in in_probes.items()}
     costs = {key: ns for key, (ns, _) in estimates.items()}
     # The loops also paid the recording of what they recorded, which the
     # collector charges itself: everything while the process was armed; in
