@@ -107,9 +107,11 @@ class Speed:
     """The machine's speed while a calibration runs: a fixed Python loop (the
     probe: (a no-op call, _work, a no-op call), the untooled loops' shape
     with nothing to record) timed at the start of every round. This
-    machine's loops run up to 1.8x slower for a second or so, the process
-    on its core the whole time (its CPU time equals the wall time: not
-    preempted; not another process on the other core either), and a
+    machine's loops run up to 1.8x slower for 0.1-0.5 s at a time, at any
+    point of a process's life (4 of 8 processes that timed the probe for
+    3 s), the process on its core the whole time (its CPU time equals the
+    wall time, none of it the kernel's; a busy loop on the other core does
+    not do it), and a
     calibration taken then gave every caller side 1.6-1.8x its figure
     (4 of 34 runs of the dense push workload here, a fifth partly slow):
     those runs removed 12-20 % of the step too much from every step. A round's differences are
