@@ -10,25 +10,26 @@ points for the package's functions (nvtx_fast.py) leave tens of ns of it.
 That time exists only because the profiler is there, so overhead correction
 must remove it too (RL-Scope's "Python annotation" overhead).
 
-``calibrate_python()`` measures it the way it is paid, each side of a pair
-on its own and per entry point: loops of (open, a small Python function
-call, close) with the real opening and the untooled close, then the untooled
-opening and the real close, each against the same loop with the package's
-own code as it runs with no tool attached (nvtx_fast.untooled_functions:
-its functions over a domain lookup that gives the dummy domain), the median
-of rounds that each measure both next to each other (paired_estimates); the
-standard error of that median, from the rounds' interquartile range, goes
-with each figure as its spread (`<key>_spread`: the aggregator states it).
-Each round's figures are taken over that round's speed probe and given back
-in ns at the calibration's usual speed (Speed), so a slow stretch of the
-start-up does not scale the costs charged for the whole run. The
-entry points: the package's own functions through NVTX (py_nvtx_*: what
-code that bound them before rlscope_ray was imported calls), and, when
-nvtx_fast is installed, rlscope's
-for its functions (py_fast_*) and for its annotate (py_annotate_push for its
-construction and enter, py_annotate_pop for its exit), and rlscope_ray.range
-(py_range_*, against the same with no collector: its pair, half on each
-side). Results go to the
+``calibrate_python()`` measures it the way it is paid, per entry point:
+each one's whole pair, real against the package's own code as it runs with
+no tool attached (nvtx_fast.untooled_functions: its functions over a domain
+lookup that gives the dummy domain), in the form code writes it (loops of
+(open, a small Python function call, close) calls; a `with` statement for
+annotate and rlscope_ray.range), split between the two sides as each side
+measured alone splits it (_side_costs). Each figure is the median of rounds
+that each measure the real and the untooled loop next to each other
+(paired_estimates); the standard error of that median, from the rounds'
+interquartile range, goes with it as its spread (`<key>_spread`: the
+aggregator states it). Each round's figures are taken over that round's
+speed probe and given back in ns at the calibration's usual speed (Speed),
+so a slow stretch of the machine during the calibration does not scale the
+costs charged for the whole run. The entry points: the package's own
+functions through NVTX (py_nvtx_*: what code that bound them before
+rlscope_ray was imported calls), and, when nvtx_fast is installed,
+rlscope's for its functions (py_fast_*) and for its annotate
+(py_annotate_push for its construction and enter, py_annotate_pop for its
+exit), and rlscope_ray.range (py_range_*, against the same with no
+collector: its pair, half on each side). Results go to the
 collector as ns per event (``_native.set_cost``; keys in
 docs/wire_format.md, Hello ``costs``), charged by the aggregator on the
 event of each side (a push and its pop, a start and its end, a mark) by the
@@ -37,11 +38,9 @@ entry point its flags name. Its events are named ``rlscope.calibration``
 thread's (``_native.scratch_scope``, which registers a thread that never
 recorded, and in which starts and ends record as if armed) that is never
 shipped; the collector's own recording cost (calibrated in C++) of what the
-loops recorded is taken out of the result. About 0.4 s on a quiet 2-core
-machine (330-500 ms, 15 calibrations in 3 processes; the same with 7 rounds
-at most, 360-470 ms: the extra rounds are rarely taken there) and about 90k
-events, none sent; up to three times that where the rounds disagree
-(paired_estimates).
+loops recorded is taken out of the result. About 0.5 s on a 2-core machine
+(0.42-0.68 s, 8 processes of one program) and about 90k events, none sent;
+up to three times that where the rounds disagree (paired_estimates).
 """
 from __future__ import annotations
 
@@ -123,30 +122,34 @@ Estimate = Tuple[float, float]
 
 
 class Speed:
-    """The machine's speed while a calibration runs: a fixed Python loop (the
-    probe: (a no-op call, _work, a no-op call), the untooled loops' shape
-    with nothing to record) timed at the start of every round. This
-    machine's loops run up to 1.8x slower for 0.1-0.5 s at a time, at any
-    point of a process's life (4 of 8 processes that timed the probe for
-    3 s), the process on its core the whole time (its CPU time equals the
-    wall time, none of it the kernel's; a busy loop on the other core does
-    not do it), and a
-    calibration taken then gave every caller side 1.6-1.8x its figure
-    (4 of 34 runs of the dense push workload here, a fifth partly slow):
-    those runs removed 12-20 % of the step too much from every step. A round's differences are
-    taken in probe iterations (its real loop less its untooled one, over the
-    probe's time in that round), so a round at any speed gives the same
-    figure; `reference()` gives them back in ns at the machine's usual
-    speed."""
+    """The machine's speed while a calibration runs, from a fixed Python loop
+    (the probe: a no-op call, _work, a no-op call: the untooled loops' shape
+    with nothing to record) timed at the start of every round. A round's
+    differences are taken in probe iterations (its real loop less its
+    untooled one, over that round's probe time), so a round at any speed
+    gives the same figure; `reference()` gives them back in ns at the
+    machine's usual speed during the calibration.
 
-    # Probes at or under this quantile of all of them set the usual speed:
-    # a quiet calibration's 20th and 50th percentiles differ by 1-3 % (about
-    # 380-440 ns an iteration, by process), and a slow stretch that leaves
-    # a fifth of its rounds at the usual speed leaves the reference there.
-    QUANTILE = 0.2
+    Why: this machine's loops run up to 1.8x slower for 0.1-0.5 s at a time,
+    at any point of a process's life (4 of 8 processes that timed the probe
+    for 3 s), the process on its core the whole time (its CPU time equals
+    the wall time, none of it the kernel's; a busy loop on the other core
+    does not do it). A calibration taken then gave every caller side
+    1.6-1.8x its figure (4 of 34 runs of the dense push workload, a fifth
+    partly slow), and those runs removed 12-20 % of the step too much from
+    every step. A calibration slow from end to end is not told apart: its
+    reference is the slow speed's, and its figures are as before."""
+
+    # The usual speed: the median of the probes within BAND of the fastest
+    # tenth. On a quiet machine that is every probe but a few interrupted
+    # ones (its probes differ by a few percent: 380-440 ns an iteration by
+    # process), so the figures are the rounds' own; probes of a slow
+    # stretch (1.4-1.8x) are left out.
+    BAND = 1.25
 
     def __init__(self) -> None:
         self.probe = _loop(_noop, _noop)
+        self.probe(_PAIRS // 4)  # warmed up, as every measured loop is
         self.times: List[float] = []
 
     def take(self, measure: Callable[[Callable[[int], int]], float]) -> float:
@@ -155,12 +158,13 @@ class Speed:
         return t
 
     def reference(self) -> float:
-        """ns per probe iteration at the machine's usual speed (the QUANTILE of
-        every probe taken); 1 before any was."""
+        """ns per probe iteration at the machine's usual speed (BAND); 1
+        before any probe was taken."""
         if not self.times:
             return 1.0
         ordered = sorted(self.times)
-        return ordered[int(self.QUANTILE * (len(ordered) - 1))]
+        fast = ordered[int(0.1 * (len(ordered) - 1))]
+        return statistics.median(t for t in ordered if t <= self.BAND * fast)
 
 
 def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
@@ -198,15 +202,15 @@ def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
 
 def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int]]],
                      measure: Callable[[Callable[[int], int]], float], rounds: int = _ROUNDS,
-                     max_rounds: int = _MAX_ROUNDS, speed: Optional["Speed"] = None) -> List[Estimate]:
+                     max_rounds: int = _MAX_ROUNDS, speed: Optional[Speed] = None) -> List[Estimate]:
     """Per (untooled, real) pair of loops: each round's figure is the real
     loop's ns per iteration less the untooled one's measured next to it, in
     an order that alternates per round (pairs are measured in their order
     within each round); the estimate is the median of the rounds' figures,
     its spread the standard error of that median (from their interquartile
-    range, as a normal spread with those quartiles has it). This machine's speed changes
-    by up to 1.7x for tens of ms at a time: a figure taken within a round
-    holds both sides at one speed, where the best of each loop over all
+    range, as a normal spread with those quartiles has it). This machine's
+    speed changes by up to 1.8x for tens to hundreds of ms at a time (Speed):
+    a figure taken within a round holds both sides at one speed, where the best of each loop over all
     rounds could take its two sides from different speeds (costs off by
     hundreds of ns, or none); the median leaves out a round that was
     interrupted. The rounds are independent estimates of one cost: their
@@ -217,18 +221,19 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
     With `speed`, each round first times its probe, and the figures (and
     their spreads) are in probe iterations, each round's differences over
     that round's probe: multiply by `speed.reference()`, once the whole
-    calibration has run, for ns at the machine's usual speed."""
+    calibration has run, for ns at the machine's usual speed. The spread's
+    floor is then _SPREAD_FLOOR_NS at the reference of the probes so far."""
     diffs: List[List[float]] = [[] for _ in pairs]
 
     def one_round(r: int) -> None:
-        unit = speed.take(measure) if speed is not None else 1.0
+        probe_ns = speed.take(measure) if speed is not None else 1.0
         for i, (untooled, real) in enumerate(pairs):
             if r % 2 == 0:
                 base = measure(untooled)
-                diffs[i].append((measure(real) - base) / unit)
+                diffs[i].append((measure(real) - base) / probe_ns)
             else:
                 took = measure(real)
-                diffs[i].append((took - measure(untooled)) / unit)
+                diffs[i].append((took - measure(untooled)) / probe_ns)
 
     def estimates() -> List[Estimate]:
         out = []
@@ -332,10 +337,10 @@ def _nvtx_costs(speed: Speed) -> Dict[str, Estimate]:
 def calibrate_python() -> Dict[str, float]:
     """Measure the caller-side costs and hand them to the collector.
 
-    Returns what was set, each key's spread as `<key>_spread` ({} when no
-    collector runs, when it runs with test costs, which are fixed
-    (collector/test_clock.h), or when the ``nvtx`` package is absent or
-    disabled).
+    Returns what was set, in ns per event, each key's spread as
+    `<key>_spread` ({} when no collector runs, or when it runs with test
+    costs, which are fixed (collector/test_clock.h); only rlscope_ray.range's
+    when the ``nvtx`` package is absent or disabled).
     """
     if not _native.init() or _native.test_clock_ns() >= 0:
         return {}
@@ -353,8 +358,8 @@ def calibrate_python() -> Dict[str, float]:
         if scoped:
             _native.scratch_scope(0)
     # In ns at the machine's usual speed, from every probe of the calibration.
-    unit = speed.reference()
-    estimates = {key: (figure * unit, spread * unit) for key, (figure, spread) in in_probes.items()}
+    usual_ns = speed.reference()
+    estimates = {key: (figure * usual_ns, spread * usual_ns) for key, (figure, spread) in in_probes.items()}
     costs = {key: ns for key, (ns, _) in estimates.items()}
     # The loops also paid the recording of what they recorded, which the
     # collector charges itself: everything while the process was armed; in
