@@ -177,9 +177,10 @@ def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
     pays: its figure is the two sides' sum. How it splits between the sides
     comes from each side measured on its own (the real opening against the
     untooled one, then the real close against the untooled one, each loop
-    keeping, then taking back, the handles the same way): those loops open a thousand ranges
-    before closing any, deeper than the collector tracks, and took a pair
-    for 13 % less than an iteration of both real sides costs in place. The
+    keeping, then taking back, the handles the same way): those loops open
+    a thousand ranges before closing any, deeper than the collector tracks,
+    and took a pair for 13 % less than an iteration of both real sides
+    costs in place. The
     real closes take the handles the real openings gave, in the same
     number: every range opened here is closed here. `pair_loops`, (untooled,
     real), measure the whole iteration in the form code writes it, where
@@ -210,10 +211,10 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
     its spread the standard error of that median (from their interquartile
     range, as a normal spread with those quartiles has it). This machine's
     speed changes by up to 1.8x for tens to hundreds of ms at a time (Speed):
-    a figure taken within a round holds both sides at one speed, where the best of each loop over all
-    rounds could take its two sides from different speeds (costs off by
-    hundreds of ns, or none); the median leaves out a round that was
-    interrupted. The rounds are independent estimates of one cost: their
+    a figure taken within a round holds both sides at one speed, where the
+    best of each loop over all rounds could take its two sides from
+    different speeds (costs off by hundreds of ns, or none); the median
+    leaves out a round that was interrupted. The rounds are independent estimates of one cost: their
     spread is the calibration's own part of the uncertainty. `rounds` at
     least; then two more at a time, up to `max_rounds`, while any pair's
     spread is over _SPREAD_SHARE of its figure and over _SPREAD_FLOOR_NS.
