@@ -216,9 +216,8 @@ def stats() -> dict:
     cpu_handler_ns: the sampler's signal handler's own time per sample,
     measured in place, -1 before the first; cpu_handlers_interrupted:
     samples whose handler took over 50 us (preempted in it), left out of
-    it; cpu_threads_unsampled: threads
-    the sampler could not take; cpu_walks_fp, cpu_walks_scan, cpu_walks_leaf,
-    cpu_unwalked: samples whose native stack was walked with frame pointers,
+    it; cpu_threads_unsampled: threads the sampler could not take;
+    cpu_walks_fp, cpu_walks_scan, cpu_walks_leaf, cpu_unwalked: samples whose native stack was walked with frame pointers,
     by a scan, to no caller, or not at all; cpu_walk_faults: reads of those
     walks that failed (faults the guard caught, in cpu_guard_faults too);
     off_cpu_looks: looks at why the

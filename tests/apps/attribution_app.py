@@ -78,6 +78,10 @@ def main() -> None:
     helper = Helper(args.phase_s)
     helper.start()
     report = {"steps": {}}
+    # FLUSHES: one after each phase, outside its range: the sampler's
+    # in-place handler figures go out with each flush, so step 2's summary
+    # has at least the 4 that charge them (correction.h kMinSamples) at any
+    # load (each phase burns CPU time, and the timer fires on CPU time).
     for n in range(1, args.steps + 1):
         phases = {}
         with rlscope_ray.step(n):
@@ -86,10 +90,12 @@ def main() -> None:
                 t0 = time.thread_time()
                 burn(args.phase_s)
                 phases["native"] = time.thread_time() - t0
+            rlscope_ray.flush(timeout_s=60)  # (FLUSHES)
             with rlscope_ray.range("python"):
                 t0 = time.thread_time()
                 python_loop(args.phase_s)
                 phases["python"] = time.thread_time() - t0
+            rlscope_ray.flush(timeout_s=60)  # (FLUSHES)
             with rlscope_ray.range("sim"):
                 helper.done.clear()
                 helper.go.set()
@@ -98,6 +104,7 @@ def main() -> None:
                 phases["sim"] = time.thread_time() - t0
                 helper.done.wait()
             phases["helper"] = helper.cpu
+            rlscope_ray.flush(timeout_s=60)  # (FLUSHES)
         report["steps"][str(n)] = phases
     rlscope_ray.flush()
     report["stats"] = rlscope_ray.stats()

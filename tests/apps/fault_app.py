@@ -80,11 +80,15 @@ def main() -> None:
             lib.rlscope_test_map_target(b"rlscope_test.again")  # readable again before the step ends
             burn(0.1)
         elif args.mode == "slow":
-            burn(0.3)
-            lib.rlscope_test_set_slow_ns(ctypes.c_long(200000))
-            burn(0.3)
-            lib.rlscope_test_set_slow_ns(ctypes.c_long(0))
-            burn(0.3)
+            # A flush after each tenth of a CPU second at full speed: the
+            # handler's in-place figures go out in 6 flushes (the sampler's
+            # CPU-time timer fires in every one), however long they take.
+            for slow_ns in (0, 200000, 0):
+                lib.rlscope_test_set_slow_ns(ctypes.c_long(slow_ns))
+                for _ in range(3):
+                    burn(0.1)
+                    if not slow_ns:
+                        rlscope_ray.flush(timeout_s=60)
         elif args.mode == "host":
             touches = 0
             for _ in range(200):
