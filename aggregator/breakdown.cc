@@ -106,6 +106,12 @@ struct Busy {
   std::vector<Interval> cpu, gpu;
   std::vector<Interval> sampled, api;
   double sample_cost_ns = 0;
+  // Where each CPU sample's weight begins (SampleStarts), index for index;
+  // the sampling period (the slice's smallest weight: one timer period);
+  // and how far before a sample its weight reaches at most.
+  std::vector<int64_t> sample_from_ns;
+  int64_t sample_period_ns = 0;
+  int64_t sample_reach_ns = 0;
 };
 
 // Worker busy time per sub-task name: name -> process index -> ns.
@@ -172,6 +178,13 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     }
     busy[p].api = UnionClipped(api, step_begin, step_end);
     busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
+    busy[p].sample_from_ns = SampleStarts(s.cpu_samples);
+    for (size_t i = 0; i < s.cpu_samples.size(); ++i) {
+      const CpuSample& c = s.cpu_samples[i];
+      if (c.weight_ns > 0 && (busy[p].sample_period_ns == 0 || c.weight_ns < busy[p].sample_period_ns))
+        busy[p].sample_period_ns = c.weight_ns;
+      busy[p].sample_reach_ns = std::max(busy[p].sample_reach_ns, c.ts_ns - busy[p].sample_from_ns[i]);
+    }
     // The sampler's own cost per sample: what the correction charged (its
     // handler's time in place, CostModel), else the start-up figure.
     constexpr int kCpuSample = static_cast<int>(EventKind::kCpuSample);
@@ -203,7 +216,7 @@ bool ProcessCpuAt(const std::vector<ProcessCpuPoint>& points, int64_t t, double*
 // Off-CPU time per reason in [lo, hi), and the coverage: the CPU samples'
 // time against the process's CPU time over the part of the window its CPU
 // points cover (the first is taken at the window's first flush).
-void OffCpuAndCoverage(const ProcessSlice& s, int64_t lo, int64_t hi, Attribution* a) {
+void OffCpuAndCoverage(const ProcessSlice& s, const Busy& busy, int64_t lo, int64_t hi, Attribution* a) {
   for (const OffCpuSample& o : s.off_cpu) {
     if (o.ts_ns < lo || o.ts_ns >= hi) continue;
     a->off_ns[std::min<int>(o.reason, kOffCpuReasons - 1)] += o.weight_ns;
@@ -221,8 +234,8 @@ void OffCpuAndCoverage(const ProcessSlice& s, int64_t lo, int64_t hi, Attributio
   if (to <= from || !ProcessCpuAt(points, from, &cpu_from) || !ProcessCpuAt(points, to, &cpu_to)) return;
   a->process_cpu_ns = std::max<int64_t>(0, std::llround(cpu_to - cpu_from));
   a->covered_cpu_ns = 0;
-  for (const CpuSample& c : s.cpu_samples) {
-    if (c.ts_ns >= from && c.ts_ns < to) a->covered_cpu_ns += c.weight_ns;
+  for (size_t i = 0; i < s.cpu_samples.size(); ++i) {
+    a->covered_cpu_ns += SampleNsIn(s.cpu_samples[i], busy.sample_from_ns[i], busy.sample_period_ns, from, to);
   }
 }
 
@@ -230,12 +243,18 @@ void OffCpuAndCoverage(const ProcessSlice& s, int64_t lo, int64_t hi, Attributio
 Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo, int64_t hi) {
   Attribution a;
   const auto& samples = s.cpu_samples;
-  auto it =
-      std::lower_bound(samples.begin(), samples.end(), lo, [](const CpuSample& c, int64_t t) { return c.ts_ns < t; });
-  for (; it != samples.end() && it->ts_ns < hi; ++it) {
-    const int64_t w = it->weight_ns;
-    a.ns[std::min<size_t>(it->category, kCpuCategories - 1)] += w;
-    ++a.samples;
+  // The samples whose weight reaches into the window: from the first in it
+  // to the last whose weight began before its end. `samples` counts those
+  // that landed in it (their handlers ran there).
+  const size_t first = static_cast<size_t>(
+      std::lower_bound(samples.begin(), samples.end(), lo, [](const CpuSample& c, int64_t t) { return c.ts_ns < t; }) -
+      samples.begin());
+  for (size_t i = first; i < samples.size() && samples[i].ts_ns < hi + busy.sample_reach_ns; ++i) {
+    const CpuSample& c = samples[i];
+    const int64_t w = SampleNsIn(c, busy.sample_from_ns[i], busy.sample_period_ns, lo, hi);
+    if (c.ts_ns < hi) ++a.samples;
+    if (w <= 0) continue;
+    a.ns[std::min<size_t>(c.category, kCpuCategories - 1)] += w;
     a.weight_sq_ns2 += static_cast<double>(w) * static_cast<double>(w);
     a.max_weight_ns = std::max(a.max_weight_ns, w);
   }
@@ -262,7 +281,7 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
   on.insert(on.end(), gpu.begin(), gpu.end());
   a.idle_ns = std::max<int64_t>(0, (hi - lo) - TotalLength(UnionClipped(on, lo, hi)));
   if (!busy.api.empty()) a.cuda_api_wall_ns = TotalLength(UnionClipped(Overlapping(busy.api, lo, hi), lo, hi));
-  OffCpuAndCoverage(s, lo, hi, &a);
+  OffCpuAndCoverage(s, busy, lo, hi, &a);
   return a;
 }
 
@@ -418,17 +437,41 @@ std::vector<GpuUtilization> GpuUtilizations(const std::vector<Busy>& busy, int64
 
 }  // namespace
 
-std::vector<Interval> SampledCpuIntervals(const std::vector<CpuSample>& samples) {
-  std::vector<Interval> out;
+std::vector<int64_t> SampleStarts(const std::vector<CpuSample>& samples) {
+  std::vector<int64_t> out;
   out.reserve(samples.size());
   std::unordered_map<int64_t, int64_t> previous;  // tid -> its last sample's time
   for (const CpuSample& s : samples) {
     auto [it, first] = previous.emplace(s.tid, INT64_MIN);
-    const int64_t begin = std::max(it->second, s.ts_ns - s.weight_ns);
-    if (begin < s.ts_ns) out.push_back({begin, s.ts_ns});
+    out.push_back(std::max(it->second, s.ts_ns - s.weight_ns));
     it->second = s.ts_ns;
   }
   return out;
+}
+
+std::vector<Interval> SampledCpuIntervals(const std::vector<CpuSample>& samples) {
+  std::vector<Interval> out;
+  out.reserve(samples.size());
+  const std::vector<int64_t> starts = SampleStarts(samples);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (starts[i] < samples[i].ts_ns) out.push_back({starts[i], samples[i].ts_ns});
+  }
+  return out;
+}
+
+int64_t SampleNsIn(const CpuSample& c, int64_t from_ns, int64_t period_ns, int64_t lo, int64_t hi) {
+  const bool landed = c.ts_ns >= lo && c.ts_ns < hi;
+  const int64_t in_time = period_ns > 0 ? std::min(c.weight_ns, period_ns) : c.weight_ns;
+  const int64_t late = c.weight_ns - in_time;
+  const int64_t late_end = c.ts_ns - in_time;  // the late part lies in [from_ns, late_end]
+  int64_t ns = landed ? in_time : 0;
+  if (late <= 0) return ns;
+  if (late_end <= from_ns) return ns + (landed ? late : 0);  // no room before it: where it landed
+  const int64_t overlap = std::min(late_end, hi) - std::max(from_ns, lo);
+  if (overlap <= 0) return ns;
+  if (overlap == late_end - from_ns) return ns + late;
+  return ns + std::llround(static_cast<double>(late) * static_cast<double>(overlap) /
+                           static_cast<double>(late_end - from_ns));
 }
 
 StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks) {

@@ -37,6 +37,22 @@ inline constexpr int64_t kNaiveSampleNs = 166666667;
 // previous sample. Sorted, disjoint, over all threads.
 std::vector<Interval> SampledCpuIntervals(const std::vector<CpuSample>& samples);
 
+// Where each of `samples` (sorted by time) begins on the wall clock, as
+// SampledCpuIntervals places it: its weight before it, not before its
+// thread's previous sample. Index for index.
+std::vector<int64_t> SampleStarts(const std::vector<CpuSample>& samples);
+
+// The part of sample `c`'s weight, placed from `from_ns` (SampleStarts), that
+// a window [lo, hi) counts. One timer period (`period_ns`) counts where the
+// sample landed, whole: a signal that came in time (what every sample
+// counted before). The rest is thread CPU time its timer's signal came late
+// for (the overrun: the kernel notices a CPU timer's expiry only at a tick
+// that finds its thread running, and a thread that runs in bursts between
+// ticks can carry tens of periods into its next sample): spread evenly over
+// [from_ns, ts - period_ns], so that it counts in the windows the thread
+// ran in before the sample, not all in the one it landed in.
+int64_t SampleNsIn(const CpuSample& c, int64_t from_ns, int64_t period_ns, int64_t lo, int64_t hi);
+
 // `subtasks`: the config's sub-task names; empty = the controller's ranges
 // directly inside its step range. The slices' CPU samples are classified
 // already (ClassifyStepSamples).

@@ -584,6 +584,40 @@ TEST(Attribution, SampledCpuTimeLiesJustBeforeEachSampleAfterTheThreadsPrevious)
   EXPECT_EQ(on[1].end, 100);
 }
 
+TEST(Attribution, ALateSamplesBacklogCountsInTheWindowsItsThreadRanInBeforeIt) {
+  // A thread sampled every 1 ms (weights of 1 ms) until 10 ms, then waiting
+  // in short bursts the kernel's ticks missed, then busy from 700 ms: its
+  // first sample there, at 735.5 ms, carries 92 periods (a soak saw this).
+  // Before, the window [700, 1000) counted all 92 ms of it, more than the
+  // thread could run there before the sample.
+  constexpr int64_t kMs = 1000000;
+  std::vector<CpuSample> samples;
+  for (int64_t t = 1; t <= 10; ++t) samples.push_back({t * kMs, 1, 0, 0, kMs, 0});
+  samples.push_back({735 * kMs + kMs / 2, 1, 0, 0, 92 * kMs, 0});
+  samples.push_back({736 * kMs + kMs / 2, 1, 0, 0, kMs, 0});
+  const std::vector<int64_t> from = SampleStarts(samples);
+  ASSERT_EQ(from.size(), samples.size());
+  EXPECT_EQ(from[10], 735 * kMs + kMs / 2 - 92 * kMs);  // just before it, after the previous sample
+  auto in = [&](int64_t lo, int64_t hi) {
+    int64_t ns = 0;
+    for (size_t i = 0; i < samples.size(); ++i) ns += SampleNsIn(samples[i], from[i], kMs, lo, hi);
+    return ns;
+  };
+  // The window it landed in: the period it came for, and the 34.5 ms of
+  // its backlog there; the rest in the window before, none lost.
+  EXPECT_EQ(in(700 * kMs, 1000 * kMs), kMs + 34 * kMs + kMs / 2 + kMs);
+  EXPECT_EQ(in(10 * kMs + kMs / 2, 700 * kMs), 92 * kMs - kMs - 34 * kMs - kMs / 2);
+  EXPECT_EQ(in(0, 2000 * kMs), 10 * kMs + 92 * kMs + kMs);
+  // Samples that came in time count whole where they landed, as before:
+  // [0, 5.5 ms) holds the samples at 1..5 ms.
+  EXPECT_EQ(in(0, 5 * kMs + kMs / 2), 5 * kMs);
+  // A backlog with no room before its sample (its previous sample less than
+  // a period before) counts where it landed.
+  const CpuSample crowded{20 * kMs, 1, 0, 0, 3 * kMs, 0};
+  EXPECT_EQ(SampleNsIn(crowded, 19 * kMs + kMs / 2, kMs, 20 * kMs, 21 * kMs), 3 * kMs);
+  EXPECT_EQ(SampleNsIn(crowded, 19 * kMs + kMs / 2, kMs, 0, 20 * kMs), 0);
+}
+
 TEST(Attribution, TheSamplingErrorIsBinomialOverTheEffectiveSamples) {
   Attribution a;
   a.ns[static_cast<size_t>(CpuCategory::kPython)] = 75;
