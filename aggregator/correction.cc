@@ -49,7 +49,7 @@ const char* CostKey(uint8_t kind) {
 }
 
 CostModel::CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step,
-                     const KindSamples* run, const HandlerStats* cpu_handler) {
+                     const KindSamples* run, const HandlerStats* cpu_handler, const SpeedSamples* speed) {
   CostTable& t = table_;
   double measured_ps = 0, calibrated_ps = 0;  // over the samples of measured kinds
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
@@ -97,14 +97,36 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     }
   }
   if (measured_ps > 0 && calibrated_ps > 0) t.in_place_ratio = measured_ps / calibrated_ps;
+  // The step's speed: its recording calls' in-place costs against the
+  // run's usual ones, kind by kind, weighted as the samples fall.
+  if (speed != nullptr) {
+    double step_ps = 0, usual_ps = 0, var_ps2 = 0;
+    uint64_t n = 0;
+    for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
+                                 EventKind::kRangeEnd, EventKind::kMark}) {
+      const int k = static_cast<int>(kind);
+      const double nk = static_cast<double>(speed->step_n[k]);
+      if (speed->step_n[k] == 0 || speed->usual_ps[k] <= 0) continue;
+      step_ps += nk * speed->step_mean_ps[k];
+      usual_ps += nk * speed->usual_ps[k];
+      var_ps2 += std::pow(nk * speed->step_se_ps[k], 2);
+      n += speed->step_n[k];
+    }
+    if (n >= kMinSpeedSamples && usual_ps > 0 && step_ps > 0) {
+      t.speed_ratio = std::clamp(step_ps / usual_ps, kMinSpeedRatio, kMaxSpeedRatio);
+      t.speed_rel_se = std::sqrt(var_ps2) / step_ps;
+    }
+  }
   // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
   // py_fast_*, py_annotate_*, py_range_*), each side of a pair on its own event (the
   // close's on the pop or end that carries the caller's flag): the start-up
   // figures, times the in-place ratio when there is one for the entry
-  // points kScaledCaller says.
+  // points kScaledCaller says, else times the step's speed ratio when
+  // there is one.
   for (int caller = 1; caller < kCallers; ++caller) {
     const bool scaled = kScaledCaller[caller] && t.in_place_ratio > 0;
-    const double ratio = scaled ? t.in_place_ratio : 1.0;
+    const bool at_speed = !scaled && t.speed_ratio > 0;
+    const double ratio = scaled ? t.in_place_ratio : at_speed ? t.speed_ratio : 1.0;
     for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
                                  EventKind::kRangeEnd, EventKind::kMark}) {
       const int k = static_cast<int>(kind);
@@ -112,7 +134,9 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
       if (cost == costs.end()) continue;
       caller_ps_[caller][k] = Ps(cost->second * scale * ratio);
       t.caller_ns[caller][k] = cost->second * scale * ratio;
-      t.caller_source[caller][k] = scaled ? CostSource::kScaledCalibration : CostSource::kCalibration;
+      t.caller_source[caller][k] = scaled     ? CostSource::kScaledCalibration
+                                   : at_speed ? CostSource::kStepSpeedCalibration
+                                              : CostSource::kCalibration;
       if (auto spread = costs.find(TheCallerKeys().spread[caller][k]); spread != costs.end() && spread->second > 0) {
         caller_spread_ps_[caller][k] = Ps(spread->second * scale * ratio);
       }
@@ -121,9 +145,11 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
 }
 
 UsedCosts CostTable::Spelled() const {
-  static constexpr const char* kSourceNames[] = {"", "calibration", "scaled calibration", "step", "run"};
+  static constexpr const char* kSourceNames[] = {"",    "calibration", "scaled calibration", "step",
+                                                 "run", "calibration at step speed"};
   UsedCosts u;
   u.in_place_ratio = in_place_ratio;
+  u.speed_ratio = speed_ratio;
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
     if (own_source[kind] == CostSource::kNone) continue;
     const char* key = CostKey(kind);
@@ -305,6 +331,13 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     o.systematic_ns = std::llround(scaled * std::abs(1.0 - 1.0 / ratio) + unscaled * std::abs(ratio - 1.0));
   }
   parts.model_ns = o.systematic_ns / 2;
+  // The step's speed ratio is a mean of cost samples: its standard error,
+  // over the caller side it scaled (all but the in-place-scaled part), is
+  // the model's too.
+  if (const double se = model.table().speed_rel_se; se > 0) {
+    const double at_speed = static_cast<double>(sums.caller_ps - sums.caller_scaled_ps) / 1000.0;
+    parts.model_ns = std::llround(std::hypot(static_cast<double>(parts.model_ns), at_speed * se));
+  }
   // The calibration's rounds are independent estimates of each caller-side
   // cost: their spread, over the events that were charged one, is too.
   o.calibration_spread_ns = sums.caller_spread_ps / 1000;

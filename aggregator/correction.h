@@ -54,8 +54,19 @@ class CostModel {
   // far; with kMinSamples flushes' figures and the Hello's
   // cpu_sample_handler, a CPU sample costs its mean plus the Hello's
   // cpu_sample less cpu_sample_handler (the signal's delivery and return).
+  // `speed`: the step's in-place recording costs and the run's usual ones
+  // (SpeedSamples). With kMinSpeedSamples cost samples in the step of
+  // kinds that have a usual cost, the step's speed ratio is the kinds'
+  // clipped means over their usual costs, weighted by the samples (clamped to
+  // [kMinSpeedRatio, kMaxSpeedRatio]): how much slower than usual the
+  // process ran in the step. The caller sides not scaled by the in-place
+  // ratio are their start-up figures (taken at the usual speed,
+  // calibration.Speed) times it.
   CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step = nullptr,
-            const KindSamples* run = nullptr, const HandlerStats* cpu_handler = nullptr);
+            const KindSamples* run = nullptr, const HandlerStats* cpu_handler = nullptr,
+            const SpeedSamples* speed = nullptr);
+  static constexpr uint64_t kMinSpeedSamples = 32;
+  static constexpr double kMinSpeedRatio = 0.5, kMaxSpeedRatio = 2.5;
   // Picoseconds (sub-ns costs add up over millions of events).
   int64_t CostPs(uint8_t kind, uint8_t flags) const;
   // The variance of kind's own cost as estimated (ps^2; 0 when calibrated).

@@ -118,7 +118,52 @@ void RecordStores::AddCostSample(const wire::Event& e, bool after_calibration) {
              !after_calibration) {  // a recording call's kind: push ... mark
     cost_samples_.push_back({e.ts_ns, static_cast<uint8_t>(e.category), e.flags, e.value});
     sample_totals_[e.category].Add(static_cast<double>(e.value));
+    std::vector<double>& chunk = speed_chunk_[e.category];
+    chunk.push_back(static_cast<double>(e.value));
+    if (chunk.size() == kSpeedChunk) {
+      std::vector<double>& chunks = speed_chunks_[e.category];
+      if (chunks.size() == kMaxSpeedChunks) {  // a long run: half as fine, over all of it
+        for (size_t i = 0; i < chunks.size() / 2; ++i) chunks[i] = chunks[2 * i];
+        chunks.resize(chunks.size() / 2);
+      }
+      chunks.push_back(ClippedMean(&chunk).first);
+      chunk.clear();
+    }
   }
+}
+
+std::pair<double, double> ClippedMean(std::vector<double>* v) {
+  if (v->empty()) return {0, 0};
+  const auto mid = v->begin() + static_cast<std::ptrdiff_t>(v->size() / 2);
+  std::nth_element(v->begin(), mid, v->end());
+  const double cap = kCostClip * *mid;
+  double sum = 0, sum_sq = 0;
+  for (double x : *v) {
+    const double c = std::min(x, cap);
+    sum += c;
+    sum_sq += c * c;
+  }
+  const double n = static_cast<double>(v->size()), mean = sum / n;
+  const double var = v->size() > 1 ? std::max(0.0, (sum_sq - n * mean * mean) / (n - 1)) : 0;
+  return {mean, std::sqrt(var / n)};
+}
+
+KindCosts RecordStores::UsualCosts() const {
+  KindCosts usual{};
+  std::vector<double> v;
+  for (size_t kind = 1; kind < usual.size(); ++kind) {
+    const std::vector<double>& chunks = speed_chunks_[kind];
+    if (chunks.size() < kMinSpeedChunks) continue;
+    v.assign(chunks.begin(), chunks.end());
+    auto tenth = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 10);
+    std::nth_element(v.begin(), tenth, v.end());
+    const double limit = *tenth * kUsualBand;
+    v.erase(std::remove_if(v.begin(), v.end(), [&](double x) { return x > limit; }), v.end());
+    auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    usual[kind] = *mid;
+  }
+  return usual;
 }
 
 void RecordStores::AddCpuSample(int64_t tid, const wire::Event& e) {

@@ -21,6 +21,12 @@
 
 namespace rlscope {
 
+// The mean of `v` with each value at most kCostClip times their median,
+// and that mean's standard error (0, 0 when empty; `v` is reordered): a
+// cost's level that a few interrupted calls do not move (SpeedSamples).
+inline constexpr double kCostClip = 8;
+std::pair<double, double> ClippedMean(std::vector<double>* v);
+
 class RecordStores {
  public:
   static constexpr size_t kMaxArmEdges = 4096;  // two per selected step: thousands of steps
@@ -82,6 +88,18 @@ class RecordStores {
   uint64_t cpu_samples_received() const { return cpu_samples_received_; }
   // The run's cost samples by the measured event's kind (push ... mark).
   const KindSamples& sample_totals() const { return sample_totals_; }
+  // The run's usual in-place cost of each recording kind so far: its cost
+  // samples' clipped means (ClippedMean) kSpeedChunk at a time, and of those the median of the
+  // ones within kUsualBand of the fastest tenth (the machine's usual speed,
+  // as calibration.Speed takes it for the start-up loops: Python code here
+  // runs up to 2x slower for tenths of a second to seconds at a time, and
+  // the recording calls with it). 0 for a kind with fewer than
+  // kMinSpeedChunks chunks.
+  KindCosts UsualCosts() const;
+  static constexpr uint64_t kSpeedChunk = 64;
+  static constexpr size_t kMinSpeedChunks = 4;
+  static constexpr size_t kMaxSpeedChunks = 4096;  // then every other one is dropped
+  static constexpr double kUsualBand = 1.25;
   const HandlerStats& cpu_handler() const { return cpu_handler_; }
   uint64_t interrupted_samples() const { return interrupted_samples_; }
   size_t buffered() const { return instants_.size() + gpu_.size(); }
@@ -105,6 +123,8 @@ class RecordStores {
   std::deque<wire::ArmEdge> arming_;  // by time; bounded (kMaxArmEdges), the oldest forgotten
   uint64_t cpu_samples_received_ = 0;
   KindSamples sample_totals_;
+  std::array<std::vector<double>, 8> speed_chunk_;   // the open chunk of each kind, ps
+  std::array<std::vector<double>, 8> speed_chunks_;  // closed chunks' clipped means, ps
   HandlerStats cpu_handler_;
   uint64_t interrupted_samples_ = 0;
 };

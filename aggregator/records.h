@@ -79,6 +79,25 @@ struct SampleStats {
 // Per EventKind value (index 1..7): a process's cost samples.
 using KindSamples = std::array<SampleStats, 8>;
 
+// Per EventKind value: a recording call's usual cost in place, ps (0 not
+// known yet): RecordStores::UsualCosts.
+using KindCosts = std::array<double, 8>;
+
+// A step's in-place recording costs against the run's usual ones (the
+// correction's speed ratio, correction.h CostModel), per EventKind value:
+// the clipped mean of the step's cost samples of that kind (ClippedMean),
+// its standard error, how many; and the run's usual cost. Not the mean: a
+// few samples of up to 2 us (a page fault, the flush thread on the ring's
+// cache lines) among hundreds of 10 ns ones double a step's mean without
+// the process running any slower. Not a median: the samples come in whole
+// clock ticks (10 ns on this project's machines, where most calls take
+// one), so a median stays put while the process runs 1.5x slower, and
+// then jumps; the mean follows the share of calls that take two or three.
+struct SpeedSamples {
+  KindCosts step_mean_ps{}, step_se_ps{}, usual_ps{};
+  std::array<uint64_t, 8> step_n{};
+};
+
 // The CPU sampler's signal handler, timed in place (wire.h
 // Batch::cpu_handler_*): the run's totals, whose ratio is the mean a sample,
 // and one figure a flush (the mean of its new samples), whose spread

@@ -12,6 +12,7 @@
 
 #include "aggregator/occurrences.h"
 #include "aggregator/ray_calls.h"
+#include "aggregator/record_stores.h"
 #include "aggregator/sorting.h"
 #include "aggregator/step_profile.h"
 #include "native/event.h"
@@ -66,6 +67,19 @@ int64_t WaitShrinkNs(const std::vector<AwaitedWork>& work, int64_t window_begin_
 
 namespace {
 
+// The step's cost samples by kind, against the run's usual costs
+// (SpeedSamples): each kind's clipped mean and its standard error.
+SpeedSamples StepSpeed(std::array<std::vector<double>, 8>& by_kind, const KindCosts& usual) {
+  SpeedSamples speed;
+  speed.usual_ps = usual;
+  for (size_t k = 0; k < by_kind.size(); ++k) {
+    if (by_kind[k].empty()) continue;
+    speed.step_n[k] = by_kind[k].size();
+    std::tie(speed.step_mean_ps[k], speed.step_se_ps[k]) = ClippedMean(&by_kind[k]);
+  }
+  return speed;
+}
+
 // One process's shifts from its own recorded events plus `waits`
 // (aggregator clock), with the costs it used and whether they drifted.
 std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map<int64_t, std::vector<CostMark>>& waits,
@@ -81,12 +95,17 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
   const ClockEstimate& clock = slice.process->clock();
   const int64_t begin = clock.FromAggregator(step.begin_ns), end = clock.FromAggregator(step.end_ns);
   KindSamples in_step, first, second;
+  std::array<std::vector<double>, 8> by_kind;
   for (const CostSample& s : slice.cost_samples) {
     in_step[s.kind].Add(static_cast<double>(s.ps));
     (s.ts_ns < begin + (end - begin) / 2 ? first : second)[s.kind].Add(static_cast<double>(s.ps));
+    if (s.kind < by_kind.size()) by_kind[s.kind].push_back(static_cast<double>(s.ps));
   }
+  const SpeedSamples speed = StepSpeed(by_kind, slice.run_usual_costs);
   auto corrector = std::make_unique<Corrector>(
-      *marks, CostModel(slice.process->hello().costs, scale, &in_step, &slice.run_cost_samples, &slice.run_cpu_handler),
+      *marks,
+      CostModel(slice.process->hello().costs, scale, &in_step, &slice.run_cost_samples, &slice.run_cpu_handler,
+                &speed),
       step.begin_ns);
   corrector->set_cost_note(CostDrift(first, second));
   return corrector;

@@ -48,6 +48,7 @@ void CutCosts(const ProcessTimeline& p, const StepSpan& s, int64_t begin, int64_
   }
   p.CutSamples(begin - 1, end + 1, &slice->cost_samples);
   slice->run_cost_samples = p.sample_totals();
+  slice->run_usual_costs = p.usual_costs();
   slice->run_cpu_handler = p.cpu_handler();
 }
 

@@ -61,14 +61,16 @@ struct MeasuredCost {
 // key ("push", ..., "py_nvtx_push").
 struct UsedCosts {
   std::map<std::string, double> ns;              // per event, scaled
-  std::map<std::string, std::string> sources;    // "step", "run", "calibration" or "scaled calibration"
+  std::map<std::string, std::string> sources;    // "step", "run", "calibration", "scaled calibration" or "calibration at step speed"
   std::map<std::string, MeasuredCost> measured;  // behind a "step" or "run" cost
   // The in-place costs over their start-up figures (CostModel::in_place_ratio); 0 none.
   double in_place_ratio = 0;
+  // The step's speed against the run's usual one (CostModel::speed_ratio); 0 none.
+  double speed_ratio = 0;
 };
 
 // Where a cost used came from (UsedCosts::sources spells it).
-enum class CostSource : uint8_t { kNone, kCalibration, kScaledCalibration, kStep, kRun };
+enum class CostSource : uint8_t { kNone, kCalibration, kScaledCalibration, kStep, kRun, kStepSpeedCalibration };
 
 // The same costs by event kind (EventKind values 1..7) and entry point
 // (Caller): a process's correction keeps them every step, so they are
@@ -82,6 +84,8 @@ struct CostTable {
   double caller_ns[kCallers][kKinds] = {};  // the caller side, per event, scaled
   CostSource caller_source[kCallers][kKinds] = {};
   double in_place_ratio = 0;
+  double speed_ratio = 0;   // CostModel: the step's speed ratio, 0 none
+  double speed_rel_se = 0;  // its standard error over it
   UsedCosts Spelled() const;
 };
 
@@ -179,6 +183,7 @@ struct ProcessSlice {
   std::map<int64_t, std::vector<CostMark>> cost_marks;
   std::vector<CostSample> cost_samples;
   KindSamples run_cost_samples;
+  KindCosts run_usual_costs{};   // the run's usual in-place costs so far (RecordStores::UsualCosts)
   HandlerStats run_cpu_handler;  // the CPU sampler's handler in the run so far
   // Overhead correction (correction.h); none when off. Times above are corrected.
   std::optional<Overhead> overhead;

@@ -191,6 +191,7 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   w.Key("calibrated_events").Uint(o.calibrated_events);
   w.Key("caller_side_ms").Double(Ms(o.caller_ns));
   w.Key("in_place_ratio").DoubleOrNull(o.costs.in_place_ratio > 0, o.costs.in_place_ratio);
+  w.Key("speed_ratio").DoubleOrNull(o.costs.speed_ratio > 0, o.costs.speed_ratio);
   w.Key("calibration_spread_ms").Double(Ms(o.calibration_spread_ns));
   w.Key("systematic_ms").Double(Ms(o.systematic_ns));
   w.Key("note").String(o.cost_note);

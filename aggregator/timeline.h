@@ -101,6 +101,7 @@ class ProcessTimeline {
   uint64_t cpu_samples_received() const { return stores_.cpu_samples_received(); }
   // Every cost sample received so far, per kind.
   const KindSamples& sample_totals() const { return stores_.sample_totals(); }
+  KindCosts usual_costs() const { return stores_.UsualCosts(); }  // RecordStores::UsualCosts
   const HandlerStats& cpu_handler() const { return stores_.cpu_handler(); }
   // Measured calls interrupted (RecordStores::kInterruptedSamplePs): left out of the costs, counted.
   uint64_t interrupted_samples() const { return stores_.interrupted_samples(); }

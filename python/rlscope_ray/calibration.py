@@ -23,7 +23,10 @@ interquartile range, goes with it as its spread (`<key>_spread`: the
 aggregator states it). Each round's figures are taken over that round's
 speed probe and given back in ns at the calibration's usual speed (Speed),
 so a slow stretch of the machine during the calibration does not scale the
-costs charged for the whole run. The entry points: the package's own
+costs charged for the whole run; for 4 s after it a thread of its own takes
+16 more probes (watch_speed), and the figures are given again if the usual
+speed over all of them differs by over 5 % (a calibration wholly inside a
+slow stretch). The entry points: the package's own
 functions through NVTX (py_nvtx_*: what code that bound them before
 rlscope_ray was imported calls), and, when nvtx_fast is installed,
 rlscope's for its functions (py_fast_*) and for its annotate
@@ -45,6 +48,7 @@ up to three times that where the rounds disagree (paired_estimates).
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -137,8 +141,9 @@ class Speed:
     does not do it). A calibration taken then gave every caller side
     1.6-1.8x its figure (4 of 34 runs of the dense push workload, a fifth
     partly slow), and those runs removed 12-20 % of the step too much from
-    every step. A calibration slow from end to end is not told apart: its
-    reference is the slow speed's, and its figures are as before."""
+    every step. A calibration slow from end to end cannot tell from its own
+    probes: the watch after it (watch_speed) takes more, and gives the
+    figures again at the usual speed it finds."""
 
     # The usual speed: the median of the probes within BAND of the fastest
     # tenth. On a quiet machine that is every probe but a few interrupted
@@ -358,10 +363,6 @@ def calibrate_python() -> Dict[str, float]:
     finally:
         if scoped:
             _native.scratch_scope(0)
-    # In ns at the machine's usual speed, from every probe of the calibration.
-    usual_ns = speed.reference()
-    estimates = {key: (figure * usual_ns, spread * usual_ns) for key, (figure, spread) in in_probes.items()}
-    costs = {key: ns for key, (ns, _) in estimates.items()}
     # The loops also paid the recording of what they recorded, which the
     # collector charges itself: everything while the process was armed; in
     # the scratch scope starts and ends (recorded as if armed, as a selected
@@ -369,6 +370,20 @@ def calibrate_python() -> Dict[str, float]:
     recorded = (("push", "pop", "start", "end", "mark") if armed_before or _native.armed()
                 else ("start", "end") if scoped else ())
     own = {k: max(0.0, _native.cost(k)) for k in recorded}
+    # In ns at the machine's usual speed, from every probe of the calibration.
+    costs = _publish(in_probes, speed.reference(), own)
+    if _WATCH_PROBES > 0 and in_probes:
+        threading.Thread(target=watch_speed, args=(speed, in_probes, own), name="rlscope-speed-watch",
+                         daemon=True).start()
+    return costs
+
+
+def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, float]) -> Dict[str, float]:
+    """The figures (in probe iterations) in ns at `usual_ns` a probe
+    iteration, less what the collector charges itself (`own`, by kind), with
+    their spreads, handed to the collector (a new Hello carries them)."""
+    estimates = {key: (figure * usual_ns, spread * usual_ns) for key, (figure, spread) in in_probes.items()}
+    costs = {key: ns for key, (ns, _) in estimates.items()}
     for key in costs:
         kind = key.rsplit("_", 1)[1]
         if kind in own:
@@ -377,3 +392,38 @@ def calibrate_python() -> Dict[str, float]:
     for key, ns in costs.items():
         _native.set_cost(key, ns)
     return costs
+
+
+# After the start-up calibration, _WATCH_PROBES more probes, _WATCH_EVERY_S
+# apart, on a thread of its own (watch_speed): Python code here runs about
+# 1.9x slower for tenths of a second to seconds at a time (a C loop on the
+# same core does not), and a calibration that falls wholly in such a stretch
+# cannot tell: 3 of 36 start-up calibrations of one test program came out
+# 1.8-1.9x in every figure. Each probe holds the GIL for its 1000 iterations
+# (about 0.4 ms here): 6 ms over the 4 s after start-up.
+_WATCH_PROBES = 16
+_WATCH_EVERY_S = 0.25
+# The figures are given again when the usual speed moved by more than this.
+_WATCH_SHARE = 0.05
+
+
+def watch_speed(speed: Speed, in_probes: Dict[str, Estimate], own: Dict[str, float], probes: int = _WATCH_PROBES,
+                every_s: float = _WATCH_EVERY_S, measure: Callable[[Callable[[int], int]], float] = _ns_per_iter,
+                sleep: Callable[[float], None] = time.sleep) -> Optional[Dict[str, float]]:
+    """Takes `probes` more speed probes, `every_s` apart, then, if the usual
+    speed over all of them (Speed.reference) differs from the calibration's
+    own by more than _WATCH_SHARE, gives the collector the figures at it.
+    Returns what was set then, else None (also when the collector stopped)."""
+    try:
+        before = speed.reference()
+        for _ in range(probes):
+            sleep(every_s)
+            if not _native.running():
+                return None
+            speed.take(measure)
+        after = speed.reference()
+        if abs(after / before - 1) <= _WATCH_SHARE or not _native.running():
+            return None
+        return _publish(in_probes, after, own)
+    except Exception:  # noqa: BLE001 - a watch never fails its host
+        return None

@@ -1492,6 +1492,32 @@ TEST(RecordStores, ACostSampleOverTwoMicrosecondsIsLeftOutAndCounted) {
   EXPECT_EQ(cut[1].ps, 1'900'000u);
 }
 
+TEST(RecordStores, TheUsualInPlaceCostIsTheFastChunksMedianNotTheSlowStretches) {
+  // 20 chunks of 64 pushes: 12 at the usual speed (10-11 ns), 8 in a slow
+  // stretch (19-20 ns). The usual cost is the fast ones' median, whatever
+  // the order; the open chunk does not count. A chunk is its samples'
+  // mean with each at most 8 times their median: 4 interrupted calls (2 us)
+  // in 64 add 4 x 70 ns over 64 in place of 4 x 1.89 us.
+  RecordStores stores;
+  const auto push = static_cast<uint32_t>(EventKind::kRangePush);
+  auto chunk = [&](uint64_t ps) {
+    for (uint64_t i = 0; i < RecordStores::kSpeedChunk; ++i) {
+      wire::Event e;
+      e.ts_ns = 100;
+      e.kind = static_cast<uint8_t>(EventKind::kCostSample);
+      e.category = push;
+      e.value = i % 16 == 0 ? 1'900'000 : ps;  // 4 in 64 interrupted
+      stores.AddCostSample(e, /*after_calibration=*/false);
+    }
+  };
+  for (int i = 0; i < 3; ++i) chunk(10'000);
+  EXPECT_EQ(stores.UsualCosts()[push], 0.0);  // too few chunks yet
+  for (int i = 0; i < 8; ++i) chunk(19'000 + 1'000 * (i % 2));
+  for (int i = 0; i < 9; ++i) chunk(10'000 + 1'000 * (i % 2));
+  EXPECT_EQ(stores.UsualCosts()[push], 10'000.0 + 4 * 70'000.0 / 64);  // 10 at 10 ns, 2 at 11 ns
+  EXPECT_EQ(stores.UsualCosts()[static_cast<size_t>(EventKind::kRangePop)], 0.0);
+}
+
 TEST_F(AggregatorTest, SilentWorkerStopsHoldingStepsBack) {
   FakeCollector ctl(1, "controller", -1, 100);
   FakeCollector worker(2, "worker", 0, 200);

@@ -173,6 +173,58 @@ TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {
   EXPECT_DOUBLE_EQ(model.used().measured.at("push").mean_ns, 100.0);
 }
 
+TEST(Correction, TheCallerSideFollowsTheStepsSpeedAgainstTheRunsUsual) {
+  // The recording calls cost 20 ns in place in this step where the run's
+  // usual is 10: the process ran twice as slow as when its Python caller
+  // side was calibrated (at the usual speed), so that side costs twice its
+  // figure here. (No start-up figure of the collector's own costs: no
+  // in-place ratio, which would scale py_nvtx_* in its place.)
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+  const std::map<std::string, double> costs = {{"py_fast_push", 40}, {"py_fast_pop", 20}, {"py_nvtx_push", 500}};
+  KindSamples slow;  // the step's own costs: their means
+  for (int i = 0; i < 40; ++i) slow[push].Add(20'000), slow[pop].Add(20'000);
+  SpeedSamples speed;
+  speed.usual_ps[push] = speed.usual_ps[pop] = 10'000;
+  speed.step_n[push] = speed.step_n[pop] = 40;
+  speed.step_mean_ps[push] = 21'000, speed.step_mean_ps[pop] = 19'000;
+  speed.step_se_ps[push] = 300, speed.step_se_ps[pop] = 400;
+  const CostModel model(costs, 1.0, &slow, nullptr, nullptr, &speed);
+  EXPECT_DOUBLE_EQ(model.table().speed_ratio, 2.0);
+  EXPECT_EQ(model.CallerPs(push, kFlagViaNvtxFast), 80'000);
+  EXPECT_EQ(model.CallerPs(pop, kFlagViaNvtxFast), 40'000);
+  EXPECT_EQ(model.CostPs(push, kFlagViaNvtxFast), 100'000);  // the step's own cost, 20, plus 80
+  EXPECT_EQ(model.used().sources.at("py_fast_push"), "calibration at step speed");
+  EXPECT_EQ(model.CallerPs(push, kFlagViaNvtxEx), 1'000'000);
+  // Its standard error (the means' weighted as they are, in quadrature,
+  // over the weighted sum) is the model part of the uncertainty over the
+  // caller side it scaled.
+  std::map<int64_t, std::vector<CostMark>> marks;
+  for (int i = 0; i < 1000; ++i) {
+    marks[1].push_back({1'000'000 + 2'000'000 * i, push, kFlagViaNvtxFast});
+    marks[1].push_back({2'000'000 + 2'000'000 * i, pop, kFlagViaNvtxFast});
+  }
+  const double se = std::hypot(40.0 * 300, 40.0 * 400) / (40.0 * 21'000 + 40.0 * 19'000);
+  EXPECT_NEAR(model.table().speed_rel_se, se, 1e-12);
+  const Corrector c(marks, model, 0);
+  EXPECT_EQ(c.overhead().caller_ns, 1000 * 120);
+  EXPECT_NEAR(c.overhead().uncertainty_parts.model_ns, 1000 * 120 * se, 1.0);
+  EXPECT_GT(c.overhead().uncertainty_parts.model_ns, 0);
+  // Too few samples in the step: the figures as calibrated. A ratio far
+  // off is clamped.
+  SpeedSamples few = speed;
+  few.step_n[push] = 31, few.step_n[pop] = 0;
+  EXPECT_EQ(CostModel(costs, 1.0, &slow, nullptr, nullptr, &few).table().speed_ratio, 0.0);
+  EXPECT_EQ(CostModel(costs, 1.0, &slow, nullptr, nullptr, &few).CallerPs(push, kFlagViaNvtxFast), 40'000);
+  SpeedSamples stalled = speed;
+  stalled.step_mean_ps[push] = stalled.step_mean_ps[pop] = 90'000;
+  EXPECT_EQ(CostModel(costs, 1.0, &slow, nullptr, nullptr, &stalled).table().speed_ratio, CostModel::kMaxSpeedRatio);
+  // No usual cost yet (the run's first chunks): none.
+  SpeedSamples unknown = speed;
+  unknown.usual_ps = {};
+  EXPECT_EQ(CostModel(costs, 1.0, &slow, nullptr, nullptr, &unknown).table().speed_ratio, 0.0);
+  EXPECT_EQ(CostModel(costs, 1.0, &slow).table().speed_ratio, 0.0);
+}
+
 TEST(Correction, TheUncertaintyIsTheSamplingErrorOfTheMeansTimesTheEvents) {
   const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
   KindSamples step;
