@@ -107,8 +107,10 @@ struct Busy {
   std::vector<Interval> sampled, api;
   double sample_cost_ns = 0;
   // Where each CPU sample's weight begins (SampleStarts), index for index;
-  // the sampling period (the slice's smallest weight: one timer period);
-  // and how far before a sample its weight reaches at most.
+  // the sampling period (the slice's smallest weight: one timer period; a
+  // step in which every sample of the process came late reads a longer
+  // one, and spreads less); and how far before a sample its weight reaches
+  // at most.
   std::vector<int64_t> sample_from_ns;
   int64_t sample_period_ns = 0;
   int64_t sample_reach_ns = 0;

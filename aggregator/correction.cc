@@ -187,6 +187,7 @@ namespace {
 struct Charged {
   int64_t total_ps = 0, waits_ps = 0, cpu_samples_ps = 0, caller_ps = 0;
   int64_t caller_scaled_ps = 0;  // of caller_ps: scaled by the in-place ratio (CostModel::CallerScaled)
+  int64_t caller_at_speed_ps = 0;  // of caller_ps: scaled by the step's speed ratio (CostModel::CallerAtSpeed)
   int64_t capped_ps = 0;         // what the model charged capped events beyond their gaps
   int64_t caller_spread_ps = 0;  // the calibration's spread of the caller sides charged (CallerSpreadPs)
   uint64_t events = 0, capped = 0, cpu_samples = 0;
@@ -223,6 +224,7 @@ void Tally(const CostMark& m, int64_t ps, const CostModel& model, Charged* sums)
     sums->caller_ps += caller;
     if (caller > 0) sums->caller_spread_ps += model.CallerSpreadPs(m.kind, m.flags);
     if (CostModel::CallerScaled(m.flags)) sums->caller_scaled_ps += caller;
+    if (model.CallerAtSpeed(m.kind, m.flags)) sums->caller_at_speed_ps += caller;
   }
 }
 
@@ -323,19 +325,18 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
   parts.sampling_ns = std::llround(std::sqrt(var_ps2) / 1000.0);
   o.caller_ns = sums.caller_ps / 1000;
   if (const double ratio = model.table().in_place_ratio; ratio > 0) {
-    // The spread between the caller side scaled and not: what was removed
-    // scaled, times |1 - 1/r|; what was removed at its start-up figure,
-    // times |r - 1|.
+    // The spread between the caller side scaled by the in-place ratio and
+    // not: what was removed scaled, times |1 - 1/r|; the rest (its
+    // start-up figure, or that times the step's speed ratio), times |r - 1|.
     const double scaled = static_cast<double>(sums.caller_scaled_ps) / 1000.0;
     const double unscaled = static_cast<double>(sums.caller_ps - sums.caller_scaled_ps) / 1000.0;
     o.systematic_ns = std::llround(scaled * std::abs(1.0 - 1.0 / ratio) + unscaled * std::abs(ratio - 1.0));
   }
   parts.model_ns = o.systematic_ns / 2;
   // The step's speed ratio is a mean of cost samples: its standard error,
-  // over the caller side it scaled (all but the in-place-scaled part), is
-  // the model's too.
+  // over the caller side it scaled, is the model's too.
   if (const double se = model.table().speed_rel_se; se > 0) {
-    const double at_speed = static_cast<double>(sums.caller_ps - sums.caller_scaled_ps) / 1000.0;
+    const double at_speed = static_cast<double>(sums.caller_at_speed_ps) / 1000.0;
     parts.model_ns = std::llround(std::hypot(static_cast<double>(parts.model_ns), at_speed * se));
   }
   // The calibration's rounds are independent estimates of each caller-side

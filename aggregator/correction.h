@@ -58,10 +58,11 @@ class CostModel {
   // (SpeedSamples). With kMinSpeedSamples cost samples in the step of
   // kinds that have a usual cost, the step's speed ratio is the kinds'
   // clipped means over their usual costs, weighted by the samples (clamped to
-  // [kMinSpeedRatio, kMaxSpeedRatio]): how much slower than usual the
-  // process ran in the step. The caller sides not scaled by the in-place
-  // ratio are their start-up figures (taken at the usual speed,
-  // calibration.Speed) times it.
+  // [kMinSpeedRatio, kMaxSpeedRatio]; its relative standard error is the
+  // unclamped ratio's): how much slower than usual the process ran in the
+  // step. The caller sides not scaled by the in-place ratio (all of them
+  // when there is none) are their start-up figures (taken at the usual
+  // speed, calibration.Speed) times it.
   CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step = nullptr,
             const KindSamples* run = nullptr, const HandlerStats* cpu_handler = nullptr,
             const SpeedSamples* speed = nullptr);
@@ -80,6 +81,11 @@ class CostModel {
   // Whether the caller side of an event with `flags` was scaled by the
   // in-place ratio (kScaledCaller of its entry point).
   static bool CallerScaled(uint8_t flags) { return kScaledCaller[static_cast<int>(CallerOf(flags))]; }
+  // Whether it was scaled by the step's speed ratio (speed_ratio).
+  bool CallerAtSpeed(uint8_t kind, uint8_t flags) const {
+    return kind < kKinds &&
+           table_.caller_source[static_cast<int>(CallerOf(flags))][kind] == CostSource::kStepSpeedCalibration;
+  }
   static constexpr bool kScaledCaller[kCallers] = {false, true, false, false, false};
   // The costs actually used (ns per event, scaled), where each own cost
   // came from ("step", "run" or "calibration") and the measurements behind

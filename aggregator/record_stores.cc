@@ -121,12 +121,19 @@ void RecordStores::AddCostSample(const wire::Event& e, bool after_calibration) {
     std::vector<double>& chunk = speed_chunk_[e.category];
     chunk.push_back(static_cast<double>(e.value));
     if (chunk.size() == kSpeedChunk) {
+      // A long run keeps one chunk in `stride`, evenly over all of it: when
+      // the list is full, every other one goes and the stride doubles.
       std::vector<double>& chunks = speed_chunks_[e.category];
-      if (chunks.size() == kMaxSpeedChunks) {  // a long run: half as fine, over all of it
-        for (size_t i = 0; i < chunks.size() / 2; ++i) chunks[i] = chunks[2 * i];
-        chunks.resize(chunks.size() / 2);
+      uint32_t& skipped = speed_skipped_[e.category];
+      if (++skipped >= speed_stride_[e.category]) {
+        skipped = 0;
+        if (chunks.size() == kMaxSpeedChunks) {
+          for (size_t i = 0; i < chunks.size() / 2; ++i) chunks[i] = chunks[2 * i];
+          chunks.resize(chunks.size() / 2);
+          speed_stride_[e.category] *= 2;
+        }
+        chunks.push_back(ClippedMean(&chunk).first);
       }
-      chunks.push_back(ClippedMean(&chunk).first);
       chunk.clear();
     }
   }

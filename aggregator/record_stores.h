@@ -98,7 +98,7 @@ class RecordStores {
   KindCosts UsualCosts() const;
   static constexpr uint64_t kSpeedChunk = 64;
   static constexpr size_t kMinSpeedChunks = 4;
-  static constexpr size_t kMaxSpeedChunks = 4096;  // then every other one is dropped
+  static constexpr size_t kMaxSpeedChunks = 4096;  // then one in 2, 4, ... is kept, evenly over the run
   static constexpr double kUsualBand = 1.25;
   const HandlerStats& cpu_handler() const { return cpu_handler_; }
   uint64_t interrupted_samples() const { return interrupted_samples_; }
@@ -125,6 +125,7 @@ class RecordStores {
   KindSamples sample_totals_;
   std::array<std::vector<double>, 8> speed_chunk_;   // the open chunk of each kind, ps
   std::array<std::vector<double>, 8> speed_chunks_;  // closed chunks' clipped means, ps
+  std::array<uint32_t, 8> speed_stride_{1, 1, 1, 1, 1, 1, 1, 1}, speed_skipped_{};  // one in `stride` kept
   HandlerStats cpu_handler_;
   uint64_t interrupted_samples_ = 0;
 };

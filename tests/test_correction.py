@@ -350,6 +350,33 @@ def test_caller_side_costs_and_the_spread_of_their_model_are_stated(aggregator_f
             (ranges * (600 + spread) * 100 > summary["duration_ms"] * 1e6), summary["correction"]["notes"]
 
 
+def test_once_the_run_has_its_usual_speed_each_steps_caller_side_is_charged_at_the_steps(aggregator_factory,
+                                                                                          tmp_path):
+    # Under test costs every recording call costs the same in every step:
+    # once the run has its usual in-place costs (4 means of 64 samples of a
+    # kind: 250 pushes are sampled a step here, so from step 2 on at the
+    # latest) each step's speed ratio is exactly 1, and rlscope's entry
+    # points' caller side (py_fast_push, 1400 ns) is charged at its start-up
+    # figure times it; the corrected step is the uninstrumented one. A step
+    # cut before the run had them (step 1, when it is cut before the next
+    # step's samples arrive) is charged the start-up figure alone. (What a
+    # slower step is charged is breakdown_test's.)
+    agg = aggregator_factory()
+    config = '{"buffers": {"per_thread_kb": 8192}, "correction": {"sample_every": 16}}'
+    report, steps = _dense_with(agg, tmp_path, "push=700,pop=300,py_fast_push=1400", config, steps=4)
+    for n, (raw, corrected, summary) in steps.items():
+        (proc,) = summary["processes"]
+        overhead = proc["overhead"]
+        if overhead["speed_ratio"] is None:
+            assert n == 1 and overhead["cost_sources"]["py_fast_push"] == "calibration", (n, overhead)
+        else:
+            assert overhead["speed_ratio"] == 1.0, (n, overhead)
+            assert overhead["cost_sources"]["py_fast_push"] == "calibration at step speed"
+        assert overhead["caller_side_ms"] == pytest.approx(4000 * 1400 / 1e6, abs=1e-6)
+        uninstrumented = raw - added(report, n)
+        assert abs(corrected - uninstrumented) <= TOLERANCE_NS, (n, raw, corrected, uninstrumented)
+
+
 def test_the_uncertainty_grows_when_costs_vary_and_covers_the_error(aggregator_factory, tmp_path):
     # Each push costs 700 +- 600 ns, each pop 300 +- 250 (a fixed
     # pseudo-random sequence): the sampled means are estimates, the error of
@@ -745,13 +772,27 @@ def test_a_calibration_slow_from_end_to_end_is_given_again_at_the_speed_the_watc
     assert set_again == collector.costs
     assert collector.costs["py_fast_push"] == pytest.approx(100.0 - 10.0)
     assert collector.costs["py_fast_push_spread"] == 0.0
-    # The same speed throughout: nothing set again.
+    # Within 5 % of the calibration's speed, or slower: nothing set again.
     collector.costs.clear()
-    steady = Speed()
-    steady.times = [400.0] * 7
-    assert watch_speed(steady, in_probes, {}, probes=4, every_s=0.25, measure=lambda body: 404.0,
-                       sleep=lambda s: None) is None
+    for probe in (384.0, 480.0):
+        steady = Speed()
+        steady.times = [400.0] * 7
+        assert watch_speed(steady, in_probes, {}, probes=16, every_s=0.25, measure=lambda body: probe,
+                           sleep=lambda s: None) is None
+        assert steady.reference() == probe  # 4 % faster (under the threshold), or slower
     assert collector.costs == {}
+    # A probe taken while the thread was off its CPU (None) is left out.
+    busy = Speed()
+    busy.times = [720.0] * 7
+    assert watch_speed(busy, in_probes, {}, probes=16, every_s=0.25, measure=lambda body: None,
+                       sleep=lambda s: None) is None
+    assert busy.times == [720.0] * 7 and collector.costs == {}
+    # A later calibration ran meanwhile: its figures stand.
+    later = Speed()
+    later.times = [720.0] * 7
+    assert watch_speed(later, in_probes, {}, probes=4, every_s=0.25, measure=lambda body: 400.0,
+                       sleep=lambda s: None, generation=calibration._generation - 1) is None
+    assert collector.costs == {} and len(later.times) == 7
     # The collector stopped while it waited: no probe, nothing set.
     collector.on = False
     stopped = Speed()
@@ -836,6 +877,7 @@ def test_the_calibrations_figures_come_back_in_ns_less_what_the_collector_charge
     monkeypatch.setattr(calibration, "_nvtx_costs",
                         lambda speed: {"py_fast_start": (0.25, 0.01), "py_fast_push": (0.25, 0.01)})
     monkeypatch.setattr(calibration, "_range_costs", lambda speed: {})
+    monkeypatch.setattr(calibration, "_WATCH_PROBES", 0)  # no watch thread over the fakes
     costs = calibration.calibrate_python()
     assert costs == pytest.approx({"py_fast_start": 90.0, "py_fast_push": 100.0, "py_fast_start_spread": 4.0,
                                    "py_fast_push_spread": 4.0})

@@ -24,9 +24,10 @@ aggregator states it). Each round's figures are taken over that round's
 speed probe and given back in ns at the calibration's usual speed (Speed),
 so a slow stretch of the machine during the calibration does not scale the
 costs charged for the whole run; for 4 s after it a thread of its own takes
-16 more probes (watch_speed), and the figures are given again if the usual
-speed over all of them differs by over 5 % (a calibration wholly inside a
-slow stretch). The entry points: the package's own
+16 more probes (watch_speed; a probe during which the thread was off its
+CPU is left out), and the figures are given again if the usual speed over
+all of them is over 5 % faster (a calibration wholly inside a slow
+stretch). The entry points: the package's own
 functions through NVTX (py_nvtx_*: what code that bound them before
 rlscope_ray was imported calls), and, when nvtx_fast is installed,
 rlscope's for its functions (py_fast_*) and for its annotate
@@ -372,9 +373,14 @@ def calibrate_python() -> Dict[str, float]:
     own = {k: max(0.0, _native.cost(k)) for k in recorded}
     # In ns at the machine's usual speed, from every probe of the calibration.
     costs = _publish(in_probes, speed.reference(), own)
+    global _generation
+    _generation += 1
     if _WATCH_PROBES > 0 and in_probes:
-        threading.Thread(target=watch_speed, args=(speed, in_probes, own), name="rlscope-speed-watch",
-                         daemon=True).start()
+        try:
+            threading.Thread(target=watch_speed, args=(speed, in_probes, own), kwargs={"generation": _generation},
+                             name="rlscope-speed-watch", daemon=True).start()
+        except RuntimeError:  # no thread to be had (interpreter shutting down): the figures stand
+            pass
     return costs
 
 
@@ -403,26 +409,47 @@ def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, flo
 # (about 0.4 ms here): 6 ms over the 4 s after start-up.
 _WATCH_PROBES = 16
 _WATCH_EVERY_S = 0.25
-# The figures are given again when the usual speed moved by more than this.
+# The figures are given again when the usual speed is faster than the
+# calibration's by more than this.
 _WATCH_SHARE = 0.05
+_generation = 0  # calibrations so far: a watch gives up once a later one ran
+
+
+def _on_cpu_ns_per_iter(body: Callable[[int], int]) -> Optional[float]:
+    """_ns_per_iter, or None when the thread was off its CPU for over 5 % of
+    the loop (the host's threads hold the GIL or the core: a slower probe
+    that says nothing of the machine's speed)."""
+    w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    body(_PAIRS)
+    wall, cpu = time.perf_counter_ns() - w0, time.thread_time_ns() - c0
+    return wall / _PAIRS if cpu >= 0.95 * wall else None
 
 
 def watch_speed(speed: Speed, in_probes: Dict[str, Estimate], own: Dict[str, float], probes: int = _WATCH_PROBES,
-                every_s: float = _WATCH_EVERY_S, measure: Callable[[Callable[[int], int]], float] = _ns_per_iter,
-                sleep: Callable[[float], None] = time.sleep) -> Optional[Dict[str, float]]:
-    """Takes `probes` more speed probes, `every_s` apart, then, if the usual
-    speed over all of them (Speed.reference) differs from the calibration's
-    own by more than _WATCH_SHARE, gives the collector the figures at it.
-    Returns what was set then, else None (also when the collector stopped)."""
+                every_s: float = _WATCH_EVERY_S,
+                measure: Callable[[Callable[[int], int]], Optional[float]] = _on_cpu_ns_per_iter,
+                sleep: Callable[[float], None] = time.sleep, generation: Optional[int] = None
+                ) -> Optional[Dict[str, float]]:
+    """Takes `probes` more speed probes, `every_s` apart (a probe `measure`
+    gives None for is left out), then, if the usual speed over all of them
+    (Speed.reference) is faster than the calibration's own by more than
+    _WATCH_SHARE, gives the collector the figures at it. Returns what was
+    set then, else None: also when no collector runs, or when a later
+    calibration than `generation` ran (its figures stand)."""
+    def current() -> bool:
+        return _native.running() and (generation is None or generation == _generation)
+
     try:
         before = speed.reference()
         for _ in range(probes):
             sleep(every_s)
-            if not _native.running():
+            if not current():
                 return None
-            speed.take(measure)
+            t = measure(speed.probe)
+            if t is not None:
+                speed.times.append(t)
         after = speed.reference()
-        if abs(after / before - 1) <= _WATCH_SHARE or not _native.running():
+        if after >= before * (1 - _WATCH_SHARE) or not current():
             return None
         return _publish(in_probes, after, own)
     except Exception:  # noqa: BLE001 - a watch never fails its host

@@ -1514,7 +1514,7 @@ TEST(RecordStores, TheUsualInPlaceCostIsTheFastChunksMedianNotTheSlowStretches) 
   EXPECT_EQ(stores.UsualCosts()[push], 0.0);  // too few chunks yet
   for (int i = 0; i < 8; ++i) chunk(19'000 + 1'000 * (i % 2));
   for (int i = 0; i < 9; ++i) chunk(10'000 + 1'000 * (i % 2));
-  EXPECT_EQ(stores.UsualCosts()[push], 10'000.0 + 4 * 70'000.0 / 64);  // 10 at 10 ns, 2 at 11 ns
+  EXPECT_EQ(stores.UsualCosts()[push], 10'000.0 + 4 * 70'000.0 / 64);  // 8 at 10 ns, 4 at 11 ns
   EXPECT_EQ(stores.UsualCosts()[static_cast<size_t>(EventKind::kRangePop)], 0.0);
 }
 

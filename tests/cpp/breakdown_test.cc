@@ -197,17 +197,19 @@ TEST(Correction, TheCallerSideFollowsTheStepsSpeedAgainstTheRunsUsual) {
   EXPECT_EQ(model.CallerPs(push, kFlagViaNvtxEx), 1'000'000);
   // Its standard error (the means' weighted as they are, in quadrature,
   // over the weighted sum) is the model part of the uncertainty over the
-  // caller side it scaled.
+  // caller side it scaled: rlscope's entry points' and, with no in-place
+  // ratio, the package's own (py_nvtx_*, 100 pushes at 1 us).
   std::map<int64_t, std::vector<CostMark>> marks;
   for (int i = 0; i < 1000; ++i) {
     marks[1].push_back({1'000'000 + 2'000'000 * i, push, kFlagViaNvtxFast});
     marks[1].push_back({2'000'000 + 2'000'000 * i, pop, kFlagViaNvtxFast});
   }
+  for (int i = 0; i < 100; ++i) marks[2].push_back({1'000'000 + 2'000'000 * i, push, kFlagViaNvtxEx});
   const double se = std::hypot(40.0 * 300, 40.0 * 400) / (40.0 * 21'000 + 40.0 * 19'000);
   EXPECT_NEAR(model.table().speed_rel_se, se, 1e-12);
   const Corrector c(marks, model, 0);
-  EXPECT_EQ(c.overhead().caller_ns, 1000 * 120);
-  EXPECT_NEAR(c.overhead().uncertainty_parts.model_ns, 1000 * 120 * se, 1.0);
+  EXPECT_EQ(c.overhead().caller_ns, 1000 * 120 + 100 * 1000);
+  EXPECT_NEAR(c.overhead().uncertainty_parts.model_ns, (1000 * 120 + 100 * 1000) * se, 1.0);
   EXPECT_GT(c.overhead().uncertainty_parts.model_ns, 0);
   // Too few samples in the step: the figures as calibrated. A ratio far
   // off is clamped.
