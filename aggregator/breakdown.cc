@@ -114,6 +114,17 @@ struct Busy {
   std::vector<int64_t> sample_from_ns;
   int64_t sample_period_ns = 0;
   int64_t sample_reach_ns = 0;
+  // The step's begin: a window from it counts its first samples' late parts
+  // whole, what they stood for before the step included, as the step's
+  // last stretch is counted in the next step's first samples (the slice
+  // holds none after its end): the two edges balance, as they did when
+  // every sample counted whole where it landed.
+  int64_t step_begin_ns = 0;
+
+  // The part of sample i a window [lo, hi) counts (SampleNsIn).
+  int64_t SampleIn(const CpuSample& c, size_t i, int64_t lo, int64_t hi) const {
+    return SampleNsIn(c, sample_from_ns[i], sample_period_ns, lo <= step_begin_ns ? INT64_MIN / 2 : lo, hi);
+  }
 };
 
 // Worker busy time per sub-task name: name -> process index -> ns.
@@ -181,6 +192,7 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     busy[p].api = UnionClipped(api, step_begin, step_end);
     busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
     busy[p].sample_from_ns = SampleStarts(s.cpu_samples);
+    busy[p].step_begin_ns = step_begin;
     for (size_t i = 0; i < s.cpu_samples.size(); ++i) {
       const CpuSample& c = s.cpu_samples[i];
       if (c.weight_ns > 0 && (busy[p].sample_period_ns == 0 || c.weight_ns < busy[p].sample_period_ns))
@@ -237,7 +249,7 @@ void OffCpuAndCoverage(const ProcessSlice& s, const Busy& busy, int64_t lo, int6
   a->process_cpu_ns = std::max<int64_t>(0, std::llround(cpu_to - cpu_from));
   a->covered_cpu_ns = 0;
   for (size_t i = 0; i < s.cpu_samples.size(); ++i) {
-    a->covered_cpu_ns += SampleNsIn(s.cpu_samples[i], busy.sample_from_ns[i], busy.sample_period_ns, from, to);
+    a->covered_cpu_ns += busy.SampleIn(s.cpu_samples[i], i, from, to);
   }
 }
 
@@ -253,7 +265,7 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
       samples.begin());
   for (size_t i = first; i < samples.size() && samples[i].ts_ns < hi + busy.sample_reach_ns; ++i) {
     const CpuSample& c = samples[i];
-    const int64_t w = SampleNsIn(c, busy.sample_from_ns[i], busy.sample_period_ns, lo, hi);
+    const int64_t w = busy.SampleIn(c, i, lo, hi);
     if (c.ts_ns < hi) ++a.samples;
     if (w <= 0) continue;
     a.ns[std::min<size_t>(c.category, kCpuCategories - 1)] += w;
