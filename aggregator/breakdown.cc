@@ -112,6 +112,14 @@ struct Busy {
   // one, and spreads less); and how far before a sample its weight reaches
   // at most.
   std::vector<int64_t> sample_from_ns;
+  // The category of each sample's thread's previous sample (its own for a
+  // thread's first): what a window before the one a sample landed in
+  // counts its late part as. The thread ran that time between the two
+  // samples, and a window edge is where code changes: at the edge between
+  // two sub-tasks a steady thread's late part is the earlier one's code,
+  // and a thread that ran in bursts while it waited (polling, then
+  // computing in the next sub-task) last ran what its previous sample saw.
+  std::vector<uint8_t> sample_before_category;
   int64_t sample_period_ns = 0;
   int64_t sample_reach_ns = 0;
   // The step's begin: a window from it counts its first samples' late parts
@@ -193,6 +201,13 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
     busy[p].sample_from_ns = SampleStarts(s.cpu_samples);
     busy[p].step_begin_ns = step_begin;
+    busy[p].sample_before_category.reserve(s.cpu_samples.size());
+    std::unordered_map<int64_t, uint8_t> last_category;  // tid -> its previous sample's
+    for (const CpuSample& c : s.cpu_samples) {
+      auto [it, first] = last_category.emplace(c.tid, c.category);
+      busy[p].sample_before_category.push_back(it->second);
+      it->second = c.category;
+    }
     for (size_t i = 0; i < s.cpu_samples.size(); ++i) {
       const CpuSample& c = s.cpu_samples[i];
       if (c.weight_ns > 0 && (busy[p].sample_period_ns == 0 || c.weight_ns < busy[p].sample_period_ns))
@@ -268,7 +283,8 @@ Attribution AttributeWindow(const ProcessSlice& s, const Busy& busy, int64_t lo,
     const int64_t w = busy.SampleIn(c, i, lo, hi);
     if (c.ts_ns < hi) ++a.samples;
     if (w <= 0) continue;
-    a.ns[std::min<size_t>(c.category, kCpuCategories - 1)] += w;
+    const uint8_t category = c.ts_ns < hi ? c.category : busy.sample_before_category[i];  // a later one's late part
+    a.ns[std::min<size_t>(category, kCpuCategories - 1)] += w;
     a.weight_sq_ns2 += static_cast<double>(w) * static_cast<double>(w);
     a.max_weight_ns = std::max(a.max_weight_ns, w);
   }

@@ -23,11 +23,8 @@ interquartile range, goes with it as its spread (`<key>_spread`: the
 aggregator states it). Each round's figures are taken over that round's
 speed probe and given back in ns at the calibration's usual speed (Speed),
 so a slow stretch of the machine during the calibration does not scale the
-costs charged for the whole run; for 4 s after it a thread of its own takes
-16 more probes (watch_speed; a probe during which the thread was off its
-CPU is left out), and the figures are given again if the usual speed over
-all of them is over 5 % faster (a calibration wholly inside a slow
-stretch). The entry points: the package's own
+costs charged for the whole run (a calibration wholly inside a slow stretch
+cannot tell from its own probes: Speed). The entry points: the package's own
 functions through NVTX (py_nvtx_*: what code that bound them before
 rlscope_ray was imported calls), and, when nvtx_fast is installed,
 rlscope's for its functions (py_fast_*) and for its annotate
@@ -49,7 +46,6 @@ up to three times that where the rounds disagree (paired_estimates).
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -143,8 +139,9 @@ class Speed:
     1.6-1.8x its figure (4 of 34 runs of the dense push workload, a fifth
     partly slow), and those runs removed 12-20 % of the step too much from
     every step. A calibration slow from end to end cannot tell from its own
-    probes: the watch after it (watch_speed) takes more, and gives the
-    figures again at the usual speed it finds."""
+    probes: its figures are the slow speed's (3 of 36 start-up calibrations
+    of one small program, 1.8-1.9x in every figure, on one day; 0 of 56
+    later that day)."""
 
     # The usual speed: the median of the probes within BAND of the fastest
     # tenth. On a quiet machine that is every probe but a few interrupted
@@ -372,16 +369,7 @@ def calibrate_python() -> Dict[str, float]:
                 else ("start", "end") if scoped else ())
     own = {k: max(0.0, _native.cost(k)) for k in recorded}
     # In ns at the machine's usual speed, from every probe of the calibration.
-    costs = _publish(in_probes, speed.reference(), own)
-    global _generation
-    _generation += 1
-    if _WATCH_PROBES > 0 and in_probes:
-        try:
-            threading.Thread(target=watch_speed, args=(speed, in_probes, own), kwargs={"generation": _generation},
-                             name="rlscope-speed-watch", daemon=True).start()
-        except RuntimeError:  # no thread to be had (interpreter shutting down): the figures stand
-            pass
-    return costs
+    return _publish(in_probes, speed.reference(), own)
 
 
 def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, float]) -> Dict[str, float]:
@@ -399,58 +387,3 @@ def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, flo
         _native.set_cost(key, ns)
     return costs
 
-
-# After the start-up calibration, _WATCH_PROBES more probes, _WATCH_EVERY_S
-# apart, on a thread of its own (watch_speed): Python code here runs about
-# 1.9x slower for tenths of a second to seconds at a time (a C loop on the
-# same core does not), and a calibration that falls wholly in such a stretch
-# cannot tell: 3 of 36 start-up calibrations of one test program came out
-# 1.8-1.9x in every figure. Each probe holds the GIL for its 1000 iterations
-# (about 0.4 ms here): 6 ms over the 4 s after start-up.
-_WATCH_PROBES = 16
-_WATCH_EVERY_S = 0.25
-# The figures are given again when the usual speed is faster than the
-# calibration's by more than this.
-_WATCH_SHARE = 0.05
-_generation = 0  # calibrations so far: a watch gives up once a later one ran
-
-
-def _on_cpu_ns_per_iter(body: Callable[[int], int]) -> Optional[float]:
-    """_ns_per_iter, or None when the thread was off its CPU for over 5 % of
-    the loop (the host's threads hold the GIL or the core: a slower probe
-    that says nothing of the machine's speed)."""
-    w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-    body(_PAIRS)
-    wall, cpu = time.perf_counter_ns() - w0, time.thread_time_ns() - c0
-    return wall / _PAIRS if cpu >= 0.95 * wall else None
-
-
-def watch_speed(speed: Speed, in_probes: Dict[str, Estimate], own: Dict[str, float], probes: int = _WATCH_PROBES,
-                every_s: float = _WATCH_EVERY_S,
-                measure: Callable[[Callable[[int], int]], Optional[float]] = _on_cpu_ns_per_iter,
-                sleep: Callable[[float], None] = time.sleep, generation: Optional[int] = None
-                ) -> Optional[Dict[str, float]]:
-    """Takes `probes` more speed probes, `every_s` apart (a probe `measure`
-    gives None for is left out), then, if the usual speed over all of them
-    (Speed.reference) is faster than the calibration's own by more than
-    _WATCH_SHARE, gives the collector the figures at it. Returns what was
-    set then, else None: also when no collector runs, or when a later
-    calibration than `generation` ran (its figures stand)."""
-    def current() -> bool:
-        return _native.running() and (generation is None or generation == _generation)
-
-    try:
-        before = speed.reference()
-        for _ in range(probes):
-            sleep(every_s)
-            if not current():
-                return None
-            t = measure(speed.probe)
-            if t is not None:
-                speed.times.append(t)
-        after = speed.reference()
-        if after >= before * (1 - _WATCH_SHARE) or not current():
-            return None
-        return _publish(in_probes, after, own)
-    except Exception:  # noqa: BLE001 - a watch never fails its host
-        return None
