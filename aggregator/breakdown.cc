@@ -122,16 +122,18 @@ struct Busy {
   std::vector<uint8_t> sample_before_category;
   int64_t sample_period_ns = 0;
   int64_t sample_reach_ns = 0;
-  // The step's begin: a window from it counts its first samples' late parts
-  // whole, what they stood for before the step included, as the step's
-  // last stretch is counted in the next step's first samples (the slice
-  // holds none after its end): the two edges balance, as they did when
-  // every sample counted whole where it landed.
-  int64_t step_begin_ns = 0;
+  // The step: a window over all of it (the step's own row) counts its
+  // samples' late parts with what they stood for before the step's begin,
+  // as its last stretch is counted in the next step's first samples (the
+  // slice holds none after its end): its two edges balance, as they did
+  // when every sample counted whole where it landed. A sub-task's window
+  // counts only what lies in it.
+  int64_t step_begin_ns = 0, step_end_ns = 0;
 
   // The part of sample i a window [lo, hi) counts (SampleNsIn).
   int64_t SampleIn(const CpuSample& c, size_t i, int64_t lo, int64_t hi) const {
-    return SampleNsIn(c, sample_from_ns[i], sample_period_ns, lo <= step_begin_ns ? INT64_MIN / 2 : lo, hi);
+    const bool whole_step = lo <= step_begin_ns && hi >= step_end_ns;
+    return SampleNsIn(c, sample_from_ns[i], sample_period_ns, whole_step ? INT64_MIN / 2 : lo, hi);
   }
 };
 
@@ -201,6 +203,7 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     busy[p].sampled = UnionClipped(SampledCpuIntervals(s.cpu_samples), step_begin, step_end);
     busy[p].sample_from_ns = SampleStarts(s.cpu_samples);
     busy[p].step_begin_ns = step_begin;
+    busy[p].step_end_ns = step_end;
     busy[p].sample_before_category.reserve(s.cpu_samples.size());
     std::unordered_map<int64_t, uint8_t> last_category;  // tid -> its previous sample's
     for (const CpuSample& c : s.cpu_samples) {
