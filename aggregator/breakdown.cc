@@ -206,13 +206,11 @@ std::vector<Busy> BusyIntervals(const StepProfile& profile, const ProcessSlice* 
     busy[p].step_end_ns = step_end;
     busy[p].sample_before_category.reserve(s.cpu_samples.size());
     std::unordered_map<int64_t, uint8_t> last_category;  // tid -> its previous sample's
-    for (const CpuSample& c : s.cpu_samples) {
+    for (size_t i = 0; i < s.cpu_samples.size(); ++i) {
+      const CpuSample& c = s.cpu_samples[i];
       auto [it, first] = last_category.emplace(c.tid, c.category);
       busy[p].sample_before_category.push_back(it->second);
       it->second = c.category;
-    }
-    for (size_t i = 0; i < s.cpu_samples.size(); ++i) {
-      const CpuSample& c = s.cpu_samples[i];
       if (c.weight_ns > 0 && (busy[p].sample_period_ns == 0 || c.weight_ns < busy[p].sample_period_ns))
         busy[p].sample_period_ns = c.weight_ns;
       busy[p].sample_reach_ns = std::max(busy[p].sample_reach_ns, c.ts_ns - busy[p].sample_from_ns[i]);

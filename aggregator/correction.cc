@@ -48,6 +48,28 @@ const char* CostKey(uint8_t kind) {
   return "";
 }
 
+// The step's speed into `t` (speed_ratio, speed_rel_se; left 0 without
+// enough samples): its recording calls' in-place costs against the run's
+// usual ones, kind by kind, weighted as the samples fall.
+void CostModel::SetSpeedRatio(const SpeedSamples& speed, CostTable* t) {
+  double step_ps = 0, usual_ps = 0, var_ps2 = 0;
+  uint64_t n = 0;
+  for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
+                               EventKind::kRangeEnd, EventKind::kMark}) {
+    const int k = static_cast<int>(kind);
+    const double nk = static_cast<double>(speed.step_n[k]);
+    if (speed.step_n[k] == 0 || speed.usual_ps[k] <= 0) continue;
+    step_ps += nk * speed.step_mean_ps[k];
+    usual_ps += nk * speed.usual_ps[k];
+    var_ps2 += std::pow(nk * speed.step_se_ps[k], 2);
+    n += speed.step_n[k];
+  }
+  if (n >= kMinSpeedSamples && usual_ps > 0 && step_ps > 0) {
+    t->speed_ratio = std::clamp(step_ps / usual_ps, kMinSpeedRatio, kMaxSpeedRatio);
+    t->speed_rel_se = std::sqrt(var_ps2) / step_ps;
+  }
+}
+
 CostModel::CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step,
                      const KindSamples* run, const HandlerStats* cpu_handler, const SpeedSamples* speed) {
   CostTable& t = table_;
@@ -97,26 +119,7 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     }
   }
   if (measured_ps > 0 && calibrated_ps > 0) t.in_place_ratio = measured_ps / calibrated_ps;
-  // The step's speed: its recording calls' in-place costs against the
-  // run's usual ones, kind by kind, weighted as the samples fall.
-  if (speed != nullptr) {
-    double step_ps = 0, usual_ps = 0, var_ps2 = 0;
-    uint64_t n = 0;
-    for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
-                                 EventKind::kRangeEnd, EventKind::kMark}) {
-      const int k = static_cast<int>(kind);
-      const double nk = static_cast<double>(speed->step_n[k]);
-      if (speed->step_n[k] == 0 || speed->usual_ps[k] <= 0) continue;
-      step_ps += nk * speed->step_mean_ps[k];
-      usual_ps += nk * speed->usual_ps[k];
-      var_ps2 += std::pow(nk * speed->step_se_ps[k], 2);
-      n += speed->step_n[k];
-    }
-    if (n >= kMinSpeedSamples && usual_ps > 0 && step_ps > 0) {
-      t.speed_ratio = std::clamp(step_ps / usual_ps, kMinSpeedRatio, kMaxSpeedRatio);
-      t.speed_rel_se = std::sqrt(var_ps2) / step_ps;
-    }
-  }
+  if (speed != nullptr) SetSpeedRatio(*speed, &t);
   // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
   // py_fast_*, py_annotate_*, py_range_*), each side of a pair on its own event (the
   // close's on the pop or end that carries the caller's flag): the start-up

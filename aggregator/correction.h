@@ -111,6 +111,8 @@ class CostModel {
   UsedCosts used() const { return table_.Spelled(); }
 
  private:
+  static void SetSpeedRatio(const SpeedSamples& speed, CostTable* t);
+
   int64_t own_ps_[kKinds] = {};  // the collector's recording
   // [caller][kind]: the caller side an event with that caller's flag
   // (CallerOf, event.h) pays on its side of the pair; caller 0 none.

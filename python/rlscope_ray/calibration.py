@@ -361,6 +361,10 @@ def calibrate_python() -> Dict[str, float]:
     finally:
         if scoped:
             _native.scratch_scope(0)
+    # In ns at the machine's usual speed, from every probe of the calibration.
+    usual_ns = speed.reference()
+    estimates = {key: (figure * usual_ns, spread * usual_ns) for key, (figure, spread) in in_probes.items()}
+    costs = {key: ns for key, (ns, _) in estimates.items()}
     # The loops also paid the recording of what they recorded, which the
     # collector charges itself: everything while the process was armed; in
     # the scratch scope starts and ends (recorded as if armed, as a selected
@@ -368,16 +372,6 @@ def calibrate_python() -> Dict[str, float]:
     recorded = (("push", "pop", "start", "end", "mark") if armed_before or _native.armed()
                 else ("start", "end") if scoped else ())
     own = {k: max(0.0, _native.cost(k)) for k in recorded}
-    # In ns at the machine's usual speed, from every probe of the calibration.
-    return _publish(in_probes, speed.reference(), own)
-
-
-def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, float]) -> Dict[str, float]:
-    """The figures (in probe iterations) in ns at `usual_ns` a probe
-    iteration, less what the collector charges itself (`own`, by kind), with
-    their spreads, handed to the collector (a new Hello carries them)."""
-    estimates = {key: (figure * usual_ns, spread * usual_ns) for key, (figure, spread) in in_probes.items()}
-    costs = {key: ns for key, (ns, _) in estimates.items()}
     for key in costs:
         kind = key.rsplit("_", 1)[1]
         if kind in own:
@@ -386,4 +380,3 @@ def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, flo
     for key, ns in costs.items():
         _native.set_cost(key, ns)
     return costs
-
