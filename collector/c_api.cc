@@ -1,6 +1,9 @@
 // The C ABI in rlscope_collector.h, over the process's Collector.
 #include "collector/rlscope_collector.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "collector/collector.h"
 #include "native/names.h"
 
@@ -272,6 +275,15 @@ void rlscope_set_cost(const char* key, double ns) {
   if (c == nullptr || key == nullptr || !(ns >= 0 && ns < 1e9)) return;
   try {
     c->SetCost(key, ns);
+  } catch (...) {
+  }
+}
+
+void rlscope_own_thread(void) {
+  Collector* c = Collector::Instance();
+  if (c == nullptr) return;
+  try {
+    c->AddOwnThread(static_cast<int64_t>(syscall(SYS_gettid)));
   } catch (...) {
   }
 }

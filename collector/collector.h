@@ -185,6 +185,7 @@ class Collector {
   void SetLabel(const std::string& key, const std::string& value) { link_.SetLabel(key, value); }
   void SetCost(const std::string& key, double ns) { link_.SetCost(key, ns); }
   double Cost(const std::string& key) { return link_.Cost(key); }
+  void AddOwnThread(int64_t tid) { context_.AddOwnThread(tid); }
   // Measures and sets the recording costs (CostSampling::Calibrate); the
   // Hello carries them.
   std::map<std::string, double> Calibrate();

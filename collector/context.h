@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "collector/test_clock.h"
 #include "native/clock.h"
@@ -47,6 +49,20 @@ struct CollectorContext {
   // threads): CPU sampling gives their time to the profiler. Flush thread only.
   std::set<int64_t> own_threads;
 
+  // A thread of the host that works for the collector (the Python
+  // calibration's speed watch: rlscope_own_thread) says so from any thread;
+  // the flush thread takes it into own_threads (TakeOwnThreads) before it
+  // next looks at the process's threads.
+  void AddOwnThread(int64_t tid) {
+    std::lock_guard<std::mutex> lock(own_added_mu_);
+    own_added_.push_back(tid);
+  }
+  void TakeOwnThreads() {
+    std::lock_guard<std::mutex> lock(own_added_mu_);
+    own_threads.insert(own_added_.begin(), own_added_.end());
+    own_added_.clear();
+  }
+
   // Wakes the flush thread (an eventfd write, best effort: a full counter
   // already means "wake up"). Any thread, async-signal-safe.
   void Wake() const {
@@ -56,6 +72,10 @@ struct CollectorContext {
   }
   // The test clock's ns so far; -1 without one.
   int64_t TestClockNs() const { return test_clock != nullptr ? test_clock->Now() : -1; }
+
+ private:
+  std::mutex own_added_mu_;
+  std::vector<int64_t> own_added_;
 };
 
 }  // namespace rlscope

@@ -281,12 +281,13 @@ void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::se
       slot.named = false;
       slot.blocks = false;
       slot.seen_ns = slot.blocks_look_ns = now_ns;
-      slot.profiler.store(own.count(tid) != 0, std::memory_order_relaxed);
       slot.sampled.ring.reset();  // a ring is its thread's (the blocks it ships carry the tid)
       it = foreign_index_.emplace(tid, next_free).first;
     }
     ForeignSlot& slot = foreign_[it->second];
     slot.present = true;
+    // At every look: a thread may say it is the collector's after it was first listed.
+    slot.profiler.store(own.count(tid) != 0, std::memory_order_relaxed);
     if (!slot.recording && recording.count(tid) != 0) {
       slot.recording = true;  // it records now: its state's timer takes over
       Release(&slot.sampled);

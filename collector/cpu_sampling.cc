@@ -60,6 +60,7 @@ void CpuSampling::ReconcileOthers(bool on) {
   sampler_.RefreshCode(&ctx_.strings);
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
+  ctx_.TakeOwnThreads();
   sampler_.ReconcileOthers(ListThreads(), recording, ctx_.own_threads, on, hz(), now_ns);
 }
 

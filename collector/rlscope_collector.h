@@ -94,6 +94,11 @@ RLSCOPE_API void rlscope_set_label(const char* key, const char* value);
  * docs/wire_format.md, Hello `costs`), e.g. the caller-side cost of the
  * `nvtx` Python package measured by rlscope_ray. Takes a lock. */
 RLSCOPE_API void rlscope_set_cost(const char* key, double ns);
+/* The calling thread works for the collector (rlscope_ray's speed watch
+ * after its calibration): CPU sampling gives its time to the profiler, as
+ * the collector's own threads' (from the flush thread's next look at the
+ * process's threads). No-op when no collector runs. */
+RLSCOPE_API void rlscope_own_thread(void);
 /* Re-measures the collector's own per-event costs on the calling thread
  * (about a millisecond); 0 when no collector runs. */
 RLSCOPE_API int rlscope_calibrate(void);

@@ -98,12 +98,17 @@ def test_the_summary_says_how_it_sampled_and_the_trace_has_a_category_track(attr
     pid = trace.pid_of("attribution_app.py")
     # The main thread and the helper, each beside its own (the collector's
     # own threads, sampled too, are the profiler's: tests/test_whole_process.py).
-    tracks = {tid for (p, tid), name in trace.thread_names.items() if p == pid and name.endswith("\u00b7 CPU (sampled)")
-              and not name.startswith(("rlscope-flush", "ZMQbg"))}
+    sampled = {tid: name for (p, tid), name in trace.thread_names.items()
+               if p == pid and name.endswith("\u00b7 CPU (sampled)")}
+    # Its own threads (rlscope-flush, rlscope-speed-watch, ZeroMQ's) hold
+    # the profiler's time alone.
+    own = {tid for tid, name in sampled.items() if name.startswith(("rlscope-", "ZMQbg"))}
+    tracks = set(sampled) - own
     assert len(tracks) == 2, trace.thread_names
     by_track = {}
     for e in trace.slices(pid, samples=True):
         by_track.setdefault(e["tid"], set()).add(e["name"])
+    assert all(by_track.get(t, set()) <= {"profiler"} for t in own), (by_track, sampled)
     main_track = max(tracks, key=lambda t: len(by_track.get(t, ())))
     (helper_track,) = tracks - {main_track}
     assert by_track[main_track] >= {"backend", "python", "simulator"}, by_track

@@ -730,6 +730,87 @@ def test_a_calibration_taken_while_the_machine_runs_slow_gives_the_usual_speeds_
     assert quiet.reference() == 400.5  # the median of all but the interrupted one
 
 
+def test_a_calibration_slow_from_end_to_end_is_given_again_at_the_speed_the_watch_finds(monkeypatch):
+    """A start-up calibration wholly inside a slow stretch (1.8x: every
+    probe slow) states every figure 1.8x. The watch after it (more probes,
+    a virtual clock: no sleeping, no timing) finds the usual speed once the
+    stretch ends and the collector gets the figures at it, less its own
+    recording cost, with their spreads, and again only when the speed moves
+    on by over 5 %; a watch whose probes agree with the calibration's gives
+    nothing again, and one whose collector stopped, or whose calibration a
+    later one replaced, gives up."""
+    from rlscope_ray import calibration
+    from rlscope_ray.calibration import Speed, paired_estimates, watch_speed
+
+    class Collector:
+        def __init__(self):
+            self.costs, self.on, self.sets = {}, True, 0
+
+        def running(self):
+            return self.on
+
+        def set_cost(self, key, ns):
+            self.costs[key] = ns
+            self.sets += 1
+
+    collector = Collector()
+    monkeypatch.setattr(calibration, "_native", collector)
+    untooled, real = (lambda n: n), (lambda n: n)
+    speed = Speed()
+    usual = {id(speed.probe): 400.0, id(untooled): 500.0, id(real): 600.0}
+    factor = [1.8]
+
+    def measure(body):
+        return usual[id(body)] * factor[0]
+
+    ((figure, spread),) = paired_estimates([(untooled, real)], measure, rounds=7, max_rounds=7, speed=speed)
+    in_probes = {"py_fast_push": (figure, spread)}
+    assert figure * speed.reference() == pytest.approx(180.0)  # what start-up states
+    slept = []
+
+    def sleep(s):  # the stretch ends after the watch's fourth sleep
+        slept.append(s)
+        factor[0] = 1.8 if len(slept) < 4 else 1.0
+
+    set_again = watch_speed(speed, in_probes, {"push": 10.0}, schedule_s=[0.15] * 16 + [1.0] * 4, measure=measure,
+                            sleep=sleep)
+    assert slept == [0.15] * 16 + [1.0] * 4 and len(speed.times) == 7 + 20
+    assert speed.reference() == 400.0
+    assert set_again == collector.costs
+    assert collector.costs["py_fast_push"] == pytest.approx(100.0 - 10.0)
+    assert collector.costs["py_fast_push_spread"] == 0.0
+    # Given once: at 400 ns a probe; nothing moved by 5 % after it.
+    assert collector.sets == 2
+    # Within 5 % of the calibration's speed, or slower: nothing set again.
+    collector.costs.clear()
+    for probe in (384.0, 480.0):
+        steady = Speed()
+        steady.times = [400.0] * 7
+        assert watch_speed(steady, in_probes, {}, schedule_s=[0.15] * 16, measure=lambda body: probe,
+                           sleep=lambda s: None) is None
+        assert steady.reference() == probe  # 4 % faster (under the threshold), or slower
+    assert collector.costs == {}
+    # A probe taken while the thread was off its CPU (None) is left out.
+    busy = Speed()
+    busy.times = [720.0] * 7
+    assert watch_speed(busy, in_probes, {}, schedule_s=[0.15] * 16, measure=lambda body: None,
+                       sleep=lambda s: None) is None
+    assert busy.times == [720.0] * 7 and collector.costs == {}
+    # A later calibration ran meanwhile: its figures stand.
+    later = Speed()
+    later.times = [720.0] * 7
+    assert watch_speed(later, in_probes, {}, schedule_s=[0.15] * 4, measure=lambda body: 400.0,
+                       sleep=lambda s: None, generation=calibration._generation - 1) is None
+    assert collector.costs == {} and len(later.times) == 7
+    # The collector stopped while it waited: no probe, nothing set.
+    collector.on = False
+    stopped = Speed()
+    stopped.times = [720.0] * 7
+    assert watch_speed(stopped, in_probes, {}, schedule_s=[0.15] * 4, measure=lambda body: 400.0,
+                       sleep=lambda s: None) is None
+    assert collector.costs == {} and len(stopped.times) == 7
+
+
 def test_annotate_and_range_are_calibrated_whole_as_with_statements(monkeypatch):
     """`nvtx.annotate` and `rlscope_ray.range` are used as `with x(name):`,
     which costs the real class more over the untooled one than calling its
@@ -805,6 +886,7 @@ def test_the_calibrations_figures_come_back_in_ns_less_what_the_collector_charge
     monkeypatch.setattr(calibration, "_nvtx_costs",
                         lambda speed: {"py_fast_start": (0.25, 0.01), "py_fast_push": (0.25, 0.01)})
     monkeypatch.setattr(calibration, "_range_costs", lambda speed: {})
+    monkeypatch.setattr(calibration, "_WATCH_SCHEDULE_S", ())  # no watch thread over the fakes
     costs = calibration.calibrate_python()
     assert costs == pytest.approx({"py_fast_start": 90.0, "py_fast_push": 100.0, "py_fast_start_spread": 4.0,
                                    "py_fast_push_spread": 4.0})

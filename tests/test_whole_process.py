@@ -83,6 +83,20 @@ def test_threads_that_never_record_are_sampled_and_cover_the_process_cpu(run, st
 
 
 @pytest.mark.parametrize("step", [1, 2])
+def test_a_thread_that_works_for_the_collector_is_the_profilers(run, step):
+    """A thread of the host that says it works for the collector
+    (rlscope_ray's speed watch after its calibration) is sampled as the
+    collector's own threads are: its Python CPU is the profiler's, not the
+    program's (never more than it measured, as above)."""
+    agg, app, log = run
+    a = _rows(agg, step)["own"]
+    truth_ms = 1000 * app["steps"][str(step)]["own"]
+    job = sum(a[f"{c}_ms"] for c in CATEGORIES if c != "profiler")
+    assert a["profiler_ms"] >= 0.85 * (job + a["profiler_ms"]), a
+    assert 0 < a["profiler_ms"] <= truth_ms + 3 * a["error_ms"]["profiler"] + 8 + 0.05 * truth_ms, (a, truth_ms)
+
+
+@pytest.mark.parametrize("step", [1, 2])
 def test_native_code_is_attributed_by_its_stack(run, step):
     """sim_lib.c spends its time in libm's sin/exp/log1p and libc's memcpy:
     by the interrupted instruction alone "other", by the stack the

@@ -23,8 +23,12 @@ interquartile range, goes with it as its spread (`<key>_spread`: the
 aggregator states it). Each round's figures are taken over that round's
 speed probe and given back in ns at the calibration's usual speed (Speed),
 so a slow stretch of the machine during the calibration does not scale the
-costs charged for the whole run (a calibration wholly inside a slow stretch
-cannot tell from its own probes: Speed). The entry points: the package's own
+costs charged for the whole run. A calibration wholly inside a slow stretch
+cannot tell from its own probes (Speed): a thread of its own, the
+collector's (its sampled CPU is the profiler's), takes more probes after it
+(watch_speed: 16 in its first 2.4 s, then one a second for a minute) and
+gives the figures again whenever the usual speed over all of them is over
+5 % faster than the figures'. The entry points: the package's own
 functions through NVTX (py_nvtx_*: what code that bound them before
 rlscope_ray was imported calls), and, when nvtx_fast is installed,
 rlscope's for its functions (py_fast_*) and for its annotate
@@ -46,8 +50,9 @@ up to three times that where the rounds disagree (paired_estimates).
 from __future__ import annotations
 
 import statistics
+import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
 
@@ -139,9 +144,10 @@ class Speed:
     1.6-1.8x its figure (4 of 34 runs of the dense push workload, a fifth
     partly slow), and those runs removed 12-20 % of the step too much from
     every step. A calibration slow from end to end cannot tell from its own
-    probes: its figures are the slow speed's (3 of 36 start-up calibrations
-    of one small program, 1.8-1.9x in every figure, on one day; 0 of 56
-    later that day)."""
+    probes (3 of 36 start-up calibrations of one small program, 1.8-1.9x in
+    every figure, on one day; 0 of 56 later that day; 2 of 16 on another):
+    the watch after it (watch_speed) takes more, and gives the figures again
+    at the usual speed it finds."""
 
     # The usual speed: the median of the probes within BAND of the fastest
     # tenth. On a quiet machine that is every probe but a few interrupted
@@ -361,10 +367,6 @@ def calibrate_python() -> Dict[str, float]:
     finally:
         if scoped:
             _native.scratch_scope(0)
-    # In ns at the machine's usual speed, from every probe of the calibration.
-    usual_ns = speed.reference()
-    estimates = {key: (figure * usual_ns, spread * usual_ns) for key, (figure, spread) in in_probes.items()}
-    costs = {key: ns for key, (ns, _) in estimates.items()}
     # The loops also paid the recording of what they recorded, which the
     # collector charges itself: everything while the process was armed; in
     # the scratch scope starts and ends (recorded as if armed, as a selected
@@ -372,6 +374,25 @@ def calibrate_python() -> Dict[str, float]:
     recorded = (("push", "pop", "start", "end", "mark") if armed_before or _native.armed()
                 else ("start", "end") if scoped else ())
     own = {k: max(0.0, _native.cost(k)) for k in recorded}
+    # In ns at the machine's usual speed, from every probe of the calibration.
+    costs = _publish(in_probes, speed.reference(), own)
+    global _generation
+    _generation += 1
+    if _WATCH_SCHEDULE_S and in_probes:
+        try:
+            threading.Thread(target=_watch_as_own_thread, args=(speed, in_probes, own, _generation),
+                             name="rlscope-speed-watch", daemon=True).start()
+        except RuntimeError:  # no thread to be had (interpreter shutting down): the figures stand
+            pass
+    return costs
+
+
+def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, float]) -> Dict[str, float]:
+    """The figures (in probe iterations) in ns at `usual_ns` a probe
+    iteration, less what the collector charges itself (`own`, by kind), with
+    their spreads, handed to the collector (a new Hello carries them)."""
+    estimates = {key: (figure * usual_ns, spread * usual_ns) for key, (figure, spread) in in_probes.items()}
+    costs = {key: ns for key, (ns, _) in estimates.items()}
     for key in costs:
         kind = key.rsplit("_", 1)[1]
         if kind in own:
@@ -380,3 +401,72 @@ def calibrate_python() -> Dict[str, float]:
     for key, ns in costs.items():
         _native.set_cost(key, ns)
     return costs
+
+
+# After the start-up calibration, more probes on a thread of its own
+# (watch_speed), the sleeps before each: Python code here runs about 1.9x
+# slower for tenths of a second to seconds at a time (a C loop on the same
+# core does not), and a calibration that falls wholly in such a stretch
+# cannot tell (Speed). Densely at first, as the first steps are charged at
+# what it finds, then one a second for a minute. Each probe holds the GIL
+# for its 1000 iterations (about 0.4 ms here): 6.4 ms in the first 2.4 s
+# (0.3 % of the host's time), then 0.04 %.
+_WATCH_SCHEDULE_S = (0.15,) * 16 + (1.0,) * 56
+# The figures are given again when the usual speed is faster than the
+# speed they were last given at by more than this.
+_WATCH_SHARE = 0.05
+_generation = 0  # calibrations so far: a watch gives up once a later one ran
+
+
+def _on_cpu_ns_per_iter(body: Callable[[int], int]) -> Optional[float]:
+    """_ns_per_iter, or None when the thread was off its CPU for over 5 % of
+    the loop (the host's threads hold the GIL or the core: a slower probe
+    that says nothing of the machine's speed)."""
+    w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    body(_PAIRS)
+    wall, cpu = time.perf_counter_ns() - w0, time.thread_time_ns() - c0
+    return wall / _PAIRS if cpu >= 0.95 * wall else None
+
+
+def _watch_as_own_thread(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, float],
+                         generation: int) -> None:
+    """The watch thread's body: the collector's own thread (its sampled CPU
+    is the profiler's, not the program's), then watch_speed."""
+    try:
+        _native.own_thread()
+    except Exception:  # noqa: BLE001 - a watch never fails its host
+        return
+    watch_speed(speed, in_probes, own, generation=generation)
+
+
+def watch_speed(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, float],
+                schedule_s: Sequence[float] = _WATCH_SCHEDULE_S,
+                measure: Callable[[Callable[[int], int]], Optional[float]] = _on_cpu_ns_per_iter,
+                sleep: Callable[[float], None] = time.sleep, generation: Optional[int] = None
+                ) -> Optional[Dict[str, float]]:
+    """Takes one more speed probe after each sleep of `schedule_s` (a probe
+    `measure` gives None for is left out); whenever the usual speed over all
+    probes so far (Speed.reference) is faster than the one the figures were
+    last given at by more than _WATCH_SHARE, gives the collector the figures
+    at it. Returns what was set last, else None. Stops when no collector
+    runs, or when a later calibration than `generation` ran (its figures
+    stand)."""
+    def current() -> bool:
+        return _native.running() and (generation is None or generation == _generation)
+
+    given_at, given = speed.reference(), None
+    try:
+        for pause in schedule_s:
+            sleep(pause)
+            if not current():
+                break
+            t = measure(speed.probe)
+            if t is None:
+                continue
+            speed.times.append(t)
+            usual = speed.reference()
+            if usual < given_at * (1 - _WATCH_SHARE) and current():
+                given, given_at = _publish(in_probes, usual, own), usual
+    except Exception:  # noqa: BLE001 - a watch never fails its host
+        pass
+    return given

@@ -7,6 +7,9 @@ the program itself:
   CPU time; the main thread waits for them (off CPU, in pthread_join).
 - `sim`: the main thread steps a "simulator" library (sim_lib.c) whose time
   is spent in libm and libc, called from it.
+- `own`: a thread that says it works for the collector (rlscope_ray's speed
+  watch after its calibration does) burns a known amount of Python CPU; the
+  main thread waits for it.
 - `sleep`, `lock`, `poll`, `io`, `gil`: the main thread waits, in turn, in
   time.sleep, on a threading.Lock a helper holds, in select() on a socket
   nobody writes to, in a read of a pipe a helper writes to later, and for
@@ -42,6 +45,17 @@ def wait_for(what, predicate) -> None:
 
 def looks() -> int:
     return rlscope_ray.stats()["off_cpu_looks"]
+
+
+def python_burn(cpu_s: float) -> float:
+    """Burns `cpu_s` of this thread's CPU time in a Python loop; the time burnt."""
+    start = time.thread_time()
+    x, now = 1, start
+    while now - start < cpu_s:
+        for _ in range(2000):
+            x = (x * 69069 + 1) & 0x7FFFFFFF
+        now = time.thread_time()
+    return now - start
 
 
 def wait_done(start: int, t0: float, n: int) -> bool:
@@ -157,6 +171,24 @@ def main() -> None:
             with rlscope_ray.range("gil"):
                 helper.submit(hold_gil)
                 started.wait()  # returns once the helper lets go of the GIL
+            burnt = []
+
+            def own_work():
+                # Works for the collector, as rlscope_ray's speed watch does:
+                # it burns once the collector took it in (two looks later).
+                rlscope_ray._native.own_thread()
+                start, t0 = looks(), time.monotonic()
+                while not wait_done(start, t0, 2):
+                    time.sleep(0.002)
+                burnt.append(python_burn(args.cpu_s / 3))
+            with rlscope_ray.range("own"):
+                timers = rlscope_ray.stats()["cpu_timers"]
+                own = threading.Thread(target=own_work, name="own-work")
+                own.start()
+                own.join()
+                # Its timer goes with it: the next step's pool counts timers.
+                wait_for("the own thread's timer gone", lambda: rlscope_ray.stats()["cpu_timers"] <= timers)
+            phases["own"] = burnt[0]
         report["steps"][str(n)] = phases
     rlscope_ray.flush()
     report["stats"] = rlscope_ray.stats()
