@@ -26,9 +26,9 @@ so a slow stretch of the machine during the calibration does not scale the
 costs charged for the whole run. A calibration wholly inside a slow stretch
 cannot tell from its own probes (Speed): a thread of its own, the
 collector's (its sampled CPU is the profiler's), takes more probes after it
-(watch_speed: 16 in its first 2.4 s, then one a second for a minute) and
-gives the figures again whenever the usual speed over all of them is over
-5 % faster than the figures'. The entry points: the package's own
+(watch_speed: 16 in its first 0.8 s, then sparser for about a minute) and
+gives the figures again whenever its probes put the usual speed over 5 %
+faster than the figures'. The entry points: the package's own
 functions through NVTX (py_nvtx_*: what code that bound them before
 rlscope_ray was imported calls), and, when nvtx_fast is installed,
 rlscope's for its functions (py_fast_*) and for its annotate
@@ -169,11 +169,16 @@ class Speed:
     def reference(self) -> float:
         """ns per probe iteration at the machine's usual speed (BAND); 1
         before any probe was taken."""
-        if not self.times:
+        return self.usual(self.times)
+
+    @classmethod
+    def usual(cls, times: Sequence[float]) -> float:
+        """The median of `times` within BAND of their fastest tenth; 1 for none."""
+        if not times:
             return 1.0
-        ordered = sorted(self.times)
+        ordered = sorted(times)
         fast = ordered[int(0.1 * (len(ordered) - 1))]
-        return statistics.median(t for t in ordered if t <= self.BAND * fast)
+        return statistics.median(t for t in ordered if t <= cls.BAND * fast)
 
 
 def _side_costs(open_fn: Callable[..., object], close_fn: Callable[..., object],
@@ -408,24 +413,30 @@ def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, flo
 # slower for tenths of a second to seconds at a time (a C loop on the same
 # core does not), and a calibration that falls wholly in such a stretch
 # cannot tell (Speed). Densely at first, as the first steps are charged at
-# what it finds, then one a second for a minute. Each probe holds the GIL
-# for its 1000 iterations (about 0.4 ms here): 6.4 ms in the first 2.4 s
-# (0.3 % of the host's time), then 0.04 %.
-_WATCH_SCHEDULE_S = (0.15,) * 16 + (1.0,) * 56
-# The figures are given again when the usual speed is faster than the
-# speed they were last given at by more than this.
+# what it finds, then every quarter second, then every second, for about a
+# minute. Each probe holds the GIL for _WATCH_PAIRS iterations (about 0.1 ms
+# here): 1.6 ms in the first 0.8 s (0.2 % of the host's time), then 0.04 %
+# and 0.01 %.
+_WATCH_SCHEDULE_S = (0.05,) * 16 + (0.25,) * 16 + (1.0,) * 52
+_WATCH_PAIRS = _PAIRS // 4
+# The figures are given again when the watch's own probes (at least
+# _WATCH_AGREE of them within Speed.BAND of their fastest) put the usual
+# speed faster than the one the figures were last given at by more than
+# _WATCH_SHARE. Its probes alone: a calibration takes a hundred and more,
+# which a few fast ones would not move.
 _WATCH_SHARE = 0.05
+_WATCH_AGREE = 2
 _generation = 0  # calibrations so far: a watch gives up once a later one ran
 
 
 def _on_cpu_ns_per_iter(body: Callable[[int], int]) -> Optional[float]:
-    """_ns_per_iter, or None when the thread was off its CPU for over 5 % of
-    the loop (the host's threads hold the GIL or the core: a slower probe
-    that says nothing of the machine's speed)."""
+    """ns per iteration of _WATCH_PAIRS, or None when the thread was off its
+    CPU for over 5 % of the loop (the host's threads hold the GIL or the
+    core: a slower probe that says nothing of the machine's speed)."""
     w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-    body(_PAIRS)
+    body(_WATCH_PAIRS)
     wall, cpu = time.perf_counter_ns() - w0, time.thread_time_ns() - c0
-    return wall / _PAIRS if cpu >= 0.95 * wall else None
+    return wall / _WATCH_PAIRS if cpu >= 0.95 * wall else None
 
 
 def _watch_as_own_thread(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, float],
@@ -445,16 +456,17 @@ def watch_speed(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, f
                 sleep: Callable[[float], None] = time.sleep, generation: Optional[int] = None
                 ) -> Optional[Dict[str, float]]:
     """Takes one more speed probe after each sleep of `schedule_s` (a probe
-    `measure` gives None for is left out); whenever the usual speed over all
-    probes so far (Speed.reference) is faster than the one the figures were
-    last given at by more than _WATCH_SHARE, gives the collector the figures
-    at it. Returns what was set last, else None. Stops when no collector
-    runs, or when a later calibration than `generation` ran (its figures
-    stand)."""
+    `measure` gives None for is left out); whenever its probes so far put
+    the usual speed (Speed.usual, with _WATCH_AGREE of them in its band)
+    faster than the one the figures were last given at (at first the
+    calibration's, `speed`) by more than _WATCH_SHARE, gives the collector
+    the figures at it. Returns what was set last, else None. Stops when no
+    collector runs, or when a later calibration than `generation` ran (its
+    figures stand)."""
     def current() -> bool:
         return _native.running() and (generation is None or generation == _generation)
 
-    given_at, given = speed.reference(), None
+    given_at, given, watched = speed.reference(), None, []
     try:
         for pause in schedule_s:
             sleep(pause)
@@ -463,9 +475,10 @@ def watch_speed(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, f
             t = measure(speed.probe)
             if t is None:
                 continue
-            speed.times.append(t)
-            usual = speed.reference()
-            if usual < given_at * (1 - _WATCH_SHARE) and current():
+            watched.append(t)
+            usual = Speed.usual(watched)
+            agree = sum(w <= Speed.BAND * min(watched) for w in watched)
+            if agree >= _WATCH_AGREE and usual < given_at * (1 - _WATCH_SHARE) and current():
                 given, given_at = _publish(in_probes, usual, own), usual
     except Exception:  # noqa: BLE001 - a watch never fails its host
         pass
