@@ -127,7 +127,11 @@ def read(path: Path) -> PfTrace:
 # ---- comparing with the JSON trace of the same step ----
 
 def _num(v):
-    return float(f"{v:.5g}") if isinstance(v, float) else v  # JSON writes 6 significant digits
+    # JSON writes 6 significant digits (json_writer.h, correctly rounded, as
+    # Python's "g"): the Perfetto trace's full double rounded the same way is
+    # the JSON's value. (Rounding both to 5 digits rounded twice: the JSON's
+    # 1001.35, from 1001.3499..., to 1001.4 against the double's 1001.3.)
+    return float(f"{v:.6g}") if isinstance(v, float) else v
 
 
 def _ns(us) -> int:
