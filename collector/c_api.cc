@@ -1,8 +1,11 @@
 // The C ABI in rlscope_collector.h, over the process's Collector.
 #include "collector/rlscope_collector.h"
 
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "collector/collector.h"
 #include "native/names.h"
@@ -279,9 +282,14 @@ void rlscope_set_cost(const char* key, double ns) {
   }
 }
 
-void rlscope_own_thread(void) {
+void rlscope_own_thread(const char* name) {
   Collector* c = Collector::Instance();
   if (c == nullptr) return;
+  if (name != nullptr && *name != '\0') {
+    char kept[16] = {};  // the kernel keeps 15 bytes
+    std::strncpy(kept, name, sizeof(kept) - 1);
+    pthread_setname_np(pthread_self(), kept);
+  }
   try {
     c->AddOwnThread(static_cast<int64_t>(syscall(SYS_gettid)));
   } catch (...) {

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <set>
 #include <utility>
+#include <vector>
 
 #include "collector/proc_self.h"
 #include "collector/safe_read.h"
@@ -60,8 +62,14 @@ void CpuSampling::ReconcileOthers(bool on) {
   sampler_.RefreshCode(&ctx_.strings);
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
+  const std::vector<int64_t> tids = ListThreads();
   ctx_.TakeOwnThreads();
-  sampler_.ReconcileOthers(ListThreads(), recording, ctx_.own_threads, on, hz(), now_ns);
+  // An own thread that is gone leaves the set: its tid may come back as the program's.
+  if (!tids.empty()) {
+    const std::set<int64_t> listed(tids.begin(), tids.end());
+    std::erase_if(ctx_.own_threads, [&](int64_t tid) { return listed.count(tid) == 0; });
+  }
+  sampler_.ReconcileOthers(tids, recording, ctx_.own_threads, on, hz(), now_ns);
 }
 
 void CpuSampling::NameOthers(Outgoing* out) {

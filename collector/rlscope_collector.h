@@ -97,8 +97,10 @@ RLSCOPE_API void rlscope_set_cost(const char* key, double ns);
 /* The calling thread works for the collector (rlscope_ray's speed watch
  * after its calibration): CPU sampling gives its time to the profiler, as
  * the collector's own threads' (from the flush thread's next look at the
- * process's threads). No-op when no collector runs. */
-RLSCOPE_API void rlscope_own_thread(void);
+ * process's threads, until the thread is gone). `name` (NULL: kept) names
+ * the thread for traces, top and py-spy (at most 15 bytes are kept). No-op
+ * when no collector runs. */
+RLSCOPE_API void rlscope_own_thread(const char* name);
 /* Re-measures the collector's own per-event costs on the calling thread
  * (about a millisecond); 0 when no collector runs. */
 RLSCOPE_API int rlscope_calibrate(void);

@@ -730,30 +730,31 @@ def test_a_calibration_taken_while_the_machine_runs_slow_gives_the_usual_speeds_
     assert quiet.reference() == 400.5  # the median of all but the interrupted one
 
 
+class _WatchedCollector:
+    """The collector as the calibration's watch sees it: running, and taking figures."""
+
+    def __init__(self):
+        self.costs, self.on, self.sets = {}, True, 0
+
+    def running(self):
+        return self.on
+
+    def set_cost(self, key, ns):
+        self.costs[key] = ns
+        self.sets += 1
+
+
 def test_a_calibration_slow_from_end_to_end_is_given_again_at_the_speed_the_watch_finds(monkeypatch):
     """A start-up calibration wholly inside a slow stretch (1.8x: every
     probe slow) states every figure 1.8x. The watch after it (more probes,
     a virtual clock: no sleeping, no timing) finds the usual speed once the
-    stretch ends and the collector gets the figures at it, less its own
-    recording cost, with their spreads, and again only when the speed moves
-    on by over 5 %; a watch whose probes agree with the calibration's gives
-    nothing again, and one whose collector stopped, or whose calibration a
-    later one replaced, gives up."""
+    stretch ends, by its own probes, two of them agreeing, and the collector
+    gets the figures at it, less its own recording cost, with their
+    spreads, and again only when the speed moves on by over 5 %."""
     from rlscope_ray import calibration
     from rlscope_ray.calibration import Speed, paired_estimates, watch_speed
 
-    class Collector:
-        def __init__(self):
-            self.costs, self.on, self.sets = {}, True, 0
-
-        def running(self):
-            return self.on
-
-        def set_cost(self, key, ns):
-            self.costs[key] = ns
-            self.sets += 1
-
-    collector = Collector()
+    collector = _WatchedCollector()
     monkeypatch.setattr(calibration, "_native", collector)
     untooled, real = (lambda n: n), (lambda n: n)
     speed = Speed()
@@ -789,33 +790,51 @@ def test_a_calibration_slow_from_end_to_end_is_given_again_at_the_speed_the_watc
     one_fast = iter([720.0, 400.0] + [720.0] * 6)
     assert watch_speed(speed, in_probes, {}, schedule_s=[0.05] * 8, measure=lambda body: next(one_fast),
                        sleep=lambda s: None) is None
-    # Within 5 % of the calibration's speed, or slower: nothing set again.
-    collector.costs.clear()
-    for probe in (384.0, 480.0):
-        steady = Speed()
-        steady.times = [400.0] * 7
-        assert watch_speed(steady, in_probes, {}, schedule_s=[0.05] * 16, measure=lambda body: probe,
-                           sleep=lambda s: None) is None  # 4 % faster (under the threshold), or slower
     assert collector.costs == {}
-    # A probe taken while the thread was off its CPU (None) is left out.
-    busy = Speed()
-    busy.times = [720.0] * 7
-    assert watch_speed(busy, in_probes, {}, schedule_s=[0.05] * 16, measure=lambda body: None,
-                       sleep=lambda s: None) is None
+
+
+def test_the_watch_gives_nothing_again_unless_faster_and_gives_up_once_replaced_or_stopped(monkeypatch):
+    """Probes within 5 % of the calibration's speed, or slower, or taken
+    off the CPU: nothing given again. A later calibration (or stop_watch,
+    at the collector's shutdown) and a collector that stopped end the watch
+    before its next probe. A virtual clock: no sleeping, no timing."""
+    from rlscope_ray import calibration
+    from rlscope_ray.calibration import Speed, watch_speed
+
+    collector = _WatchedCollector()
+    monkeypatch.setattr(calibration, "_native", collector)
+    in_probes = {"py_fast_push": (0.25, 0.0)}
+
+    def calibrated():
+        s = Speed()
+        s.times = [720.0] * 7
+        return s
+
+    for probe in (700.0, 900.0):  # 3 % faster (under the threshold), or slower
+        assert watch_speed(calibrated(), in_probes, {}, schedule_s=[0.05] * 16, measure=lambda body: probe,
+                           sleep=lambda s: None) is None
+    assert watch_speed(calibrated(), in_probes, {}, schedule_s=[0.05] * 16, measure=lambda body: None,
+                       sleep=lambda s: None) is None  # every probe off the CPU
     assert collector.costs == {}
-    # A later calibration ran meanwhile: its figures stand.
-    later = Speed()
-    later.times = [720.0] * 7
-    assert watch_speed(later, in_probes, {}, schedule_s=[0.05] * 4, measure=lambda body: 400.0,
-                       sleep=lambda s: None, generation=calibration._generation - 1) is None
-    assert collector.costs == {}
-    # The collector stopped while it waited: no probe, nothing set.
+    probed = []
+
+    def measure(body):
+        probed.append(1)
+        return 400.0
+
+    generation = calibration._generation
+    calibration.stop_watch()
+    assert watch_speed(calibrated(), in_probes, {}, schedule_s=[0.05] * 4, measure=measure,
+                       sleep=lambda s: None, generation=generation) is None
     collector.on = False
-    stopped = Speed()
-    stopped.times = [720.0] * 7
-    assert watch_speed(stopped, in_probes, {}, schedule_s=[0.05] * 4, measure=lambda body: 400.0,
+    assert watch_speed(calibrated(), in_probes, {}, schedule_s=[0.05] * 4, measure=measure,
                        sleep=lambda s: None) is None
-    assert collector.costs == {}
+    assert collector.costs == {} and probed == []
+    # The same watch, running, gives the figures at 400 ns a probe.
+    collector.on = True
+    assert watch_speed(calibrated(), in_probes, {}, schedule_s=[0.05] * 4, measure=measure,
+                       sleep=lambda s: None, generation=calibration._generation) == {
+        "py_fast_push": pytest.approx(100.0), "py_fast_push_spread": 0.0}
 
 
 def test_annotate_and_range_are_calibrated_whole_as_with_statements(monkeypatch):

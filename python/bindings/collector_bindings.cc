@@ -116,8 +116,9 @@ void AddCollectorBindings(py::module_& m) {
   m.def(
       "set_cost", [](const std::string& k, double ns) { rlscope_set_cost(k.c_str(), ns); }, py::arg("key"),
       py::arg("ns"), "Set one calibrated cost, ns per event (overhead correction).");
-  m.def("own_thread", &rlscope_own_thread,
-        "The calling thread works for the collector: its sampled CPU time is the profiler's.");
+  m.def(
+      "own_thread", [](const std::string& name) { rlscope_own_thread(name.c_str()); }, py::arg("name") = "",
+      "The calling thread works for the collector: its sampled CPU time is the profiler's; `name` names it.");
   m.def(
       "cost", [](const std::string& k) { return rlscope_cost(k.c_str()); }, py::arg("key"),
       "A calibrated cost, ns per event; -1 when unknown.");

@@ -359,6 +359,10 @@ def calibrate_python() -> Dict[str, float]:
     """
     if not _native.init() or _native.test_clock_ns() >= 0:
         return {}
+    global _generation
+    with _publishing:
+        _generation += 1  # a watch of an earlier calibration stops: these figures stand
+        generation = _generation
     armed_before = bool(_native.armed())
     # Recorded at the real costs into a scratch ring that is never shipped:
     # a profiled process sends nothing before its program records. The
@@ -380,13 +384,12 @@ def calibrate_python() -> Dict[str, float]:
                 else ("start", "end") if scoped else ())
     own = {k: max(0.0, _native.cost(k)) for k in recorded}
     # In ns at the machine's usual speed, from every probe of the calibration.
-    costs = _publish(in_probes, speed.reference(), own)
-    global _generation
-    _generation += 1
-    if _WATCH_SCHEDULE_S and in_probes:
+    with _publishing:
+        costs = _publish(in_probes, speed.reference(), own)
+    if _WATCH_SCHEDULE_S and in_probes and hasattr(_native, "own_thread"):
         try:
-            threading.Thread(target=_watch_as_own_thread, args=(speed, in_probes, own, _generation),
-                             name="rlscope-speed-watch", daemon=True).start()
+            threading.Thread(target=_watch_as_own_thread, args=(speed, in_probes, own, generation),
+                             name=_WATCH_THREAD, daemon=True).start()
         except RuntimeError:  # no thread to be had (interpreter shutting down): the figures stand
             pass
     return costs
@@ -409,7 +412,7 @@ def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, flo
 
 
 # After the start-up calibration, more probes on a thread of its own
-# (watch_speed), the sleeps before each: Python code here runs about 1.9x
+# (watch_speed), the sleeps before each: Python code here runs up to 1.9x
 # slower for tenths of a second to seconds at a time (a C loop on the same
 # core does not), and a calibration that falls wholly in such a stretch
 # cannot tell (Speed). Densely at first, as the first steps are charged at
@@ -426,7 +429,19 @@ _WATCH_PAIRS = _PAIRS // 4
 # which a few fast ones would not move.
 _WATCH_SHARE = 0.05
 _WATCH_AGREE = 2
-_generation = 0  # calibrations so far: a watch gives up once a later one ran
+_WATCH_THREAD = "rlscope-watch"  # its name, in Python and (own_thread) for the OS: traces, top
+# Calibrations so far, and stop_watch's: a watch gives up once the count is
+# not its calibration's. Taken with the check that a watch's figures may
+# still be given (_publishing).
+_generation = 0
+_publishing = threading.Lock()
+
+
+def stop_watch() -> None:
+    """A watch running gives up at its next probe (the collector shuts down)."""
+    global _generation
+    with _publishing:
+        _generation += 1
 
 
 def _on_cpu_ns_per_iter(body: Callable[[int], int]) -> Optional[float]:
@@ -439,18 +454,18 @@ def _on_cpu_ns_per_iter(body: Callable[[int], int]) -> Optional[float]:
     return wall / _WATCH_PAIRS if cpu >= 0.95 * wall else None
 
 
-def _watch_as_own_thread(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, float],
+def _watch_as_own_thread(speed: Speed, in_probes: Dict[str, Estimate], own: Dict[str, float],
                          generation: int) -> None:
     """The watch thread's body: the collector's own thread (its sampled CPU
     is the profiler's, not the program's), then watch_speed."""
     try:
-        _native.own_thread()
+        _native.own_thread(_WATCH_THREAD)
     except Exception:  # noqa: BLE001 - a watch never fails its host
         return
     watch_speed(speed, in_probes, own, generation=generation)
 
 
-def watch_speed(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, float],
+def watch_speed(speed: Speed, in_probes: Dict[str, Estimate], own: Dict[str, float],
                 schedule_s: Sequence[float] = _WATCH_SCHEDULE_S,
                 measure: Callable[[Callable[[int], int]], Optional[float]] = _on_cpu_ns_per_iter,
                 sleep: Callable[[float], None] = time.sleep, generation: Optional[int] = None
@@ -461,8 +476,8 @@ def watch_speed(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, f
     faster than the one the figures were last given at (at first the
     calibration's, `speed`) by more than _WATCH_SHARE, gives the collector
     the figures at it. Returns what was set last, else None. Stops when no
-    collector runs, or when a later calibration than `generation` ran (its
-    figures stand)."""
+    collector runs, or when the calibration count is not `generation` (a
+    later calibration ran, whose figures stand, or stop_watch)."""
     def current() -> bool:
         return _native.running() and (generation is None or generation == _generation)
 
@@ -478,8 +493,11 @@ def watch_speed(speed: "Speed", in_probes: Dict[str, Estimate], own: Dict[str, f
             watched.append(t)
             usual = Speed.usual(watched)
             agree = sum(w <= Speed.BAND * min(watched) for w in watched)
-            if agree >= _WATCH_AGREE and usual < given_at * (1 - _WATCH_SHARE) and current():
-                given, given_at = _publish(in_probes, usual, own), usual
+            if agree >= _WATCH_AGREE and usual < given_at * (1 - _WATCH_SHARE):
+                with _publishing:
+                    if not current():
+                        break
+                    given, given_at = _publish(in_probes, usual, own), usual
     except Exception:  # noqa: BLE001 - a watch never fails its host
         pass
     return given

@@ -83,4 +83,7 @@ def calibrate() -> dict:
 
 def shutdown_collector() -> None:
     """Flush and stop this process's collector (also done at exit)."""
+    from . import calibration
+
+    calibration.stop_watch()  # no figures given to a collector that stopped
     _native.shutdown()

@@ -31,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rlscope_ray  # noqa: E402
+from attribution_app import python_loop  # noqa: E402
 
 
 def wait_for(what, predicate) -> None:
@@ -47,15 +48,32 @@ def looks() -> int:
     return rlscope_ray.stats()["off_cpu_looks"]
 
 
-def python_burn(cpu_s: float) -> float:
-    """Burns `cpu_s` of this thread's CPU time in a Python loop; the time burnt."""
-    start = time.thread_time()
-    x, now = 1, start
-    while now - start < cpu_s:
-        for _ in range(2000):
-            x = (x * 69069 + 1) & 0x7FFFFFFF
-        now = time.thread_time()
-    return now - start
+def own_phase(cpu_s: float) -> float:
+    """A thread that says it works for the collector, as rlscope_ray's speed
+    watch does, burns `cpu_s` of Python CPU; returns what it burnt. It says
+    so once the collector has listed it as the program's (two looks of the
+    off-CPU sampler: each flush lists the threads before it looks, in steps
+    chosen up front), and burns two looks after that."""
+    burnt = []
+
+    def two_looks():
+        start, t0 = looks(), time.monotonic()
+        while not wait_done(start, t0, 2):
+            time.sleep(0.002)
+
+    def work():
+        two_looks()  # listed (and sampled) as the program's
+        rlscope_ray._native.own_thread("own-work")
+        two_looks()  # listed again: the profiler's from now on
+        burnt.append(python_loop(cpu_s))
+
+    timers = rlscope_ray.stats()["cpu_timers"]
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    # Its timer goes with it: the next step's pool counts timers.
+    wait_for("the own thread's timer gone", lambda: rlscope_ray.stats()["cpu_timers"] <= timers)
+    return burnt[0]
 
 
 def wait_done(start: int, t0: float, n: int) -> bool:
@@ -171,24 +189,8 @@ def main() -> None:
             with rlscope_ray.range("gil"):
                 helper.submit(hold_gil)
                 started.wait()  # returns once the helper lets go of the GIL
-            burnt = []
-
-            def own_work():
-                # Works for the collector, as rlscope_ray's speed watch does:
-                # it burns once the collector took it in (two looks later).
-                rlscope_ray._native.own_thread()
-                start, t0 = looks(), time.monotonic()
-                while not wait_done(start, t0, 2):
-                    time.sleep(0.002)
-                burnt.append(python_burn(args.cpu_s / 3))
             with rlscope_ray.range("own"):
-                timers = rlscope_ray.stats()["cpu_timers"]
-                own = threading.Thread(target=own_work, name="own-work")
-                own.start()
-                own.join()
-                # Its timer goes with it: the next step's pool counts timers.
-                wait_for("the own thread's timer gone", lambda: rlscope_ray.stats()["cpu_timers"] <= timers)
-            phases["own"] = burnt[0]
+                phases["own"] = own_phase(args.cpu_s / 3)
         report["steps"][str(n)] = phases
     rlscope_ray.flush()
     report["stats"] = rlscope_ray.stats()
