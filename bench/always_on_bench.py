@@ -45,9 +45,10 @@ STEADY_FROM = 61
 
 
 # The profiler's own threads inside profiled processes (the collector's
-# flush thread and its ZeroMQ I/O threads, the probe thread) and its own
-# processes (the aggregator, the run database's follower).
-PROFILER_THREADS = ("rlscope-flush", "rlscope-probes", "ZMQbg/IO/0", "ZMQbg/Reaper")
+# flush thread and its ZeroMQ I/O threads, the probe thread, the calibration's
+# speed watch for its first minute) and its own processes (the aggregator,
+# the run database's follower).
+PROFILER_THREADS = ("rlscope-flush", "rlscope-probes", "rlscope-watch", "ZMQbg/IO/0", "ZMQbg/Reaper")
 PROFILER_PROCESSES = ("rlscope-ray-aggregator", "rlscope_ray.rundb")
 
 

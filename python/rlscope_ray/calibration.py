@@ -416,11 +416,11 @@ def _publish(in_probes: Dict[str, Estimate], usual_ns: float, own: Dict[str, flo
 # slower for tenths of a second to seconds at a time (a C loop on the same
 # core does not), and a calibration that falls wholly in such a stretch
 # cannot tell (Speed). Densely at first, as the first steps are charged at
-# what it finds, then every quarter second, then every second, for about a
-# minute. Each probe holds the GIL for _WATCH_PAIRS iterations (about 0.1 ms
-# here): 1.6 ms in the first 0.8 s (0.2 % of the host's time), then 0.04 %
-# and 0.01 %.
-_WATCH_SCHEDULE_S = (0.05,) * 16 + (0.25,) * 16 + (1.0,) * 52
+# what it finds, then every quarter second, then every 2 s, for about a
+# minute. Each probe holds the GIL for _WATCH_PAIRS iterations (0.1 ms in a
+# plain process here, up to 0.25 ms in a Ray worker): 1.6-4 ms in the first
+# 0.8 s (0.2-0.5 % of the host's time), then 0.04-0.1 %, then 0.005-0.0125 %.
+_WATCH_SCHEDULE_S = (0.05,) * 16 + (0.25,) * 16 + (2.0,) * 26
 _WATCH_PAIRS = _PAIRS // 4
 # The figures are given again when the watch's own probes (at least
 # _WATCH_AGREE of them within Speed.BAND of their fastest) put the usual
