@@ -57,10 +57,26 @@ struct CollectorContext {
     std::lock_guard<std::mutex> lock(own_added_mu_);
     own_added_.push_back(tid);
   }
-  void TakeOwnThreads() {
-    std::lock_guard<std::mutex> lock(own_added_mu_);
-    own_threads.insert(own_added_.begin(), own_added_.end());
-    own_added_.clear();
+  // The flush thread: takes them in, and lets go of those of them not in
+  // `listed` (the process's threads now, when it could list them: their
+  // tids may come back as the program's). The collector's own threads stay.
+  void TakeOwnThreads(const std::vector<int64_t>& listed) {
+    {
+      std::lock_guard<std::mutex> lock(own_added_mu_);
+      host_own_.insert(own_added_.begin(), own_added_.end());
+      own_threads.insert(own_added_.begin(), own_added_.end());
+      own_added_.clear();
+    }
+    if (listed.empty()) return;
+    const std::set<int64_t> now(listed.begin(), listed.end());
+    for (auto it = host_own_.begin(); it != host_own_.end();) {
+      if (now.count(*it) != 0) {
+        ++it;
+        continue;
+      }
+      own_threads.erase(*it);
+      it = host_own_.erase(it);
+    }
   }
 
   // Wakes the flush thread (an eventfd write, best effort: a full counter
@@ -76,6 +92,7 @@ struct CollectorContext {
  private:
   std::mutex own_added_mu_;
   std::vector<int64_t> own_added_;
+  std::set<int64_t> host_own_;  // of own_threads, those the host's threads said (flush thread only)
 };
 
 }  // namespace rlscope

@@ -286,8 +286,12 @@ void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::se
     }
     ForeignSlot& slot = foreign_[it->second];
     slot.present = true;
-    // At every look: a thread may say it is the collector's after it was first listed.
-    slot.profiler.store(own.count(tid) != 0, std::memory_order_relaxed);
+    // At every look: a thread may say it is the collector's after it was
+    // first listed (then named again: rlscope_own_thread may name it).
+    if (const bool profiler = own.count(tid) != 0; profiler != slot.profiler.load(std::memory_order_relaxed)) {
+      slot.profiler.store(profiler, std::memory_order_relaxed);
+      slot.named = false;
+    }
     if (!slot.recording && recording.count(tid) != 0) {
       slot.recording = true;  // it records now: its state's timer takes over
       Release(&slot.sampled);

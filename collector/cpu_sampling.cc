@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <set>
 #include <utility>
-#include <vector>
 
 #include "collector/proc_self.h"
 #include "collector/safe_read.h"
@@ -63,12 +62,7 @@ void CpuSampling::ReconcileOthers(bool on) {
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
   const std::vector<int64_t> tids = ListThreads();
-  ctx_.TakeOwnThreads();
-  // An own thread that is gone leaves the set: its tid may come back as the program's.
-  if (!tids.empty()) {
-    const std::set<int64_t> listed(tids.begin(), tids.end());
-    std::erase_if(ctx_.own_threads, [&](int64_t tid) { return listed.count(tid) == 0; });
-  }
+  ctx_.TakeOwnThreads(tids);
   sampler_.ReconcileOthers(tids, recording, ctx_.own_threads, on, hz(), now_ns);
 }
 

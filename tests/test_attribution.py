@@ -100,7 +100,7 @@ def test_the_summary_says_how_it_sampled_and_the_trace_has_a_category_track(attr
     # own threads, sampled too, are the profiler's: tests/test_whole_process.py).
     sampled = {tid: name for (p, tid), name in trace.thread_names.items()
                if p == pid and name.endswith("\u00b7 CPU (sampled)")}
-    # Its own threads (rlscope-flush, rlscope-speed-watch, ZeroMQ's) hold
+    # Its own threads (rlscope-flush, rlscope-watch, ZeroMQ's) hold
     # the profiler's time alone.
     own = {tid for tid, name in sampled.items() if name.startswith(("rlscope-", "ZMQbg"))}
     tracks = set(sampled) - own

@@ -17,6 +17,7 @@ costs charged those measured."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -835,6 +836,24 @@ def test_the_watch_gives_nothing_again_unless_faster_and_gives_up_once_replaced_
     assert watch_speed(calibrated(), in_probes, {}, schedule_s=[0.05] * 4, measure=measure,
                        sleep=lambda s: None, generation=calibration._generation) == {
         "py_fast_push": pytest.approx(100.0), "py_fast_push_spread": 0.0}
+
+
+def test_a_forked_child_can_stop_the_watch_that_held_the_lock_at_the_fork():
+    """A watch giving its figures holds the calibration's lock; a process
+    forked then has no watch (threads do not fork) and a lock of its own,
+    so its collector's shutdown (stop_watch) and a calibration there never
+    wait on a lock nobody will release."""
+    from rlscope_ray import calibration
+
+    with calibration._publishing:  # as a watch giving its figures holds it
+        generation = calibration._generation
+        pid = os.fork()
+        if pid == 0:  # the child: exits at once, whatever happens
+            ok = calibration._publishing.acquire(timeout=5) and calibration._generation > generation
+            calibration.stop_watch()
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_annotate_and_range_are_calibrated_whole_as_with_statements(monkeypatch):

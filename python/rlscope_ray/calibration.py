@@ -49,6 +49,7 @@ up to three times that where the rounds disagree (paired_estimates).
 """
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -431,17 +432,32 @@ _WATCH_SHARE = 0.05
 _WATCH_AGREE = 2
 _WATCH_THREAD = "rlscope-watch"  # its name, in Python and (own_thread) for the OS: traces, top
 # Calibrations so far, and stop_watch's: a watch gives up once the count is
-# not its calibration's. Taken with the check that a watch's figures may
-# still be given (_publishing).
+# not its calibration's. A calibration counts itself, and a watch checks the
+# count and gives its figures, under _publishing (an older watch never
+# overwrites a newer calibration's figures).
 _generation = 0
 _publishing = threading.Lock()
 
 
 def stop_watch() -> None:
-    """A watch running gives up at its next probe (the collector shuts down)."""
+    """A watch running gives up at its next probe (the collector shuts down).
+    Without the lock: shutdown may come from a signal handler, or in a forked
+    child, while it is held (a figure given meanwhile goes to a collector
+    that is stopping, which takes it and sends nothing more)."""
     global _generation
-    with _publishing:
-        _generation += 1
+    _generation += 1
+
+
+def _after_fork_in_child() -> None:
+    """No watch runs in a forked child (threads do not fork), and the lock
+    may have been held by the parent's."""
+    global _publishing
+    _publishing = threading.Lock()
+    stop_watch()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _on_cpu_ns_per_iter(body: Callable[[int], int]) -> Optional[float]:
