@@ -529,9 +529,16 @@ def test_a_wait_linked_by_a_key_is_corrected_for_the_other_processs_overhead(agg
     for n, (raw, corrected, summary) in steps_of(agg, controller["pid"], (1, 2, 3)).items():
         procs = {p["pid"]: p for p in summary["processes"]}
         waits = summary["correction"]["waits"]
+        unlinked = [{"subtask": "gen", "linked": {"ray": 0, "key": 0}, "unlinked": {"ray": 0, "key": 2},
+                     "removed_ms": 0.0}]
         if child["pid"] not in procs:  # a step cut before the child's Hello came in (see above)
-            assert waits == [{"subtask": "gen", "linked": {"ray": 0, "key": 0},
-                              "unlinked": {"ray": 0, "key": 2}, "removed_ms": 0.0}], waits
+            assert waits == unlinked, waits
+            continue
+        if procs[child["pid"]]["unarmed_ms"] > 0 and waits[0]["linked"]["key"] == 0:
+            # The child armed partway through the step, after the range that
+            # carried the key opened (seen in CI: 3.7 ms unarmed, 3,684 of its
+            # events in, none of them the key's): nothing links the wait.
+            assert waits == unlinked and procs[controller["pid"]]["overhead"]["waits_ms"] == 0, waits
             continue
         with_child += 1
         # As above: the step the child's window opened in carries part of
