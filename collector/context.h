@@ -67,7 +67,7 @@ struct CollectorContext {
       own_threads.insert(own_added_.begin(), own_added_.end());
       own_added_.clear();
     }
-    if (listed.empty()) return;
+    if (host_own_.empty() || listed.empty()) return;
     const std::set<int64_t> now(listed.begin(), listed.end());
     for (auto it = host_own_.begin(); it != host_own_.end();) {
       if (now.count(*it) != 0) {
