@@ -9,8 +9,9 @@
 // connection is up, or, armed, the process using more than 1/kBusyCpuShare
 // of a core, the flush thread's own CPU aside; always on, in steps not
 // chosen up front, kFiguresIntervalFactor times that), and doubles after each
-// flush that was not, up to IdleWaitCapNs: the interval for a watching
-// process (a controller's step edges go out at once), else kIdleWaitNs.
+// flush that was not, up to IdleWaitCapNs: the interval for an armed
+// controller, else kIdleWaitNs (a disarmed controller's step edges that
+// move windows wake the thread: Arming::AfterOpen, AfterClose).
 // What cannot wait wakes the thread at once: an event ring's or a CPU
 // sample ring's half mark, an arming change (Arming::UpdateArmed), a
 // Control message (windows, barriers, a request for a probe burst, whose
@@ -130,10 +131,12 @@ void Collector::FlushLoop() {
 }
 
 int64_t Collector::IdleWaitCapNs(int64_t interval_ns) const {
-  // A watching controller keeps the interval: the process CPU read at each
-  // flush bounds its windows (coverage), and step edges that come other
-  // than through a step range (a payload, SetNextStep) go out with it.
-  return arming_.watching() ? interval_ns : std::max(interval_ns, kIdleWaitNs);
+  // An armed controller keeps the interval: the process CPU read at each
+  // flush bounds its windows (coverage). Disarmed, between the steps chosen
+  // up front, nothing it has waits: the step edges that move workers'
+  // windows, and its arming changes, wake the thread (it kept the interval
+  // there too before: most of a controller's cost in selected-steps runs).
+  return arming_.watching() && armed() ? interval_ns : std::max(interval_ns, kIdleWaitNs);
 }
 
 // A process at work keeps the interval (a thread it starts is sampled from

@@ -30,11 +30,11 @@ while not os.path.exists(stop) and time.monotonic() < deadline:
 """
 
 
-def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None):
+def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None, role="worker"):
     """Runs idle_worker under the collector with the call counter; returns
     the calls it counted per second, and its report."""
     report = tmp_path / f"idle{rank}.json"
-    env = agg.env(role="worker", rank=rank, config=config)
+    env = agg.env(role=role, rank=rank, config=config)
     env["LD_PRELOAD"] = str(build_dir / "tests/apps/librlscope_test_call_counter.so")
     r = subprocess.run([str(build_dir / "tests/apps/idle_worker"), "--report", str(report), "--settle-s", "1.5",
                         "--measure-s", str(measure_s), "--max-s", "100"], env=env, capture_output=True, text=True,
@@ -102,3 +102,22 @@ def test_an_armed_collector_with_nothing_to_record_backs_off(build_dir, aggregat
     # thread (3 reads: it wakes every 5 ms), the threads that block the
     # signal (ZeroMQ's two) once a second: about 10-20 (290 a second before).
     assert per_s["proc_opens"] < 40, per_s
+
+
+def test_a_controller_between_selected_steps_backs_off(build_dir, aggregator_factory, tmp_path):
+    """A controller watches for steps all run long, but between the steps
+    chosen up front it is disarmed and records nothing: its flushes back off
+    to one a second, as any idle collector's (it kept the 20 ms interval
+    before: 50 a second). The step edges that move workers' windows wake it
+    themselves (test_capture, test_always_on)."""
+    agg = aggregator_factory(config="steps: [50]\n", exit_when_done=False)
+    per_s, _ = _idle_worker(build_dir, agg, tmp_path, rank=None, measure_s=5, config="steps: [50]",
+                            role="controller")
+    agg.stop()
+    proc = next(p for p in json.loads((agg.out / "run.json").read_text())["processes"] if p["role"] == "controller")
+    assert proc["selected"] is True, proc
+    # A flush a second, and a probe burst's 8 replies a second while it
+    # watches: about 10 (58 a second before).
+    assert per_s["wakeups rlscope-flush"] < 25, per_s
+    assert per_s["send"] < 25, per_s
+    assert per_s["proc_opens"] == 0, per_s  # disarmed: no thread listing, no off-CPU looks
