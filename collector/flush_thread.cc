@@ -108,8 +108,10 @@ void Collector::FlushLoop() {
     }
     if (!woken && !stop && now < next_flush_ns) continue;
     // Always on, in steps not chosen up front: kFiguresIntervalFactor times
-    // the interval (each step's barrier flushes it anyway, and a ring's
-    // half mark wakes it): most of a figures-only step's flushing is the
+    // the interval (such a step has no barrier, and is cut once every
+    // process's flushes passed its end; a ring's half mark, a window's
+    // Control, a step edge near a chosen step wake it): most of a
+    // figures-only step's flushing, here and in the aggregator, is the
     // flushes' fixed work, not the events'.
     const int64_t interval_ns = arming_.chosen() ? chosen_interval_ns : kFiguresIntervalFactor * chosen_interval_ns;
     const bool armed_now = armed();

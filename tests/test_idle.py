@@ -30,14 +30,14 @@ while not os.path.exists(stop) and time.monotonic() < deadline:
 """
 
 
-def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None, role="worker"):
+def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None, role="worker", extra=()):
     """Runs idle_worker under the collector with the call counter; returns
     the calls it counted per second, and its report."""
     report = tmp_path / f"idle{rank}.json"
     env = agg.env(role=role, rank=rank, config=config)
     env["LD_PRELOAD"] = str(build_dir / "tests/apps/librlscope_test_call_counter.so")
     r = subprocess.run([str(build_dir / "tests/apps/idle_worker"), "--report", str(report), "--settle-s", "1.5",
-                        "--measure-s", str(measure_s), "--max-s", "100"], env=env, capture_output=True, text=True,
+                        "--measure-s", str(measure_s), "--max-s", "100", *extra], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(report.read_text())
@@ -46,6 +46,24 @@ def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None, role="w
     per_s = {k: v / seconds for k, v in out["calls"].items()}
     per_s.update({"wakeups " + k: v / seconds for k, v in out["wakeups"].items()})
     print(f"rank {rank}: {per_s}")
+    return per_s, out
+
+
+def _worker_beside_a_stepping_controller(build_dir, agg, tmp_path, **worker):
+    """_idle_worker's rank 0 while CONTROLLER steps once a second."""
+    began, stop = tmp_path / "began", tmp_path / "stop"
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(began), str(stop)],
+                                  env=agg.env(role="controller"), stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60  # a hang guard
+        while not began.exists():
+            assert controller.poll() is None and time.monotonic() < deadline, controller.stderr.read()
+            time.sleep(0.02)
+        per_s, out = _idle_worker(build_dir, agg, tmp_path, rank=0, measure_s=5, **worker)
+    finally:
+        stop.touch()
+        controller.wait(timeout=60)
+    assert controller.returncode == 0, controller.stderr.read()
     return per_s, out
 
 
@@ -78,19 +96,7 @@ def test_an_armed_collector_with_nothing_to_record_backs_off(build_dir, aggregat
     each step's end still wakes it for the flush barrier; clock probes come
     every 10 s, as it records no events."""
     agg = aggregator_factory(config="steps: all\nranks: [0]\n")
-    began, stop = tmp_path / "began", tmp_path / "stop"
-    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(began), str(stop)],
-                                  env=agg.env(role="controller"), stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60  # a hang guard
-        while not began.exists():
-            assert controller.poll() is None and time.monotonic() < deadline, controller.stderr.read()
-            time.sleep(0.02)
-        per_s, _ = _idle_worker(build_dir, agg, tmp_path, rank=0, measure_s=5)
-    finally:
-        stop.touch()
-        controller.wait(timeout=60)
-    assert controller.returncode == 0, controller.stderr.read()
+    per_s, _ = _worker_beside_a_stepping_controller(build_dir, agg, tmp_path)
     log = agg.wait()
     proc = _process(agg, 0)
     assert proc["selected"] is True and proc["labels"]["cpu_sampling"].startswith("on:"), (proc, log)
@@ -121,3 +127,22 @@ def test_a_controller_between_selected_steps_backs_off(build_dir, aggregator_fac
     assert per_s["wakeups rlscope-flush"] < 25, per_s
     assert per_s["send"] < 25, per_s
     assert per_s["proc_opens"] == 0, per_s  # disarmed: no thread listing, no off-CPU looks
+
+
+def test_always_on_a_working_process_flushes_a_figures_only_step_a_few_times_a_second(build_dir, aggregator_factory,
+                                                                                        tmp_path):
+    """Always on, in steps not chosen up front, a process at work (20 % of a
+    core inside ranges) flushes every 400 ms (twenty times flush.interval_ms):
+    a figures-only step is cut once every process's flushes passed its end,
+    and most of a flush's cost, here and in the aggregator, is fixed. (Every
+    100 ms before: 10 a second; a chosen step keeps the 20 ms interval.)"""
+    agg = aggregator_factory(config="always_on: {enabled: true}\nranks: [0]\n")
+    per_s, out = _worker_beside_a_stepping_controller(build_dir, agg, tmp_path,
+                                                      extra=("--period-ms", "5", "--range-us", "1000"))
+    agg.wait()
+    assert _process(agg, 0)["selected"] is True
+    # Each batch sent wakes ZeroMQ's I/O thread: 2.5 flushes a second, and
+    # the aggregator's Controls, about 4 (11 before). The flush thread also
+    # waits on a probe burst's replies: about 8 (12 before).
+    assert per_s["wakeups ZMQbg/IO/0"] < 7, (per_s, out)
+    assert per_s["wakeups rlscope-flush"] < 10, (per_s, out)
