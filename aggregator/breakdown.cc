@@ -505,7 +505,7 @@ int64_t SampleNsIn(const CpuSample& c, int64_t from_ns, int64_t period_ns, int64
                            static_cast<double>(late_end - from_ns));
 }
 
-StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks) {
+StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks, bool lanes) {
   StepAnalysis a;
   const int64_t step_begin = profile.begin_ns;
   const int64_t step_end = profile.corrected_end_ns > 0 ? profile.corrected_end_ns : profile.end_ns;
@@ -524,6 +524,7 @@ StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::stri
   KeepLongestSegments(&a);
   a.stragglers = Stragglers(names, per_rank);
   a.gpu = GpuUtilizations(busy, step_begin, step_end);
+  if (!lanes) return a;
   std::vector<LaneWindow> lane_windows;
   for (const Window& w : windows) lane_windows.push_back({w.name, w.begin, w.end});
   std::vector<std::vector<Interval>> gpu_busy;

@@ -55,7 +55,8 @@ int64_t SampleNsIn(const CpuSample& c, int64_t from_ns, int64_t period_ns, int64
 
 // `subtasks`: the config's sub-task names; empty = the controller's ranges
 // directly inside its step range. The slices' CPU samples are classified
-// already (ClassifyStepSamples).
-StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks);
+// already (ClassifyStepSamples). `lanes`: the timeline picture's lanes too
+// (summary.json's alone: a figures-only step has none).
+StepAnalysis AnalyzeStep(const StepProfile& profile, const std::vector<std::string>& subtasks, bool lanes = true);
 
 }  // namespace rlscope

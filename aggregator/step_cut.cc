@@ -137,7 +137,7 @@ void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<Expe
 void AnalyzeStepInto(StepProfile* profile, const Config& config, bool beside) {
   const StepProfile& step = *profile;
   auto analyze = [&step, subtasks = config.subtasks] {
-    return std::make_shared<const StepAnalysis>(AnalyzeStep(step, subtasks));
+    return std::make_shared<const StepAnalysis>(AnalyzeStep(step, subtasks, /*lanes=*/!step.figures_only));
   };
   if (beside) {
     try {
