@@ -75,7 +75,13 @@ def test_threads_that_never_record_are_sampled_and_cover_the_process_cpu(run, st
     slack = 3 * a["error_ms"]["backend"] + 2 * 4 * len(app["steps"][str(step)]["pool"]) + 0.05 * truth_ms
     assert 0 < a["backend_ms"] <= truth_ms + slack, (a, truth_ms, slack)
     job = sum(a[f"{c}_ms"] for c in CATEGORIES if c != "profiler")
-    assert a["backend_ms"] >= 0.85 * job, a  # the window's CPU is the pool library's
+    # The window's CPU is the pool library's, within three standard errors:
+    # a thread's late sample is spread over the wall time since its last
+    # (breakdown.h SampleNsIn), and under load another thread's, carrying CPU
+    # from before the window, put 107 ms of 700 into it (in the own window
+    # below: 20.8 ms of the main thread's Python where the process used 104
+    # ms, 101 of them the own thread's).
+    assert a["backend_ms"] + 3 * a["error_ms"]["backend"] >= 0.85 * job, a
     assert a["threads"] >= len(app["steps"][str(step)]["pool"]), a  # the pool's (the main thread waits)
     assert a["coverage"] is not None and 0 < a["coverage"] <= 1.15, a
     # The main thread waited for them, off CPU in pthread_join (a futex).
@@ -87,13 +93,16 @@ def test_a_thread_that_works_for_the_collector_is_the_profilers(run, step):
     """A thread of the host that says it works for the collector
     (rlscope_ray's speed watch after its calibration) is sampled as the
     collector's own threads are: its Python CPU is the profiler's, not the
-    program's (never more than it measured, as above)."""
+    program's: never more than the thread used, within a sample at each
+    window edge (a sample weighs the CPU since the one before; on a loaded
+    host one carried 23 ms, and the bound of two 4 ms ticks failed)."""
     agg, app, log = run
     a = _rows(agg, step)["own"]
     truth_ms = 1000 * app["steps"][str(step)]["own"]
     job = sum(a[f"{c}_ms"] for c in CATEGORIES if c != "profiler")
-    assert a["profiler_ms"] >= 0.85 * (job + a["profiler_ms"]), a
-    assert 0 < a["profiler_ms"] <= truth_ms + 3 * a["error_ms"]["profiler"] + 8 + 0.05 * truth_ms, (a, truth_ms)
+    assert a["profiler_ms"] + 3 * a["error_ms"]["profiler"] >= 0.85 * (job + a["profiler_ms"]), a  # as the pool's
+    edges = 2 * max(4, a["max_sample_ms"])
+    assert 0 < a["profiler_ms"] <= truth_ms + 3 * a["error_ms"]["profiler"] + edges + 0.05 * truth_ms, (a, truth_ms)
 
 
 @pytest.mark.parametrize("step", [1, 2])

@@ -50,7 +50,9 @@ def looks() -> int:
 
 def own_phase(cpu_s: float) -> float:
     """A thread that says it works for the collector, as rlscope_ray's speed
-    watch does, burns `cpu_s` of Python CPU; returns what it burnt. It says
+    watch does, burns `cpu_s` of Python CPU; returns the CPU it used in all
+    (the first sample flagged the profiler's carries the thread's CPU since
+    the sample before, which may be all it used before saying so). It says
     so once the collector has listed it as the program's (two looks of the
     off-CPU sampler: each flush lists the threads before it looks, in steps
     chosen up front), and burns two looks after that."""
@@ -65,7 +67,8 @@ def own_phase(cpu_s: float) -> float:
         two_looks()  # listed (and sampled) as the program's
         rlscope_ray._native.own_thread("own-work")
         two_looks()  # listed again: the profiler's from now on
-        burnt.append(python_loop(cpu_s))
+        python_loop(cpu_s)
+        burnt.append(time.thread_time())  # the thread's own clock: since it began
 
     timers = rlscope_ray.stats()["cpu_timers"]
     thread = threading.Thread(target=work)
