@@ -35,7 +35,7 @@ void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<Expe
 // With `beside`, on a thread of its own: it only reads the profile, so the
 // trace may be exported meanwhile, but nothing may change, move or destroy
 // the profile before profile->analysis.Wait() returns. Otherwise now. A
-// figures-only step's has no lanes (only summary.json draws them).
+// figures-only step's analysis has no lanes (only summary.json draws them).
 void AnalyzeStepInto(StepProfile* profile, const Config& config, bool beside);
 
 // The cores this process may run on (its CPU affinity).

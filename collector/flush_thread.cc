@@ -10,10 +10,12 @@
 // of a core, the flush thread's own CPU aside; always on, in steps not
 // chosen up front, kFiguresIntervalFactor times that), and doubles after each
 // flush that was not, up to IdleWaitCapNs: the interval for an armed
-// controller, else kIdleWaitNs (a disarmed controller's step edges that
-// move windows wake the thread: Arming::AfterOpen, AfterClose).
+// controller (or trigger process) and, always on, for any in steps not
+// chosen up front, else kIdleWaitNs (a disarmed controller's step edges
+// that move windows wake the thread: Arming::AfterOpen, AfterClose).
 // What cannot wait wakes the thread at once: an event ring's or a CPU
-// sample ring's half mark, an arming change (Arming::UpdateArmed), a
+// sample ring's half mark, an arming change (Arming::UpdateArmed) or one
+// into or out of a step chosen up front (Arming::chosen), a
 // Control message (windows, barriers, a request for a probe burst, whose
 // samples go out at once), Flush(), the connection coming up.
 // A flush with nothing to send sends nothing, but a heartbeat (the
@@ -67,7 +69,7 @@ void Collector::FlushLoop() {
   int64_t next_flush_ns = MonotonicNs();
   const int64_t chosen_interval_ns = context_.own.config.flush.interval_ms * 1000000;
   wait_ns_ = chosen_interval_ns;
-  bool was_armed = armed();
+  bool was_armed = armed(), was_chosen = arming_.chosen();
   // Hello before the first probe burst (up to probes_per_burst round trips):
   // the aggregator waits for a process's data only once it knows it.
   link_.SendControl();
@@ -106,14 +108,18 @@ void Collector::FlushLoop() {
       stop = stop_;
       if (ticket > flushes_done_) woken = true;
     }
+    // Into or out of a step chosen up front (a window's Control, always on,
+    // arms nothing anew): the sampler's rate and the interval follow now.
+    if (arming_.chosen() != was_chosen) woken = true;
     if (!woken && !stop && now < next_flush_ns) continue;
     // Always on, in steps not chosen up front: kFiguresIntervalFactor times
     // the interval (such a step has no barrier, and is cut once every
-    // process's flushes passed its end; a ring's half mark, a window's
-    // Control, a step edge near a chosen step wake it): most of a
+    // process's flushes passed its end; a ring's half mark, a step edge near
+    // a chosen step, the change into a chosen step wake it): most of a
     // figures-only step's flushing, here and in the aggregator, is the
     // flushes' fixed work, not the events'.
-    const int64_t interval_ns = arming_.chosen() ? chosen_interval_ns : kFiguresIntervalFactor * chosen_interval_ns;
+    was_chosen = arming_.chosen();
+    const int64_t interval_ns = was_chosen ? chosen_interval_ns : kFiguresIntervalFactor * chosen_interval_ns;
     const bool armed_now = armed();
     const bool busy = FlushOnce(stop, was_armed && !armed_now);
     was_armed = armed_now;
@@ -134,11 +140,15 @@ void Collector::FlushLoop() {
 
 int64_t Collector::IdleWaitCapNs(int64_t interval_ns) const {
   // An armed controller keeps the interval: the process CPU read at each
-  // flush bounds its windows (coverage). Disarmed, between the steps chosen
-  // up front, nothing it has waits: the step edges that move workers'
-  // windows, and its arming changes, wake the thread (it kept the interval
-  // there too before: most of a controller's cost in selected-steps runs).
-  return arming_.watching() && armed() ? interval_ns : std::max(interval_ns, kIdleWaitNs);
+  // flush bounds its windows (coverage). So does one always on in steps
+  // not chosen up front, armed or not (a controller not selected): those
+  // steps' edges wake no one (Arming::EdgesMoveWindows), and the aggregator
+  // cuts a step once they are in. Disarmed between the steps chosen up
+  // front, nothing it has waits: the step edges that move workers' windows,
+  // and its arming changes, wake the thread (it kept the interval there too
+  // before: most of a controller's cost in selected-steps runs).
+  const bool keeps = arming_.watching() && (armed() || !arming_.chosen());
+  return keeps ? interval_ns : std::max(interval_ns, kIdleWaitNs);
 }
 
 // A process at work keeps the interval (a thread it starts is sampled from

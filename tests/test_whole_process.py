@@ -77,10 +77,10 @@ def test_threads_that_never_record_are_sampled_and_cover_the_process_cpu(run, st
     job = sum(a[f"{c}_ms"] for c in CATEGORIES if c != "profiler")
     # The window's CPU is the pool library's, within three standard errors:
     # a thread's late sample is spread over the wall time since its last
-    # (breakdown.h SampleNsIn), and under load another thread's, carrying CPU
-    # from before the window, put 107 ms of 700 into it (in the own window
-    # below: 20.8 ms of the main thread's Python where the process used 104
-    # ms, 101 of them the own thread's).
+    # (breakdown.h SampleNsIn): under load 107 ms of 700 came in other
+    # categories (the own window below: 20.8 ms of the main thread's Python,
+    # carried from before it, where the process used 104 ms, 101 of them the
+    # own thread's).
     assert a["backend_ms"] + 3 * a["error_ms"]["backend"] >= 0.85 * job, a
     assert a["threads"] >= len(app["steps"][str(step)]["pool"]), a  # the pool's (the main thread waits)
     assert a["coverage"] is not None and 0 < a["coverage"] <= 1.15, a
@@ -101,7 +101,7 @@ def test_a_thread_that_works_for_the_collector_is_the_profilers(run, step):
     truth_ms = 1000 * app["steps"][str(step)]["own"]
     job = sum(a[f"{c}_ms"] for c in CATEGORIES if c != "profiler")
     assert a["profiler_ms"] + 3 * a["error_ms"]["profiler"] >= 0.85 * (job + a["profiler_ms"]), a  # as the pool's
-    edges = 2 * max(4, a["max_sample_ms"])
+    edges = 2 * min(25, max(4, a["max_sample_ms"]))  # capped: an inflated sample must not widen its own bound
     assert 0 < a["profiler_ms"] <= truth_ms + 3 * a["error_ms"]["profiler"] + edges + 0.05 * truth_ms, (a, truth_ms)
 
 
