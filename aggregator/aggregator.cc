@@ -177,6 +177,7 @@ void Aggregator::OnHello(const wire::Hello& hello, int64_t now_ns) {
   where.probe_port = probe_port_;
   where.probe_host = probe_host_;
   where.probe_key = probe_key_;
+  where.same_clock = clocks_.SameClock(hello);  // its probes then come at the idle rate
   ClaimController(hello, slot.get(), &where);
   scheduler_.Where(&where);
   context_.Send(hello.session, where);

@@ -36,7 +36,7 @@ void Clocks::AddCausality(ProcessTimeline* p, const std::vector<OffsetBound>& bo
 
 void Clocks::Place(ProcessTimeline* p, bool moved, bool probes_off) {
   ClockEstimate e = fits_[p->hello().session].estimate();  // its probes counted whichever basis is used
-  if (!domain_.empty() && p->hello().clock_domain == domain_) {
+  if (SameClock(p->hello())) {
     // The aggregator's own clock: exact. (Its probes still say what the
     // probe path would have stated: the fit's bound, kept apart.)
     const int64_t probes_seen = e.probes, bursts = e.bursts, outliers = e.outlier_bursts;

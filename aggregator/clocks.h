@@ -60,6 +60,9 @@ class Clocks {
 
   // `domain`: the aggregator's own clock (native/clock.h ClockDomain).
   explicit Clocks(std::string domain);
+  // Whether a process that said `hello` reads the aggregator's own clock
+  // (its times are placed exactly; Control.same_clock tells it so).
+  bool SameClock(const wire::Hello& hello) const { return !domain_.empty() && hello.clock_domain == domain_; }
 
   // Places `p`'s clock after its hello or a batch's probes (`probes`, any):
   // exact on the aggregator's own clock, else fitted, else none (or, with

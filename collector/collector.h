@@ -260,8 +260,9 @@ class Collector {
   // makes a batch of its own.
   static constexpr int64_t kMemoryMovedBytes = 1 << 20;
   // Clock probe bursts when no events were flushed in the last
-  // kEventsRecentNs and the process is not watching: this many times
-  // clock.probe_interval_ms apart (flush_thread.cc).
+  // kEventsRecentNs and the process is not watching, or when the aggregator
+  // reads the process's own clock: this many times clock.probe_interval_ms
+  // apart (flush_thread.cc).
   static constexpr int64_t kIdleProbeFactor = 10;
   static constexpr int64_t kEventsRecentNs = 2'000'000'000;
   // Events recorded, and dropped before the transport (rings, over budget,

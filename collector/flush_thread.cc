@@ -25,7 +25,8 @@
 // armed threads record events, every kIdleProbeFactor times that otherwise
 // (CPU samples and off-CPU looks are placed to the millisecond: a probe
 // burst's worth of wake-ups a second would be most of an idle process's
-// cost).
+// cost), and always on the aggregator's own clock, where they place nothing
+// (Control.same_clock).
 //
 //   start:      CostSampling  calibrates (before the first Hello, which carries the costs)
 //               Link          connects, says hello
@@ -91,10 +92,10 @@ void Collector::FlushLoop() {
       }
       woken = transport.Wait(until_ns);
     }
-    // Bursts further apart while no events need the clock; a window that
-    // opens on recording threads finds the last one old and brings the next
-    // at once.
-    const bool probing = arming_.watching() || (armed() && now - events_flushed_ns_ < kEventsRecentNs);
+    // Bursts further apart while no events need the clock (none on the aggregator's own clock); a
+    // window that opens on recording threads finds the last one old and brings the next at once.
+    const bool probing =
+        !transport.same_clock() && (arming_.watching() || (armed() && now - events_flushed_ns_ < kEventsRecentNs));
     transport.ProbeIfDue(apply, context_.own.config.clock.probe_interval_ms * (probing ? 1 : kIdleProbeFactor));
     if (transport.ReceiveControls(apply)) woken = true;  // answer the barrier now
     // A step waits for this process's clock: the burst now, its samples in this flush.

@@ -174,7 +174,9 @@ bool Link::Apply(const wire::Control& control) {
     // again, then the spool's replay; nothing else goes out before.
     rehello_ = true;
     transport_.SetReady(false);
+    transport_.SetSameClock(false);  // until the answer to the new hello says so
   }
+  if (control.same_clock) transport_.SetSameClock(true);
   if (control.release_ns != 0) transport_.Release(control.release_ns);
   if (control.bye_ack) bye_acked_ = true;
   if (control.release_ns == wire::kRunOver) run_over_ = true;

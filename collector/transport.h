@@ -111,6 +111,10 @@ class Transport {
   // Port 0, or a host that cannot be resolved: none.
   void SetProbePath(const std::string& host, uint64_t port, uint64_t key);
   bool burst_requested() const { return burst_requested_ || burst_now_; }
+  // The aggregator reads this process's own clock (Control.same_clock):
+  // its probes place nothing, and come at the idle rate (flush_thread.cc).
+  void SetSameClock(bool same) { same_clock_ = same; }
+  bool same_clock() const { return same_clock_; }
   // Whether anything waits to ride on the next batch: probe samples, or
   // names a batch could not take.
   bool has_pending() const { return !pending_probes_.empty() || !unsent_.empty(); }
@@ -197,6 +201,7 @@ class Transport {
   bool burst_requested_ = false;  // Control.probe came: burst at the next ProbeIfDue
   bool burst_now_ = false;        // a new probe path (SetProbePath): likewise, of its own accord
   bool heard_ = false;            // Heard: the first burst may go
+  bool same_clock_ = false;       // SetSameClock
   std::string endpoint_;          // as Connect was given it
   int udp_fd_ = -1;               // the probe path (SetProbePath), -1 none
   uint64_t udp_key_ = 0, udp_port_ = 0;

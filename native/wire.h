@@ -244,6 +244,13 @@ struct Control {
   uint64_t probe_port = 0;
   std::string probe_host;
   uint64_t probe_key = 0;
+  // This aggregator reads the collector's own CLOCK_MONOTONIC (the Hello's
+  // clock_domain is its own): the collector's times are placed exactly, and
+  // its probes only say what the probe path would have stated, so it
+  // probes at its idle rate (collector.h kIdleProbeFactor). Sent with the
+  // reply to a Hello; holds until the aggregator no longer knows the
+  // collector (`hello`).
+  bool same_clock = false;
   bool operator==(const Control&) const = default;
 };
 

@@ -140,6 +140,9 @@ bool DecodeControl(Ctx& c, const object& body, Control* ctl) {
     return false;
   }
   if ((o = Find(body, "probe_key")) != nullptr && !GetUint(c, *o, "control.probe_key", &ctl->probe_key)) return false;
+  if ((o = Find(body, "same_clock")) != nullptr && !GetBool(c, *o, "control.same_clock", &ctl->same_clock)) {
+    return false;
+  }
   return true;
 }
 

@@ -180,6 +180,7 @@ std::string EncodeBody(const Control& ctl) {
     PackString(w.Key("probe_host"), ctl.probe_host);
     w.Key("probe_key").pack_uint64(ctl.probe_key);
   }
+  if (ctl.same_clock) w.Key("same_clock").pack_true();
   return w.Finish();
 }
 

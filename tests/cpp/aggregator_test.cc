@@ -1072,7 +1072,16 @@ TEST_F(AggregatorTest, AStepWaitsForAProcessWithNoClockEstimateAndAsksItForABurs
   worker.OtherClock();
   Connect(ctl);
   Connect(worker);
-  agg_->TakeOutgoing();
+  // The answer to each hello says whether the aggregator reads the
+  // process's own clock (it then probes at its idle rate): the
+  // controller's yes, the other host's worker's no.
+  std::map<uint64_t, bool> same_clock;
+  for (const Outgoing& o : agg_->TakeOutgoing()) {
+    if (o.session == 0) continue;  // to every collector
+    const auto c = std::get<wire::Control>(wire::Decode(o.bytes.data(), o.bytes.size()).message);
+    same_clock[o.session] = same_clock[o.session] || c.same_clock;
+  }
+  EXPECT_EQ(same_clock, (std::map<uint64_t, bool>{{1, true}, {2, false}}));
   // The worker's clock is 1,000,000 ahead of the aggregator's: with no
   // estimate, its watermark (read as it is) says it is past the step.
   worker.Push(1, 2000500, "work").Pop(1, 2000700);

@@ -676,6 +676,7 @@ TEST(WireTest, ControlRoundTripsWithAProbeRequest) {
   c.probe_port = 40001;
   c.probe_host = "10.0.0.7";
   c.probe_key = 0xfedcba9876543210ull;
+  c.same_clock = true;
   const std::string bytes = wire::Encode(c);
   const wire::DecodeResult r = wire::Decode(bytes.data(), bytes.size());
   ASSERT_TRUE(r.ok) << r.error;
@@ -684,7 +685,9 @@ TEST(WireTest, ControlRoundTripsWithAProbeRequest) {
   wire::Control plain;
   const std::string plain_bytes = wire::Encode(plain);
   EXPECT_EQ(plain_bytes.find("probe\xc3"), std::string::npos);
-  EXPECT_FALSE(std::get<wire::Control>(wire::Decode(plain_bytes.data(), plain_bytes.size()).message).probe);
+  const auto decoded_plain = std::get<wire::Control>(wire::Decode(plain_bytes.data(), plain_bytes.size()).message);
+  EXPECT_FALSE(decoded_plain.probe);
+  EXPECT_FALSE(decoded_plain.same_clock);  // absent: not known to be (an older aggregator's answer)
 }
 
 TEST(ProbePacketTest, RequestsAndRepliesRoundTripAndNothingElseDecodes) {
