@@ -2,13 +2,16 @@
 what it keeps, and what `rlscope-ray diff` says of a known cause.
 
 - The PPO demo (examples/verl/mini_ppo.py: a controller, four workers on two
-  Ray nodes of one CPU each), in interleaved rounds of: no profiler at all,
-  no profiler again (the A/A floor), today's selected-steps mode (steps 2, 3, 5
-  written) and always on (every step's figures, steps 2, 3, 5 in full). Each
+  Ray nodes of one CPU each), in rounds (each in its own order: rotated) of:
+  no profiler at all, no profiler again (the A/A floor), today's
+  selected-steps mode (steps 2, 3, 5 written) and always on (every step's
+  figures, steps 2, 3, 5 in full). Each
   run's step time is the median of its steps after the first five; each
   configuration against the round's no-profiler run, pair by pair. The default
   config otherwise: correction on, real clock, CPU sampling (1 kHz in chosen
   steps, always_on.sampling_hz 100 in the others).
+- One long always-on demo run: each part of the profiler's CPU per step in
+  the steady state past every start-up cost (LONG_AFTER_S).
 - verl 0.9.1's main_ppo on CPU (tests/apps/verl_ppo_app.py), configured
   through verl's own config: no profiler, verl's selected steps, always on.
 - figures.jsonl's bytes per process per step in the always-on runs.
@@ -46,21 +49,27 @@ STEADY_FROM = 61
 
 # The profiler's own threads inside profiled processes (the collector's
 # flush thread and its ZeroMQ I/O threads, the probe thread, the calibration's
-# speed watch for its first minute) and its own processes (the aggregator,
-# the run database's follower).
-PROFILER_THREADS = ("rlscope-flush", "rlscope-probes", "rlscope-watch", "ZMQbg/IO/0", "ZMQbg/Reaper")
-PROFILER_PROCESSES = ("rlscope-ray-aggregator", "rlscope_ray.rundb")
+# speed watch for its first minute, the controller's reporter of the actors
+# that should connect: what it costs Ray's GCS is not counted) and its own processes (the aggregator,
+# the run database's follower), each with the part of the profiler it is
+# counted under (CpuWatch.seconds_between's parts).
+PROFILER_THREADS = {"rlscope-flush": "collectors' flush threads", "rlscope-probes": "collectors' probe threads",
+                    "rlscope-watch": "start-up speed watch (first minute)", "ZMQbg/IO/0": "collectors' ZeroMQ I/O",
+                    "ZMQbg/Reaper": "collectors' ZeroMQ I/O", "rlscope-actors": "controller's actor-list reporter"}
+PROFILER_PROCESSES = {"rlscope-ray-aggregator": "aggregator", "rlscope_ray.rundb": "run database follower"}
 
 
 class CpuWatch:
     """The profiler's CPU over a run, read from /proc every 0.2 s: each
     profiler thread's (schedstat, nanoseconds) and process's (stat, clock
     ticks: its exited threads included) CPU time, last reading less first;
-    `series` the total at each reading (time.monotonic, s), for the CPU
-    between two moments of the run (steady state, set-up and exit left out)."""
+    `series` each part's total at each reading (time.monotonic, s), for the
+    CPU between two moments of the run (steady state, set-up and exit left
+    out)."""
 
     def __init__(self):
         self.first, self.last = {}, {}
+        self.part_of = {}  # key -> its part (PROFILER_THREADS, PROFILER_PROCESSES)
         self.series = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -83,37 +92,53 @@ class CpuWatch:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-                if any(p in cmdline for p in PROFILER_PROCESSES):
+                process = next((part for name, part in PROFILER_PROCESSES.items() if name in cmdline), None)
+                if process is not None:
                     key, t = ("process", pid), self._cpu(f"/proc/{pid}/stat")
                     self.first.setdefault(key, t)
                     self.last[key] = t
+                    self.part_of[key] = process
                     continue
                 for tid in os.listdir(f"/proc/{pid}/task"):
                     with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                        if f.read().strip() not in PROFILER_THREADS:
-                            continue
+                        part = PROFILER_THREADS.get(f.read().strip())
+                    if part is None:
+                        continue
                     key, t = ("thread", tid), self._thread_cpu(f"/proc/{pid}/task/{tid}")
                     self.first.setdefault(key, 0.0)  # a thread is the profiler's from its start
                     self.last[key] = t
+                    self.part_of[key] = part
             except (OSError, IndexError, ValueError):
                 continue
+
+    def _parts(self):
+        parts = {}
+        for key, t in self.last.items():
+            parts[self.part_of[key]] = parts.get(self.part_of[key], 0.0) + t - self.first[key]
+        return parts
 
     def _run(self):
         while not self._stop.is_set():
             self._look()
-            self.series.append((time.monotonic(), self.seconds()))
+            self.series.append((time.monotonic(), self._parts()))
             self._stop.wait(0.2)
 
-    def seconds_between(self, t0, t1):
-        """The profiler's CPU from t0 to t1 (time.monotonic), each end read
+    def parts_between(self, t0, t1):
+        """Each part's CPU from t0 to t1 (time.monotonic, s), each end read
         off the series by linear interpolation."""
         def at(t):
             pts = self.series
             for (ta, ca), (tb, cb) in zip(pts, pts[1:]):
                 if ta <= t <= tb:
-                    return ca + (cb - ca) * (t - ta) / (tb - ta) if tb > ta else cb
-            return pts[-1][1] if pts and t > pts[-1][0] else 0.0
-        return at(t1) - at(t0)
+                    w = (t - ta) / (tb - ta) if tb > ta else 1.0
+                    return {k: ca.get(k, 0.0) + (cb.get(k, 0.0) - ca.get(k, 0.0)) * w for k in cb}
+            return dict(pts[-1][1]) if pts and t > pts[-1][0] else {}
+        a, b = at(t0), at(t1)
+        return {k: b[k] - a.get(k, 0.0) for k in b}
+
+    def seconds_between(self, t0, t1):
+        """The profiler's CPU from t0 to t1, all parts."""
+        return sum(self.parts_between(t0, t1).values())
 
     def __enter__(self):
         self._thread.start()
@@ -127,22 +152,40 @@ class CpuWatch:
         return sum(self.last[k] - self.first[k] for k in self.last)
 
 
-def _demo(out, steps, extra, env, timeout_s):
-    """The run's median step time (ms), the profiler's CPU over the whole
-    run (s) and per step in steady state (ms: from the end of step
-    STEADY_FROM - 1 to the last step's end, over the steps between)."""
+def _demo_run(out, steps, extra, env, timeout_s):
+    """One demo run: its timings (mini_ppo --timings), the CpuWatch over it
+    and when it began (time.monotonic)."""
     timings = out + ".json"
     cmd = [sys.executable, DEMO, "--steps", str(steps), "--out", out, "--timings", timings] + extra
+    began = time.monotonic()
     with CpuWatch() as watch:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     with open(timings) as f:
-        t = json.load(f)
+        return json.load(f), watch, began
+
+
+def _demo(out, steps, extra, env, timeout_s):
+    """The run's median step time (ms), the profiler's CPU over the whole
+    run (s) and per step in steady state (ms: from the end of step
+    STEADY_FROM - 1 to the last step's end, over the steps between)."""
+    t, watch, _ = _demo_run(out, steps, extra, env, timeout_s)
     ends = t["steps_end_monotonic"]
     first = STEADY_FROM - 1
     steady_ms = 1000 * watch.seconds_between(ends[first - 1], ends[-1]) / (len(ends) - first)
     return statistics.median(t["steps_ms"][WARMUP:]), watch.seconds(), steady_ms
+
+
+def rotated(modes, i):
+    """Round i's order of the modes: rotated by i, so that over len(modes)
+    rounds each mode runs once in each place. Run in one fixed order (no
+    profiler, again, selected, always on), two runs of this section read
+    always on +20.9 % and selected +12.9 % against no profiler (medians of
+    pairs); six rounds in rotated order, later, read +2.2 % and +2.1 %, their
+    pairs spread from -9 % to +12 %."""
+    k = i % len(modes)
+    return modes[k:] + modes[:k]
 
 
 def demo_rows(rounds, steps, env, timeout_s, work):
@@ -154,7 +197,7 @@ def demo_rows(rounds, steps, env, timeout_s, work):
     steady = {name: [] for name, _ in modes}
     dirs = []
     for i in range(rounds):
-        for name, extra in modes:
+        for name, extra in rotated(modes, i):
             out = os.path.join(work, f"demo_{i}_{name.split()[0]}{'_aa' if 'A/A' in name else ''}")
             step_ms, cpu_s, steady_ms = _demo(out, steps, extra, env, timeout_s)
             ms[name].append(step_ms)
@@ -163,6 +206,28 @@ def demo_rows(rounds, steps, env, timeout_s, work):
             if name == "always on":
                 dirs.append(out)
     return ms, cpu, steady, dirs
+
+
+# A long run's steady state begins this long after the run did: past the
+# start-up speed watch's schedule (calibration._WATCH_SCHEDULE_S, about 57 s
+# from each process's calibration) and the steps written in full.
+LONG_AFTER_S = 65
+
+
+def long_run_parts(steps, env, timeout_s, work):
+    """One always-on demo run past every start-up cost: its median step (ms),
+    the steps counted and each part's CPU (ms a step) from the first step
+    that ends LONG_AFTER_S after the run began to the last."""
+    t, watch, began = _demo_run(os.path.join(work, "demo_long"), steps, ["--capture", "2,3,5", "--always-on"],
+                                env, timeout_s)
+    ends = t["steps_end_monotonic"]
+    first = next((i for i, e in enumerate(ends) if e >= began + LONG_AFTER_S), None)
+    if first is None or first >= len(ends) - 10:
+        raise RuntimeError(f"the long run's {steps} steps ended {ends[-1] - began:.0f} s after it began: too few "
+                           f"after {LONG_AFTER_S} s")
+    parts = watch.parts_between(ends[first], ends[-1])
+    n = len(ends) - 1 - first
+    return statistics.median(t["steps_ms"][first + 1:]), n, {k: 1000 * v / n for k, v in parts.items()}
 
 
 VERL_APP = os.path.join(ROOT, "tests", "apps", "verl_ppo_app.py")
@@ -197,7 +262,8 @@ def verl_rows(rounds, steps, env, timeout_s, work, fmt):
                  "+global_profiler.global_tool_config.rlscope.always_on.enabled=true"])]
     got = {name: [] for name, _ in modes}
     for i in range(rounds):
-        for j, (name, overrides) in enumerate(modes):
+        for name, overrides in rotated(modes, i):
+            j = [m for m, _ in modes].index(name)
             got[name].append(_verl(os.path.join(work, f"verl_{i}_{j}"), steps, overrides, env, timeout_s))
     rows = []
     for name, _ in modes:
@@ -295,8 +361,9 @@ def time_on_1000_steps(run_a, run_b):
 
 
 def run(args, print_table, fmt, clean_env):
-    rounds = 2 if args.quick else 4
+    rounds = 4 if args.quick else 8  # each mode once in each place of a round, or twice (rotated)
     steps = 160 if args.quick else 300
+    long_steps = 1300 if args.quick else 2000
     work = tempfile.mkdtemp(prefix="rlscope_always_on_bench_")
     env = clean_env()
     try:
@@ -315,7 +382,7 @@ def run(args, print_table, fmt, clean_env):
                          "" if name == "none" else "%+.2f %%" % (100 * statistics.median(ratios)),
                          "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios),
                          fmt(cpu_ms, 2), fmt(steady_ms, 2), "%.2f %%" % (100 * steady_ms / (step_ms * cores))])
-        print_table(f"Always on: the PPO demo ({steps} steps, {rounds} interleaved rounds; a run's step time is the "
+        print_table(f"Always on: the PPO demo ({steps} steps, {rounds} rounds, each in rotated order; a run's step time is the "
                     f"median of its steps after the first {WARMUP}; profiler CPU: its threads and processes, read "
                     f"from /proc, per step over the whole run (set-up and exit included) and in steady state "
                     f"(steps {STEADY_FROM}-{steps}); share: steady, of the {cores} cores over a step)",
@@ -323,16 +390,24 @@ def run(args, print_table, fmt, clean_env):
                      "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady", "steady share"], rows)
         print(f"In the job's own threads, always on (the correction's subtracted time, all processes): "
               f"{in_thread_ms(dirs):.3f} ms per step")
+        step_ms, n, parts = long_run_parts(long_steps, env, args.timeout_s, work)
+        total = sum(parts.values())
+        rows = [[k, fmt(v, 3), "%.2f %%" % (100 * v / (step_ms * cores))]
+                for k, v in sorted(parts.items(), key=lambda kv: -kv[1])]
+        rows.append(["all", fmt(total, 3), "%.2f %%" % (100 * total / (step_ms * cores))])
+        print_table(f"Always on, a long run's steady state: the PPO demo for {long_steps} steps, the profiler's CPU "
+                    f"from {LONG_AFTER_S} s after it began (past every start-up cost) to its end: {n} steps of "
+                    f"{step_ms:.1f} ms (median)", ["part", "ms per step", f"share of the {cores} cores"], rows)
         try:
             import verl  # noqa: F401
         except ImportError:
             print("Always on: verl: not installed (make venv installs requirements-verl.txt); skipped")
         else:
             print_table(f"Always on: verl 0.9.1's main_ppo on CPU (tests/apps/verl_ppo_app.py: its V1 trainer, a "
-                        f"TaskRunner and two workers; {steps} steps, {rounds} interleaved rounds; as the demo's table)",
+                        f"TaskRunner and two workers; {steps} steps, 3 rounds in rotated order; as the demo's table)",
                         ["configuration", "ms per step", "profiler CPU ms/step, whole run",
                          "profiler CPU ms/step, steady", "steady share"],
-                        verl_rows(rounds, steps, env, args.timeout_s, work, fmt))
+                        verl_rows(3, steps, env, args.timeout_s, work, fmt))
         sizes = bytes_per_process_step(dirs)
         print_table("Always on: figures.jsonl bytes per process per step (the demo's always-on runs; target <= 4096)",
                     ["lines", "median", "max"], [[str(len(sizes)), fmt(statistics.median(sizes), 0),
