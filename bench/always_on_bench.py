@@ -208,6 +208,10 @@ def demo_rows(rounds, steps, env, timeout_s, work):
     return ms, cpu, steady, dirs
 
 
+# The part of the profiler's cost inside the job's own threads (recording,
+# the sampler's signal handler): not a thread of its own, so no CpuWatch
+# part; what the correction subtracted (in_thread_ms).
+IN_THREADS = "in the job's threads (the correction's subtracted time)"
 # A long run's steady state begins this long after the run did: past the
 # start-up speed watch's schedule (calibration._WATCH_SCHEDULE_S, about 57 s
 # from each process's calibration) and the steps written in full.
@@ -227,7 +231,10 @@ def long_run_parts(steps, env, timeout_s, work):
                            f"after {LONG_AFTER_S} s")
     parts = watch.parts_between(ends[first], ends[-1])
     n = len(ends) - 1 - first
-    return statistics.median(t["steps_ms"][first + 1:]), n, {k: 1000 * v / n for k, v in parts.items()}
+    parts = {k: 1000 * v / n for k, v in parts.items()}
+    # Steps first + 2 .. len(ends) (ends[i] is step i + 1's end).
+    parts[IN_THREADS] = in_thread_ms([os.path.join(work, "demo_long")], first + 2, len(ends))
+    return statistics.median(t["steps_ms"][first + 1:]), n, parts
 
 
 VERL_APP = os.path.join(ROOT, "tests", "apps", "verl_ppo_app.py")
@@ -261,26 +268,31 @@ def verl_rows(rounds, steps, env, timeout_s, work, fmt):
              ("always on (2, 3 in full)", VERL_SELECTED + [
                  "+global_profiler.global_tool_config.rlscope.always_on.enabled=true"])]
     got = {name: [] for name, _ in modes}
+    always_on_dirs = []
     for i in range(rounds):
         for name, overrides in rotated(modes, i):
             j = [m for m, _ in modes].index(name)
             got[name].append(_verl(os.path.join(work, f"verl_{i}_{j}"), steps, overrides, env, timeout_s))
+            if name.startswith("always on"):
+                always_on_dirs.append(os.path.join(work, f"verl_{i}_{j}"))
     rows = []
     for name, _ in modes:
         step_ms = statistics.median(r[0] for r in got[name])
         whole, steady = statistics.median(r[1] for r in got[name]), statistics.median(r[2] for r in got[name])
-        rows.append([name, fmt(step_ms, 2), fmt(whole, 2), fmt(steady, 2),
-                     "%.2f %%" % (100 * steady / (step_ms * (os.cpu_count() or 1)))])
+        # As the demo's: selected steps record nothing in steady state.
+        threads_ms = in_thread_ms(always_on_dirs, STEADY_FROM, steps) if name.startswith("always on") else 0.0
+        rows.append([name, fmt(step_ms, 2), fmt(whole, 2), fmt(steady, 2), fmt(threads_ms, 3),
+                     "%.2f %%" % (100 * (steady + threads_ms) / (step_ms * (os.cpu_count() or 1)))])
     return rows
 
 
-def in_thread_ms(run_dirs):
-    """Per step, the recording costs inside the job's threads (the
-    correction's subtracted time, every process summed): median."""
+def in_thread_ms(run_dirs, first=WARMUP + 1, last=None):
+    """Per step (steps first..last), the recording costs inside the job's
+    threads (the correction's subtracted time, every process summed): median."""
     per_step = []
     for d in run_dirs:
         for n, f in sorted(figures.load(d).items()):
-            if n > WARMUP:
+            if n >= first and (last is None or n <= last):
                 per_step.append(sum(float((p.get("overhead") or {}).get("subtracted_ms") or 0.0)
                                     for p in f.get("processes") or []))
     return statistics.median(per_step) if per_step else 0.0
@@ -378,18 +390,21 @@ def run(args, print_table, fmt, clean_env):
             step_ms = statistics.median(ms[name])
             cpu_ms = statistics.median(cpu[name])
             steady_ms = statistics.median(steady[name])
+            # Selected steps record nothing in steady state (none is chosen there).
+            threads_ms = in_thread_ms(dirs, STEADY_FROM, steps) if name == "always on" else 0.0
             rows.append([label, fmt(step_ms, 2),
                          "" if name == "none" else "%+.2f %%" % (100 * statistics.median(ratios)),
                          "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios),
-                         fmt(cpu_ms, 2), fmt(steady_ms, 2), "%.2f %%" % (100 * steady_ms / (step_ms * cores))])
+                         fmt(cpu_ms, 2), fmt(steady_ms, 2), fmt(threads_ms, 3),
+                         "%.2f %%" % (100 * (steady_ms + threads_ms) / (step_ms * cores))])
         print_table(f"Always on: the PPO demo ({steps} steps, {rounds} rounds, each in rotated order; a run's step time is the "
                     f"median of its steps after the first {WARMUP}; profiler CPU: its threads and processes, read "
                     f"from /proc, per step over the whole run (set-up and exit included) and in steady state "
-                    f"(steps {STEADY_FROM}-{steps}); share: steady, of the {cores} cores over a step)",
+                    f"(steps {STEADY_FROM}-{steps}); in the job's threads: the correction's subtracted time, all "
+                    f"processes, median; share: steady, both, of the {cores} cores over a step)",
                     ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %",
-                     "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady", "steady share"], rows)
-        print(f"In the job's own threads, always on (the correction's subtracted time, all processes): "
-              f"{in_thread_ms(dirs):.3f} ms per step")
+                     "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady",
+                     "in the job's threads ms/step, steady", "steady share"], rows)
         step_ms, n, parts = long_run_parts(long_steps, env, args.timeout_s, work)
         total = sum(parts.values())
         rows = [[k, fmt(v, 3), "%.2f %%" % (100 * v / (step_ms * cores))]
@@ -406,7 +421,7 @@ def run(args, print_table, fmt, clean_env):
             print_table(f"Always on: verl 0.9.1's main_ppo on CPU (tests/apps/verl_ppo_app.py: its V1 trainer, a "
                         f"TaskRunner and two workers; {steps} steps, 3 rounds in rotated order; as the demo's table)",
                         ["configuration", "ms per step", "profiler CPU ms/step, whole run",
-                         "profiler CPU ms/step, steady", "steady share"],
+                         "profiler CPU ms/step, steady", "in the job's threads ms/step, steady", "steady share"],
                         verl_rows(3, steps, env, args.timeout_s, work, fmt))
         sizes = bytes_per_process_step(dirs)
         print_table("Always on: figures.jsonl bytes per process per step (the demo's always-on runs; target <= 4096)",
