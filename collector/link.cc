@@ -140,6 +140,9 @@ void Link::SendControl() {
     }
     if (again) {
       rehello_ = false;
+      // The aggregator that answers may be another, on another clock: its
+      // answer says anew whether it reads this one (Control.same_clock).
+      transport_.SetSameClock(false);
       transport_.Rewind(MakePreamble());
       // The new aggregator numbers steps from its resume point: the next
       // step's number is announced (steps.h) rather than left to it.
@@ -174,7 +177,6 @@ bool Link::Apply(const wire::Control& control) {
     // again, then the spool's replay; nothing else goes out before.
     rehello_ = true;
     transport_.SetReady(false);
-    transport_.SetSameClock(false);  // until the answer to the new hello says so
   }
   if (control.same_clock) transport_.SetSameClock(true);
   if (control.release_ns != 0) transport_.Release(control.release_ns);

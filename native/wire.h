@@ -248,8 +248,9 @@ struct Control {
   // clock_domain is its own): the collector's times are placed exactly, and
   // its probes only say what the probe path would have stated, so it
   // probes at its idle rate (collector.h kIdleProbeFactor). Sent with the
-  // reply to a Hello; holds until the aggregator no longer knows the
-  // collector (`hello`).
+  // reply to every Hello; the collector holds it until it says hello again
+  // after a lost connection or a Control `hello` (a replay: the aggregator
+  // that answers may be another).
   bool same_clock = false;
   bool operator==(const Control&) const = default;
 };

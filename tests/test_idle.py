@@ -147,5 +147,8 @@ def test_always_on_a_working_process_flushes_a_figures_only_step_a_few_times_a_s
     assert per_s["wakeups ZMQbg/IO/0"] < 7, (per_s, out)
     # On the aggregator's own clock its probes place nothing (same_clock):
     # bursts come every 10 s, the first at once (one a second before, while
-    # it recorded: 6 in one run of this test).
-    assert proc["clock"]["basis"] == "same_clock" and 1 <= proc["clock"]["bursts"] <= 2, proc["clock"]
+    # it recorded: 6 in one run of this test). Its life: the settling 1.5 s,
+    # the measured span, and up to 2 s to exit.
+    life_s = 1.5 + out["wall_ns"] / 1e9 + 2
+    assert proc["clock"]["basis"] == "same_clock" and 1 <= proc["clock"]["bursts"] <= 2 + life_s // 10, (
+        proc["clock"], life_s)

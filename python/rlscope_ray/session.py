@@ -19,6 +19,7 @@ import secrets
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
@@ -43,9 +44,11 @@ class Session:
     _wake: threading.Event = field(default_factory=threading.Event)
     _expected_lock: threading.Lock = field(default_factory=threading.Lock)
     _expected_sent: Optional[List[Dict[str, str]]] = None
-    # Actors this process created (_count_actor_creations), and how many it
-    # had created when the reporter last began a look at Ray's actor table.
+    # Actors this process created (_count_actor_creations), when it last
+    # did (time.monotonic), and how many it had created at the reporter's
+    # last look at Ray's actor table that found none of them still starting.
     _actors_created: int = 0
+    _actor_created_at: float = 0.0
     _actors_looked: int = 0
     _aggregator: Optional[AggregatorProcess] = None
     profile_driver: bool = True
@@ -462,15 +465,36 @@ def profiled_actors() -> List[Dict[str, str]]:
     return out
 
 
+# After this process created an actor, step begins wake the reporter while
+# some actor is still starting, for at most this long (one whose resources
+# never come would keep it reading the table at every step).
+_STARTING_ACTORS_S = 60.0
+
+
+def _actors_starting() -> bool:
+    """Whether any actor of the cluster is still starting (internal GCS
+    table, as profiled_actors): read only after this process created one.
+    False when it cannot be read (the reporter's second then)."""
+    try:
+        from ray._private import state
+
+        accessor = state.state._connect_and_get_accessor()
+        return any(accessor.get_actor_table(None, s)
+                   for s in ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"))
+    except Exception:  # noqa: BLE001 - internal Ray API: degrade, never break the job
+        return False
+
+
 def before_step() -> None:
-    """Called by rlscope_ray.step(): wakes the reporter thread when this
-    process created actors since its last look, so that they are reported
-    while this step runs (an actor not yet alive then, or created
-    elsewhere, at the next look: within a second). Never blocks the training
-    loop (Ray's actor table is read on that thread). Not at every step: a
-    look reads the whole table, about 0.2 ms of this process's CPU and as
-    much of Ray's GCS with 4 actors, which at every step of the PPO demo (17
-    a second) was as much CPU as the rest of the profiler's."""
+    """Called by rlscope_ray.step(): wakes the reporter thread after this
+    process created actors, until a look finds none still starting (or
+    _STARTING_ACTORS_S passed), so that they are reported while the step
+    they come up in runs (actors created elsewhere at the next look: within
+    a second). Never blocks the training loop (Ray's actor table is read on
+    that thread). Not at every step: a look reads the whole table, about
+    0.2 ms of this process's CPU and as much of Ray's GCS with 4 actors,
+    which at every step of the PPO demo (17 a second) was as much CPU as the
+    rest of the profiler's."""
     session = _duties
     if session is not None and session._actors_created != session._actors_looked:
         session._wake.set()
@@ -508,12 +532,16 @@ def become_controller() -> bool:
 def _report_expected(session: Session) -> bool:
     """Sends the profiled-actor list when it changed; False when Ray's actor
     table cannot be read (internal API), which turns the report off."""
-    session._actors_looked = session._actors_created  # those created later wake it again
+    created = session._actors_created  # read first: one created during the look wakes it again
     try:
         now = profiled_actors()
+        starting = (created != session._actors_looked and _actors_starting()
+                    and time.monotonic() - session._actor_created_at < _STARTING_ACTORS_S)
     except Exception as e:  # internal Ray API: degrade, never break the job
         print(f"rlscope: cannot list profiled actors ({e!r}); 'not profiled' reports are off", file=sys.stderr)
         return False
+    if not starting:
+        session._actors_looked = created
     with session._expected_lock:
         if now != session._expected_sent:
             _native.report_expected(now)
@@ -587,6 +615,7 @@ def _count_actor_creations() -> None:
             return original(self, *args, **kwargs)
         finally:
             if _duties is not None:
+                _duties._actor_created_at = time.monotonic()
                 _duties._actors_created += 1
 
     _remote._rlscope_counts = True

@@ -87,7 +87,8 @@ for step in range(3, 203):
     with rlscope_ray.step(step):
         time.sleep(0.002)
 ended = time.monotonic()
-quiet = {"steps": 200, "seconds": ended - began, "looks": sum(began <= t <= ended for t in looks)}
+quiet = {"steps": 200, "seconds": ended - began, "looks": sum(began <= t <= ended for t in looks),
+         "actors_created": session_module._duties._actors_created}
 nice = {"driver": os.getpriority(os.PRIO_PROCESS, 0),
         "aggregator": os.getpriority(os.PRIO_PROCESS, session.aggregator.pid)}
 out_dir = rlscope_ray.shutdown()
