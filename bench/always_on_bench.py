@@ -182,8 +182,7 @@ def rotated(modes, i):
     rounds each mode runs once in each place. Run in one fixed order (no
     profiler, again, selected, always on), two runs of this section read
     always on +20.9 % and selected +12.9 % against no profiler (medians of
-    pairs); six rounds in rotated order, later, read +2.2 % and +2.1 %, their
-    pairs spread from -9 % to +12 %."""
+    pairs); rotated, much less (README: always on)."""
     k = i % len(modes)
     return modes[k:] + modes[:k]
 
@@ -372,6 +371,50 @@ def time_on_1000_steps(run_a, run_b):
     return time.perf_counter() - t0, d
 
 
+def demo_table(rounds, steps, env, timeout_s, work, print_table, fmt):
+    """The demo's rows (demo_rows) as a table; the always-on runs' directories."""
+    ms, cpu, steady, dirs = demo_rows(rounds, steps, env, timeout_s, work)
+    base = ms["none"]
+    cores = os.cpu_count() or 1
+    rows = []
+    for name, label in (("none", "no profiler"), ("none (A/A)", "no profiler again (A/A floor)"),
+                        ("selected", "selected steps (2, 3, 5 written; today's mode)"),
+                        ("always on", "always on (every step's figures; 2, 3, 5 in full)")):
+        ratios = [x / b - 1 for x, b in zip(ms[name], base)]
+        step_ms = statistics.median(ms[name])
+        cpu_ms = statistics.median(cpu[name])
+        steady_ms = statistics.median(steady[name])
+        # Selected steps record nothing in steady state (none is chosen there).
+        threads_ms = in_thread_ms(dirs, STEADY_FROM, steps) if name == "always on" else 0.0
+        rows.append([label, fmt(step_ms, 2),
+                     "" if name == "none" else "%+.2f %%" % (100 * statistics.median(ratios)),
+                     "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios),
+                     fmt(cpu_ms, 2), fmt(steady_ms, 2), fmt(threads_ms, 3),
+                     "%.2f %%" % (100 * (steady_ms + threads_ms) / (step_ms * cores))])
+    print_table(f"Always on: the PPO demo ({steps} steps, {rounds} rounds, each in rotated order; a run's step time "
+                f"is the median of its steps after the first {WARMUP}; profiler CPU: its threads and processes, read "
+                f"from /proc, per step over the whole run (set-up and exit included) and in steady state "
+                f"(steps {STEADY_FROM}-{steps}); in the job's threads: the correction's subtracted time, all "
+                f"processes, median; share: steady, both, of the {cores} cores over a step)",
+                ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %",
+                 "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady",
+                 "in the job's threads ms/step, steady", "steady share"], rows)
+    return dirs
+
+
+def long_run_table(steps, env, timeout_s, work, print_table, fmt):
+    """long_run_parts as a table, largest part first."""
+    cores = os.cpu_count() or 1
+    step_ms, n, parts = long_run_parts(steps, env, timeout_s, work)
+    total = sum(parts.values())
+    rows = [[k, fmt(v, 3), "%.2f %%" % (100 * v / (step_ms * cores))]
+            for k, v in sorted(parts.items(), key=lambda kv: -kv[1])]
+    rows.append(["all", fmt(total, 3), "%.2f %%" % (100 * total / (step_ms * cores))])
+    print_table(f"Always on, a long run's steady state: the PPO demo for {steps} steps, the profiler's CPU "
+                f"from {LONG_AFTER_S} s after it began (past every start-up cost) to its end: {n} steps of "
+                f"{step_ms:.1f} ms (median)", ["part", "ms per step", f"share of the {cores} cores"], rows)
+
+
 def run(args, print_table, fmt, clean_env):
     rounds = 4 if args.quick else 8  # each mode once in each place of a round, or twice (rotated)
     steps = 160 if args.quick else 300
@@ -379,40 +422,8 @@ def run(args, print_table, fmt, clean_env):
     work = tempfile.mkdtemp(prefix="rlscope_always_on_bench_")
     env = clean_env()
     try:
-        ms, cpu, steady, dirs = demo_rows(rounds, steps, env, args.timeout_s, work)
-        base = ms["none"]
-        cores = os.cpu_count() or 1
-        rows = []
-        for name, label in (("none", "no profiler"), ("none (A/A)", "no profiler again (A/A floor)"),
-                            ("selected", "selected steps (2, 3, 5 written; today's mode)"),
-                            ("always on", "always on (every step's figures; 2, 3, 5 in full)")):
-            ratios = [x / b - 1 for x, b in zip(ms[name], base)]
-            step_ms = statistics.median(ms[name])
-            cpu_ms = statistics.median(cpu[name])
-            steady_ms = statistics.median(steady[name])
-            # Selected steps record nothing in steady state (none is chosen there).
-            threads_ms = in_thread_ms(dirs, STEADY_FROM, steps) if name == "always on" else 0.0
-            rows.append([label, fmt(step_ms, 2),
-                         "" if name == "none" else "%+.2f %%" % (100 * statistics.median(ratios)),
-                         "" if name == "none" else " ".join("%+.1f" % (100 * r) for r in ratios),
-                         fmt(cpu_ms, 2), fmt(steady_ms, 2), fmt(threads_ms, 3),
-                         "%.2f %%" % (100 * (steady_ms + threads_ms) / (step_ms * cores))])
-        print_table(f"Always on: the PPO demo ({steps} steps, {rounds} rounds, each in rotated order; a run's step time is the "
-                    f"median of its steps after the first {WARMUP}; profiler CPU: its threads and processes, read "
-                    f"from /proc, per step over the whole run (set-up and exit included) and in steady state "
-                    f"(steps {STEADY_FROM}-{steps}); in the job's threads: the correction's subtracted time, all "
-                    f"processes, median; share: steady, both, of the {cores} cores over a step)",
-                    ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %",
-                     "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady",
-                     "in the job's threads ms/step, steady", "steady share"], rows)
-        step_ms, n, parts = long_run_parts(long_steps, env, args.timeout_s, work)
-        total = sum(parts.values())
-        rows = [[k, fmt(v, 3), "%.2f %%" % (100 * v / (step_ms * cores))]
-                for k, v in sorted(parts.items(), key=lambda kv: -kv[1])]
-        rows.append(["all", fmt(total, 3), "%.2f %%" % (100 * total / (step_ms * cores))])
-        print_table(f"Always on, a long run's steady state: the PPO demo for {long_steps} steps, the profiler's CPU "
-                    f"from {LONG_AFTER_S} s after it began (past every start-up cost) to its end: {n} steps of "
-                    f"{step_ms:.1f} ms (median)", ["part", "ms per step", f"share of the {cores} cores"], rows)
+        dirs = demo_table(rounds, steps, env, args.timeout_s, work, print_table, fmt)
+        long_run_table(long_steps, env, args.timeout_s, work, print_table, fmt)
         try:
             import verl  # noqa: F401
         except ImportError:
