@@ -64,11 +64,12 @@ def test_steps_that_create_no_actor_leave_the_actor_table_to_the_reporters_secon
     assert quiet["actors_created"] == 8, quiet
 
 
-def test_after_an_actor_creation_step_begins_wake_the_reporter_until_no_actor_is_starting(monkeypatch):
+def test_step_begins_wake_the_reporter_after_a_creation_and_while_actors_are_starting(monkeypatch):
     """Exact, on a session of its own (Ray's table replaced): a step's begin
-    wakes the reporter after the driver created an actor, and keeps doing so
-    while a look finds actors still starting (an actor comes up after its
-    creation returned), for at most a minute."""
+    wakes the reporter after the driver created an actor, and while its
+    looks find actors of the cluster still starting (an actor is listed
+    alive only once it is up; verl's TaskRunner creates its workers through
+    a path the count does not see), for at most a minute."""
     import time
 
     from rlscope_ray import session as s
@@ -76,7 +77,7 @@ def test_after_an_actor_creation_step_begins_wake_the_reporter_until_no_actor_is
     sess = s.Session(endpoint="", output_dir="", config={})
     monkeypatch.setattr(s, "_duties", sess)
     monkeypatch.setattr(s, "profiled_actors", lambda: [])
-    starting = [True]
+    starting = [False]
     monkeypatch.setattr(s, "_actors_starting", lambda: starting[0])
 
     def step_begin_wakes():
@@ -84,14 +85,20 @@ def test_after_an_actor_creation_step_begins_wake_the_reporter_until_no_actor_is
         s.before_step()
         return sess._wake.is_set()
 
-    assert s._report_expected(sess) and not step_begin_wakes()  # nothing created: its second alone
-    sess._actors_created, sess._actor_created_at = 1, time.monotonic()
-    assert step_begin_wakes()
+    assert s._report_expected(sess) and not step_begin_wakes()  # nothing created or starting: its second alone
+    sess._actors_created = 1
+    assert step_begin_wakes()  # created here: the next step's begin looks
+    starting[0] = True
     assert s._report_expected(sess) and step_begin_wakes()  # still starting: looked at again next step
     starting[0] = False
     assert s._report_expected(sess) and not step_begin_wakes()  # up: once a second again
-    sess._actors_created, sess._actor_created_at, starting[0] = 2, time.monotonic() - 61, True
+    starting[0] = True  # created elsewhere: a look (the reporter's second) finds it starting
+    assert s._report_expected(sess) and step_begin_wakes()
+    sess._starting_since = time.monotonic() - 61
     assert s._report_expected(sess) and not step_begin_wakes()  # starting for over a minute: given up
+    sess._actors_created = 2
+    assert step_begin_wakes()
+    assert s._report_expected(sess) and step_begin_wakes()  # a creation here starts the minute again
 
 
 def test_actors_with_different_ranks_appear_in_the_merged_step(session_run):

@@ -44,12 +44,13 @@ class Session:
     _wake: threading.Event = field(default_factory=threading.Event)
     _expected_lock: threading.Lock = field(default_factory=threading.Lock)
     _expected_sent: Optional[List[Dict[str, str]]] = None
-    # Actors this process created (_count_actor_creations), when it last
-    # did (time.monotonic), and how many it had created at the reporter's
-    # last look at Ray's actor table that found none of them still starting.
+    # Actors this process created (_count_actor_creations) and how many it
+    # had created at the reporter's last look at Ray's actor table; since
+    # when looks have found actors of the cluster still starting (None: the
+    # last found none).
     _actors_created: int = 0
-    _actor_created_at: float = 0.0
     _actors_looked: int = 0
+    _starting_since: Optional[float] = None
     _aggregator: Optional[AggregatorProcess] = None
     profile_driver: bool = True
     ray_context: Any = None  # what ray.init returned
@@ -465,16 +466,16 @@ def profiled_actors() -> List[Dict[str, str]]:
     return out
 
 
-# After this process created an actor, step begins wake the reporter while
-# some actor is still starting, for at most this long (one whose resources
-# never come would keep it reading the table at every step).
+# Step begins wake the reporter while its looks find actors still starting,
+# for at most this long (one whose resources never come would keep it
+# reading the table at every step).
 _STARTING_ACTORS_S = 60.0
 
 
 def _actors_starting() -> bool:
     """Whether any actor of the cluster is still starting (internal GCS
-    table, as profiled_actors): read only after this process created one.
-    False when it cannot be read (the reporter's second then)."""
+    table, as profiled_actors; three reads by state, about 1 ms of wall time
+    with none). False when it cannot be read (the reporter's second then)."""
     try:
         from ray._private import state
 
@@ -486,17 +487,22 @@ def _actors_starting() -> bool:
 
 
 def before_step() -> None:
-    """Called by rlscope_ray.step(): wakes the reporter thread after this
-    process created actors, until a look finds none still starting (or
-    _STARTING_ACTORS_S passed), so that they are reported while the step
-    they come up in runs (actors created elsewhere at the next look: within
-    a second). Never blocks the training loop (Ray's actor table is read on
-    that thread). Not at every step: a look reads the whole table, about
-    0.2 ms of this process's CPU and as much of Ray's GCS with 4 actors,
-    which at every step of the PPO demo (17 a second) was as much CPU as the
-    rest of the profiler's."""
+    """Called by rlscope_ray.step(): wakes the reporter thread when this
+    process created actors since its last look, or while its looks find
+    actors still starting (for at most _STARTING_ACTORS_S), so that actors
+    are reported while the step they come up in runs (verl's TaskRunner
+    creates its workers after it claimed the role, through a path of its
+    own). Never blocks the training loop (Ray's actor table is read on that
+    thread). Not at every step: a look reads the whole table, about 0.2 ms
+    of this process's CPU and as much of Ray's GCS with 4 actors, which at
+    every step of the PPO demo (17 a second) was as much CPU as the rest of
+    the profiler's."""
     session = _duties
-    if session is not None and session._actors_created != session._actors_looked:
+    if session is None:
+        return
+    starting = session._starting_since
+    if session._actors_created != session._actors_looked or (
+            starting is not None and time.monotonic() - starting < _STARTING_ACTORS_S):
         session._wake.set()
 
 
@@ -535,13 +541,14 @@ def _report_expected(session: Session) -> bool:
     created = session._actors_created  # read first: one created during the look wakes it again
     try:
         now = profiled_actors()
-        starting = (created != session._actors_looked and _actors_starting()
-                    and time.monotonic() - session._actor_created_at < _STARTING_ACTORS_S)
     except Exception as e:  # internal Ray API: degrade, never break the job
         print(f"rlscope: cannot list profiled actors ({e!r}); 'not profiled' reports are off", file=sys.stderr)
         return False
-    if not starting:
-        session._actors_looked = created
+    if not _actors_starting():
+        session._starting_since = None
+    elif session._starting_since is None or created != session._actors_looked:
+        session._starting_since = time.monotonic()  # a creation here starts the bound again
+    session._actors_looked = created
     with session._expected_lock:
         if now != session._expected_sent:
             _native.report_expected(now)
@@ -615,7 +622,6 @@ def _count_actor_creations() -> None:
             return original(self, *args, **kwargs)
         finally:
             if _duties is not None:
-                _duties._actor_created_at = time.monotonic()
                 _duties._actors_created += 1
 
     _remote._rlscope_counts = True
@@ -623,8 +629,8 @@ def _count_actor_creations() -> None:
 
 
 def _report_expected_loop(session: Session) -> None:
-    """At once, then every second, and at a step's begin after this process
-    created actors (before_step): a controller
+    """At once, then every second, and at step begins after this process
+    created actors or while actors are starting (before_step): a controller
     that claims the role at its first step may run only a few. The
     collector's own thread (own_thread: its CPU is the profiler's in
     samples, and the OS knows it by name)."""
