@@ -100,7 +100,7 @@ def analysis(gpu_run, tmp_path_factory):
     return _hta()(trace_dir=str(out))
 
 
-def test_hta_loads_every_rank_and_its_temporal_breakdown_is_what_ran(analysis):
+def test_hta_loads_every_rank_and_its_temporal_breakdown_is_what_ran(analysis, gpu_run):
     assert analysis.t.get_ranks() == list(RANKS)
     df = analysis.get_temporal_breakdown(visualize=False)
     print(df.to_string())
@@ -109,9 +109,17 @@ def test_hta_loads_every_rank_and_its_temporal_breakdown_is_what_ran(analysis):
     # To the microsecond HTA rounds to, but for its rounding of the four
     # records' edges: the device work is on a whole-microsecond grid of the
     # collector's clock, not of the step's begin that the export counts from.
+    # And but for the correction (the default config): each kernel moves by
+    # its launch's shift, so two of them move apart by what the launching
+    # thread paid between their launches, at most all its process removed in
+    # the step (a loaded machine's slower steps charge more: 23 us on rank 1
+    # in one soak, its kernels 23 us nearer, HTA's kernel time 1,077 us).
+    summary = json.loads((gpu_run / f"step_{STEP}" / "summary.json").read_text())
+    removed_us = {p["rank"]: 1000 * p["overhead"]["subtracted_ms"]
+                  for p in summary["processes"] if p["role"] == "worker"}
     for r in RANKS:
         for key, want in expected_breakdown(r).items():
-            assert abs(got[r][key] - want) <= 2, (r, key, got[r], expected_breakdown(r))
+            assert abs(got[r][key] - want) <= 2 + removed_us[r], (r, key, got[r], expected_breakdown(r), removed_us)
 
 
 def test_hta_links_kernels_to_their_launches_and_places_them_in_the_step(analysis):
