@@ -67,6 +67,23 @@ def test_each_selected_step_is_checked_against_its_nearest_clean_untooled_neighb
     assert [c.value_ms for c in aa.checks] == [12.0]
 
 
+def test_the_reference_noise_a_perfect_correction_must_cover_is_the_aa_errors_spread_at_its_tail():
+    from rlscope_ray import in_run
+
+    # 20 A/A errors: 18 within 1 %, two slow stretches (+30 %, -12 %).
+    errors = [0.01 * (i % 3 - 1) for i in range(18)] + [0.30, -0.12]
+    # The quartiles' spread sees none of the tail: 2 robust sd cover 18 of 20.
+    sd = in_run.robust_sd(errors)
+    assert sum(abs(e) <= 2 * sd for e in errors) == 18
+    # Half the 90th percentile of |error| covers 18 of 20 too, by
+    # construction; the 95th (between the 19th and 20th ranked) covers 19,
+    # up to -12 %.
+    assert in_run.covering_spread(errors, 0.9) == pytest.approx(0.01 / 2 + (0.12 - 0.01) * 0.1 / 2)
+    assert in_run.covering_spread(errors, 0.95) == pytest.approx(0.12 / 2 + (0.30 - 0.12) * 0.05 / 2)
+    assert sum(abs(e) <= 2 * in_run.covering_spread(errors, 0.95) for e in errors) == 19
+    assert in_run.covering_spread([0.04]) == 0.02
+
+
 def _runner(tmp_path, style: str, steps: int, selected, untooled, ranges: int = 200):
     from rlscope_ray.ab_calibration import Runner
 
