@@ -358,13 +358,15 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
 
 int64_t UncertaintyParts::TotalNs() const {
   const double s = std::pow(static_cast<double>(sampling_ns), 2) + std::pow(static_cast<double>(calibration_ns), 2) +
-                   std::pow(static_cast<double>(model_ns), 2) + std::pow(static_cast<double>(capped_ns), 2);
+                   std::pow(static_cast<double>(model_ns), 2) + std::pow(static_cast<double>(capped_ns), 2) +
+                   std::pow(static_cast<double>(threads_ns), 2);
   return std::llround(std::sqrt(s));
 }
 
 const char* UncertaintyParts::Largest() const {
   const std::pair<int64_t, const char*> parts[] = {
-      {sampling_ns, "sampling"}, {calibration_ns, "calibration"}, {model_ns, "model"}, {capped_ns, "capped"}};
+      {sampling_ns, "sampling"}, {calibration_ns, "calibration"}, {model_ns, "model"}, {capped_ns, "capped"},
+      {threads_ns, "threads"}};
   const auto* best = std::max_element(std::begin(parts), std::end(parts),
                                       [](const auto& a, const auto& b) { return a.first < b.first; });
   return best->first > 0 ? best->second : "";
@@ -378,6 +380,7 @@ void UncertaintyParts::Add(const UncertaintyParts& other) {
   calibration_ns = add(calibration_ns, other.calibration_ns);
   model_ns += other.model_ns;
   capped_ns = add(capped_ns, other.capped_ns);
+  threads_ns = add(threads_ns, other.threads_ns);
 }
 
 int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t, size_t* hint,

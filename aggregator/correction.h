@@ -13,7 +13,9 @@
 // per thread), else in the run so far, else its start-up calibration (the
 // Hello's, wire.h Hello::costs); the caller-side costs (py_*) and the cost
 // samples' own are always calibrated. The uncertainty of what is removed
-// (UncertaintyParts, step_profile.h) has four parts: the sampling error of
+// (UncertaintyParts, step_profile.h) has four parts here, and a fifth, the
+// flush thread's CPU, once the step is corrected (step_correction.cc,
+// ApplyCorrection): the sampling error of
 // those means (per process, sqrt(sum over kinds of (events of the kind)^2 *
 // variance / samples)); the start-up calibration's standard error of the
 // caller side charged; the model's, for costs the samples cannot see (the

@@ -146,6 +146,11 @@ void ApplyCorrection(Corrector& c, ProcessSlice* slice) {
     if (g.end_ns < g.start_ns) g.end_ns = g.start_ns;
   }
   slice->overhead = c.TakeOverhead();
+  // The flush thread's CPU, not removed, is stated (UncertaintyParts::threads_ns).
+  if (slice->profiler_cpu_ns > 0) {
+    slice->overhead->uncertainty_parts.threads_ns = slice->profiler_cpu_ns / 2;
+    slice->overhead->uncertainty_ns = slice->overhead->uncertainty_parts.TotalNs();
+  }
 }
 
 // The controller's sub-task windows (raw), nested ones left out: each

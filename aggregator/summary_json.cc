@@ -154,6 +154,7 @@ void WriteUncertaintyParts(JsonWriter& w, const UncertaintyParts& parts) {
   w.Key("calibration").Double(Ms(parts.calibration_ns));
   w.Key("model").Double(Ms(parts.model_ns));
   w.Key("capped").Double(Ms(parts.capped_ns));
+  w.Key("threads").Double(Ms(parts.threads_ns));
   w.EndObject();
   w.Key("uncertainty_dominated_by").String(parts.Largest());
 }
@@ -348,13 +349,14 @@ void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessS
   const Overhead& o = *slice.overhead;
   if (!o.cost_note.empty()) w.String(ProcessLabel(*slice.process) + ": " + o.cost_note);
   const int64_t step_ns = step.end_ns - step.begin_ns;
-  // The flush thread's CPU is not removed: say when it was a real share.
+  // The flush thread's CPU is not removed (half of it is the uncertainty's
+  // `threads` part): say when it was a real share.
   if (step_ns > 0 && slice.profiler_cpu_ns * 20 > step_ns) {
     char text[300];
     std::snprintf(text, sizeof(text),
-                  ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: its "
-                  "threads waited %.2f ms on a run queue in the step, so at most that much of it came out of "
-                  "the job",
+                  ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: it came "
+                  "out of the job's time where no core was spare (its threads waited %.2f ms on a run queue "
+                  "in the step)",
                   slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns,
                   std::max<int64_t>(slice.run_queue_wait_ns, 0) / 1e6);
     w.String(ProcessLabel(*slice.process) + text);

@@ -2397,6 +2397,35 @@ TEST_F(CorrectStepTest, EveryEventAfterTheBeginCostsItsThreadIncludingTheStepsOw
   EXPECT_EQ(s->end_ns, 5000 - 210);
 }
 
+// The flush thread's CPU in the step (4,000 ns of its running totals
+// between the step's begin and end) is not removed but stated: half of it,
+// one standard deviation, the only part of this step's uncertainty.
+TEST_F(CorrectStepTest, TheFlushThreadsCpuInTheStepIsStatedInTheUncertaintyNotRemoved) {
+  Init(ConfigFrom(""));
+  FakeCollector ctl(1, "controller", -1, 100);
+  ctl.Costs({{"push", 100}, {"pop", 50}, {"mark", 10}});
+  Connect(ctl);
+  wire::Batch before = ctl.Flush(500);
+  before.profiler_cpu_ns = 0;
+  Send(before);
+  ctl.Push(1, 1000, "step", 1).Push(1, 2000, "a").Pop(1, 3000).Mark(1, 4000, "m").Pop(1, 5000);
+  wire::Batch after = ctl.Flush(5500);
+  after.profiler_cpu_ns = 5000;  // 500 at the step's begin, 4,500 at its end
+  Send(after);
+  Send(ctl.Bye());
+  agg_->Tick(0);
+  const StepProfile& step = exporter_.Step(1);
+  const ProcessSlice* c = FindSlice(step, 1);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->profiler_cpu_ns, 4000);
+  EXPECT_EQ(c->overhead->total_ns, 210);  // as without it
+  EXPECT_EQ(step.corrected_end_ns, 5000 - 210);
+  EXPECT_EQ(c->overhead->uncertainty_parts.threads_ns, 2000);
+  EXPECT_EQ(c->overhead->uncertainty_ns, 2000);
+  EXPECT_STREQ(c->overhead->uncertainty_parts.Largest(), "threads");
+  EXPECT_EQ(step.correction_uncertainty_ns, 2000);
+}
+
 TEST_F(CorrectStepTest, ScaleMultipliesEveryCost) {
   const StepProfile& step = RunSimpleStep("correction: {scale: 2.5}\n");
   EXPECT_EQ(step.corrected_end_ns, 5000 - 525);
