@@ -380,7 +380,7 @@ void UncertaintyParts::Add(const UncertaintyParts& other) {
   calibration_ns = add(calibration_ns, other.calibration_ns);
   model_ns += other.model_ns;
   capped_ns = add(capped_ns, other.capped_ns);
-  threads_ns = add(threads_ns, other.threads_ns);
+  threads_ns += other.threads_ns;
 }
 
 int64_t Corrector::ShiftPs(const ThreadCosts& costs, const Anchors& anchors, int64_t t, size_t* hint,

@@ -114,7 +114,8 @@ struct UncertaintyParts {
   const char* Largest() const;
   // Another process's, part by part: sampling, calibration and capped in
   // quadrature (each process measured its own); model linearly (one choice,
-  // made alike in every process, errs alike).
+  // made alike in every process, errs alike), and threads linearly too
+  // (whether a core was spare is one condition of a node's processes).
   void Add(const UncertaintyParts& other);
 };
 
@@ -129,7 +130,8 @@ struct Overhead {
   int64_t capped_ns = 0;     // what the model would have charged them beyond that (not removed)
   uint64_t cpu_samples = 0;  // CPU samples, charged the sampler's own cost
   int64_t cpu_samples_ns = 0;
-  // One standard deviation of total_ns (waits not included), its parts in
+  // One standard deviation of the correction: of total_ns (waits not
+  // included) and of the flush thread's CPU not removed; its parts in
   // quadrature (UncertaintyParts): what the sampling, the calibration, the
   // caller side's model and capping leave open, and the flush thread's CPU
   // that was not removed (ApplyCorrection, step_correction.cc, adds it).

@@ -55,9 +55,10 @@ def workloads(root, steps, ranges, ray_steps=None):
 
 def in_run_workloads(root, quick):
     """(label, command without --untooled-steps, steps, period): 5-20 ms a
-    step here, enough steps for 100 (quick: 60; Ray 71 and 42) checked ones.
-    With 12, the medians' standard errors were 1.2-5.2 %; with 60, 0.5-0.9 %
-    where the machine held steady through the run. A Ray job's
+    step here, enough steps for 99 (quick: 59; Ray 70 and 41) checked ones.
+    With 11, the medians' standard errors were 1.2-5.2 %; with 59, 0.3-1.2 %
+    on the dense and torch workloads where the machine held steady through
+    the run, 2.1-4.3 % on the Ray job. A Ray job's
     workers arm a step ahead and disarm late: a longer period leaves it
     clean references."""
     apps = os.path.join(root, "tests", "apps")

@@ -222,8 +222,9 @@ def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_facto
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is not installed")
 def test_a_missing_core_shows_as_run_queue_wait_beside_the_profilers_cpu(aggregator_factory, tmp_path):
     """The flush thread's CPU is reported, not removed; beside it each step
-    says how long the process's threads waited on a run queue (schedstat),
-    the most of it that can have come out of the job. Here the program
+    says how long the process's threads waited on a run queue (schedstat):
+    evidence of a missing core, not a bound on what the profiler took (half
+    the flush thread's CPU is stated in the uncertainty). Here the program
     shares its one CPU with a busy loop: it waited. (The
     collector looks at its threads' waits 50 times a second, cpu.off_cpu_hz:
     a step of 100k ranges takes long enough to be looked at several times.)"""

@@ -82,6 +82,9 @@ def test_the_reference_noise_a_perfect_correction_must_cover_is_the_aa_errors_sp
     assert in_run.covering_spread(errors, 0.95) == pytest.approx(0.12 / 2 + (0.30 - 0.12) * 0.05 / 2)
     assert sum(abs(e) <= 2 * in_run.covering_spread(errors, 0.95) for e in errors) == 19
     assert in_run.covering_spread([0.04]) == 0.02
+    for share in (1.0, 0.0, 0.925):  # a whole percent of the values, 1-99
+        with pytest.raises(ValueError):
+            in_run.covering_spread(errors, share)
 
 
 def _runner(tmp_path, style: str, steps: int, selected, untooled, ranges: int = 200):

@@ -181,6 +181,8 @@ def covering_spread(values: Sequence[float], share: float = 0.9) -> float:
     tails (a slow stretch of the machine lands in a step or in one of its
     references): at 2 robust_sd (the quartiles' spread) one A/A covered 76 %
     of its own steps."""
+    if not 0.01 <= share <= 0.99 or abs(100 * share - round(100 * share)) > 1e-9:
+        raise ValueError(f"share {share}: a whole percent from 0.01 to 0.99")
     if not values:
         return math.nan
     ranked = sorted(abs(v) for v in values)

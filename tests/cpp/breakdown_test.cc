@@ -150,6 +150,14 @@ TEST(Correction, TheUncertaintyIsItsPartsInQuadratureAndNamesTheLargest) {
   EXPECT_EQ(parts.model_ns, 1200);
   EXPECT_EQ(parts.TotalNs(), 1360);  // sqrt(500^2 + 400^2 + 1200^2), rounded
   EXPECT_STREQ(parts.Largest(), "model");
+  // The flush threads' CPU adds too (a spare core or none: one condition of a node).
+  UncertaintyParts threads;
+  threads.threads_ns = 900;
+  parts.threads_ns = 800;
+  parts.Add(threads);
+  EXPECT_EQ(parts.threads_ns, 1700);
+  EXPECT_EQ(parts.TotalNs(), 2177);  // sqrt(500^2 + 400^2 + 1200^2 + 1700^2), rounded
+  EXPECT_STREQ(parts.Largest(), "threads");
 }
 
 TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {

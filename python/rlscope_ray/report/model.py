@@ -394,7 +394,8 @@ def _count_facts(s: Dict[str, Any]) -> Facts:
                   f"{'on' if corr.get('enabled') else 'off'}, scale {fmt(_num(corr.get('scale')))}, "
                   f"subtracted {_ms(corr.get('subtracted_ms'))} ms, corrected step "
                   f"{_ms(corr.get('duration_ms'))} ms"
-                  + (f" \u00b1 {fmt(sure)} ms (sampling error of the measured costs)" if sure is not None else "")
+                  + (f" \u00b1 {fmt(sure)} ms (one standard deviation: the measured costs' sampling error, "
+                     "the caller side's model, the flush threads' CPU not removed)" if sure is not None else "")
                   if corr else "none"))
     return Facts(facts)
 
