@@ -102,10 +102,10 @@ struct CostTable {
 // readings are taken as one standard deviation either side. The threads'
 // run-queue waits do not bound it: measured inside one run (bench section
 // accuracy, the Ray workload: an actor's 40k events a step, 14-18 ms
-// steps), selected steps came out 8-14 % longer than their untooled
-// neighbours after correction, where the actor's flush thread used 1.0-1.4
-// ms of the step and its threads' waits read 0-1.5 ms; with that flush
-// put off to after the step (flush.interval_ms 1000), -0.6 %.
+// steps), four runs of nine had selected steps 8-14 % longer than their
+// untooled neighbours after correction, each step's error following the
+// actor's flush thread's CPU (1.0-1.4 ms of the step), where its threads'
+// waits read 0-1.5 ms.
 struct UncertaintyParts {
   int64_t sampling_ns = 0, calibration_ns = 0, model_ns = 0, capped_ns = 0, threads_ns = 0;
   // sqrt of the sum of squares.
