@@ -190,8 +190,10 @@ void RecordStores::AddOffCpu(const wire::Event& e) {
     return;
   }
   if (e.category >= static_cast<uint32_t>(kOffCpuReasons)) return;  // a reason this aggregator does not know
+  const bool cpu_wait = e.category == static_cast<uint32_t>(OffCpuReason::kCpuWait);
   off_cpu_.push_back({e.ts_ns, static_cast<int64_t>(std::min<uint64_t>(e.value, INT64_MAX)),
-                      static_cast<uint8_t>(e.category), static_cast<int64_t>(e.domain) * 1000});
+                      static_cast<uint8_t>(e.category), static_cast<int64_t>(e.domain) * 1000,
+                      cpu_wait ? static_cast<int64_t>(e.name) * 1000 : 0});
 }
 
 void RecordStores::CutInstants(int64_t begin_ns, int64_t end_ns, std::vector<Instant>* out) const {
@@ -241,6 +243,24 @@ void RecordStores::CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCp
   for (const OffCpuSample& s : off_cpu_) {
     if (s.ts_ns >= begin_ns && s.ts_ns < end_ns) out->push_back(s);
   }
+}
+
+int64_t RecordStores::RunQueueWaitNs(int64_t begin_ns, int64_t end_ns) const {
+  double wait_ns = 0;
+  for (const OffCpuSample& s : off_cpu_) {
+    if (s.reason != static_cast<uint8_t>(OffCpuReason::kCpuWait)) continue;
+    if (s.interval_ns > 0) {
+      const int64_t from = std::max(s.ts_ns - s.interval_ns, begin_ns), to = std::min(s.ts_ns, end_ns);
+      if (to > from) {
+        // Both are whole microseconds on the wire: a wait a rounding above its interval is all of it.
+        wait_ns += static_cast<double>(std::min(s.weight_ns, s.interval_ns)) * static_cast<double>(to - from) /
+                   static_cast<double>(s.interval_ns);
+      }
+    } else if (s.ts_ns >= begin_ns && s.ts_ns < end_ns) {
+      wait_ns += static_cast<double>(std::max<int64_t>(0, std::min(s.weight_ns, s.ts_ns - begin_ns)));
+    }
+  }
+  return static_cast<int64_t>(std::llround(wait_ns));
 }
 
 void RecordStores::CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vector<ProcessCpuPoint>* out) const {

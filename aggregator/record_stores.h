@@ -69,6 +69,12 @@ class RecordStores {
   void CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<CostSample>* out) const;                 // [begin, end]
   void CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vector<CpuSample>* out) const;
   void CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCpuSample>* out) const;
+  // The recording threads' run-queue waits (cpu_wait) in [begin, end): each
+  // look's wait spread evenly over the time since that thread's look before
+  // and taken where that overlaps the step, so the first look after the end
+  // gives its share too; a look whose interval is not known stands for the
+  // time just before it, clipped at the begin (none after the end counted).
+  int64_t RunQueueWaitNs(int64_t begin_ns, int64_t end_ns) const;
   void CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vector<ProcessCpuPoint>* out) const;
   // `gone`: the process said goodbye (none after its last reading).
   void CutMemory(int64_t begin_ns, int64_t end_ns, bool gone, std::vector<MemoryPoint>* rss,

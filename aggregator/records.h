@@ -148,11 +148,14 @@ struct CpuSample {
 
 // One off-CPU sample (collector/thread_states.h): thread `tid` was not
 // running, for `reason` (OffCpuReason), for the `weight_ns` before ts_ns.
+// cpu_wait: `weight_ns` of run-queue wait over the `interval_ns` before ts_ns
+// (since the thread's last look; 0 when not known).
 struct OffCpuSample {
   int64_t ts_ns = 0;
   int64_t tid = 0;
   uint8_t reason = 0;
   int64_t weight_ns = 0;
+  int64_t interval_ns = 0;
 };
 
 // The process's CPU time (every thread's) at ts_ns (kProcessCpu).

@@ -71,16 +71,9 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs,
   CutLevels(p, begin, end, &slice);
   if (costs) CutCosts(p, s, begin, end, &slice);
   slice.profiler_cpu_ns = p.ProfilerCpuNs(begin, end);
-  // Its threads' run-queue waits in the step (each sample stands for the
-  // time before it): the evidence of CPU the job lacked, by the profiler or not.
-  if (slice.profiler_cpu_ns >= 0) {
-    slice.run_queue_wait_ns = 0;
-    for (const OffCpuSample& o : slice.off_cpu) {
-      if (o.reason == static_cast<uint8_t>(OffCpuReason::kCpuWait)) {
-        slice.run_queue_wait_ns += std::max<int64_t>(0, std::min(o.weight_ns, o.ts_ns - begin));
-      }
-    }
-  }
+  // Its recording threads' run-queue waits in the step: the evidence of CPU
+  // the job lacked, by the profiler or not.
+  if (slice.profiler_cpu_ns >= 0) slice.run_queue_wait_ns = p.RunQueueWaitNs(begin, end);
   for (Span& span : slice.spans) {
     span.begin_ns = clock.ToAggregator(span.begin_ns);
     span.end_ns = clock.ToAggregator(span.end_ns);

@@ -203,8 +203,9 @@ struct ProcessSlice {
   // CPU its collector's flush thread used in the step (-1 unknown): not
   // removed; on a node with no spare core it was taken from the job.
   int64_t profiler_cpu_ns = -1;
-  // Time its threads waited on a run queue in the step (schedstat, off-CPU
-  // samples cpu_wait; -1 when profiler_cpu_ns is unknown): evidence that the
+  // Time its recording threads waited on a run queue in the step (schedstat,
+  // off-CPU samples cpu_wait, RecordStores::RunQueueWaitNs; -1 when
+  // profiler_cpu_ns is unknown): evidence that the
   // job lacked CPU, not a bound on what the profiler took from it (the
   // `threads` part of the uncertainty, UncertaintyParts).
   int64_t run_queue_wait_ns = -1;

@@ -89,6 +89,8 @@ class ProcessTimeline {
   void CutProcessCpu(int64_t begin_ns, int64_t end_ns, std::vector<ProcessCpuPoint>* out) const {
     stores_.CutProcessCpu(begin_ns, end_ns, out);
   }
+  // The recording threads' run-queue waits in [begin, end) (RecordStores).
+  int64_t RunQueueWaitNs(int64_t begin_ns, int64_t end_ns) const { return stores_.RunQueueWaitNs(begin_ns, end_ns); }
   // Memory levels in the step: the level at `begin` (the last point at or
   // before it, when there is one) and each point after it up to `end`.
   // Resident memory, and the GPU memory allocated per device (device memory

@@ -30,12 +30,12 @@ void CpuSampling::SetRunConfig(const Config& config) {
   off_cpu_hz_.store(config.cpu.off_cpu_hz, std::memory_order_relaxed);
 }
 
-void CpuSampling::Flush(int64_t wait_ns) {
+void CpuSampling::Flush(int64_t wait_ns, bool waits_now) {
   // Off when Reconcile found the host took the signal, or sampling cannot run.
   const bool on = Reconcile(!off_for_good_ && hz() > 0 && arming_->armed());
   ReconcileOthers(on && all_threads_.load(std::memory_order_relaxed));
   states_.SetHz(off_cpu_hz());
-  states_.Flush(arming_->armed(), wait_ns);
+  states_.Flush(arming_->armed(), wait_ns, waits_now);
   SayCounts();
 }
 

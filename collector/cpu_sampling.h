@@ -65,8 +65,9 @@ class CpuSampling {
   // (on while armed with cpu.sampling_hz > 0), the sampler set up the first
   // time it is on; the labels say how it runs or why not. `wait_ns`: how
   // long the flush thread waited before this flush (the off-CPU looks'
-  // weights).
-  void Flush(int64_t wait_ns);
+  // weights); `waits_now`: the run-queue waits read even when no off-CPU
+  // look is due (ThreadStates::Flush).
+  void Flush(int64_t wait_ns, bool waits_now = false);
   // Flush thread, after the rings' snapshot: each sampled thread's pending
   // samples, their shared objects and modules named, as blocks of their own,
   // and the off-CPU looks' records. Returns the CPU samples taken (the

@@ -184,7 +184,8 @@ bool Collector::FlushOnce(bool stop, bool window_closed) {
   // barrier, and is cut once this process's flushes have passed its end.
   gpu_.Flush(stop || link_.barrier_owed() || window_closed || (armed() && !arming_.chosen()));
   link_.SendControl();
-  cpu_.Flush(wait_ns_);
+  // A chosen step's run-queue waits up to its end, in the flush that may pass it.
+  cpu_.Flush(wait_ns_, /*waits_now=*/link_.barrier_owed() || window_closed || (armed() && arming_.chosen()));
   context_.converter.Sample();
   Outgoing out;
   // Every event stamped before the watermark is drained, except one whose

@@ -114,19 +114,29 @@ void ThreadStates::SetGil(const void* begin, uint64_t size) {
   g_gil_end.store(begin != nullptr ? b + size : 0, std::memory_order_relaxed);
 }
 
-void ThreadStates::Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks) {
+void ThreadStates::Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks, int64_t interval_ns) {
   EventRecord r{};
   r.ts = ticks;
   r.value = static_cast<uint64_t>(tid);
+  r.name = static_cast<uint32_t>(std::clamp<int64_t>(interval_ns / 1000, 0, UINT32_MAX));
   r.category = static_cast<uint32_t>(reason);
   r.domain = static_cast<uint32_t>(std::clamp<int64_t>(weight_ns / 1000, 0, UINT32_MAX));
   r.kind = static_cast<uint8_t>(EventKind::kOffCpuSample);
   if (!ring_->TryPush(r, /*privileged=*/true, /*counted=*/false)) dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void ThreadStates::Flush(bool armed, int64_t wait_ns) {
+void ThreadStates::Flush(bool armed, int64_t wait_ns, bool waits_now) {
   if (!armed) {
-    seen_.clear();  // the next window starts afresh: no wait spans a gap in looking
+    // A window that just closed (or a barrier after it): the run-queue waits
+    // up to now, so the step that closed it gets its share before it is cut.
+    if (waits_now && hz_.load(std::memory_order_relaxed) > 0 && ring_ != nullptr) {
+      ReadWaits(MonotonicNs(), ReadTicks(ctx_.clock_source));
+    }
+    // The next window starts afresh: no off-CPU reason's time spans a gap in
+    // looking. The run-queue wait keeps its reading: the aggregator spreads
+    // the next one over the whole time since it, gap included, so the
+    // window's first step still gets its share.
+    for (auto& [tid, seen] : seen_) seen = Seen{.run_delay_ns = seen.run_delay_ns, .delay_read_ns = seen.delay_read_ns};
     return;
   }
   if (ring_ == nullptr) ring_ = std::make_unique<ThreadBuffer>(static_cast<int64_t>(syscall(SYS_gettid)), kRingRecords);
@@ -141,10 +151,32 @@ void ThreadStates::Flush(bool armed, int64_t wait_ns) {
   }
   const int64_t hz = hz_.load(std::memory_order_relaxed);
   const int64_t now = MonotonicNs();
-  if (hz <= 0 || now < next_look_ns_) return;
+  if (hz <= 0) return;
+  if (now < next_look_ns_) {  // not due: the waits alone when asked
+    if (waits_now) ReadWaits(now, ticks);
+    return;
+  }
   const int64_t period = 1000000000 / hz;
   next_look_ns_ = now + period * 9 / 10;  // a flush a little early still looks
   Look(now, period, 4 * std::max(period, wait_ns), ticks);
+}
+
+void ThreadStates::ReadWaits(int64_t now, uint64_t ticks) {
+  char path[64];
+  for (auto& [tid, seen] : seen_) {
+    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
+    long long cpu_ns = 0, delay_ns = 0;
+    if (std::sscanf(ReadSmall(path).c_str(), "%lld %lld", &cpu_ns, &delay_ns) != 2) continue;  // gone
+    PushWait(tid, delay_ns, now, ticks, &seen);
+  }
+}
+
+void ThreadStates::PushWait(int64_t tid, int64_t delay_ns, int64_t now, uint64_t ticks, Seen* seen) {
+  if (seen->run_delay_ns >= 0 && delay_ns > seen->run_delay_ns) {
+    Push(tid, OffCpuReason::kCpuWait, delay_ns - seen->run_delay_ns, ticks, now - seen->delay_read_ns);
+  }
+  seen->run_delay_ns = delay_ns;
+  seen->delay_read_ns = now;
 }
 
 void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks) {
@@ -188,12 +220,7 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
       seen.reason = look.reason;
     }
     seen.cpu_ns = timed ? cpu_ns : -1;
-    if (timed) {
-      if (seen.run_delay_ns >= 0 && delay_ns > seen.run_delay_ns) {
-        Push(tid, OffCpuReason::kCpuWait, delay_ns - seen.run_delay_ns, ticks);
-      }
-      seen.run_delay_ns = delay_ns;
-    }
+    if (timed) PushWait(tid, delay_ns, now, ticks, &seen);
   }
   for (auto it = seen_.begin(); it != seen_.end();) {  // threads gone
     it = it->second.look != look_ ? seen_.erase(it) : std::next(it);

@@ -14,8 +14,12 @@
 //    worth, or 4 of the flush thread's waits while nothing happens), so the
 //    reasons' times are sampled as CPU time is.
 //  - /proc/self/task/<tid>/schedstat: the time it waited on a run queue
-//    (runnable, no CPU) since the last look, exact, recorded as reason
-//    cpu_wait.
+//    (runnable, no CPU) since it was last read, exact, recorded as reason
+//    cpu_wait with the time since that reading (the aggregator spreads the
+//    wait over it and gives a step its share). Between looks, every flush in a
+//    chosen step, the one that closes a window and a barrier's read the
+//    waits alone (schedstat only): the aggregator may cut a chosen step at
+//    the first flush that passed its end, and that one has its waits.
 // And one kProcessCpu counter (CLOCK_PROCESS_CPUTIME_ID) per look: the
 // process's own CPU time, every thread's, against which the aggregator
 // states the CPU samples' coverage.
@@ -65,7 +69,11 @@ class ThreadStates {
   // look at the recording threads when one is due. `wait_ns`: how long the
   // flush thread waited before this flush (it waits longer while nothing
   // happens): a look stands for at most four such waits or four periods.
-  void Flush(bool armed, int64_t wait_ns);
+  // `waits_now`: when no look is due (or disarmed), read the run-queue
+  // waits of the threads looked at before (a flush in or just after a
+  // chosen step: the aggregator may cut the step at any flush that passed
+  // its end, and its waits up to its end are then in).
+  void Flush(bool armed, int64_t wait_ns, bool waits_now = false);
   // Flush thread: this flush's records, as a block of the flush thread's.
   void Take(Outgoing* out);
   uint64_t looks() const { return looks_.load(std::memory_order_relaxed); }
@@ -77,7 +85,8 @@ class ThreadStates {
  private:
   struct Seen {
     int64_t last_ns = 0;        // when last looked at (0 never)
-    int64_t run_delay_ns = -1;  // schedstat's run delay then
+    int64_t run_delay_ns = -1;  // schedstat's run delay at delay_read_ns
+    int64_t delay_read_ns = 0;  // kept across windows (Flush)
     int64_t cpu_ns = -1;        // schedstat's CPU time then
     bool waiting = false;       // it was off CPU then, for `reason`
     OffCpuReason reason = OffCpuReason::kOther;
@@ -85,7 +94,14 @@ class ThreadStates {
   };
   // One look at every recording thread (`period`: ns between looks).
   void Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks);
-  void Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks);
+  // The run-queue waits alone, of the threads looked at before (a window
+  // that just closed: no off-CPU reasons).
+  void ReadWaits(int64_t now, uint64_t ticks);
+  // A thread's run delay read at `now`: a cpu_wait record when it grew.
+  void PushWait(int64_t tid, int64_t delay_ns, int64_t now, uint64_t ticks, Seen* seen);
+  // `interval_ns` (cpu_wait only): the time since the thread's last look,
+  // over which its wait is spread (kOffCpuSample's `name`).
+  void Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks, int64_t interval_ns = 0);
 
   CollectorContext& ctx_;
   Recording& recording_;

@@ -1477,6 +1477,42 @@ TEST(RecordStores, ArmedDuringKnowsOnlyTheSpanItsKeptEdgesCover) {
 // one would stand for sample_every calls and move the step's mean cost, and
 // the in-place ratio with it, by far more than such calls cost. Left out of
 // the costs and counted; the step's samples (CutSamples) leave it out too.
+// A step's run-queue wait is each look's wait spread over the time since the
+// look before, where that overlaps the step: the look after the step's end
+// gives the step its share (before, the wait between the step's last look and
+// its end went to no step). A look without its interval (an older collector)
+// stands for the time just before it, as before.
+TEST(RecordStores, ARunQueueWaitIsSharedByTheStepsItsLookIntervalOverlaps) {
+  RecordStores stores, older;  // `older`: from a collector that sends no interval
+  auto look = [](RecordStores& into, int64_t ts_us, OffCpuReason reason, int64_t wait_us, int64_t since_us) {
+    wire::Event e;
+    e.ts_ns = ts_us * 1000;
+    e.kind = static_cast<uint8_t>(EventKind::kOffCpuSample);
+    e.value = 7;  // tid
+    e.category = static_cast<uint32_t>(reason);
+    e.domain = static_cast<uint32_t>(wait_us);
+    e.name = static_cast<uint32_t>(since_us);
+    into.AddOffCpu(e);
+  };
+  constexpr int64_t kUs = 1000;
+  look(stores, 10'000, OffCpuReason::kCpuWait, 4'000, 10'000);  // [0, 10 ms): 4 ms
+  look(stores, 20'000, OffCpuReason::kCpuWait, 2'000, 10'000);  // [10, 20 ms): 2 ms
+  look(stores, 20'000, OffCpuReason::kSleep, 9'000, 0);         // not a run-queue wait
+  look(stores, 40'000, OffCpuReason::kCpuWait, 6'000, 20'000);  // [20, 40 ms): 6 ms
+  // Step [5 ms, 25 ms): half of the first look, all of the second, a quarter of the third.
+  EXPECT_EQ(stores.RunQueueWaitNs(5'000 * kUs, 25'000 * kUs), (2'000 + 2'000 + 1'500) * kUs);
+  // Steps side by side share the waits, nothing lost or counted twice.
+  EXPECT_EQ(stores.RunQueueWaitNs(0, 25'000 * kUs) + stores.RunQueueWaitNs(25'000 * kUs, 50'000 * kUs),
+            12'000 * kUs);
+  // A wait a microsecond's rounding above its interval is all of the interval.
+  look(stores, 50'000, OffCpuReason::kCpuWait, 10'001, 10'000);
+  EXPECT_EQ(stores.RunQueueWaitNs(45'000 * kUs, 60'000 * kUs), 5'000 * kUs);
+  // No interval: the time just before the look, clipped at the step's begin; none after its end.
+  look(older, 70'000, OffCpuReason::kCpuWait, 3'000, 0);
+  EXPECT_EQ(older.RunQueueWaitNs(68'000 * kUs, 75'000 * kUs), 2'000 * kUs);
+  EXPECT_EQ(older.RunQueueWaitNs(60'000 * kUs, 69'000 * kUs), 0);
+}
+
 TEST(RecordStores, ACostSampleOverTwoMicrosecondsIsLeftOutAndCounted) {
   RecordStores stores;
   const auto push = static_cast<uint32_t>(EventKind::kRangePush);
