@@ -1502,8 +1502,7 @@ TEST(RecordStores, ARunQueueWaitIsSharedByTheStepsItsLookIntervalOverlaps) {
   // Step [5 ms, 25 ms): half of the first look, all of the second, a quarter of the third.
   EXPECT_EQ(stores.RunQueueWaitNs(5'000 * kUs, 25'000 * kUs), (2'000 + 2'000 + 1'500) * kUs);
   // Steps side by side share the waits, nothing lost or counted twice.
-  EXPECT_EQ(stores.RunQueueWaitNs(0, 25'000 * kUs) + stores.RunQueueWaitNs(25'000 * kUs, 50'000 * kUs),
-            12'000 * kUs);
+  EXPECT_EQ(stores.RunQueueWaitNs(0, 25'000 * kUs) + stores.RunQueueWaitNs(25'000 * kUs, 50'000 * kUs), 12'000 * kUs);
   // A wait a microsecond's rounding above its interval is all of the interval.
   look(stores, 50'000, OffCpuReason::kCpuWait, 10'001, 10'000);
   EXPECT_EQ(stores.RunQueueWaitNs(45'000 * kUs, 60'000 * kUs), 5'000 * kUs);
