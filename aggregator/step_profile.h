@@ -99,13 +99,15 @@ struct CostTable {
 // `threads`, half the CPU the collector's flush thread used in the step
 // (ProcessSlice::profiler_cpu_ns), never removed: none of it came out of
 // the job where a core was spare, all of it where none was, and the two
-// readings are taken as one standard deviation either side. The threads'
-// run-queue waits do not bound it: measured inside one run (bench section
-// accuracy, the Ray workload: an actor's 40k events a step, 14-18 ms
-// steps), four runs of nine had selected steps 8-14 % longer than their
-// untooled neighbours after correction, each step's error following the
-// actor's flush thread's CPU (1.0-1.4 ms of the step), where its threads'
-// waits read 0-1.5 ms.
+// readings are taken as one standard deviation either side. The recording
+// threads' run-queue waits (run_queue_wait_ns) do not bound it: measured
+// inside one run (bench section accuracy, the Ray workload: an actor's 40k
+// events a step, 14-18 ms steps), the selected steps whose corrected time
+// came out over 1 ms above their untooled neighbours had waits below that
+// excess in 20 of 22 (two runs): a Ray call's delay also runs through
+// threads that record nothing (its I/O threads'). Where the job is its one
+// recording thread (the dense workloads, a core spare), those waits read
+// under 10 us in most steps: there the part is margin.
 struct UncertaintyParts {
   int64_t sampling_ns = 0, calibration_ns = 0, model_ns = 0, capped_ns = 0, threads_ns = 0;
   // sqrt of the sum of squares.

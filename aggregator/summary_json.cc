@@ -355,7 +355,7 @@ void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessS
     char text[300];
     std::snprintf(text, sizeof(text),
                   ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: it came "
-                  "out of the job's time where no core was spare (its threads waited %.2f ms on a run queue "
+                  "out of the job's time where no core was spare (its recording threads waited %.2f ms on a run queue "
                   "in the step)",
                   slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns,
                   std::max<int64_t>(slice.run_queue_wait_ns, 0) / 1e6);
