@@ -249,7 +249,7 @@ bool ProcessCpuAt(const std::vector<ProcessCpuPoint>& points, int64_t t, double*
 void OffCpuAndCoverage(const ProcessSlice& s, const Busy& busy, int64_t lo, int64_t hi, Attribution* a) {
   for (const OffCpuSample& o : s.off_cpu) {
     if (o.ts_ns < lo || o.ts_ns >= hi) continue;
-    a->off_ns[std::min<int>(o.reason, kOffCpuReasons - 1)] += o.weight_ns;
+    a->off_ns[std::min<int>(o.reason, kOffCpuReasons - 1)] += o.WeightSince(lo);  // a wait's share since lo
     ++a->off_samples;
   }
   std::set<int64_t> threads;

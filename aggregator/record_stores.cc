@@ -250,12 +250,8 @@ int64_t RecordStores::RunQueueWaitNs(int64_t begin_ns, int64_t end_ns) const {
   for (const OffCpuSample& s : off_cpu_) {
     if (s.reason != static_cast<uint8_t>(OffCpuReason::kCpuWait)) continue;
     if (s.interval_ns > 0) {
-      const int64_t from = std::max(s.ts_ns - s.interval_ns, begin_ns), to = std::min(s.ts_ns, end_ns);
-      if (to > from) {
-        // Both are whole microseconds on the wire: a wait a rounding above its interval is all of it.
-        wait_ns += static_cast<double>(std::min(s.weight_ns, s.interval_ns)) * static_cast<double>(to - from) /
-                   static_cast<double>(s.interval_ns);
-      }
+      // Its share in [begin, end): what falls after the begin less what falls after the end.
+      if (s.ts_ns > begin_ns) wait_ns += static_cast<double>(s.WeightSince(begin_ns) - s.WeightSince(end_ns));
     } else if (s.ts_ns >= begin_ns && s.ts_ns < end_ns) {
       wait_ns += static_cast<double>(std::max<int64_t>(0, std::min(s.weight_ns, s.ts_ns - begin_ns)));
     }

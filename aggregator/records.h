@@ -149,13 +149,22 @@ struct CpuSample {
 // One off-CPU sample (collector/thread_states.h): thread `tid` was not
 // running, for `reason` (OffCpuReason), for the `weight_ns` before ts_ns.
 // cpu_wait: `weight_ns` of run-queue wait over the `interval_ns` before ts_ns
-// (since the thread's last look; 0 when not known).
+// (since the thread's run delay was read before; 0 when not known).
 struct OffCpuSample {
   int64_t ts_ns = 0;
   int64_t tid = 0;
   uint8_t reason = 0;
   int64_t weight_ns = 0;
   int64_t interval_ns = 0;
+  // What of `weight_ns` falls at or after `from_ns` (<= ts_ns): all of it,
+  // but for a cpu_wait with its interval, whose wait is spread evenly over
+  // the interval (a window's first reading covers the gap before it).
+  int64_t WeightSince(int64_t from_ns) const {
+    if (interval_ns <= 0) return weight_ns;
+    const double part =
+        static_cast<double>(std::clamp<int64_t>(ts_ns - from_ns, 0, interval_ns)) / static_cast<double>(interval_ns);
+    return static_cast<int64_t>(static_cast<double>(std::min(weight_ns, interval_ns)) * part);
+  }
 };
 
 // The process's CPU time (every thread's) at ts_ns (kProcessCpu).

@@ -105,9 +105,10 @@ struct CostTable {
 // events a step, 14-18 ms steps), the selected steps whose corrected time
 // came out over 1 ms above their untooled neighbours had waits below that
 // excess in 20 of 22 (two runs): a Ray call's delay also runs through
-// threads that record nothing (its I/O threads'). Where the job is its one
-// recording thread (the dense workloads, a core spare), those waits read
-// under 10 us in most steps: there the part is margin.
+// threads that record nothing, likely its I/O threads'. Where the job is its
+// one recording thread (the dense workloads, a core spare), those waits read
+// over 10 us in 2-7 of 59 steps (start/end: 31): there the part mostly
+// states CPU that was not taken from the job.
 struct UncertaintyParts {
   int64_t sampling_ns = 0, calibration_ns = 0, model_ns = 0, capped_ns = 0, threads_ns = 0;
   // sqrt of the sum of squares.

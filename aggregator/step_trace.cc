@@ -48,14 +48,15 @@ void OffCpuEvents(TraceSink* sink, const ProcessSlice& slice, int64_t pid, int64
     int64_t last_end = begin_ns;  // runs do not overlap: a look began after the one before it
     while (i < list.size()) {
       const uint8_t reason = list[i]->reason;
-      const int64_t begin = std::max(last_end, list[i]->ts_ns - list[i]->weight_ns);
+      // A run-queue wait's share in the step (its reading may cover a gap before it).
+      auto weight = [&](size_t k) { return list[k]->WeightSince(begin_ns); };
+      const int64_t begin = std::max(last_end, list[i]->ts_ns - weight(i));
       int64_t end = list[i]->ts_ns, off_ns = 0;
       int looks = 0;
       // A run: the same reason, each look starting where the one before ended.
-      for (; i < list.size() && list[i]->reason == reason && list[i]->ts_ns - list[i]->weight_ns <= end + 1000000;
-           ++i) {
+      for (; i < list.size() && list[i]->reason == reason && list[i]->ts_ns - weight(i) <= end + 1000000; ++i) {
         end = list[i]->ts_ns;
-        off_ns += list[i]->weight_ns;
+        off_ns += weight(i);
         ++looks;
       }
       const std::string name = std::string("off CPU: ") + OffCpuReasonName(reason);

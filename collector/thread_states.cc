@@ -118,7 +118,7 @@ void ThreadStates::Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uin
   EventRecord r{};
   r.ts = ticks;
   r.value = static_cast<uint64_t>(tid);
-  r.name = static_cast<uint32_t>(std::clamp<int64_t>(interval_ns / 1000, 0, UINT32_MAX));
+  r.name = static_cast<uint32_t>(std::clamp<int64_t>(interval_ns / 1000, 0, UINT32_MAX));  // PushWait keeps it under
   r.category = static_cast<uint32_t>(reason);
   r.domain = static_cast<uint32_t>(std::clamp<int64_t>(weight_ns / 1000, 0, UINT32_MAX));
   r.kind = static_cast<uint8_t>(EventKind::kOffCpuSample);
@@ -163,16 +163,23 @@ void ThreadStates::Flush(bool armed, int64_t wait_ns, bool waits_now) {
 
 void ThreadStates::ReadWaits(int64_t now, uint64_t ticks) {
   char path[64];
-  for (auto& [tid, seen] : seen_) {
-    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
+  for (auto it = seen_.begin(); it != seen_.end();) {
+    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(it->first));
     long long cpu_ns = 0, delay_ns = 0;
-    if (std::sscanf(ReadSmall(path).c_str(), "%lld %lld", &cpu_ns, &delay_ns) != 2) continue;  // gone
-    PushWait(tid, delay_ns, now, ticks, &seen);
+    if (std::sscanf(ReadSmall(path).c_str(), "%lld %lld", &cpu_ns, &delay_ns) != 2) {
+      it = seen_.erase(it);  // gone: its id may come back as another thread's
+      continue;
+    }
+    PushWait(it->first, delay_ns, now, ticks, &it->second);
+    ++it;
   }
 }
 
 void ThreadStates::PushWait(int64_t tid, int64_t delay_ns, int64_t now, uint64_t ticks, Seen* seen) {
-  if (seen->run_delay_ns >= 0 && delay_ns > seen->run_delay_ns) {
+  // The interval travels in 32 bits of microseconds (about 71 minutes): a
+  // reading older than that starts afresh rather than spread its wait too thin.
+  const bool recent = now - seen->delay_read_ns <= static_cast<int64_t>(UINT32_MAX) * 1000;
+  if (recent && seen->run_delay_ns >= 0 && delay_ns > seen->run_delay_ns) {
     Push(tid, OffCpuReason::kCpuWait, delay_ns - seen->run_delay_ns, ticks, now - seen->delay_read_ns);
   }
   seen->run_delay_ns = delay_ns;

@@ -18,8 +18,11 @@
 //    cpu_wait with the time since that reading (the aggregator spreads the
 //    wait over it and gives a step its share). Between looks, every flush in a
 //    chosen step, the one that closes a window and a barrier's read the
-//    waits alone (schedstat only): the aggregator may cut a chosen step at
-//    the first flush that passed its end, and that one has its waits.
+//    waits alone (schedstat only, one read per recording thread at every
+//    such flush whatever cpu.off_cpu_hz, unless 0): the aggregator may cut a
+//    chosen step at the first flush that passed its end, and that one has
+//    its waits. A window's first reading covers the gap before it (the
+//    reading is kept across windows); the aggregator spreads it evenly.
 // And one kProcessCpu counter (CLOCK_PROCESS_CPUTIME_ID) per look: the
 // process's own CPU time, every thread's, against which the aggregator
 // states the CPU samples' coverage.
@@ -94,13 +97,13 @@ class ThreadStates {
   };
   // One look at every recording thread (`period`: ns between looks).
   void Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks);
-  // The run-queue waits alone, of the threads looked at before (a window
-  // that just closed: no off-CPU reasons).
+  // The run-queue waits alone, of the threads looked at before (a flush in a
+  // chosen step when no look is due, a window's closing flush, a barrier's).
   void ReadWaits(int64_t now, uint64_t ticks);
   // A thread's run delay read at `now`: a cpu_wait record when it grew.
   void PushWait(int64_t tid, int64_t delay_ns, int64_t now, uint64_t ticks, Seen* seen);
-  // `interval_ns` (cpu_wait only): the time since the thread's last look,
-  // over which its wait is spread (kOffCpuSample's `name`).
+  // `interval_ns` (cpu_wait only): the time since the thread's run delay
+  // was last read, over which its wait is spread (kOffCpuSample's `name`).
   void Push(int64_t tid, OffCpuReason reason, int64_t weight_ns, uint64_t ticks, int64_t interval_ns = 0);
 
   CollectorContext& ctx_;

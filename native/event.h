@@ -38,9 +38,9 @@ enum class EventKind : uint8_t {
   // thread in a block of its own: thread `value` (a tid of the process) was
   // not running when looked at, for the reason `category` (OffCpuReason),
   // and stands for the `domain` microseconds of wall time before `ts`. For
-  // kCpuWait, `domain` is the run-queue wait since the thread's last look and
-  // `name` the microseconds since that look (0: not known), over which the
-  // wait is spread; `name` is not an interned string here.
+  // kCpuWait, `domain` is the run-queue wait since the thread's run delay was
+  // last read and `name` the microseconds since that reading (0: not known),
+  // over which the wait is spread; `name` is not an interned string here.
   kOffCpuSample = 8,
   // The process's CPU time (all threads, CLOCK_PROCESS_CPUTIME_ID) at `ts`,
   // `value` ns: the denominator of attribution's coverage. Flush thread.

@@ -222,12 +222,10 @@ def test_nested_annotations_of_three_apis_are_corrected_exactly(aggregator_facto
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is not installed")
 def test_a_missing_core_shows_as_run_queue_wait_beside_the_profilers_cpu(aggregator_factory, tmp_path):
     """The flush thread's CPU is reported, not removed; beside it each step
-    says how long the process's threads waited on a run queue (schedstat):
-    evidence of a missing core, not a bound on what the profiler took (half
-    the flush thread's CPU is stated in the uncertainty). Here the program
-    shares its one CPU with a busy loop: it waited. (The
-    collector looks at its threads' waits 50 times a second, cpu.off_cpu_hz:
-    a step of 100k ranges takes long enough to be looked at several times.)"""
+    says how long the process's recording threads waited on a run queue
+    (schedstat): evidence of a missing core, not a bound on what the profiler
+    took (half the flush thread's CPU is stated in the uncertainty). Here the
+    program shares its one CPU with a busy loop: it waited."""
     agg = aggregator_factory()
     hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
     try:
@@ -249,12 +247,12 @@ def test_a_missing_core_shows_as_run_queue_wait_beside_the_profilers_cpu(aggrega
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is not installed")
 def test_a_step_shorter_than_the_looks_apart_still_shows_its_run_queue_wait(aggregator_factory, tmp_path):
-    """The looks at the threads' waits come with flushes (at most 50 a
-    second), so a short step may hold none. A chosen step's barrier looks at
-    its end, and each look's wait is shared by the steps its interval
-    overlaps: every step after the first (whose window opens with no look
+    """The waits are read with flushes, so a short step may hold no reading.
+    Every flush in a chosen step reads them (the first one past its end
+    too), and each reading's wait is shared by the steps its interval
+    overlaps: every step after the first (whose window opens with no reading
     before it) shows the wait of a program sharing its CPU with a busy loop.
-    Before, a step without a look inside it read 0."""
+    Before, a step without an off-CPU look inside it read 0."""
     agg = aggregator_factory()
     hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
     try:

@@ -783,6 +783,9 @@ TEST_F(AggregatorTest, EveryThreadsCpuTimeItsStackTheCoverageAndWhyTheRecordingT
   ctl.OffCpu(5, 90 * kMs, 1, OffCpuReason::kPoll, 5000);
   ctl.OffCpu(5, 95 * kMs, 1, OffCpuReason::kCpuWait, 2000);
   ctl.OffCpu(5, 99 * kMs, 1, OffCpuReason::kSleep, 9000);
+  // A window's first run-queue reading covers the gap before it: 500 ms of
+  // wait over the second up to 52 ms; "wait" (from 50 ms) gets its 2 ms' share.
+  ctl.OffCpu(5, 52 * kMs, 1, OffCpuReason::kCpuWait, 500000, 1000000);
   wire::Batch b = ctl.Flush(200 * kMs);
   GpuRecord sync;
   sync.kind = static_cast<uint8_t>(GpuKind::kRuntimeApi);
@@ -817,20 +820,22 @@ TEST_F(AggregatorTest, EveryThreadsCpuTimeItsStackTheCoverageAndWhyTheRecordingT
   EXPECT_EQ(off(OffCpuReason::kCudaSync), 5 * kMs);  // a lock wait inside a CUDA API call
   EXPECT_EQ(off(OffCpuReason::kLock), 0);
   EXPECT_EQ(off(OffCpuReason::kPoll), 5 * kMs);
-  EXPECT_EQ(off(OffCpuReason::kCpuWait), 2 * kMs);
+  EXPECT_EQ(off(OffCpuReason::kCpuWait), 2 * kMs + 1 * kMs);
   EXPECT_EQ(off(OffCpuReason::kSleep), 9 * kMs);
-  EXPECT_EQ(wait.off_samples, 7);
+  EXPECT_EQ(wait.off_samples, 8);
   EXPECT_EQ(wait.process_cpu_ns, 0);
   EXPECT_EQ(wait.Coverage(), -1);  // no CPU to cover
   // The summary and the trace say the same.
   const std::string summary = StepSummaryJson(step);
   EXPECT_THAT(summary, HasSubstr("\"threads\":2,\"process_cpu_ms\":41,\"coverage\":1,"));
   EXPECT_THAT(summary, HasSubstr("\"off_cpu_ms\":{\"other\":0,\"gil\":30,\"lock\":0,\"poll\":5,\"io\":0,\"sleep\":9,"
-                                 "\"cpu_wait\":2,\"cuda_sync\":5},\"off_cpu_looks\":7"));
+                                 "\"cpu_wait\":3,\"cuda_sync\":5},\"off_cpu_looks\":8"));
   const std::string trace = StepTraceJson(step, {{1, 100}});
   EXPECT_THAT(trace, HasSubstr("off CPU (sampled)"));
   EXPECT_THAT(trace, HasSubstr("\"name\":\"off CPU: gil\",\"cat\":\"off_cpu\""));
   EXPECT_THAT(trace, HasSubstr("\"args\":{\"looks\":3,\"off_cpu_ms\":30}"));  // the three GIL looks, one slice
+  // The gap's reading in the step's trace: the step's share (52 of its 1000 ms).
+  EXPECT_THAT(trace, HasSubstr("\"args\":{\"looks\":1,\"off_cpu_ms\":26}"));
   // The flush thread's looks are not the process's events.
   EXPECT_EQ(FindSlice(step, 1)->process->events_received(), 7u);  // 3 pushes, 3 pops, the API call
 }
@@ -1473,15 +1478,11 @@ TEST(RecordStores, ArmedDuringKnowsOnlyTheSpanItsKeptEdgesCover) {
   EXPECT_EQ(few.ArmedDuring(8 * kMs, 12 * kMs, 0, INT64_MAX), 1);
 }
 
-// A measured call over 2 us was interrupted (or took a rare slow path):
-// one would stand for sample_every calls and move the step's mean cost, and
-// the in-place ratio with it, by far more than such calls cost. Left out of
-// the costs and counted; the step's samples (CutSamples) leave it out too.
-// A step's run-queue wait is each look's wait spread over the time since the
-// look before, where that overlaps the step: the look after the step's end
-// gives the step its share (before, the wait between the step's last look and
-// its end went to no step). A look without its interval (an older collector)
-// stands for the time just before it, as before.
+// A step's run-queue wait is each reading's wait spread over the time since
+// the reading before, where that overlaps the step: the reading after the
+// step's end gives the step its share (before, the wait between the step's
+// last look and its end went to no step). A reading without its interval (an
+// older collector) stands for the time just before it, as before.
 TEST(RecordStores, ARunQueueWaitIsSharedByTheStepsItsLookIntervalOverlaps) {
   RecordStores stores, older;  // `older`: from a collector that sends no interval
   auto look = [](RecordStores& into, int64_t ts_us, OffCpuReason reason, int64_t wait_us, int64_t since_us) {
@@ -1512,6 +1513,10 @@ TEST(RecordStores, ARunQueueWaitIsSharedByTheStepsItsLookIntervalOverlaps) {
   EXPECT_EQ(older.RunQueueWaitNs(60'000 * kUs, 69'000 * kUs), 0);
 }
 
+// A measured call over 2 us was interrupted (or took a rare slow path):
+// one would stand for sample_every calls and move the step's mean cost, and
+// the in-place ratio with it, by far more than such calls cost. Left out of
+// the costs and counted; the step's samples (CutSamples) leave it out too.
 TEST(RecordStores, ACostSampleOverTwoMicrosecondsIsLeftOutAndCounted) {
   RecordStores stores;
   const auto push = static_cast<uint32_t>(EventKind::kRangePush);

@@ -127,13 +127,16 @@ class FakeCollector {
   // What the flush thread (`flush_tid`) saw: thread `tid` off CPU for
   // `reason` for the `weight_us` before ts (kOffCpuSample); the process's CPU
   // time at ts (kProcessCpu).
-  FakeCollector& OffCpu(int64_t flush_tid, int64_t ts, int64_t tid, OffCpuReason reason, uint32_t weight_us) {
+  // `interval_us` (cpu_wait): the time since the run delay's last reading.
+  FakeCollector& OffCpu(int64_t flush_tid, int64_t ts, int64_t tid, OffCpuReason reason, uint32_t weight_us,
+                        uint32_t interval_us = 0) {
     wire::Event e;
     e.kind = static_cast<uint8_t>(EventKind::kOffCpuSample);
     e.ts_ns = ts;
     e.value = static_cast<uint64_t>(tid);
     e.category = static_cast<uint32_t>(reason);
     e.domain = weight_us;
+    e.name = interval_us;
     pending_sample_blocks_.push_back({flush_tid, {e}});
     return *this;
   }
