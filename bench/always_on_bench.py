@@ -415,6 +415,33 @@ def long_run_table(steps, env, timeout_s, work, print_table, fmt):
                 f"{step_ms:.1f} ms (median)", ["part", "ms per step", f"share of the {cores} cores"], rows)
 
 
+def actor_table_look_table(env, timeout_s, print_table, fmt):
+    """What one look of the controller's reporter at Ray's actor table costs
+    (bench/actor_table_look.py), and so its pace: a look a second while the
+    cluster's actors change, one in rlscope_ray.session._REPORT_SETTLED_S
+    once they did not for _SETTLE_S."""
+    from rlscope_ray import session
+
+    rows = []
+    for actors in (4, 16):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "actor_table_look.py"), "--actors",
+                               str(actors)], env=env, capture_output=True, text=True, timeout=timeout_s)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("{")), None)
+        if proc.returncode != 0 or line is None:
+            raise RuntimeError(f"actor_table_look.py failed:\n{proc.stderr[-3000:]}")
+        got = json.loads(line)
+        per_s = (got["gcs_ms"] + got["caller_ms"]) / session._REPORT_EVERY_S
+        rows.append([str(actors), fmt(got["gcs_ms"], 3), fmt(got["caller_ms"], 3), fmt(got["wall_ms"], 3),
+                     fmt(per_s, 3), fmt(per_s * session._REPORT_EVERY_S / session._REPORT_SETTLED_S, 3)])
+    print_table("Always on: one look of the controller's reporter at Ray's actor table (profiled_actors and the "
+                "three reads of actors still starting), 200 looks on a local cluster: Ray's GCS CPU (less its idle "
+                "pace), the caller's process CPU (Ray's threads carry the RPCs), wall; both CPUs a second at a look a "
+                f"second (while actors change) and at one in {session._REPORT_SETTLED_S:g} s (once nothing changed "
+                f"for {session._SETTLE_S:g} s)",
+                ["actors", "GCS ms a look", "caller ms a look", "wall ms a look", "ms of CPU a second, changing",
+                 "ms of CPU a second, settled"], rows)
+
+
 def run(args, print_table, fmt, clean_env):
     rounds = 4 if args.quick else 8  # each mode once in each place of a round, or twice (rotated)
     steps = 160 if args.quick else 300
@@ -424,6 +451,7 @@ def run(args, print_table, fmt, clean_env):
     try:
         dirs = demo_table(rounds, steps, env, args.timeout_s, work, print_table, fmt)
         long_run_table(long_steps, env, args.timeout_s, work, print_table, fmt)
+        actor_table_look_table(env, args.timeout_s, print_table, fmt)
         try:
             import verl  # noqa: F401
         except ImportError:

@@ -102,6 +102,76 @@ def test_step_begins_wake_the_reporter_after_a_creation_and_while_actors_are_sta
     assert s._report_expected(sess) and step_begin_wakes()  # a creation here starts the minute again
 
 
+def test_the_reporter_looks_every_second_while_actors_change_and_every_five_once_nothing_did(monkeypatch):
+    """Exact, on a session of its own (Ray's table replaced): the reporter's
+    pace between looks is a second after a look found something new (the
+    list it sends changed, actors starting, one created here) and for 30 s
+    after, then 5 s; its loop waits that long (a look reads Ray's whole
+    actor table, GCS work that grows with the cluster)."""
+    import time
+
+    from rlscope_ray import session as s
+
+    sess = s.Session(endpoint="", output_dir="", config={})
+    actors = [[]]
+    starting = [False]
+    sent = []
+    monkeypatch.setattr(s, "profiled_actors", lambda: actors[0])
+    monkeypatch.setattr(s, "_actors_starting", lambda: starting[0])
+    monkeypatch.setattr(s._native, "report_expected", sent.append)
+
+    def look():
+        assert s._report_expected(sess)
+        return s._report_interval(sess, time.monotonic())
+
+    def settle():  # nothing new for over 30 s
+        sess._changed_at = time.monotonic() - 31
+
+    assert look() == 1.0 and sent == [[]]  # the first look
+    assert look() == 1.0 and sent == [[]]  # nothing new, but within 30 s of the first
+    settle()
+    assert look() == 5.0
+    actors[0] = [{"actor_id": "a1", "class_name": "Learner", "name": "", "node_id": "n", "pid": "7"}]
+    assert look() == 1.0 and sent[-1] == actors[0]  # a new actor: sent, and a look a second again
+    settle()
+    assert look() == 5.0 and len(sent) == 2
+    starting[0] = True
+    assert look() == 1.0  # actors still starting
+    starting[0] = False
+    settle()
+    assert look() == 5.0
+    sess._actors_created = 1
+    assert look() == 1.0  # one created here since the look before
+    settle()
+    assert look() == 5.0
+
+    # The loop waits what _report_interval says, and looks again.
+    waits = []
+
+    class Wake:
+        def wait(self, timeout):
+            waits.append(timeout)
+            if len(waits) == 3:
+                sess._stop.set()
+            return False
+
+        def clear(self):
+            pass
+
+    monkeypatch.setattr(s._native, "own_thread", lambda name: None)
+    sess._wake = Wake()
+    sess._changed_at = None
+    calls = []
+    monkeypatch.setattr(s, "_actors_starting", lambda: calls.append(1) or False)
+    s._report_expected_loop(sess)
+    assert waits == [1.0, 1.0, 1.0] and len(calls) == 3
+    sess._stop.clear()
+    waits.clear()
+    settle()
+    s._report_expected_loop(sess)
+    assert waits == [5.0, 5.0, 5.0], waits
+
+
 def test_actors_with_different_ranks_appear_in_the_merged_step(session_run):
     report, out = session_run
     assert sorted(p.name for p in out.glob("step_*")) == ["step_1", "step_2"]

@@ -51,6 +51,10 @@ class Session:
     _actors_created: int = 0
     _actors_looked: int = 0
     _starting_since: Optional[float] = None
+    # When a look last found something new (the list it sends changed,
+    # actors starting, one created here since the look before); None before
+    # the first look. Sets the reporter's pace (_report_interval).
+    _changed_at: Optional[float] = None
     _aggregator: Optional[AggregatorProcess] = None
     profile_driver: bool = True
     ray_context: Any = None  # what ray.init returned
@@ -470,6 +474,25 @@ def profiled_actors() -> List[Dict[str, str]]:
 # for at most this long (one whose resources never come would keep it
 # reading the table at every step).
 _STARTING_ACTORS_S = 60.0
+# The reporter's own pace: a look every _REPORT_EVERY_S while the cluster's
+# actors change, every _REPORT_SETTLED_S once its looks found nothing new
+# for _SETTLE_S. A look reads Ray's actor table four times (the alive
+# actors, then three states of starting ones): 0.8-1.0 ms of the GCS's CPU
+# and as much of this process's (4 and 16 actors; bench section always_on,
+# bench/actor_table_look.py), 1.6-2.0 ms of CPU a second at a look a
+# second, the whole run long. An actor another process creates later is
+# seen at the next look: within _REPORT_SETTLED_S (before, a second); one
+# this process creates wakes the reporter at the next step's begin either
+# way (before_step).
+_REPORT_EVERY_S = 1.0
+_REPORT_SETTLED_S = 5.0
+_SETTLE_S = 30.0
+
+
+def _report_interval(session: "Session", now: float) -> float:
+    """Seconds until the reporter's next look (unless a step's begin wakes it)."""
+    changed = session._changed_at
+    return _REPORT_EVERY_S if changed is None or now - changed < _SETTLE_S else _REPORT_SETTLED_S
 
 
 def _actors_starting() -> bool:
@@ -544,7 +567,9 @@ def _report_expected(session: Session) -> bool:
     except Exception as e:  # internal Ray API: degrade, never break the job
         print(f"rlscope: cannot list profiled actors ({e!r}); 'not profiled' reports are off", file=sys.stderr)
         return False
-    if not _actors_starting():
+    starting = _actors_starting()
+    changed = starting or created != session._actors_looked or session._changed_at is None
+    if not starting:
         session._starting_since = None
     elif session._starting_since is None or created != session._actors_looked:
         session._starting_since = time.monotonic()  # a creation here starts the bound again
@@ -553,6 +578,9 @@ def _report_expected(session: Session) -> bool:
         if now != session._expected_sent:
             _native.report_expected(now)
             session._expected_sent = now
+            changed = True
+    if changed:
+        session._changed_at = time.monotonic()
     return True
 
 
@@ -629,9 +657,11 @@ def _count_actor_creations() -> None:
 
 
 def _report_expected_loop(session: Session) -> None:
-    """At once, then every second, and at step begins after this process
-    created actors or while actors are starting (before_step): a controller
-    that claims the role at its first step may run only a few. The
+    """At once, then every second (every _REPORT_SETTLED_S once its looks
+    found nothing new for _SETTLE_S: _report_interval), and at step begins
+    after this process created actors or while actors are starting
+    (before_step): a controller that claims the role at its first step may
+    run only a few. The
     collector's own thread (own_thread: its CPU is the profiler's in
     samples, and the OS knows it by name)."""
     try:
@@ -641,5 +671,5 @@ def _report_expected_loop(session: Session) -> None:
     while not session._stop.is_set():
         if not _report_expected(session):
             return
-        session._wake.wait(1.0)
+        session._wake.wait(_report_interval(session, time.monotonic()))
         session._wake.clear()
