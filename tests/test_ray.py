@@ -137,6 +137,9 @@ def test_the_reporter_looks_every_second_while_actors_change_and_every_five_once
     assert look() == 5.0 and len(sent) == 2
     starting[0] = True
     assert look() == 1.0  # actors still starting
+    sess._starting_since = time.monotonic() - 61
+    settle()
+    assert look() == 5.0  # starting for over a minute (never, maybe): not new any more
     starting[0] = False
     settle()
     assert look() == 5.0

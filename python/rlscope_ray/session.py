@@ -480,10 +480,14 @@ _STARTING_ACTORS_S = 60.0
 # actors, then three states of starting ones): 0.8-1.0 ms of the GCS's CPU
 # and as much of this process's (4 and 16 actors; bench section always_on,
 # bench/actor_table_look.py), 1.6-2.0 ms of CPU a second at a look a
-# second, the whole run long. An actor another process creates later is
-# seen at the next look: within _REPORT_SETTLED_S (before, a second); one
-# this process creates wakes the reporter at the next step's begin either
-# way (before_step).
+# second, the whole run long. An actor another process creates later (or
+# this one through a path _count_actor_creations does not see: verl's
+# TaskRunner) is seen at the next look: within _REPORT_SETTLED_S (before, a
+# second); one this process creates through ActorClass._remote wakes the
+# reporter at the next step's begin either way (before_step). Actors still
+# starting count as new for _STARTING_ACTORS_S from when the looks first
+# found them (one whose resources never come, maybe another job's, would
+# keep the pace at a second).
 _REPORT_EVERY_S = 1.0
 _REPORT_SETTLED_S = 5.0
 _SETTLE_S = 30.0
@@ -516,8 +520,8 @@ def before_step() -> None:
     are reported while the step they come up in runs (verl's TaskRunner
     creates its workers after it claimed the role, through a path of its
     own). Never blocks the training loop (Ray's actor table is read on that
-    thread). Not at every step: a look reads the whole table, about 0.2 ms
-    of this process's CPU and as much of Ray's GCS with 4 actors, which at
+    thread). Not at every step: a look costs about 0.8-1.0 ms of this
+    process's CPU and as much of Ray's GCS (_REPORT_SETTLED_S), which at
     every step of the PPO demo (17 a second) was as much CPU as the rest of
     the profiler's."""
     session = _duties
@@ -568,11 +572,13 @@ def _report_expected(session: Session) -> bool:
         print(f"rlscope: cannot list profiled actors ({e!r}); 'not profiled' reports are off", file=sys.stderr)
         return False
     starting = _actors_starting()
-    changed = starting or created != session._actors_looked or session._changed_at is None
+    changed = created != session._actors_looked or session._changed_at is None
     if not starting:
         session._starting_since = None
     elif session._starting_since is None or created != session._actors_looked:
         session._starting_since = time.monotonic()  # a creation here starts the bound again
+    if starting and time.monotonic() - session._starting_since < _STARTING_ACTORS_S:
+        changed = True
     session._actors_looked = created
     with session._expected_lock:
         if now != session._expected_sent:
