@@ -477,9 +477,9 @@ _STARTING_ACTORS_S = 60.0
 # The reporter's own pace: a look every _REPORT_EVERY_S while the cluster's
 # actors change, every _REPORT_SETTLED_S once its looks found nothing new
 # for _SETTLE_S. A look reads Ray's actor table four times (the alive
-# actors, then three states of starting ones): 0.8-1.0 ms of the GCS's CPU
+# actors, then three states of starting ones): 0.7-1.0 ms of the GCS's CPU
 # and as much of this process's (4 and 16 actors; bench section always_on,
-# bench/actor_table_look.py), 1.6-2.0 ms of CPU a second at a look a
+# bench/actor_table_look.py), 1.5-2.0 ms of CPU a second at a look a
 # second, the whole run long. An actor another process creates later (or
 # this one through a path _count_actor_creations does not see: verl's
 # TaskRunner) is seen at the next look: within _REPORT_SETTLED_S (before, a
@@ -520,7 +520,7 @@ def before_step() -> None:
     are reported while the step they come up in runs (verl's TaskRunner
     creates its workers after it claimed the role, through a path of its
     own). Never blocks the training loop (Ray's actor table is read on that
-    thread). Not at every step: a look costs about 0.8-1.0 ms of this
+    thread). Not at every step: a look costs about 0.7-1.0 ms of this
     process's CPU and as much of Ray's GCS (_REPORT_SETTLED_S), which at
     every step of the PPO demo (17 a second) was as much CPU as the rest of
     the profiler's."""
