@@ -106,8 +106,8 @@ def test_the_reporter_looks_every_second_while_actors_change_and_every_five_once
     """Exact, on a session of its own (Ray's table replaced): the reporter's
     pace between looks is a second after a look found something new (the
     list it sends changed, actors starting, one created here) and for 30 s
-    after, then 5 s; its loop waits that long (a look reads Ray's whole
-    actor table, GCS work that grows with the cluster)."""
+    after, then 5 s; its loop waits that long (a look reads Ray's actor
+    table four times: GCS work the profiler's own threads do not count)."""
     import time
 
     from rlscope_ray import session as s
