@@ -103,15 +103,27 @@ def test_step_begins_wake_the_reporter_after_a_creation_and_while_actors_are_sta
 
 
 def test_the_reporter_looks_every_second_while_actors_change_and_every_five_once_nothing_did(monkeypatch):
-    """Exact, on a session of its own (Ray's table replaced): the reporter's
-    pace between looks is a second after a look found something new (the
-    list it sends changed, actors starting, one created here) and for 30 s
-    after, then 5 s; its loop waits that long (a look reads Ray's actor
-    table four times: GCS work the profiler's own threads do not count)."""
+    """Exact, on a session of its own (Ray's table replaced, the session's
+    clock a virtual one): the reporter's pace between looks is a second
+    after a look found something new (the list it sends changed, actors
+    starting, one created here) and for 30 s after, then 5 s; its loop waits
+    that long (a look reads Ray's actor table four times: GCS work the
+    profiler's own threads do not count)."""
     import time
 
     from rlscope_ray import session as s
 
+    class Clock:  # the session module's `time`: monotonic() is the test's
+        now = 1000.0
+
+        def monotonic(self):
+            return self.now
+
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+    clock = Clock()
+    monkeypatch.setattr(s, "time", clock)
     sess = s.Session(endpoint="", output_dir="", config={})
     actors = [[]]
     starting = [False]
@@ -122,14 +134,15 @@ def test_the_reporter_looks_every_second_while_actors_change_and_every_five_once
 
     def look():
         assert s._report_expected(sess)
-        return s._report_interval(sess, time.monotonic())
+        return s._report_interval(sess, clock.now)
 
     def settle():  # nothing new for over 30 s
-        sess._changed_at = time.monotonic() - 31
+        clock.now += 31
 
     assert look() == 1.0 and sent == [[]]  # the first look
+    clock.now += 29
     assert look() == 1.0 and sent == [[]]  # nothing new, but within 30 s of the first
-    settle()
+    clock.now += 2
     assert look() == 5.0
     actors[0] = [{"actor_id": "a1", "class_name": "Learner", "name": "", "node_id": "n", "pid": "7"}]
     assert look() == 1.0 and sent[-1] == actors[0]  # a new actor: sent, and a look a second again
@@ -137,11 +150,9 @@ def test_the_reporter_looks_every_second_while_actors_change_and_every_five_once
     assert look() == 5.0 and len(sent) == 2
     starting[0] = True
     assert look() == 1.0  # actors still starting
-    sess._starting_since = time.monotonic() - 61
-    settle()
+    clock.now += 61
     assert look() == 5.0  # starting for over a minute (never, maybe): not new any more
     starting[0] = False
-    settle()
     assert look() == 5.0
     sess._actors_created = 1
     assert look() == 1.0  # one created here since the look before
