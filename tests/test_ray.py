@@ -173,8 +173,8 @@ def test_the_reporter_looks_every_second_while_actors_change_and_every_five_once
             pass
 
     monkeypatch.setattr(s._native, "own_thread", lambda name: None)
+    sess = s.Session(endpoint="", output_dir="", config={})  # its first look sends the list: new
     sess._wake = Wake()
-    sess._changed_at = None
     calls = []
     monkeypatch.setattr(s, "_actors_starting", lambda: calls.append(1) or False)
     s._report_expected_loop(sess)

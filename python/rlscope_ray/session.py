@@ -521,7 +521,7 @@ def before_step() -> None:
     creates its workers after it claimed the role, through a path of its
     own). Never blocks the training loop (Ray's actor table is read on that
     thread). Not at every step: a look costs about 0.7-1.0 ms of this
-    process's CPU and as much of Ray's GCS (_REPORT_SETTLED_S), which at
+    process's CPU and as much of Ray's GCS (_REPORT_EVERY_S), which at
     every step of the PPO demo (17 a second) was as much CPU as the rest of
     the profiler's."""
     session = _duties
@@ -572,7 +572,7 @@ def _report_expected(session: Session) -> bool:
         print(f"rlscope: cannot list profiled actors ({e!r}); 'not profiled' reports are off", file=sys.stderr)
         return False
     starting = _actors_starting()
-    changed = created != session._actors_looked or session._changed_at is None
+    changed = created != session._actors_looked  # or the list sent (the first look's, always) below
     if not starting:
         session._starting_since = None
     elif session._starting_since is None or created != session._actors_looked:
