@@ -9,7 +9,7 @@ what it keeps, and what `rlscope-ray diff` says of a known cause.
   run's step time is the median of its steps after the first five; each
   configuration against the round's no-profiler run, pair by pair. The default
   config otherwise: correction on, real clock, CPU sampling (1 kHz in chosen
-  steps, always_on.sampling_hz 100 in the others).
+  steps, always_on.sampling_hz 50 in the others).
 - One long always-on demo run: each part of the profiler's CPU per step in
   the steady state past every start-up cost (LONG_AFTER_S).
 - verl 0.9.1's main_ppo on CPU (tests/apps/verl_ppo_app.py), configured

@@ -82,8 +82,23 @@ struct ForeignSlot {
   bool named = false;          // its name was shipped
   bool blocks = false;         // it blocks the sampler's signal (ZeroMQ's threads block all): no timer while it does
   int64_t seen_ns = 0;         // when it was first listed (MonotonicNs)
-  int64_t blocks_look_ns = 0;  // when `blocks` is looked at again (a /proc read)
+  int64_t blocks_look_ns = 0;  // when `blocks` is looked at again (a /proc read; NextBlocksLookNs)
+  int64_t blocks_every_ns = 0;  // the wait before that look
 };
+
+// When a thread with no timer is looked at again for whether it blocks the
+// sampler's signal, after a look at `now_ns` that found it did or not
+// (`blocks`), the thread first listed at `seen_ns`; `every_ns` is the
+// slot's wait, updated. In its first second, at every listing (a new
+// thread blocks every signal for an instant); one that does not block it
+// and still has no timer (none could be made), a second later. A thread that
+// blocks it is looked at a second later, then twice as long after each look
+// that finds it still blocking, up to kBlocksLookMaxNs: ZeroMQ's and
+// gRPC's threads block it for their lives, and re-reading their status
+// every second was a tenth of an always-on flush thread's CPU. One that
+// stops blocking is sampled from the look after (at most kBlocksLookMaxNs).
+constexpr int64_t kBlocksLookMaxNs = 32'000'000'000;
+int64_t NextBlocksLookNs(int64_t seen_ns, int64_t now_ns, bool blocks, int64_t* every_ns);
 
 class CpuSampler {
  public:

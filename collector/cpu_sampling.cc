@@ -61,7 +61,7 @@ void CpuSampling::ReconcileOthers(bool on) {
   sampler_.RefreshCode(&ctx_.strings);
   std::set<int64_t> recording;
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
-  const std::vector<int64_t> tids = ListThreads();
+  const std::vector<int64_t> tids = threads_.List();
   ctx_.TakeOwnThreads(tids);
   sampler_.ReconcileOthers(tids, recording, ctx_.own_threads, on, hz(), now_ns);
 }

@@ -19,6 +19,7 @@
 #include "collector/arming.h"
 #include "collector/context.h"
 #include "collector/cpu_sampler.h"
+#include "collector/proc_self.h"
 #include "collector/recording.h"
 #include "collector/rlscope_collector.h"
 #include "collector/thread_states.h"
@@ -105,6 +106,7 @@ class CpuSampling {
   static constexpr int64_t kFiguresListEveryNs = 1000000000;
   int64_t others_listed_ns_ = 0;
   int64_t others_hz_ = 0;  // the rate they were brought to then
+  ThreadLister threads_;   // the listing's directory, kept open
   std::atomic<bool> all_threads_{true};
   ThreadStates states_;
   // Flush thread only.

@@ -1,6 +1,5 @@
 #include "collector/thread_states.h"
 
-#include <fcntl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,16 +16,6 @@ namespace rlscope {
 namespace {
 
 std::atomic<uint64_t> g_gil_begin{0}, g_gil_end{0};
-
-// A /proc file's text ("" when it cannot be read: the thread is gone).
-std::string ReadSmall(const char* path) {
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  char buf[512];
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-}
 
 // Why a thread waits in system call `nr` with first argument `arg0`
 // (x86-64 numbers).
@@ -136,7 +125,13 @@ void ThreadStates::Flush(bool armed, int64_t wait_ns, bool waits_now) {
     // looking. The run-queue wait keeps its reading: the aggregator spreads
     // the next one over the whole time since it, gap included, so the
     // window's first step still gets its share.
-    for (auto& [tid, seen] : seen_) seen = Seen{.run_delay_ns = seen.run_delay_ns, .delay_read_ns = seen.delay_read_ns};
+    for (auto& [tid, seen] : seen_) {
+      seen.last_ns = 0;
+      seen.cpu_ns = -1;
+      seen.waiting = false;
+      seen.reason = OffCpuReason::kOther;
+      seen.look = 0;
+    }
     return;
   }
   if (ring_ == nullptr) ring_ = std::make_unique<ThreadBuffer>(static_cast<int64_t>(syscall(SYS_gettid)), kRingRecords);
@@ -161,12 +156,21 @@ void ThreadStates::Flush(bool armed, int64_t wait_ns, bool waits_now) {
   Look(now, period, 4 * std::max(period, wait_ns), ticks);
 }
 
+ThreadStates::Seen& ThreadStates::SeenOf(int64_t tid) {
+  auto [it, added] = seen_.try_emplace(tid);
+  if (added) {
+    const std::string dir = "/proc/self/task/" + std::to_string(tid) + "/";
+    it->second.schedstat = KeptProcFile(dir + "schedstat");
+    it->second.stat = KeptProcFile(dir + "stat");
+    it->second.syscall = KeptProcFile(dir + "syscall");
+  }
+  return it->second;
+}
+
 void ThreadStates::ReadWaits(int64_t now, uint64_t ticks) {
-  char path[64];
   for (auto it = seen_.begin(); it != seen_.end();) {
-    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(it->first));
     long long cpu_ns = 0, delay_ns = 0;
-    if (std::sscanf(ReadSmall(path).c_str(), "%lld %lld", &cpu_ns, &delay_ns) != 2) {
+    if (std::sscanf(it->second.schedstat.Read().c_str(), "%lld %lld", &cpu_ns, &delay_ns) != 2) {
       it = seen_.erase(it);  // gone: its id may come back as another thread's
       continue;
     }
@@ -195,15 +199,13 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
   });
   const uint64_t gil_begin = g_gil_begin.load(std::memory_order_relaxed),
                  gil_end = g_gil_end.load(std::memory_order_relaxed);
-  char path[64];
   for (int64_t tid : tids) {
-    Seen& seen = seen_[tid];
+    Seen& seen = SeenOf(tid);
     const int64_t weight = seen.last_ns == 0 ? period : std::min(now - seen.last_ns, max_weight);
     seen.last_ns = now;
     seen.look = look_;
     // schedstat first: its CPU time and run-queue wait (exact).
-    std::snprintf(path, sizeof(path), "/proc/self/task/%lld/schedstat", static_cast<long long>(tid));
-    const std::string sched = ReadSmall(path);
+    const std::string sched = seen.schedstat.Read();
     long long cpu_ns = 0, delay_ns = 0;
     const bool timed =
         std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2;  // false: gone, or no schedstat
@@ -212,14 +214,12 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
     if (timed && seen.waiting && cpu_ns == seen.cpu_ns) {
       Push(tid, seen.reason, weight, ticks);
     } else {
-      std::snprintf(path, sizeof(path), "/proc/self/task/%lld/stat", static_cast<long long>(tid));
-      const std::string stat = ReadSmall(path);
+      const std::string stat = seen.stat.Read();
       if (stat.empty()) continue;  // gone
       std::string sys;
       const size_t close = stat.rfind(')');
       if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'R') {
-        std::snprintf(path, sizeof(path), "/proc/self/task/%lld/syscall", static_cast<long long>(tid));
-        sys = ReadSmall(path);
+        sys = seen.syscall.Read();
       }
       const ThreadLook look = ClassifyThread(stat, sys, gil_begin, gil_end);
       if (!look.running) Push(tid, look.reason, weight, ticks);

@@ -29,7 +29,8 @@
 //
 // The records go to one ring of the flush thread's (it writes and drains
 // it), shipped as a block of their own; each names its thread in `value`.
-// A look costs three reads of /proc per recording thread, one (schedstat)
+// A look costs three reads of /proc per recording thread (through files
+// kept open while the thread is looked at), one (schedstat)
 // for a thread that has not run since it was last seen waiting: it still
 // waits where it did (a thread woken and still waiting for a CPU has not
 // run either: that wait counts under its old reason too, besides cpu_wait). System call numbers are x86-64's (elsewhere
@@ -44,6 +45,7 @@
 #include <string>
 
 #include "collector/context.h"
+#include "collector/proc_self.h"
 #include "collector/recording.h"
 #include "collector/transport.h"
 #include "native/event.h"
@@ -94,7 +96,12 @@ class ThreadStates {
     bool waiting = false;       // it was off CPU then, for `reason`
     OffCpuReason reason = OffCpuReason::kOther;
     uint64_t look = 0;  // the look it was last seen in
+    // Its /proc files, kept open while it is looked at (proc_self.h): an
+    // open and a close were most of a look's cost. Gone with the thread.
+    KeptProcFile schedstat, stat, syscall;
   };
+  // The entry of thread `tid`, its files named when it is new.
+  Seen& SeenOf(int64_t tid);
   // One look at every recording thread (`period`: ns between looks).
   void Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks);
   // The run-queue waits alone, of the threads looked at before (a flush in a

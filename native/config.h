@@ -115,8 +115,10 @@ struct Config {
   // wrong, decided after it ended (collectors keep its records until then).
   struct AlwaysOn {
     bool enabled = false;
-    // CPU samples per second in steps `steps` does not choose (cpu.sampling_hz in those it does).
-    int64_t sampling_hz = 100;
+    // CPU samples per second in steps `steps` does not choose (cpu.sampling_hz in those it does):
+    // 50, chosen for the always-on budget (at 100 the sampler took 0.04 ms more of the demo's
+    // job threads a step, docs/always_on.md), one sample every 20 ms of a thread's CPU.
+    int64_t sampling_hz = 50;
     // A step is written in full when its (corrected) time is above this many
     // times the median of the recent steps and above it by min_slower_ms (a
     // millisecond step twice as long is noise, not a step gone wrong); slower_than 0 off.

@@ -45,8 +45,8 @@ def always_on_run(tmp_path_factory, rlscope):
     work = tmp_path_factory.mktemp("always_on")
     out = work / "out"
     config = {"steps": [CHOSEN], "correction": {"enabled": False}, "cpu": {"sampling_hz": 1000, "off_cpu_hz": 50},
-              "always_on": {"enabled": True, "slower_than": 3, "min_slower_ms": 1000, "warmup_steps": 2,
-                            "memory_jump_mb": 0}}
+              "always_on": {"enabled": True, "sampling_hz": 100, "slower_than": 3, "min_slower_ms": 1000,
+                            "warmup_steps": 2, "memory_jump_mb": 0}}
     agg = start_aggregator(out, config=config, args=["--exit-when-done", "--exit-with-parent"],
                            work_dir=work, database=True)
     try:

@@ -312,8 +312,8 @@ def compare(a_steps: List[Dict[str, Any]], b_steps: List[Dict[str, Any]], alpha:
             continue
         att_a, att_b = _attribution(a_steps, r["subtask"], r["who"]), _attribution(b_steps, r["subtask"], r["who"])
         # Where it went: what moved the same way, by a quarter of the change
-        # or more (a category is sampled: at always_on.sampling_hz one
-        # sample is 10 ms, and a smaller move the other way is its noise).
+        # or more (a category is sampled: at always_on.sampling_hz's 50 one
+        # sample is 20 ms, and a smaller move the other way is its noise).
         # A process's ranges and kernels are its whole step's (a figures
         # line does not split them by sub-task): one that moved more than a
         # quarter beyond this change moved elsewhere too, and is not named

@@ -6,16 +6,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "collector/children.h"
 #include "collector/collector.h"
 #include "collector/cpu_sampling.h"
+#include "collector/cpu_sampler.h"
 #include "collector/cupti_trigger.h"
+#include "collector/proc_self.h"
 #include "collector/rlscope_collector.h"
 #include "collector/safe_read.h"
 #include "collector/spool.h"
@@ -23,7 +27,10 @@
 #include "native/names.h"
 #include "native/spool_file.h"
 
+#include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -669,6 +676,138 @@ TEST(CpuSamplingTest, OffCpuLooksFollowTheSamplersReduction) {
   EXPECT_EQ(CpuSampling::OffCpuHzAt(50, 1000, 0), 0);      // always_on.sampling_hz 0: none
   EXPECT_EQ(CpuSampling::OffCpuHzAt(0, 1000, 100), 0);     // cpu.off_cpu_hz 0: none
   EXPECT_EQ(CpuSampling::OffCpuHzAt(50, 0, 100), 50);      // cpu.sampling_hz 0: looks as set
+}
+
+// The kept directory lists the threads as they are at each listing.
+TEST(ProcSelfTest, AThreadListerListsTheThreadsAsTheyAreNow) {
+  ThreadLister lister;
+  const std::vector<int64_t> before = lister.List();
+  EXPECT_EQ(before, ListThreads());
+  std::atomic<int64_t> tid{0};
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    tid = static_cast<int64_t>(syscall(SYS_gettid));
+    while (!done) usleep(1000);
+  });
+  while (tid == 0) usleep(1000);
+  const std::vector<int64_t> with = lister.List();
+  EXPECT_EQ(with.size(), before.size() + 1);
+  EXPECT_NE(std::find(with.begin(), with.end(), tid.load()), with.end());
+  done = true;
+  t.join();
+  std::vector<int64_t> after = lister.List();
+  for (int i = 0; i < 2000 && after != before; ++i) {  // until the kernel lets it go
+    usleep(1000);
+    after = lister.List();
+  }
+  EXPECT_EQ(after, before);
+}
+
+// A thread with no timer that blocks the sampler's signal is looked at
+// again (a read of its /proc status) at every listing in its first second,
+// then a second later, then twice as long after each look that finds it
+// still blocking, up to kBlocksLookMaxNs; one that does not block it (and
+// has no timer all the same), a second later.
+TEST(CpuSamplerTest, AThreadThatBlocksTheSignalIsLookedAtLessAndLessOften) {
+  constexpr int64_t s = 1'000'000'000;
+  int64_t every = 0;
+  EXPECT_EQ(NextBlocksLookNs(0, s / 2, true, &every), s / 2);  // first second: the next listing
+  EXPECT_EQ(NextBlocksLookNs(0, 2 * s, true, &every), 3 * s);
+  EXPECT_EQ(NextBlocksLookNs(0, 3 * s, true, &every), 5 * s);
+  EXPECT_EQ(NextBlocksLookNs(0, 5 * s, true, &every), 9 * s);
+  for (int i = 0; i < 10; ++i) NextBlocksLookNs(0, 9 * s, true, &every);
+  EXPECT_EQ(every, kBlocksLookMaxNs);
+  EXPECT_EQ(NextBlocksLookNs(0, 100 * s, false, &every), 101 * s);  // stopped blocking: the backoff starts again
+  EXPECT_EQ(every, 0);
+  EXPECT_EQ(NextBlocksLookNs(0, 101 * s, true, &every), 102 * s);
+}
+
+// Whether a thread blocks a signal is read from its /proc status.
+TEST(ProcSelfTest, ThreadBlocksSignalReadsTheThreadsOwnMask) {
+  std::atomic<int64_t> tid{0};
+  std::atomic<bool> blocked{false}, done{false};
+  std::thread t([&] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPROF);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    tid = static_cast<int64_t>(syscall(SYS_gettid));
+    blocked = true;
+    while (!done) usleep(1000);
+  });
+  while (!blocked) usleep(1000);
+  EXPECT_TRUE(ThreadBlocksSignal(tid, SIGPROF));
+  EXPECT_FALSE(ThreadBlocksSignal(tid, SIGUSR2));
+  EXPECT_FALSE(ThreadBlocksSignal(static_cast<int64_t>(syscall(SYS_gettid)), SIGPROF));  // this thread does not
+  done = true;
+  t.join();
+  EXPECT_FALSE(ThreadBlocksSignal(tid, SIGPROF));  // gone: unknown, false
+}
+
+// A /proc file kept open is written afresh at each read; a thread's says
+// when the thread is gone; it holds one descriptor at most, closed with it.
+TEST(ProcSelfTest, AKeptProcFileReadsTheFileAsItIsNowAndSaysWhenTheThreadIsGone) {
+  auto open_fds = [] {
+    size_t n = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (readdir(d) != nullptr) ++n;
+      closedir(d);
+    }
+    return n;
+  };
+  const size_t fds_before = open_fds();
+  std::atomic<int64_t> tid{0};
+  std::atomic<int> phase{0};
+  std::thread t([&] {
+    tid = static_cast<int64_t>(syscall(SYS_gettid));
+    phase = 1;
+    while (phase == 1) usleep(1000);  // sleeping: state S
+    volatile uint64_t x = 0;
+    while (phase == 2) x = x + 1;  // spinning: CPU time grows, state R
+  });
+  while (phase == 0) usleep(1000);
+  {
+    KeptProcFile stat("/proc/self/task/" + std::to_string(tid.load()) + "/stat");
+    KeptProcFile schedstat("/proc/self/task/" + std::to_string(tid.load()) + "/schedstat");
+    EXPECT_FALSE(stat.open());  // opened at the first read
+    auto state = [](const std::string& text) {
+      const size_t close = text.rfind(')');
+      return close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
+    };
+    std::string sleeping = stat.Read();
+    EXPECT_TRUE(stat.open());
+    for (int i = 0; i < 2000 && state(sleeping) != 'S'; ++i) {  // between its naps
+      usleep(1000);
+      sleeping = stat.Read();
+    }
+    EXPECT_EQ(state(sleeping), 'S');
+    const long long cpu_before = std::atoll(schedstat.Read().c_str());
+    phase = 2;
+    std::string spinning;
+    for (int i = 0; i < 2000 && state(spinning) != 'R'; ++i) {  // until it is seen running (it spins until told)
+      spinning = stat.Read();
+      usleep(1000);
+    }
+    EXPECT_EQ(state(spinning), 'R');
+    long long cpu_after = cpu_before;
+    for (int i = 0; i < 2000 && cpu_after == cpu_before; ++i) {  // its CPU time as the scheduler updates it
+      cpu_after = std::atoll(schedstat.Read().c_str());
+      usleep(1000);
+    }
+    EXPECT_GT(cpu_after, cpu_before);
+    EXPECT_EQ(open_fds(), fds_before + 2);
+    phase = 3;
+    t.join();
+    std::string gone = stat.Read();
+    for (int i = 0; i < 2000 && !gone.empty(); ++i) {  // dead (X) until the kernel lets it go
+      usleep(1000);
+      gone = stat.Read();
+    }
+    EXPECT_EQ(gone, "");
+    EXPECT_FALSE(stat.open());  // opened again at the next read (a thread with its id since)
+    EXPECT_EQ(schedstat.Read(), "");
+  }
+  EXPECT_EQ(open_fds(), fds_before);
 }
 
 // A controller's step beginning moves workers' windows, so it wakes the
