@@ -155,6 +155,51 @@ def test_a_follower_that_sees_a_new_run_begin_in_its_directory_replaces_the_data
     assert seen[:2] == [old["run_id"], "0123456789abcdef"], seen
 
 
+def test_a_look_with_nothing_new_reads_no_run_json_and_the_aggregators_exit_is_seen_through_its_pidfd(
+        run, tmp_path, monkeypatch):
+    """run.json is read at the first look, when a step directory or the run
+    is new, and at the last look, not at the looks between (reading it whole
+    was most of the follower's CPU: about 0.4 ms a look, for the whole run).
+    The aggregator's exit, reaped or not, ends the looks."""
+    out, _ = run
+    live = tmp_path / "live"
+    live.mkdir()
+    run_json = json.loads((out / "run.json").read_text())
+    (live / "run.json").write_text(json.dumps(dict(run_json, steps_written=[2])))
+    shutil.copytree(out / "step_2", live / "step_2")
+    standin = subprocess.Popen(["sleep", "300"])  # the aggregator, still running
+    reads = []
+    real_read = rundb.read_run_json
+    monkeypatch.setattr(rundb, "read_run_json", lambda d: reads.append(len(looks)) or real_read(d))
+    looks = []
+
+    def between_looks(_interval: float) -> None:
+        looks.append(_steps_in(live / "run.duckdb"))
+        if len(looks) == 2:  # a new step
+            shutil.copytree(out / "step_3", live / "step_3")
+            (live / "run.json").write_text(json.dumps(dict(run_json, steps_written=[2, 3])))
+        elif len(looks) == 4:  # a new run in the directory: the same steps, another id
+            (live / "run.json").write_text(json.dumps(dict(run_json, run_id="0123456789abcdef",
+                                                           steps_written=[2, 3])))
+        elif len(looks) == 6:
+            standin.kill()  # exited, not reaped: a zombie until the end of the test
+            os.waitid(os.P_PID, standin.pid, os.WEXITED | os.WNOWAIT)
+        elif len(looks) > 6:
+            raise AssertionError(f"the follower kept looking after its aggregator exited: {looks}")
+
+    try:
+        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+        assert standin.poll() is not None  # (reaped only now)
+    finally:
+        standin.kill()
+        standin.wait()
+    # Looks 0-6; run.json read at look 0 (the first; twice: the metrics'
+    # config too), 2 (step 3's directory), 4 (the new run id) and 6 (the
+    # last), none between.
+    assert reads == [0, 0, 2, 4, 6], reads
+    assert looks == [[2], [2], [2, 3], [2, 3], [2, 3], [2, 3]], looks
+
+
 def test_sql_answers_equal_the_summaries(run):
     out, _ = run
     sums = summaries(out)

@@ -5,7 +5,7 @@ the aggregator on the driver's host, with ``prometheus_client``'s own HTTP
 server and registry: a Prometheus (or RL-Insight's Grafana through one)
 scrapes ``http://<metrics.host>:<metrics.port>/metrics``. Every figure is the
 latest written step's (a gauge), read from figures.jsonl as the follower
-looks (every 0.5 s); the step counters count every step since the run began.
+looks (every second); the step counters count every step since the run began.
 Labels: ``rank`` ("" for the controller and processes without one),
 ``role``, ``subtask``, ``category`` (the CPU attribution's), ``reason``
 (off CPU) and ``detail`` (figures or full). docs/always_on.md lists them.
