@@ -452,6 +452,7 @@ bool Aggregator::Emit(const PendingStep& pending, bool forced, int64_t now_ns) {
       context_.notes.Log("step " + std::to_string(step.span.number) + " written in full: " + profile.trigger);
     }
   }
+  if (!profile.figures_only) AnalyzeFullStep(&profile);
   // The breakdown, on the whole step: beside the trace's export when
   // nothing selects sub-tasks (then the trace is the step as analysed) and
   // there is a core for it. It reads the profile alone (its processes are

@@ -123,9 +123,10 @@ void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<Expe
   if (config.correction.enabled) CorrectStep(profile, config.subtasks, config.correction.scale, second_core);
   for (ProcessSlice& slice : profile->processes) SortSlice(&slice);
   profile->not_profiled = std::move(not_profiled);
-  CheckCausality(profile);
   ClassifyStepSamples(profile, AttributionRules(config.attribution));
 }
+
+void AnalyzeFullStep(StepProfile* profile) { CheckCausality(profile); }
 
 void AnalyzeStepInto(StepProfile* profile, const Config& config, bool beside) {
   const StepProfile& step = *profile;

@@ -1,7 +1,8 @@
 // A closed step cut out of a process, and the analyses run over a cut step
 // before it is exported (in this order): overhead correction
-// (correction.h), event order, clock causality (ray_calls.h), CPU sample
-// attribution (attribution.h) and the breakdown (breakdown.h). Sub-task
+// (correction.h), event order, CPU sample attribution (attribution.h) and
+// the breakdown (breakdown.h); clock causality (ray_calls.h) for a step
+// written in full only (summary.json's; AnalyzeFullStep). Sub-task
 // selection (subtasks.h) comes after, on the analysed step. Pure (the
 // breakdown may run on a thread of its own: AnalyzeStepInto).
 #pragma once
@@ -30,6 +31,11 @@ void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_
 // `second_core`: the correction may use one (CorrectStep).
 void AnalyzeCutStep(StepProfile* profile, const Config& config, std::vector<ExpectedProcess> not_profiled,
                     bool second_core = false);
+// What only a step written in full shows (its summary.json): the clock
+// causality check (ray_calls.h). After AnalyzeCutStep, before sub-task
+// selection (the captures carry it). A figures-only step skips it: 2 % of
+// the aggregator's CPU always on, for a figure no output of it holds.
+void AnalyzeFullStep(StepProfile* profile);
 // The breakdown of the analysed step (breakdown.h), into profile->analysis,
 // on the whole step: before sub-task selection drops what lies outside.
 // With `beside`, on a thread of its own: it only reads the profile, so the

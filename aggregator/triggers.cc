@@ -29,14 +29,15 @@ int64_t Rise(const std::vector<MemoryPoint>& points) {
 std::string MemoryJump(const StepProfile& step, int64_t jump_mb) {
   const int64_t jump = jump_mb << 20;
   for (const ProcessSlice& slice : step.processes) {
-    const std::string who = ProcessLabel(*slice.process);
+    // Named only when it jumped (a label per process and step was most of this).
+    auto who = [&slice] { return ProcessLabel(*slice.process); };
     if (!slice.rss.empty() && Rise(slice.rss) >= jump) {
-      return "memory: " + who + ": resident memory rose " + std::to_string(Rise(slice.rss) >> 20) +
+      return "memory: " + who() + ": resident memory rose " + std::to_string(Rise(slice.rss) >> 20) +
              " MiB within the step (always_on.memory_jump_mb " + std::to_string(jump_mb) + ")";
     }
     for (const auto& [device, points] : slice.gpu_allocated) {
       if (!points.empty() && Rise(points) >= jump) {
-        return "memory: " + who + ": GPU " + std::to_string(device) + " memory allocated rose " +
+        return "memory: " + who() + ": GPU " + std::to_string(device) + " memory allocated rose " +
                std::to_string(Rise(points) >> 20) + " MiB within the step (always_on.memory_jump_mb " +
                std::to_string(jump_mb) + ")";
       }
