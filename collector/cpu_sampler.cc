@@ -260,18 +260,19 @@ ForeignSlot* CpuSampler::SlotOf(const void* cookie) const {
   return const_cast<ForeignSlot*>(static_cast<const ForeignSlot*>(cookie));
 }
 
-int64_t NextBlocksLookNs(int64_t seen_ns, int64_t now_ns, bool blocks, int64_t* every_ns) {
+int64_t NextBlocksLookNs(int64_t seen_ns, int64_t now_ns, bool blocks, int64_t max_ns, int64_t* every_ns) {
   if (now_ns - seen_ns < 1'000'000'000) return now_ns;
   if (!blocks) {  // no timer all the same (one could not be made): a second, as ever
     *every_ns = 0;
     return now_ns + 1'000'000'000;
   }
-  *every_ns = *every_ns == 0 ? 1'000'000'000 : std::min(2 * *every_ns, kBlocksLookMaxNs);
+  *every_ns = std::min(*every_ns == 0 ? 1'000'000'000 : 2 * *every_ns, std::max<int64_t>(max_ns, 1'000'000'000));
   return now_ns + *every_ns;
 }
 
 void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::set<int64_t>& recording,
-                                 const std::set<int64_t>& own, bool on, int64_t hz, int64_t now_ns) {
+                                 const std::set<int64_t>& own, bool on, int64_t hz, int64_t now_ns,
+                                 int64_t blocks_look_max_ns) {
   if (!installed_) return;
   for (size_t i = 0; i < kForeignSlots; ++i) foreign_[i].present = false;
   size_t next_free = 0;
@@ -313,7 +314,8 @@ void CpuSampler::ReconcileOthers(const std::vector<int64_t>& tids, const std::se
     // it has none; a new thread blocks every signal for an instant).
     if (!slot.sampled.has_timer && now_ns >= slot.blocks_look_ns) {
       slot.blocks = ThreadBlocksSignal(tid, signal_);
-      slot.blocks_look_ns = NextBlocksLookNs(slot.seen_ns, now_ns, slot.blocks, &slot.blocks_every_ns);
+      slot.blocks_look_ns =
+          NextBlocksLookNs(slot.seen_ns, now_ns, slot.blocks, blocks_look_max_ns, &slot.blocks_every_ns);
     }
     if (slot.blocks) continue;
     if (slot.sampled.ring == nullptr) slot.sampled.ring = std::make_unique<ThreadBuffer>(tid, kForeignRingRecords);

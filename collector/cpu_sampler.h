@@ -93,12 +93,13 @@ struct ForeignSlot {
 // thread blocks every signal for an instant); one that does not block it
 // and still has no timer (none could be made), a second later. A thread that
 // blocks it is looked at a second later, then twice as long after each look
-// that finds it still blocking, up to kBlocksLookMaxNs: ZeroMQ's and
-// gRPC's threads block it for their lives, and re-reading their status
-// every second was a tenth of an always-on flush thread's CPU. One that
-// stops blocking is sampled from the look after (at most kBlocksLookMaxNs).
+// that finds it still blocking, up to `max_ns`: kBlocksLookMaxNs in steps
+// not chosen up front, always on (ZeroMQ's and gRPC's threads block it for
+// their lives, and re-reading their status every second was a tenth of an
+// always-on flush thread's CPU), a second in steps chosen up front. One that
+// stops blocking is sampled from the look after (at most `max_ns` later).
 constexpr int64_t kBlocksLookMaxNs = 32'000'000'000;
-int64_t NextBlocksLookNs(int64_t seen_ns, int64_t now_ns, bool blocks, int64_t* every_ns);
+int64_t NextBlocksLookNs(int64_t seen_ns, int64_t now_ns, bool blocks, int64_t max_ns, int64_t* every_ns);
 
 class CpuSampler {
  public:
@@ -134,11 +135,11 @@ class CpuSampler {
   // collector's threads (their samples are the profiler's). A slot whose
   // thread is gone is freed once its samples shipped. Threads past
   // kForeignSlots are not sampled (counted). A thread with no timer is
-  // looked at for blocking the signal (a /proc read) at each call in its
-  // first second (a new thread blocks every signal for an instant), then
-  // once a second (`now_ns`: MonotonicNs).
+  // looked at for blocking the signal (a /proc read) as NextBlocksLookNs
+  // says, `blocks_look_max_ns` its longest wait (`now_ns`: MonotonicNs).
   void ReconcileOthers(const std::vector<int64_t>& tids, const std::set<int64_t>& recording,
-                       const std::set<int64_t>& own, bool on, int64_t hz, int64_t now_ns);
+                       const std::set<int64_t>& own, bool on, int64_t hz, int64_t now_ns,
+                       int64_t blocks_look_max_ns);
   // Flush thread: every slot's timer disarmed (outside windows; no listing).
   void DisarmOthers();
   // Flush thread: the slots in use (their rings ship with the flush; names

@@ -63,7 +63,8 @@ void CpuSampling::ReconcileOthers(bool on) {
   recording_.ForEachThread([&](ThreadEntry& t) { recording.insert(t.buffer->tid()); });
   const std::vector<int64_t> tids = threads_.List();
   ctx_.TakeOwnThreads(tids);
-  sampler_.ReconcileOthers(tids, recording, ctx_.own_threads, on, hz(), now_ns);
+  sampler_.ReconcileOthers(tids, recording, ctx_.own_threads, on, hz(), now_ns,
+                           arming_->chosen() ? 1'000'000'000 : kBlocksLookMaxNs);
 }
 
 void CpuSampling::NameOthers(Outgoing* out) {

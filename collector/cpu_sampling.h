@@ -49,8 +49,8 @@ class CpuSampling {
   }
   // The off-CPU looks' rate now: cpu.off_cpu_hz, and in steps not chosen up
   // front the sampler's reduction of it (off_cpu_hz x always_on.sampling_hz
-  // / cpu.sampling_hz, at least 1 Hz): a look opens three /proc files per
-  // recording thread, most of a figures-only flush's own work.
+  // / cpu.sampling_hz, at least 1 Hz): a look reads up to three /proc files
+  // per recording thread (ThreadStates), much of a figures-only flush's own work.
   int64_t off_cpu_hz() const {
     return OffCpuHzAt(off_cpu_hz_.load(std::memory_order_relaxed), hz_.load(std::memory_order_relaxed), hz());
   }

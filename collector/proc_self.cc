@@ -57,16 +57,21 @@ std::string ReadThreadName(int64_t tid) {
 }
 
 bool ThreadBlocksSignal(int64_t tid, int sig) {
-  // One read of the whole status (about 1.5 KB), no stream: for the threads
-  // that block it, this is looked at again while they do.
-  char path[64], buf[4096];
+  // The whole status (about 1.5 KB; more with a long Groups: line), read
+  // to its end with no stream: for the threads that block it, this is
+  // looked at again while they do.
+  char path[64], buf[16384];
   std::snprintf(path, sizeof(path), "/proc/self/task/%lld/status", static_cast<long long>(tid));
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  size_t size = 0;
+  while (size < sizeof(buf) - 1) {
+    const ssize_t n = read(fd, buf + size, sizeof(buf) - 1 - size);
+    if (n <= 0) break;
+    size += static_cast<size_t>(n);
+  }
   close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
+  buf[size] = '\0';
   const char* line = std::strstr(buf, "\nSigBlk:");
   if (line == nullptr) return false;
   const unsigned long long mask = std::strtoull(line + 8, nullptr, 16);
@@ -85,8 +90,11 @@ KeptProcFile& KeptProcFile::operator=(KeptProcFile&& other) noexcept {
   return *this;
 }
 
-KeptProcFile::~KeptProcFile() {
+KeptProcFile::~KeptProcFile() { Close(); }
+
+void KeptProcFile::Close() {
   if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 std::string KeptProcFile::Read() {
@@ -95,8 +103,7 @@ std::string KeptProcFile::Read() {
   char buf[512];
   const ssize_t n = pread(fd_, buf, sizeof(buf) - 1, 0);
   if (n > 0) return std::string(buf, static_cast<size_t>(n));
-  ::close(fd_);  // opened again at the next read: a thread with its id since is read then
-  fd_ = -1;
+  Close();  // opened again at the next read: a thread with its id since is read then
   return "";
 }
 

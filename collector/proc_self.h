@@ -15,8 +15,9 @@ namespace rlscope {
 // cannot be read).
 std::vector<int64_t> ListThreads();
 // ListThreads through the directory kept open (rewound at each listing):
-// the flush thread's, which lists the process's threads every second while
-// always on. Closes on destruction.
+// the flush thread's, which lists the process's threads at each flush in
+// steps chosen up front and once a second in the others, always on.
+// Closes on destruction.
 class ThreadLister {
  public:
   ThreadLister() = default;
@@ -40,8 +41,8 @@ bool ThreadBlocksSignal(int64_t tid, int sig);
 // thread's file read after the thread exited says so (an empty read) even
 // if its id came back as another thread's (the descriptor is the old
 // thread's), and is opened again at the next read. Move-only; closes on
-// destruction. The flush thread's only: a
-// forked child has none, and its copies are closed at exec (O_CLOEXEC).
+// destruction. The flush thread's only: a forked child (which has no flush
+// thread) holds copies of the descriptors until it execs (O_CLOEXEC).
 class KeptProcFile {
  public:
   KeptProcFile() = default;
@@ -54,7 +55,9 @@ class KeptProcFile {
   // The file's text now, at most 511 bytes ("" when it cannot be read:
   // the thread is gone, or the file cannot be opened).
   std::string Read();
-  bool open() const { return fd_ >= 0; }
+  // Its descriptor closed now (opened again at the next Read).
+  void Close();
+  bool is_open() const { return fd_ >= 0; }
 
  private:
   std::string path_;

@@ -125,12 +125,10 @@ void ThreadStates::Flush(bool armed, int64_t wait_ns, bool waits_now) {
     // looking. The run-queue wait keeps its reading: the aggregator spreads
     // the next one over the whole time since it, gap included, so the
     // window's first step still gets its share.
+    // Nothing is held open between windows.
     for (auto& [tid, seen] : seen_) {
-      seen.last_ns = 0;
-      seen.cpu_ns = -1;
-      seen.waiting = false;
-      seen.reason = OffCpuReason::kOther;
-      seen.look = 0;
+      seen.ForgetLook();
+      seen.CloseFiles();
     }
     return;
   }
@@ -163,15 +161,22 @@ ThreadStates::Seen& ThreadStates::SeenOf(int64_t tid) {
     it->second.schedstat = KeptProcFile(dir + "schedstat");
     it->second.stat = KeptProcFile(dir + "stat");
     it->second.syscall = KeptProcFile(dir + "syscall");
+    it->second.keep = kept_ < kKeptThreads;
+    if (it->second.keep) ++kept_;
   }
   return it->second;
+}
+
+std::map<int64_t, ThreadStates::Seen>::iterator ThreadStates::Forget(std::map<int64_t, Seen>::iterator it) {
+  if (it->second.keep) --kept_;
+  return seen_.erase(it);  // its files close with it
 }
 
 void ThreadStates::ReadWaits(int64_t now, uint64_t ticks) {
   for (auto it = seen_.begin(); it != seen_.end();) {
     long long cpu_ns = 0, delay_ns = 0;
     if (std::sscanf(it->second.schedstat.Read().c_str(), "%lld %lld", &cpu_ns, &delay_ns) != 2) {
-      it = seen_.erase(it);  // gone: its id may come back as another thread's
+      it = Forget(it);  // gone: its id may come back as another thread's
       continue;
     }
     PushWait(it->first, delay_ns, now, ticks, &it->second);
@@ -209,6 +214,16 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
     long long cpu_ns = 0, delay_ns = 0;
     const bool timed =
         std::sscanf(sched.c_str(), "%lld %lld", &cpu_ns, &delay_ns) == 2;  // false: gone, or no schedstat
+    // Files not kept, or of a thread that may be gone (its id may come back
+    // as another's: each is opened again at its next read), close after
+    // this look.
+    struct Closing {
+      Seen& seen;
+      bool now;
+      ~Closing() {
+        if (now) seen.CloseFiles();
+      }
+    } closing{seen, !timed || !seen.keep};
     // A thread that has not run since it was last seen waiting still waits
     // where it did: that look's reason again, with no more reads.
     if (timed && seen.waiting && cpu_ns == seen.cpu_ns) {
@@ -230,7 +245,7 @@ void ThreadStates::Look(int64_t now, int64_t period, int64_t max_weight, uint64_
     if (timed) PushWait(tid, delay_ns, now, ticks, &seen);
   }
   for (auto it = seen_.begin(); it != seen_.end();) {  // threads gone
-    it = it->second.look != look_ ? seen_.erase(it) : std::next(it);
+    it = it->second.look != look_ ? Forget(it) : std::next(it);
   }
 }
 

@@ -96,12 +96,35 @@ class ThreadStates {
     bool waiting = false;       // it was off CPU then, for `reason`
     OffCpuReason reason = OffCpuReason::kOther;
     uint64_t look = 0;  // the look it was last seen in
-    // Its /proc files, kept open while it is looked at (proc_self.h): an
-    // open and a close were most of a look's cost. Gone with the thread.
+    // Its /proc files (proc_self.h), kept open between looks while `keep`:
+    // an open and a close were most of a look's cost. Closed with its
+    // entry, when a window closes, when its thread is found gone, and after
+    // each look when not `keep`.
     KeptProcFile schedstat, stat, syscall;
+    bool keep = false;
+    void CloseFiles() {
+      schedstat.Close();
+      stat.Close();
+      syscall.Close();
+    }
+    // What a look knew, forgotten (a window closed); the run delay is kept.
+    void ForgetLook() {
+      last_ns = 0;
+      cpu_ns = -1;
+      waiting = false;
+      reason = OffCpuReason::kOther;
+      look = 0;
+    }
   };
+  // Threads whose files are kept open: at most three descriptors each, for
+  // the first kKeptThreads recording threads (a host with many keeps its
+  // low descriptors: select() takes none above 1024); the rest open and
+  // close them at each look, as before.
+  static constexpr size_t kKeptThreads = 16;
   // The entry of thread `tid`, its files named when it is new.
   Seen& SeenOf(int64_t tid);
+  // Erases an entry (its files closed); the next one.
+  std::map<int64_t, Seen>::iterator Forget(std::map<int64_t, Seen>::iterator it);
   // One look at every recording thread (`period`: ns between looks).
   void Look(int64_t now, int64_t period, int64_t max_weight, uint64_t ticks);
   // The run-queue waits alone, of the threads looked at before (a flush in a
@@ -118,6 +141,7 @@ class ThreadStates {
   std::atomic<int64_t> hz_{0};
   std::unique_ptr<ThreadBuffer> ring_;  // the flush thread's; made at the first look
   std::map<int64_t, Seen> seen_;        // flush thread
+  size_t kept_ = 0;                     // entries with `keep`
   int64_t next_look_ns_ = 0;
   uint64_t look_ = 0;
   std::atomic<uint64_t> looks_{0}, dropped_{0};

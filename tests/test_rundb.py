@@ -187,6 +187,10 @@ def test_a_look_with_nothing_new_reads_no_run_json_and_the_aggregators_exit_is_s
         elif len(looks) > 6:
             raise AssertionError(f"the follower kept looking after its aggregator exited: {looks}")
 
+    if hasattr(os, "pidfd_open"):  # watched through its pidfd here, not /proc
+        watched = rundb._Watched(standin.pid)
+        assert watched._fd is not None and watched.alive()
+        watched.close()
     try:
         assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
         assert standin.poll() is not None  # (reaped only now)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import sys
 import tempfile
@@ -511,8 +512,6 @@ class _Watched:
         except (AttributeError, OSError):  # no pidfd (before Linux 5.3, Python 3.9), or gone already
             self._fd = None
             return
-        import select
-
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLIN)
 
@@ -568,7 +567,8 @@ def _nothing_new(run_dir: str, known: _Followed) -> bool:
     run.json whole (11 KB of JSON on the demo, its processes' list most of
     it) was most of the follower's CPU, about 0.4 ms a look with cold
     caches, at every look for the whole run. Anything unexpected: not
-    skipped."""
+    skipped (a step directory that never goes into the database, a failed
+    export's, keeps every look reading run.json, as all looks did)."""
     if known.run_id is None:
         return False
     try:

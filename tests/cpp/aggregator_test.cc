@@ -1271,6 +1271,41 @@ TEST_F(AggregatorTest, CausalityChecksWorkerExecutionsAgainstTheControllersCalls
   EXPECT_EQ(c.max_violation_ns, 1600 - 1305);
 }
 
+// Always on, step 1 chosen up front, no trigger: the others figures only.
+Config AlwaysOnWithStep1Chosen() {
+  Config config;
+  config.always_on.enabled = true;
+  config.always_on.warmup_steps = 100;  // no trigger
+  config.steps = IntSelection{false, {1}};
+  return config;
+}
+
+// Always on: the clock causality check (summary.json's) runs for a step
+// written in full, not for a figures-only one (no output of it holds it:
+// it was 2 % of the aggregator's CPU always on).
+TEST_F(AggregatorTest, AlwaysOnChecksCausalityOnlyInStepsWrittenInFull) {
+  Init(AlwaysOnWithStep1Chosen());
+  FakeCollector ctl(1, "controller", -1, 100);
+  FakeCollector worker(2, "worker", 0, 200);
+  Connect(ctl);
+  Connect(worker);
+  for (int64_t k : {0, 1}) {  // steps 1 and 2, each with a Ray call the worker ran
+    const int64_t t = k * 10000;
+    ctl.Push(1, t + 1000, "step");
+    ctl.Mark(1, t + 1100, "ray.submit", 0).Mark(1, t + 1110, "ray.task", 11 + k);
+    ctl.Mark(1, t + 1500, "ray.got", 11 + k).Pop(1, t + 2000);
+    worker.Push(7, t + 1200, "update_actor", 11 + k).Pop(7, t + 1400);
+  }
+  Send(ctl.Flush(30000));
+  Send(worker.Flush(30000));
+  agg_->Tick(30000);
+  ASSERT_EQ(exporter_.StepNumbers(), (std::vector<int64_t>{1, 2}));
+  EXPECT_FALSE(exporter_.steps[0].figures_only);
+  EXPECT_EQ(exporter_.steps[0].causality.checked, 1);
+  EXPECT_TRUE(exporter_.steps[1].figures_only);
+  EXPECT_EQ(exporter_.steps[1].causality.checked, 0);
+}
+
 // What the profile proves tightens the probes where it is tighter, and only
 // then: probes say 975,000 +- 50 us; calls say at least 1,005,000 and at
 // most 1,015,000 (the truth, 1,008,000, is in both): 1,010,000 +- 5 us.
@@ -2952,11 +2987,7 @@ TEST_F(FrameTest, AWrittenStepReleasesWhatEachCollectorSpooledBeforeItsEndOrTheR
 // those before it, run.json first; the run's end puts the last step done
 // in run.json.
 TEST_F(FrameTest, FiguresOnlyStepsHaveNoBarrierAndReleaseAtMostOnceASecond) {
-  Config config;
-  config.always_on.enabled = true;
-  config.always_on.warmup_steps = 100;  // no trigger
-  config.steps = IntSelection{false, {1}};
-  Init(config);
+  Init(AlwaysOnWithStep1Chosen());
   FakeCollector ctl(1, "controller", -1, 100);
   Frame(ctl.Hello(), "peer-c");
   ctl.Push(1, 100, "step").Pop(1, 200).Push(1, 300, "step").Pop(1, 400).Push(1, 500, "step").Pop(1, 600);

@@ -706,20 +706,22 @@ TEST(ProcSelfTest, AThreadListerListsTheThreadsAsTheyAreNow) {
 // A thread with no timer that blocks the sampler's signal is looked at
 // again (a read of its /proc status) at every listing in its first second,
 // then a second later, then twice as long after each look that finds it
-// still blocking, up to kBlocksLookMaxNs; one that does not block it (and
-// has no timer all the same), a second later.
+// still blocking, up to the longest wait (kBlocksLookMaxNs in steps not
+// chosen up front, a second in chosen ones); one that does not block it
+// (and has no timer all the same), a second later.
 TEST(CpuSamplerTest, AThreadThatBlocksTheSignalIsLookedAtLessAndLessOften) {
   constexpr int64_t s = 1'000'000'000;
   int64_t every = 0;
-  EXPECT_EQ(NextBlocksLookNs(0, s / 2, true, &every), s / 2);  // first second: the next listing
-  EXPECT_EQ(NextBlocksLookNs(0, 2 * s, true, &every), 3 * s);
-  EXPECT_EQ(NextBlocksLookNs(0, 3 * s, true, &every), 5 * s);
-  EXPECT_EQ(NextBlocksLookNs(0, 5 * s, true, &every), 9 * s);
-  for (int i = 0; i < 10; ++i) NextBlocksLookNs(0, 9 * s, true, &every);
+  EXPECT_EQ(NextBlocksLookNs(0, s / 2, true, kBlocksLookMaxNs, &every), s / 2);  // first second: the next listing
+  EXPECT_EQ(NextBlocksLookNs(0, 2 * s, true, kBlocksLookMaxNs, &every), 3 * s);
+  EXPECT_EQ(NextBlocksLookNs(0, 3 * s, true, kBlocksLookMaxNs, &every), 5 * s);
+  EXPECT_EQ(NextBlocksLookNs(0, 5 * s, true, kBlocksLookMaxNs, &every), 9 * s);
+  for (int i = 0; i < 10; ++i) NextBlocksLookNs(0, 9 * s, true, kBlocksLookMaxNs, &every);
   EXPECT_EQ(every, kBlocksLookMaxNs);
-  EXPECT_EQ(NextBlocksLookNs(0, 100 * s, false, &every), 101 * s);  // stopped blocking: the backoff starts again
-  EXPECT_EQ(every, 0);
-  EXPECT_EQ(NextBlocksLookNs(0, 101 * s, true, &every), 102 * s);
+  EXPECT_EQ(NextBlocksLookNs(0, 100 * s, true, s, &every), 101 * s);  // a chosen step: a second at most
+  EXPECT_EQ(NextBlocksLookNs(0, 101 * s, false, kBlocksLookMaxNs, &every), 102 * s);  // stopped blocking
+  EXPECT_EQ(every, 0);  // the backoff starts again
+  EXPECT_EQ(NextBlocksLookNs(0, 102 * s, true, kBlocksLookMaxNs, &every), 103 * s);
 }
 
 // Whether a thread blocks a signal is read from its /proc status.
@@ -741,22 +743,34 @@ TEST(ProcSelfTest, ThreadBlocksSignalReadsTheThreadsOwnMask) {
   EXPECT_FALSE(ThreadBlocksSignal(static_cast<int64_t>(syscall(SYS_gettid)), SIGPROF));  // this thread does not
   done = true;
   t.join();
-  EXPECT_FALSE(ThreadBlocksSignal(tid, SIGPROF));  // gone: unknown, false
+  bool blocks = true;
+  for (int i = 0; i < 2000 && blocks; ++i) {  // its status keeps its mask until the kernel lets it go
+    blocks = ThreadBlocksSignal(tid, SIGPROF);
+    if (blocks) usleep(1000);
+  }
+  EXPECT_FALSE(blocks);  // gone: unknown, false
 }
 
 // A /proc file kept open is written afresh at each read; a thread's says
 // when the thread is gone; it holds one descriptor at most, closed with it.
 TEST(ProcSelfTest, AKeptProcFileReadsTheFileAsItIsNowAndSaysWhenTheThreadIsGone) {
-  auto open_fds = [] {
+  std::atomic<int64_t> tid{0};
+  // The process's descriptors open on the thread's /proc files (the test
+  // binary may hold others that come and go: a collector's sockets).
+  auto open_fds = [&tid] {
+    const std::string prefix = "/proc/" + std::to_string(getpid()) + "/task/" + std::to_string(tid.load()) + "/";
     size_t n = 0;
     if (DIR* d = opendir("/proc/self/fd")) {
-      while (readdir(d) != nullptr) ++n;
+      while (const dirent* e = readdir(d)) {
+        char target[256];
+        const ssize_t len =
+            readlink((std::string("/proc/self/fd/") + e->d_name).c_str(), target, sizeof(target) - 1);
+        if (len > 0 && std::string(target, static_cast<size_t>(len)).rfind(prefix, 0) == 0) ++n;
+      }
       closedir(d);
     }
     return n;
   };
-  const size_t fds_before = open_fds();
-  std::atomic<int64_t> tid{0};
   std::atomic<int> phase{0};
   std::thread t([&] {
     tid = static_cast<int64_t>(syscall(SYS_gettid));
@@ -769,13 +783,13 @@ TEST(ProcSelfTest, AKeptProcFileReadsTheFileAsItIsNowAndSaysWhenTheThreadIsGone)
   {
     KeptProcFile stat("/proc/self/task/" + std::to_string(tid.load()) + "/stat");
     KeptProcFile schedstat("/proc/self/task/" + std::to_string(tid.load()) + "/schedstat");
-    EXPECT_FALSE(stat.open());  // opened at the first read
+    EXPECT_FALSE(stat.is_open());  // opened at the first read
     auto state = [](const std::string& text) {
       const size_t close = text.rfind(')');
       return close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
     };
     std::string sleeping = stat.Read();
-    EXPECT_TRUE(stat.open());
+    EXPECT_TRUE(stat.is_open());
     for (int i = 0; i < 2000 && state(sleeping) != 'S'; ++i) {  // between its naps
       usleep(1000);
       sleeping = stat.Read();
@@ -795,7 +809,7 @@ TEST(ProcSelfTest, AKeptProcFileReadsTheFileAsItIsNowAndSaysWhenTheThreadIsGone)
       usleep(1000);
     }
     EXPECT_GT(cpu_after, cpu_before);
-    EXPECT_EQ(open_fds(), fds_before + 2);
+    EXPECT_EQ(open_fds(), 2u);
     phase = 3;
     t.join();
     std::string gone = stat.Read();
@@ -804,10 +818,10 @@ TEST(ProcSelfTest, AKeptProcFileReadsTheFileAsItIsNowAndSaysWhenTheThreadIsGone)
       gone = stat.Read();
     }
     EXPECT_EQ(gone, "");
-    EXPECT_FALSE(stat.open());  // opened again at the next read (a thread with its id since)
+    EXPECT_FALSE(stat.is_open());  // opened again at the next read (a thread with its id since)
     EXPECT_EQ(schedstat.Read(), "");
   }
-  EXPECT_EQ(open_fds(), fds_before);
+  EXPECT_EQ(open_fds(), 0u);
 }
 
 // A controller's step beginning moves workers' windows, so it wakes the
