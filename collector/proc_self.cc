@@ -83,7 +83,7 @@ KeptProcFile::KeptProcFile(KeptProcFile&& other) noexcept
 
 KeptProcFile& KeptProcFile::operator=(KeptProcFile&& other) noexcept {
   if (this != &other) {
-    Close();
+    if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
     fd_ = std::exchange(other.fd_, -1);
   }

@@ -139,7 +139,7 @@ def test_the_follower_takes_figures_only_steps_at_its_last_look_in_chunks(always
     import io
     import shutil
 
-    from rlscope_ray import rundb, rundb_follow
+    from rlscope_ray import rundb
 
     import duckdb
 
@@ -164,7 +164,7 @@ def test_the_follower_takes_figures_only_steps_at_its_last_look_in_chunks(always
 
     log = io.StringIO()
     try:
-        assert rundb_follow.follow(str(live), standin.pid, log=log, sleep=between_looks) == 0
+        assert rundb.follow(str(live), standin.pid, log=log, sleep=between_looks) == 0
     finally:
         standin.kill()
         standin.wait()

@@ -18,7 +18,7 @@ from conftest import run_local_demo
 
 duckdb = pytest.importorskip("duckdb", reason="the run database needs the duckdb package (requirements-dev.txt)")
 
-from rlscope_ray import rundb, rundb_follow  # noqa: E402  (after the skip: they need duckdb to run)
+from rlscope_ray import rundb  # noqa: E402  (after the skip: it needs duckdb to run)
 
 SUBTASKS = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
 
@@ -116,7 +116,7 @@ def test_the_follower_updates_while_the_aggregator_still_runs(run, tmp_path):
 
     write_step(2)
     try:
-        assert rundb_follow.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
     finally:
         standin.kill()
         standin.wait()
@@ -148,7 +148,7 @@ def test_a_follower_that_sees_a_new_run_begin_in_its_directory_replaces_the_data
             standin.wait()
 
     try:
-        assert rundb_follow.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
     finally:
         standin.kill()
         standin.wait()
@@ -188,11 +188,11 @@ def test_a_look_with_nothing_new_reads_no_run_json_and_the_aggregators_exit_is_s
             raise AssertionError(f"the follower kept looking after its aggregator exited: {looks}")
 
     if hasattr(os, "pidfd_open"):  # watched through its pidfd here, not /proc
-        watched = rundb_follow._Watched(standin.pid)
+        watched = rundb._Watched(standin.pid)
         assert watched._fd is not None and watched.alive()
         watched.close()
     try:
-        assert rundb_follow.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
         assert standin.poll() is not None  # (reaped only now)
     finally:
         standin.kill()
