@@ -297,6 +297,17 @@ void Aggregator::Tick(int64_t now_ns) {
   if (run_info_due_ && now_ns - run_info_written_ns_ >= kRunInfoEveryNs) RunInfoChanged(now_ns);
 }
 
+int64_t Aggregator::TickDueNs(int64_t now_ns) const {
+  int64_t due = now_ns + kLongestSleepNs;
+  if (release_due_) due = std::min(due, released_at_ns_ + kRunInfoEveryNs);
+  if (run_info_due_) due = std::min(due, run_info_written_ns_ + kRunInfoEveryNs);
+  if (const PendingStep* step = scheduler_.Next()) {
+    due = std::min(due, step->clock_held ? now_ns + kClockWaitSleepNs
+                                         : step->closed_at_ns + run_config_.config().flush.step_grace_ms * 1000000);
+  }
+  return std::max(due, now_ns);
+}
+
 void Aggregator::Finish(int64_t now_ns) {
   if (context_.stats.write_errors == 0) {
     while (const PendingStep* step = scheduler_.Next()) {  // waits for nothing

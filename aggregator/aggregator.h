@@ -96,6 +96,16 @@ class Aggregator {
   void OnMessage(const wire::Message& message, int64_t now_ns);
   // Exports every step that is ready at `now_ns`.
   void Tick(int64_t now_ns);
+  // When Tick must run again, unless a message comes first (the daemon's
+  // loop sleeps until then): the next figures-only release or run.json
+  // rewrite, the pending step's grace, sooner while it waits for clocks
+  // (bursts asked every Clocks::kProbeRequestEveryNs), and at most
+  // kLongestSleepNs from `now_ns`: a process's silence
+  // (AggregatorStats::kSilentAfterNs) and an expected process's grace are
+  // seen within that. Never before `now_ns`.
+  int64_t TickDueNs(int64_t now_ns) const;
+  static constexpr int64_t kLongestSleepNs = 250'000'000;
+  static constexpr int64_t kClockWaitSleepNs = 50'000'000;
   // Whether a second core may be used: a step's breakdown computed beside
   // its trace's export, frames decoded ahead (OnFrames). Default: when this
   // process may run on more than one core. The same outcome either way

@@ -248,10 +248,10 @@ class Collector {
   static constexpr int64_t kBusyCpuGapNs = 100'000'000;
   static constexpr int64_t kIdleWaitNs = 1'000'000'000;
   // Always on, in steps not chosen up front: the interval is this many
-  // times flush.interval_ms (flush_thread.cc): 400 ms by default, under the
+  // times flush.interval_ms (flush_thread.cc): 800 ms by default, under the
   // heartbeat (kHeartbeatNs) and the aggregator's once-a-second release of
   // figures-only steps.
-  static constexpr int64_t kFiguresIntervalFactor = 20;
+  static constexpr int64_t kFiguresIntervalFactor = 40;
   // A batch at least this often, even with nothing in it: the aggregator's
   // watermark and its sign of life (a third of the silence after which it
   // stops waiting for a process, AggregatorStats::kSilentAfterNs).

@@ -134,18 +134,21 @@ def test_a_controller_between_selected_steps_backs_off(build_dir, aggregator_fac
 def test_always_on_a_working_process_flushes_a_figures_only_step_a_few_times_a_second(build_dir, aggregator_factory,
                                                                                         tmp_path):
     """Always on, in steps not chosen up front, a process at work (a sixth of
-    a core inside ranges) flushes every 400 ms (twenty times flush.interval_ms):
+    a core inside ranges) flushes every 800 ms (forty times flush.interval_ms):
     a figures-only step is cut once every process's flushes passed its end,
     and most of a flush's cost, here and in the aggregator, is fixed. (Every
-    100 ms before: 10 a second; a chosen step keeps the 20 ms interval.)"""
+    400 ms before, and 100 ms before that: 2.5 and 10 a second; a chosen step
+    keeps the 20 ms interval.)"""
     agg = aggregator_factory(config="always_on: {enabled: true}\nranks: [0]\n")
     per_s, out = _worker_beside_a_stepping_controller(build_dir, agg, tmp_path,
                                                       extra=("--period-ms", "5", "--range-us", "1000"))
     agg.wait()
     proc = _process(agg, 0)
     assert proc["selected"] is True
-    # Each batch sent wakes ZeroMQ's I/O thread: 2.5 flushes a second, and
-    # the aggregator's Controls, about 4 (11 before).
+    # A batch a flush: 1.25 a second (1.2 in one run; 2.5 at 400 ms).
+    assert per_s["send"] < 2, (per_s, out)
+    # Each batch sent wakes ZeroMQ's I/O thread, and so do the aggregator's
+    # Controls: about 2 (4 at 400 ms, 11 at 100 ms).
     assert per_s["wakeups ZMQbg/IO/0"] < 7, (per_s, out)
     # On the aggregator's own clock its probes place nothing (same_clock):
     # bursts come every 10 s, the first at once (one a second before, while
@@ -154,3 +157,27 @@ def test_always_on_a_working_process_flushes_a_figures_only_step_a_few_times_a_s
     life_s = out["life_s"]
     assert proc["clock"]["basis"] == "same_clock" and 1 <= proc["clock"]["bursts"] <= 2 + life_s // 10, (
         proc["clock"], life_s)
+
+
+def test_an_aggregator_with_nothing_to_do_sleeps_until_something_is_due(aggregator_factory):
+    """The aggregator's loop sleeps until a message or its next time-bound
+    work (Aggregator::TickDueNs: at most 250 ms with nothing pending), not a
+    fixed 50 ms poll: 20 wake-ups a second before, each tens of microseconds
+    of its thread, most of an idle aggregator's CPU. Counted from the
+    kernel's context switches of its main thread; a busier machine only
+    lowers the count."""
+    agg = aggregator_factory(exit_when_done=False)
+    status = f"/proc/{agg.proc.pid}/task/{agg.proc.pid}/status"
+
+    def switches():
+        for line in open(status):
+            if line.startswith("voluntary_ctxt_switches"):
+                return int(line.split()[1])
+        raise AssertionError(status)
+
+    time.sleep(1.0)  # past its start
+    before, t0 = switches(), time.monotonic()
+    time.sleep(3.0)
+    per_s = (switches() - before) / (time.monotonic() - t0)
+    agg.stop()
+    assert per_s < 8, per_s  # 4 a second, and the spool's look once a second
