@@ -106,6 +106,7 @@ void RecordStores::AddInstant(int64_t tid, const wire::Event& e) {
   i.payload = e.value;
   i.has_payload = (e.flags & kFlagHasPayload) != 0;
   i.payload_signed = (e.flags & kFlagPayloadSigned) != 0;
+  instant_blocks_.Added(instants_.size(), i.ts_ns, i.ts_ns);
   instants_.push_back(i);
 }
 
@@ -179,6 +180,7 @@ void RecordStores::AddCpuSample(int64_t tid, const wire::Event& e) {
       e.ts_ns, tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0, (e.flags & kFlagFrameUnread) != 0};
   if ((e.flags & kFlagNativeStack) != 0 && e.value <= UINT32_MAX) s.stack = static_cast<uint32_t>(e.value);
   s.profiler_thread = (e.flags & kFlagProfilerThread) != 0;
+  cpu_sample_blocks_.Added(cpu_samples_.size(), s.ts_ns, s.ts_ns);
   cpu_samples_.push_back(s);
 }
 
@@ -197,9 +199,12 @@ void RecordStores::AddOffCpu(const wire::Event& e) {
 }
 
 void RecordStores::CutInstants(int64_t begin_ns, int64_t end_ns, std::vector<Instant>* out) const {
-  for (const Instant& i : instants_) {
-    if (i.ts_ns >= begin_ns && i.ts_ns < end_ns) out->push_back(i);
-  }
+  instant_blocks_.ForEach(instants_.size(), begin_ns, end_ns, [&](size_t from, size_t to) {
+    for (size_t k = from; k < to; ++k) {
+      const Instant& i = instants_[k];
+      if (i.ts_ns >= begin_ns && i.ts_ns < end_ns && i.ts_ns >= forgotten_before_ns_) out->push_back(i);
+    }
+  });
 }
 
 void RecordStores::CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecord>* out) const {
@@ -214,16 +219,17 @@ void RecordStores::CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecor
 }
 
 void RecordStores::CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const {
+  // Each thread's marks are in time order (MergeSampleMarks; DiscardBefore
+  // pops them from the front): the step's are found, not scanned for. A
+  // flush brings many short steps at once, all cut before the next.
+  const auto before = [](const CostMark& m, int64_t t) { return m.ts_ns < t; };
   for (const auto& [tid, marks] : cost_marks_) {
-    std::vector<CostMark>* dst = nullptr;
-    for (const CostMark& m : marks) {
-      if (m.ts_ns < begin_ns || m.ts_ns > end_ns) continue;
-      if (dst == nullptr) {
-        dst = &(*out)[tid];
-        dst->reserve(dst->size() + marks.size());
-      }
-      dst->push_back(m);
-    }
+    auto it = std::lower_bound(marks.begin(), marks.end(), begin_ns, before);
+    const auto last = std::upper_bound(it, marks.end(), end_ns,
+                                       [](int64_t t, const CostMark& m) { return t < m.ts_ns; });
+    if (it == last) continue;
+    std::vector<CostMark>& dst = (*out)[tid];
+    dst.insert(dst.end(), it, last);
   }
 }
 
@@ -234,9 +240,12 @@ void RecordStores::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<Cost
 }
 
 void RecordStores::CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vector<CpuSample>* out) const {
-  for (const CpuSample& s : cpu_samples_) {
-    if (s.ts_ns >= begin_ns && s.ts_ns < end_ns) out->push_back(s);
-  }
+  cpu_sample_blocks_.ForEach(cpu_samples_.size(), begin_ns, end_ns, [&](size_t from, size_t to) {
+    for (size_t k = from; k < to; ++k) {
+      const CpuSample& s = cpu_samples_[k];
+      if (s.ts_ns >= begin_ns && s.ts_ns < end_ns && s.ts_ns >= forgotten_before_ns_) out->push_back(s);
+    }
+  });
 }
 
 void RecordStores::CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCpuSample>* out) const {
@@ -329,6 +338,15 @@ int64_t RecordStores::ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const {
   return std::max<int64_t>(0, std::llround(at(end_ns) - at(begin_ns)));
 }
 
+template <typename T>
+void RecordStores::PopForgotten(ChunkQueue<T>* queue, TimeBlocks* blocks, int64_t ns) {
+  while (!queue->empty() && queue->front().ts_ns < ns) {
+    queue->pop_front();
+    blocks->PoppedFront();
+  }
+  if (queue->empty()) blocks->Clear();
+}
+
 void RecordStores::DiscardBefore(int64_t ns) {
   while (cpu_points_.size() > 1 && cpu_points_[1].first < ns) cpu_points_.pop_front();
   while (!cost_samples_.empty() && cost_samples_.front().ts_ns < ns) cost_samples_.pop_front();
@@ -338,10 +356,12 @@ void RecordStores::DiscardBefore(int64_t ns) {
   for (auto& [device, points] : gpu_allocated_) {
     while (points.size() > 1 && points[1].ts_ns < ns) points.pop_front();
   }
-  // Threads' samples arrive in blocks of their own, not in one time order.
-  cpu_samples_.erase(
-      std::remove_if(cpu_samples_.begin(), cpu_samples_.end(), [ns](const CpuSample& s) { return s.ts_ns < ns; }),
-      cpu_samples_.end());
+  // Threads' samples (and instants) arrive in blocks of their own, not in
+  // one time order: those at the front go, the rest are forgotten (Cut*
+  // skip them) until they reach it.
+  forgotten_before_ns_ = std::max(forgotten_before_ns_, ns);
+  PopForgotten(&cpu_samples_, &cpu_sample_blocks_, ns);
+  PopForgotten(&instants_, &instant_blocks_, ns);
   for (auto it = cost_marks_.begin(); it != cost_marks_.end();) {
     auto& marks = it->second;
     while (!marks.empty() && marks.front().ts_ns < ns) marks.pop_front();
@@ -361,9 +381,7 @@ void RecordStores::DiscardBefore(int64_t ns) {
     // Kept a little longer than its step: its kernel may still be in flight.
     it = it->second < ns - 60000000000LL ? launches_.erase(it) : std::next(it);
   }
-  // A step beginning at `ns` still takes what is exactly at `ns` (instants are [begin, end)).
-  instants_.erase(std::remove_if(instants_.begin(), instants_.end(), [ns](const Instant& i) { return i.ts_ns < ns; }),
-                  instants_.end());
+  // (A step beginning at `ns` still takes what is exactly at `ns`: instants are [begin, end).)
 }
 
 }  // namespace rlscope

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "aggregator/chunk_queue.h"
+#include "aggregator/time_blocks.h"
 #include "aggregator/records.h"
 #include "native/wire.h"
 
@@ -113,12 +114,20 @@ class RecordStores {
  private:
   void AddGpuMemory(const GpuRecord& g);  // a kMemory record: the device's running total
 
+  // Pops `queue`'s front while it is before `ns`.
+  template <typename T>
+  static void PopForgotten(ChunkQueue<T>* queue, TimeBlocks* blocks, int64_t ns);
   ChunkQueue<Instant> instants_;                               // in arrival order
+  TimeBlocks instant_blocks_;                                  // of instants_
   ChunkQueue<GpuRecord> gpu_;                                  // in arrival order
   std::unordered_map<uint32_t, int64_t> launches_;             // correlation -> API call start
   std::map<int64_t, ChunkQueue<CostMark>> cost_marks_;         // per thread, in recording order
   ChunkQueue<CostSample> cost_samples_;                        // in arrival order
   ChunkQueue<CpuSample> cpu_samples_;                          // in arrival order
+  TimeBlocks cpu_sample_blocks_;                               // of cpu_samples_
+  // What DiscardBefore let go of instants_ and cpu_samples_ (before this
+  // time), not all of it popped yet: only their fronts go (time_blocks.h).
+  int64_t forgotten_before_ns_ = INT64_MIN;
   ChunkQueue<OffCpuSample> off_cpu_;                           // in arrival order (one flush thread: by time)
   std::deque<ProcessCpuPoint> process_cpu_;                    // by time
   std::deque<std::pair<int64_t, int64_t>> cpu_points_;         // (watermark, flush thread CPU so far)

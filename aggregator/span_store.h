@@ -9,6 +9,7 @@
 
 #include "aggregator/chunk_queue.h"
 #include "aggregator/records.h"
+#include "aggregator/time_blocks.h"
 
 namespace rlscope {
 
@@ -22,27 +23,44 @@ class SpanStore {
   // no merge of its batches' runs to be put in thread order (SortSlice).
   // `reserve_more`: room kept after them (the open spans the caller adds).
   // With `second_core`, a large output's fresh pages are mapped by two
-  // threads (prefault.h).
+  // threads (prefault.h). Reads only the blocks that can hold any
+  // (time_blocks.h).
   void Cut(int64_t begin_ns, int64_t end_ns, std::vector<Span>* spans, size_t reserve_more, bool second_core) const;
   // The earliest begin of the spans ending at or after `ns`; `ns` when none
   // begins before it (ReleasePoint).
   int64_t EarliestBeginEndingFrom(int64_t ns) const;
   // Forgets the spans that no step beginning at or after `ns` can contain:
-  // those ending before `ns`, or at `ns` having begun earlier.
+  // those ending before `ns`, or at `ns` having begun earlier. Those at
+  // the front go; one kept there keeps those behind it in memory, but no
+  // later Cut or EarliestBeginEndingFrom sees them (Forgotten). `ns` only
+  // grows (steps are cut in order).
   void DiscardBefore(int64_t ns);
+  // Spans held: those no step may contain and not yet let go among them.
   size_t size() const { return done_.size(); }
+  // Spans read by Cut and EarliestBeginEndingFrom so far (tests).
+  uint64_t spans_read() const { return spans_read_; }
 
  private:
   // done_tids_' index of `tid` (its size when absent), `hint` tried first.
   size_t DoneThread(int64_t tid, size_t hint) const;
+  // Forgotten by DiscardBefore (at forgotten_before_ns_).
+  bool Forgotten(const Span& s) const {
+    return s.end_ns < forgotten_before_ns_ || (s.end_ns == forgotten_before_ns_ && s.begin_ns < forgotten_before_ns_);
+  }
+  // Calls f(span) for each span not forgotten in a block that may hold one
+  // beginning before `before_ns` and ending at or after `from_ns`, in
+  // completion order.
+  template <typename F>
+  void ForEachIn(int64_t from_ns, int64_t before_ns, const F& f) const;
 
   ChunkQueue<Span> done_;  // completed, in completion order
+  TimeBlocks blocks_;      // of done_: begins and ends
+  int64_t forgotten_before_ns_ = INT64_MIN;
   // The threads that closed what done_ holds (some may have none left in
-  // it), in order of first sight, and how many of done_ each closed;
-  // cleared when done_ empties.
+  // it), in order of first sight; cleared when done_ empties.
   std::vector<int64_t> done_tids_;
-  std::vector<size_t> done_counts_;
   size_t last_done_ = 0;  // done_tids_ index of the last span closed
+  mutable uint64_t spans_read_ = 0;
 };
 
 }  // namespace rlscope

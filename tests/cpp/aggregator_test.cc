@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "aggregator/chunk_queue.h"
+#include "aggregator/span_store.h"
+#include "aggregator/record_stores.h"
 #include "aggregator/decode_ahead.h"
 #include "aggregator/aggregator.h"
 #include "aggregator/breakdown.h"
@@ -883,6 +885,116 @@ std::vector<wire::ProbeSample> Probes(int64_t offset, double ppm, int64_t from, 
     }
   }
   return out;
+}
+
+// Always on, a flush brings many short steps' spans at once (each
+// thread's together), cut step by step: each cut reads the blocks that can
+// hold its step's spans, not every span held (before, cutting grew with
+// the square of the steps a flush brings); its answers are those reading
+// every span gives (each thread's spans in completion order), and what no
+// later step can hold is let go.
+TEST(SpanStoreTest, ACutReadsWhatItsStepCanHoldAndAnswersAsReadingAll) {
+  std::mt19937 rng(7);
+  SpanStore store;
+  std::vector<Span> added;  // in completion order
+  constexpr int64_t kStepNs = 30000;
+  constexpr int kStepsAFlush = 25, kFlushes = 4;
+  uint64_t held_read = 0;  // what reading every span held would have read
+  for (int flush = 0; flush < kFlushes; ++flush) {
+    const int64_t from = flush * kStepsAFlush * kStepNs, to = from + kStepsAFlush * kStepNs;
+    for (int64_t tid : {11, 12, 13}) {
+      for (int64_t t = from; t < to;) {
+        Span s;
+        s.tid = tid;
+        s.begin_ns = t;
+        const uint32_t r = rng() % 40;  // a few zero-length, a few across several steps
+        s.end_ns = std::min(to, t + (r == 0 ? 0 : r == 1 ? 100000 : static_cast<int64_t>(rng() % 2000)));
+        s.name = static_cast<uint32_t>(added.size());
+        added.push_back(s);
+        store.Add(s);
+        t = s.end_ns + 1 + static_cast<int64_t>(rng() % 300);
+      }
+    }
+    for (int k = 0; k < kStepsAFlush; ++k) {
+      const int64_t begin = from + k * kStepNs, end = begin + kStepNs;
+      held_read += store.size();
+      std::vector<Span> cut;
+      store.Cut(begin, end, &cut, 0, false);
+      std::map<int64_t, std::vector<uint32_t>> got, want;
+      for (const Span& s : cut) got[s.tid].push_back(s.name);
+      int64_t earliest = end;
+      for (const Span& s : added) {
+        if ((s.begin_ns < end && s.end_ns > begin) || (s.begin_ns == s.end_ns && s.begin_ns >= begin && s.begin_ns < end)) {
+          want[s.tid].push_back(s.name);
+        }
+        if (s.end_ns >= end) earliest = std::min(earliest, s.begin_ns);
+      }
+      ASSERT_EQ(got, want) << "step " << flush * kStepsAFlush + k;
+      ASSERT_EQ(store.EarliestBeginEndingFrom(end), earliest) << "step " << flush * kStepsAFlush + k;
+      store.DiscardBefore(end);
+    }
+    EXPECT_EQ(store.size(), 0u) << "flush " << flush;  // past its last step: all let go
+  }
+  // Two passes to cut (count, place) and one for the release point read
+  // less than one pass over every span held: reading all of them, a cut,
+  // the release point and the discard each made one (a spans' block is
+  // read again for each step one of its spans crosses).
+  EXPECT_LT(store.spans_read(), held_read) << store.spans_read() << " of " << held_read;
+  std::printf("spans read %llu, held at the cuts %llu, added %zu\n",
+              static_cast<unsigned long long>(store.spans_read()), static_cast<unsigned long long>(held_read),
+              added.size());
+}
+
+// The same for instants and CPU samples (arrival order, each thread's
+// together): each step's are those of every record kept, in arrival order,
+// and what no later step can hold is let go.
+TEST(RecordStoresTest, InstantsAndCpuSamplesOfEachShortStepAsReadingAll) {
+  std::mt19937 rng(11);
+  RecordStores stores;
+  std::vector<std::pair<int64_t, uint32_t>> instants, samples;  // (tid, name) in arrival order, with times
+  std::vector<int64_t> instant_ts, sample_ts;
+  constexpr int64_t kStepNs = 30000;
+  constexpr int kStepsAFlush = 25, kFlushes = 3;
+  for (int flush = 0; flush < kFlushes; ++flush) {
+    const int64_t from = flush * kStepsAFlush * kStepNs, to = from + kStepsAFlush * kStepNs;
+    for (int64_t tid : {21, 22}) {
+      for (int64_t t = from; t < to; t += 1 + static_cast<int64_t>(rng() % 1500)) {
+        wire::Event e;
+        e.ts_ns = t;
+        if (rng() % 2 == 0) {
+          e.name = static_cast<uint32_t>(instants.size());
+          instants.push_back({tid, e.name});
+          instant_ts.push_back(t);
+          stores.AddInstant(tid, e);
+        } else {
+          e.name = static_cast<uint32_t>(samples.size());
+          samples.push_back({tid, e.name});
+          sample_ts.push_back(t);
+          stores.AddCpuSample(tid, e);
+        }
+      }
+    }
+    for (int k = 0; k < kStepsAFlush; ++k) {
+      const int64_t begin = from + k * kStepNs, end = begin + kStepNs;
+      std::vector<Instant> got_i;
+      std::vector<CpuSample> got_s;
+      stores.CutInstants(begin, end, &got_i);
+      stores.CutCpuSamples(begin, end, &got_s);
+      std::vector<std::pair<int64_t, uint32_t>> gi, gs, wi, ws;
+      for (const Instant& i : got_i) gi.push_back({i.tid, i.name});
+      for (const CpuSample& c : got_s) gs.push_back({c.tid, c.object});  // the event's name
+      for (size_t i = 0; i < instants.size(); ++i) {
+        if (instant_ts[i] >= begin && instant_ts[i] < end) wi.push_back(instants[i]);
+      }
+      for (size_t i = 0; i < samples.size(); ++i) {
+        if (sample_ts[i] >= begin && sample_ts[i] < end) ws.push_back(samples[i]);
+      }
+      ASSERT_EQ(gi, wi) << "step " << flush * kStepsAFlush + k;
+      ASSERT_EQ(gs, ws) << "step " << flush * kStepsAFlush + k;
+      stores.DiscardBefore(end);
+    }
+    EXPECT_EQ(stores.buffered(), 0u) << "flush " << flush;  // instants (and GPU records): all let go
+  }
 }
 
 TEST(ClockFitTest, NoProbesMeansTimesAsTheyAre) {
