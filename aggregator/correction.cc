@@ -70,13 +70,28 @@ void CostModel::SetSpeedRatio(const SpeedSamples& speed, CostTable* t) {
   }
 }
 
-CostModel::CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step,
-                     const KindSamples* run, const HandlerStats* cpu_handler, const SpeedSamples* speed) {
+CalibratedCosts::CalibratedCosts(const std::map<std::string, double>& costs) {
+  auto get = [&](const std::string& key) -> std::optional<double> {
+    auto it = costs.find(key);
+    return it == costs.end() ? std::nullopt : std::optional<double>(it->second);
+  };
+  for (uint8_t kind = 1; kind < kKinds; ++kind) {
+    own[kind] = get(CostKey(kind));
+    for (int c = 1; c < kCallers; ++c) {
+      caller[c][kind] = get(TheCallerKeys().key[c][kind]);
+      caller_spread[c][kind] = get(TheCallerKeys().spread[c][kind]);
+    }
+  }
+  cpu_sample_handler = get("cpu_sample_handler");
+}
+
+CostModel::CostModel(const CalibratedCosts& costs, double scale, const KindSamples* step, const KindSamples* run,
+                     const HandlerStats* cpu_handler, const SpeedSamples* speed) {
   CostTable& t = table_;
   double measured_ps = 0, calibrated_ps = 0;  // over the samples of measured kinds
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
-    if (auto it = costs.find(CostKey(kind)); it != costs.end()) {
-      t.own_ns[kind] = it->second * scale;
+    if (costs.own[kind]) {
+      t.own_ns[kind] = *costs.own[kind] * scale;
       t.own_source[kind] = CostSource::kCalibration;
     }
     own_ps_[kind] = Ps(t.own_ns[kind]);
@@ -87,14 +102,14 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     // signal's delivery and return, and the handler's dispatch, are the
     // start-up figure less what the handler took there (cpu_sample_handler).
     if (kind == static_cast<uint8_t>(EventKind::kCpuSample)) {
-      auto total = costs.find(CostKey(kind)), handler = costs.find("cpu_sample_handler");
-      if (cpu_handler == nullptr || cpu_handler->per_flush.n < kMinSamples || cpu_handler->samples <= 0 ||
-          total == costs.end() || handler == costs.end()) {
+      const std::optional<double>&total = costs.own[kind], &handler = costs.cpu_sample_handler;
+      if (cpu_handler == nullptr || cpu_handler->per_flush.n < kMinSamples || cpu_handler->samples <= 0 || !total ||
+          !handler) {
         continue;
       }
       const SampleStats& flushes = cpu_handler->per_flush;
       const double mean_ps = static_cast<double>(cpu_handler->ps) / static_cast<double>(cpu_handler->samples);
-      const double rest_ns = std::max(0.0, total->second - handler->second);
+      const double rest_ns = std::max(0.0, *total - *handler);
       t.own_ns[kind] = (rest_ns + mean_ps / 1000.0) * scale;
       own_ps_[kind] = Ps(t.own_ns[kind]);
       mean_var_ps2_[kind] = flushes.var_ps2() / static_cast<double>(flushes.n) * scale * scale;
@@ -133,15 +148,15 @@ CostModel::CostModel(const std::map<std::string, double>& costs, double scale, c
     for (const EventKind kind : {EventKind::kRangePush, EventKind::kRangePop, EventKind::kRangeStart,
                                  EventKind::kRangeEnd, EventKind::kMark}) {
       const int k = static_cast<int>(kind);
-      auto cost = costs.find(TheCallerKeys().key[caller][k]);
-      if (cost == costs.end()) continue;
-      caller_ps_[caller][k] = Ps(cost->second * scale * ratio);
-      t.caller_ns[caller][k] = cost->second * scale * ratio;
+      const std::optional<double>& cost = costs.caller[caller][k];
+      if (!cost) continue;
+      caller_ps_[caller][k] = Ps(*cost * scale * ratio);
+      t.caller_ns[caller][k] = *cost * scale * ratio;
       t.caller_source[caller][k] = scaled     ? CostSource::kScaledCalibration
                                    : at_speed ? CostSource::kStepSpeedCalibration
                                               : CostSource::kCalibration;
-      if (auto spread = costs.find(TheCallerKeys().spread[caller][k]); spread != costs.end() && spread->second > 0) {
-        caller_spread_ps_[caller][k] = Ps(spread->second * scale * ratio);
+      if (const std::optional<double>& spread = costs.caller_spread[caller][k]; spread && *spread > 0) {
+        caller_spread_ps_[caller][k] = Ps(*spread * scale * ratio);
       }
     }
   }

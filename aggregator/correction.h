@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/calibrated_costs.h"
 #include "aggregator/records.h"
 #include "aggregator/step_profile.h"
 
@@ -65,9 +66,15 @@ class CostModel {
   // step. The caller sides not scaled by the in-place ratio (all of them
   // when there is none) are their start-up figures (taken at the usual
   // speed, calibration.Speed) times it.
-  CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step = nullptr,
+  CostModel(const CalibratedCosts& costs, double scale, const KindSamples* step = nullptr,
             const KindSamples* run = nullptr, const HandlerStats* cpu_handler = nullptr,
             const SpeedSamples* speed = nullptr);
+  // The same from the Hello's costs by key (looked up here).
+  CostModel(const std::map<std::string, double>& costs, double scale, const KindSamples* step = nullptr,
+            const KindSamples* run = nullptr, const HandlerStats* cpu_handler = nullptr,
+            const SpeedSamples* speed = nullptr)
+      : CostModel(CalibratedCosts(costs), scale, step, run, cpu_handler, speed) {}
+  static_assert(CalibratedCosts::kKinds == CostTable::kKinds);
   static constexpr uint64_t kMinSpeedSamples = 32;
   static constexpr double kMinSpeedRatio = 0.5, kMaxSpeedRatio = 2.5;
   // Picoseconds (sub-ns costs add up over millions of events).

@@ -4,6 +4,7 @@ namespace rlscope {
 
 void ProcessNames::Identify(const wire::Hello& hello) {
   hello_ = hello;
+  costs_ = CalibratedCosts(hello_.costs);
   BoundIdentity();
 }
 

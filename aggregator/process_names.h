@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "aggregator/calibrated_costs.h"
 #include "native/wire.h"
 
 namespace rlscope {
@@ -20,7 +21,7 @@ class ProcessNames {
   // Longest string kept from the wire (names, labels, host): a longer one is
   // cut there and counted (truncated_strings).
   static constexpr size_t kMaxStringBytes = 4096;
-  explicit ProcessNames(wire::Hello hello) : hello_(std::move(hello)) { BoundIdentity(); }
+  explicit ProcessNames(wire::Hello hello) : hello_(std::move(hello)), costs_(hello_.costs) { BoundIdentity(); }
 
   // A hello that arrives after the process's first batch replaces the
   // placeholder identity it was filed under.
@@ -29,6 +30,8 @@ class ProcessNames {
   void Add(const wire::Batch& batch);
 
   const wire::Hello& hello() const { return hello_; }
+  // The hello's costs by kind and entry point (calibrated_costs.h).
+  const CalibratedCosts& calibrated_costs() const { return costs_; }
   const wire::Identity& identity() const { return hello_.identity; }
   const char* String(uint32_t id) const;  // "" for 0 or unknown
   std::string ThreadName(int64_t tid) const;
@@ -42,6 +45,7 @@ class ProcessNames {
   void BoundIdentity();
 
   wire::Hello hello_;
+  CalibratedCosts costs_;  // of hello_
   std::unordered_map<uint32_t, std::string> strings_;
   std::map<int64_t, std::string> thread_names_;
   std::map<std::pair<uint32_t, uint32_t>, std::string> categories_;

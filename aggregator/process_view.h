@@ -30,6 +30,7 @@ class ProcessView {
       : names_(std::move(names)), clock_(clock), controller_(controller), counts_(counts) {}
 
   const wire::Hello& hello() const { return names_->hello(); }
+  const CalibratedCosts& calibrated_costs() const { return names_->calibrated_costs(); }
   const wire::Identity& identity() const { return names_->identity(); }
   const char* String(uint32_t id) const { return names_->String(id); }  // "" for 0 or unknown
   std::string ThreadName(int64_t tid) const { return names_->ThreadName(tid); }

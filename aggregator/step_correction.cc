@@ -104,7 +104,7 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
   const SpeedSamples speed = StepSpeed(by_kind, slice.run_usual_costs);
   auto corrector = std::make_unique<Corrector>(
       *marks,
-      CostModel(slice.process->hello().costs, scale, &in_step, &slice.run_cost_samples, &slice.run_cpu_handler,
+      CostModel(slice.process->calibrated_costs(), scale, &in_step, &slice.run_cost_samples, &slice.run_cpu_handler,
                 &speed),
       step.begin_ns);
   corrector->set_cost_note(CostDrift(first, second));

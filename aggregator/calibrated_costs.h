@@ -1,0 +1,30 @@
+// The start-up calibration's costs (a Hello's `costs`, by key: "push",
+// "py_range_push", "py_range_push_spread", ...) looked up once per process,
+// by event kind and entry point. A cost model is made per process and step
+// (correction.h, CostModel): its fifty lookups by string key were a few
+// percent of an always-on aggregator's CPU. Kept with the process's names
+// (process_names.h), made when it says hello.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "native/event.h"
+
+namespace rlscope {
+
+struct CalibratedCosts {
+  static constexpr int kKinds = 8;  // EventKind values 1..7, as CostTable::kKinds
+  CalibratedCosts() = default;
+  // correction.cc (beside CostKey, which names each kind's key).
+  explicit CalibratedCosts(const std::map<std::string, double>& costs);
+  std::optional<double> own[kKinds];         // CostKey(kind)
+  std::optional<double> cpu_sample_handler;  // "cpu_sample_handler"
+  // kCallerKeyPrefix[caller] + CostKey(kind), and its "_spread".
+  std::optional<double> caller[kCallers][kKinds];
+  std::optional<double> caller_spread[kCallers][kKinds];
+};
+
+}  // namespace rlscope
