@@ -414,8 +414,9 @@ void Serve(void* sock, Server& server, Aggregator& agg, const Options& options, 
     // Asleep until a message or what is due: each wake-up costs tens of
     // microseconds of this thread (a fixed 50 ms poll was most of an idle
     // aggregator's CPU, 1.6 ms a second, and about a tenth of an always-on
-    // one's). A stop request (a signal) ends the poll, or, come just before
-    // it, is seen when it ends.
+    // one's). A stop request (a signal) is seen when the poll ends: at once
+    // when the signal interrupts it, else (it came just before the poll, or
+    // to another thread) within the sleep, at most 250 ms.
     const int64_t sleep_ns = std::min(due_ns, next_take_up) - MonotonicNs();
     zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
     zmq_poll(&item, 1, static_cast<long>(std::clamp<int64_t>((sleep_ns + 999999) / 1000000, 0, 1000)));

@@ -199,11 +199,9 @@ void RecordStores::AddOffCpu(const wire::Event& e) {
 }
 
 void RecordStores::CutInstants(int64_t begin_ns, int64_t end_ns, std::vector<Instant>* out) const {
-  instant_blocks_.ForEach(instants_.size(), begin_ns, end_ns, [&](size_t from, size_t to) {
-    for (size_t k = from; k < to; ++k) {
-      const Instant& i = instants_[k];
-      if (i.ts_ns >= begin_ns && i.ts_ns < end_ns && i.ts_ns >= forgotten_before_ns_) out->push_back(i);
-    }
+  instant_blocks_.ForEach(instants_.size(), begin_ns, end_ns, [&](size_t k, int64_t floor_ns) {
+    const Instant& i = instants_[k];
+    if (i.ts_ns >= begin_ns && i.ts_ns < end_ns && i.ts_ns >= floor_ns) out->push_back(i);
   });
 }
 
@@ -219,9 +217,10 @@ void RecordStores::CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecor
 }
 
 void RecordStores::CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const {
-  // Each thread's marks are in time order (MergeSampleMarks; DiscardBefore
-  // pops them from the front): the step's are found, not scanned for. A
-  // flush brings many short steps at once, all cut before the next.
+  // Each thread's marks are in time order (ProcessTimeline::AddThreadEvents
+  // merges each block in; DiscardBefore pops them from the front): the
+  // step's are found, not scanned for. A flush brings many short steps at
+  // once, all cut before the next.
   const auto before = [](const CostMark& m, int64_t t) { return m.ts_ns < t; };
   for (const auto& [tid, marks] : cost_marks_) {
     auto it = std::lower_bound(marks.begin(), marks.end(), begin_ns, before);
@@ -240,11 +239,9 @@ void RecordStores::CutSamples(int64_t begin_ns, int64_t end_ns, std::vector<Cost
 }
 
 void RecordStores::CutCpuSamples(int64_t begin_ns, int64_t end_ns, std::vector<CpuSample>* out) const {
-  cpu_sample_blocks_.ForEach(cpu_samples_.size(), begin_ns, end_ns, [&](size_t from, size_t to) {
-    for (size_t k = from; k < to; ++k) {
-      const CpuSample& s = cpu_samples_[k];
-      if (s.ts_ns >= begin_ns && s.ts_ns < end_ns && s.ts_ns >= forgotten_before_ns_) out->push_back(s);
-    }
+  cpu_sample_blocks_.ForEach(cpu_samples_.size(), begin_ns, end_ns, [&](size_t k, int64_t floor_ns) {
+    const CpuSample& s = cpu_samples_[k];
+    if (s.ts_ns >= begin_ns && s.ts_ns < end_ns && s.ts_ns >= floor_ns) out->push_back(s);
   });
 }
 
@@ -340,7 +337,8 @@ int64_t RecordStores::ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const {
 
 template <typename T>
 void RecordStores::PopForgotten(ChunkQueue<T>* queue, TimeBlocks* blocks, int64_t ns) {
-  while (!queue->empty() && queue->front().ts_ns < ns) {
+  blocks->Forget(queue->size(), ns);
+  while (!queue->empty() && queue->front().ts_ns < blocks->FrontFloor()) {
     queue->pop_front();
     blocks->PoppedFront();
   }
@@ -359,7 +357,6 @@ void RecordStores::DiscardBefore(int64_t ns) {
   // Threads' samples (and instants) arrive in blocks of their own, not in
   // one time order: those at the front go, the rest are forgotten (Cut*
   // skip them) until they reach it.
-  forgotten_before_ns_ = std::max(forgotten_before_ns_, ns);
   PopForgotten(&cpu_samples_, &cpu_sample_blocks_, ns);
   PopForgotten(&instants_, &instant_blocks_, ns);
   for (auto it = cost_marks_.begin(); it != cost_marks_.end();) {

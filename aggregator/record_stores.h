@@ -53,9 +53,10 @@ class RecordStores {
   void AddGpu(const wire::Batch& batch, int64_t skip_before_ns);
   // One thread's cost marks (every event it recorded, in recording order).
   ChunkQueue<CostMark>& MarksOf(int64_t tid) { return cost_marks_[tid]; }
-  // Marks of CPU samples appended from `from` on (a block of their own,
-  // after the events they fell among) merged into recording order by time
-  // (after marks of the same time), in one pass over those they overtake.
+  // Marks appended from `from` on (CPU samples' block of their own, after
+  // the events they fell among, or a block that begins before the marks
+  // before it ended) merged into time order (after marks of the same
+  // time), in one pass over those they overtake.
   static void MergeSampleMarks(ChunkQueue<CostMark>* marks, size_t from);
   void AddInstant(int64_t tid, const wire::Event& e);
   void AddCostSample(const wire::Event& e, bool after_calibration);
@@ -114,7 +115,8 @@ class RecordStores {
  private:
   void AddGpuMemory(const GpuRecord& g);  // a kMemory record: the device's running total
 
-  // Pops `queue`'s front while it is before `ns`.
+  // Forgets what `queue` holds before `ns` (TimeBlocks::Forget), popping
+  // its front while that is forgotten.
   template <typename T>
   static void PopForgotten(ChunkQueue<T>* queue, TimeBlocks* blocks, int64_t ns);
   ChunkQueue<Instant> instants_;                               // in arrival order
@@ -125,9 +127,6 @@ class RecordStores {
   ChunkQueue<CostSample> cost_samples_;                        // in arrival order
   ChunkQueue<CpuSample> cpu_samples_;                          // in arrival order
   TimeBlocks cpu_sample_blocks_;                               // of cpu_samples_
-  // What DiscardBefore let go of instants_ and cpu_samples_ (before this
-  // time), not all of it popped yet: only their fronts go (time_blocks.h).
-  int64_t forgotten_before_ns_ = INT64_MIN;
   ChunkQueue<OffCpuSample> off_cpu_;                           // in arrival order (one flush thread: by time)
   std::deque<ProcessCpuPoint> process_cpu_;                    // by time
   std::deque<std::pair<int64_t, int64_t>> cpu_points_;         // (watermark, flush thread CPU so far)

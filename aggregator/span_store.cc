@@ -22,11 +22,9 @@ size_t SpanStore::DoneThread(int64_t tid, size_t hint) const {
 
 template <typename F>
 void SpanStore::ForEachIn(int64_t from_ns, int64_t before_ns, const F& f) const {
-  spans_read_ += blocks_.ForEach(done_.size(), from_ns, before_ns, [&](size_t from, size_t to) {
-    for (size_t i = from; i < to; ++i) {
-      const Span& s = done_[i];
-      if (!Forgotten(s)) f(s);
-    }
+  spans_read_ += blocks_.ForEach(done_.size(), from_ns, before_ns, [&](size_t i, int64_t floor_ns) {
+    const Span& s = done_[i];
+    if (!Forgotten(s, floor_ns)) f(s);
   });
 }
 
@@ -85,8 +83,8 @@ int64_t SpanStore::EarliestBeginEndingFrom(int64_t ns) const {
 void SpanStore::DiscardBefore(int64_t ns) {
   // A step beginning at `ns` still takes what is exactly at `ns` (Cut is
   // [begin, end)): zero-length spans there are kept.
-  forgotten_before_ns_ = std::max(forgotten_before_ns_, ns);
-  while (!done_.empty() && Forgotten(done_.front())) {
+  blocks_.Forget(done_.size(), ns);
+  while (!done_.empty() && Forgotten(done_.front(), blocks_.FrontFloor())) {
     done_.pop_front();
     blocks_.PoppedFront();
   }

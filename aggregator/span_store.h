@@ -30,12 +30,12 @@ class SpanStore {
   // begins before it (ReleasePoint).
   int64_t EarliestBeginEndingFrom(int64_t ns) const;
   // Forgets the spans that no step beginning at or after `ns` can contain:
-  // those ending before `ns`, or at `ns` having begun earlier. Those at
-  // the front go; one kept there keeps those behind it in memory, but no
-  // later Cut or EarliestBeginEndingFrom sees them (Forgotten). `ns` only
-  // grows (steps are cut in order).
+  // those ending before `ns`, or at `ns` having begun earlier, of those
+  // held now. Those at the front go; one kept there keeps those behind it
+  // in memory, but no later Cut or EarliestBeginEndingFrom sees them
+  // (TimeBlocks::Forget).
   void DiscardBefore(int64_t ns);
-  // Spans held: those no step may contain and not yet let go among them.
+  // Spans held, forgotten ones not yet let go among them.
   size_t size() const { return done_.size(); }
   // Spans read by Cut and EarliestBeginEndingFrom so far (tests).
   uint64_t spans_read() const { return spans_read_; }
@@ -43,9 +43,9 @@ class SpanStore {
  private:
   // done_tids_' index of `tid` (its size when absent), `hint` tried first.
   size_t DoneThread(int64_t tid, size_t hint) const;
-  // Forgotten by DiscardBefore (at forgotten_before_ns_).
-  bool Forgotten(const Span& s) const {
-    return s.end_ns < forgotten_before_ns_ || (s.end_ns == forgotten_before_ns_ && s.begin_ns < forgotten_before_ns_);
+  // Forgotten by a discard at `floor_ns` (TimeBlocks::Forget).
+  static bool Forgotten(const Span& s, int64_t floor_ns) {
+    return s.end_ns < floor_ns || (s.end_ns == floor_ns && s.begin_ns < floor_ns);
   }
   // Calls f(span) for each span not forgotten in a block that may hold one
   // beginning before `before_ns` and ending at or after `from_ns`, in
@@ -55,7 +55,6 @@ class SpanStore {
 
   ChunkQueue<Span> done_;  // completed, in completion order
   TimeBlocks blocks_;      // of done_: begins and ends
-  int64_t forgotten_before_ns_ = INT64_MIN;
   // The threads that closed what done_ holds (some may have none left in
   // it), in order of first sight; cleared when done_ empties.
   std::vector<int64_t> done_tids_;

@@ -53,7 +53,13 @@ void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges
     }
     after_calibration = calibration;
   }
-  if (samples) RecordStores::MergeSampleMarks(&marks, before);
+  // In time order (RecordStores::CutCosts searches it): a block's CPU
+  // samples among its events, and a block that begins before the last one
+  // ended (a sample taken after the flush thread read the event rings
+  // comes a flush before events recorded just before it).
+  if (samples || (before > 0 && before < marks.size() && marks[before].ts_ns < marks[before - 1].ts_ns)) {
+    RecordStores::MergeSampleMarks(&marks, before);
+  }
 }
 
 bool ProcessTimeline::AddEvent(int64_t tid, const wire::Event& e, bool after_calibration, StepEdges* edges) {

@@ -372,7 +372,8 @@ def time_on_1000_steps(run_a, run_b):
 
 
 def demo_table(rounds, steps, env, timeout_s, work, print_table, fmt):
-    """The demo's rows (demo_rows) as a table; the always-on runs' directories."""
+    """The demo's rows (demo_rows) as a table; the always-on runs' directories
+    and their median step (ms)."""
     ms, cpu, steady, dirs = demo_rows(rounds, steps, env, timeout_s, work)
     base = ms["none"]
     cores = os.cpu_count() or 1
@@ -399,7 +400,7 @@ def demo_table(rounds, steps, env, timeout_s, work, print_table, fmt):
                 ["configuration", "ms per step", "vs no profiler (median of pairs)", "each pair, %",
                  "profiler CPU ms/step, whole run", "profiler CPU ms/step, steady",
                  "in the job's threads ms/step, steady", "steady share"], rows)
-    return dirs
+    return dirs, statistics.median(ms["always on"])
 
 
 def long_run_table(steps, env, timeout_s, work, print_table, fmt):
@@ -449,7 +450,10 @@ def run(args, print_table, fmt, clean_env):
     work = tempfile.mkdtemp(prefix="rlscope_always_on_bench_")
     env = clean_env()
     try:
-        dirs = demo_table(rounds, steps, env, args.timeout_s, work, print_table, fmt)
+        dirs, always_on_ms = demo_table(rounds, steps, env, args.timeout_s, work, print_table, fmt)
+        # Enough steps for 40 s past LONG_AFTER_S at the pace just measured
+        # (the cluster's start comes on top).
+        long_steps = max(long_steps, int((LONG_AFTER_S + 40) * 1000 / always_on_ms))
         long_run_table(long_steps, env, args.timeout_s, work, print_table, fmt)
         actor_table_look_table(env, args.timeout_s, print_table, fmt)
         try:

@@ -945,6 +945,61 @@ TEST(SpanStoreTest, ACutReadsWhatItsStepCanHoldAndAnswersAsReadingAll) {
               added.size());
 }
 
+// Discards judge the spans held when they are made, as erasing them did:
+// a process's discard times follow its clock estimate, which may move
+// back, and spans that come after a discard are not judged by it. Random
+// adds, cuts anywhere and discards up and down against a store that
+// erases.
+TEST(SpanStoreTest, DiscardsJudgeOnlyTheSpansHeldWhenMadeAsErasingDid) {
+  std::mt19937 rng(3);
+  SpanStore store;
+  std::vector<Span> erased;  // the old store: in completion order, discards erase
+  uint32_t next_name = 0;
+  for (int round = 0; round < 400; ++round) {
+    const uint32_t op = rng() % 4;
+    if (op <= 1) {  // a batch: each thread's spans together, times anywhere in [0, 200000)
+      for (int64_t tid : {1, 2}) {
+        int64_t t = static_cast<int64_t>(rng() % 200000);
+        for (int n = static_cast<int>(rng() % 40); n > 0; --n) {
+          Span sp;
+          sp.tid = tid;
+          sp.begin_ns = t;
+          sp.end_ns = t + (rng() % 8 == 0 ? 0 : static_cast<int64_t>(rng() % 5000));
+          sp.name = next_name++;
+          store.Add(sp);
+          erased.push_back(sp);
+          t = sp.end_ns + static_cast<int64_t>(rng() % 500);
+        }
+      }
+    } else if (op == 2) {  // a discard, its time up or down
+      const int64_t ns = static_cast<int64_t>(rng() % 200000);
+      store.DiscardBefore(ns);
+      erased.erase(std::remove_if(erased.begin(), erased.end(),
+                                  [ns](const Span& sp) {
+                                    return sp.end_ns < ns || (sp.end_ns == ns && sp.begin_ns < ns);
+                                  }),
+                   erased.end());
+    } else {  // a cut anywhere
+      const int64_t begin = static_cast<int64_t>(rng() % 200000), end = begin + static_cast<int64_t>(rng() % 40000);
+      std::vector<Span> cut;
+      store.Cut(begin, end, &cut, 0, false);
+      std::map<int64_t, std::vector<uint32_t>> got, want;
+      for (const Span& sp : cut) got[sp.tid].push_back(sp.name);
+      int64_t earliest = end;
+      for (const Span& sp : erased) {
+        if ((sp.begin_ns < end && sp.end_ns > begin) ||
+            (sp.begin_ns == sp.end_ns && sp.begin_ns >= begin && sp.begin_ns < end)) {
+          want[sp.tid].push_back(sp.name);
+        }
+        if (sp.end_ns >= end) earliest = std::min(earliest, sp.begin_ns);
+      }
+      ASSERT_EQ(got, want) << "round " << round;
+      ASSERT_EQ(store.EarliestBeginEndingFrom(end), earliest) << "round " << round;
+    }
+    ASSERT_GE(store.size(), erased.size());  // forgotten ones may wait behind a kept one
+  }
+}
+
 // The same for instants and CPU samples (arrival order, each thread's
 // together): each step's are those of every record kept, in arrival order,
 // and what no later step can hold is let go.
@@ -994,6 +1049,57 @@ TEST(RecordStoresTest, InstantsAndCpuSamplesOfEachShortStepAsReadingAll) {
       stores.DiscardBefore(end);
     }
     EXPECT_EQ(stores.buffered(), 0u) << "flush " << flush;  // instants (and GPU records): all let go
+  }
+}
+
+// The same for instants and CPU samples.
+TEST(RecordStoresTest, DiscardsJudgeOnlyTheRecordsHeldWhenMadeAsErasingDid) {
+  std::mt19937 rng(5);
+  RecordStores stores;
+  std::vector<std::pair<int64_t, uint32_t>> instants, samples;  // (ts, name), erased as the old store did
+  uint32_t next_name = 0;
+  for (int round = 0; round < 400; ++round) {
+    const uint32_t op = rng() % 4;
+    if (op <= 1) {
+      for (int64_t tid : {1, 2}) {
+        int64_t t = static_cast<int64_t>(rng() % 200000);
+        for (int n = static_cast<int>(rng() % 40); n > 0; --n, t += static_cast<int64_t>(rng() % 3000)) {
+          wire::Event e;
+          e.ts_ns = t;
+          e.name = next_name++;
+          if (rng() % 2 == 0) {
+            stores.AddInstant(tid, e);
+            instants.push_back({t, e.name});
+          } else {
+            stores.AddCpuSample(tid, e);
+            samples.push_back({t, e.name});
+          }
+        }
+      }
+    } else if (op == 2) {
+      const int64_t ns = static_cast<int64_t>(rng() % 200000);
+      stores.DiscardBefore(ns);
+      auto before = [ns](const std::pair<int64_t, uint32_t>& r) { return r.first < ns; };
+      instants.erase(std::remove_if(instants.begin(), instants.end(), before), instants.end());
+      samples.erase(std::remove_if(samples.begin(), samples.end(), before), samples.end());
+    } else {
+      const int64_t begin = static_cast<int64_t>(rng() % 200000), end = begin + static_cast<int64_t>(rng() % 40000);
+      std::vector<Instant> got_i;
+      std::vector<CpuSample> got_s;
+      stores.CutInstants(begin, end, &got_i);
+      stores.CutCpuSamples(begin, end, &got_s);
+      std::vector<uint32_t> gi, gs, wi, ws;
+      for (const Instant& i : got_i) gi.push_back(i.name);
+      for (const CpuSample& c : got_s) gs.push_back(c.object);  // the event's name
+      for (const auto& [ts, name] : instants) {
+        if (ts >= begin && ts < end) wi.push_back(name);
+      }
+      for (const auto& [ts, name] : samples) {
+        if (ts >= begin && ts < end) ws.push_back(name);
+      }
+      ASSERT_EQ(gi, wi) << "round " << round;
+      ASSERT_EQ(gs, ws) << "round " << round;
+    }
   }
 }
 
@@ -3469,6 +3575,27 @@ TEST(DecodeAheadTest, FramesComeInOrderAndALeftOverDecoderStops) {
     DecodeAhead ahead(views);
     for (int i = 0; i < taken; ++i) EXPECT_TRUE(ahead.Take(static_cast<size_t>(i)).ok);
   }
+}
+
+// A thread's cost marks stay in time order when a CPU sample taken after
+// the flush thread read the event rings comes a flush before the events
+// recorded just before it: a step's cut (a search by time) still finds them.
+TEST(CutTest, CostMarksOfABlockBeginningBeforeTheLastEndedAreFound) {
+  FakeCollector w(2, "worker", 0, 200);
+  ProcessTimeline p(w.Hello());
+  w.Sample(7, 2000, "libx.so", "", 1000);
+  p.Add(w.Flush(2100), nullptr);
+  w.Mark(7, 1500, "early").Mark(7, 2500, "late");
+  p.Add(w.Flush(2600), nullptr);
+  std::map<int64_t, std::vector<CostMark>> marks;
+  p.CutCosts(1000, 1800, &marks);
+  ASSERT_EQ(marks[7].size(), 1u);
+  EXPECT_EQ(marks[7][0].ts_ns, 1500);
+  marks.clear();
+  p.CutCosts(1000, 3000, &marks);
+  std::vector<int64_t> ts;
+  for (const CostMark& m : marks[7]) ts.push_back(m.ts_ns);
+  EXPECT_EQ(ts, (std::vector<int64_t>{1500, 2000, 2500}));
 }
 
 // Cut gives the completed spans thread by thread (threads in the order they
