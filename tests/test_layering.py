@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
     "aggregator": [
         ("helpers", "sorting chunk_queue prefault probe_server json_writer trace_sink relay daemon_support "
-                    "decode_ahead records intervals"),
+                    "decode_ahead records intervals time_blocks calibrated_costs"),
         ("timeline parts", "process_names process_view span_store range_pairing record_stores"),
         ("data model", "timeline step_profile context"),
         ("shared rules", "occurrences attribution ray_calls clock_fit clocks process_json"),
