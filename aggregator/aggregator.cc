@@ -302,8 +302,8 @@ int64_t Aggregator::TickDueNs(int64_t now_ns) const {
   if (release_due_) due = std::min(due, released_at_ns_ + kRunInfoEveryNs);
   if (run_info_due_) due = std::min(due, run_info_written_ns_ + kRunInfoEveryNs);
   if (const PendingStep* step = scheduler_.Next()) {
-    due = std::min(due, step->clock_held ? now_ns + kClockWaitSleepNs
-                                         : step->closed_at_ns + run_config_.config().flush.step_grace_ms * 1000000);
+    due = std::min(due, step->closed_at_ns + run_config_.config().flush.step_grace_ms * 1000000);
+    if (step->clock_held) due = std::min(due, now_ns + kClockWaitSleepNs);
   }
   return std::max(due, now_ns);
 }

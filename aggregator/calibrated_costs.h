@@ -15,10 +15,15 @@
 
 namespace rlscope {
 
+// The key of an event kind's own cost in Hello::costs ("push", ... "sample",
+// "cpu_sample"; "" for the flush thread's looks, which cost nothing).
+const char* CostKey(uint8_t kind);
+// The key of a caller side's (kCallerKeyPrefix[caller] + CostKey(kind)).
+const std::string& CallerCostKey(int caller, uint8_t kind);
+
 struct CalibratedCosts {
   static constexpr int kKinds = 8;  // EventKind values 1..7, as CostTable::kKinds
   CalibratedCosts() = default;
-  // correction.cc (beside CostKey, which names each kind's key).
   explicit CalibratedCosts(const std::map<std::string, double>& costs);
   std::optional<double> own[kKinds];         // CostKey(kind)
   std::optional<double> cpu_sample_handler;  // "cpu_sample_handler"

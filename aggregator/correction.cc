@@ -13,40 +13,7 @@ namespace rlscope {
 namespace {
 int64_t Ps(double ns) { return static_cast<int64_t>(std::llround(ns * 1000.0)); }
 
-// The caller-side cost keys (kCallerKeyPrefix + CostKey) and their
-// "_spread"s, built once: a model is made per process and step.
-struct CallerKeys {
-  std::string key[kCallers][CostModel::kKinds], spread[kCallers][CostModel::kKinds];
-  CallerKeys() {
-    for (int caller = 1; caller < kCallers; ++caller) {
-      for (uint8_t kind = 1; kind < CostModel::kKinds; ++kind) {
-        key[caller][kind] = std::string(kCallerKeyPrefix[caller]) + CostKey(kind);
-        spread[caller][kind] = key[caller][kind] + "_spread";
-      }
-    }
-  }
-};
-
-const CallerKeys& TheCallerKeys() {
-  static const CallerKeys keys;
-  return keys;
-}
 }  // namespace
-
-const char* CostKey(uint8_t kind) {
-  switch (static_cast<EventKind>(kind)) {
-    case EventKind::kRangePush: return "push";
-    case EventKind::kRangePop: return "pop";
-    case EventKind::kRangeStart: return "start";
-    case EventKind::kRangeEnd: return "end";
-    case EventKind::kMark: return "mark";
-    case EventKind::kCostSample: return "sample";
-    case EventKind::kCpuSample: return "cpu_sample";
-    case EventKind::kOffCpuSample:
-    case EventKind::kProcessCpu: return "";  // the flush thread's looks: no cost charged
-  }
-  return "";
-}
 
 // The step's speed into `t` (speed_ratio, speed_rel_se; left 0 without
 // enough samples): its recording calls' in-place costs against the run's
@@ -68,21 +35,6 @@ void CostModel::SetSpeedRatio(const SpeedSamples& speed, CostTable* t) {
     t->speed_ratio = std::clamp(step_ps / usual_ps, kMinSpeedRatio, kMaxSpeedRatio);
     t->speed_rel_se = std::sqrt(var_ps2) / step_ps;
   }
-}
-
-CalibratedCosts::CalibratedCosts(const std::map<std::string, double>& costs) {
-  auto get = [&](const std::string& key) -> std::optional<double> {
-    auto it = costs.find(key);
-    return it == costs.end() ? std::nullopt : std::optional<double>(it->second);
-  };
-  for (uint8_t kind = 1; kind < kKinds; ++kind) {
-    own[kind] = get(CostKey(kind));
-    for (int c = 1; c < kCallers; ++c) {
-      caller[c][kind] = get(TheCallerKeys().key[c][kind]);
-      caller_spread[c][kind] = get(TheCallerKeys().spread[c][kind]);
-    }
-  }
-  cpu_sample_handler = get("cpu_sample_handler");
 }
 
 CostModel::CostModel(const CalibratedCosts& costs, double scale, const KindSamples* step, const KindSamples* run,
@@ -178,7 +130,7 @@ UsedCosts CostTable::Spelled() const {
   for (int caller = 1; caller < kCallers; ++caller) {
     for (int kind = 1; kind < kKinds; ++kind) {
       if (caller_source[caller][kind] == CostSource::kNone) continue;
-      const std::string& key = TheCallerKeys().key[caller][kind];
+      const std::string& key = CallerCostKey(caller, static_cast<uint8_t>(kind));
       u.ns[key] = caller_ns[caller][kind];
       u.sources[key] = kSourceNames[static_cast<int>(caller_source[caller][kind])];
     }

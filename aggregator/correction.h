@@ -131,9 +131,7 @@ class CostModel {
   CostTable table_;
 };
 
-// The key of an event kind's own cost in Hello::costs ("push", ... "sample",
-// "cpu_sample").
-const char* CostKey(uint8_t kind);
+// CostKey: calibrated_costs.h.
 
 // The time shift of one process in one step, and what it removed (the
 // Overhead a slice keeps, step_profile.h).
@@ -149,7 +147,7 @@ class Corrector {
     int64_t paid_before_ps = 0;
   };
   // `marks`: per thread, the events recorded in the step (aggregator clock),
-  // in recording order; `begin_ns` anchors the step (no shift before it).
+  // in time order; `begin_ns` anchors the step (no shift before it).
   Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, const CostModel& model, int64_t begin_ns);
   // How much earlier a time `t` on thread `tid` moves: what the thread paid
   // since the step's begin up to and including `t`, or since its last

@@ -1,7 +1,7 @@
 // A process's records other than spans, each in a store of its own until no
 // step to come can hold them, and cut to a step: instants, GPU records (and
 // the launches they are placed by), every event's cost mark per thread (in
-// recording order), cost samples, CPU samples, off-CPU samples and the
+// time order), cost samples, CPU samples, off-CPU samples and the
 // process's CPU time, the flush thread's CPU, resident and GPU memory
 // levels, and the arming edges. One of ProcessTimeline's parts
 // (timeline.h); times are the collector's.
@@ -51,7 +51,8 @@ class RecordStores {
   // Its GPU records, those ending before `skip_before_ns` left out (a
   // resumed run's replay); kMemory records are running totals.
   void AddGpu(const wire::Batch& batch, int64_t skip_before_ns);
-  // One thread's cost marks (every event it recorded, in recording order).
+  // One thread's cost marks (every event it recorded), in time order
+  // (ProcessTimeline::AddThreadEvents merges each block in).
   ChunkQueue<CostMark>& MarksOf(int64_t tid) { return cost_marks_[tid]; }
   // Marks appended from `from` on (CPU samples' block of their own, after
   // the events they fell among, or a block that begins before the marks
@@ -123,7 +124,7 @@ class RecordStores {
   TimeBlocks instant_blocks_;                                  // of instants_
   ChunkQueue<GpuRecord> gpu_;                                  // in arrival order
   std::unordered_map<uint32_t, int64_t> launches_;             // correlation -> API call start
-  std::map<int64_t, ChunkQueue<CostMark>> cost_marks_;         // per thread, in recording order
+  std::map<int64_t, ChunkQueue<CostMark>> cost_marks_;         // per thread, in time order
   ChunkQueue<CostSample> cost_samples_;                        // in arrival order
   ChunkQueue<CpuSample> cpu_samples_;                          // in arrival order
   TimeBlocks cpu_sample_blocks_;                               // of cpu_samples_

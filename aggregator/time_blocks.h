@@ -7,7 +7,7 @@
 // grow with the square of the steps a flush brings.
 //
 // Discards (Forget) judge the records held when they are made, as erasing
-// them would: a record is forgotten at the floor of the latest discard
+// them would: a record is forgotten at the highest floor of the discards
 // made after it came (a process's discard times follow its clock
 // estimate, which may move back; records that come later are not judged
 // by earlier discards). Only the queue's front is let go: the records

@@ -68,7 +68,7 @@ class ProcessTimeline {
   void CutGpu(int64_t begin_ns, int64_t end_ns, std::vector<GpuRecord>* out) const {
     stores_.CutGpu(begin_ns, end_ns, out);
   }
-  // Every recorded event in [begin, end], per thread, in recording order
+  // Every recorded event in [begin, end], per thread, in time order
   // (the step's closing event paid its cost inside the step).
   void CutCosts(int64_t begin_ns, int64_t end_ns, std::map<int64_t, std::vector<CostMark>>* out) const {
     stores_.CutCosts(begin_ns, end_ns, out);
@@ -187,7 +187,7 @@ class ProcessTimeline {
 
  private:
   // One thread's events: each to the part that keeps its kind, and its cost
-  // mark (what recording it cost the thread) in recording order.
+  // mark (what recording it cost the thread) in time order.
   void AddThreadEvents(const wire::ThreadEvents& block, StepEdges* edges);
   // One event; whether it belongs to the start-up calibration (left out of
   // the cost marks).

@@ -30,14 +30,14 @@ while not os.path.exists(stop) and time.monotonic() < deadline:
 """
 
 
-def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None, role="worker", extra=()):
+def _idle_worker(build_dir, agg, tmp_path, rank, measure_s, config=None, role="worker", extra=(), settle_s=1.5):
     """Runs idle_worker under the collector with the call counter; returns
     the calls it counted per second, and its report."""
     report = tmp_path / f"idle{rank}.json"
     env = agg.env(role=role, rank=rank, config=config)
     env["LD_PRELOAD"] = str(build_dir / "tests/apps/librlscope_test_call_counter.so")
     spawned = time.monotonic()
-    r = subprocess.run([str(build_dir / "tests/apps/idle_worker"), "--report", str(report), "--settle-s", "1.5",
+    r = subprocess.run([str(build_dir / "tests/apps/idle_worker"), "--report", str(report), "--settle-s", str(settle_s),
                         "--measure-s", str(measure_s), "--max-s", "100", *extra], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
@@ -140,8 +140,10 @@ def test_always_on_a_working_process_flushes_a_figures_only_step_a_few_times_a_s
     400 ms before, and 100 ms before that: 2.5 and 10 a second; a chosen step
     keeps the 20 ms interval.)"""
     agg = aggregator_factory(config="always_on: {enabled: true}\nranks: [0]\n")
+    # Measured from 3 s on: the first clock probe burst (at the hello) is
+    # before it, the next 10 s later after it (8 sends each).
     per_s, out = _worker_beside_a_stepping_controller(build_dir, agg, tmp_path,
-                                                      extra=("--period-ms", "5", "--range-us", "1000"))
+                                                      extra=("--period-ms", "5", "--range-us", "1000"), settle_s=3)
     agg.wait()
     proc = _process(agg, 0)
     assert proc["selected"] is True
