@@ -89,7 +89,7 @@ void RecordStores::AddGpuMemory(const GpuRecord& g) {
   }
 }
 
-void RecordStores::MergeSampleMarks(ChunkQueue<CostMark>* marks, size_t from) {
+void RecordStores::MergeMarksFrom(ChunkQueue<CostMark>* marks, size_t from) {
   const auto by_time = [](const CostMark& a, const CostMark& b) { return a.ts_ns < b.ts_ns; };
   const auto mid = marks->begin() + static_cast<std::ptrdiff_t>(from);
   std::stable_sort(mid, marks->end(), by_time);

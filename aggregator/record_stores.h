@@ -58,7 +58,7 @@ class RecordStores {
   // the events they fell among, or a block that begins before the marks
   // before it ended) merged into time order (after marks of the same
   // time), in one pass over those they overtake.
-  static void MergeSampleMarks(ChunkQueue<CostMark>* marks, size_t from);
+  static void MergeMarksFrom(ChunkQueue<CostMark>* marks, size_t from);
   void AddInstant(int64_t tid, const wire::Event& e);
   void AddCostSample(const wire::Event& e, bool after_calibration);
   void AddCpuSample(int64_t tid, const wire::Event& e);

@@ -58,7 +58,7 @@ void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges
   // ended (a sample taken after the flush thread read the event rings
   // comes a flush before events recorded just before it).
   if (samples || (before > 0 && before < marks.size() && marks[before].ts_ns < marks[before - 1].ts_ns)) {
-    RecordStores::MergeSampleMarks(&marks, before);
+    RecordStores::MergeMarksFrom(&marks, before);
   }
 }
 
