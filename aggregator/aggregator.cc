@@ -393,7 +393,7 @@ StepProfile Aggregator::CutStep(const PendingStep& step, bool forced, int64_t no
     // Flushed up to here (aggregator clock); 0 = never.
     const int64_t flushed = p->watermark_ns() != 0 ? p->clock().ToAggregator(p->watermark_ns()) : 0;
     if (p->lost() && flushed < s.begin_ns) continue;  // gone before this step
-    ProcessSlice slice = CutProcess(*p, s, run_config_.config().correction.enabled, second_core_);
+    ProcessSlice slice = CutProcess(*p, s, run_config_.config(), second_core_);
     slice.late = !StepScheduler::CaughtUp(*p, step);
     if (slice.late && !p->lost() && !p->said_bye() && now_ns - p->last_seen_ns() > AggregatorStats::kSilentAfterNs) {
       p->set_lost();  // said once, in the log and run.json

@@ -180,6 +180,10 @@ void RecordStores::AddCpuSample(int64_t tid, const wire::Event& e) {
       e.ts_ns, tid, e.name, e.category, static_cast<int64_t>(e.domain) * 1000, 0, (e.flags & kFlagFrameUnread) != 0};
   if ((e.flags & kFlagNativeStack) != 0 && e.value <= UINT32_MAX) s.stack = static_cast<uint32_t>(e.value);
   s.profiler_thread = (e.flags & kFlagProfilerThread) != 0;
+  if (!s.profiler_thread) {
+    recent_cpu_.push_back({s.ts_ns, tid, s.weight_ns});
+    if (recent_cpu_.size() > kRecentSamples) recent_cpu_.pop_front();
+  }
   cpu_sample_blocks_.Added(cpu_samples_.size(), s.ts_ns, s.ts_ns);
   cpu_samples_.push_back(s);
 }
@@ -193,6 +197,15 @@ void RecordStores::AddOffCpu(const wire::Event& e) {
   }
   if (e.category >= static_cast<uint32_t>(kOffCpuReasons)) return;  // a reason this aggregator does not know
   const bool cpu_wait = e.category == static_cast<uint32_t>(OffCpuReason::kCpuWait);
+  // Waits on the GIL are not a thread of the program's own: another Python
+  // thread that holds it shows as CPU off the recording threads, the
+  // collector's (its speed watch) is the profiler's.
+  if (!cpu_wait && e.category != static_cast<uint32_t>(OffCpuReason::kGil)) {
+    recent_blocked_.emplace_back(e.ts_ns, static_cast<int64_t>(e.domain) * 1000);
+    while (!recent_blocked_.empty() && !recent_cpu_.empty() && recent_blocked_.front().first < recent_cpu_.front().ts_ns) {
+      recent_blocked_.pop_front();
+    }
+  }
   off_cpu_.push_back({e.ts_ns, static_cast<int64_t>(std::min<uint64_t>(e.value, INT64_MAX)),
                       static_cast<uint8_t>(e.category), static_cast<int64_t>(e.domain) * 1000,
                       cpu_wait ? static_cast<int64_t>(e.name) * 1000 : 0});
@@ -249,6 +262,28 @@ void RecordStores::CutOffCpu(int64_t begin_ns, int64_t end_ns, std::vector<OffCp
   for (const OffCpuSample& s : off_cpu_) {
     if (s.ts_ns >= begin_ns && s.ts_ns < end_ns) out->push_back(s);
   }
+}
+
+bool RecordStores::RunsOnRecordingThreads() const {
+  // The recent samples only: a burst of other threads' work at start-up (a
+  // thread pool's first spin) ages out. A thread's samples before its first
+  // event (the main thread's start-up calibration, whose events are never
+  // shipped) are judged as its own, now.
+  int64_t job_ns = 0, other_ns = 0, blocked_ns = 0;
+  uint64_t job_samples = 0;
+  for (const RecentSample& r : recent_cpu_) {
+    if (recording_tids_.count(r.tid) != 0) {
+      job_ns += r.weight_ns;
+      ++job_samples;
+    } else {
+      other_ns += r.weight_ns;
+    }
+  }
+  for (const auto& [ts, weight] : recent_blocked_) {
+    if (!recent_cpu_.empty() && ts >= recent_cpu_.front().ts_ns) blocked_ns += weight;
+  }
+  return job_samples >= kMinJobSamples && other_ns * kOtherShare <= job_ns + other_ns &&
+         blocked_ns * kOtherShare <= job_ns + blocked_ns;
 }
 
 int64_t RecordStores::RunQueueWaitNs(int64_t begin_ns, int64_t end_ns) const {

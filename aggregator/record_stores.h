@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -83,6 +84,24 @@ class RecordStores {
   void CutMemory(int64_t begin_ns, int64_t end_ns, bool gone, std::vector<MemoryPoint>* rss,
                  std::map<uint32_t, std::vector<MemoryPoint>>* gpu_allocated) const;
   int64_t ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const;
+  // A thread that recorded events (not only samples): its CPU samples are
+  // the job's recording threads' (RunsOnRecordingThreads).
+  void NoteRecordingThread(int64_t tid) { recording_tids_.insert(tid); }
+  // Whether, over its last kRecentSamples CPU samples (about a second of
+  // its CPU at the kernel's usual 250 Hz CPU timers), the process's work is
+  // its recording threads running: at least kMinJobSamples of them on those
+  // threads, those on its other threads (but the collector's own) under
+  // 1/kOtherShare of their weight, and its recording threads seen off CPU
+  // meanwhile for anything but a run-queue wait (or the GIL) under
+  // 1/kOtherShare of their time. Such a process's steps are its recording
+  // threads' CPU and run-queue waits, so the profiler's threads took from
+  // them at most those waits (StepCorrection: the `threads` part of the
+  // uncertainty), provided every thread is sampled and the waits are read
+  // (CutProcess checks the config). A run without CPU samples never says so.
+  bool RunsOnRecordingThreads() const;
+  static constexpr uint64_t kMinJobSamples = 64;
+  static constexpr int64_t kOtherShare = 50;  // 2 %
+  static constexpr size_t kRecentSamples = 256;
   // ProcessTimeline::UnarmedNs over [begin, end] clipped to the process's
   // life: from `start_ns`, to `last_ns` (INT64_MAX while it lives).
   int64_t UnarmedNs(int64_t begin_ns, int64_t end_ns, int64_t start_ns, int64_t last_ns) const;
@@ -143,6 +162,15 @@ class RecordStores {
   std::array<uint32_t, 8> speed_stride_{1, 1, 1, 1, 1, 1, 1, 1}, speed_skipped_{};  // one in `stride` kept
   HandlerStats cpu_handler_;
   uint64_t interrupted_samples_ = 0;
+  // RunsOnRecordingThreads's evidence.
+  std::unordered_set<int64_t> recording_tids_;  // threads that recorded events
+  struct RecentSample {
+    int64_t ts_ns = 0, tid = 0, weight_ns = 0;
+  };
+  std::deque<RecentSample> recent_cpu_;  // the last kRecentSamples CPU samples, the collector's own left out
+  // Recording threads off CPU, for anything but a run-queue wait or the
+  // GIL: (time, weight), none before recent_cpu_'s first.
+  std::deque<std::pair<int64_t, int64_t>> recent_blocked_;
 };
 
 }  // namespace rlscope

@@ -437,6 +437,25 @@ void StepCorrection::CorrectController() {
 }
 
 void StepCorrection::Totals() {
+  // The `threads` part bounded by the run-queue waits, where every process
+  // in the step runs on its recording threads (UncertaintyParts): then
+  // nothing that records nothing (a Ray call's I/O threads, torch's
+  // intra-op pool, a process the step waits on) carries the step.
+  bool bounded = false;
+  for (const ProcessSlice& slice : step_->processes) {
+    if (!slice.overhead) continue;
+    if (!slice.runs_on_recording_threads || slice.profiler_cpu_ns < 0 || slice.run_queue_wait_ns < 0) {
+      bounded = false;
+      break;
+    }
+    bounded = true;
+  }
+  for (ProcessSlice& slice : step_->processes) {
+    if (!bounded || !slice.overhead || slice.profiler_cpu_ns <= 0) continue;
+    slice.overhead->uncertainty_parts.threads_ns = std::min(slice.profiler_cpu_ns, slice.run_queue_wait_ns) / 2;
+    slice.overhead->uncertainty_ns = slice.overhead->uncertainty_parts.TotalNs();
+    slice.overhead->threads_bounded_by_waits = true;
+  }
   step_->correction_uncertainty_parts = {};
   for (const ProcessSlice& slice : step_->processes) {
     if (slice.overhead) step_->correction_uncertainty_parts.Add(slice.overhead->uncertainty_parts);

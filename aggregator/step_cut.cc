@@ -58,7 +58,8 @@ void CutLevelsAndArming(const ProcessTimeline& p, int64_t begin_ns, int64_t end_
   CutLevels(p, p.clock().FromAggregator(begin_ns), p.clock().FromAggregator(end_ns), slice);
 }
 
-ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs, bool second_core) {
+ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, const Config& config, bool second_core) {
+  const bool costs = config.correction.enabled;
   ProcessSlice slice;
   slice.process = std::make_shared<const ProcessView>(p.View());
   const ClockEstimate& clock = p.clock();
@@ -74,6 +75,10 @@ ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs,
   // Its recording threads' run-queue waits in the step: the evidence of CPU
   // the job lacked, by the profiler or not.
   if (slice.profiler_cpu_ns >= 0) slice.run_queue_wait_ns = p.RunQueueWaitNs(begin, end);
+  // Its evidence: CPU samples of every thread (not of the recording ones
+  // alone) and the recording threads' waits read (off-CPU looks on).
+  slice.runs_on_recording_threads =
+      config.cpu.threads == "all" && config.cpu.off_cpu_hz > 0 && p.RunsOnRecordingThreads();
   for (Span& span : slice.spans) {
     span.begin_ns = clock.ToAggregator(span.begin_ns);
     span.end_ns = clock.ToAggregator(span.end_ns);

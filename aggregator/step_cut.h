@@ -18,9 +18,11 @@ namespace rlscope {
 
 // One process's part of step `s`: cut on the process's own clock, then
 // what was cut moved onto the aggregator's (clock_fit.h), where the step's
-// bounds are, and clipped to them. With `costs`, overhead correction's
-// inputs too (ProcessSlice::cost_marks). `second_core`: ProcessTimeline::Cut's.
-ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, bool costs, bool second_core = false);
+// bounds are, and clipped to them. Under the run's `config`: with
+// correction on, overhead correction's inputs too (ProcessSlice::cost_marks,
+// and runs_on_recording_threads where every thread is sampled and the
+// recording threads' waits are read). `second_core`: ProcessTimeline::Cut's.
+ProcessSlice CutProcess(const ProcessTimeline& p, const StepSpan& s, const Config& config, bool second_core = false);
 // The parts of a slice that are levels and states over [begin, end]
 // (aggregator clock) rather than events: its unrecorded time and memory
 // levels (a discrete capture recuts them to its own interval).

@@ -99,16 +99,22 @@ struct CostTable {
 // `threads`, half the CPU the collector's flush thread used in the step
 // (ProcessSlice::profiler_cpu_ns), never removed: none of it came out of
 // the job where a core was spare, all of it where none was, and the two
-// readings are taken as one standard deviation either side. The recording
-// threads' run-queue waits (run_queue_wait_ns) do not bound it: measured
+// readings are taken as one standard deviation either side. Where every
+// process of the step runs on its recording threads
+// (ProcessSlice::runs_on_recording_threads: over the run so far, its CPU
+// samples on them and them on a CPU or waiting for one), a step is their
+// CPU and their run-queue waits, and the flush thread took from it at most
+// those waits: the part is then half the smaller of the two
+// (StepCorrection::Totals; Overhead::threads_bounded_by_waits). Otherwise
+// the recording threads' run-queue waits (run_queue_wait_ns) do not bound it: measured
 // inside one run (bench section accuracy, the Ray workload: an actor's 40k
 // events a step, 14-18 ms steps), the selected steps whose corrected time
 // came out over 1 ms above their untooled neighbours had waits below that
 // excess in 20 of 22 (two runs): a Ray call's delay also runs through
 // threads that record nothing, likely its I/O threads'. Where the job is its
 // one recording thread (the dense workloads, a core spare), those waits read
-// over 10 us in 2-7 of 59 steps (start/end: 31): there the part mostly
-// states CPU that was not taken from the job.
+// over 10 us in 2-7 of 59 steps (start/end: 31), while half the flush
+// thread's CPU was 3-5 % of the step: the bound above.
 struct UncertaintyParts {
   int64_t sampling_ns = 0, calibration_ns = 0, model_ns = 0, capped_ns = 0, threads_ns = 0;
   // sqrt of the sum of squares.
@@ -151,6 +157,9 @@ struct Overhead {
   int64_t systematic_ns = 0;
   CostTable costs;
   std::string cost_note;                   // why it may be off ("" none): costs that drifted in the step
+  // uncertainty_parts.threads_ns is half its recording threads' run-queue
+  // waits, not half its flush thread's CPU (UncertaintyParts, `threads`).
+  bool threads_bounded_by_waits = false;
   std::map<int64_t, ThreadCosts> threads;  // by tid
 
   // What thread `tid` paid in raw [from, to] (its own events and wait marks).
@@ -212,6 +221,10 @@ struct ProcessSlice {
   // job lacked CPU, not a bound on what the profiler took from it (the
   // `threads` part of the uncertainty, UncertaintyParts).
   int64_t run_queue_wait_ns = -1;
+  // Over the run so far its work is its recording threads running
+  // (RecordStores::RunsOnRecordingThreads): the evidence that bounds the
+  // `threads` part by run_queue_wait_ns (UncertaintyParts).
+  bool runs_on_recording_threads = false;
 };
 
 // A process that should have connected but did not (identity strings as the

@@ -199,6 +199,9 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   if (slice.profiler_cpu_ns >= 0) {
     w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
     w.Key("run_queue_wait_ms").Double(Ms(slice.run_queue_wait_ns));
+    // What the `threads` part is half of: the flush thread's CPU, or the
+    // run-queue waits where the step runs on its recording threads.
+    w.Key("threads_part_of").String(o.threads_bounded_by_waits ? "run_queue_wait" : "profiler_thread");
   }
   w.EndObject();
 }
@@ -349,15 +352,18 @@ void WriteCorrectionNotes(JsonWriter& w, const StepProfile& step, const ProcessS
   const Overhead& o = *slice.overhead;
   if (!o.cost_note.empty()) w.String(ProcessLabel(*slice.process) + ": " + o.cost_note);
   const int64_t step_ns = step.end_ns - step.begin_ns;
-  // The flush thread's CPU is not removed (half of it is the uncertainty's
-  // `threads` part): say when it was a real share.
-  if (step_ns > 0 && slice.profiler_cpu_ns * 20 > step_ns) {
-    char text[300];
+  // The flush thread's CPU is not removed (half of it, or of the run-queue
+  // waits where those bound it, is the uncertainty's `threads` part): say
+  // when it was a real share, and the waits too where they bound it.
+  if (step_ns > 0 && slice.profiler_cpu_ns * 20 > step_ns &&
+      (!o.threads_bounded_by_waits || slice.run_queue_wait_ns * 20 > step_ns)) {
+    char text[400];
     std::snprintf(text, sizeof(text),
-                  ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: it came "
-                  "out of the job's time where no core was spare (its recording threads waited %.2f ms on a run queue "
-                  "in the step)",
+                  ": its collector's flush thread used %.1f ms of CPU in the step (%.0f %%), not removed: %s (its "
+                  "recording threads waited %.2f ms on a run queue in the step)",
                   slice.profiler_cpu_ns / 1e6, 100.0 * static_cast<double>(slice.profiler_cpu_ns) / step_ns,
+                  o.threads_bounded_by_waits ? "up to those waits came out of the job's time, which is those threads"
+                                             : "it came out of the job's time where no core was spare",
                   std::max<int64_t>(slice.run_queue_wait_ns, 0) / 1e6);
     w.String(ProcessLabel(*slice.process) + text);
   }

@@ -39,6 +39,7 @@ void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges
   const size_t before = marks.size();
   bool samples = false;
   bool after_calibration = false;  // the event before was rlscope_ray's start-up calibration
+  bool recording = false;           // the block holds an event the thread recorded (noted once)
   for (const auto& e : block.events) {
     if (e.ts_ns < skip_before_ns_) continue;  // a resumed run's replay: written already
     const bool calibration = AddEvent(block.tid, e, after_calibration, edges);
@@ -50,6 +51,8 @@ void ProcessTimeline::AddThreadEvents(const wire::ThreadEvents& block, StepEdges
       samples = true;
     } else if (!calibration) {
       marks.push_back({e.ts_ns, e.kind, e.flags});
+      if (!recording) stores_.NoteRecordingThread(block.tid);
+      recording = true;
     }
     after_calibration = calibration;
   }

@@ -111,6 +111,7 @@ class ProcessTimeline {
   // clock), from the running totals its batches carry (Batch.profiler_cpu_ns),
   // interpolated; -1 when it sent none.
   int64_t ProfilerCpuNs(int64_t begin_ns, int64_t end_ns) const { return stores_.ProfilerCpuNs(begin_ns, end_ns); }
+  bool RunsOnRecordingThreads() const { return stores_.RunsOnRecordingThreads(); }
   // How much of [begin, end] (its clock) this process did not record while
   // it lived (from its start to its last flush once it said goodbye), by the
   // arming edges it reported (wire.h Batch::arming; before its first edge it

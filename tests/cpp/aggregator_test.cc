@@ -2719,6 +2719,108 @@ TEST_F(CorrectStepTest, TheFlushThreadsCpuInTheStepIsStatedInTheUncertaintyNotRe
   EXPECT_EQ(step.correction_uncertainty_ns, 2000);
 }
 
+// Where the process runs on its recording threads (over the run so far its
+// CPU samples on them, nothing else's, and their run-queue waits read), the
+// flush thread took from the step at most those waits: the `threads` part is
+// half the smaller of its CPU (4,000 ns) and the waits (1,000 ns in the
+// step). Samples on a thread that records nothing (3 % of the sampled CPU),
+// the recording thread off CPU for another reason (4 %), or a config under
+// which other threads are not sampled or waits not read, leave it half the
+// CPU; another thread's burst counts while among the last 256 samples.
+class ThreadsPartTest : public CorrectStepTest {
+ protected:
+  // The step of the test above, after 64 CPU samples on its recording
+  // thread 1 (and `others` on thread 7, which records nothing), with a
+  // run-queue wait of thread 1 of 1 us spread over [1000, 5000] when `wait`.
+  // `blocked_us`: thread 1 seen asleep that long before the step.
+  // `early`: samples on thread 7 before thread 1's (a pool's start-up
+  // spin), `job`: thread 1's.
+  const ProcessSlice& Run(int others, bool wait, uint32_t blocked_us = 0, const std::string& config = "",
+                          int early = 0, int job = 64) {
+    Init(ConfigFrom(config));
+    ctl_.Costs({{"push", 100}, {"pop", 50}, {"mark", 10}});
+    Connect(ctl_);
+    ctl_.Push(1, 100, "warm-up").Pop(1, 150);
+    for (int i = 0; i < early; ++i) ctl_.Sample(7, 160 + i, "libopenblas.so", "", 4000);
+    for (int i = 0; i < job; ++i) ctl_.Sample(1, 200 + i, "libpython.so", "work", 4000);
+    for (int i = 0; i < others; ++i) ctl_.Sample(7, 460 + i, "libgomp.so", "", 4000);
+    if (blocked_us > 0) ctl_.OffCpu(99, 480, 1, OffCpuReason::kSleep, blocked_us);
+    wire::Batch before = ctl_.Flush(500);
+    before.profiler_cpu_ns = 0;
+    Send(before);
+    ctl_.Push(1, 1000, "step", 1).Push(1, 2000, "a").Pop(1, 3000).Mark(1, 4000, "m").Pop(1, 5000);
+    if (wait) ctl_.OffCpu(99, 5000, 1, OffCpuReason::kCpuWait, 1, 4);
+    wire::Batch after = ctl_.Flush(5500);
+    after.profiler_cpu_ns = 5000;  // 4,000 in the step
+    Send(after);
+    Send(ctl_.Bye());
+    agg_->Tick(0);
+    const ProcessSlice* c = FindSlice(exporter_.Step(1), 1);
+    EXPECT_NE(c, nullptr);
+    return *c;
+  }
+  FakeCollector ctl_{1, "controller", -1, 100};
+};
+
+TEST_F(ThreadsPartTest, IsHalfTheRunQueueWaitsWhereTheProcessRunsOnItsRecordingThreads) {
+  const ProcessSlice& c = Run(0, true);
+  EXPECT_TRUE(c.runs_on_recording_threads);
+  EXPECT_EQ(c.profiler_cpu_ns, 4000);
+  EXPECT_EQ(c.run_queue_wait_ns, 1000);
+  EXPECT_TRUE(c.overhead->threads_bounded_by_waits);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 500);
+  EXPECT_EQ(c.overhead->total_ns, 210);  // nothing else moves
+  EXPECT_EQ(exporter_.Step(1).correction_uncertainty_ns, 500);
+}
+
+TEST_F(ThreadsPartTest, IsHalfTheFlushThreadsCpuWhereAThreadThatRecordsNothingRuns) {
+  const ProcessSlice& c = Run(2, true);  // 8 ms of 264 sampled: 3 %
+  EXPECT_FALSE(c.runs_on_recording_threads);
+  EXPECT_FALSE(c.overhead->threads_bounded_by_waits);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 2000);
+}
+
+TEST_F(ThreadsPartTest, IsHalfTheFlushThreadsCpuWhereTheWaitsAreNotRead) {
+  const ProcessSlice& c = Run(0, false, 0, "cpu: {off_cpu_hz: 0}\n");
+  EXPECT_FALSE(c.runs_on_recording_threads);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 2000);
+}
+
+TEST_F(ThreadsPartTest, IsHalfTheFlushThreadsCpuWhereOnlyRecordingThreadsAreSampled) {
+  const ProcessSlice& c = Run(0, true, 0, "cpu: {threads: recording}\n");
+  EXPECT_FALSE(c.runs_on_recording_threads);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 2000);
+}
+
+TEST_F(ThreadsPartTest, NoWaitReadInTheStepIsNothingStated) {
+  const ProcessSlice& c = Run(0, false);  // its one thread never waited for a CPU
+  EXPECT_TRUE(c.runs_on_recording_threads);
+  EXPECT_EQ(c.run_queue_wait_ns, 0);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 0);
+}
+
+TEST_F(ThreadsPartTest, IsHalfTheFlushThreadsCpuWhereItsRecordingThreadWaitsOnSomethingElse) {
+  const ProcessSlice& c = Run(0, true, 10000);  // asleep 10 ms against 256 ms on a CPU: 3.8 %
+  EXPECT_FALSE(c.runs_on_recording_threads);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 2000);
+}
+
+TEST_F(ThreadsPartTest, AnotherThreadsBurstAgesOutOfTheRecentSamples) {
+  EXPECT_FALSE(Run(0, true, 0, "", 20, 200).runs_on_recording_threads);  // 20 of the last 220
+}
+
+TEST_F(ThreadsPartTest, AnotherThreadsBurstAgedOutLeavesTheBound) {
+  const ProcessSlice& c = Run(0, true, 0, "", 20, 256);  // the last 256 all thread 1's
+  EXPECT_TRUE(c.runs_on_recording_threads);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 500);
+}
+
+TEST_F(ThreadsPartTest, OneInFiftyOnAnotherThreadStillRunsOnItsRecordingThreads) {
+  const ProcessSlice& c = Run(1, true);  // 4 ms of 260 sampled: 1.5 %
+  EXPECT_TRUE(c.runs_on_recording_threads);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 500);
+}
+
 TEST_F(CorrectStepTest, ScaleMultipliesEveryCost) {
   const StepProfile& step = RunSimpleStep("correction: {scale: 2.5}\n");
   EXPECT_EQ(step.corrected_end_ns, 5000 - 525);
