@@ -101,8 +101,8 @@ struct CostTable {
 // the job where a core was spare, all of it where none was, and the two
 // readings are taken as one standard deviation either side. Where every
 // process of the step runs on its recording threads
-// (ProcessSlice::runs_on_recording_threads: over the run so far, its CPU
-// samples on them and them on a CPU or waiting for one), a step is their
+// (ProcessSlice::runs_on_recording_threads: its recent CPU samples on them
+// and them on a CPU or waiting for one), a step is their
 // CPU and their run-queue waits, and the flush thread took from it at most
 // those waits: the part is then half the smaller of the two
 // (StepCorrection::Totals; Overhead::threads_bounded_by_waits). Otherwise
@@ -221,7 +221,7 @@ struct ProcessSlice {
   // job lacked CPU, not a bound on what the profiler took from it (the
   // `threads` part of the uncertainty, UncertaintyParts).
   int64_t run_queue_wait_ns = -1;
-  // Over the run so far its work is its recording threads running
+  // Of late its work is its recording threads running
   // (RecordStores::RunsOnRecordingThreads): the evidence that bounds the
   // `threads` part by run_queue_wait_ns (UncertaintyParts).
   bool runs_on_recording_threads = false;

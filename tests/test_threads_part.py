@@ -3,9 +3,9 @@ default config (real clock, CPU sampling, off-CPU looks).
 
 The collector's flush thread's CPU in a step is never removed; half of it is
 stated (aggregator/step_profile.h, UncertaintyParts). Where a process's work
-is its recording threads running (over the run so far its CPU samples on
-them, none to speak of on its other threads, and them on a CPU or waiting
-for one), the flush thread took from its steps at most what those threads
+is its recording threads running (its last 256 CPU samples on them, none to
+speak of on its other threads, and them on a CPU or waiting for one), the
+flush thread took from its steps at most what those threads
 waited on a run queue, read exactly from schedstat: the part is then half the
 smaller of the two. A dense single-threaded Python loop is such a process;
 torch's matmuls on its intra-op pool, threads that record nothing, are not.
@@ -58,6 +58,6 @@ def test_the_threads_part_is_half_the_run_queue_waits_only_where_the_process_run
         assert threads <= o["profiler_thread_ms"] / 2 * (1 + 1e-3) + 2e-6
         if part_of == "profiler_thread":  # never bounded: its pool's CPU is off the recording thread
             assert o["threads_part_of"] == "profiler_thread", (s["step"], o)
-    # The evidence is the run's so far: by the last step it is in.
+    # The evidence is the recent samples': by the last step it is in.
     last = summaries[-1]["processes"][0]["overhead"]
     assert last["threads_part_of"] == part_of, last
