@@ -56,7 +56,7 @@ STEADY_FROM = 61
 PROFILER_THREADS = {"rlscope-flush": "collectors' flush threads", "rlscope-probes": "collectors' probe threads",
                     "rlscope-watch": "start-up speed watch (first minute)", "ZMQbg/IO/0": "collectors' ZeroMQ I/O",
                     "ZMQbg/Reaper": "collectors' ZeroMQ I/O", "rlscope-actors": "controller's actor-list reporter"}
-PROFILER_PROCESSES = {"rlscope-ray-aggregator": "aggregator", "rlscope_ray.rundb": "run database follower"}
+PROFILER_PROCESSES = {"rlscope-ray-aggregator": "aggregator", "rlscope_ray.rundb_follow": "run database follower"}
 
 
 class CpuWatch:

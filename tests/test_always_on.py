@@ -139,7 +139,7 @@ def test_the_follower_takes_figures_only_steps_at_its_last_look_in_chunks(always
     import io
     import shutil
 
-    from rlscope_ray import rundb
+    from rlscope_ray import rundb, rundb_follow
 
     import duckdb
 
@@ -164,7 +164,7 @@ def test_the_follower_takes_figures_only_steps_at_its_last_look_in_chunks(always
 
     log = io.StringIO()
     try:
-        assert rundb.follow(str(live), standin.pid, log=log, sleep=between_looks) == 0
+        assert rundb_follow.follow(str(live), standin.pid, log=log, sleep=between_looks) == 0
     finally:
         standin.kill()
         standin.wait()
@@ -255,7 +255,7 @@ def test_the_metrics_endpoint_serves_the_latest_steps_figures_to_a_prometheus_cl
     log = tmp_path / "rundb.log"
     # The follower as the aggregator's neighbour runs it, on this test's pid (alive throughout).
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "rlscope_ray.rundb", "follow", str(always_on_run),
+        proc = subprocess.Popen([sys.executable, "-m", "rlscope_ray.rundb_follow", "follow", str(always_on_run),
                                  "--pid", str(os.getpid()), "--metrics-port", str(port), "--interval", "0.1"],
                                 stdout=f, stderr=subprocess.STDOUT)
     try:

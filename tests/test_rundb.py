@@ -18,7 +18,7 @@ from conftest import run_local_demo
 
 duckdb = pytest.importorskip("duckdb", reason="the run database needs the duckdb package (requirements-dev.txt)")
 
-from rlscope_ray import rundb  # noqa: E402  (after the skip: it needs duckdb to run)
+from rlscope_ray import rundb, rundb_follow  # noqa: E402  (after the skip: it needs duckdb to run)
 
 SUBTASKS = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
 
@@ -116,7 +116,7 @@ def test_the_follower_updates_while_the_aggregator_still_runs(run, tmp_path):
 
     write_step(2)
     try:
-        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+        assert rundb_follow.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
     finally:
         standin.kill()
         standin.wait()
@@ -148,7 +148,7 @@ def test_a_follower_that_sees_a_new_run_begin_in_its_directory_replaces_the_data
             standin.wait()
 
     try:
-        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+        assert rundb_follow.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
     finally:
         standin.kill()
         standin.wait()
@@ -169,8 +169,8 @@ def test_a_look_with_nothing_new_reads_no_run_json_and_the_aggregators_exit_is_s
     shutil.copytree(out / "step_2", live / "step_2")
     standin = subprocess.Popen(["sleep", "300"])  # the aggregator, still running
     reads = []
-    real_read = rundb.read_run_json
-    monkeypatch.setattr(rundb, "read_run_json", lambda d: reads.append(len(looks)) or real_read(d))
+    real_read = rundb_follow.read_run_json
+    monkeypatch.setattr(rundb_follow, "read_run_json", lambda d: reads.append(len(looks)) or real_read(d))
     looks = []
 
     def between_looks(_interval: float) -> None:
@@ -188,11 +188,11 @@ def test_a_look_with_nothing_new_reads_no_run_json_and_the_aggregators_exit_is_s
             raise AssertionError(f"the follower kept looking after its aggregator exited: {looks}")
 
     if hasattr(os, "pidfd_open"):  # watched through its pidfd here, not /proc
-        watched = rundb._Watched(standin.pid)
+        watched = rundb_follow._Watched(standin.pid)
         assert watched._fd is not None and watched.alive()
         watched.close()
     try:
-        assert rundb.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
+        assert rundb_follow.follow(str(live), standin.pid, log=io.StringIO(), sleep=between_looks) == 0
         assert standin.poll() is not None  # (reaped only now)
     finally:
         standin.kill()
@@ -356,7 +356,7 @@ def test_the_follower_writes_only_when_the_formats_hold_db(run, tmp_path, format
     (d / "run.json").write_text(json.dumps(run_json))
     gone = subprocess.Popen(["true"])
     gone.wait()  # an aggregator that has exited: one update, then the follower exits
-    r = subprocess.run([sys.executable, "-m", "rlscope_ray.rundb", "follow", str(d), "--pid", str(gone.pid)],
+    r = subprocess.run([sys.executable, "-m", "rlscope_ray.rundb_follow", "follow", str(d), "--pid", str(gone.pid)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert (d / "run.duckdb").exists() == db, r.stderr
@@ -433,7 +433,7 @@ def test_without_duckdb_the_follower_says_so_and_exits_0(run, tmp_path):
     shim.mkdir()
     (shim / "duckdb.py").write_text("raise ImportError('No module named duckdb (test shim)')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-m", "rlscope_ray.rundb", "follow", str(d), "--pid", str(os.getpid())],
+    r = subprocess.run([sys.executable, "-m", "rlscope_ray.rundb_follow", "follow", str(d), "--pid", str(os.getpid())],
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0
     assert r.stderr.count("no run database") == 1 and "pip install duckdb" in r.stderr

@@ -14,7 +14,7 @@ AggregatorStartError is raised with the end of its output in the message.
 Its stdout and stderr go to one log file (or to a pipe). stop() is safe to call
 more than once and on a daemon that has exited.
 
-Beside the daemon runs its run database's follower (rlscope_ray.rundb
+Beside the daemon runs its run database's follower (rlscope_ray.rundb_follow
 `follow OUT --pid PID`, docs/run_database.md), with the daemon's nice value, its
 output in rundb.log beside the daemon's log: it updates OUT/run.duckdb as steps
 are written and exits after the daemon; stop() waits for it up to 10 s, then
@@ -52,7 +52,7 @@ class AggregatorProcess:
         self.proc = proc
         self.log_path = log_path
         self.work_dir = work_dir  # holds the endpoint file (and a config given as a dict)
-        self.follower: Optional[subprocess.Popen] = None  # the run database's (rlscope_ray.rundb)
+        self.follower: Optional[subprocess.Popen] = None  # the run database's (rlscope_ray.rundb_follow)
 
     def stop(self, timeout: float = 0.0, term_timeout: float = 30.0) -> Optional[int]:
         """Waits `timeout` s for it to exit by itself, then SIGTERM (it writes
@@ -107,7 +107,7 @@ class AggregatorProcess:
 
 # The follower's command: this very package, wherever the caller found it,
 # found after the standard library (its directory appended to sys.path).
-_FOLLOWER = "import sys; sys.path.append({here!r}); from rlscope_ray.rundb import main; sys.exit(main())"
+_FOLLOWER = "import sys; sys.path.append({here!r}); from rlscope_ray.rundb_follow import main; sys.exit(main())"
 
 
 def _start_follower(out: PathLike, pid: int, beside: str, env: Dict[str, str],

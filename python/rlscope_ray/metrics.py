@@ -1,6 +1,6 @@
 """Live per-step figures as Prometheus metrics (config ``metrics.port``).
 
-Served by the run database's follower (rlscope_ray.rundb), the process beside
+Served by the run database's follower (rlscope_ray.rundb_follow), the process beside
 the aggregator on the driver's host, with ``prometheus_client``'s own HTTP
 server and registry: a Prometheus (or RL-Insight's Grafana through one)
 scrapes ``http://<metrics.host>:<metrics.port>/metrics``. Every figure is the
