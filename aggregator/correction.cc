@@ -78,9 +78,16 @@ CostModel::CostModel(const CalibratedCosts& costs, double scale, const KindSampl
       t.own_ns[kind] = s.mean_ps() * scale / 1000.0;
       t.own_source[kind] = source;
       t.measured[kind] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
-      if (calibrated_own_ps > 0) {  // samples are 1 in N of every kind's events: weights as events
-        measured_ps += s.mean_ps() * scale * static_cast<double>(s.n);
-        calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(s.n);
+      // Samples are 1 in N of every kind's events: weighted as the step's
+      // events are, by the step's samples of the kind (a kind costed from
+      // the run weighs its few samples in the step, not the run's: in a
+      // start/end loop the only pushes are the steps' own, which arm and
+      // wake the flush thread at 60x a push's start-up figure, and by the
+      // run's count they came to outweigh the step's starts and ends).
+      const uint64_t weight = step != nullptr ? (*step)[kind].n : s.n;
+      if (calibrated_own_ps > 0 && weight > 0) {
+        measured_ps += s.mean_ps() * scale * static_cast<double>(weight);
+        calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(weight);
       }
       break;
     }

@@ -100,8 +100,9 @@ class CostModel {
   // came from ("step", "run" or "calibration") and the measurements behind
   // the first two, for summaries. Its in_place_ratio: over the cost samples
   // behind the own costs measured in place, their mean / the start-up
-  // figures of the same kinds (weighted as the samples fall, 1 in N events
-  // of every kind); 0 when no own cost was measured. The caller-side costs
+  // figures of the same kinds, each kind weighted by its samples in the
+  // step (1 in N of its events: a kind costed from the run weighs only what
+  // the step has of it); 0 when no own cost was measured. The caller-side costs
   // of the `nvtx` package's own path (py_nvtx_*, never measured in place)
   // are their start-up figures times this ratio: the machine state that
   // slowed the handler against its start-up loop (caches, a busy core) was

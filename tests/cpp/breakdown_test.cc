@@ -181,6 +181,25 @@ TEST(Correction, MeasuredCostsComeFromTheStepThenTheRunThenTheCalibration) {
   EXPECT_DOUBLE_EQ(model.used().measured.at("push").mean_ns, 100.0);
 }
 
+// The in-place ratio weighs each kind by its samples in the step: a kind
+// costed from the run (too few in the step) weighs what it has in the step,
+// not the run's count. Here the run's 50 pushes are steps' own (600 ns
+// against a 10 ns figure) and the step's 100 pops ran 1.2x theirs.
+TEST(Correction, TheInPlaceRatioWeighsAKindCostedFromTheRunByItsSamplesInTheStep) {
+  const auto push = static_cast<uint8_t>(EventKind::kRangePush), pop = static_cast<uint8_t>(EventKind::kRangePop);
+  const std::map<std::string, double> costs = {{"push", 10}, {"pop", 10}, {"py_nvtx_push", 500}};
+  KindSamples step, run;
+  for (int i = 0; i < 100; ++i) step[pop].Add(12'000);
+  for (int i = 0; i < 50; ++i) run[push].Add(600'000);
+  const CostModel none_in_step(costs, 1.0, &step, &run);
+  EXPECT_EQ(none_in_step.used().sources.at("push"), "run");
+  EXPECT_DOUBLE_EQ(none_in_step.table().in_place_ratio, 1.2);  // by the run's count it was 31,200 / 1,500 = 20.8
+  EXPECT_EQ(none_in_step.CallerPs(push, kFlagViaNvtxEx), 600'000);
+  step[push].Add(600'000);  // one of them in this step
+  EXPECT_DOUBLE_EQ(CostModel(costs, 1.0, &step, &run).table().in_place_ratio, (600.0 + 1200) / (10 + 1000));
+  EXPECT_DOUBLE_EQ(CostModel(costs, 1.0, nullptr, &run).table().in_place_ratio, 60.0);  // the run's own
+}
+
 TEST(Correction, TheCallerSideFollowsTheStepsSpeedAgainstTheRunsUsual) {
   // The recording calls cost 20 ns in place in this step where the run's
   // usual is 10: the process ran twice as slow as when its Python caller
