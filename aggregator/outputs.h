@@ -8,7 +8,7 @@
 //   always   run.json        RunJsonOutput (run_json.h), whose output_formats
 //                            lists the formats as resolved here
 //   db       run.duckdb      not the aggregator's: the run database follower
-//                            (rlscope_ray/rundb.py) writes it when run.json
+//                            (rlscope_ray/rundb_follow.py) writes it when run.json
 //                            lists it
 // A new format: its Output, and one line in MakeStepFiles.
 #pragma once

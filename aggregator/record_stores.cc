@@ -201,10 +201,10 @@ void RecordStores::AddOffCpu(const wire::Event& e) {
   // thread that holds it shows as CPU off the recording threads, the
   // collector's (its speed watch) is the profiler's.
   if (!cpu_wait && e.category != static_cast<uint32_t>(OffCpuReason::kGil)) {
+    // As many as the CPU samples kept, at most (a process that records
+    // no CPU samples, or sleeps, would keep them all).
     recent_blocked_.emplace_back(e.ts_ns, static_cast<int64_t>(e.domain) * 1000);
-    while (!recent_blocked_.empty() && !recent_cpu_.empty() && recent_blocked_.front().first < recent_cpu_.front().ts_ns) {
-      recent_blocked_.pop_front();
-    }
+    if (recent_blocked_.size() > kRecentSamples) recent_blocked_.pop_front();
   }
   off_cpu_.push_back({e.ts_ns, static_cast<int64_t>(std::min<uint64_t>(e.value, INT64_MAX)),
                       static_cast<uint8_t>(e.category), static_cast<int64_t>(e.domain) * 1000,
@@ -271,7 +271,9 @@ bool RecordStores::RunsOnRecordingThreads() const {
   // shipped) are judged as its own, now.
   int64_t job_ns = 0, other_ns = 0, blocked_ns = 0;
   uint64_t job_samples = 0;
+  int64_t oldest_ns = INT64_MAX;  // in arrival order: the oldest is not always the first
   for (const RecentSample& r : recent_cpu_) {
+    oldest_ns = std::min(oldest_ns, r.ts_ns);
     if (recording_tids_.count(r.tid) != 0) {
       job_ns += r.weight_ns;
       ++job_samples;
@@ -280,7 +282,7 @@ bool RecordStores::RunsOnRecordingThreads() const {
     }
   }
   for (const auto& [ts, weight] : recent_blocked_) {
-    if (!recent_cpu_.empty() && ts >= recent_cpu_.front().ts_ns) blocked_ns += weight;
+    if (ts >= oldest_ns) blocked_ns += weight;
   }
   return job_samples >= kMinJobSamples && other_ns * kOtherShare <= job_ns + other_ns &&
          blocked_ns * kOtherShare <= job_ns + blocked_ns;

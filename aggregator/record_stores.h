@@ -87,17 +87,21 @@ class RecordStores {
   // A thread that recorded events (not only samples): its CPU samples are
   // the job's recording threads' (RunsOnRecordingThreads).
   void NoteRecordingThread(int64_t tid) { recording_tids_.insert(tid); }
-  // Whether, over its last kRecentSamples CPU samples (about a second of
-  // its CPU at the kernel's usual 250 Hz CPU timers), the process's work is
-  // its recording threads running: at least kMinJobSamples of them on those
-  // threads, those on its other threads (but the collector's own) under
-  // 1/kOtherShare of their weight, and its recording threads seen off CPU
-  // meanwhile for anything but a run-queue wait (or the GIL) under
-  // 1/kOtherShare of their time. Such a process's steps are its recording
-  // threads' CPU and run-queue waits, so the profiler's threads took from
-  // them at most those waits (StepCorrection: the `threads` part of the
-  // uncertainty), provided every thread is sampled and the waits are read
+  // Whether, over its last kRecentSamples CPU samples (a second of its CPU
+  // at 250 samples a second, longer at a lower cpu.sampling_hz), the
+  // process's work is its recording threads running: at least
+  // kMinJobSamples of them on those threads, those on its other threads
+  // (but the collector's own) under 1/kOtherShare of their weight, and the
+  // threads its looks see (its recording threads) off a CPU meanwhile for
+  // anything but a run-queue wait or the GIL under 1/kOtherShare of the
+  // recording threads' sampled CPU. Such a process's steps are its
+  // recording threads' CPU and run-queue waits, so the profiler's threads
+  // took from them by the scheduler at most those waits (StepCorrection:
+  // the `threads` part of the uncertainty, which also checks the step
+  // itself), provided every thread is sampled and the waits are read
   // (CutProcess checks the config). A run without CPU samples never says so.
+  // (A thread that recorded stays known as such: a tid the system gives
+  // again to a thread of a pool would count as the job's.)
   bool RunsOnRecordingThreads() const;
   static constexpr uint64_t kMinJobSamples = 64;
   static constexpr int64_t kOtherShare = 50;  // 2 %

@@ -112,6 +112,31 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
 }
 
 // Moves the slice's times by `c`, whose overhead the slice then keeps.
+// Whether the step itself bears out RunsOnRecordingThreads (judged over the
+// process's recent samples): its recording threads seen off a CPU for
+// anything but a run-queue wait or the GIL under 2 % of the step, and its
+// CPU samples on threads that recorded nothing in it (the collector's own
+// left out) under 2 % of its sampled CPU in it.
+bool StepRunsOnRecordingThreads(const ProcessSlice& slice, int64_t step_ns) {
+  int64_t blocked_ns = 0;
+  for (const OffCpuSample& s : slice.off_cpu) {
+    if (s.reason != static_cast<uint8_t>(OffCpuReason::kCpuWait) &&
+        s.reason != static_cast<uint8_t>(OffCpuReason::kGil)) {
+      blocked_ns += s.weight_ns;
+    }
+  }
+  std::set<int64_t> recording;
+  for (const Span& span : slice.spans) recording.insert(span.tid);
+  for (const Instant& i : slice.instants) recording.insert(i.tid);
+  int64_t job_ns = 0, other_ns = 0;
+  for (const CpuSample& s : slice.cpu_samples) {
+    if (s.profiler_thread) continue;
+    (recording.count(s.tid) != 0 ? job_ns : other_ns) += s.weight_ns;
+  }
+  return blocked_ns * RecordStores::kOtherShare <= step_ns &&
+         other_ns * RecordStores::kOtherShare <= job_ns + other_ns;
+}
+
 void ApplyCorrection(Corrector& c, ProcessSlice* slice) {
   // Records come thread by thread: each thread's shift is looked up once per run.
   int64_t last_tid = 0;
@@ -440,19 +465,32 @@ void StepCorrection::Totals() {
   // The `threads` part bounded by the run-queue waits, where every process
   // in the step runs on its recording threads (UncertaintyParts): then
   // nothing that records nothing (a Ray call's I/O threads, torch's
-  // intra-op pool, a process the step waits on) carries the step.
+  // intra-op pool, a process the step waits on) carries the step. A flush
+  // thread may take its CPU from another process of its host, so the bound
+  // is per host: its processes' flush CPU, F, against their waits, W; each
+  // process's part is half its own CPU times min(1, W / F). A process that
+  // had not flushed past the step's end (late, lost) has not said all its
+  // waits: no bound.
   bool bounded = false;
+  std::map<std::string, std::pair<int64_t, int64_t>> host_cpu_waits;  // host -> (F, W)
   for (const ProcessSlice& slice : step_->processes) {
     if (!slice.overhead) continue;
-    if (!slice.runs_on_recording_threads || slice.profiler_cpu_ns < 0 || slice.run_queue_wait_ns < 0) {
+    if (!slice.runs_on_recording_threads || slice.profiler_cpu_ns < 0 || slice.run_queue_wait_ns < 0 ||
+        slice.late || slice.lost || !StepRunsOnRecordingThreads(slice, step_->end_ns - step_->begin_ns)) {
       bounded = false;
       break;
     }
     bounded = true;
+    auto& [cpu, waits] = host_cpu_waits[slice.process->identity().host];
+    cpu += slice.profiler_cpu_ns;
+    waits += slice.run_queue_wait_ns;
   }
   for (ProcessSlice& slice : step_->processes) {
     if (!bounded || !slice.overhead || slice.profiler_cpu_ns <= 0) continue;
-    slice.overhead->uncertainty_parts.threads_ns = std::min(slice.profiler_cpu_ns, slice.run_queue_wait_ns) / 2;
+    const auto& [cpu, waits] = host_cpu_waits[slice.process->identity().host];
+    const double share = cpu > waits ? static_cast<double>(waits) / static_cast<double>(cpu) : 1.0;
+    slice.overhead->uncertainty_parts.threads_ns =
+        std::llround(static_cast<double>(slice.profiler_cpu_ns) * share / 2.0);
     slice.overhead->uncertainty_ns = slice.overhead->uncertainty_parts.TotalNs();
     slice.overhead->threads_bounded_by_waits = true;
   }

@@ -102,9 +102,12 @@ struct CostTable {
 // readings are taken as one standard deviation either side. Where every
 // process of the step runs on its recording threads
 // (ProcessSlice::runs_on_recording_threads: its recent CPU samples on them
-// and them on a CPU or waiting for one), a step is their
-// CPU and their run-queue waits, and the flush thread took from it at most
-// those waits: the part is then half the smaller of the two
+// and them on a CPU or waiting for one; the step itself alike), a step is
+// their CPU and their run-queue waits, and the flush threads took from it
+// through the scheduler at most those waits: per host, each process's part
+// is then half its flush thread's CPU times min(1, the host's waits / the
+// host's flush CPU). What a flush thread takes through shared caches, a
+// sibling hyperthread or the clock's frequency is not stated either way
 // (StepCorrection::Totals; Overhead::threads_bounded_by_waits). Otherwise
 // the recording threads' run-queue waits (run_queue_wait_ns) do not bound it: measured
 // inside one run (bench section accuracy, the Ray workload: an actor's 40k
@@ -217,9 +220,10 @@ struct ProcessSlice {
   int64_t profiler_cpu_ns = -1;
   // Time its recording threads waited on a run queue in the step (schedstat,
   // off-CPU samples cpu_wait, RecordStores::RunQueueWaitNs; -1 when
-  // profiler_cpu_ns is unknown): evidence that the
-  // job lacked CPU, not a bound on what the profiler took from it (the
-  // `threads` part of the uncertainty, UncertaintyParts).
+  // profiler_cpu_ns is unknown): evidence that the job lacked CPU, a bound
+  // on what the profiler's threads took from it only where the step runs
+  // on its recording threads (the `threads` part of the uncertainty,
+  // UncertaintyParts).
   int64_t run_queue_wait_ns = -1;
   // Of late its work is its recording threads running
   // (RecordStores::RunsOnRecordingThreads): the evidence that bounds the

@@ -86,7 +86,7 @@ inline constexpr char kRunFormat[] = "rlscope-ray run v1";
 inline constexpr char kFiguresFile[] = "figures.jsonl";
 
 // output.formats' names (native/config.h; aggregator/outputs.h builds the
-// aggregator's, the run database follower, rlscope_ray/rundb.py, writes db).
+// aggregator's, the run database follower, rlscope_ray/rundb_follow.py, writes db).
 inline constexpr char kFormatJson[] = "json";        // step_<N>/trace.json
 inline constexpr char kFormatPftrace[] = "pftrace";  // step_<N>/trace.pftrace
 inline constexpr char kFormatDb[] = "db";            // run.duckdb

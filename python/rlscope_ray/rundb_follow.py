@@ -241,7 +241,8 @@ def _looks(run_dir: str, watched: _Watched, interval_s: float, log, sleep, metri
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m rlscope_ray.rundb_follow", description="The run database.")
+    parser = argparse.ArgumentParser(prog="python -m rlscope_ray.rundb_follow",
+                                     description="The run database's follower, and its update by hand.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("follow", help="update RUN_DIR's database while the aggregator PID runs")
     f.add_argument("run_dir", metavar="RUN_DIR")

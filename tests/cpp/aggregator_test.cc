@@ -2736,7 +2736,7 @@ class ThreadsPartTest : public CorrectStepTest {
   // `early`: samples on thread 7 before thread 1's (a pool's start-up
   // spin), `job`: thread 1's.
   const ProcessSlice& Run(int others, bool wait, uint32_t blocked_us = 0, const std::string& config = "",
-                          int early = 0, int job = 64) {
+                          int early = 0, int job = 64, uint32_t wait_us = 1) {
     Init(ConfigFrom(config));
     ctl_.Costs({{"push", 100}, {"pop", 50}, {"mark", 10}});
     Connect(ctl_);
@@ -2749,7 +2749,7 @@ class ThreadsPartTest : public CorrectStepTest {
     before.profiler_cpu_ns = 0;
     Send(before);
     ctl_.Push(1, 1000, "step", 1).Push(1, 2000, "a").Pop(1, 3000).Mark(1, 4000, "m").Pop(1, 5000);
-    if (wait) ctl_.OffCpu(99, 5000, 1, OffCpuReason::kCpuWait, 1, 4);
+    if (wait) ctl_.OffCpu(99, 5000, 1, OffCpuReason::kCpuWait, wait_us, 4);
     wire::Batch after = ctl_.Flush(5500);
     after.profiler_cpu_ns = 5000;  // 4,000 in the step
     Send(after);
@@ -2792,6 +2792,13 @@ TEST_F(ThreadsPartTest, IsHalfTheFlushThreadsCpuWhereOnlyRecordingThreadsAreSamp
   EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 2000);
 }
 
+TEST_F(ThreadsPartTest, TheFlushThreadsCpuBoundsItWhereTheWaitsAreLonger) {
+  const ProcessSlice& c = Run(0, true, 0, "", 0, 64, 5);  // 5 us of waits against 4 us of its CPU
+  EXPECT_EQ(c.run_queue_wait_ns, 4000);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 2000);
+  EXPECT_TRUE(c.overhead->threads_bounded_by_waits);
+}
+
 TEST_F(ThreadsPartTest, NoWaitReadInTheStepIsNothingStated) {
   const ProcessSlice& c = Run(0, false);  // its one thread never waited for a CPU
   EXPECT_TRUE(c.runs_on_recording_threads);
@@ -2813,6 +2820,74 @@ TEST_F(ThreadsPartTest, AnotherThreadsBurstAgedOutLeavesTheBound) {
   const ProcessSlice& c = Run(0, true, 0, "", 20, 256);  // the last 256 all thread 1's
   EXPECT_TRUE(c.runs_on_recording_threads);
   EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 500);
+}
+
+// Two processes on one host, both on their recording threads: the
+// worker's flush thread (3,200 ns in the step: 4,000 between flushes at 500
+// and 5,500) can take the controller's CPU (its thread waited 3,000 ns)
+// while its own thread never waits. Per host: F 4,000 (800 + 3,200) against
+// W 3,000, each part half its own CPU times 0.75 (per process it would read
+// 400 and 0). Then the same with the worker's thread off CPU, asleep, in
+// the step: no bound for either, each half its own CPU.
+class TwoProcessThreadsPartTest : public CorrectStepTest {
+ protected:
+  const StepProfile& Run(bool worker_sleeps) {
+    Init(ConfigFrom(""));
+    FakeCollector ctl(1, "controller", -1, 100), other(5, "controller", -1, 500);
+    for (FakeCollector* c : {&ctl, &other}) {
+      c->Costs({{"push", 100}, {"pop", 50}});
+      Connect(*c);
+    }
+    ctl.Push(1, 100, "warm-up").Pop(1, 150);
+    other.Push(6, 100, "warm-up").Pop(6, 150);
+    for (int i = 0; i < 64; ++i) {
+      ctl.Sample(1, 200 + i, "libpython.so", "work", 4000);
+      other.Sample(6, 200 + i, "libpython.so", "work", 4000);
+    }
+    for (FakeCollector* c : {&ctl, &other}) {
+      wire::Batch b = c->Flush(500);
+      b.profiler_cpu_ns = 0;
+      Send(b);
+    }
+    ctl.Push(1, 1000, "step", 1).Pop(1, 5000);
+    ctl.OffCpu(99, 5000, 1, OffCpuReason::kCpuWait, 3, 4);  // 3 us over [1000, 5000]
+    other.Push(6, 2000, "generate").Pop(6, 4000);
+    other.OffCpu(98, 5000, 6, OffCpuReason::kCpuWait, 0, 4);
+    if (worker_sleeps) other.OffCpu(98, 4500, 6, OffCpuReason::kSleep, 1);  // 1 us of a 4 us step: 25 %
+    wire::Batch b = ctl.Flush(5500);
+    b.profiler_cpu_ns = 1000;
+    Send(b);
+    b = other.Flush(5500);
+    b.profiler_cpu_ns = 4000;
+    Send(b);
+    for (FakeCollector* c : {&ctl, &other}) Send(c->Bye());
+    agg_->Tick(0);
+    return exporter_.Step(1);
+  }
+};
+
+TEST_F(TwoProcessThreadsPartTest, TheBoundIsTheHostsWaitsOverItsFlushThreadsCpu) {
+  const StepProfile& step = Run(false);
+  const ProcessSlice *c = FindSlice(step, 1), *w = FindSlice(step, 5);
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(c->run_queue_wait_ns, 3000);
+  EXPECT_EQ(w->run_queue_wait_ns, 0);
+  EXPECT_TRUE(c->overhead->threads_bounded_by_waits);
+  EXPECT_EQ(c->overhead->uncertainty_parts.threads_ns, 300);
+  EXPECT_EQ(w->overhead->uncertainty_parts.threads_ns, 1200);
+  EXPECT_EQ(step.correction_uncertainty_parts.threads_ns, 1500);  // min(F, W) / 2
+}
+
+TEST_F(TwoProcessThreadsPartTest, OneProcessOffItsRecordingThreadsInTheStepLeavesEveryPartHalfTheCpu) {
+  const StepProfile& step = Run(true);
+  const ProcessSlice *c = FindSlice(step, 1), *w = FindSlice(step, 5);
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(w, nullptr);
+  EXPECT_TRUE(w->runs_on_recording_threads);  // of late: the sleep is 1 us against 256 ms
+  EXPECT_FALSE(c->overhead->threads_bounded_by_waits);
+  EXPECT_EQ(c->overhead->uncertainty_parts.threads_ns, 400);
+  EXPECT_EQ(w->overhead->uncertainty_parts.threads_ns, 1600);
 }
 
 TEST_F(ThreadsPartTest, OneInFiftyOnAnotherThreadStillRunsOnItsRecordingThreads) {
