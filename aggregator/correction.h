@@ -17,7 +17,7 @@
 // flush thread's CPU, once the step is corrected (step_correction.cc,
 // ApplyCorrection): the sampling error of
 // those means (per process, sqrt(sum over kinds of (events of the kind)^2 *
-// variance / samples)); the start-up calibration's standard error of the
+// variance / samples)); the start-up calibration's spread (`<key>_spread`) of the
 // caller side charged; the model's, for costs the samples cannot see (the
 // caller side, the NVTX dispatch before the handler: their start-up figures,
 // the `nvtx` package's own path's scaled as the measured ones moved from
