@@ -40,7 +40,11 @@ void CostModel::SetSpeedRatio(const SpeedSamples& speed, CostTable* t) {
 CostModel::CostModel(const CalibratedCosts& costs, double scale, const KindSamples* step, const KindSamples* run,
                      const HandlerStats* cpu_handler, const SpeedSamples* speed) {
   CostTable& t = table_;
-  double measured_ps = 0, calibrated_ps = 0;  // over the samples of measured kinds
+  // Over the samples of measured kinds: weighted by the step's samples of
+  // each, and by the samples behind each own cost (the run's, for a kind
+  // costed from the run), the fallback of a step with too few of its own.
+  double measured_ps = 0, calibrated_ps = 0, step_weights = 0;
+  double run_measured_ps = 0, run_calibrated_ps = 0;
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
     if (costs.own[kind]) {
       t.own_ns[kind] = *costs.own[kind] * scale;
@@ -84,14 +88,20 @@ CostModel::CostModel(const CalibratedCosts& costs, double scale, const KindSampl
       // start/end loop the only pushes are the steps' own, which arm and
       // wake the flush thread at 60x a push's start-up figure, and by the
       // run's count they came to outweigh the step's starts and ends).
+      // A step with fewer than kMinSamples of them all takes the run's
+      // weights, as before (a short step).
       const uint64_t weight = step != nullptr ? (*step)[kind].n : s.n;
-      if (calibrated_own_ps > 0 && weight > 0) {
+      if (calibrated_own_ps > 0) {
         measured_ps += s.mean_ps() * scale * static_cast<double>(weight);
         calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(weight);
+        step_weights += static_cast<double>(weight);
+        run_measured_ps += s.mean_ps() * scale * static_cast<double>(s.n);
+        run_calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(s.n);
       }
       break;
     }
   }
+  if (step_weights < static_cast<double>(kMinSamples)) measured_ps = run_measured_ps, calibrated_ps = run_calibrated_ps;
   if (measured_ps > 0 && calibrated_ps > 0) t.in_place_ratio = measured_ps / calibrated_ps;
   if (speed != nullptr) SetSpeedRatio(*speed, &t);
   // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
@@ -316,8 +326,9 @@ Corrector::Corrector(const std::map<int64_t, std::vector<CostMark>>& marks, cons
     const double at_speed = static_cast<double>(sums.caller_at_speed_ps) / 1000.0;
     parts.model_ns = std::llround(std::hypot(static_cast<double>(parts.model_ns), at_speed * se));
   }
-  // The calibration's rounds are independent estimates of each caller-side
-  // cost: their spread, over the events that were charged one, is too.
+  // Each caller-side figure's stated spread (its rounds' standard error and
+  // what a start-up figure is off by in the program's loop), over the
+  // events that were charged one, is too.
   o.calibration_spread_ns = sums.caller_spread_ps / 1000;
   o.systematic_ns += o.calibration_spread_ns;
   // A capped event is evidence that the model is off: its two estimates of

@@ -84,8 +84,9 @@ class CostModel {
   // Of CostPs: the caller-side part.
   int64_t CallerPs(uint8_t kind, uint8_t flags) const;
   // That part's spread as its start-up calibration states it (`<key>_spread`
-  // in the Hello: the standard error of its rounds' median figure,
-  // calibration.py), scaled as the part is; 0 when not stated.
+  // in the Hello: the standard error of its rounds' median figure and
+  // CALLER_SIDE_ERROR_SHARE of the figure, in quadrature, calibration.py),
+  // scaled as the part is; 0 when not stated.
   int64_t CallerSpreadPs(uint8_t kind, uint8_t flags) const;
   // Whether the caller side of an event with `flags` was scaled by the
   // in-place ratio (kScaledCaller of its entry point).
@@ -102,7 +103,9 @@ class CostModel {
   // behind the own costs measured in place, their mean / the start-up
   // figures of the same kinds, each kind weighted by its samples in the
   // step (1 in N of its events: a kind costed from the run weighs only what
-  // the step has of it); 0 when no own cost was measured. The caller-side costs
+  // the step has of it), or by the samples behind each own cost where the
+  // step has fewer than kMinSamples of them all; 0 when no own cost was
+  // measured. The caller-side costs
   // of the `nvtx` package's own path (py_nvtx_*, never measured in place)
   // are their start-up figures times this ratio: the machine state that
   // slowed the handler against its start-up loop (caches, a busy core) was

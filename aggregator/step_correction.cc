@@ -111,7 +111,6 @@ std::unique_ptr<Corrector> MakeCorrector(const StepProfile& step, const std::map
   return corrector;
 }
 
-// Moves the slice's times by `c`, whose overhead the slice then keeps.
 // Whether the step itself bears out RunsOnRecordingThreads (judged over the
 // process's recent samples): its recording threads seen off a CPU for
 // anything but a run-queue wait or the GIL under 2 % of the step, and its
@@ -137,6 +136,7 @@ bool StepRunsOnRecordingThreads(const ProcessSlice& slice, int64_t step_ns) {
          other_ns * RecordStores::kOtherShare <= job_ns + other_ns;
 }
 
+// Moves the slice's times by `c`, whose overhead the slice then keeps.
 void ApplyCorrection(Corrector& c, ProcessSlice* slice) {
   // Records come thread by thread: each thread's shift is looked up once per run.
   int64_t last_tid = 0;
@@ -470,7 +470,10 @@ void StepCorrection::Totals() {
   // is per host: its processes' flush CPU, F, against their waits, W; each
   // process's part is half its own CPU times min(1, W / F). A process that
   // had not flushed past the step's end (late, lost) has not said all its
-  // waits: no bound.
+  // waits: no bound. A host is its name (Hello identity, gethostname):
+  // containers that share a machine's CPUs under names of their own are
+  // bounded apart, which can state too little for a flush thread that took
+  // another container's CPU.
   bool bounded = false;
   std::map<std::string, std::pair<int64_t, int64_t>> host_cpu_waits;  // host -> (F, W)
   for (const ProcessSlice& slice : step_->processes) {
@@ -486,7 +489,7 @@ void StepCorrection::Totals() {
     waits += slice.run_queue_wait_ns;
   }
   for (ProcessSlice& slice : step_->processes) {
-    if (!bounded || !slice.overhead || slice.profiler_cpu_ns <= 0) continue;
+    if (!bounded || !slice.overhead || slice.profiler_cpu_ns < 0) continue;
     const auto& [cpu, waits] = host_cpu_waits[slice.process->identity().host];
     const double share = cpu > waits ? static_cast<double>(waits) / static_cast<double>(cpu) : 1.0;
     slice.overhead->uncertainty_parts.threads_ns =

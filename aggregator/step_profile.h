@@ -91,8 +91,9 @@ struct CostTable {
 
 // The parts of a correction's uncertainty, each one standard deviation (ns):
 // `sampling`, the in-place means' sampling error; `calibration`, the
-// standard error of the start-up calibration's caller-side figures (their
-// rounds' median), over the events charged one; `model`, half the spread
+// spread of the start-up calibration's caller-side figures (their rounds'
+// median's standard error and what such a figure is off by in the
+// program's own loop, calibration.py), over the events charged one; `model`, half the spread
 // between the caller side scaled by the in-place ratio and not (the two
 // readings taken as one standard deviation either side); `capped`, what
 // capping did not remove (the model against the gaps that bound it);
@@ -160,8 +161,9 @@ struct Overhead {
   int64_t systematic_ns = 0;
   CostTable costs;
   std::string cost_note;                   // why it may be off ("" none): costs that drifted in the step
-  // uncertainty_parts.threads_ns is half its recording threads' run-queue
-  // waits, not half its flush thread's CPU (UncertaintyParts, `threads`).
+  // uncertainty_parts.threads_ns is bounded by its host's run-queue waits
+  // (half its flush thread's CPU times min(1, the host's waits / flush CPU)),
+  // not half its flush thread's CPU alone (UncertaintyParts, `threads`).
   bool threads_bounded_by_waits = false;
   std::map<int64_t, ThreadCosts> threads;  // by tid
 

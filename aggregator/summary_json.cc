@@ -199,8 +199,8 @@ void WriteOverhead(JsonWriter& w, const ProcessSlice& slice) {
   if (slice.profiler_cpu_ns >= 0) {
     w.Key("profiler_thread_ms").Double(Ms(slice.profiler_cpu_ns));
     w.Key("run_queue_wait_ms").Double(Ms(slice.run_queue_wait_ns));
-    // What the `threads` part is half of: the flush thread's CPU, or the
-    // run-queue waits where the step runs on its recording threads.
+    // What bounds the `threads` part: the flush thread's CPU, or also the
+    // host's run-queue waits where the step runs on its recording threads.
     w.Key("threads_part_of").String(o.threads_bounded_by_waits ? "run_queue_wait" : "profiler_thread");
   }
   w.EndObject();

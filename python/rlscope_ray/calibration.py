@@ -233,7 +233,8 @@ def paired_estimates(pairs: List[Tuple[Callable[[int], int], Callable[[int], int
     best of each loop over all rounds could take its two sides from
     different speeds (costs off by hundreds of ns, or none); the median
     leaves out a round that was interrupted. The rounds are independent estimates of one cost: their
-    spread is the calibration's own part of the uncertainty. `rounds` at
+    spread is part of the calibration's share of the uncertainty (_publish adds what a start-up
+    figure is off by in the program's own loop). `rounds` at
     least; then two more at a time, up to `max_rounds`, while any pair's
     spread is over _SPREAD_SHARE of its figure and over _SPREAD_FLOOR_NS.
 

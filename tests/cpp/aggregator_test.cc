@@ -2736,7 +2736,7 @@ class ThreadsPartTest : public CorrectStepTest {
   // `early`: samples on thread 7 before thread 1's (a pool's start-up
   // spin), `job`: thread 1's.
   const ProcessSlice& Run(int others, bool wait, uint32_t blocked_us = 0, const std::string& config = "",
-                          int early = 0, int job = 64, uint32_t wait_us = 1) {
+                          int early = 0, int job = 64, uint32_t wait_us = 1, int64_t cpu_total = 5000) {
     Init(ConfigFrom(config));
     ctl_.Costs({{"push", 100}, {"pop", 50}, {"mark", 10}});
     Connect(ctl_);
@@ -2751,7 +2751,7 @@ class ThreadsPartTest : public CorrectStepTest {
     ctl_.Push(1, 1000, "step", 1).Push(1, 2000, "a").Pop(1, 3000).Mark(1, 4000, "m").Pop(1, 5000);
     if (wait) ctl_.OffCpu(99, 5000, 1, OffCpuReason::kCpuWait, wait_us, 4);
     wire::Batch after = ctl_.Flush(5500);
-    after.profiler_cpu_ns = 5000;  // 4,000 in the step
+    after.profiler_cpu_ns = cpu_total;  // 4/5 of it in the step
     Send(after);
     Send(ctl_.Bye());
     agg_->Tick(0);
@@ -2793,9 +2793,10 @@ TEST_F(ThreadsPartTest, IsHalfTheFlushThreadsCpuWhereOnlyRecordingThreadsAreSamp
 }
 
 TEST_F(ThreadsPartTest, TheFlushThreadsCpuBoundsItWhereTheWaitsAreLonger) {
-  const ProcessSlice& c = Run(0, true, 0, "", 0, 64, 5);  // 5 us of waits against 4 us of its CPU
-  EXPECT_EQ(c.run_queue_wait_ns, 4000);
-  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 2000);
+  const ProcessSlice& c = Run(0, true, 0, "", 0, 64, 1, 1000);  // 1 us of waits against 0.8 us of its CPU
+  EXPECT_EQ(c.run_queue_wait_ns, 1000);
+  EXPECT_EQ(c.profiler_cpu_ns, 800);
+  EXPECT_EQ(c.overhead->uncertainty_parts.threads_ns, 400);
   EXPECT_TRUE(c.overhead->threads_bounded_by_waits);
 }
 

@@ -198,6 +198,13 @@ TEST(Correction, TheInPlaceRatioWeighsAKindCostedFromTheRunByItsSamplesInTheStep
   step[push].Add(600'000);  // one of them in this step
   EXPECT_DOUBLE_EQ(CostModel(costs, 1.0, &step, &run).table().in_place_ratio, (600.0 + 1200) / (10 + 1000));
   EXPECT_DOUBLE_EQ(CostModel(costs, 1.0, nullptr, &run).table().in_place_ratio, 60.0);  // the run's own
+  // A short step, its only sample its own push: too few to weigh by, the
+  // run's weights (the run's pops at 1.2x, 400 of them, and its 50 pushes).
+  KindSamples short_step, run2 = run;
+  short_step[push].Add(600'000);
+  for (int i = 0; i < 400; ++i) run2[pop].Add(12'000);
+  EXPECT_DOUBLE_EQ(CostModel(costs, 1.0, &short_step, &run2).table().in_place_ratio,
+                   (600.0 * 50 + 12 * 400) / (10.0 * 450));
 }
 
 TEST(Correction, TheCallerSideFollowsTheStepsSpeedAgainstTheRunsUsual) {
