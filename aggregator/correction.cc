@@ -37,14 +37,43 @@ void CostModel::SetSpeedRatio(const SpeedSamples& speed, CostTable* t) {
   }
 }
 
+namespace {
+
+// The in-place ratio's sums (CostModel::in_place_ratio): each measured
+// kind's in-place mean against its start-up figure, weighted by its samples
+// in the step, and by the samples behind its cost (the run's, for a kind
+// costed from the run), the fallback of a step with too few of its own.
+// Samples are 1 in N of every kind's events: weighted as the step's events
+// are (a kind costed from the run weighs its few samples in the step, not
+// the run's: in a start/end loop the only pushes are the steps' own, which
+// arm and wake the flush thread at 60x a push's start-up figure, and by the
+// run's count they came to outweigh the step's starts and ends).
+struct InPlaceSums {
+  double step_measured_ps = 0, step_calibrated_ps = 0, step_weight = 0;
+  double cost_measured_ps = 0, cost_calibrated_ps = 0;
+  void Add(double mean_ps, double calibrated_ps, uint64_t step_n, uint64_t cost_n) {
+    step_measured_ps += mean_ps * static_cast<double>(step_n);
+    step_calibrated_ps += calibrated_ps * static_cast<double>(step_n);
+    step_weight += static_cast<double>(step_n);
+    cost_measured_ps += mean_ps * static_cast<double>(cost_n);
+    cost_calibrated_ps += calibrated_ps * static_cast<double>(cost_n);
+  }
+  // 0 when nothing was measured; the cost samples' weights when the step
+  // has fewer than `min_samples` of them all (a short step).
+  double Ratio(uint64_t min_samples) const {
+    const bool short_step = step_weight < static_cast<double>(min_samples);
+    const double measured = short_step ? cost_measured_ps : step_measured_ps;
+    const double calibrated = short_step ? cost_calibrated_ps : step_calibrated_ps;
+    return measured > 0 && calibrated > 0 ? measured / calibrated : 0;
+  }
+};
+
+}  // namespace
+
 CostModel::CostModel(const CalibratedCosts& costs, double scale, const KindSamples* step, const KindSamples* run,
                      const HandlerStats* cpu_handler, const SpeedSamples* speed) {
   CostTable& t = table_;
-  // Over the samples of measured kinds: weighted by the step's samples of
-  // each, and by the samples behind each own cost (the run's, for a kind
-  // costed from the run), the fallback of a step with too few of its own.
-  double measured_ps = 0, calibrated_ps = 0, step_weights = 0;
-  double run_measured_ps = 0, run_calibrated_ps = 0;
+  InPlaceSums in_place;
   for (uint8_t kind = 1; kind < kKinds; ++kind) {
     if (costs.own[kind]) {
       t.own_ns[kind] = *costs.own[kind] * scale;
@@ -82,28 +111,20 @@ CostModel::CostModel(const CalibratedCosts& costs, double scale, const KindSampl
       t.own_ns[kind] = s.mean_ps() * scale / 1000.0;
       t.own_source[kind] = source;
       t.measured[kind] = {s.mean_ps() / 1000.0, std::sqrt(s.var_ps2()) / 1000.0, s.n};
-      // Samples are 1 in N of every kind's events: weighted as the step's
-      // events are, by the step's samples of the kind (a kind costed from
-      // the run weighs its few samples in the step, not the run's: in a
-      // start/end loop the only pushes are the steps' own, which arm and
-      // wake the flush thread at 60x a push's start-up figure, and by the
-      // run's count they came to outweigh the step's starts and ends).
-      // A step with fewer than kMinSamples of them all takes the run's
-      // weights, as before (a short step).
-      const uint64_t weight = step != nullptr ? (*step)[kind].n : s.n;
       if (calibrated_own_ps > 0) {
-        measured_ps += s.mean_ps() * scale * static_cast<double>(weight);
-        calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(weight);
-        step_weights += static_cast<double>(weight);
-        run_measured_ps += s.mean_ps() * scale * static_cast<double>(s.n);
-        run_calibrated_ps += static_cast<double>(calibrated_own_ps) * static_cast<double>(s.n);
+        in_place.Add(s.mean_ps() * scale, static_cast<double>(calibrated_own_ps), step != nullptr ? (*step)[kind].n : s.n,
+                     s.n);
       }
       break;
     }
   }
-  if (step_weights < static_cast<double>(kMinSamples)) measured_ps = run_measured_ps, calibrated_ps = run_calibrated_ps;
-  if (measured_ps > 0 && calibrated_ps > 0) t.in_place_ratio = measured_ps / calibrated_ps;
+  t.in_place_ratio = in_place.Ratio(kMinSamples);
   if (speed != nullptr) SetSpeedRatio(*speed, &t);
+  SetCallerCosts(costs, scale);
+}
+
+void CostModel::SetCallerCosts(const CalibratedCosts& costs, double scale) {
+  CostTable& t = table_;
   // Caller-side costs, per entry point (kCallerKeyPrefix: py_nvtx_*,
   // py_fast_*, py_annotate_*, py_range_*), each side of a pair on its own event (the
   // close's on the pop or end that carries the caller's flag): the start-up

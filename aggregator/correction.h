@@ -125,6 +125,9 @@ class CostModel {
 
  private:
   static void SetSpeedRatio(const SpeedSamples& speed, CostTable* t);
+  // The caller sides' costs and spreads from `costs`, once the in-place and
+  // speed ratios are set (the constructor's last part).
+  void SetCallerCosts(const CalibratedCosts& costs, double scale);
 
   int64_t own_ps_[kKinds] = {};  // the collector's recording
   // [caller][kind]: the caller side an event with that caller's flag
